@@ -1,0 +1,38 @@
+# kvgov_add_library(NAME SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
+#   A static library. DEPS are public (part of the layering contract: review
+#   them as architecture); PRIVATE_DEPS are implementation details, and no
+#   third-party type they bring may appear in include/kvgov.
+function(kvgov_add_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                     PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE kvgov_warnings ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# kvgov_add_test(NAME SRCS ... [DEPS ...] [LABELS ...])
+#   One gtest binary, its tests discovered into ctest with the given labels.
+function(kvgov_add_test name)
+  if(NOT KVGOV_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE kvgov_warnings ${ARG_DEPS} GTest::gtest_main GTest::gmock)
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# kvgov_add_bench(NAME SRCS ... [DEPS ...])
+function(kvgov_add_bench name)
+  if(NOT KVGOV_BUILD_BENCHMARKS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE kvgov_warnings ${ARG_DEPS} benchmark::benchmark_main)
+endfunction()

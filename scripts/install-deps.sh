@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs every build, test and run-time dependency of kvgov from Debian's
+# packages. Idempotent: when every package is already installed it does
+# nothing and returns in well under a second. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # toolchain and build
+  build-essential cmake ninja-build pkg-config ccache mold
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # libraries
+  nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev
+  # test peers and tooling
+  python3-zmq python3-msgpack curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+# libmsgpack-dev (the C package) hides msgpack-cxx's CMake target; refuse
+# rather than build against the wrong config.
+if dpkg-query -W -f='${Status}' libmsgpack-dev 2>/dev/null | grep -q 'install ok installed'; then
+  echo "install-deps: libmsgpack-dev is installed and shadows libmsgpack-cxx-dev's CMake config;" >&2
+  echo "install-deps: remove it with 'apt-get remove libmsgpack-dev' and run again." >&2
+  exit 1
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
