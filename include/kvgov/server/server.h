@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::server {
+
+/// How `kvgov serve` is started.
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8787;  // 0 picks a free port; see Server::port()
+  std::string data_dir = "./kvgov-data";
+  // When set, the bound port is written here (atomically, by rename) once the
+  // listener accepts connections, so a supervisor or test can poll for it.
+  std::string ready_file;
+  int http_threads = 4;
+};
+
+/// The kvgov daemon: the HTTP API over the governance plane. Start() binds
+/// and serves on background threads; Shutdown() stops accepting and joins
+/// them. Start/Shutdown/Wait may be called from different threads; the
+/// object must outlive every thread that calls it.
+class Server {
+ public:
+  /// Binds the listener and starts serving. Returns:
+  ///  - PermissionDenied when host is not a loopback address (kvgov has no
+  ///    authentication yet, so it never listens beyond this machine);
+  ///  - IOError when the data dir cannot be created or the port is taken.
+  static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
+
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// The port actually bound (useful with port 0).
+  uint16_t port() const;
+
+  /// Stops accepting, finishes in-flight requests, joins the threads.
+  /// Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(const std::string& host);
+
+}  // namespace kvgov::server

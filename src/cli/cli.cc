@@ -1,0 +1,130 @@
+#include "kvgov/cli/cli.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <string>
+
+#include "kvgov/server/server.h"
+
+#ifndef KVGOV_VERSION
+#error "KVGOV_VERSION must be defined by the build"
+#endif
+
+namespace kvgov::cli {
+namespace {
+
+constexpr const char* kDescription =
+    "kvgov: the governance plane for KV caches in LLM serving.\n"
+    "It follows the KV-cache events of vLLM and SGLang engines and the reports of\n"
+    "KV transports (NIXL, Mooncake, LMCache), knows which blocks live where and\n"
+    "under which tenant, and decides what may legally be reused, quarantined or\n"
+    "deleted, with a signed audit trail. It moves no KV bytes.";
+
+struct ServeFlags {
+  std::string listen = "127.0.0.1:8787";
+  std::string data_dir = "./kvgov-data";
+  std::string ready_file;
+};
+
+// "127.0.0.1:8787" or "[::1]:0" -> host and port.
+Status ParseListen(const std::string& listen, server::ServerOptions* options) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) {
+    return Status::InvalidArgument("--listen: want HOST:PORT, got '" + listen + "'");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port_text = listen.substr(colon + 1);
+  unsigned long port = 0;
+  const char* end = port_text.data() + port_text.size();
+  if (auto [stop, error] = std::from_chars(port_text.data(), end, port);
+      error != std::errc() || stop != end) {
+    return Status::InvalidArgument("--listen: port '" + port_text + "' is not a number");
+  }
+  if (port > 65535) {
+    return Status::InvalidArgument("--listen: port " + port_text + " is out of range 0-65535");
+  }
+  options->host = host;
+  options->port = static_cast<uint16_t>(port);
+  return Status::Ok();
+}
+
+int Serve(const ServeFlags& flags) {
+  server::ServerOptions options;
+  if (Status parsed = ParseListen(flags.listen, &options); !parsed.ok()) {
+    std::fprintf(stderr, "kvgov serve: %s\n", parsed.message().c_str());
+    return 2;
+  }
+  options.data_dir = flags.data_dir;
+  options.ready_file = flags.ready_file;
+
+  // Block the stop signals before any thread starts, so every thread
+  // inherits the mask and this one alone receives them in sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Result<std::unique_ptr<server::Server>> started = server::Server::Start(options);
+  if (!started.ok()) {
+    std::fprintf(stderr, "kvgov serve: %s\n", started.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kvgov serve: listening on http://%s:%u (data dir %s)\n",
+               options.host.c_str(), (*started)->port(), options.data_dir.c_str());
+
+  int received = 0;
+  sigwait(&stop_signals, &received);
+  std::fprintf(stderr, "kvgov serve: signal %d, shutting down\n", received);
+  (*started)->Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int Run(int argc, char** argv) {
+  CLI::App app(kDescription, "kvgov");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", KVGOV_VERSION);
+
+  ServeFlags serve_flags;
+  CLI::App* serve = app.add_subcommand(
+      "serve",
+      "Run the kvgov daemon: the HTTP API (GET /healthz for now) on a loopback address.\n"
+      "Example: kvgov serve --listen 127.0.0.1:8787 --data-dir ./kvgov-data");
+  serve->add_option("--listen", serve_flags.listen,
+                    "HOST:PORT to serve HTTP on. Only loopback hosts are accepted until\n"
+                    "authentication is configured; port 0 picks a free port.")
+      ->capture_default_str();
+  serve->add_option("--data-dir", serve_flags.data_dir,
+                    "Directory for kvgov's durable state; created with mode 0700.")
+      ->capture_default_str();
+  serve->add_option("--ready-file", serve_flags.ready_file,
+                    "Write the bound port to this file once the server accepts\n"
+                    "connections (for supervisors and tests that start kvgov on port 0).");
+
+  app.add_subcommand("version", "Print kvgov's version and exit.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+
+  if (app.got_subcommand("version")) {
+    std::printf("kvgov %s\n", KVGOV_VERSION);
+    return 0;
+  }
+  if (app.got_subcommand(serve)) return Serve(serve_flags);
+  return 2;
+}
+
+}  // namespace kvgov::cli

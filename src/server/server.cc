@@ -1,0 +1,150 @@
+#include "kvgov/server/server.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+
+#include <httplib.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace kvgov::server {
+namespace {
+
+void SendJson(httplib::Response& response, int status, const nlohmann::json& body) {
+  response.status = status;
+  response.set_content(body.dump(), "application/json");
+}
+
+void SendError(httplib::Response& response, int status, std::string_view code,
+               std::string_view message) {
+  SendJson(response, status,
+           {{"error", {{"code", std::string(code)}, {"message", std::string(message)}}}});
+}
+
+Status EnsureDataDir(const std::string& data_dir) {
+  std::error_code error;
+  std::filesystem::create_directories(data_dir, error);
+  if (error) {
+    return Status::IOError("data dir '" + data_dir + "': " + error.message());
+  }
+  // The data dir will hold secrets (issuer key, token hashes): owner only.
+  if (::chmod(data_dir.c_str(), 0700) != 0) {
+    return Status::IOError("data dir '" + data_dir + "': chmod 0700: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status WriteReadyFile(const std::string& path, uint16_t port) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.flush()) return Status::IOError("ready file '" + temp + "': write failed");
+  }
+  std::error_code error;
+  std::filesystem::rename(temp, path, error);
+  if (error) return Status::IOError("ready file '" + path + "': " + error.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  }
+  return false;
+}
+
+struct Server::Impl {
+  httplib::Server http;
+  std::thread listener;
+  uint16_t port = 0;
+  bool stopped = false;
+  std::mutex mu;  // guards `stopped`
+};
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { Shutdown(); }
+
+uint16_t Server::port() const { return impl_->port; }
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (!IsLoopbackHost(options.host)) {
+    return Status::PermissionDenied(
+        "refusing to listen on '" + options.host +
+        "': kvgov has no authentication configured, so it serves only on loopback "
+        "(127.0.0.1, ::1 or localhost)");
+  }
+  KVGOV_RETURN_IF_ERROR(EnsureDataDir(options.data_dir));
+
+  auto impl = std::make_unique<Impl>();
+  httplib::Server& http = impl->http;
+  const int threads = options.http_threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+  http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
+    SendJson(response, 200, {{"status", "ok"}});
+  });
+  http.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+    // Only fill in bodies the handlers did not write themselves.
+    if (!response.body.empty()) return;
+    if (response.status == 404) {
+      SendError(response, 404, "not_found", "no route for " + request.method + " " + request.path);
+    }
+  });
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
+        // No exception escapes a handler; whatever slipped through is a 500
+        // without internals in the body.
+        SendError(response, 500, "internal", "internal error");
+      });
+
+  int bound = options.port == 0 ? http.bind_to_any_port(options.host)
+                                : (http.bind_to_port(options.host, options.port) ? options.port
+                                                                                 : -1);
+  if (bound <= 0) {
+    return Status::IOError("cannot listen on " + options.host + ":" +
+                           std::to_string(options.port) + " (address in use or not available)");
+  }
+  impl->port = static_cast<uint16_t>(bound);
+  impl->listener = std::thread([&http] { http.listen_after_bind(); });
+  // The socket already queues connections; waiting for the accept loop is
+  // for Shutdown, whose stop() is a no-op until the loop runs.
+  while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  std::unique_ptr<Server> server(new Server(std::move(impl)));
+  if (!options.ready_file.empty()) {
+    Status written = WriteReadyFile(options.ready_file, server->port());
+    if (!written.ok()) return written;
+  }
+  return server;
+}
+
+void Server::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+  }
+  impl_->http.stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+}  // namespace kvgov::server

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::testing {
+
+/// A `kvgov serve` child process for end-to-end tests. Start() spawns it on
+/// 127.0.0.1:0 with a fresh data dir and polls its ready file (never a fixed
+/// sleep); the destructor stops it by PID (SIGTERM, then SIGKILL after a
+/// grace period) and removes the scratch directory. Not thread-safe.
+class DaemonProcess {
+ public:
+  DaemonProcess();
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  /// Spawns `kvgov serve` plus `extra_args` and waits until it is ready or
+  /// has exited. Returns Unavailable (with the child's stderr) when it
+  /// exits or does not become ready in time.
+  Status Start(const std::vector<std::string>& extra_args = {});
+
+  /// Sends SIGTERM and waits for exit; returns the exit code, or -signal.
+  int Stop();
+
+  /// Runs `kvgov ARGS...` to completion (for one-shot subcommands and for
+  /// serve invocations expected to fail); returns the exit code and fills
+  /// `output` with stdout and stderr.
+  static int RunToExit(const std::vector<std::string>& args, std::string* output);
+
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  std::string Stderr() const;
+
+ private:
+  std::filesystem::path dir_;
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+}  // namespace kvgov::testing

@@ -1,0 +1,58 @@
+// Starts the real `kvgov` binary and talks to it over HTTP.
+
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
+#include "e2e/daemon_process.h"
+
+namespace kvgov::testing {
+namespace {
+
+TEST(ServeE2ETest, HealthzAnswersAndSigtermStopsCleanly) {
+  DaemonProcess daemon;
+  Status started = daemon.Start();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+
+  httplib::Client client("127.0.0.1", daemon.port());
+  httplib::Result response = client.Get("/healthz");
+  ASSERT_TRUE(response) << httplib::to_string(response.error());
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body, R"({"status":"ok"})");
+
+  EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
+  EXPECT_NE(daemon.Stderr().find("shutting down"), std::string::npos) << daemon.Stderr();
+}
+
+TEST(ServeE2ETest, RefusesToListenBeyondLoopback) {
+  std::string output;
+  int code = DaemonProcess::RunToExit({"serve", "--listen", "0.0.0.0:0", "--data-dir",
+                                       "/tmp/kvgov-e2e-never-created"},
+                                      &output);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(output.find("refusing to listen on '0.0.0.0'"), std::string::npos) << output;
+}
+
+TEST(ServeE2ETest, BadListenFlagIsAUsageError) {
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--listen", "127.0.0.1:http"}, &output), 2);
+  EXPECT_NE(output.find("port 'http' is not a number"), std::string::npos) << output;
+}
+
+TEST(CliE2ETest, VersionAndHelp) {
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"version"}, &output), 0);
+  EXPECT_EQ(output.rfind("kvgov ", 0), 0u) << output;
+
+  EXPECT_EQ(DaemonProcess::RunToExit({"--help"}, &output), 0);
+  EXPECT_NE(output.find("governance plane for KV caches"), std::string::npos) << output;
+  EXPECT_NE(output.find("serve"), std::string::npos);
+
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--help"}, &output), 0);
+  EXPECT_NE(output.find("--data-dir"), std::string::npos) << output;
+
+  EXPECT_NE(DaemonProcess::RunToExit({"no-such-command"}, &output), 0);
+}
+
+}  // namespace
+}  // namespace kvgov::testing
