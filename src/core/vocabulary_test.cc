@@ -116,3 +116,17 @@ TEST(VocabularyTest, ValidateEntryRejectsSourceThatContradictsPlane) {
 
 }  // namespace
 }  // namespace kvgov
+
+namespace kvgov {
+namespace {
+
+TEST(VocabularyTest, ErrorEchoIsBoundedAndPrintable) {
+  std::string hostile = "x\ny" + std::string(200, 'z');
+  std::string message = ParseEnum<Taint>(hostile).status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_NE(message.find("'x?yzz"), std::string::npos);
+  EXPECT_LT(message.size(), 160u);
+}
+
+}  // namespace
+}  // namespace kvgov

@@ -98,6 +98,12 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   httplib::Server& http = impl->http;
   const int threads = options.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default also sets SO_REUSEPORT, which would let a second
+  // kvgov bind the same port and silently take half the traffic.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
 
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200, {{"status", "ok"}});

@@ -48,10 +48,17 @@ Result<E> ParseEnum(std::string_view text) {
   for (const auto& [candidate, spelling] : EnumSpelling<E>::kValues) {
     if (spelling == text) return candidate;
   }
+  // The value is untrusted input: quote at most 64 bytes of it, printable
+  // ASCII only, so an error message cannot smuggle newlines into a log.
+  constexpr size_t kMaxEcho = 64;
   std::string msg = "unknown ";
   msg += EnumSpelling<E>::kName;
   msg += " '";
-  msg += text;
+  for (size_t i = 0; i < text.size() && i < kMaxEcho; ++i) {
+    const char c = text[i];
+    msg += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  if (text.size() > kMaxEcho) msg += "...";
   msg += "' (want one of: ";
   msg += EnumChoices<E>();
   msg += ")";

@@ -155,7 +155,8 @@ constexpr Source SourceForPlane(Plane plane) {
 
 /// Checks the envelope's own invariants: source matches plane, the length is
 /// not negative, and every label key is non-empty. Returns InvalidArgument
-/// naming the field.
+/// whose message starts with the field's path relative to the entry and
+/// ": " ("source: ..."), which the JSON codec turns into "$.source: ...".
 Status ValidateEntry(const Entry& entry);
 
 }  // namespace kvgov

@@ -1,0 +1,88 @@
+#pragma once
+
+// The KV-cache events an engine publishes about its own block pool (vLLM,
+// SGLang, Mooncake's store), decoded from the wire into plain records. The
+// adapters produce these from bytes; the residency index consumes them.
+// Wire forms: docs/formats/engine-events.md.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvgov/core/envelope.h"
+
+namespace kvgov {
+
+/// An engine's block hash, normalised to 64 bits: unsigned ints as they
+/// are, signed ints by their two's-complement bits, bytes by their last 8
+/// bytes big-endian (left-padded when shorter), as vLLM does.
+using EngineHash = uint64_t;
+
+/// Blocks the engine filled. `extra_keys` has one entry per block (or is
+/// empty): the block's extra hash keys (LoRA name, multimodal ids,
+/// cache_salt on the first block) in canonical JSON text, "" for none.
+struct BlockStored {
+  std::vector<EngineHash> block_hashes;
+  std::optional<EngineHash> parent_block_hash;
+  std::vector<int64_t> token_ids;
+  int64_t block_size = 0;
+  std::string lora_name;
+  std::string medium;  // as sent ("GPU", "CPU", "CPU_TIER1", ...); "" when absent
+  std::vector<std::string> extra_keys;
+  int64_t group_idx = 0;
+  std::string kv_cache_spec_kind;
+  friend bool operator==(const BlockStored&, const BlockStored&) = default;
+};
+
+/// Blocks the engine evicted from one medium.
+struct BlockRemoved {
+  std::vector<EngineHash> block_hashes;
+  std::string medium;
+  int64_t group_idx = 0;
+  friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
+};
+
+/// The engine emptied its prefix cache.
+struct AllBlocksCleared {
+  friend bool operator==(const AllBlocksCleared&, const AllBlocksCleared&) = default;
+};
+
+using EngineEvent = std::variant<BlockStored, BlockRemoved, AllBlocksCleared>;
+
+/// What a decoder skipped without failing: counted, never fatal.
+struct IgnoredInput {
+  uint64_t unknown_fields = 0;
+  uint64_t unknown_event_types = 0;
+  friend bool operator==(const IgnoredInput&, const IgnoredInput&) = default;
+};
+
+/// One published batch.
+struct EngineEventBatch {
+  double ts = 0;
+  std::optional<int64_t> dp_rank;
+  std::vector<EngineEvent> events;
+  IgnoredInput ignored;
+  friend bool operator==(const EngineEventBatch&, const EngineEventBatch&) = default;
+};
+
+/// "GPU" or "" -> hbm; "CPU" and "CPU_TIER1" -> dram; "CPU_TIER2" and "DISK"
+/// -> disk; anything else -> unknown (never credited as hbm). Mooncake's
+/// "L1"/"L2"/"L3" map to hbm/dram/disk. Case-insensitive.
+ResidencyTier TierForMedium(std::string_view medium);
+
+/// "BlockStored", "BlockRemoved", "AllBlocksCleared".
+std::string_view EngineEventTypeName(const EngineEvent& event);
+
+/// Lowers an engine event into the envelope, one entry per block: source
+/// ride_engine, plane kv_transfer, direction store (BlockStored) or evict
+/// (BlockRemoved), span digest = the engine hash in 16 lowercase hex digits,
+/// owner = worker, to_tier from the medium (from_tier for an eviction),
+/// labels worker and group_idx. AllBlocksCleared lowers to one evict entry
+/// with span digest "*" (every block). Never fails: the records were
+/// already validated by their decoder.
+std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view worker,
+                                    int64_t block_size);
+
+}  // namespace kvgov

@@ -1,0 +1,144 @@
+#include "kvgov/core/engine_events.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "core/transfer_entry.h"
+#include "kvgov/core/kv_transfer.h"
+
+namespace kvgov {
+namespace {
+
+char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
+  }
+  return true;
+}
+
+// 16 lowercase hex digits, zero-padded: the same hash always names the same
+// span, whatever engine or encoding it came from.
+std::string HashDigest(EngineHash hash) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = kHex[hash & 0xF];
+    hash >>= 4;
+  }
+  return out;
+}
+
+Entry Lower(const KVTransfer& transfer) {
+  // Every report built here has a non-empty digest and non-negative counts,
+  // so FromKVTransfer cannot refuse it; the fallback only keeps this total.
+  Result<Entry> entry = FromKVTransfer(transfer);
+  if (entry.ok()) return *std::move(entry);
+  return core_internal::BuildTransferEntry(transfer);
+}
+
+void LabelEntry(Entry& entry, std::string_view worker, const int64_t* group_idx) {
+  entry.labels["worker"] = std::string(worker);
+  if (group_idx != nullptr) entry.labels["group_idx"] = std::to_string(*group_idx);
+}
+
+}  // namespace
+
+ResidencyTier TierForMedium(std::string_view medium) {
+  struct Row {
+    std::string_view medium;
+    ResidencyTier tier;
+  };
+  // "" is vLLM's and SGLang's GPU default (the field predates offload). An
+  // unrecognised medium is never guessed as hbm: over-crediting a CPU or
+  // remote tier as GPU residency is exactly the routing bug to avoid.
+  static constexpr std::array<Row, 9> kTable = {{
+      {"", ResidencyTier::kHBM},
+      {"gpu", ResidencyTier::kHBM},
+      {"l1", ResidencyTier::kHBM},
+      {"cpu", ResidencyTier::kDRAM},
+      {"cpu_tier1", ResidencyTier::kDRAM},
+      {"l2", ResidencyTier::kDRAM},
+      {"cpu_tier2", ResidencyTier::kDisk},
+      {"disk", ResidencyTier::kDisk},
+      {"l3", ResidencyTier::kDisk},
+  }};
+  for (const Row& row : kTable) {
+    if (EqualsIgnoreCase(row.medium, medium)) return row.tier;
+  }
+  return ResidencyTier::kUnknown;
+}
+
+std::string_view EngineEventTypeName(const EngineEvent& event) {
+  return std::visit(
+      [](const auto& e) -> std::string_view {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, BlockStored>) {
+          return "BlockStored";
+        } else if constexpr (std::is_same_v<T, BlockRemoved>) {
+          return "BlockRemoved";
+        } else {
+          return "AllBlocksCleared";
+        }
+      },
+      event);
+}
+
+std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view worker,
+                                    int64_t block_size) {
+  std::vector<Entry> entries;
+  // A record that carries its own block size (BlockStored from vLLM and
+  // SGLang) is the authority; the caller's value covers records that do not
+  // (BlockRemoved, AllBlocksCleared, a Mooncake store without block_size).
+  const int64_t default_tokens = std::max<int64_t>(block_size, 0);
+  if (const auto* stored = std::get_if<BlockStored>(&event)) {
+    const int64_t tokens = stored->block_size > 0 ? stored->block_size : default_tokens;
+    entries.reserve(stored->block_hashes.size());
+    for (EngineHash hash : stored->block_hashes) {
+      KVTransfer transfer;
+      transfer.direction = KVTransferDirection::kStore;
+      transfer.span.span_digest = HashDigest(hash);
+      transfer.span.tokens = tokens;
+      transfer.span.to_tier = TierForMedium(stored->medium);
+      transfer.span.owner = std::string(worker);
+      Entry entry = Lower(transfer);
+      LabelEntry(entry, worker, &stored->group_idx);
+      entries.push_back(std::move(entry));
+    }
+  } else if (const auto* removed = std::get_if<BlockRemoved>(&event)) {
+    entries.reserve(removed->block_hashes.size());
+    for (EngineHash hash : removed->block_hashes) {
+      KVTransfer transfer;
+      transfer.direction = KVTransferDirection::kEvict;
+      transfer.span.span_digest = HashDigest(hash);
+      transfer.span.tokens = default_tokens;
+      // The block left this tier; it now lives nowhere we know of, so
+      // to_tier (and with it the residency) stays unknown.
+      transfer.span.from_tier = TierForMedium(removed->medium);
+      transfer.span.owner = std::string(worker);
+      Entry entry = Lower(transfer);
+      LabelEntry(entry, worker, &removed->group_idx);
+      entries.push_back(std::move(entry));
+    }
+  } else {
+    // One entry stands for every block of every group on the worker: "*" is
+    // never a hex digest, so it cannot collide with a block's span.
+    KVTransfer transfer;
+    transfer.direction = KVTransferDirection::kEvict;
+    transfer.span.span_digest = "*";
+    transfer.span.owner = std::string(worker);
+    Entry entry = Lower(transfer);
+    LabelEntry(entry, worker, nullptr);
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+}  // namespace kvgov
