@@ -2,22 +2,26 @@
 
 namespace kvgov {
 
+int64_t ReuseLedger::CreditedTokens(const Entry& entry, const LookupVerdict& verdict) {
+  // The provider's saving is real but it is the provider's: credited on the
+  // provider side alone, whatever the (never servable) verdict says.
+  if (entry.source == Source::kProvider || verdict.CanServe()) {
+    return entry.metrics.prefill_tokens_saved;
+  }
+  return 0;
+}
+
 bool ReuseLedger::Fold(const Entry& entry, const LookupVerdict& verdict) {
   SourceReuse& reuse = by_source_[Index(entry.source)];
   ++reuse.events;
+  reuse.tokens_saved += CreditedTokens(entry, verdict);
   if (entry.source == Source::kProvider) {
-    // The provider's saving is real but it is the provider's: credit it on
-    // the provider side alone, whatever the (never servable) verdict says.
-    reuse.tokens_saved += entry.metrics.prefill_tokens_saved;
     if (entry.id.media_type == MediaType::kPromptPrefix && entry.metrics.prefill_tokens_saved > 0) {
       ++reuse.hits;
     }
     return true;
   }
-  if (verdict.CanServe()) {
-    ++reuse.hits;
-    reuse.tokens_saved += entry.metrics.prefill_tokens_saved;
-  }
+  if (verdict.CanServe()) ++reuse.hits;
   return false;
 }
 

@@ -23,6 +23,12 @@ struct SourceReuse {
 /// Not thread-safe: callers serialise Fold.
 class ReuseLedger {
  public:
+  /// The prefill tokens this entry credits to its own source: a provider
+  /// entry's cached tokens whatever its verdict, a local entry's saved
+  /// tokens only when the verdict can serve, else 0. Metrics use this too,
+  /// so the ledger and the counters cannot disagree.
+  static int64_t CreditedTokens(const Entry& entry, const LookupVerdict& verdict);
+
   /// Folds one lowered entry and its verdict. Returns true exactly when the
   /// provider side was touched.
   bool Fold(const Entry& entry, const LookupVerdict& verdict);

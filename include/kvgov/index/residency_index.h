@@ -1,0 +1,142 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvgov/core/engine_events.h"
+#include "kvgov/core/status.h"
+#include "kvgov/index/block_key.h"
+
+namespace kvgov::index {
+
+/// Whether a worker's residency can be believed.
+enum class WorkerState {
+  kLive,   // every event since a known-empty point was applied
+  kStale,  // a gap could not be repaired: its blocks stop counting for routes
+};
+std::string_view ToString(WorkerState state);
+
+/// The tiers the index counts, in the order they are reported.
+inline constexpr std::array<ResidencyTier, 4> kIndexedTiers = {
+    ResidencyTier::kHBM, ResidencyTier::kDRAM, ResidencyTier::kDisk, ResidencyTier::kUnknown};
+
+/// What applying one event did, for counters.
+struct ApplyResult {
+  uint64_t blocks_stored = 0;
+  uint64_t blocks_removed = 0;
+  uint64_t orphan_blocks = 0;     // stored under a parent the index does not know
+  uint64_t unknown_removals = 0;  // removed hashes the index never saw stored
+  uint64_t unknown_medium = 0;    // blocks whose medium mapped to no known tier
+};
+
+/// One worker's view, for /v1/workers and metrics.
+struct WorkerResidency {
+  std::string id;
+  std::string model;
+  int64_t block_size = 0;
+  WorkerState state = WorkerState::kLive;
+  std::array<uint64_t, kIndexedTiers.size()> blocks{};  // by kIndexedTiers
+};
+
+/// How much of a chain one worker holds.
+struct WorkerOverlap {
+  std::string worker;
+  uint64_t blocks = 0;  // leading blocks resident in any tier
+  // Of those, by the best (hottest) tier each is in, by kIndexedTiers.
+  std::array<uint64_t, kIndexedTiers.size()> by_tier{};
+};
+
+/// Which KV blocks live on which worker, in which tier, keyed by kvgov's own
+/// block keys. Engine events are applied per worker; the engine's hashes are
+/// mapped to kvgov keys through a per-worker table, so a BlockStored can find
+/// its parent and a BlockRemoved its block.
+///
+/// Thread-safe: a reader-writer lock; writers (event application, worker
+/// changes) are exclusive, queries share.
+class ResidencyIndex {
+ public:
+  explicit ResidencyIndex(BlockKeyHasher hasher = BlockKeyHasher());
+  ~ResidencyIndex();
+
+  const BlockKeyHasher& hasher() const { return hasher_; }
+
+  /// Registers a worker serving `model` with `block_size` tokens per block.
+  /// AlreadyExists if registered; InvalidArgument for an empty id or model
+  /// or a block size <= 0.
+  Status AddWorker(std::string_view worker, std::string_view model, int64_t block_size);
+
+  /// Deletes the worker and everything resident on it. NotFound if unknown.
+  Status RemoveWorker(std::string_view worker);
+
+  /// Applies one engine event to the worker. NotFound for an unknown
+  /// worker; InvalidArgument for a BlockStored whose block size or token
+  /// count does not match the worker's.
+  Result<ApplyResult> Apply(std::string_view worker, const EngineEvent& event);
+
+  /// Adds (or removes) residency of already-keyed blocks in one tier, for
+  /// transports that report a span by token ids. NotFound for an unknown
+  /// worker.
+  Status AddBlocks(std::string_view worker, std::span<const BlockKey> keys, ResidencyTier tier);
+  Status RemoveBlocks(std::string_view worker, std::span<const BlockKey> keys,
+                      ResidencyTier tier);
+
+  /// Empties the worker and keeps it registered. NotFound if unknown.
+  Status ClearWorker(std::string_view worker);
+
+  /// Marks the worker live or stale. NotFound if unknown.
+  Status SetState(std::string_view worker, WorkerState state);
+
+  /// kvgov keys of the worker's blocks named by engine hashes, in order;
+  /// NotFound naming the first hash the worker does not hold.
+  Result<std::vector<BlockKey>> KeysForEngineHashes(std::string_view worker,
+                                                    std::span<const EngineHash> hashes,
+                                                    int64_t group_idx) const;
+
+  /// Every registered worker, sorted by id.
+  std::vector<WorkerResidency> Workers() const;
+  std::optional<WorkerResidency> Worker(std::string_view worker) const;
+
+  /// For each live worker holding chain[0], how many leading blocks of the
+  /// chain it holds. Stale workers are left out. Sorted by worker id.
+  std::vector<WorkerOverlap> Overlap(std::span<const BlockKey> chain) const;
+
+  /// Total (block, worker) residency pairs, for memory accounting.
+  uint64_t ResidentPairs() const;
+
+ private:
+  struct WorkerSlot;
+  struct EngineRef {
+    EngineHash hash;
+    int64_t group_idx;
+    friend bool operator==(const EngineRef&, const EngineRef&) = default;
+  };
+  struct EngineRefHash {
+    size_t operator()(const EngineRef& ref) const;
+  };
+
+  // REQUIRES: mu_ held (shared is enough for FindLocked).
+  WorkerSlot* FindLocked(std::string_view worker) const;
+  // REQUIRES: mu_ held exclusively.
+  void AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
+  bool RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
+  void ClearLocked(WorkerSlot& slot);
+  ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);
+  ApplyResult ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed);
+
+  const BlockKeyHasher hasher_;
+  mutable std::shared_mutex mu_;
+  std::vector<std::unique_ptr<WorkerSlot>> workers_;  // index = worker number; null when removed
+  std::unordered_map<std::string, uint32_t> worker_numbers_;
+  // Which workers hold each key; the tiers are in each worker's own map.
+  std::unordered_map<BlockKey, std::vector<uint32_t>> holders_;
+};
+
+}  // namespace kvgov::index

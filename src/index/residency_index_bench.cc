@@ -1,0 +1,105 @@
+// Residency index throughput and memory.
+//   cmake -B build-bench -DCMAKE_BUILD_TYPE=Release -DKVGOV_BUILD_BENCHMARKS=ON
+//   cmake --build build-bench --target kvgov_index_bench
+//   build-bench/src/index/kvgov_index_bench
+
+#include <malloc.h>
+
+#include <benchmark/benchmark.h>
+
+#include <numeric>
+#include <random>
+
+#include "kvgov/index/residency_index.h"
+
+namespace kvgov::index {
+namespace {
+
+constexpr int64_t kBlockSize = 16;
+
+// One engine's worth of BlockStored events: `chains` prefixes of `depth`
+// blocks each, with random engine hashes as vLLM without PYTHONHASHSEED.
+std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<BlockStored> events;
+  int64_t next_token = 1;
+  for (int c = 0; c < chains; ++c) {
+    BlockStored stored;
+    stored.block_size = kBlockSize;
+    stored.medium = "GPU";
+    for (int b = 0; b < depth; ++b) {
+      stored.block_hashes.push_back(rng());
+      for (int t = 0; t < kBlockSize; ++t) stored.token_ids.push_back(next_token++);
+    }
+    events.push_back(std::move(stored));
+  }
+  return events;
+}
+
+size_t HeapInUse() { return mallinfo2().uordblks; }
+
+void BM_ApplyBlockStored(benchmark::State& state) {
+  const int depth = static_cast<int>(state.range(0));
+  std::vector<BlockStored> events = MakeChains(1024, depth, 1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    ResidencyIndex index;
+    (void)index.AddWorker("w1", "llama", kBlockSize);
+    state.ResumeTiming();
+    for (const BlockStored& event : events) benchmark::DoNotOptimize(index.Apply("w1", event));
+  }
+  state.SetItemsProcessed(state.iterations() * 1024 * depth);
+  state.counters["blocks_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * 1024 * depth),
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ApplyBlockStored)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond);
+
+// Overlap lookup of a 64-block chain against 8 workers holding it.
+void BM_Overlap(benchmark::State& state) {
+  const int workers = static_cast<int>(state.range(0));
+  ResidencyIndex index;
+  std::vector<BlockStored> chain = MakeChains(1, 64, 7);
+  for (int w = 0; w < workers; ++w) {
+    std::string id = "w" + std::to_string(w);
+    (void)index.AddWorker(id, "llama", kBlockSize);
+    (void)index.Apply(id, chain[0]);
+  }
+  std::vector<BlockKey> keys = index.hasher().Chain({"llama", "", 0}, chain[0].token_ids, kBlockSize);
+  for (auto _ : state) benchmark::DoNotOptimize(index.Overlap(keys));
+}
+BENCHMARK(BM_Overlap)->Arg(1)->Arg(8)->Arg(64);
+
+// Chain key computation for a 4k-token prompt (what a route request costs).
+void BM_ChainKeys(benchmark::State& state) {
+  BlockKeyHasher hasher;
+  std::vector<int64_t> tokens(4096);
+  std::iota(tokens.begin(), tokens.end(), 1);
+  for (auto _ : state) benchmark::DoNotOptimize(hasher.Chain({"llama", "", 0}, tokens, kBlockSize));
+  state.SetItemsProcessed(state.iterations() * 4096);
+}
+BENCHMARK(BM_ChainKeys);
+
+// Heap bytes per resident (block, worker) pair, measured with mallinfo2
+// around one million stored blocks on one worker and then on two.
+void BM_MemoryPerResidentPair(benchmark::State& state) {
+  const int workers = static_cast<int>(state.range(0));
+  std::vector<BlockStored> events = MakeChains(1 << 16, 16, 3);  // 1,048,576 blocks
+  for (auto _ : state) {
+    const size_t before = HeapInUse();
+    auto index = std::make_unique<ResidencyIndex>();
+    for (int w = 0; w < workers; ++w) {
+      std::string id = "w" + std::to_string(w);
+      (void)index->AddWorker(id, "llama", kBlockSize);
+      for (const BlockStored& event : events) (void)index->Apply(id, event);
+    }
+    const size_t after = HeapInUse();
+    state.counters["bytes_per_pair"] =
+        static_cast<double>(after - before) / static_cast<double>(index->ResidentPairs());
+    state.counters["pairs"] = static_cast<double>(index->ResidentPairs());
+  }
+}
+BENCHMARK(BM_MemoryPerResidentPair)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace kvgov::index
