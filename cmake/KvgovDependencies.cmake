@@ -5,6 +5,12 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(CLI11 REQUIRED)
+# msgpack-cxx is header-only; target msgpackc-cxx. Found here, at the top,
+# because imported targets are directory-scoped and both the adapters and
+# the ingest tests use it. (libmsgpack-dev would shadow this config:
+# scripts/install-deps.sh refuses to run beside it.)
+find_package(msgpack CONFIG REQUIRED)
+find_package(cppzmq REQUIRED)
 # Debian ships cpp-httplib prebuilt; its pkg-config flags carry the defines
 # the .so was built with, so they must be used or the class layout differs.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

@@ -11,9 +11,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # libraries
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev
-  # test peers and tooling
-  python3-zmq python3-msgpack curl
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
+  # test peers and tooling (prometheus brings promtool, which checks /metrics)
+  python3-zmq python3-msgpack curl prometheus
 )
 
 missing=()

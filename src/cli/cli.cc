@@ -8,7 +8,9 @@
 #include <charconv>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"
 
 #ifndef KVGOV_VERSION
@@ -29,6 +31,8 @@ struct ServeFlags {
   std::string listen = "127.0.0.1:8787";
   std::string data_dir = "./kvgov-data";
   std::string ready_file;
+  std::vector<std::string> engines;
+  size_t max_body_bytes = size_t{8} << 20;
 };
 
 // "127.0.0.1:8787" or "[::1]:0" -> host and port.
@@ -64,6 +68,16 @@ int Serve(const ServeFlags& flags) {
   }
   options.data_dir = flags.data_dir;
   options.ready_file = flags.ready_file;
+  options.max_body_bytes = flags.max_body_bytes;
+  for (const std::string& spec : flags.engines) {
+    Result<ingest::EngineSpec> engine = ingest::ParseEngineSpec(spec);
+    if (!engine.ok()) {
+      std::fprintf(stderr, "kvgov serve: --engine '%s': %s\n", spec.c_str(),
+                   engine.status().message().c_str());
+      return 2;
+    }
+    options.engines.push_back(std::move(engine).value());
+  }
 
   // Block the stop signals before any thread starts, so every thread
   // inherits the mask and this one alone receives them in sigwait.
@@ -98,7 +112,8 @@ int Run(int argc, char** argv) {
   ServeFlags serve_flags;
   CLI::App* serve = app.add_subcommand(
       "serve",
-      "Run the kvgov daemon: the HTTP API (GET /healthz for now) on a loopback address.\n"
+      "Run the kvgov daemon: follow engines' KV-event streams, keep the residency index,\n"
+      "and serve the HTTP API (/healthz, /metrics, /v1/workers, POST /v1/events).\n"
       "Example: kvgov serve --listen 127.0.0.1:8787 --data-dir ./kvgov-data");
   serve->add_option("--listen", serve_flags.listen,
                     "HOST:PORT to serve HTTP on. Only loopback hosts are accepted until\n"
@@ -110,6 +125,20 @@ int Run(int argc, char** argv) {
   serve->add_option("--ready-file", serve_flags.ready_file,
                     "Write the bound port to this file once the server accepts\n"
                     "connections (for supervisors and tests that start kvgov on port 0).");
+  serve->add_option("--engine", serve_flags.engines,
+                    "Follow an engine's KV-event stream (repeatable). Comma-separated key=value:\n"
+                    "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"
+                    "  and optionally replay=tcp://HOST:PORT,block-size=16,dp-ranks=1,\n"
+                    "  control=http://HOST:PORT. With dp-ranks=N, rank r is at port+r.");
+  serve->add_option("--max-body-bytes", serve_flags.max_body_bytes,
+                    "Refuse POST bodies longer than this with 413.")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  serve->set_config("--config", "",
+                    "TOML file with the same settings as the flags, e.g.\n"
+                    "  listen = \"127.0.0.1:8787\"\n"
+                    "  engine = [\"id=w1,events=tcp://127.0.0.1:5557,model=llama\"]");
+  serve->allow_config_extras(false);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 

@@ -4,29 +4,47 @@
 #include <xxhash.h>
 
 #include <array>
+#include <cstring>
 
 namespace kvgov::index {
 namespace {
 
-// Streams length-framed fields into one XXH3 state so no two field lists
-// produce the same byte stream (docs/formats/block-keys.md).
+// Lays out length-framed fields in one buffer and hashes it with one-shot
+// XXH3, so no two field lists produce the same bytes
+// (docs/formats/block-keys.md). A block of 16 tokens is under 200 bytes, so
+// the inline buffer covers every ordinary block without allocating.
 class FramedHash {
  public:
-  explicit FramedHash(uint64_t seed) { XXH3_64bits_reset_withSeed(&state_, seed); }
-
   void U64(uint64_t value) {
-    std::array<unsigned char, 8> bytes;
-    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(value >> (56 - 8 * i));
-    XXH3_64bits_update(&state_, bytes.data(), bytes.size());
+    unsigned char* out = Grow(8);
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(value >> (56 - 8 * i));
   }
   void Bytes(std::string_view text) {
     U64(text.size());
-    XXH3_64bits_update(&state_, text.data(), text.size());
+    std::memcpy(Grow(text.size()), text.data(), text.size());
   }
-  uint64_t Digest() { return XXH3_64bits_digest(&state_); }
+  uint64_t Digest(uint64_t seed) const {
+    const unsigned char* data = heap_.empty() ? inline_.data() : heap_.data();
+    return XXH3_64bits_withSeed(data, size_, seed);
+  }
 
  private:
-  XXH3_state_t state_;
+  unsigned char* Grow(size_t n) {
+    if (heap_.empty() && size_ + n <= inline_.size()) {
+      unsigned char* out = inline_.data() + size_;
+      size_ += n;
+      return out;
+    }
+    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + static_cast<long>(size_));
+    heap_.resize(size_ + n);
+    unsigned char* out = heap_.data() + size_;
+    size_ += n;
+    return out;
+  }
+
+  std::array<unsigned char, 512> inline_;
+  std::vector<unsigned char> heap_;
+  size_t size_ = 0;
 };
 
 void AppendJsonString(std::string& out, std::string_view text) {
@@ -65,22 +83,22 @@ void AppendJsonString(std::string& out, std::string_view text) {
 }  // namespace
 
 BlockKey BlockKeyHasher::Root(const ChainNamespace& ns) const {
-  FramedHash hash(seed_);
+  FramedHash hash;
   hash.Bytes("kvgov.chain_root.v1");
   hash.Bytes(ns.model);
   hash.Bytes(ns.lora_name);
   hash.U64(static_cast<uint64_t>(ns.group_idx));
-  return hash.Digest();
+  return hash.Digest(seed_);
 }
 
 BlockKey BlockKeyHasher::Next(BlockKey parent, std::span<const int64_t> block_tokens,
                               std::string_view extra_key) const {
-  FramedHash hash(seed_);
+  FramedHash hash;
   hash.U64(parent);
   hash.Bytes(extra_key);
   hash.U64(block_tokens.size());
   for (int64_t token : block_tokens) hash.U64(static_cast<uint64_t>(token));
-  return hash.Digest();
+  return hash.Digest(seed_);
 }
 
 std::vector<BlockKey> BlockKeyHasher::Chain(const ChainNamespace& ns,

@@ -14,21 +14,11 @@
 #include <mutex>
 #include <thread>
 
-#include <nlohmann/json.hpp>
+#include "server/daemon.h"
+#include "server/http_api.h"
 
 namespace kvgov::server {
 namespace {
-
-void SendJson(httplib::Response& response, int status, const nlohmann::json& body) {
-  response.status = status;
-  response.set_content(body.dump(), "application/json");
-}
-
-void SendError(httplib::Response& response, int status, std::string_view code,
-               std::string_view message) {
-  SendJson(response, status,
-           {{"error", {{"code", std::string(code)}, {"message", std::string(message)}}}});
-}
 
 Status EnsureDataDir(const std::string& data_dir) {
   std::error_code error;
@@ -72,6 +62,7 @@ bool IsLoopbackHost(const std::string& host) {
 }
 
 struct Server::Impl {
+  std::unique_ptr<Daemon> daemon;
   httplib::Server http;
   std::thread listener;
   uint16_t port = 0;
@@ -95,6 +86,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(EnsureDataDir(options.data_dir));
 
   auto impl = std::make_unique<Impl>();
+  KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
   httplib::Server& http = impl->http;
   const int threads = options.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -105,21 +97,25 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
 
-  http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
-    SendJson(response, 200, {{"status", "ok"}});
-  });
-  http.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+  http.set_payload_max_length(options.max_body_bytes);
+  RegisterHttpApi(http, *impl->daemon);
+  const size_t max_body = options.max_body_bytes;
+  http.set_error_handler([max_body](const httplib::Request& request,
+                                    httplib::Response& response) {
     // Only fill in bodies the handlers did not write themselves.
     if (!response.body.empty()) return;
     if (response.status == 404) {
-      SendError(response, 404, "not_found", "no route for " + request.method + " " + request.path);
+      SendErrorJson(response, 404, "not_found", "no route for " + request.method + " " + request.path);
+    } else if (response.status == 413) {
+      SendErrorJson(response, 413, "resource_exhausted",
+                "body: longer than the " + std::to_string(max_body) + "-byte limit");
     }
   });
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
         // No exception escapes a handler; whatever slipped through is a 500
         // without internals in the body.
-        SendError(response, 500, "internal", "internal error");
+        SendErrorJson(response, 500, "internal", "internal error");
       });
 
   int bound = options.port == 0 ? http.bind_to_any_port(options.host)
@@ -151,6 +147,7 @@ void Server::Shutdown() {
   }
   impl_->http.stop();
   if (impl_->listener.joinable()) impl_->listener.join();
+  if (impl_->daemon->ingest) impl_->daemon->ingest->Stop();
 }
 
 }  // namespace kvgov::server

@@ -1,10 +1,13 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/ingest/engine_spec.h"
 
 namespace kvgov::server {
 
@@ -17,17 +20,23 @@ struct ServerOptions {
   // listener accepts connections, so a supervisor or test can poll for it.
   std::string ready_file;
   int http_threads = 4;
+  // Engines whose KV-event streams kvgov follows.
+  std::vector<ingest::EngineSpec> engines;
+  // POST bodies longer than this are refused with 413.
+  size_t max_body_bytes = size_t{8} << 20;
 };
 
-/// The kvgov daemon: the HTTP API over the governance plane. Start() binds
-/// and serves on background threads; Shutdown() stops accepting and joins
-/// them. Start/Shutdown/Wait may be called from different threads; the
-/// object must outlive every thread that calls it.
+/// The kvgov daemon: the HTTP API over the residency index and the
+/// governance plane, and the subscribers that follow engine streams.
+/// Start() binds and serves on background threads; Shutdown() stops
+/// accepting and joins them. Start/Shutdown may be called from different
+/// threads; the object must outlive every thread that calls it.
 class Server {
  public:
-  /// Binds the listener and starts serving. Returns:
+  /// Starts everything. Returns:
   ///  - PermissionDenied when host is not a loopback address (kvgov has no
   ///    authentication yet, so it never listens beyond this machine);
+  ///  - InvalidArgument for a bad engine list (a repeated id, a bad spec);
   ///  - IOError when the data dir cannot be created or the port is taken.
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
@@ -38,8 +47,8 @@ class Server {
   /// The port actually bound (useful with port 0).
   uint16_t port() const;
 
-  /// Stops accepting, finishes in-flight requests, joins the threads.
-  /// Idempotent.
+  /// Stops accepting, finishes in-flight requests, stops the subscribers,
+  /// joins the threads. Idempotent.
   void Shutdown();
 
  private:

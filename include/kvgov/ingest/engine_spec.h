@@ -1,0 +1,62 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/enum_spelling.h"
+#include "kvgov/core/status.h"
+
+namespace kvgov::ingest {
+
+/// Which wire an engine speaks on its event stream.
+enum class EngineKind { kVllm, kSglang, kMooncake };
+
+}  // namespace kvgov::ingest
+
+template <>
+struct kvgov::EnumSpelling<kvgov::ingest::EngineKind> {
+  static constexpr std::string_view kName = "engine kind";
+  static constexpr auto kValues = std::to_array<std::pair<ingest::EngineKind, std::string_view>>(
+      {{ingest::EngineKind::kVllm, "vllm"},
+       {ingest::EngineKind::kSglang, "sglang"},
+       {ingest::EngineKind::kMooncake, "mooncake"}});
+};
+
+namespace kvgov::ingest {
+
+/// One engine kvgov follows, as given by `--engine SPEC` or the config file.
+struct EngineSpec {
+  std::string id;
+  EngineKind kind = EngineKind::kVllm;
+  std::string events;   // tcp://HOST:PORT of the engine's PUB socket
+  std::string replay;   // tcp://HOST:PORT of its ROUTER replay socket; optional
+  std::string model;
+  int64_t block_size = 16;
+  int dp_ranks = 1;
+  std::string control;  // http://HOST:PORT of its control API; optional
+  friend bool operator==(const EngineSpec&, const EngineSpec&) = default;
+};
+
+/// Parses "id=w1,kind=vllm,events=tcp://h:5557,replay=tcp://h:5558,model=m,
+/// block-size=16,dp-ranks=1,control=http://h:8000". id, events and model are
+/// required. Returns InvalidArgument naming the key at fault: an unknown
+/// key, a repeated key, a value that does not parse, an endpoint that is not
+/// tcp://HOST:PORT, an id with characters outside [A-Za-z0-9_.-].
+Result<EngineSpec> ParseEngineSpec(std::string_view spec);
+
+/// One event stream: an engine's data-parallel rank.
+struct StreamSpec {
+  std::string worker;  // the engine id, or "<id>@dp<rank>" when dp_ranks > 1
+  int rank = 0;
+  std::string events;
+  std::string replay;  // empty when the engine has none
+  friend bool operator==(const StreamSpec&, const StreamSpec&) = default;
+};
+
+/// The streams of an engine: rank r listens at port + r on both sockets
+/// (vLLM's rule). InvalidArgument when a port would pass 65535.
+Result<std::vector<StreamSpec>> StreamsFor(const EngineSpec& engine);
+
+}  // namespace kvgov::ingest

@@ -1,0 +1,312 @@
+#include "adapters/wire_values.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "adapters/msgpack_input.h"
+
+namespace kvgov::adapters::internal {
+namespace {
+
+std::string Indexed(std::string_view where, size_t index) {
+  std::string out(where);
+  out += '[';
+  out += std::to_string(index);
+  out += ']';
+  return out;
+}
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+Status AppendCanonical(const msgpack::object& object, std::string_view where, std::string& out) {
+  switch (object.type) {
+    case msgpack::type::NIL:
+      out += "null";
+      return Status::Ok();
+    case msgpack::type::BOOLEAN:
+      out += object.via.boolean ? "true" : "false";
+      return Status::Ok();
+    case msgpack::type::POSITIVE_INTEGER:
+      out += std::to_string(object.via.u64);
+      return Status::Ok();
+    case msgpack::type::NEGATIVE_INTEGER:
+      out += std::to_string(object.via.i64);
+      return Status::Ok();
+    case msgpack::type::STR: {
+      std::string_view text = Bytes(object);
+      if (!IsValidUtf8(text))
+        return Status::InvalidArgument(std::string(where) + ": invalid UTF-8");
+      AppendJsonString(text, out);
+      return Status::Ok();
+    }
+    case msgpack::type::BIN: {
+      out += "{\"bin\":\"";
+      for (unsigned char byte : Bytes(object)) {
+        out += kHexDigits[byte >> 4];
+        out += kHexDigits[byte & 0xF];
+      }
+      out += "\"}";
+      return Status::Ok();
+    }
+    case msgpack::type::ARRAY: {
+      out += '[';
+      for (uint32_t i = 0; i < object.via.array.size; ++i) {
+        if (i > 0) out += ',';
+        KVGOV_RETURN_IF_ERROR(AppendCanonical(object.via.array.ptr[i], Indexed(where, i), out));
+      }
+      out += ']';
+      return Status::Ok();
+    }
+    case msgpack::type::MAP: {
+      // JSON object keys are strings, and a canonical form needs one order:
+      // sort by the keys' bytes and refuse repeats rather than pick one.
+      std::vector<const msgpack::object_kv*> pairs;
+      pairs.reserve(object.via.map.size);
+      for (uint32_t i = 0; i < object.via.map.size; ++i) {
+        const msgpack::object_kv& kv = object.via.map.ptr[i];
+        if (kv.key.type != msgpack::type::STR) {
+          return WrongType(std::string(where) + " key", "str", kv.key);
+        }
+        if (!IsValidUtf8(Bytes(kv.key))) {
+          return Status::InvalidArgument(std::string(where) + " key: invalid UTF-8");
+        }
+        pairs.push_back(&kv);
+      }
+      std::sort(pairs.begin(), pairs.end(),
+                [](const msgpack::object_kv* a, const msgpack::object_kv* b) {
+                  return Bytes(a->key) < Bytes(b->key);
+                });
+      out += '{';
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        std::string_view key = Bytes(pairs[i]->key);
+        if (i > 0) {
+          if (key == Bytes(pairs[i - 1]->key)) {
+            return Status::InvalidArgument(std::string(where) + "." + std::string(key) +
+                                           ": duplicate key");
+          }
+          out += ',';
+        }
+        AppendJsonString(key, out);
+        out += ':';
+        KVGOV_RETURN_IF_ERROR(
+            AppendCanonical(pairs[i]->val, std::string(where) + "." + std::string(key), out));
+      }
+      out += '}';
+      return Status::Ok();
+    }
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+    case msgpack::type::EXT:
+      break;
+  }
+  return WrongType(where, "nil, bool, int, str, bin, array or map", object);
+}
+
+}  // namespace
+
+Status WrongType(std::string_view where, std::string_view want, const msgpack::object& object) {
+  std::string msg(where);
+  msg += ": want ";
+  msg += want;
+  msg += ", got ";
+  msg += TypeName(object);
+  return Status::InvalidArgument(std::move(msg));
+}
+
+Status Missing(std::string_view where) {
+  return Status::InvalidArgument(std::string(where) + ": missing");
+}
+
+Result<EngineHash> ReadHash(const msgpack::object& object, std::string_view where) {
+  switch (object.type) {
+    case msgpack::type::POSITIVE_INTEGER:
+      return EngineHash{object.via.u64};
+    case msgpack::type::NEGATIVE_INTEGER:
+      // SGLang publishes the first 16 hex digits of a SHA-256 as a signed
+      // int64; its bits are the hash.
+      return static_cast<EngineHash>(object.via.i64);
+    case msgpack::type::BIN: {
+      std::string_view bytes = Bytes(object);
+      // An empty digest identifies nothing; mapping it to 0 would make every
+      // such block the same block.
+      if (bytes.empty()) return Status::InvalidArgument(std::string(where) + ": empty bin hash");
+      if (bytes.size() > 8) bytes.remove_prefix(bytes.size() - 8);
+      EngineHash hash = 0;
+      for (unsigned char byte : bytes) hash = (hash << 8) | byte;
+      return hash;
+    }
+    default:
+      return WrongType(where, "int or bin", object);
+  }
+}
+
+Result<std::vector<EngineHash>> ReadHashList(const msgpack::object& object,
+                                             std::string_view where) {
+  if (object.type != msgpack::type::ARRAY) return WrongType(where, "array", object);
+  std::vector<EngineHash> hashes;
+  hashes.reserve(object.via.array.size);
+  for (uint32_t i = 0; i < object.via.array.size; ++i) {
+    const msgpack::object& element = object.via.array.ptr[i];
+    // Fast path for the common case; errors build the indexed path lazily.
+    if (element.type == msgpack::type::POSITIVE_INTEGER) {
+      hashes.push_back(element.via.u64);
+      continue;
+    }
+    KVGOV_ASSIGN_OR_RETURN(EngineHash hash, ReadHash(element, Indexed(where, i)));
+    hashes.push_back(hash);
+  }
+  return hashes;
+}
+
+Result<int64_t> ReadInt64(const msgpack::object& object, std::string_view where) {
+  if (object.type == msgpack::type::NEGATIVE_INTEGER) return int64_t{object.via.i64};
+  if (object.type == msgpack::type::POSITIVE_INTEGER) {
+    if (object.via.u64 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Status::InvalidArgument(std::string(where) + ": int " +
+                                     std::to_string(object.via.u64) + " does not fit int64");
+    }
+    return static_cast<int64_t>(object.via.u64);
+  }
+  return WrongType(where, "int", object);
+}
+
+Result<std::vector<int64_t>> ReadInt64List(const msgpack::object& object, std::string_view where) {
+  if (object.type != msgpack::type::ARRAY) return WrongType(where, "array", object);
+  std::vector<int64_t> values;
+  values.reserve(object.via.array.size);
+  for (uint32_t i = 0; i < object.via.array.size; ++i) {
+    const msgpack::object& element = object.via.array.ptr[i];
+    if (element.type == msgpack::type::POSITIVE_INTEGER &&
+        element.via.u64 <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      values.push_back(static_cast<int64_t>(element.via.u64));
+      continue;
+    }
+    KVGOV_ASSIGN_OR_RETURN(int64_t value, ReadInt64(element, Indexed(where, i)));
+    values.push_back(value);
+  }
+  return values;
+}
+
+Result<std::string> ReadString(const msgpack::object& object, std::string_view where) {
+  if (object.type != msgpack::type::STR) return WrongType(where, "str", object);
+  std::string_view text = Bytes(object);
+  if (!IsValidUtf8(text)) return Status::InvalidArgument(std::string(where) + ": invalid UTF-8");
+  return std::string(text);
+}
+
+Result<std::string> ReadOptionalString(const msgpack::object* object, std::string_view where) {
+  if (IsUnset(object)) return std::string();
+  if (object->type != msgpack::type::STR) return WrongType(where, "str or nil", *object);
+  return ReadString(*object, where);
+}
+
+Result<std::optional<int64_t>> ReadOptionalInt64(const msgpack::object* object,
+                                                 std::string_view where) {
+  if (IsUnset(object)) return std::optional<int64_t>();
+  if (object->type != msgpack::type::POSITIVE_INTEGER &&
+      object->type != msgpack::type::NEGATIVE_INTEGER) {
+    return WrongType(where, "int or nil", *object);
+  }
+  KVGOV_ASSIGN_OR_RETURN(int64_t value, ReadInt64(*object, where));
+  return std::optional<int64_t>(value);
+}
+
+Result<double> ReadNumber(const msgpack::object& object, std::string_view where) {
+  switch (object.type) {
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      return object.via.f64;
+    case msgpack::type::POSITIVE_INTEGER:
+      return static_cast<double>(object.via.u64);
+    case msgpack::type::NEGATIVE_INTEGER:
+      return static_cast<double>(object.via.i64);
+    default:
+      return WrongType(where, "float or int", object);
+  }
+}
+
+Result<std::string> CanonicalJson(const msgpack::object& object, std::string_view where) {
+  std::string out;
+  KVGOV_RETURN_IF_ERROR(AppendCanonical(object, where, out));
+  return out;
+}
+
+void AppendJsonString(std::string_view text, std::string& out) {
+  out += '"';
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (byte < 0x20) {
+          out += "\\u00";
+          out += kHexDigits[byte >> 4];
+          out += kHexDigits[byte & 0xF];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+bool IsValidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    uint32_t code = 0;
+    uint32_t min = 0;
+    if ((lead & 0xE0) == 0xC0) {
+      length = 2;
+      code = lead & 0x1Fu;
+      min = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3;
+      code = lead & 0x0Fu;
+      min = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4;
+      code = lead & 0x07u;
+      min = 0x10000;
+    } else {
+      return false;
+    }
+    if (text.size() - i < length) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3Fu);
+    }
+    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
+}  // namespace kvgov::adapters::internal

@@ -1,0 +1,146 @@
+#include "kvgov/ingest/engine_spec.h"
+
+#include <charconv>
+#include <set>
+
+namespace kvgov::ingest {
+namespace {
+
+struct Endpoint {
+  std::string host;
+  int port = 0;
+};
+
+Result<Endpoint> ParseTcpEndpoint(std::string_view key, std::string_view value) {
+  constexpr std::string_view kScheme = "tcp://";
+  const std::string where = std::string(key) + ": ";
+  if (!value.starts_with(kScheme)) {
+    return Status::InvalidArgument(where + "want tcp://HOST:PORT, got '" + std::string(value) +
+                                   "'");
+  }
+  std::string_view rest = value.substr(kScheme.size());
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return Status::InvalidArgument(where + "want tcp://HOST:PORT, got '" + std::string(value) +
+                                   "'");
+  }
+  int port = 0;
+  std::string_view port_text = rest.substr(colon + 1);
+  auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (error != std::errc() || end != port_text.data() + port_text.size() || port <= 0 ||
+      port > 65535) {
+    return Status::InvalidArgument(where + "port '" + std::string(port_text) +
+                                   "' is not in 1-65535");
+  }
+  return Endpoint{std::string(rest.substr(0, colon)), port};
+}
+
+Result<int64_t> ParsePositive(std::string_view key, std::string_view value, int64_t max) {
+  int64_t number = 0;
+  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (error != std::errc() || end != value.data() + value.size() || number <= 0 || number > max) {
+    return Status::InvalidArgument(std::string(key) + ": want an integer in 1-" +
+                                   std::to_string(max) + ", got '" + std::string(value) + "'");
+  }
+  return number;
+}
+
+bool ValidId(std::string_view id) {
+  if (id.empty()) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
+  EngineSpec engine;
+  std::set<std::string, std::less<>> seen;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    std::string_view item =
+        spec.substr(start, comma == std::string_view::npos ? spec.npos : comma - start);
+    start = comma == std::string_view::npos ? spec.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    const size_t equals = item.find('=');
+    if (equals == std::string_view::npos) {
+      return Status::InvalidArgument("engine spec: want key=value, got '" + std::string(item) +
+                                     "'");
+    }
+    std::string_view key = item.substr(0, equals);
+    std::string_view value = item.substr(equals + 1);
+    if (!seen.insert(std::string(key)).second) {
+      return Status::InvalidArgument(std::string(key) + ": given twice");
+    }
+    if (key == "id") {
+      if (!ValidId(value)) {
+        return Status::InvalidArgument("id: want letters, digits, '_', '.' or '-', got '" +
+                                       std::string(value) + "'");
+      }
+      engine.id = std::string(value);
+    } else if (key == "kind") {
+      KVGOV_ASSIGN_OR_RETURN(engine.kind, ParseEnum<EngineKind>(value));
+    } else if (key == "events") {
+      KVGOV_RETURN_IF_ERROR(ParseTcpEndpoint(key, value).status());
+      engine.events = std::string(value);
+    } else if (key == "replay") {
+      KVGOV_RETURN_IF_ERROR(ParseTcpEndpoint(key, value).status());
+      engine.replay = std::string(value);
+    } else if (key == "model") {
+      engine.model = std::string(value);
+    } else if (key == "block-size") {
+      KVGOV_ASSIGN_OR_RETURN(engine.block_size, ParsePositive(key, value, 1 << 20));
+    } else if (key == "dp-ranks") {
+      KVGOV_ASSIGN_OR_RETURN(int64_t ranks, ParsePositive(key, value, 1024));
+      engine.dp_ranks = static_cast<int>(ranks);
+    } else if (key == "control") {
+      if (!value.starts_with("http://") && !value.starts_with("https://")) {
+        return Status::InvalidArgument("control: want http://HOST:PORT, got '" +
+                                       std::string(value) + "'");
+      }
+      engine.control = std::string(value);
+    } else {
+      return Status::InvalidArgument(
+          "engine spec: unknown key '" + std::string(key) +
+          "' (want id, kind, events, replay, model, block-size, dp-ranks, control)");
+    }
+  }
+  for (const char* required : {"id", "events", "model"}) {
+    if (!seen.contains(required)) {
+      return Status::InvalidArgument(std::string(required) + ": required in an engine spec");
+    }
+  }
+  if (engine.model.empty()) return Status::InvalidArgument("model: required, got empty");
+  return engine;
+}
+
+Result<std::vector<StreamSpec>> StreamsFor(const EngineSpec& engine) {
+  KVGOV_ASSIGN_OR_RETURN(Endpoint events, ParseTcpEndpoint("events", engine.events));
+  Endpoint replay;
+  if (!engine.replay.empty()) {
+    KVGOV_ASSIGN_OR_RETURN(replay, ParseTcpEndpoint("replay", engine.replay));
+  }
+  std::vector<StreamSpec> streams;
+  for (int rank = 0; rank < engine.dp_ranks; ++rank) {
+    if (events.port + rank > 65535 || (!engine.replay.empty() && replay.port + rank > 65535)) {
+      return Status::InvalidArgument("dp-ranks: rank " + std::to_string(rank) +
+                                     " would listen past port 65535");
+    }
+    StreamSpec stream;
+    stream.rank = rank;
+    stream.worker = engine.dp_ranks == 1 ? engine.id : engine.id + "@dp" + std::to_string(rank);
+    stream.events = "tcp://" + events.host + ":" + std::to_string(events.port + rank);
+    if (!engine.replay.empty()) {
+      stream.replay = "tcp://" + replay.host + ":" + std::to_string(replay.port + rank);
+    }
+    streams.push_back(std::move(stream));
+  }
+  return streams;
+}
+
+}  // namespace kvgov::ingest

@@ -1,0 +1,81 @@
+#include "kvgov/ingest/engine_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgov::ingest {
+namespace {
+
+TEST(EngineSpecTest, ParsesEveryKey) {
+  Result<EngineSpec> spec = ParseEngineSpec(
+      "id=w1,kind=sglang,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,model=qwen,"
+      "block-size=64,dp-ranks=2,control=http://127.0.0.1:8000");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->id, "w1");
+  EXPECT_EQ(spec->kind, EngineKind::kSglang);
+  EXPECT_EQ(spec->events, "tcp://127.0.0.1:5557");
+  EXPECT_EQ(spec->replay, "tcp://127.0.0.1:5558");
+  EXPECT_EQ(spec->model, "qwen");
+  EXPECT_EQ(spec->block_size, 64);
+  EXPECT_EQ(spec->dp_ranks, 2);
+  EXPECT_EQ(spec->control, "http://127.0.0.1:8000");
+}
+
+TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
+  Result<EngineSpec> spec = ParseEngineSpec("id=w1,events=tcp://h:1,model=m");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->kind, EngineKind::kVllm);
+  EXPECT_EQ(spec->block_size, 16);
+  EXPECT_EQ(spec->dp_ranks, 1);
+  EXPECT_TRUE(spec->replay.empty());
+  EXPECT_TRUE(spec->control.empty());
+}
+
+TEST(EngineSpecTest, ErrorsNameTheKeyAtFault) {
+  struct Case {
+    const char* spec;
+    const char* message;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"events=tcp://h:1,model=m", "id: required in an engine spec"},
+           {"id=w1,model=m", "events: required in an engine spec"},
+           {"id=w1,events=tcp://h:1", "model: required in an engine spec"},
+           {"id=w1,events=tcp://h:1,model=m,colour=red", "engine spec: unknown key 'colour'"},
+           {"id=w1,id=w2,events=tcp://h:1,model=m", "id: given twice"},
+           {"id=w1,kind=trtllm,events=tcp://h:1,model=m", "unknown engine kind 'trtllm'"},
+           {"id=w1,events=http://h:1,model=m", "events: want tcp://HOST:PORT"},
+           {"id=w1,events=tcp://h:99999,model=m", "events: port '99999' is not in 1-65535"},
+           {"id=w1,events=tcp://h:1,model=m,block-size=0", "block-size: want an integer"},
+           {"id=w1,events=tcp://h:1,model=m,dp-ranks=x", "dp-ranks: want an integer"},
+           {"id=w 1,events=tcp://h:1,model=m", "id: want letters"},
+           {"id=w1@dp0,events=tcp://h:1,model=m", "id: want letters"},
+           {"id=w1,events=tcp://h:1,model=m,control=ftp://x", "control: want http://"},
+           {"id=w1,events", "engine spec: want key=value"},
+       }) {
+    Result<EngineSpec> spec = ParseEngineSpec(c.spec);
+    ASSERT_FALSE(spec.ok()) << c.spec;
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.message), std::string::npos)
+        << c.spec << " -> " << spec.status().message();
+  }
+}
+
+TEST(EngineSpecTest, RanksListenAtPortPlusRank) {
+  EngineSpec engine = *ParseEngineSpec(
+      "id=w1,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:6557,model=m,dp-ranks=2");
+  Result<std::vector<StreamSpec>> streams = StreamsFor(engine);
+  ASSERT_TRUE(streams.ok());
+  ASSERT_EQ(streams->size(), 2u);
+  EXPECT_EQ((*streams)[0],
+            (StreamSpec{"w1@dp0", 0, "tcp://127.0.0.1:5557", "tcp://127.0.0.1:6557"}));
+  EXPECT_EQ((*streams)[1],
+            (StreamSpec{"w1@dp1", 1, "tcp://127.0.0.1:5558", "tcp://127.0.0.1:6558"}));
+
+  EngineSpec single = *ParseEngineSpec("id=w1,events=tcp://h:5557,model=m");
+  EXPECT_EQ((*StreamsFor(single))[0], (StreamSpec{"w1", 0, "tcp://h:5557", ""}));
+
+  EngineSpec overflow = *ParseEngineSpec("id=w1,events=tcp://h:65535,model=m,dp-ranks=2");
+  EXPECT_EQ(StreamsFor(overflow).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvgov::ingest

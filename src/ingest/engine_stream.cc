@@ -1,0 +1,143 @@
+#include "kvgov/ingest/engine_stream.h"
+
+#include <cstdio>
+
+#include "kvgov/adapters/engine_wire.h"
+
+namespace kvgov::ingest {
+namespace {
+
+size_t EventTypeSlot(const EngineEvent& event) { return event.index(); }
+
+size_t DecodeErrorSlot(std::string_view reason) {
+  for (size_t i = 0; i < StreamStats::kDecodeErrorReasons.size(); ++i) {
+    if (StreamStats::kDecodeErrorReasons[i] == reason) return i;
+  }
+  return StreamStats::kDecodeErrorReasons.size() - 1;
+}
+
+}  // namespace
+
+EngineStream::EngineStream(std::string worker, EngineKind kind, index::ResidencyIndex* index,
+                           ReplaySource* replay, EntrySink sink)
+    : worker_(std::move(worker)),
+      kind_(kind),
+      index_(index),
+      replay_(replay),
+      sink_(std::move(sink)) {}
+
+Result<EngineEventBatch> EngineStream::Decode(std::string_view payload) {
+  return kind_ == EngineKind::kMooncake ? adapters::DecodeMooncakeEvents(payload)
+                                        : adapters::DecodeEngineBatch(payload);
+}
+
+void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
+  Result<EngineEventBatch> batch = Decode(payload);
+  if (last_seq_.has_value() && seq <= *last_seq_) {
+    // Behind us: a redelivery, or an engine that restarted and counts from
+    // 0 again. Only the batch's own timestamp tells them apart.
+    if (!batch.ok() || batch->ts <= last_ts_) {
+      stats_.duplicates.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    stats_.restarts.fetch_add(1, std::memory_order_relaxed);
+    std::fprintf(stderr, "kvgov ingest: worker %s restarted (seq %llu after %llu); clearing it\n",
+                 worker_.c_str(), static_cast<unsigned long long>(seq),
+                 static_cast<unsigned long long>(*last_seq_));
+    StartOver();
+  }
+  const uint64_t expected = last_seq_.has_value() ? *last_seq_ + 1 : 0;
+  if (seq > expected) {
+    stats_.seq_gaps.fetch_add(1, std::memory_order_relaxed);
+    if (!Replay(expected, seq)) MarkStale();
+  }
+  Apply(seq, batch);
+}
+
+void EngineStream::OnBadFraming(std::string_view detail) {
+  stats_.decode_errors[DecodeErrorSlot("bad_framing")].fetch_add(1, std::memory_order_relaxed);
+  std::fprintf(stderr, "kvgov ingest: worker %s: message skipped, bad_framing: %.*s\n",
+               worker_.c_str(), static_cast<int>(detail.size()), detail.data());
+}
+
+bool EngineStream::Replay(uint64_t start, uint64_t stop) {
+  if (replay_ == nullptr) return false;
+  uint64_t next = start;
+  Status status = replay_->Replay(start, [&](uint64_t seq, std::string_view payload) {
+    // Apply in order; anything outside [next, stop) is either already
+    // applied or will arrive live.
+    if (seq != next || seq >= stop) return;
+    Apply(seq, Decode(payload));
+    ++next;
+  });
+  const bool complete = next == stop;
+  (complete ? stats_.replays_ok : stats_.replays_failed).fetch_add(1, std::memory_order_relaxed);
+  if (!complete) {
+    std::fprintf(stderr,
+                 "kvgov ingest: worker %s: replay of seq %llu..%llu got up to %llu (%s)\n",
+                 worker_.c_str(), static_cast<unsigned long long>(start),
+                 static_cast<unsigned long long>(stop - 1), static_cast<unsigned long long>(next),
+                 status.ok() ? "engine no longer buffers that far" : status.ToString().c_str());
+  }
+  return complete;
+}
+
+void EngineStream::Apply(uint64_t seq, const Result<EngineEventBatch>& batch) {
+  last_seq_ = seq;
+  stats_.last_seq.store(static_cast<int64_t>(seq), std::memory_order_relaxed);
+  if (!batch.ok()) {
+    std::string_view reason = adapters::DecodeErrorReason(batch.status());
+    stats_.decode_errors[DecodeErrorSlot(reason)].fetch_add(1, std::memory_order_relaxed);
+    std::fprintf(stderr, "kvgov ingest: worker %s: seq %llu skipped, %s: %s\n", worker_.c_str(),
+                 static_cast<unsigned long long>(seq), std::string(reason).c_str(),
+                 batch.status().message().c_str());
+    return;
+  }
+  stats_.batches.fetch_add(1, std::memory_order_relaxed);
+  last_ts_ = std::max(last_ts_, batch->ts);
+  stats_.ignored_fields.fetch_add(batch->ignored.unknown_fields, std::memory_order_relaxed);
+  stats_.ignored_event_types.fetch_add(batch->ignored.unknown_event_types,
+                                       std::memory_order_relaxed);
+  for (const EngineEvent& event : batch->events) {
+    Result<index::ApplyResult> applied = index_->Apply(worker_, event);
+    if (!applied.ok()) {
+      stats_.rejected_events.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "kvgov ingest: worker %s: seq %llu: %s event refused: %s\n",
+                   worker_.c_str(), static_cast<unsigned long long>(seq),
+                   std::string(EngineEventTypeName(event)).c_str(),
+                   applied.status().ToString().c_str());
+      continue;
+    }
+    stats_.events[EventTypeSlot(event)].fetch_add(1, std::memory_order_relaxed);
+    stats_.orphan_blocks.fetch_add(applied->orphan_blocks, std::memory_order_relaxed);
+    stats_.unknown_removals.fetch_add(applied->unknown_removals, std::memory_order_relaxed);
+    stats_.unknown_medium_blocks.fetch_add(applied->unknown_medium, std::memory_order_relaxed);
+    if (std::holds_alternative<AllBlocksCleared>(event) && stale_) {
+      // The engine's cache is empty now, so the index is complete again.
+      stale_ = false;
+      (void)index_->SetState(worker_, index::WorkerState::kLive);
+    }
+    if (sink_) {
+      const int64_t block_size = index_->Worker(worker_).value_or(index::WorkerResidency{}).block_size;
+      for (const Entry& entry : LowerEngineEvent(event, worker_, block_size)) sink_(entry);
+    }
+  }
+}
+
+void EngineStream::StartOver() {
+  (void)index_->ClearWorker(worker_);
+  last_seq_.reset();
+  last_ts_ = 0;
+  if (stale_) {
+    stale_ = false;
+    (void)index_->SetState(worker_, index::WorkerState::kLive);
+  }
+}
+
+void EngineStream::MarkStale() {
+  if (stale_) return;
+  stale_ = true;
+  (void)index_->SetState(worker_, index::WorkerState::kStale);
+}
+
+}  // namespace kvgov::ingest

@@ -1,0 +1,222 @@
+#include "kvgov/ingest/engine_stream.h"
+
+#include <msgpack.hpp>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+
+namespace kvgov::ingest {
+namespace {
+
+constexpr int64_t kBlockSize = 4;
+
+// A vLLM batch in the legacy positional encoding:
+// [ts, [[tag, fields...], ...], dp_rank].
+class BatchBuilder {
+ public:
+  explicit BatchBuilder(double ts) : ts_(ts) {}
+
+  BatchBuilder& Stored(std::vector<uint64_t> hashes, std::optional<uint64_t> parent,
+                       int64_t first_token) {
+    std::vector<int64_t> tokens(hashes.size() * kBlockSize);
+    std::iota(tokens.begin(), tokens.end(), first_token);
+    events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {
+      pk.pack_array(7);
+      pk.pack(std::string("BlockStored"));
+      pk.pack(hashes);
+      if (parent) {
+        pk.pack(*parent);
+      } else {
+        pk.pack_nil();
+      }
+      pk.pack(tokens);
+      pk.pack(kBlockSize);
+      pk.pack_nil();  // lora_id
+      pk.pack(std::string("GPU"));
+    });
+    return *this;
+  }
+  BatchBuilder& Removed(std::vector<uint64_t> hashes) {
+    events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {
+      pk.pack_array(3);
+      pk.pack(std::string("BlockRemoved"));
+      pk.pack(hashes);
+      pk.pack(std::string("GPU"));
+    });
+    return *this;
+  }
+  BatchBuilder& Cleared() {
+    events_.push_back([](msgpack::packer<msgpack::sbuffer>& pk) {
+      pk.pack_array(1);
+      pk.pack(std::string("AllBlocksCleared"));
+    });
+    return *this;
+  }
+  std::string Bytes() const {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_array(3);
+    pk.pack(ts_);
+    pk.pack_array(static_cast<uint32_t>(events_.size()));
+    for (const auto& event : events_) event(pk);
+    pk.pack(0);
+    return std::string(buffer.data(), buffer.size());
+  }
+
+ private:
+  double ts_;
+  std::vector<std::function<void(msgpack::packer<msgpack::sbuffer>&)>> events_;
+};
+
+// Serves replay from a fixed history, optionally missing some seqs.
+class FakeReplay : public ReplaySource {
+ public:
+  Status Replay(uint64_t start_seq,
+                const std::function<void(uint64_t, std::string_view)>& on_batch) override {
+    ++requests;
+    last_start = start_seq;
+    for (const auto& [seq, payload] : history) {
+      if (seq >= start_seq) on_batch(seq, payload);
+    }
+    return answer;
+  }
+  std::map<uint64_t, std::string> history;
+  Status answer;
+  int requests = 0;
+  uint64_t last_start = 0;
+};
+
+class EngineStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(index_.AddWorker("w1", "llama", kBlockSize).ok()); }
+
+  EngineStream MakeStream(ReplaySource* replay) {
+    return EngineStream("w1", EngineKind::kVllm, &index_, replay,
+                        [this](const Entry& entry) { entries_.push_back(entry); });
+  }
+  uint64_t Hbm() const { return index_.Worker("w1")->blocks[0]; }
+  index::WorkerState State() const { return index_.Worker("w1")->state; }
+
+  index::ResidencyIndex index_;
+  std::vector<Entry> entries_;
+};
+
+TEST_F(EngineStreamTest, AppliesInOrderAndLowersEveryEvent) {
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1, 2}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, BatchBuilder(2.0).Removed({2}).Bytes());
+  EXPECT_EQ(Hbm(), 1u);
+  EXPECT_EQ(stream.stats().events[0].load(), 1u);
+  EXPECT_EQ(stream.stats().events[1].load(), 1u);
+  EXPECT_EQ(stream.stats().last_seq.load(), 1);
+  ASSERT_EQ(entries_.size(), 3u);  // one per block
+  EXPECT_EQ(entries_[0].labels.at("direction"), "store");
+  EXPECT_EQ(entries_[2].labels.at("direction"), "evict");
+  EXPECT_EQ(entries_[0].source, Source::kRideEngine);
+}
+
+TEST_F(EngineStreamTest, DuplicatesAreDropped) {
+  EngineStream stream = MakeStream(nullptr);
+  std::string first = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  stream.OnMessage(0, first);
+  stream.OnMessage(1, BatchBuilder(2.0).Removed({1}).Bytes());
+  stream.OnMessage(0, first);  // redelivered
+  EXPECT_EQ(stream.stats().duplicates.load(), 1u);
+  EXPECT_EQ(Hbm(), 0u);
+  EXPECT_EQ(stream.stats().restarts.load(), 0u);
+}
+
+TEST_F(EngineStreamTest, GapIsRepairedByReplay) {
+  FakeReplay replay;
+  replay.history[0] = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  replay.history[1] = BatchBuilder(2.0).Stored({2}, uint64_t{1}, 104).Bytes();
+  replay.history[2] = BatchBuilder(3.0).Stored({3}, uint64_t{2}, 108).Bytes();
+  EngineStream stream = MakeStream(&replay);
+  stream.OnMessage(0, replay.history[0]);
+  stream.OnMessage(2, replay.history[2]);  // seq 1 was lost
+  EXPECT_EQ(replay.requests, 1);
+  EXPECT_EQ(replay.last_start, 1u);
+  EXPECT_EQ(stream.stats().seq_gaps.load(), 1u);
+  EXPECT_EQ(stream.stats().replays_ok.load(), 1u);
+  EXPECT_EQ(Hbm(), 3u);
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+  // All three chain under one another: the full prefix is found.
+  std::vector<int64_t> tokens(12);
+  std::iota(tokens.begin(), tokens.end(), 100);
+  EXPECT_EQ(index_.Overlap(index_.hasher().Chain({"llama", "", 0}, tokens, kBlockSize))[0].blocks,
+            3u);
+}
+
+TEST_F(EngineStreamTest, LateJoinerReplaysFromZero) {
+  FakeReplay replay;
+  replay.history[0] = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  replay.history[1] = BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes();
+  EngineStream stream = MakeStream(&replay);
+  stream.OnMessage(1, replay.history[1]);
+  EXPECT_EQ(replay.last_start, 0u);
+  EXPECT_EQ(Hbm(), 2u);
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+}
+
+TEST_F(EngineStreamTest, UnfillableGapMarksStaleUntilACleanPoint) {
+  FakeReplay replay;  // remembers nothing older than seq 5
+  replay.answer = Status::Ok();
+  EngineStream stream = MakeStream(&replay);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(5, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  EXPECT_EQ(stream.stats().replays_failed.load(), 1u);
+  EXPECT_EQ(State(), index::WorkerState::kStale);
+  EXPECT_EQ(Hbm(), 2u);  // still applied, but not counted for routes
+  const std::vector<int64_t> first_block = {100, 101, 102, 103};
+  EXPECT_TRUE(
+      index_.Overlap(index_.hasher().Chain({"llama", "", 0}, first_block, kBlockSize)).empty());
+  stream.OnMessage(6, BatchBuilder(3.0).Cleared().Bytes());
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+  EXPECT_EQ(Hbm(), 0u);
+}
+
+TEST_F(EngineStreamTest, NoReplaySocketMeansStaleOnGap) {
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(2, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  EXPECT_EQ(State(), index::WorkerState::kStale);
+  EXPECT_EQ(stream.stats().seq_gaps.load(), 1u);
+}
+
+TEST_F(EngineStreamTest, RestartClearsTheWorkerAndStartsOver) {
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  // The engine restarted: seq 0 again, a newer timestamp.
+  stream.OnMessage(0, BatchBuilder(50.0).Stored({9}, std::nullopt, 900).Bytes());
+  EXPECT_EQ(stream.stats().restarts.load(), 1u);
+  EXPECT_EQ(Hbm(), 1u);
+  EXPECT_EQ(stream.stats().last_seq.load(), 0);
+  stream.OnMessage(1, BatchBuilder(51.0).Removed({9}).Bytes());
+  EXPECT_EQ(Hbm(), 0u);
+}
+
+TEST_F(EngineStreamTest, BadPayloadIsCountedAndTheStreamGoesOn) {
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, "\xc1 not msgpack");
+  stream.OnMessage(1, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  uint64_t errors = 0;
+  for (const auto& count : stream.stats().decode_errors) errors += count.load();
+  EXPECT_EQ(errors, 1u);
+  EXPECT_EQ(Hbm(), 1u);
+  EXPECT_EQ(stream.stats().seq_gaps.load(), 0u);
+}
+
+TEST_F(EngineStreamTest, EventTheIndexRefusesIsCounted) {
+  ASSERT_TRUE(index_.RemoveWorker("w1").ok());
+  ASSERT_TRUE(index_.AddWorker("w1", "llama", 16).ok());  // block size differs from the events
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  EXPECT_EQ(stream.stats().rejected_events.load(), 1u);
+  EXPECT_EQ(index_.ResidentPairs(), 0u);
+}
+
+}  // namespace
+}  // namespace kvgov::ingest

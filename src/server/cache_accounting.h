@@ -1,0 +1,36 @@
+#pragma once
+
+#include <memory>
+
+#include "kvgov/core/envelope.h"
+#include "kvgov/core/lookup_verdict.h"
+#include "kvgov/core/status.h"
+#include "kvgov/metrics/registry.h"
+
+namespace kvgov::server {
+
+/// Counts every lowered envelope entry, whatever produced it, under its own
+/// source, so a provider's saving never lands in a local counter:
+///   kvgov_cache_events_total{source,plane,direction,outcome}
+///   kvgov_bytes_moved_total{source,from_tier,to_tier}
+///   kvgov_lookup_verdicts_total{source,kind,reason}
+///   kvgov_prefill_tokens_saved_total{source}
+/// Thread-safe (the registry's own guarantees).
+class CacheAccounting {
+ public:
+  /// Registers the families. Errors are the registry's (a name taken).
+  static Result<std::unique_ptr<CacheAccounting>> Create(metrics::Registry* registry);
+
+  /// Folds the entry into its verdict and counts both; returns the verdict.
+  LookupVerdict Record(const Entry& entry);
+
+ private:
+  CacheAccounting() = default;
+
+  metrics::CounterFamily* events_ = nullptr;
+  metrics::CounterFamily* bytes_moved_ = nullptr;
+  metrics::CounterFamily* verdicts_ = nullptr;
+  metrics::CounterFamily* tokens_saved_ = nullptr;
+};
+
+}  // namespace kvgov::server

@@ -1,0 +1,112 @@
+#include "server/daemon.h"
+
+#include <set>
+
+namespace kvgov::server {
+namespace {
+
+// Engine-stream and residency metrics are read at scrape time from the
+// streams' own counters and the index, so the ingest hot path touches no
+// registry lock.
+Status RegisterEngineMetrics(Daemon& daemon) {
+  metrics::Registry& registry = daemon.metrics;
+  using metrics::FamilyOptions;
+  KVGOV_ASSIGN_OR_RETURN(auto* events,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_events_total",
+                              "Engine KV events applied to the residency index, by worker and "
+                              "event type.",
+                              {"worker", "type"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* gaps, registry.AddCallbackCounter(
+                                         {"kvgov_engine_seq_gaps_total",
+                                          "Forward gaps in an engine stream's sequence numbers.",
+                                          {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* replays,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_replays_total",
+                              "Replay requests made to repair gaps, by outcome (ok: every "
+                              "missing batch came back; failed: the worker was marked stale).",
+                              {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* restarts,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_restarts_total",
+                              "Engine restarts detected (sequence going backwards with a newer "
+                              "batch timestamp); the worker is cleared.",
+                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* duplicates, registry.AddCallbackCounter(
+                                               {"kvgov_engine_duplicates_total",
+                                                "Redelivered batches dropped by sequence number.",
+                                                {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* decode_errors,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_decode_errors_total",
+                              "Engine messages skipped because they did not decode, by reason.",
+                              {"worker", "reason"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* blocks,
+                         registry.AddCallbackGauge({"kvgov_residency_blocks",
+                                                    "KV blocks resident per worker and tier.",
+                                                    {"worker", "tier"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* stale, registry.AddCallbackGauge(
+                                          {"kvgov_worker_stale",
+                                           "1 while a worker's residency cannot be believed (an "
+                                           "unrepaired gap); its blocks then do not count.",
+                                           {"worker"}}));
+
+  Daemon* state = &daemon;
+  return registry
+      .RegisterCollector([=](metrics::CollectorSink& sink) {
+        for (const index::WorkerResidency& worker : state->index.Workers()) {
+          for (size_t i = 0; i < index::kIndexedTiers.size(); ++i) {
+            const ResidencyTier tier = index::kIndexedTiers[i];
+            sink.Emit(blocks,
+                      {worker.id, tier == ResidencyTier::kUnknown ? "unknown" : ToString(tier)},
+                      static_cast<double>(worker.blocks[i]));
+          }
+          sink.Emit(stale, {worker.id}, worker.state == index::WorkerState::kStale ? 1.0 : 0.0);
+        }
+        if (!state->ingest) return;
+        for (const transport::StreamView& view : state->ingest->Streams()) {
+          const ingest::StreamStats& stats = *view.stats;
+          const std::string_view worker = view.worker;
+          for (size_t i = 0; i < stats.events.size(); ++i) {
+            sink.Emit(events, {worker, ingest::StreamStats::kEventTypes[i]},
+                      static_cast<double>(stats.events[i].load()));
+          }
+          for (size_t i = 0; i < stats.decode_errors.size(); ++i) {
+            sink.Emit(decode_errors, {worker, ingest::StreamStats::kDecodeErrorReasons[i]},
+                      static_cast<double>(stats.decode_errors[i].load()));
+          }
+          sink.Emit(gaps, {worker}, static_cast<double>(stats.seq_gaps.load()));
+          sink.Emit(replays, {worker, "ok"}, static_cast<double>(stats.replays_ok.load()));
+          sink.Emit(replays, {worker, "failed"}, static_cast<double>(stats.replays_failed.load()));
+          sink.Emit(restarts, {worker}, static_cast<double>(stats.restarts.load()));
+          sink.Emit(duplicates, {worker}, static_cast<double>(stats.duplicates.load()));
+        }
+      })
+      .status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
+  std::set<std::string> ids;
+  for (const ingest::EngineSpec& engine : options.engines) {
+    if (!ids.insert(engine.id).second) {
+      return Status::InvalidArgument("engine id '" + engine.id + "' is given twice");
+    }
+  }
+  auto daemon = std::make_unique<Daemon>();
+  daemon->options = options;
+  KVGOV_ASSIGN_OR_RETURN(daemon->accounting, CacheAccounting::Create(&daemon->metrics));
+  KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
+  CacheAccounting* accounting = daemon->accounting.get();
+  daemon->ingest = std::make_unique<transport::ZmqIngest>(
+      &daemon->index, [accounting](const Entry& entry) { accounting->Record(entry); });
+  for (const ingest::EngineSpec& engine : options.engines) {
+    KVGOV_RETURN_IF_ERROR(
+        daemon->ingest->AddEngine(engine).WithContext("engine '" + engine.id + "'"));
+  }
+  return daemon;
+}
+
+}  // namespace kvgov::server

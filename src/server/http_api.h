@@ -1,0 +1,23 @@
+#pragma once
+
+#include <string_view>
+
+namespace httplib {
+class Server;
+struct Response;
+}
+
+namespace kvgov::server {
+
+struct Daemon;
+
+/// Registers every HTTP route on `http`. Handlers turn a request into calls
+/// on the daemon's components and a JSON answer; they hold no state of
+/// their own. Routes and bodies: docs/formats/events-api.md.
+void RegisterHttpApi(httplib::Server& http, Daemon& daemon);
+
+/// Writes kvgov's one error body, {"error":{"code":...,"message":...}}.
+void SendErrorJson(httplib::Response& response, int status, std::string_view code,
+                   std::string_view message);
+
+}  // namespace kvgov::server

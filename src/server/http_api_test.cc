@@ -1,0 +1,148 @@
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "kvgov/server/server.h"
+
+namespace kvgov::server {
+namespace {
+
+using Json = nlohmann::json;
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvgov_http_api_test_" + std::to_string(::getpid()));
+    ServerOptions options;
+    options.port = 0;
+    options.data_dir = (dir_ / "data").string();
+    options.max_body_bytes = 64 * 1024;
+    // A worker whose engine is not running: ZeroMQ connects lazily, so the
+    // worker is registered and waits for a publisher that never comes.
+    options.engines.push_back(*ingest::ParseEngineSpec(
+        "id=w1,events=tcp://127.0.0.1:1,model=llama,block-size=4"));
+    Result<std::unique_ptr<Server>> server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  httplib::Result PostEvents(const std::string& body,
+                             const std::string& type = "application/json") {
+    return client_->Post("/v1/events", body, type);
+  }
+  Json GetJson(const std::string& path) {
+    httplib::Result response = client_->Get(path);
+    EXPECT_TRUE(response);
+    EXPECT_EQ(response->status, 200);
+    return Json::parse(response->body);
+  }
+  std::string Metrics() { return client_->Get("/metrics")->body; }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(HttpApiTest, EventsAreAcceptedOrRejectedOneByOne) {
+  httplib::Result response = PostEvents(R"({"events":[
+    {"type":"kv_transfer","direction":"route","span_digest":"s1","tokens":16,"bytes_moved":0},
+    {"type":"kv_transfer","direction":"sideways","span_digest":"s2"},
+    {"type":"provider_cache","provider":"anthropic","model_id":"claude","cached_tokens":1200},
+    {"type":"kv_transfer","direction":"offload","span_digest":"","tokens":4}
+  ]})");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  Json body = Json::parse(response->body);
+  EXPECT_EQ(body["accepted"], 2);
+  ASSERT_EQ(body["rejected"].size(), 2u);
+  EXPECT_EQ(body["rejected"][0]["index"], 1);
+  EXPECT_EQ(body["rejected"][1]["index"], 3);
+  EXPECT_EQ(body["rejected"][1]["error"], "$.events[3].span_digest: required, got empty");
+}
+
+TEST_F(HttpApiTest, SavingsAreCountedUnderTheirOwnSource) {
+  ASSERT_EQ(PostEvents(R"({"events":[
+    {"type":"provider_cache","provider":"openai","model_id":"gpt","cached_tokens":4096},
+    {"type":"tool_result","key":"grep:ab:1","event":"hit","result_digest":"r","saved_tokens":30}
+  ]})")->status,
+            200);
+  std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(kvgov_prefill_tokens_saved_total{source="provider"} 4096)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(kvgov_prefill_tokens_saved_total{source="tool_result"} 30)"),
+            std::string::npos);
+  EXPECT_EQ(metrics.find(R"(kvgov_prefill_tokens_saved_total{source="native"})"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(kvgov_lookup_verdicts_total{source="provider",kind="transform",)"
+                         R"(reason="policy_mismatch"} 1)"),
+            std::string::npos);
+}
+
+TEST_F(HttpApiTest, TransportsMoveResidencyByTokenIds) {
+  ASSERT_EQ(PostEvents(R"({"events":[
+    {"type":"kv_transfer","direction":"offload","span_digest":"s","tokens":8,
+     "to_tier":"dram","from_tier":"hbm","bytes_moved":1024,
+     "worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}
+  ]})")->status,
+            200);
+  Json workers = GetJson("/v1/workers");
+  ASSERT_EQ(workers["workers"].size(), 1u);
+  EXPECT_EQ(workers["workers"][0]["id"], "w1");
+  EXPECT_EQ(workers["workers"][0]["blocks"]["dram"], 2);
+  EXPECT_EQ(workers["workers"][0]["blocks"]["hbm"], 0);
+  EXPECT_EQ(workers["workers"][0]["kind"], "vllm");
+  EXPECT_NE(Metrics().find(R"(kvgov_bytes_moved_total{source="ride_engine",from_tier="hbm",)"
+                           R"(to_tier="dram"} 1024)"),
+            std::string::npos);
+
+  httplib::Result evicted = PostEvents(R"({"events":[
+    {"type":"kv_transfer","direction":"evict","span_digest":"s","from_tier":"dram",
+     "worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}]})");
+  ASSERT_EQ(Json::parse(evicted->body)["accepted"], 1);
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["blocks"]["dram"], 0);
+}
+
+TEST_F(HttpApiTest, UnknownWorkerIsRejectedNotInvented) {
+  httplib::Result response = PostEvents(R"({"events":[
+    {"type":"kv_transfer","direction":"store","span_digest":"s","to_tier":"hbm",
+     "worker":"ghost","token_ids":[1,2,3,4]}]})");
+  Json body = Json::parse(response->body);
+  EXPECT_EQ(body["accepted"], 0);
+  EXPECT_EQ(body["rejected"][0]["error"], "$.events[0].worker: 'ghost' is not registered");
+  EXPECT_EQ(GetJson("/v1/workers")["workers"].size(), 1u);
+}
+
+TEST_F(HttpApiTest, BodyErrorsHaveTheirOwnStatus) {
+  httplib::Result not_json = PostEvents("{not json");
+  EXPECT_EQ(not_json->status, 400);
+  EXPECT_NE(not_json->body.find("invalid_argument"), std::string::npos);
+
+  EXPECT_EQ(PostEvents(R"({"events":[]})", "text/plain")->status, 415);
+
+  std::string huge = R"({"events":[)" + std::string(70 * 1024, ' ') + "]}";
+  httplib::Result too_big = PostEvents(huge);
+  EXPECT_EQ(too_big->status, 413);
+  EXPECT_NE(too_big->body.find("65536-byte limit"), std::string::npos) << too_big->body;
+}
+
+TEST_F(HttpApiTest, MetricsExposeEngineFamilies) {
+  std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(kvgov_residency_blocks{worker="w1",tier="hbm"} 0)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(kvgov_engine_seq_gaps_total{worker="w1"} 0)"), std::string::npos);
+  EXPECT_NE(metrics.find("# TYPE kvgov_engine_events_total counter"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvgov::server

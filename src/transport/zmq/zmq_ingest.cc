@@ -1,0 +1,197 @@
+#include "kvgov/transport/zmq_ingest.h"
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+namespace kvgov::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr uint64_t kReplayEndMarker = ~uint64_t{0};  // seq -1 as signed
+
+uint64_t ReadBigEndian64(const zmq::message_t& frame) {
+  const auto* bytes = static_cast<const unsigned char*>(frame.data());
+  uint64_t value = 0;
+  for (size_t i = 0; i < 8; ++i) value = (value << 8) | bytes[i];
+  return value;
+}
+
+std::string BigEndian64(uint64_t value) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(value >> (56 - 8 * i));
+  return bytes;
+}
+
+// Replay over a DEALER opened for one request, so replies to an abandoned
+// request can never be mistaken for the next one's.
+class ZmqReplaySource : public ingest::ReplaySource {
+ public:
+  ZmqReplaySource(zmq::context_t* context, std::string endpoint, ReplayLimits limits)
+      : context_(context), endpoint_(std::move(endpoint)), limits_(limits) {}
+
+  Status Replay(uint64_t start_seq,
+                const std::function<void(uint64_t, std::string_view)>& on_batch) override {
+    try {
+      zmq::socket_t dealer(*context_, zmq::socket_type::dealer);
+      dealer.set(zmq::sockopt::linger, 0);
+      dealer.connect(endpoint_);
+      std::string start = BigEndian64(start_seq);
+      std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0),
+                                                  zmq::buffer(start)};
+      if (!zmq::send_multipart(dealer, request)) {
+        return Status::Unavailable("replay " + endpoint_ + ": request not sent");
+      }
+      const auto deadline = Clock::now() + limits_.total_timeout;
+      for (uint64_t received = 0; received <= limits_.max_batches;) {
+        const auto now = Clock::now();
+        if (now >= deadline) return Status::Unavailable("replay " + endpoint_ + ": timed out");
+        auto wait = std::min<Clock::duration>(limits_.idle_timeout, deadline - now);
+        std::array<zmq::pollitem_t, 1> items = {{{dealer.handle(), 0, ZMQ_POLLIN, 0}}};
+        zmq::poll(items, std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+        if (!(items[0].revents & ZMQ_POLLIN)) {
+          return Status::Unavailable("replay " + endpoint_ + ": no reply within " +
+                                     std::to_string(limits_.idle_timeout.count()) + " ms");
+        }
+        std::vector<zmq::message_t> frames;
+        (void)zmq::recv_multipart(dealer, std::back_inserter(frames));
+        // ["", seq, payload] from older engines, ["", topic, seq, payload]
+        // since vLLM 0.26.
+        if (frames.size() != 3 && frames.size() != 4) continue;
+        const zmq::message_t& seq_frame = frames[frames.size() - 2];
+        const zmq::message_t& payload = frames.back();
+        if (seq_frame.size() != 8) continue;
+        const uint64_t seq = ReadBigEndian64(seq_frame);
+        if (seq == kReplayEndMarker && payload.size() == 0) return Status::Ok();
+        on_batch(seq, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+        ++received;
+      }
+      return Status::ResourceExhausted("replay " + endpoint_ + ": more than " +
+                                       std::to_string(limits_.max_batches) + " batches");
+    } catch (const zmq::error_t& error) {
+      return Status::Unavailable("replay " + endpoint_ + ": " + error.what());
+    }
+  }
+
+ private:
+  zmq::context_t* context_;
+  std::string endpoint_;
+  ReplayLimits limits_;
+};
+
+struct Stream {
+  ingest::StreamSpec spec;
+  ingest::EngineKind kind;
+  std::unique_ptr<ZmqReplaySource> replay;
+  std::unique_ptr<ingest::EngineStream> stream;
+  std::thread thread;
+};
+
+void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>& stopping) {
+  zmq::socket_t sub(context, zmq::socket_type::sub);
+  try {
+    sub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::subscribe, "");
+    sub.connect(stream.spec.events);
+  } catch (const zmq::error_t& error) {
+    std::fprintf(stderr, "kvgov ingest: worker %s: cannot subscribe to %s: %s\n",
+                 stream.spec.worker.c_str(), stream.spec.events.c_str(), error.what());
+    return;
+  }
+  while (!stopping.load(std::memory_order_relaxed)) {
+    try {
+      std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
+      zmq::poll(items, kPollInterval);
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(sub, std::back_inserter(frames))) continue;
+      if (frames.size() != 3 || frames[1].size() != 8) {
+        stream.stream->OnBadFraming("want 3 frames [topic, 8-byte seq, payload], got " +
+                                    std::to_string(frames.size()) + " frames");
+        continue;
+      }
+      stream.stream->OnMessage(
+          ReadBigEndian64(frames[1]),
+          std::string_view(static_cast<const char*>(frames[2].data()), frames[2].size()));
+    } catch (const zmq::error_t& error) {
+      if (error.num() == ETERM) return;
+      std::fprintf(stderr, "kvgov ingest: worker %s: %s\n", stream.spec.worker.c_str(),
+                   error.what());
+    }
+  }
+}
+
+}  // namespace
+
+struct ZmqIngest::Impl {
+  index::ResidencyIndex* index;
+  ingest::EntrySink sink;
+  ReplayLimits limits;
+  zmq::context_t context{1};
+  std::atomic<bool> stopping{false};
+  mutable std::mutex mu;  // guards streams
+  std::vector<std::unique_ptr<Stream>> streams;
+};
+
+ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->index = index;
+  impl_->sink = std::move(sink);
+  impl_->limits = limits;
+}
+
+ZmqIngest::~ZmqIngest() { Stop(); }
+
+Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
+  KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> specs, ingest::StreamsFor(engine));
+  std::lock_guard lock(impl_->mu);
+  if (impl_->stopping) return Status::FailedPrecondition("ingest is stopping");
+  for (const ingest::StreamSpec& spec : specs) {
+    KVGOV_RETURN_IF_ERROR(impl_->index->AddWorker(spec.worker, engine.model, engine.block_size));
+  }
+  for (const ingest::StreamSpec& spec : specs) {
+    auto stream = std::make_unique<Stream>();
+    stream->spec = spec;
+    stream->kind = engine.kind;
+    if (!spec.replay.empty()) {
+      stream->replay =
+          std::make_unique<ZmqReplaySource>(&impl_->context, spec.replay, impl_->limits);
+    }
+    stream->stream = std::make_unique<ingest::EngineStream>(
+        spec.worker, engine.kind, impl_->index, stream->replay.get(), impl_->sink);
+    Stream* raw = stream.get();
+    raw->thread = std::thread([this, raw] { RunStream(impl_->context, *raw, impl_->stopping); });
+    impl_->streams.push_back(std::move(stream));
+  }
+  return Status::Ok();
+}
+
+std::vector<StreamView> ZmqIngest::Streams() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<StreamView> views;
+  for (const auto& stream : impl_->streams) {
+    views.push_back(
+        {stream->spec.worker, stream->kind, stream->spec.events, &stream->stream->stats()});
+  }
+  return views;
+}
+
+void ZmqIngest::Stop() {
+  std::vector<std::unique_ptr<Stream>>* streams = nullptr;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopping.exchange(true)) return;
+    streams = &impl_->streams;
+  }
+  for (auto& stream : *streams) {
+    if (stream->thread.joinable()) stream->thread.join();
+  }
+}
+
+}  // namespace kvgov::transport
