@@ -1,7 +1,6 @@
 #include "kvgov/adapters/engine_wire.h"
 
 #include <array>
-#include <msgpack.hpp>
 #include <new>
 #include <optional>
 #include <span>
@@ -9,6 +8,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <msgpack.hpp>
 
 #include "adapters/msgpack_input.h"
 #include "adapters/wire_values.h"

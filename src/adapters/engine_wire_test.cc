@@ -1,6 +1,5 @@
 #include "kvgov/adapters/engine_wire.h"
 
-#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -10,11 +9,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <msgpack.hpp>
 #include <numeric>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <msgpack.hpp>
 
 #include "kvgov/core/engine_events.h"
 

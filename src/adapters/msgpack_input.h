@@ -3,8 +3,9 @@
 // The one place untrusted msgpack bytes become msgpack objects. Internal to
 // kvgov_adapters: msgpack types never leave src/adapters.
 
-#include <msgpack.hpp>
 #include <string_view>
+
+#include <msgpack.hpp>
 
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/core/status.h"

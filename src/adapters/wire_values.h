@@ -6,11 +6,12 @@
 // ("events[2].block_hashes"), and list readers add the index.
 
 #include <cstdint>
-#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <msgpack.hpp>
 
 #include "kvgov/core/engine_events.h"
 #include "kvgov/core/status.h"
