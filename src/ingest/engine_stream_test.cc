@@ -220,3 +220,56 @@ TEST_F(EngineStreamTest, EventTheIndexRefusesIsCounted) {
 
 }  // namespace
 }  // namespace kvgov::ingest
+
+namespace kvgov::ingest {
+namespace {
+
+// What vLLM publishes for a salted request must land on the keys a route
+// request computes from the same tokens and salt: the adapters' canonical
+// extra keys and the index's RequestChain agree.
+TEST_F(EngineStreamTest, SaltedBlocksMatchTheRequestChain) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(3);
+  pk.pack(1.0);
+  pk.pack_array(1);
+  pk.pack_map(6);
+  pk.pack(std::string("type"));
+  pk.pack(std::string("BlockStored"));
+  pk.pack(std::string("block_hashes"));
+  pk.pack(std::vector<uint64_t>{1, 2});
+  pk.pack(std::string("token_ids"));
+  std::vector<int64_t> tokens(2 * kBlockSize);
+  std::iota(tokens.begin(), tokens.end(), 100);
+  pk.pack(tokens);
+  pk.pack(std::string("block_size"));
+  pk.pack(kBlockSize);
+  pk.pack(std::string("medium"));
+  pk.pack(std::string("GPU"));
+  pk.pack(std::string("extra_keys"));
+  pk.pack_array(2);
+  pk.pack_array(1);
+  pk.pack(std::string("tenant-a"));  // the first block carries the salt
+  pk.pack_nil();
+  pk.pack(0);
+
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, std::string_view(buffer.data(), buffer.size()));
+  ASSERT_EQ(Hbm(), 2u);
+
+  index::ChainNamespace ns{"llama", "", 0};
+  std::vector<index::BlockKey> salted =
+      index::RequestChain(index_.hasher(), ns, "tenant-a", tokens, kBlockSize);
+  std::vector<index::WorkerOverlap> overlap = index_.Overlap(salted);
+  ASSERT_EQ(overlap.size(), 1u);
+  EXPECT_EQ(overlap[0].blocks, 2u);
+  // The same tokens under another tenant's salt, or none, match nothing.
+  EXPECT_TRUE(
+      index_.Overlap(index::RequestChain(index_.hasher(), ns, "tenant-b", tokens, kBlockSize))
+          .empty());
+  EXPECT_TRUE(
+      index_.Overlap(index::RequestChain(index_.hasher(), ns, "", tokens, kBlockSize)).empty());
+}
+
+}  // namespace
+}  // namespace kvgov::ingest
