@@ -270,6 +270,12 @@ TEST(EngineWireGoldenTest, EngineDecoderRejectsMooncakeShapesAndViceVersa) {
       DecodeMooncakeEvents(ReadGolden("vllm_legacy_positional.msgpack"));
   ASSERT_FALSE(vllm_as_mooncake.ok());
   EXPECT_EQ(vllm_as_mooncake.status().message(), "events[0]: want map, got array");
+  // The master's legacy aliases make its events look like vLLM map events,
+  // but a store without token ids is not a vLLM store.
+  Result<EngineEventBatch> mooncake_as_vllm =
+      DecodeEngineBatch(ReadGolden("mooncake_batch.msgpack"));
+  ASSERT_FALSE(mooncake_as_vllm.ok());
+  EXPECT_EQ(mooncake_as_vllm.status().message(), "events[0].token_ids: want array, got nil");
 }
 
 // ---------------------------------------------------------------------------
