@@ -108,6 +108,17 @@ int Run(int argc, char** argv) {
   CLI::App app(kDescription, "kvgov");
   app.require_subcommand(1);
   app.set_version_flag("--version", KVGOV_VERSION);
+  // CLI11 reads config files for the top-level app only, so the file is a
+  // root option that subcommands accept too (fallthrough); each
+  // subcommand's settings sit in its own [section].
+  app.set_config("--config", "",
+                 "TOML file with the same settings as the flags, one [section] per\n"
+                 "subcommand, e.g.\n"
+                 "  [serve]\n"
+                 "  listen = \"127.0.0.1:8787\"\n"
+                 "  engine = [\"id=w1,events=tcp://127.0.0.1:5557,model=llama\"]");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.fallthrough();  // before add_subcommand: subcommands copy it
 
   ServeFlags serve_flags;
   CLI::App* serve = app.add_subcommand(
@@ -134,11 +145,6 @@ int Run(int argc, char** argv) {
                     "Refuse POST bodies longer than this with 413.")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
-  serve->set_config("--config", "",
-                    "TOML file with the same settings as the flags, e.g.\n"
-                    "  listen = \"127.0.0.1:8787\"\n"
-                    "  engine = [\"id=w1,events=tcp://127.0.0.1:5557,model=llama\"]");
-  serve->allow_config_extras(false);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 

@@ -24,7 +24,8 @@ EngineStream::EngineStream(std::string worker, EngineKind kind, index::Residency
       kind_(kind),
       index_(index),
       replay_(replay),
-      sink_(std::move(sink)) {}
+      sink_(std::move(sink)),
+      first_seq_(kind == EngineKind::kMooncake ? 1 : 0) {}
 
 Result<EngineEventBatch> EngineStream::Decode(std::string_view payload) {
   return kind_ == EngineKind::kMooncake ? adapters::DecodeMooncakeEvents(payload)
@@ -46,7 +47,7 @@ void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
                  static_cast<unsigned long long>(*last_seq_));
     StartOver();
   }
-  const uint64_t expected = last_seq_.has_value() ? *last_seq_ + 1 : 0;
+  const uint64_t expected = last_seq_.has_value() ? *last_seq_ + 1 : first_seq_;
   if (seq > expected) {
     stats_.seq_gaps.fetch_add(1, std::memory_order_relaxed);
     if (!Replay(expected, seq)) MarkStale();

@@ -273,3 +273,44 @@ TEST_F(EngineStreamTest, SaltedBlocksMatchTheRequestChain) {
 
 }  // namespace
 }  // namespace kvgov::ingest
+
+namespace kvgov::ingest {
+namespace {
+
+// Mooncake's master counts from 1 and has no replay socket.
+std::string MooncakeStored(double ts_ms, uint64_t hash) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(3);
+  pk.pack(ts_ms);
+  pk.pack_array(1);
+  pk.pack_map(5);
+  pk.pack(std::string("event_type"));
+  pk.pack(std::string("stored"));
+  pk.pack(std::string("seq_hashes"));
+  pk.pack(std::vector<uint64_t>{hash});
+  pk.pack(std::string("token_ids"));
+  std::vector<int64_t> tokens(kBlockSize);
+  std::iota(tokens.begin(), tokens.end(), static_cast<int64_t>(hash * 100));
+  pk.pack(tokens);
+  pk.pack(std::string("block_size"));
+  pk.pack(kBlockSize);
+  pk.pack(std::string("medium"));
+  pk.pack(std::string("L2"));
+  pk.pack(0);
+  return std::string(buffer.data(), buffer.size());
+}
+
+TEST_F(EngineStreamTest, MooncakeStreamsStartAtOneAndLostEventsMeanStale) {
+  EngineStream stream("w1", EngineKind::kMooncake, &index_, nullptr, nullptr);
+  stream.OnMessage(1, MooncakeStored(1000, 1));
+  EXPECT_EQ(stream.stats().seq_gaps.load(), 0u);
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+  EXPECT_EQ(index_.Worker("w1")->blocks[1], 1u);  // L2 is dram
+  stream.OnMessage(3, MooncakeStored(2000, 2));  // the master dropped seq 2
+  EXPECT_EQ(stream.stats().seq_gaps.load(), 1u);
+  EXPECT_EQ(State(), index::WorkerState::kStale);
+}
+
+}  // namespace
+}  // namespace kvgov::ingest

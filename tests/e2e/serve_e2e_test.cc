@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "e2e/daemon_process.h"
@@ -52,6 +55,50 @@ TEST(CliE2ETest, VersionAndHelp) {
   EXPECT_NE(output.find("--data-dir"), std::string::npos) << output;
 
   EXPECT_NE(DaemonProcess::RunToExit({"no-such-command"}, &output), 0);
+}
+
+}  // namespace
+}  // namespace kvgov::testing
+
+namespace kvgov::testing {
+namespace {
+
+TEST(ServeE2ETest, ConfigFileRegistersEngines) {
+  DaemonProcess daemon;
+  const std::filesystem::path config = daemon.dir() / "kvgov.toml";
+  {
+    std::ofstream out(config);
+    out << "[serve]\n"
+           "engine = [\"id=w1,events=tcp://127.0.0.1:1,model=llama\",\n"
+           "          \"id=w2,kind=sglang,events=tcp://127.0.0.1:2,model=qwen,block-size=64\"]\n";
+  }
+  Status started = daemon.Start({"--config", config.string()});
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  httplib::Client client("127.0.0.1", daemon.port());
+  httplib::Result response = client.Get("/v1/workers");
+  ASSERT_TRUE(response);
+  EXPECT_NE(response->body.find(R"("id":"w1")"), std::string::npos) << response->body;
+  EXPECT_NE(response->body.find(R"("block_size":64)"), std::string::npos) << response->body;
+  EXPECT_NE(response->body.find(R"("kind":"sglang")"), std::string::npos) << response->body;
+}
+
+TEST(ServeE2ETest, ConfigFileErrorsNameTheKey) {
+  DaemonProcess scratch;
+  const std::filesystem::path config = scratch.dir() / "bad.toml";
+  {
+    std::ofstream out(config);
+    out << "[serve]\ncolour = \"red\"\n";
+  }
+  std::string output;
+  EXPECT_NE(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 0);
+  EXPECT_NE(output.find("serve.colour"), std::string::npos) << output;
+
+  {
+    std::ofstream out(config);
+    out << "[serve]\nengine = [\"id=w1,events=tcp://h:1\"]\n";
+  }
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 2);
+  EXPECT_NE(output.find("model: required in an engine spec"), std::string::npos) << output;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -60,7 +61,7 @@ struct IgnoredInput {
 
 /// One published batch.
 struct EngineEventBatch {
-  double ts = 0;
+  double ts = 0;  // seconds since the epoch, the publisher's clock
   std::optional<int64_t> dp_rank;
   std::vector<EngineEvent> events;
   IgnoredInput ignored;
@@ -79,9 +80,11 @@ std::string_view EngineEventTypeName(const EngineEvent& event);
 /// ride_engine, plane kv_transfer, direction store (BlockStored) or evict
 /// (BlockRemoved), span digest = the engine hash in 16 lowercase hex digits,
 /// owner = worker, to_tier from the medium (from_tier for an eviction),
-/// labels worker and group_idx. AllBlocksCleared lowers to one evict entry
-/// with span digest "*" (every block). Never fails: the records were
-/// already validated by their decoder.
+/// labels worker and group_idx. A block's length is the event's own
+/// block_size when it has one, else `block_size`. AllBlocksCleared lowers to
+/// one evict entry with span digest "*" (every block), length 0 and no
+/// group_idx label. Never fails: the records were validated by their
+/// decoder.
 std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view worker,
                                     int64_t block_size);
 

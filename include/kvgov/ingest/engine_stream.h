@@ -65,8 +65,9 @@ using EntrySink = std::function<void(const Entry&)>;
 /// detects restarts, and applies the events to the residency index.
 ///
 /// Sequence rules (docs/formats/engine-events.md):
-///  - seq == last + 1 is applied. The first batch ever must be seq 0;
-///    anything else is a gap from 0.
+///  - seq == last + 1 is applied. A stream's first batch must be its
+///    publisher's first seq (0 for vLLM and SGLang, 1 for Mooncake's
+///    master); anything later is a gap from there.
 ///  - seq > last + 1 is a gap: replay from last + 1 up to seq - 1, apply what
 ///    came back in order, then this batch. A gap replay cannot fill marks
 ///    the worker stale; it turns live again at the next AllBlocksCleared or
@@ -112,6 +113,7 @@ class EngineStream {
   index::ResidencyIndex* const index_;
   ReplaySource* const replay_;
   const EntrySink sink_;
+  const uint64_t first_seq_;  // what the publisher counts from
   StreamStats stats_;
   std::optional<uint64_t> last_seq_;
   double last_ts_ = 0;
