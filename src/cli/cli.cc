@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvgov/ingest/engine_spec.h"
+#include "kvgov/router/router.h"
 #include "kvgov/server/server.h"
 
 #ifndef KVGOV_VERSION
@@ -33,6 +34,9 @@ struct ServeFlags {
   std::string ready_file;
   std::vector<std::string> engines;
   size_t max_body_bytes = size_t{8} << 20;
+  router::RouteWeights route;
+  int64_t probe_interval_ms = 1000;
+  std::string tenant_secret_file;
 };
 
 // "127.0.0.1:8787" or "[::1]:0" -> host and port.
@@ -69,6 +73,9 @@ int Serve(const ServeFlags& flags) {
   options.data_dir = flags.data_dir;
   options.ready_file = flags.ready_file;
   options.max_body_bytes = flags.max_body_bytes;
+  options.route = flags.route;
+  options.probe_interval_ms = flags.probe_interval_ms;
+  options.tenant_secret_file = flags.tenant_secret_file;
   for (const std::string& spec : flags.engines) {
     Result<ingest::EngineSpec> engine = ingest::ParseEngineSpec(spec);
     if (!engine.ok()) {
@@ -145,6 +152,62 @@ int Run(int argc, char** argv) {
                     "Refuse POST bodies longer than this with 413.")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+
+  router::RouteWeights& route = serve_flags.route;
+  const std::string weights = "Route cost";
+  serve->add_option("--route-overlap-weight", route.overlap_weight,
+                    "Cost of each prompt block the worker would still prefill.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
+  serve->add_option("--route-hbm-credit", route.tier_credit[0],
+                    "Share of a block's prefill saved when it is resident in HBM.")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(weights);
+  serve->add_option("--route-dram-credit", route.tier_credit[1],
+                    "The same for a block resident only in host DRAM.")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(weights);
+  serve->add_option("--route-disk-credit", route.tier_credit[2],
+                    "The same for a block resident only on disk.")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(weights);
+  serve->add_option("--route-unrouted-request-blocks", route.unrouted_request_blocks,
+                    "Load, in blocks, of each request an engine reports that kvgov did not\n"
+                    "route itself.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
+  serve->add_option("--route-busy-load-blocks", route.busy_load_blocks,
+                    "A worker whose load reaches this many blocks is busy and not routed to;\n"
+                    "0 turns the limit off.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
+  serve->add_option("--route-temperature", route.temperature,
+                    "0 picks the lowest cost; above 0 samples by softmax over costs.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
+  serve->add_option("--route-seed", route.seed, "Seed of the sampling generator.")
+      ->capture_default_str()
+      ->group(weights);
+  serve->add_option("--route-decision-ttl-ms", route.decision_ttl_ms,
+                    "A decision not released by POST /v1/route/{id}/done releases its load\n"
+                    "after this long.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->group(weights);
+  serve->add_option("--probe-interval-ms", serve_flags.probe_interval_ms,
+                    "How often engines with a control URL are probed (/health, /metrics).")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
+  serve->add_option("--tenant-secret-file", serve_flags.tenant_secret_file,
+                    "32-byte secret tenants' cache salts are derived from; created (mode\n"
+                    "0600) when missing. Default: <data-dir>/tenant-salt.key.");
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 

@@ -161,7 +161,10 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
   const size_t block_size = static_cast<size_t>(slot.block_size);
   std::span<const int64_t> tokens(stored.token_ids);
   for (size_t i = 0; i < stored.block_hashes.size(); ++i) {
-    std::string_view extra = i < stored.extra_keys.size() ? stored.extra_keys[i] : "";
+    // Both arms string_view: a "" arm would make the result a temporary
+    // std::string and leave `extra` dangling.
+    std::string_view extra =
+        i < stored.extra_keys.size() ? std::string_view(stored.extra_keys[i]) : std::string_view();
     const BlockKey key = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
     slot.engine_keys[EngineRef{stored.block_hashes[i], stored.group_idx}] = key;
     AddTierLocked(slot, key, tier);
@@ -287,8 +290,10 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
     for (BlockKey key : chain) {
       auto it = slot.resident.find(key);
       if (it == slot.resident.end()) break;
+      const size_t tier = BestTierSlot(it->second);
       ++overlap.blocks;
-      ++overlap.by_tier[BestTierSlot(it->second)];
+      ++overlap.by_tier[tier];
+      overlap.best_tier.push_back(static_cast<uint8_t>(tier));
     }
     out.push_back(std::move(overlap));
   }

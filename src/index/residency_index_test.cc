@@ -195,3 +195,23 @@ TEST_F(ResidencyIndexTest, AddWorkerValidates) {
 
 }  // namespace
 }  // namespace kvgov::index
+
+namespace kvgov::index {
+namespace {
+
+// Regression: a long extra key (a 32-hex-digit tenant salt, past the small
+// string buffer) must key the block exactly as a route request computes it.
+TEST_F(ResidencyIndexTest, LongSaltedExtraKeyMatchesTheRequestChain) {
+  const std::string salt = "0079f1f6ab31dfb167de038fa2313896";
+  BlockStored stored = Stored({1, 2}, std::nullopt, Tokens(2));
+  stored.extra_keys = {FirstBlockExtraKey("", salt), ""};
+  ASSERT_TRUE(index_.Apply("w1", stored).ok());
+  std::vector<BlockKey> chain = RequestChain(index_.hasher(), {"llama", "", 0}, salt, Tokens(2),
+                                             kBlockSize);
+  std::vector<WorkerOverlap> overlap = index_.Overlap(chain);
+  ASSERT_EQ(overlap.size(), 1u);
+  EXPECT_EQ(overlap[0].blocks, 2u);
+}
+
+}  // namespace
+}  // namespace kvgov::index

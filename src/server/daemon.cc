@@ -1,6 +1,10 @@
 #include "server/daemon.h"
 
+#include <chrono>
 #include <set>
+
+#include "server/health_prober.h"
+#include "server/tenant_secret.h"
 
 namespace kvgov::server {
 namespace {
@@ -86,7 +90,36 @@ Status RegisterEngineMetrics(Daemon& daemon) {
       .status();
 }
 
+Status RegisterRouteMetrics(Daemon& daemon) {
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon.route_metrics.decisions,
+      daemon.metrics.AddCounter({"kvgov_route_decisions_total",
+                                 "Route calls by outcome: routed, no_eligible_worker, "
+                                 "unknown_model, bad_request.",
+                                 {"outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon.route_metrics.overlap,
+      daemon.metrics.AddHistogram(
+          {"kvgov_route_overlap_blocks", "Credited prefix overlap of the chosen worker, in blocks."},
+          {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon.route_metrics.latency,
+      daemon.metrics.AddHistogram({"kvgov_route_latency_seconds",
+                                   "Time to decide a route, from decoded request to answer."},
+                                  metrics::ExponentialBuckets(1e-5, 2, 16)));
+  return Status::Ok();
+}
+
 }  // namespace
+
+int64_t WallClockMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Daemon::Daemon() = default;
+Daemon::~Daemon() = default;
 
 Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   std::set<std::string> ids;
@@ -95,17 +128,36 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       return Status::InvalidArgument("engine id '" + engine.id + "' is given twice");
     }
   }
+  KVGOV_RETURN_IF_ERROR(HealthProber::Validate(options.engines));
   auto daemon = std::make_unique<Daemon>();
   daemon->options = options;
+  const std::string secret_path = options.tenant_secret_file.empty()
+                                      ? options.data_dir + "/tenant-salt.key"
+                                      : options.tenant_secret_file;
+  KVGOV_ASSIGN_OR_RETURN(daemon->tenant_secret, LoadOrCreateTenantSecret(secret_path));
   KVGOV_ASSIGN_OR_RETURN(daemon->accounting, CacheAccounting::Create(&daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
+  KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
+  daemon->router =
+      std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route);
   CacheAccounting* accounting = daemon->accounting.get();
   daemon->ingest = std::make_unique<transport::ZmqIngest>(
       &daemon->index, [accounting](const Entry& entry) { accounting->Record(entry); });
   for (const ingest::EngineSpec& engine : options.engines) {
     KVGOV_RETURN_IF_ERROR(
         daemon->ingest->AddEngine(engine).WithContext("engine '" + engine.id + "'"));
+    KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> streams, ingest::StreamsFor(engine));
+    for (const ingest::StreamSpec& stream : streams) {
+      KVGOV_RETURN_IF_ERROR(daemon->status.Add(stream.worker, !engine.control.empty()));
+    }
   }
+  daemon->prober = std::make_unique<HealthProber>(
+      &daemon->status, options.engines,
+      HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
+  KVGOV_RETURN_IF_ERROR(daemon->prober->Start());
+  router::Router* router = daemon->router.get();
+  daemon->housekeeping = std::make_unique<PeriodicTask>(
+      std::chrono::milliseconds(1000), [router] { router->ExpireDecisions(WallClockMillis()); });
   return daemon;
 }
 

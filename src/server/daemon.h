@@ -1,29 +1,56 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "kvgov/index/residency_index.h"
 #include "kvgov/metrics/registry.h"
+#include "kvgov/router/router.h"
+#include "kvgov/router/worker_status.h"
 #include "kvgov/server/server.h"
 #include "kvgov/transport/zmq_ingest.h"
 #include "server/cache_accounting.h"
+#include "server/periodic_task.h"
 
 namespace kvgov::server {
 
-/// Everything the HTTP handlers work on. Built once by Server::Start; each
-/// member is thread-safe on its own. Destruction order matters: the ingest
-/// threads feed the index and the accounting, so they stop first (declared
-/// last).
-struct Daemon {
-  ServerOptions options;
-  metrics::Registry metrics;
-  index::ResidencyIndex index;
-  std::unique_ptr<CacheAccounting> accounting;
-  std::unique_ptr<transport::ZmqIngest> ingest;
+class HealthProber;
+
+/// The route call's own metrics.
+struct RouteMetrics {
+  metrics::CounterFamily* decisions = nullptr;     // {outcome}
+  metrics::HistogramFamily* overlap = nullptr;     // credited overlap blocks of the choice
+  metrics::HistogramFamily* latency = nullptr;     // seconds spent deciding
 };
 
-/// Builds the daemon: metric families, accounting, engines registered and
-/// their subscribers started.
+/// Everything the HTTP handlers work on. Built once by BuildDaemon; each
+/// member is thread-safe on its own. Members are destroyed in reverse
+/// order, so the threads that feed the others (ingest, prober,
+/// housekeeping) are declared last and stop first.
+struct Daemon {
+  Daemon();
+  ~Daemon();
+
+  ServerOptions options;
+  std::string tenant_secret;  // never logged
+  metrics::Registry metrics;
+  index::ResidencyIndex index;
+  router::WorkerStatusTable status;
+  std::unique_ptr<router::Router> router;
+  std::unique_ptr<CacheAccounting> accounting;
+  RouteMetrics route_metrics;
+  std::unique_ptr<transport::ZmqIngest> ingest;
+  std::unique_ptr<HealthProber> prober;
+  std::unique_ptr<PeriodicTask> housekeeping;
+};
+
+/// Builds the daemon: the tenant secret, metric families, accounting,
+/// engines registered and their subscribers, prober and housekeeping
+/// started.
 Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options);
+
+/// Milliseconds since the epoch on the wall clock: lease times and decision
+/// ages are compared with what engines report.
+int64_t WallClockMillis();
 
 }  // namespace kvgov::server

@@ -6,12 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/codec/ingest_batch.h"
+#include "kvgov/codec/route_api.h"
 #include "kvgov/core/kv_transfer.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/provider_cache.h"
 #include "kvgov/core/tool_result.h"
+#include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
 #include "server/daemon.h"
+#include "server/entropy.h"
 
 namespace kvgov::server {
 namespace {
@@ -26,12 +29,6 @@ void SendJson(httplib::Response& response, int status, const Json& body) {
 
 void SendError(httplib::Response& response, int status, const Status& error) {
   SendErrorJson(response, status, StatusCodeName(error.code()), error.message());
-}
-
-int64_t WallClockMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 bool IsJsonContentType(const httplib::Request& request) {
@@ -141,14 +138,29 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
   SendJson(response, 200, {{"accepted", accepted}, {"rejected", std::move(rejected)}});
 }
 
-Json TierCounts(const index::WorkerResidency& worker) {
-  Json blocks = Json::object();
+Json LoadJson(const router::WorkerLoad& load) {
+  Json json = {{"in_flight_requests", load.in_flight_requests},
+               {"in_flight_blocks", load.in_flight_blocks},
+               {"blocks", load.blocks}};
+  if (load.scraped) {
+    json["scraped"] = {{"running", load.scraped->running},
+                       {"waiting", load.scraped->waiting},
+                       {"kv_usage", load.scraped->kv_usage},
+                       {"scraped_at_ms", load.scraped->scraped_at_ms}};
+  }
+  return json;
+}
+
+// {"hbm": x, "dram": x, "disk": x, "unknown": x} from an array in
+// kIndexedTiers order (block counts or credits).
+template <typename T>
+Json TierJson(const std::array<T, index::kIndexedTiers.size()>& counts) {
+  Json json = Json::object();
   for (size_t i = 0; i < index::kIndexedTiers.size(); ++i) {
     const ResidencyTier tier = index::kIndexedTiers[i];
-    blocks[tier == ResidencyTier::kUnknown ? "unknown" : std::string(ToString(tier))] =
-        worker.blocks[i];
+    json[tier == ResidencyTier::kUnknown ? "unknown" : std::string(ToString(tier))] = counts[i];
   }
-  return blocks;
+  return json;
 }
 
 void HandleWorkers(const Daemon& daemon, httplib::Response& response) {
@@ -164,7 +176,16 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response) {
                 {"model", worker.model},
                 {"block_size", worker.block_size},
                 {"state", std::string(index::ToString(worker.state))},
-                {"blocks", TierCounts(worker)}};
+                {"blocks", TierJson(worker.blocks)}};
+    if (std::optional<router::WorkerStatus> status = daemon.status.Get(worker.id)) {
+      row["health"] = {{"probed", status->probed},
+                       {"healthy", status->healthy},
+                       {"draining", status->draining},
+                       {"consecutive_failures", status->consecutive_failures},
+                       {"last_probe_ms", status->last_probe_ms},
+                       {"last_probe_error", status->last_probe_error}};
+    }
+    row["load"] = LoadJson(daemon.router->LoadOf(worker.id));
     if (auto it = streams.find(worker.id); it != streams.end()) {
       const ingest::StreamStats& stats = *it->second.stats;
       uint64_t decode_errors = 0;
@@ -184,6 +205,129 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response) {
   SendJson(response, 200, {{"workers", std::move(workers)}});
 }
 
+// The route decision as an envelope event: direction route, source
+// ride_engine, the credited tokens as the prefill it saves.
+Entry RouteEntry(const router::RouteDecision& decision, int64_t block_size) {
+  KVTransfer transfer;
+  transfer.direction = KVTransferDirection::kRoute;
+  transfer.span.span_digest = DigestFields("kvgov.route.v1", {decision.decision_id});
+  transfer.span.tokens = static_cast<int64_t>(decision.overlap_blocks) * block_size;
+  transfer.span.owner = decision.worker;
+  transfer.span.to_tier = decision.overlap_blocks > 0 ? ResidencyTier::kHBM
+                                                      : ResidencyTier::kUnknown;
+  transfer.span.outcome =
+      decision.overlap_blocks > 0 ? KVTransferOutcome::kOk : KVTransferOutcome::kMissed;
+  Entry entry = std::move(FromKVTransfer(transfer)).value();
+  entry.metrics.prefill_tokens_saved = transfer.span.tokens;
+  entry.labels["decision_id"] = decision.decision_id;
+  return entry;
+}
+
+Json DecisionJson(const router::RouteDecision& decision) {
+  Json candidates = Json::array();
+  for (const router::Candidate& c : decision.candidates) {
+    Json row = {{"worker", c.worker},
+                {"resident_blocks", c.resident_blocks},
+                {"overlap_blocks", c.overlap_blocks},
+                {"tier_overlap", TierJson(c.tier_overlap)},
+                {"credited_blocks", c.credited_blocks},
+                {"load", LoadJson(c.load)},
+                {"cost", c.cost},
+                {"eligible", c.eligible}};
+    if (!c.reason.empty()) row["reason"] = c.reason;
+    candidates.push_back(std::move(row));
+  }
+  return {{"decision_id", decision.decision_id},
+          {"worker", decision.worker},
+          {"cache_salt", decision.cache_salt},
+          {"prompt_blocks", decision.prompt_blocks},
+          {"overlap_blocks", decision.overlap_blocks},
+          {"verdict",
+           {{"kind", std::string(ToString(decision.verdict.kind))},
+            {"reason", std::string(ToString(decision.verdict.reason))}}},
+          {"candidates", std::move(candidates)}};
+}
+
+void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
+  const auto started = std::chrono::steady_clock::now();
+  auto count = [&daemon](std::string_view outcome) {
+    daemon.route_metrics.decisions->WithLabels({outcome})->Inc();
+  };
+  if (!IsJsonContentType(request)) {
+    count("bad_request");
+    SendError(response, 415,
+              Status::InvalidArgument("Content-Type: want application/json, got '" +
+                                      request.get_header_value("Content-Type") + "'"));
+    return;
+  }
+  JsonLimits limits;
+  limits.max_bytes = daemon.options.max_body_bytes;
+  Result<router::RouteRequest> route = DecodeRouteRequestJson(request.body, limits);
+  if (!route.ok()) {
+    count("bad_request");
+    SendError(response, route.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
+              route.status());
+    return;
+  }
+  const std::string salt =
+      route->tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, route->tenant);
+  Result<std::string> id = RandomHexId();
+  if (!id.ok()) {
+    SendError(response, 500, id.status());
+    return;
+  }
+  Result<router::RouteDecision> decision =
+      daemon.router->Route(*route, salt, std::move(id).value(), WallClockMillis());
+  if (!decision.ok()) {
+    count(decision.status().code() == StatusCode::kNotFound ? "unknown_model" : "bad_request");
+    SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
+              decision.status());
+    return;
+  }
+  if (decision->worker.empty()) {
+    count("no_eligible_worker");
+    Json body = DecisionJson(*decision);
+    body["error"] = {{"code", "unavailable"},
+                     {"message", "no eligible worker; each candidate says why"}};
+    SendJson(response, 503, body);
+    return;
+  }
+  count("routed");
+  const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
+  daemon.accounting->Record(RouteEntry(*decision, block_size));
+  daemon.route_metrics.overlap->WithLabels({})->Observe(
+      static_cast<double>(decision->overlap_blocks));
+  daemon.route_metrics.latency->WithLabels({})->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  SendJson(response, 200, DecisionJson(*decision));
+}
+
+Json ConfigJson(const Daemon& daemon) {
+  const router::RouteWeights& w = daemon.router->weights();
+  Json engines = Json::array();
+  for (const ingest::EngineSpec& engine : daemon.options.engines) {
+    engines.push_back({{"id", engine.id},
+                       {"kind", std::string(ToString(engine.kind))},
+                       {"events", engine.events},
+                       {"replay", engine.replay},
+                       {"model", engine.model},
+                       {"block_size", engine.block_size},
+                       {"dp_ranks", engine.dp_ranks},
+                       {"control", engine.control}});
+  }
+  return {{"route",
+           {{"overlap_weight", w.overlap_weight},
+            {"tier_credit", TierJson(w.tier_credit)},
+            {"unrouted_request_blocks", w.unrouted_request_blocks},
+            {"busy_load_blocks", w.busy_load_blocks},
+            {"temperature", w.temperature},
+            {"seed", w.seed},
+            {"decision_ttl_ms", w.decision_ttl_ms}}},
+          {"probe_interval_ms", daemon.options.probe_interval_ms},
+          {"max_body_bytes", daemon.options.max_body_bytes},
+          {"engines", std::move(engines)}};
+}
+
 }  // namespace
 
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,
@@ -201,6 +345,27 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   });
   http.Get("/v1/workers", [&daemon](const httplib::Request&, httplib::Response& response) {
     HandleWorkers(daemon, response);
+  });
+  http.Post("/v1/route", [&daemon](const httplib::Request& request, httplib::Response& response) {
+    HandleRoute(daemon, request, response);
+  });
+  http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
+            [&daemon](const httplib::Request& request, httplib::Response& response) {
+              Status released = daemon.router->Done(request.matches[1].str());
+              if (!released.ok()) return SendError(response, 404, released);
+              SendJson(response, 200, {{"released", true}});
+            });
+  auto set_drain = [&daemon](bool draining) {
+    return [&daemon, draining](const httplib::Request& request, httplib::Response& response) {
+      Status set = daemon.status.SetDraining(request.matches[1].str(), draining);
+      if (!set.ok()) return SendError(response, 404, set);
+      SendJson(response, 200, {{"worker", request.matches[1].str()}, {"draining", draining}});
+    };
+  };
+  http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(true));
+  http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
+  http.Get("/v1/config", [&daemon](const httplib::Request&, httplib::Response& response) {
+    SendJson(response, 200, ConfigJson(daemon));
   });
   http.Get("/metrics", [&daemon](const httplib::Request&, httplib::Response& response) {
     response.set_content(daemon.metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");

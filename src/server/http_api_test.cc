@@ -146,3 +146,103 @@ TEST_F(HttpApiTest, MetricsExposeEngineFamilies) {
 
 }  // namespace
 }  // namespace kvgov::server
+
+namespace kvgov::server {
+namespace {
+
+TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
+  // Residency for w1 reported by a transport, by token ids.
+  ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
+     "to_tier":"hbm","worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}]})")->status,
+            200);
+  httplib::Result response =
+      client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12]})",
+                    "application/json");
+  ASSERT_TRUE(response);
+  ASSERT_EQ(response->status, 200) << response->body;
+  Json decision = Json::parse(response->body);
+  EXPECT_EQ(decision["worker"], "w1");
+  EXPECT_EQ(decision["prompt_blocks"], 3);
+  EXPECT_EQ(decision["overlap_blocks"], 2);
+  EXPECT_EQ(decision["cache_salt"], "");
+  EXPECT_EQ(decision["verdict"]["kind"], "hit");
+  EXPECT_EQ(decision["candidates"][0]["tier_overlap"]["hbm"], 2);
+  EXPECT_EQ(decision["decision_id"].get<std::string>().size(), 32u);
+
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["in_flight_requests"], 1);
+  const std::string done = "/v1/route/" + decision["decision_id"].get<std::string>() + "/done";
+  EXPECT_EQ(client_->Post(done, "", "application/json")->status, 200);
+  EXPECT_EQ(client_->Post(done, "", "application/json")->status, 404);
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["in_flight_requests"], 0);
+
+  std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="routed"} 1)"), std::string::npos);
+  EXPECT_NE(metrics.find("kvgov_route_overlap_blocks_count 1"), std::string::npos);
+  EXPECT_NE(metrics.find(R"(kvgov_cache_events_total{source="ride_engine",plane="kv_transfer",)"
+                         R"(direction="route",outcome="ok"} 1)"),
+            std::string::npos);
+}
+
+TEST_F(HttpApiTest, TenantSaltComesFromKvgovNotTheClient) {
+  httplib::Result acme = client_->Post(
+      "/v1/route", R"({"model":"llama","tenant":"acme","token_ids":[1,2,3,4]})", "application/json");
+  ASSERT_EQ(acme->status, 200);
+  const std::string salt = Json::parse(acme->body)["cache_salt"];
+  EXPECT_EQ(salt.size(), 32u);
+  httplib::Result again = client_->Post(
+      "/v1/route", R"({"model":"llama","tenant":"acme","token_ids":[1,2,3,4]})", "application/json");
+  EXPECT_EQ(Json::parse(again->body)["cache_salt"], salt);
+  httplib::Result other = client_->Post(
+      "/v1/route", R"({"model":"llama","tenant":"umbrella","token_ids":[1,2,3,4]})",
+      "application/json");
+  EXPECT_NE(Json::parse(other->body)["cache_salt"], salt);
+
+  httplib::Result forged = client_->Post(
+      "/v1/route", R"({"model":"llama","cache_salt":"mine","token_ids":[1,2,3,4]})",
+      "application/json");
+  EXPECT_EQ(forged->status, 400);
+  EXPECT_NE(forged->body.find("$.cache_salt: unknown field"), std::string::npos);
+}
+
+TEST_F(HttpApiTest, DrainedWorkerIsNotRoutedAndSaysWhy) {
+  ASSERT_EQ(client_->Post("/v1/workers/w1/drain", "", "application/json")->status, 200);
+  httplib::Result response = client_->Post(
+      "/v1/route", R"({"model":"llama","token_ids":[1,2,3,4]})", "application/json");
+  ASSERT_EQ(response->status, 503);
+  Json body = Json::parse(response->body);
+  EXPECT_EQ(body["worker"], "");
+  EXPECT_EQ(body["candidates"][0]["reason"], "draining");
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["health"]["draining"], true);
+  ASSERT_EQ(client_->Delete("/v1/workers/w1/drain")->status, 200);
+  EXPECT_EQ(client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4]})",
+                          "application/json")
+                ->status,
+            200);
+  EXPECT_EQ(client_->Post("/v1/workers/ghost/drain", "", "application/json")->status, 404);
+}
+
+TEST_F(HttpApiTest, RouteErrors) {
+  EXPECT_EQ(client_->Post("/v1/route", R"({"model":"qwen","token_ids":[1]})", "application/json")
+                ->status,
+            404);
+  EXPECT_EQ(client_->Post("/v1/route", R"({"token_ids":[1]})", "application/json")->status, 400);
+  EXPECT_EQ(client_->Post("/v1/route", "{}", "text/plain")->status, 415);
+  EXPECT_EQ(client_->Post("/v1/route/nothex/done", "", "application/json")->status, 404);
+  std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="unknown_model"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="bad_request"} 2)"),
+            std::string::npos);
+}
+
+TEST_F(HttpApiTest, ConfigReportsTheWeights) {
+  Json config = GetJson("/v1/config");
+  EXPECT_EQ(config["route"]["overlap_weight"], 1.0);
+  EXPECT_EQ(config["route"]["tier_credit"]["hbm"], 1.0);
+  EXPECT_EQ(config["route"]["tier_credit"]["dram"], 0.75);
+  EXPECT_EQ(config["engines"][0]["id"], "w1");
+  EXPECT_EQ(config.dump().find("secret"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvgov::server

@@ -164,6 +164,48 @@ std::vector<uint64_t> FakeEnginePublisher::Store(std::optional<uint64_t> parent,
   return hashes;
 }
 
+std::vector<uint64_t> FakeEnginePublisher::StoreSalted(const std::vector<int64_t>& tokens,
+                                                       const std::string& cache_salt) {
+  const size_t blocks = tokens.size() / static_cast<size_t>(block_size_);
+  std::vector<uint64_t> hashes;
+  for (size_t i = 0; i < blocks; ++i) hashes.push_back(next_hash_++);
+  std::vector<int64_t> full(tokens.begin(),
+                            tokens.begin() + static_cast<long>(blocks * block_size_));
+
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_array(3);
+  pk.pack(ts_ += 1.0);
+  pk.pack_array(1);
+  pk.pack_map(7);  // always the map encoding: extra_keys sits past lora_name
+  pk.pack(std::string("type"));
+  pk.pack(std::string("BlockStored"));
+  pk.pack(std::string("block_hashes"));
+  pk.pack(hashes);
+  pk.pack(std::string("parent_block_hash"));
+  pk.pack_nil();
+  pk.pack(std::string("token_ids"));
+  pk.pack(full);
+  pk.pack(std::string("block_size"));
+  pk.pack(block_size_);
+  pk.pack(std::string("medium"));
+  pk.pack(std::string("GPU"));
+  pk.pack(std::string("extra_keys"));
+  pk.pack_array(static_cast<uint32_t>(blocks));
+  for (size_t i = 0; i < blocks; ++i) {
+    if (i == 0) {
+      pk.pack_array(1);
+      pk.pack(cache_salt);
+    } else {
+      pk.pack_nil();
+    }
+  }
+  pk.pack(0);
+  Publish(std::string(buffer.data(), buffer.size()));
+  held_.insert(hashes.begin(), hashes.end());
+  return hashes;
+}
+
 void FakeEnginePublisher::Remove(const std::vector<uint64_t>& hashes) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);

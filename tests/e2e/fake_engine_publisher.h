@@ -48,6 +48,11 @@ class FakeEnginePublisher {
   /// (none: a new prefix), tokens starting at first_token. Returns the
   /// engine hashes used.
   std::vector<uint64_t> Store(std::optional<uint64_t> parent, int blocks, int64_t first_token);
+  /// Publishes a new prefix of `tokens` (full blocks only) as a request
+  /// carrying `cache_salt` produces it: the salt in the first block's
+  /// extra_keys, as vLLM does. Returns the engine hashes.
+  std::vector<uint64_t> StoreSalted(const std::vector<int64_t>& tokens,
+                                    const std::string& cache_salt);
   void Remove(const std::vector<uint64_t>& hashes);
   void Clear();
   /// Sends the batch with this seq again, as a redelivery.

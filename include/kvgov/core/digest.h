@@ -22,4 +22,7 @@ std::string DigestFields(std::string_view domain, std::initializer_list<std::str
 /// then each id as an 8-byte big-endian two's-complement int64.
 std::string DigestTokenIds(std::span<const int64_t> token_ids);
 
+/// Lowercase hex HMAC-SHA256 (RFC 2104) of `message` under `key`.
+std::string HmacSha256Hex(std::string_view key, std::string_view message);
+
 }  // namespace kvgov

@@ -52,6 +52,8 @@ struct WorkerOverlap {
   uint64_t blocks = 0;  // leading blocks resident in any tier
   // Of those, by the best (hottest) tier each is in, by kIndexedTiers.
   std::array<uint64_t, kIndexedTiers.size()> by_tier{};
+  // Block i's best tier, as an index into kIndexedTiers (size == blocks).
+  std::vector<uint8_t> best_tier;
 };
 
 /// Which KV blocks live on which worker, in which tier, keyed by kvgov's own

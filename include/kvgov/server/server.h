@@ -8,6 +8,7 @@
 
 #include "kvgov/core/status.h"
 #include "kvgov/ingest/engine_spec.h"
+#include "kvgov/router/router.h"
 
 namespace kvgov::server {
 
@@ -24,6 +25,13 @@ struct ServerOptions {
   std::vector<ingest::EngineSpec> engines;
   // POST bodies longer than this are refused with 413.
   size_t max_body_bytes = size_t{8} << 20;
+  // The route cost model.
+  router::RouteWeights route;
+  // How often engines with a control URL are probed (/health, /metrics).
+  int64_t probe_interval_ms = 1000;
+  // 32 bytes from which tenants' cache salts are derived; created (mode 0600)
+  // when missing. Empty: <data_dir>/tenant-salt.key.
+  std::string tenant_secret_file;
 };
 
 /// The kvgov daemon: the HTTP API over the residency index and the

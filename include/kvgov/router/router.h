@@ -1,0 +1,151 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/lookup_verdict.h"
+#include "kvgov/core/status.h"
+#include "kvgov/index/residency_index.h"
+#include "kvgov/router/worker_status.h"
+
+namespace kvgov::router {
+
+/// The cost model's knobs (docs/formats/route-api.md). All live in the
+/// config file and are reported at GET /v1/config.
+struct RouteWeights {
+  double overlap_weight = 1.0;  // cost per prefill block still to compute
+  // Credit a resident block earns by its best tier, by index::kIndexedTiers
+  // (hbm, dram, disk, unknown): a colder copy saves less than a hot one.
+  std::array<double, index::kIndexedTiers.size()> tier_credit = {1.0, 0.75, 0.5, 0.0};
+  // Blocks each request an engine reports (running + waiting) beyond the ones
+  // kvgov itself has in flight there adds to the worker's load.
+  double unrouted_request_blocks = 16.0;
+  double busy_load_blocks = 0;  // a worker at or above this load is busy; 0: never
+  double temperature = 0;       // 0: lowest cost wins; > 0: softmax sampling
+  uint64_t seed = 0;            // of the sampling generator
+  int64_t decision_ttl_ms = 60000;  // an unreleased decision releases itself after this
+};
+
+/// Where governance says a chain stops earning credit: quarantined or
+/// tainted spans, spans whose lease is not active, spans under a pending
+/// invalidation. The governance plane implements it; without one every
+/// resident block credits.
+class SpanGate {
+ public:
+  virtual ~SpanGate() = default;
+  struct Limit {
+    size_t creditable;  // leading blocks of the chain that may be credited
+    LookupReason reason = LookupReason::kNone;  // why it stops there, if it does
+  };
+  /// REQUIRES: `resident` blocks of `chain` are on `worker`.
+  virtual Limit Creditable(std::string_view worker, std::span<const index::BlockKey> chain,
+                           size_t resident) const = 0;
+};
+
+struct RouteRequest {
+  std::string model;
+  std::string tenant;  // empty: no salt, matches only unsalted blocks
+  std::vector<int64_t> token_ids;
+  std::string lora_name;
+  std::vector<std::string> workers;  // allowed ids; empty: every worker
+};
+
+/// A worker's load as the cost sees it.
+struct WorkerLoad {
+  uint64_t in_flight_requests = 0;  // routed by kvgov, not yet released
+  uint64_t in_flight_blocks = 0;
+  std::optional<ScrapedLoad> scraped;
+  double blocks = 0;  // the load term of the cost
+};
+
+struct Candidate {
+  std::string worker;
+  uint64_t resident_blocks = 0;  // leading blocks the worker holds
+  uint64_t overlap_blocks = 0;   // of those, the ones governance lets credit
+  std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};  // of overlap_blocks
+  double credited_blocks = 0;    // tier-weighted
+  WorkerLoad load;
+  double cost = 0;
+  bool eligible = false;
+  std::string reason;  // why not eligible: not_allowed, unhealthy, draining, stale, busy
+};
+
+struct RouteDecision {
+  std::string decision_id;
+  std::string worker;  // empty when no worker is eligible
+  std::string cache_salt;
+  uint64_t prompt_blocks = 0;
+  uint64_t overlap_blocks = 0;
+  LookupVerdict verdict;
+  std::vector<Candidate> candidates;  // best first; ineligible last
+};
+
+/// Chooses the worker for a request: the one whose cost — overlap_weight x
+/// the prefill blocks it would still compute, plus its load — is lowest,
+/// among those eligible. Keeps the in-flight load its decisions add until
+/// they are released.
+///
+/// Thread-safe: one mutex guards the in-flight table and the generator; the
+/// index and the status table have their own.
+class Router {
+ public:
+  /// `index` and `status` must outlive the router; `gate` may be null.
+  Router(const index::ResidencyIndex* index, const WorkerStatusTable* status,
+         RouteWeights weights, const SpanGate* gate = nullptr);
+
+  const RouteWeights& weights() const { return weights_; }
+
+  /// Decides. `cache_salt` is the tenant's (empty without a tenant);
+  /// `decision_id` names the decision for Done. A prompt with no full block
+  /// is routed on load alone. Returns InvalidArgument for an empty model and
+  /// NotFound when no registered worker serves the model. A decision whose
+  /// `worker` is empty had no eligible worker; its candidates say why.
+  Result<RouteDecision> Route(const RouteRequest& request, std::string_view cache_salt,
+                              std::string decision_id, int64_t now_ms);
+
+  /// Releases the load of a decision. NotFound if unknown or released.
+  Status Done(std::string_view decision_id);
+
+  /// Releases decisions older than decision_ttl_ms; returns how many.
+  size_t ExpireDecisions(int64_t now_ms);
+
+  WorkerLoad LoadOf(std::string_view worker) const;
+
+ private:
+  struct InFlight {
+    std::string worker;
+    uint64_t blocks = 0;
+    int64_t created_ms = 0;
+  };
+  struct Totals {
+    uint64_t requests = 0;
+    uint64_t blocks = 0;
+  };
+
+  // REQUIRES: mu_ held.
+  WorkerLoad LoadLocked(const std::string& worker, const WorkerStatus* status) const;
+  void ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterator it);
+
+  const index::ResidencyIndex* const index_;
+  const WorkerStatusTable* const status_;
+  const RouteWeights weights_;
+  const SpanGate* const gate_;
+
+  mutable std::mutex mu_;
+  std::mt19937_64 rng_;
+  std::map<std::string, InFlight, std::less<>> decisions_;
+  std::map<std::string, Totals, std::less<>> totals_;
+};
+
+/// The tenant's cache_salt: HMAC-SHA256 of the tenant id under the
+/// deployment's secret, 32 hex digits. The client never chooses it, so one
+/// tenant cannot name another's salt.
+std::string TenantCacheSalt(std::string_view secret, std::string_view tenant);
+
+}  // namespace kvgov::router

@@ -1,0 +1,36 @@
+#include "kvgov/codec/route_api.h"
+
+#include "codec/json_fields.h"
+
+namespace kvgov::codec_internal {
+
+template <>
+struct Schema<router::RouteRequest> {
+  static void Fields(auto& v, auto& r) {
+    v.Required("model", r.model);
+    v.Expect("model", !r.model.empty(), [] { return std::string("required, got empty"); });
+    v.Optional("tenant", r.tenant);
+    v.Required("token_ids", r.token_ids);
+    v.Optional("lora_name", r.lora_name);
+    v.Optional("workers", r.workers);
+  }
+};
+
+}  // namespace kvgov::codec_internal
+
+namespace kvgov {
+
+Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
+                                                    const JsonLimits& limits) {
+  using namespace codec_internal;
+  try {
+    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
+    router::RouteRequest request;
+    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", request));
+    return request;
+  } catch (const Json::exception& e) {
+    return Status::Internal(std::string("route codec: ") + e.what());
+  }
+}
+
+}  // namespace kvgov

@@ -1,0 +1,218 @@
+#include "kvgov/router/router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "kvgov/core/digest.h"
+#include "kvgov/index/block_key.h"
+
+namespace kvgov::router {
+namespace {
+
+// Eligible before ineligible; then lowest cost; ties go to more credited
+// overlap, then lower load, then the smaller id, so equal inputs always give
+// the same answer.
+bool BetterThan(const Candidate& a, const Candidate& b) {
+  if (a.eligible != b.eligible) return a.eligible;
+  if (!a.eligible) return a.worker < b.worker;
+  if (a.cost != b.cost) return a.cost < b.cost;
+  if (a.credited_blocks != b.credited_blocks) return a.credited_blocks > b.credited_blocks;
+  if (a.load.blocks != b.load.blocks) return a.load.blocks < b.load.blocks;
+  return a.worker < b.worker;
+}
+
+const char* IneligibleReason(const WorkerStatus* status, index::WorkerState state) {
+  if (status != nullptr && !status->healthy) return "unhealthy";
+  if (status != nullptr && status->draining) return "draining";
+  if (state == index::WorkerState::kStale) return "stale";
+  return nullptr;
+}
+
+}  // namespace
+
+Router::Router(const index::ResidencyIndex* index, const WorkerStatusTable* status,
+               RouteWeights weights, const SpanGate* gate)
+    : index_(index), status_(status), weights_(weights), gate_(gate), rng_(weights.seed) {}
+
+WorkerLoad Router::LoadLocked(const std::string& worker, const WorkerStatus* status) const {
+  WorkerLoad load;
+  if (auto it = totals_.find(worker); it != totals_.end()) {
+    load.in_flight_requests = it->second.requests;
+    load.in_flight_blocks = it->second.blocks;
+  }
+  load.blocks = static_cast<double>(load.in_flight_blocks);
+  if (status != nullptr && status->scraped.has_value()) {
+    load.scraped = status->scraped;
+    // The engine's own count includes what kvgov routed there; only the
+    // rest is load kvgov does not already know by its blocks.
+    const double reported = status->scraped->running + status->scraped->waiting;
+    const double unrouted = std::max(0.0, reported - static_cast<double>(load.in_flight_requests));
+    load.blocks += weights_.unrouted_request_blocks * unrouted;
+  }
+  return load;
+}
+
+Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_view cache_salt,
+                                    std::string decision_id, int64_t now_ms) {
+  if (request.model.empty()) return Status::InvalidArgument("model: required, got empty");
+  std::vector<index::WorkerResidency> workers;
+  for (index::WorkerResidency& worker : index_->Workers()) {
+    if (worker.model == request.model) workers.push_back(std::move(worker));
+  }
+  if (workers.empty()) {
+    return Status::NotFound("model: no registered worker serves '" + request.model + "'");
+  }
+  const std::set<std::string, std::less<>> allowed(request.workers.begin(),
+                                                   request.workers.end());
+
+  // Keys per block size: workers of one model normally share one.
+  std::map<int64_t, std::vector<index::BlockKey>> chains;
+  std::map<int64_t, std::map<std::string, index::WorkerOverlap, std::less<>>> overlaps;
+  for (const index::WorkerResidency& worker : workers) {
+    if (chains.contains(worker.block_size)) continue;
+    std::vector<index::BlockKey> chain = index::RequestChain(
+        index_->hasher(), {request.model, request.lora_name, 0}, cache_salt, request.token_ids,
+        worker.block_size);
+    for (index::WorkerOverlap& overlap : index_->Overlap(chain)) {
+      std::string id = overlap.worker;
+      overlaps[worker.block_size].emplace(std::move(id), std::move(overlap));
+    }
+    chains.emplace(worker.block_size, std::move(chain));
+  }
+
+  RouteDecision decision;
+  decision.decision_id = std::move(decision_id);
+  decision.cache_salt = std::string(cache_salt);
+  decision.prompt_blocks = chains.at(workers.front().block_size).size();
+  LookupReason gated_reason = LookupReason::kNone;
+
+  std::lock_guard lock(mu_);
+  for (const index::WorkerResidency& worker : workers) {
+    std::optional<WorkerStatus> status = status_->Get(worker.id);
+    Candidate candidate;
+    candidate.worker = worker.id;
+    const std::vector<index::BlockKey>& chain = chains.at(worker.block_size);
+    const auto& by_worker = overlaps[worker.block_size];
+    if (auto it = by_worker.find(worker.id); it != by_worker.end()) {
+      const index::WorkerOverlap& overlap = it->second;
+      candidate.resident_blocks = overlap.blocks;
+      size_t creditable = overlap.blocks;
+      if (gate_ != nullptr) {
+        SpanGate::Limit limit = gate_->Creditable(worker.id, chain, overlap.blocks);
+        if (limit.creditable < creditable) {
+          creditable = limit.creditable;
+          gated_reason = limit.reason;
+        }
+      }
+      candidate.overlap_blocks = creditable;
+      for (size_t i = 0; i < creditable; ++i) {
+        const uint8_t tier = overlap.best_tier[i];
+        ++candidate.tier_overlap[tier];
+        candidate.credited_blocks += weights_.tier_credit[tier];
+      }
+    }
+    candidate.load = LoadLocked(worker.id, status ? &*status : nullptr);
+    const double prompt_blocks = static_cast<double>(chain.size());
+    candidate.cost = weights_.overlap_weight * (prompt_blocks - candidate.credited_blocks) +
+                     candidate.load.blocks;
+    const char* reason = nullptr;
+    if (!allowed.empty() && !allowed.contains(worker.id)) {
+      reason = "not_allowed";
+    } else {
+      reason = IneligibleReason(status ? &*status : nullptr, worker.state);
+    }
+    if (reason == nullptr && weights_.busy_load_blocks > 0 &&
+        candidate.load.blocks >= weights_.busy_load_blocks) {
+      reason = "busy";
+    }
+    candidate.eligible = reason == nullptr;
+    if (reason != nullptr) candidate.reason = reason;
+    decision.candidates.push_back(std::move(candidate));
+  }
+  std::sort(decision.candidates.begin(), decision.candidates.end(), BetterThan);
+
+  const Candidate* chosen = nullptr;
+  if (!decision.candidates.empty() && decision.candidates.front().eligible) {
+    chosen = &decision.candidates.front();
+    if (weights_.temperature > 0) {
+      // Softmax over costs relative to the best, scaled by the prompt so a
+      // temperature means the same for short and long prompts.
+      const double scale =
+          weights_.temperature * std::max(1.0, static_cast<double>(decision.prompt_blocks));
+      std::vector<double> odds;
+      for (const Candidate& c : decision.candidates) {
+        odds.push_back(c.eligible ? std::exp(-(c.cost - chosen->cost) / scale) : 0.0);
+      }
+      std::discrete_distribution<size_t> pick(odds.begin(), odds.end());
+      chosen = &decision.candidates[pick(rng_)];
+    }
+  }
+  if (chosen == nullptr) {
+    decision.verdict = LookupVerdict::Miss(LookupReason::kAbsent);
+    return decision;
+  }
+
+  decision.worker = chosen->worker;
+  decision.overlap_blocks = chosen->overlap_blocks;
+  if (chosen->overlap_blocks > 0) {
+    decision.verdict.kind = LookupKind::kHit;
+    decision.verdict.reason = LookupReason::kNone;
+  } else {
+    decision.verdict = LookupVerdict::Miss(
+        chosen->resident_blocks > 0 && gated_reason != LookupReason::kNone ? gated_reason
+                                                                           : LookupReason::kCold);
+  }
+  const uint64_t blocks = std::max<uint64_t>(decision.prompt_blocks, 1);
+  decisions_[decision.decision_id] = InFlight{decision.worker, blocks, now_ms};
+  Totals& totals = totals_[decision.worker];
+  ++totals.requests;
+  totals.blocks += blocks;
+  return decision;
+}
+
+void Router::ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterator it) {
+  auto totals = totals_.find(it->second.worker);
+  if (totals != totals_.end()) {
+    totals->second.requests -= std::min<uint64_t>(totals->second.requests, 1);
+    totals->second.blocks -= std::min(totals->second.blocks, it->second.blocks);
+  }
+  decisions_.erase(it);
+}
+
+Status Router::Done(std::string_view decision_id) {
+  std::lock_guard lock(mu_);
+  auto it = decisions_.find(decision_id);
+  if (it == decisions_.end()) {
+    return Status::NotFound("decision '" + std::string(decision_id) +
+                            "' is unknown or already released");
+  }
+  ReleaseLocked(it);
+  return Status::Ok();
+}
+
+size_t Router::ExpireDecisions(int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  size_t released = 0;
+  for (auto it = decisions_.begin(); it != decisions_.end();) {
+    auto next = std::next(it);
+    if (now_ms - it->second.created_ms >= weights_.decision_ttl_ms) {
+      ReleaseLocked(it);
+      ++released;
+    }
+    it = next;
+  }
+  return released;
+}
+
+WorkerLoad Router::LoadOf(std::string_view worker) const {
+  std::optional<WorkerStatus> status = status_->Get(worker);
+  std::lock_guard lock(mu_);
+  return LoadLocked(std::string(worker), status ? &*status : nullptr);
+}
+
+std::string TenantCacheSalt(std::string_view secret, std::string_view tenant) {
+  return HmacSha256Hex(secret, "kvgov.cache_salt.v1:" + std::string(tenant)).substr(0, 32);
+}
+
+}  // namespace kvgov::router

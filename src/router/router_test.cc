@@ -1,0 +1,247 @@
+#include "kvgov/router/router.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kvgov/index/block_key.h"
+
+namespace kvgov::router {
+namespace {
+
+constexpr int64_t kBlockSize = 4;
+
+std::vector<int64_t> Tokens(size_t blocks, int64_t start = 1) {
+  std::vector<int64_t> tokens(blocks * kBlockSize);
+  std::iota(tokens.begin(), tokens.end(), start);
+  return tokens;
+}
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* id : {"w1", "w2", "w3"}) {
+      ASSERT_TRUE(index_.AddWorker(id, "llama", kBlockSize).ok());
+      ASSERT_TRUE(status_.Add(id, /*probed=*/false).ok());
+    }
+  }
+
+  // Places the first `blocks` blocks of `tokens` on `worker` in `tier`, as
+  // the tenant with `salt` would have stored them.
+  void Hold(const std::string& worker, const std::vector<int64_t>& tokens, size_t blocks,
+            ResidencyTier tier = ResidencyTier::kHBM, std::string_view salt = "") {
+    std::vector<index::BlockKey> chain =
+        index::RequestChain(index_.hasher(), {"llama", "", 0}, salt, tokens, kBlockSize);
+    chain.resize(blocks);
+    ASSERT_TRUE(index_.AddBlocks(worker, chain, tier).ok());
+  }
+
+  RouteDecision Route(const std::vector<int64_t>& tokens, std::string_view salt = "",
+                      std::vector<std::string> allowed = {}) {
+    RouteRequest request{"llama", "", tokens, "", std::move(allowed)};
+    Result<RouteDecision> decision =
+        router_.Route(request, salt, "d" + std::to_string(next_id_++), 1000);
+    EXPECT_TRUE(decision.ok()) << decision.status().ToString();
+    return decision.ok() ? *decision : RouteDecision{};
+  }
+
+  const Candidate& CandidateOf(const RouteDecision& decision, const std::string& worker) {
+    for (const Candidate& c : decision.candidates) {
+      if (c.worker == worker) return c;
+    }
+    ADD_FAILURE() << "no candidate " << worker;
+    return decision.candidates.front();
+  }
+
+  index::ResidencyIndex index_;
+  WorkerStatusTable status_;
+  RouteWeights weights_;
+  Router router_{&index_, &status_, weights_};
+  int next_id_ = 0;
+};
+
+TEST_F(RouterTest, LongerPrefixWinsAtEqualLoad) {
+  std::vector<int64_t> prompt = Tokens(8);
+  Hold("w1", prompt, 2);
+  Hold("w2", prompt, 6);
+  RouteDecision decision = Route(prompt);
+  EXPECT_EQ(decision.worker, "w2");
+  EXPECT_EQ(decision.prompt_blocks, 8u);
+  EXPECT_EQ(decision.overlap_blocks, 6u);
+  EXPECT_EQ(decision.verdict.kind, LookupKind::kHit);
+  ASSERT_EQ(decision.candidates.size(), 3u);
+  EXPECT_EQ(decision.candidates[0].worker, "w2");
+  EXPECT_EQ(decision.candidates[1].worker, "w1");
+  EXPECT_DOUBLE_EQ(decision.candidates[0].cost, 2.0);  // 8 - 6 blocks to prefill
+  EXPECT_DOUBLE_EQ(CandidateOf(decision, "w3").cost, 8.0);
+}
+
+TEST_F(RouterTest, LoadedWorkerLosesWhenOverlapDoesNotPayForIt) {
+  std::vector<int64_t> prompt = Tokens(8);
+  Hold("w1", prompt, 3);
+  // Two requests already in flight on w1 (8 blocks each) cost more than the
+  // 3 blocks of prefill its overlap saves.
+  RouteDecision first = Route(Tokens(8, 1000), "", {"w1"});
+  RouteDecision second = Route(Tokens(8, 2000), "", {"w1"});
+  ASSERT_EQ(first.worker, "w1");
+  ASSERT_EQ(second.worker, "w1");
+  RouteDecision decision = Route(prompt, "", {"w1", "w2"});
+  EXPECT_EQ(decision.worker, "w2");
+  const Candidate& w1 = CandidateOf(decision, "w1");
+  EXPECT_EQ(w1.load.in_flight_requests, 2u);
+  EXPECT_EQ(w1.load.in_flight_blocks, 16u);
+  EXPECT_DOUBLE_EQ(w1.cost, 5.0 + 16.0);
+
+  // Once those requests are done, the overlap wins again.
+  ASSERT_TRUE(router_.Done(first.decision_id).ok());
+  ASSERT_TRUE(router_.Done(second.decision_id).ok());
+  EXPECT_EQ(router_.Done(second.decision_id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Route(prompt, "", {"w1", "w2"}).worker, "w1");
+}
+
+TEST_F(RouterTest, ScrapedLoadCountsOnlyWhatKvgovDidNotRoute) {
+  std::vector<int64_t> prompt = Tokens(8);
+  Hold("w1", prompt, 8);
+  ASSERT_TRUE(status_.RecordScrape("w1", {2, 1, 0.5, 1000}).ok());
+  RouteDecision decision = Route(prompt, "", {"w1", "w2"});
+  const Candidate& w1 = CandidateOf(decision, "w1");
+  ASSERT_TRUE(w1.load.scraped.has_value());
+  EXPECT_DOUBLE_EQ(w1.load.blocks, 3 * weights_.unrouted_request_blocks);
+  EXPECT_EQ(decision.worker, "w2");  // 48 blocks of load outweigh 8 of prefill
+}
+
+TEST_F(RouterTest, HbmBeatsDramAtEqualLength) {
+  std::vector<int64_t> prompt = Tokens(4);
+  Hold("w1", prompt, 4, ResidencyTier::kDRAM);
+  Hold("w2", prompt, 4, ResidencyTier::kHBM);
+  RouteDecision decision = Route(prompt);
+  EXPECT_EQ(decision.worker, "w2");
+  EXPECT_EQ(CandidateOf(decision, "w1").tier_overlap[1], 4u);
+  EXPECT_DOUBLE_EQ(CandidateOf(decision, "w1").credited_blocks, 3.0);  // 4 x 0.75
+  EXPECT_DOUBLE_EQ(CandidateOf(decision, "w2").credited_blocks, 4.0);
+}
+
+TEST_F(RouterTest, DrainedUnhealthyStaleAndDisallowedWorkersAreNeverChosen) {
+  std::vector<int64_t> prompt = Tokens(4);
+  Hold("w1", prompt, 4);
+  Hold("w2", prompt, 4);
+  Hold("w3", prompt, 4);
+  ASSERT_TRUE(status_.SetDraining("w1", true).ok());
+  ASSERT_TRUE(status_.Remove("w2").ok());
+  ASSERT_TRUE(status_.Add("w2", /*probed=*/true).ok());  // probed, never answered
+  ASSERT_TRUE(index_.SetState("w3", index::WorkerState::kStale).ok());
+  RouteDecision decision = Route(prompt);
+  EXPECT_TRUE(decision.worker.empty());
+  EXPECT_EQ(decision.verdict.kind, LookupKind::kMiss);
+  EXPECT_EQ(CandidateOf(decision, "w1").reason, "draining");
+  EXPECT_EQ(CandidateOf(decision, "w2").reason, "unhealthy");
+  EXPECT_EQ(CandidateOf(decision, "w3").reason, "stale");
+  EXPECT_EQ(CandidateOf(decision, "w3").overlap_blocks, 0u);  // stale residency never counts
+
+  ASSERT_TRUE(status_.RecordProbe("w2", true, 10).ok());
+  EXPECT_EQ(Route(prompt).worker, "w2");
+  EXPECT_EQ(Route(prompt, "", {"w3"}).worker, "");
+  EXPECT_EQ(CandidateOf(Route(prompt, "", {"w3"}), "w2").reason, "not_allowed");
+}
+
+TEST_F(RouterTest, BusyWorkersAreSkipped) {
+  RouteWeights weights;
+  weights.busy_load_blocks = 8;
+  Router router(&index_, &status_, weights);
+  RouteRequest request{"llama", "", Tokens(8), "", {"w1"}};
+  ASSERT_EQ(router.Route(request, "", "a", 0)->worker, "w1");
+  Result<RouteDecision> second = router.Route(request, "", "b", 0);
+  EXPECT_EQ(second->worker, "");
+  EXPECT_EQ(second->candidates[0].reason, "busy");
+}
+
+TEST_F(RouterTest, TenantsNeverSeeEachOthersOverlap) {
+  std::vector<int64_t> prompt = Tokens(4);
+  const std::string salt_a = TenantCacheSalt("secret", "tenant-a");
+  const std::string salt_b = TenantCacheSalt("secret", "tenant-b");
+  ASSERT_NE(salt_a, salt_b);
+  Hold("w1", prompt, 4, ResidencyTier::kHBM, salt_a);
+  EXPECT_EQ(Route(prompt, salt_a).worker, "w1");
+  EXPECT_EQ(Route(prompt, salt_a).overlap_blocks, 4u);
+  RouteDecision other = Route(prompt, salt_b);
+  EXPECT_EQ(other.overlap_blocks, 0u);
+  EXPECT_EQ(CandidateOf(other, "w1").resident_blocks, 0u);
+  EXPECT_EQ(Route(prompt).overlap_blocks, 0u);  // no tenant: unsalted only
+  EXPECT_EQ(other.verdict.reason, LookupReason::kCold);
+}
+
+TEST_F(RouterTest, TenantSaltIsStableAndSecretBound) {
+  EXPECT_EQ(TenantCacheSalt("secret", "t"), TenantCacheSalt("secret", "t"));
+  EXPECT_NE(TenantCacheSalt("secret", "t"), TenantCacheSalt("other", "t"));
+  EXPECT_EQ(TenantCacheSalt("secret", "t").size(), 32u);
+}
+
+class HalfGate : public SpanGate {
+ public:
+  Limit Creditable(std::string_view, std::span<const index::BlockKey>,
+                   size_t resident) const override {
+    return {resident / 2, LookupReason::kTaintDenied};
+  }
+};
+
+TEST_F(RouterTest, GovernanceGateLimitsCredit) {
+  HalfGate gate;
+  Router router(&index_, &status_, weights_, &gate);
+  std::vector<int64_t> prompt = Tokens(4);
+  Hold("w1", prompt, 4);
+  Result<RouteDecision> decision = router.Route({"llama", "", prompt, "", {"w1"}}, "", "g", 0);
+  ASSERT_TRUE(decision.ok());
+  EXPECT_EQ(decision->candidates[0].resident_blocks, 4u);
+  EXPECT_EQ(decision->overlap_blocks, 2u);
+
+  Hold("w2", Tokens(1, 500), 1);
+  Result<RouteDecision> gated =
+      router.Route({"llama", "", Tokens(1, 500), "", {"w2"}}, "", "h", 0);
+  EXPECT_EQ(gated->overlap_blocks, 0u);
+  EXPECT_EQ(gated->verdict.reason, LookupReason::kTaintDenied);
+}
+
+TEST_F(RouterTest, TiesBreakDeterministicallyAndTemperatureSamples) {
+  EXPECT_EQ(Route(Tokens(4)).worker, "w1");  // all equal: smallest id
+  RouteWeights warm;
+  warm.temperature = 10;
+  warm.seed = 7;
+  Router sampler(&index_, &status_, warm);
+  std::map<std::string, int> picks;
+  for (int i = 0; i < 300; ++i) {
+    Result<RouteDecision> d =
+        sampler.Route({"llama", "", Tokens(4), "", {}}, "", std::to_string(i), 0);
+    ++picks[d->worker];
+    ASSERT_TRUE(sampler.Done(std::to_string(i)).ok());
+  }
+  EXPECT_EQ(picks.size(), 3u);  // equal costs: every worker gets some
+  Router again(&index_, &status_, warm);
+  EXPECT_EQ(again.Route({"llama", "", Tokens(4), "", {}}, "", "x", 0)->worker,
+            Router(&index_, &status_, warm).Route({"llama", "", Tokens(4), "", {}}, "", "x", 0)
+                ->worker);  // same seed, same choice
+}
+
+TEST_F(RouterTest, DecisionsReleaseThemselvesAfterTheirTtl) {
+  Route(Tokens(4), "", {"w1"});
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 1u);
+  EXPECT_EQ(router_.ExpireDecisions(1000 + weights_.decision_ttl_ms - 1), 0u);
+  EXPECT_EQ(router_.ExpireDecisions(1000 + weights_.decision_ttl_ms), 1u);
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 0u);
+}
+
+TEST_F(RouterTest, UnknownModelAndEmptyModel) {
+  EXPECT_EQ(router_.Route({"qwen", "", Tokens(1), "", {}}, "", "z", 0).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(router_.Route({"", "", Tokens(1), "", {}}, "", "z", 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(RouterTest, ShortPromptRoutesOnLoadAlone) {
+  RouteDecision decision = Route({1, 2});
+  EXPECT_EQ(decision.prompt_blocks, 0u);
+  EXPECT_EQ(decision.worker, "w1");
+  EXPECT_EQ(decision.verdict.reason, LookupReason::kCold);
+}
+
+}  // namespace
+}  // namespace kvgov::router

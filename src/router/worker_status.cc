@@ -1,0 +1,82 @@
+#include "kvgov/router/worker_status.h"
+
+namespace kvgov::router {
+namespace {
+
+Status UnknownWorker(std::string_view worker) {
+  return Status::NotFound("worker '" + std::string(worker) + "' is not registered");
+}
+
+}  // namespace
+
+Status WorkerStatusTable::Add(std::string_view worker, bool probed) {
+  std::lock_guard lock(mu_);
+  WorkerStatus status;
+  status.id = std::string(worker);
+  status.probed = probed;
+  status.healthy = !probed;
+  if (!workers_.emplace(status.id, std::move(status)).second) {
+    return Status::AlreadyExists("worker '" + std::string(worker) + "' is already registered");
+  }
+  return Status::Ok();
+}
+
+Status WorkerStatusTable::Remove(std::string_view worker) {
+  std::lock_guard lock(mu_);
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return UnknownWorker(worker);
+  workers_.erase(it);
+  return Status::Ok();
+}
+
+Status WorkerStatusTable::RecordProbe(std::string_view worker, bool ok, int64_t now_ms,
+                                      std::string error) {
+  std::lock_guard lock(mu_);
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return UnknownWorker(worker);
+  WorkerStatus& status = it->second;
+  status.last_probe_ms = now_ms;
+  if (ok) {
+    status.consecutive_failures = 0;
+    status.healthy = true;
+    status.last_probe_error.clear();
+  } else {
+    ++status.consecutive_failures;
+    status.last_probe_error = std::move(error);
+    if (status.consecutive_failures >= kFailuresToUnhealthy) status.healthy = false;
+  }
+  return Status::Ok();
+}
+
+Status WorkerStatusTable::RecordScrape(std::string_view worker, const ScrapedLoad& load) {
+  std::lock_guard lock(mu_);
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return UnknownWorker(worker);
+  it->second.scraped = load;
+  return Status::Ok();
+}
+
+Status WorkerStatusTable::SetDraining(std::string_view worker, bool draining) {
+  std::lock_guard lock(mu_);
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return UnknownWorker(worker);
+  it->second.draining = draining;
+  return Status::Ok();
+}
+
+std::optional<WorkerStatus> WorkerStatusTable::Get(std::string_view worker) const {
+  std::lock_guard lock(mu_);
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<WorkerStatus> WorkerStatusTable::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<WorkerStatus> out;
+  out.reserve(workers_.size());
+  for (const auto& [id, status] : workers_) out.push_back(status);
+  return out;
+}
+
+}  // namespace kvgov::router

@@ -1,0 +1,252 @@
+#include "server/health_prober.h"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <chrono>
+#include <exception>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "kvgov/router/engine_metrics.h"
+
+namespace kvgov::server {
+namespace {
+
+int64_t NowMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct ControlEndpoint {
+  std::string host;  // without the brackets of an IPv6 literal
+  int port = 80;
+};
+
+// http://HOST[:PORT][/]. No user info, path, query or fragment: kvgov
+// appends /health and /metrics itself.
+Result<ControlEndpoint> ParseControlUrl(std::string_view url) {
+  const std::string got = ", got '" + std::string(url) + "'";
+  if (url.starts_with("https://")) {
+    return Status::InvalidArgument("control: https is not supported yet; use http://HOST:PORT" +
+                                   got);
+  }
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme)) {
+    return Status::InvalidArgument("control: want http://HOST:PORT" + got);
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find_first_of("/?#@ ") != std::string_view::npos) {
+    return Status::InvalidArgument(
+        "control: want http://HOST:PORT with no user, path or query" + got);
+  }
+  ControlEndpoint endpoint;
+  std::string_view port_text;
+  if (rest.starts_with('[')) {  // [::1]:8000
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) {
+      return Status::InvalidArgument("control: IPv6 host has no closing ']'" + got);
+    }
+    endpoint.host = std::string(rest.substr(1, close - 1));
+    std::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (!after.starts_with(':')) return Status::InvalidArgument("control: want ':PORT' after ']'" + got);
+      port_text = after.substr(1);
+      if (port_text.empty()) return Status::InvalidArgument("control: empty port" + got);
+    }
+  } else {
+    const size_t colon = rest.rfind(':');
+    endpoint.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = rest.substr(colon + 1);
+      if (port_text.empty()) return Status::InvalidArgument("control: empty port" + got);
+    }
+    if (endpoint.host.find(':') != std::string::npos) {
+      return Status::InvalidArgument("control: put an IPv6 host in brackets, [::1]:8000" + got);
+    }
+  }
+  if (endpoint.host.empty()) return Status::InvalidArgument("control: empty host" + got);
+  if (!port_text.empty()) {
+    int port = 0;
+    auto [end, error] =
+        std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (error != std::errc() || end != port_text.data() + port_text.size() || port <= 0 ||
+        port > 65535) {
+      return Status::InvalidArgument("control: port '" + std::string(port_text) +
+                                     "' is not in 1-65535");
+    }
+    endpoint.port = port;
+  }
+  return endpoint;
+}
+
+std::vector<std::string> WorkerIds(const std::vector<ingest::StreamSpec>& streams) {
+  std::vector<std::string> workers;
+  workers.reserve(streams.size());
+  for (const ingest::StreamSpec& stream : streams) workers.push_back(stream.worker);
+  return workers;
+}
+
+std::string RequestErrorText(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "cannot connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connect timed out";
+    case httplib::Error::Read:
+      return "read failed or timed out";
+    case httplib::Error::Write:
+      return "write failed";
+    case httplib::Error::Canceled:
+      return "canceled";
+    default:
+      return "request failed (" + httplib::to_string(error) + ")";
+  }
+}
+
+}  // namespace
+
+struct HealthProber::Target {
+  Target(std::string base_url, const ControlEndpoint& endpoint, std::vector<std::string> ids)
+      : url(std::move(base_url)), client(endpoint.host, endpoint.port), workers(std::move(ids)) {}
+
+  const std::string url;  // for error texts
+  httplib::Client client;
+  const std::vector<std::string> workers;
+};
+
+HealthProber::HealthProber(router::WorkerStatusTable* table,
+                           std::vector<ingest::EngineSpec> engines, HealthProberOptions options)
+    : table_(table), engines_(std::move(engines)), options_(options) {}
+
+HealthProber::~HealthProber() { Stop(); }
+
+Status HealthProber::Validate(const std::vector<ingest::EngineSpec>& engines) {
+  for (const ingest::EngineSpec& engine : engines) {
+    if (engine.control.empty()) continue;
+    const std::string where = "engine '" + engine.id + "'";
+    KVGOV_RETURN_IF_ERROR(ParseControlUrl(engine.control).status().WithContext(where));
+    KVGOV_RETURN_IF_ERROR(ingest::StreamsFor(engine).status().WithContext(where));
+  }
+  return Status::Ok();
+}
+
+Status HealthProber::Start() {
+  std::lock_guard lock(mu_);
+  if (started_ || stopping_) {
+    return Status::FailedPrecondition(started_ ? "health prober: already started"
+                                               : "health prober: already stopped");
+  }
+  if (table_ == nullptr) return Status::InvalidArgument("health prober: no worker status table");
+  if (options_.probe_interval_ms <= 0 || options_.timeout_ms <= 0) {
+    return Status::InvalidArgument("health prober: probe interval and timeout must be positive");
+  }
+  KVGOV_RETURN_IF_ERROR(Validate(engines_));
+  try {
+    std::vector<std::unique_ptr<Target>> targets;
+    for (const ingest::EngineSpec& engine : engines_) {
+      if (engine.control.empty()) continue;
+      KVGOV_ASSIGN_OR_RETURN(ControlEndpoint endpoint, ParseControlUrl(engine.control));
+      KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> streams, ingest::StreamsFor(engine));
+      std::string url = engine.control;
+      if (url.ends_with('/')) url.pop_back();
+      auto target = std::make_unique<Target>(std::move(url), endpoint, WorkerIds(streams));
+      const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
+      target->client.set_connection_timeout(timeout);
+      target->client.set_read_timeout(timeout);
+      target->client.set_write_timeout(timeout);
+      targets.push_back(std::move(target));
+    }
+    targets_ = std::move(targets);
+    started_ = true;
+    if (!targets_.empty()) thread_ = std::thread([this] { Run(); });
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("health prober: cannot start: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void HealthProber::Stop() {
+  std::thread thread;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    thread = std::move(thread_);
+  }
+  wake_.notify_all();
+  // Abort the request in flight, if any; httplib makes stop() safe to call
+  // from another thread. A request the thread starts after this still ends
+  // within the timeout, and the thread checks Stopping() before each one.
+  for (const std::unique_ptr<Target>& target : targets_) target->client.stop();
+  if (thread.joinable()) thread.join();
+}
+
+bool HealthProber::Stopping() const {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+void HealthProber::Run() {
+  const auto interval = std::chrono::milliseconds(options_.probe_interval_ms);
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    for (const std::unique_ptr<Target>& target : targets_) {
+      if (Stopping()) break;
+      ProbeEngine(*target);
+    }
+    lock.lock();
+    wake_.wait_for(lock, interval, [this] { return stopping_; });
+  }
+}
+
+void HealthProber::ProbeEngine(Target& target) {
+  // The edge of the thread: nothing below may throw out of it.
+  try {
+    bool ok = false;
+    std::string error;
+    if (httplib::Result health = target.client.Get("/health"); !health) {
+      error = "GET " + target.url + "/health: " + RequestErrorText(health.error());
+    } else if (health->status < 200 || health->status >= 300) {
+      error = "GET " + target.url + "/health: HTTP " + std::to_string(health->status);
+    } else {
+      ok = true;
+    }
+    const int64_t probed_at = NowMillis();
+    // NotFound means the worker was removed from the table; nothing to do.
+    for (const std::string& worker : target.workers) {
+      (void)table_->RecordProbe(worker, ok, probed_at, error);
+    }
+    if (!ok || Stopping()) return;
+
+    std::string body;
+    const size_t max_bytes = options_.max_metrics_bytes;
+    httplib::Result metrics = target.client.Get(
+        "/metrics", [](const httplib::Response& response) { return response.status == 200; },
+        [&body, max_bytes](const char* data, size_t length) {
+          if (length > max_bytes - body.size()) return false;  // too long: cancel
+          body.append(data, length);
+          return true;
+        });
+    if (!metrics) return;
+    Result<router::ScrapedLoad> load = router::ParseEngineMetrics(body, NowMillis(), max_bytes);
+    if (!load.ok()) return;
+    for (const std::string& worker : target.workers) {
+      (void)table_->RecordScrape(worker, *load);
+    }
+  } catch (const std::exception& e) {
+    try {
+      for (const std::string& worker : target.workers) {
+        (void)table_->RecordProbe(worker, false, NowMillis(),
+                                  std::string("probe failed: ") + e.what());
+      }
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace kvgov::server
