@@ -14,6 +14,11 @@ find_package(cppzmq REQUIRED)
 # Debian ships cpp-httplib prebuilt; its pkg-config flags carry the defines
 # the .so was built with, so they must be used or the class layout differs.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# RocksDB::rocksdb (static), linked by kvgov_store only. Its config appends
+# its own Find modules to CMAKE_MODULE_PATH: find TBB with CONFIG if ever needed.
+find_package(RocksDB REQUIRED)
+# libsodium ships no CMake config (Ed25519 signing of certificates).
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 
 if(KVGOV_BUILD_TESTS)
   find_package(GTest REQUIRED)

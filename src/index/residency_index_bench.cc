@@ -1,4 +1,4 @@
-// Residency index throughput and memory.
+// Residency index throughput, memory, and snapshot / restore cost.
 //   cmake -B build-bench -DCMAKE_BUILD_TYPE=Release -DKVGOV_BUILD_BENCHMARKS=ON
 //   cmake --build build-bench --target kvgov_index_bench
 //   build-bench/src/index/kvgov_index_bench
@@ -7,8 +7,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "kvgov/index/residency_index.h"
 
@@ -100,6 +102,72 @@ void BM_MemoryPerResidentPair(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MemoryPerResidentPair)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// One worker holding 1,048,576 blocks in hbm, each named by one engine hash:
+// the state a periodic checkpoint writes and a restart reads back.
+constexpr uint64_t kSnapshotBlocks = uint64_t{1} << 20;
+
+std::unique_ptr<ResidencyIndex> MillionBlockIndex(const std::vector<BlockStored>& events) {
+  auto index = std::make_unique<ResidencyIndex>();
+  (void)index->AddWorker("w0", "llama", kBlockSize);
+  for (const BlockStored& event : events) (void)index->Apply("w0", event);
+  return index;
+}
+
+void BM_SnapshotWorker(benchmark::State& state) {
+  const std::vector<BlockStored> events = MakeChains(1 << 16, 16, 3);
+  std::unique_ptr<ResidencyIndex> index = MillionBlockIndex(events);
+  size_t bytes = 0;
+  for (auto _ : state) {
+    Result<std::string> snapshot = index->SnapshotWorker("w0");
+    bytes = snapshot.ok() ? snapshot->size() : 0;
+    benchmark::DoNotOptimize(snapshot);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.counters["blocks"] = static_cast<double>(index->ResidentPairs());
+  state.counters["bytes_per_block"] =
+      static_cast<double>(bytes) / static_cast<double>(kSnapshotBlocks);
+  state.counters["snapshot_MiB"] = static_cast<double>(bytes) / (1 << 20);
+}
+BENCHMARK(BM_SnapshotWorker)->Unit(benchmark::kMillisecond);
+
+// Arg 0: into a registered, empty worker (a restart). Arg 1: over the same
+// state already resident (every key leaves and re-enters the holder lists).
+void BM_RestoreWorker(benchmark::State& state) {
+  const bool over_existing = state.range(0) != 0;
+  const std::vector<BlockStored> events = MakeChains(1 << 16, 16, 3);
+  std::string snapshot = MillionBlockIndex(events)->SnapshotWorker("w0").value();
+  double heap_per_block = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::unique_ptr<ResidencyIndex> index;
+    if (over_existing) {
+      index = MillionBlockIndex(events);
+    } else {
+      index = std::make_unique<ResidencyIndex>();
+      (void)index->AddWorker("w0", "llama", kBlockSize);
+    }
+    const size_t before = HeapInUse();
+    state.ResumeTiming();
+    Status status = index->RestoreWorker("w0", snapshot);
+    state.PauseTiming();
+    if (!status.ok() || index->ResidentPairs() != kSnapshotBlocks) {
+      state.SkipWithError(status.ToString().c_str());
+      break;
+    }
+    heap_per_block = (static_cast<double>(HeapInUse()) - static_cast<double>(before)) /
+                     static_cast<double>(kSnapshotBlocks);
+    index.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kSnapshotBlocks));
+  state.counters["bytes_per_block"] =
+      static_cast<double>(snapshot.size()) / static_cast<double>(kSnapshotBlocks);
+  // Heap the restore left in use, per block: the restored tables (and, over
+  // existing state, nothing: the old tables were freed).
+  state.counters["heap_delta_per_block"] = heap_per_block;
+}
+BENCHMARK(BM_RestoreWorker)->Arg(0)->Arg(1)->Iterations(5)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvgov::index

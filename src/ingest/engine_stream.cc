@@ -19,12 +19,13 @@ size_t DecodeErrorSlot(std::string_view reason) {
 }  // namespace
 
 EngineStream::EngineStream(std::string worker, EngineKind kind, index::ResidencyIndex* index,
-                           ReplaySource* replay, EntrySink sink)
+                           ReplaySource* replay, EntrySink sink, StreamDurability* durability)
     : worker_(std::move(worker)),
       kind_(kind),
       index_(index),
       replay_(replay),
       sink_(std::move(sink)),
+      durability_(durability),
       first_seq_(kind == EngineKind::kMooncake ? 1 : 0) {}
 
 Result<EngineEventBatch> EngineStream::Decode(std::string_view payload) {
@@ -52,7 +53,21 @@ void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
     stats_.seq_gaps.fetch_add(1, std::memory_order_relaxed);
     if (!Replay(expected, seq)) MarkStale();
   }
-  Apply(seq, batch);
+  Apply(seq, payload, batch);
+}
+
+void EngineStream::Reapply(uint64_t seq, std::string_view payload) {
+  reapplying_ = true;
+  Apply(seq, payload, Decode(payload));
+  reapplying_ = false;
+}
+
+void EngineStream::Resume(uint64_t last_seq, double last_ts) {
+  last_seq_ = last_seq;
+  last_ts_ = last_ts;
+  stats_.last_seq.store(static_cast<int64_t>(last_seq), std::memory_order_relaxed);
+  std::optional<index::WorkerResidency> worker = index_->Worker(worker_);
+  stale_ = worker.has_value() && worker->state == index::WorkerState::kStale;
 }
 
 void EngineStream::OnBadFraming(std::string_view detail) {
@@ -68,7 +83,7 @@ bool EngineStream::Replay(uint64_t start, uint64_t stop) {
     // Apply in order; anything outside [next, stop) is either already
     // applied or will arrive live.
     if (seq != next || seq >= stop) return;
-    Apply(seq, Decode(payload));
+    Apply(seq, payload, Decode(payload));
     ++next;
   });
   const bool complete = next == stop;
@@ -83,9 +98,15 @@ bool EngineStream::Replay(uint64_t start, uint64_t stop) {
   return complete;
 }
 
-void EngineStream::Apply(uint64_t seq, const Result<EngineEventBatch>& batch) {
+void EngineStream::Apply(uint64_t seq, std::string_view payload,
+                         const Result<EngineEventBatch>& batch) {
   last_seq_ = seq;
   stats_.last_seq.store(static_cast<int64_t>(seq), std::memory_order_relaxed);
+  ApplyBatch(seq, batch);
+  if (durability_ != nullptr && !reapplying_) durability_->OnApplied(worker_, seq, last_ts_, payload);
+}
+
+void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch) {
   if (!batch.ok()) {
     std::string_view reason = adapters::DecodeErrorReason(batch.status());
     stats_.decode_errors[DecodeErrorSlot(reason)].fetch_add(1, std::memory_order_relaxed);
@@ -127,6 +148,7 @@ void EngineStream::Apply(uint64_t seq, const Result<EngineEventBatch>& batch) {
 
 void EngineStream::StartOver() {
   (void)index_->ClearWorker(worker_);
+  if (durability_ != nullptr) durability_->OnRestart(worker_);
   last_seq_.reset();
   last_ts_ = 0;
   if (stale_) {

@@ -96,8 +96,9 @@ bool IsInteger(std::string_view token) {
 class SampleLine {
  public:
   SampleLine(std::string_view line, size_t pos, size_t line_number, std::string_view name)
-      : line_(line), pos_(pos), where_("line " + std::to_string(line_number) + ": " +
-                                       std::string(name) + ": ") {}
+      : line_(line),
+        pos_(pos),
+        where_("line " + std::to_string(line_number) + ": " + std::string(name) + ": ") {}
 
   // Parses from just after the metric name to the end of the line.
   Status Parse() {

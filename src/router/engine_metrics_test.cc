@@ -9,7 +9,8 @@ namespace {
 
 // What a vLLM server with two data-parallel engines serves, trimmed: HELP and
 // TYPE lines, unrelated counters and histograms, one series per engine.
-constexpr std::string_view kVllmTwoEngines = R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
+constexpr std::string_view kVllmTwoEngines =
+    R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B"} 3.0
 vllm:num_requests_running{engine="1",model_name="meta-llama/Llama-3.1-8B"} 2.0
@@ -54,7 +55,8 @@ TEST(EngineMetricsTest, LabelValuesMayHoldEscapedQuotesCommasAndBraces) {
 }
 
 TEST(EngineMetricsTest, ReadsSglangNames) {
-  constexpr std::string_view kText = R"(# HELP sglang:num_running_reqs The number of running requests.
+  constexpr std::string_view kText =
+      R"(# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{model_name="qwen",tp_rank="0"} 6.0
 # TYPE sglang:num_queue_reqs gauge
@@ -175,9 +177,10 @@ TEST(EngineMetricsTest, MalformedLineOfALowerPriorityNameIsStillAnError) {
 
 TEST(EngineMetricsTest, NanAndInfinityAreInvalid) {
   for (const char* value : {"NaN", "nan", "+Inf", "-Inf", "Inf"}) {
-    const std::string text = "vllm:num_requests_running{model_name=\"m\"} 1\n"
-                             "vllm:kv_cache_usage_perc{model_name=\"m\"} " +
-                             std::string(value) + "\n";
+    const std::string text =
+        "vllm:num_requests_running{model_name=\"m\"} 1\n"
+        "vllm:kv_cache_usage_perc{model_name=\"m\"} " +
+        std::string(value) + "\n";
     Result<ScrapedLoad> load = ParseEngineMetrics(text, 0);
     ASSERT_FALSE(load.ok()) << value;
     EXPECT_EQ(load.status().code(), StatusCode::kInvalidArgument) << value;

@@ -1,9 +1,12 @@
 #include "server/daemon.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "server/health_prober.h"
+#include "server/http_api.h"
 #include "server/tenant_secret.h"
 
 namespace kvgov::server {
@@ -110,6 +113,21 @@ Status RegisterRouteMetrics(Daemon& daemon) {
   return Status::Ok();
 }
 
+// Drain flags are governance state: kept as "drain/<worker>" rows.
+Status RestoreDrains(Daemon& daemon) {
+  std::vector<std::string> drained;
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, "drain/", "drain0", [&](std::string_view key, std::string_view) {
+        drained.emplace_back(key.substr(6));
+        return true;
+      }));
+  for (const std::string& worker : drained) {
+    // A worker no longer configured keeps its row; it is simply not routable.
+    (void)daemon.status.SetDraining(worker, true);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int64_t WallClockMillis() {
@@ -119,7 +137,25 @@ int64_t WallClockMillis() {
 }
 
 Daemon::Daemon() = default;
-Daemon::~Daemon() = default;
+Daemon::~Daemon() { Stop(); }
+
+void Daemon::Stop() {
+  if (ingest) ingest->Stop();
+  if (prober) prober->Stop();
+  if (housekeeping) housekeeping->Stop();
+  if (group_commit) group_commit->Stop();
+  if (stream_store) {
+    if (Status snapped = stream_store->SnapshotAll(); !snapped.ok()) {
+      std::fprintf(stderr, "kvgov: shutdown snapshot failed: %s\n", snapped.ToString().c_str());
+    }
+  }
+  if (store) (void)store->SyncWal();
+}
+
+Status RecordGovernance(Daemon& daemon, std::string_view kind, std::string_view subject,
+                        std::string_view payload, std::span<const store::WriteOp> state) {
+  return daemon.journal->Append(kind, subject, payload, WallClockMillis(), state).status();
+}
 
 Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   std::set<std::string> ids;
@@ -135,14 +171,27 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                       ? options.data_dir + "/tenant-salt.key"
                                       : options.tenant_secret_file;
   KVGOV_ASSIGN_OR_RETURN(daemon->tenant_secret, LoadOrCreateTenantSecret(secret_path));
+  KVGOV_ASSIGN_OR_RETURN(daemon->issuer,
+                         cert::IssuerKey::LoadOrCreate(options.data_dir + "/issuer.key"));
+  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store"));
+  KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
+  daemon->stream_store = std::make_unique<StreamStore>(
+      daemon->store.get(), &daemon->index, std::max<uint64_t>(1, options.snapshot_every_batches));
   KVGOV_ASSIGN_OR_RETURN(daemon->accounting, CacheAccounting::Create(&daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
   daemon->router =
       std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route);
   CacheAccounting* accounting = daemon->accounting.get();
+  StreamStore* stream_store = daemon->stream_store.get();
+  const auto recovery_started = std::chrono::steady_clock::now();
+  StreamStore::RecoveryStats recovered;
   daemon->ingest = std::make_unique<transport::ZmqIngest>(
-      &daemon->index, [accounting](const Entry& entry) { accounting->Record(entry); });
+      &daemon->index, [accounting](const Entry& entry) { accounting->Record(entry); },
+      transport::ReplayLimits{}, stream_store,
+      [stream_store, &recovered](ingest::EngineStream& stream) {
+        return stream_store->Recover(stream, &recovered);
+      });
   for (const ingest::EngineSpec& engine : options.engines) {
     KVGOV_RETURN_IF_ERROR(
         daemon->ingest->AddEngine(engine).WithContext("engine '" + engine.id + "'"));
@@ -151,6 +200,18 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       KVGOV_RETURN_IF_ERROR(daemon->status.Add(stream.worker, !engine.control.empty()));
     }
   }
+  std::fprintf(stderr,
+               "kvgov: recovered %llu resident blocks from snapshots and %llu logged batches, "
+               "journal at seq %llu, in %.1f ms\n",
+               static_cast<unsigned long long>(recovered.snapshot_blocks),
+               static_cast<unsigned long long>(recovered.logged_batches),
+               static_cast<unsigned long long>(daemon->journal->head_seq()),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                         recovery_started)
+                   .count());
+  KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
+  KVGOV_RETURN_IF_ERROR(
+      RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {}));
   daemon->prober = std::make_unique<HealthProber>(
       &daemon->status, options.engines,
       HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
@@ -158,6 +219,14 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   router::Router* router = daemon->router.get();
   daemon->housekeeping = std::make_unique<PeriodicTask>(
       std::chrono::milliseconds(1000), [router] { router->ExpireDecisions(WallClockMillis()); });
+  store::Store* store = daemon->store.get();
+  daemon->group_commit = std::make_unique<PeriodicTask>(
+      std::chrono::milliseconds(std::max<int64_t>(1, options.group_commit_ms)), [store] {
+        if (Status synced = store->SyncWal(); !synced.ok()) {
+          std::fprintf(stderr, "kvgov store: group commit failed: %s\n",
+                       synced.ToString().c_str());
+        }
+      });
   return daemon;
 }
 

@@ -3,14 +3,18 @@
 #include <memory>
 #include <string>
 
+#include "kvgov/cert/issuer_key.h"
 #include "kvgov/index/residency_index.h"
+#include "kvgov/journal/journal.h"
 #include "kvgov/metrics/registry.h"
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
 #include "kvgov/server/server.h"
+#include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
 #include "server/cache_accounting.h"
 #include "server/periodic_task.h"
+#include "server/stream_store.h"
 
 namespace kvgov::server {
 
@@ -33,6 +37,10 @@ struct Daemon {
 
   ServerOptions options;
   std::string tenant_secret;  // never logged
+  std::unique_ptr<cert::IssuerKey> issuer;
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<journal::Journal> journal;
+  std::unique_ptr<StreamStore> stream_store;
   metrics::Registry metrics;
   index::ResidencyIndex index;
   router::WorkerStatusTable status;
@@ -42,7 +50,18 @@ struct Daemon {
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;
+  std::unique_ptr<PeriodicTask> group_commit;
+
+  /// Stops the threads that write (ingest, prober, commits) and snapshots
+  /// the streams, so the next start replays nothing. Idempotent.
+  void Stop();
 };
+
+/// Records a governance change: a journal row and, in the same synced
+/// write, the state it changes. The answer to the request that made the
+/// change may leave only after this returns OK.
+Status RecordGovernance(Daemon& daemon, std::string_view kind, std::string_view subject,
+                        std::string_view payload, std::span<const store::WriteOp> state);
 
 /// Builds the daemon: the tenant secret, metric families, accounting,
 /// engines registered and their subscribers, prober and housekeeping

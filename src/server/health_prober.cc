@@ -40,8 +40,8 @@ Result<ControlEndpoint> ParseControlUrl(std::string_view url) {
   std::string_view rest = url.substr(kScheme.size());
   if (rest.ends_with('/')) rest.remove_suffix(1);
   if (rest.find_first_of("/?#@ ") != std::string_view::npos) {
-    return Status::InvalidArgument(
-        "control: want http://HOST:PORT with no user, path or query" + got);
+    return Status::InvalidArgument("control: want http://HOST:PORT with no user, path or query" +
+                                   got);
   }
   ControlEndpoint endpoint;
   std::string_view port_text;
@@ -53,7 +53,9 @@ Result<ControlEndpoint> ParseControlUrl(std::string_view url) {
     endpoint.host = std::string(rest.substr(1, close - 1));
     std::string_view after = rest.substr(close + 1);
     if (!after.empty()) {
-      if (!after.starts_with(':')) return Status::InvalidArgument("control: want ':PORT' after ']'" + got);
+      if (!after.starts_with(':')) {
+        return Status::InvalidArgument("control: want ':PORT' after ']'" + got);
+      }
       port_text = after.substr(1);
       if (port_text.empty()) return Status::InvalidArgument("control: empty port" + got);
     }

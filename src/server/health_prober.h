@@ -16,8 +16,8 @@
 namespace kvgov::server {
 
 struct HealthProberOptions {
-  int64_t probe_interval_ms = 1000;  // pause between the end of one round and the next
-  int64_t timeout_ms = 1000;         // connect, read and write timeout of each request
+  int64_t probe_interval_ms = 1000;    // pause between the end of one round and the next
+  int64_t timeout_ms = 1000;           // connect, read and write timeout of each request
   size_t max_metrics_bytes = 4 << 20;  // a longer /metrics body is dropped unparsed
 };
 

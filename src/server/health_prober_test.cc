@@ -22,7 +22,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-constexpr std::string_view kTwoEngineMetrics = R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
+constexpr std::string_view kTwoEngineMetrics =
+    R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 3.0
 vllm:num_requests_running{engine="1",model_name="m"} 4.0
@@ -186,9 +187,9 @@ TEST(HealthProberTest, WorkerTurnsHealthyAfterTheFirstGoodProbeAndGetsTheSummedL
   router::WorkerStatusTable table;
   ASSERT_TRUE(table.Add("w1", true).ok());
   HealthProber prober(&table, {Engine("w1", engine.url())}, FastOptions());
-  const int64_t before = std::chrono::duration_cast<milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t before =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   ASSERT_TRUE(prober.Start().ok());
 
   ASSERT_TRUE(WaitFor([&] { return StatusOf(table, "w1").scraped.has_value(); }));
@@ -225,8 +226,7 @@ TEST(HealthProberTest, HealthHasHysteresisAndRecovers) {
   ASSERT_TRUE(WaitFor([&] { return StatusOf(table, "w1").consecutive_failures >= 2; }));
   router::WorkerStatus failed = StatusOf(table, "w1");
   EXPECT_FALSE(failed.healthy);
-  EXPECT_NE(failed.last_probe_error.find("/health"), std::string::npos)
-      << failed.last_probe_error;
+  EXPECT_NE(failed.last_probe_error.find("/health"), std::string::npos) << failed.last_probe_error;
 
   engine.SetHealth(200);
   ASSERT_TRUE(WaitFor([&] { return StatusOf(table, "w1").healthy; }));
@@ -278,8 +278,7 @@ TEST(HealthProberTest, EngineWithoutControlUrlIsNotProbed) {
   router::WorkerStatusTable table;
   ASSERT_TRUE(table.Add("probed", true).ok());
   ASSERT_TRUE(table.Add("quiet", false).ok());
-  HealthProber prober(&table, {Engine("quiet", ""), Engine("probed", engine.url())},
-                      FastOptions());
+  HealthProber prober(&table, {Engine("quiet", ""), Engine("probed", engine.url())}, FastOptions());
   ASSERT_TRUE(prober.Start().ok());
 
   // Three /health requests mean at least two whole rounds have run.
@@ -371,8 +370,7 @@ TEST(HealthProberTest, ValidateRejectsHttpsAsUnsupported) {
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("engine 'e1'"), std::string::npos) << status.message();
-  EXPECT_NE(status.message().find("https is not supported"), std::string::npos)
-      << status.message();
+  EXPECT_NE(status.message().find("https is not supported"), std::string::npos) << status.message();
 }
 
 TEST(HealthProberTest, ValidateRejectsMalformedControlUrls) {

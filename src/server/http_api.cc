@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -328,7 +329,50 @@ Json ConfigJson(const Daemon& daemon) {
           {"engines", std::move(engines)}};
 }
 
+// A query parameter as an unsigned integer within [min, max].
+Result<uint64_t> QueryNumber(const httplib::Request& request, const char* name, uint64_t fallback,
+                             uint64_t min, uint64_t max) {
+  if (!request.has_param(name)) return fallback;
+  const std::string text = request.get_param_value(name);
+  uint64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    return Status::InvalidArgument(std::string(name) + ": want an integer in " +
+                                   std::to_string(min) + "-" + std::to_string(max) + ", got '" +
+                                   text.substr(0, 32) + "'");
+  }
+  return value;
+}
+
+void HandleJournal(const Daemon& daemon, const httplib::Request& request,
+                   httplib::Response& response) {
+  Result<uint64_t> since = QueryNumber(request, "since", 1, 1, UINT64_MAX);
+  Result<uint64_t> limit = QueryNumber(request, "limit", 100, 1, 1000);
+  if (!since.ok()) return SendError(response, 400, since.status());
+  if (!limit.ok()) return SendError(response, 400, limit.status());
+  Result<std::vector<journal::Row>> rows = daemon.journal->Read(*since, *limit);
+  if (!rows.ok()) return SendError(response, 500, rows.status());
+  Json out = Json::array();
+  for (const journal::Row& row : *rows) {
+    out.push_back({{"seq", row.seq},
+                   {"time_ms", row.time_ms},
+                   {"kind", row.kind},
+                   {"subject", row.subject},
+                   {"payload", row.payload},
+                   {"payload_digest", row.payload_digest},
+                   {"prev_hash", row.prev_hash},
+                   {"hash", row.hash}});
+  }
+  Json body = {{"rows", std::move(out)}, {"head_seq", daemon.journal->head_seq()}};
+  if (!rows->empty() && rows->back().seq < daemon.journal->head_seq()) {
+    body["next_since"] = rows->back().seq + 1;
+  }
+  SendJson(response, 200, body);
+}
+
 }  // namespace
+
+std::string DescribeConfig(const Daemon& daemon) { return ConfigJson(daemon).dump(); }
 
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,
                    std::string_view message) {
@@ -357,15 +401,36 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
             });
   auto set_drain = [&daemon](bool draining) {
     return [&daemon, draining](const httplib::Request& request, httplib::Response& response) {
-      Status set = daemon.status.SetDraining(request.matches[1].str(), draining);
-      if (!set.ok()) return SendError(response, 404, set);
-      SendJson(response, 200, {{"worker", request.matches[1].str()}, {"draining", draining}});
+      const std::string worker = request.matches[1].str();
+      if (!daemon.status.Get(worker).has_value()) {
+        return SendError(response, 404,
+                         Status::NotFound("worker '" + worker + "' is not registered"));
+      }
+      // Durable first, then in effect: a drain the answer acknowledges
+      // survives a crash.
+      const store::WriteOp state{store::Column::kGovernance, "drain/" + worker,
+                                 draining ? std::optional<std::string>("1") : std::nullopt};
+      const Json payload = {{"worker", worker}, {"draining", draining}};
+      Status recorded = RecordGovernance(daemon, draining ? "worker.drain" : "worker.undrain",
+                                         worker, payload.dump(), {&state, 1});
+      if (!recorded.ok()) return SendError(response, 503, recorded);
+      (void)daemon.status.SetDraining(worker, draining);
+      SendJson(response, 200, payload);
     };
   };
   http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(true));
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
   http.Get("/v1/config", [&daemon](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200, ConfigJson(daemon));
+  });
+  http.Get("/v1/issuer", [&daemon](const httplib::Request&, httplib::Response& response) {
+    SendJson(response, 200,
+             {{"algorithm", "ed25519"},
+              {"key_id", daemon.issuer->key_id()},
+              {"public_key", daemon.issuer->public_key_hex()}});
+  });
+  http.Get("/v1/journal", [&daemon](const httplib::Request& request, httplib::Response& response) {
+    HandleJournal(daemon, request, response);
   });
   http.Get("/metrics", [&daemon](const httplib::Request&, httplib::Response& response) {
     response.set_content(daemon.metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");

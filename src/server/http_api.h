@@ -16,6 +16,10 @@ struct Daemon;
 /// their own. Routes and bodies: docs/formats/events-api.md.
 void RegisterHttpApi(httplib::Server& http, Daemon& daemon);
 
+/// The settings in effect (GET /v1/config's body), as JSON text; the
+/// journal records it at every start.
+std::string DescribeConfig(const Daemon& daemon);
+
 /// Writes kvgov's one error body, {"error":{"code":...,"message":...}}.
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,
                    std::string_view message);

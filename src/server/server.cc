@@ -147,7 +147,7 @@ void Server::Shutdown() {
   }
   impl_->http.stop();
   if (impl_->listener.joinable()) impl_->listener.join();
-  if (impl_->daemon->ingest) impl_->daemon->ingest->Stop();
+  impl_->daemon->Stop();
 }
 
 }  // namespace kvgov::server

@@ -75,6 +75,7 @@ std::string DaemonProcess::Stderr() const { return ReadFile(dir_ / "output.log")
 
 Status DaemonProcess::Start(const std::vector<std::string>& extra_args) {
   const std::filesystem::path ready = dir_ / "ready";
+  std::filesystem::remove(ready);
   std::vector<std::string> args = {"serve",       "--listen",           "127.0.0.1:0",
                                    "--data-dir",  (dir_ / "data").string(),
                                    "--ready-file", ready.string()};
@@ -99,6 +100,14 @@ Status DaemonProcess::Start(const std::vector<std::string>& extra_args) {
     std::this_thread::sleep_for(kPollInterval);
   }
   return Status::Unavailable("kvgov did not become ready in time: " + Stderr());
+}
+
+void DaemonProcess::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
 }
 
 int DaemonProcess::Stop() {

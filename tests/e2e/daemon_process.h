@@ -15,7 +15,8 @@ namespace kvgov::testing {
 /// A `kvgov serve` child process for end-to-end tests. Start() spawns it on
 /// 127.0.0.1:0 with a fresh data dir and polls its ready file (never a fixed
 /// sleep); the destructor stops it by PID (SIGTERM, then SIGKILL after a
-/// grace period) and removes the scratch directory. Not thread-safe.
+/// grace period) and removes the scratch directory. Start may be called
+/// again after Stop or Kill: the same data dir is reused. Not thread-safe.
 class DaemonProcess {
  public:
   DaemonProcess();
@@ -30,6 +31,10 @@ class DaemonProcess {
 
   /// Sends SIGTERM and waits for exit; returns the exit code, or -signal.
   int Stop();
+
+  /// Sends SIGKILL and reaps the process: a crash. The data dir stays, so a
+  /// later Start() recovers from it.
+  void Kill();
 
   /// Runs `kvgov ARGS...` to completion (for one-shot subcommands and for
   /// serve invocations expected to fail); returns the exit code and fills

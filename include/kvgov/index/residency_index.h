@@ -113,6 +113,26 @@ class ResidencyIndex {
   /// Total (block, worker) residency pairs, for memory accounting.
   uint64_t ResidentPairs() const;
 
+  /// The worker's whole residency (model, block size, live or stale, every
+  /// engine hash -> key mapping, every key's tiers, including keys added by
+  /// AddBlocks) as a versioned binary snapshot with a CRC-32C trailer
+  /// (docs/formats/index-snapshot.md). Equal residency gives equal bytes.
+  /// The lock is held shared only while the worker's tables are copied;
+  /// sorting and encoding happen after it is released. NotFound if unknown.
+  Result<std::string> SnapshotWorker(std::string_view worker) const;
+
+  /// Replaces the worker's residency (tables, tier counts, live or stale)
+  /// with a snapshot's. The snapshot is decoded in full before the lock is
+  /// taken, so on any error the worker is untouched. Returns:
+  ///  - Corruption naming the byte offset and what is wrong (magic, version,
+  ///    length, checksum, a count running past the end, a tier mask with
+  ///    unknown bits, unordered or duplicate records);
+  ///  - NotFound if the worker is not registered;
+  ///  - FailedPrecondition when the snapshot's model or block size is not
+  ///    the registration's (naming both), or its keys were computed by a
+  ///    block-key hasher with another seed or scheme.
+  Status RestoreWorker(std::string_view worker, std::string_view snapshot);
+
  private:
   struct WorkerSlot;
   struct EngineRef {
@@ -132,6 +152,9 @@ class ResidencyIndex {
   void ClearLocked(WorkerSlot& slot);
   ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);
   ApplyResult ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed);
+  // Decodes and checks a snapshot into `out` (a detached slot: no number, in
+  // no holders_ list). Needs no lock: it reads only hasher_.
+  Status DecodeSnapshot(std::string_view snapshot, WorkerSlot& out) const;
 
   const BlockKeyHasher hasher_;
   mutable std::shared_mutex mu_;

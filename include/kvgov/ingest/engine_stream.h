@@ -60,6 +60,19 @@ struct StreamStats {
 /// Receives the envelope entry every applied engine event lowers to.
 using EntrySink = std::function<void(const Entry&)>;
 
+/// Makes a stream's progress durable (implemented over the store by the
+/// server). Called from the stream's thread.
+class StreamDurability {
+ public:
+  virtual ~StreamDurability() = default;
+  /// Batch `seq` (its raw payload, timestamp `ts`) was just applied to the
+  /// index, or counted as undecodable.
+  virtual void OnApplied(std::string_view worker, uint64_t seq, double ts,
+                         std::string_view payload) = 0;
+  /// The engine restarted: the worker was cleared and its seq starts over.
+  virtual void OnRestart(std::string_view worker) = 0;
+};
+
 /// Follows one engine stream (one worker, one data-parallel rank): orders
 /// its batches by sequence number, repairs gaps through the replay socket,
 /// detects restarts, and applies the events to the residency index.
@@ -85,9 +98,19 @@ class EngineStream {
  public:
   /// `index` must outlive the stream and already have `worker` registered.
   /// `replay` may be null (no replay socket): gaps then mark the worker
-  /// stale. `sink` may be empty.
+  /// stale. `sink` may be empty; `durability` may be null (nothing
+  /// persisted).
   EngineStream(std::string worker, EngineKind kind, index::ResidencyIndex* index,
-               ReplaySource* replay, EntrySink sink);
+               ReplaySource* replay, EntrySink sink, StreamDurability* durability = nullptr);
+
+  /// Recovery after a restart of kvgov: re-applies a batch the durability
+  /// layer logged (without logging it again and without sequence checks).
+  void Reapply(uint64_t seq, std::string_view payload);
+
+  /// Recovery: continue as if batch `last_seq` (timestamp `last_ts`) was the
+  /// last one applied, so the next live batch past it is a gap repaired by
+  /// replay. The worker's stale flag is taken from the index.
+  void Resume(uint64_t last_seq, double last_ts);
 
   /// Handles one live message.
   void OnMessage(uint64_t seq, std::string_view payload);
@@ -102,7 +125,8 @@ class EngineStream {
  private:
   // A decoded batch, or the reason it did not decode.
   Result<EngineEventBatch> Decode(std::string_view payload);
-  void Apply(uint64_t seq, const Result<EngineEventBatch>& batch);
+  void Apply(uint64_t seq, std::string_view payload, const Result<EngineEventBatch>& batch);
+  void ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch);
   // Replays [start, stop) and reports whether every seq arrived.
   bool Replay(uint64_t start, uint64_t stop);
   void StartOver();
@@ -113,7 +137,9 @@ class EngineStream {
   index::ResidencyIndex* const index_;
   ReplaySource* const replay_;
   const EntrySink sink_;
+  StreamDurability* const durability_;
   const uint64_t first_seq_;  // what the publisher counts from
+  bool reapplying_ = false;   // recovery: apply without logging again
   StreamStats stats_;
   std::optional<uint64_t> last_seq_;
   double last_ts_ = 0;

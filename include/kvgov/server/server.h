@@ -32,6 +32,10 @@ struct ServerOptions {
   // 32 bytes from which tenants' cache salts are derived; created (mode 0600)
   // when missing. Empty: <data_dir>/tenant-salt.key.
   std::string tenant_secret_file;
+  // A worker's residency is snapshotted every this many engine batches.
+  uint64_t snapshot_every_batches = 10000;
+  // Unsynced engine-event writes are fsynced together this often.
+  int64_t group_commit_ms = 100;
 };
 
 /// The kvgov daemon: the HTTP API over the residency index and the

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,16 +37,23 @@ struct StreamView {
 /// Thread-safe: AddEngine, Streams and Stop may be called from any thread.
 class ZmqIngest {
  public:
+  /// Called for each stream before its thread starts, to bring it back to
+  /// where kvgov was before a restart (the server's store recovery).
+  using RecoverFn = std::function<Status(ingest::EngineStream&)>;
+
   /// `index` must outlive this object. `sink` receives every lowered entry
-  /// and is called from the stream threads concurrently.
-  ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits = {});
+  /// and is called from the stream threads concurrently. `durability` (may
+  /// be null) must outlive this object; `recover` may be empty.
+  ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits = {},
+            ingest::StreamDurability* durability = nullptr, RecoverFn recover = {});
   ~ZmqIngest();
   ZmqIngest(const ZmqIngest&) = delete;
   ZmqIngest& operator=(const ZmqIngest&) = delete;
 
   /// Registers the engine's workers in the index (one per data-parallel
-  /// rank) and starts following their streams. AlreadyExists if a worker
-  /// id is taken; InvalidArgument for a bad spec.
+  /// rank), recovers each stream, and starts following them. AlreadyExists
+  /// if a worker id is taken; InvalidArgument for a bad spec; whatever the
+  /// recovery returns.
   Status AddEngine(const ingest::EngineSpec& engine);
 
   std::vector<StreamView> Streams() const;

@@ -133,17 +133,22 @@ struct ZmqIngest::Impl {
   index::ResidencyIndex* index;
   ingest::EntrySink sink;
   ReplayLimits limits;
+  ingest::StreamDurability* durability;
+  RecoverFn recover;
   zmq::context_t context{1};
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;  // guards streams
   std::vector<std::unique_ptr<Stream>> streams;
 };
 
-ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits)
+ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits,
+                     ingest::StreamDurability* durability, RecoverFn recover)
     : impl_(std::make_unique<Impl>()) {
   impl_->index = index;
   impl_->sink = std::move(sink);
   impl_->limits = limits;
+  impl_->durability = durability;
+  impl_->recover = std::move(recover);
 }
 
 ZmqIngest::~ZmqIngest() { Stop(); }
@@ -163,8 +168,12 @@ Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
       stream->replay =
           std::make_unique<ZmqReplaySource>(&impl_->context, spec.replay, impl_->limits);
     }
-    stream->stream = std::make_unique<ingest::EngineStream>(
-        spec.worker, engine.kind, impl_->index, stream->replay.get(), impl_->sink);
+    stream->stream = std::make_unique<ingest::EngineStream>(spec.worker, engine.kind, impl_->index,
+                                                            stream->replay.get(), impl_->sink,
+                                                            impl_->durability);
+    if (impl_->recover) {
+      KVGOV_RETURN_IF_ERROR(impl_->recover(*stream->stream).WithContext("recovering " + spec.worker));
+    }
     Stream* raw = stream.get();
     raw->thread = std::thread([this, raw] { RunStream(impl_->context, *raw, impl_->stopping); });
     impl_->streams.push_back(std::move(stream));

@@ -1,0 +1,99 @@
+#pragma once
+
+// The audit journal: an append-only, hash-chained log of every governance
+// decision and state change. Row format: docs/formats/journal.md.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/status.h"
+#include "kvgov/store/store.h"
+
+namespace kvgov::journal {
+
+/// One row. `hash` covers prev_hash and every other field with
+/// length-prefixed framing (docs/formats/journal.md); rows are never
+/// rewritten.
+struct Row {
+  uint32_t format_version = 1;
+  uint64_t seq = 0;            // 1, 2, 3, ... with no holes
+  int64_t time_ms = 0;         // wall clock when appended
+  std::string kind;            // e.g. "worker.drain", "lease.transition", "config"
+  std::string subject;         // what it is about: a worker, lease, directive id
+  std::string payload_digest;  // hex SHA-256 of the payload
+  std::string payload;         // the decision itself, JSON
+  std::string prev_hash;       // hash of row seq-1; 64 zeros for seq 1
+  std::string hash;
+  friend bool operator==(const Row&, const Row&) = default;
+};
+
+/// The row format this build writes and reads (the row's version byte).
+inline constexpr uint32_t kRowFormatVersion = 1;
+/// The largest encoded row; Append refuses a payload that would exceed it.
+inline constexpr size_t kMaxRowBytes = size_t{1} << 20;
+
+/// The hash of a row from its other fields (what `hash` must equal).
+std::string RowHash(const Row& row);
+
+/// Encodes and decodes a row for the store (docs/formats/journal.md).
+/// DecodeRow returns Corruption naming what is wrong.
+std::string EncodeRow(const Row& row);
+Result<Row> DecodeRow(std::string_view bytes);
+
+/// The hash chain over the store's journal column.
+///
+/// Thread-safe: Append is serialised by a mutex (the chain is a total
+/// order); reads go to the store directly.
+class Journal {
+ public:
+  /// Loads the chain head from `store` (which must outlive the journal),
+  /// verifying the last row. Corruption when the head does not verify.
+  static Result<std::unique_ptr<Journal>> Open(store::Store* store);
+
+  /// Appends a row and, in the same atomic store write, `extra` (the state
+  /// change the row records), synced before returning. Returns the row.
+  /// InvalidArgument when the row would exceed kMaxRowBytes or an `extra`
+  /// op targets the journal column; the store's error when the write fails,
+  /// and then the head does not move.
+  Result<Row> Append(std::string_view kind, std::string_view subject, std::string_view payload,
+                     int64_t time_ms, std::span<const store::WriteOp> extra = {});
+
+  /// Rows with seq >= since, at most `limit` of them, in order. Corruption
+  /// when a stored row does not decode (rows are not re-hashed here: that
+  /// is Verify's job).
+  Result<std::vector<Row>> Read(uint64_t since, size_t limit) const;
+
+  /// The last appended row's seq and hash (0 and 64 zeros when empty).
+  uint64_t head_seq() const;
+  std::string head_hash() const;
+
+ private:
+  explicit Journal(store::Store* store) : store_(store) {}
+
+  store::Store* const store_;
+  mutable std::mutex mu_;
+  uint64_t head_seq_ = 0;  // guarded by mu_
+  std::string head_hash_;  // guarded by mu_
+};
+
+/// What `kvgov journal verify` reports.
+struct VerifyReport {
+  uint64_t rows = 0;  // rows that verified, before the first broken one
+  std::optional<uint64_t> first_broken_seq;  // the first row that does not verify
+  std::string problem;                       // why, naming the field
+};
+
+/// Walks the whole chain: every row decodes, seqs run 1..N without holes,
+/// each prev_hash equals the previous row's hash, each hash and payload
+/// digest recompute. Returns the report (an error only when the store
+/// cannot be read at all).
+Result<VerifyReport> Verify(const store::Store& store);
+
+}  // namespace kvgov::journal

@@ -1,0 +1,86 @@
+#pragma once
+
+// kvgov's embedded store: RocksDB in the data dir, one column family per
+// kind of record. Layout: docs/formats/store.md.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::store {
+
+/// The column families. Their spellings on disk are in docs/formats/store.md.
+enum class Column {
+  kMeta,        // format version, store identity
+  kJournal,     // the audit journal: u64 seq -> row
+  kGovernance,  // governance state: "<kind>/<id>" -> record
+  kStreams,     // per engine stream: worker -> last durable seq
+  kEventLog,    // engine batches applied since the last snapshot: worker/u64 seq -> payload
+  kSnapshots,   // residency index snapshots: worker -> snapshot
+};
+
+/// One change in an atomic write: a put, or a delete when `value` is empty.
+struct WriteOp {
+  Column column;
+  std::string key;
+  std::optional<std::string> value;
+};
+
+/// The store format this build reads and writes.
+inline constexpr uint32_t kStoreFormatVersion = 1;
+
+/// Big-endian 8-byte key, so integer keys sort numerically.
+std::string KeyU64(uint64_t value);
+/// Inverse of KeyU64; InvalidArgument unless `key` is 8 bytes.
+Result<uint64_t> ParseKeyU64(std::string_view key);
+
+/// Thread-safe: RocksDB's own guarantees (concurrent reads and writes).
+/// Owned by the daemon; closed on destruction.
+class Store {
+ public:
+  /// Opens the store in `dir`, creating it (and its column families and
+  /// format version) when `dir` holds none. Returns:
+  ///  - Corruption naming the file when RocksDB finds a damaged file, or the
+  ///    store's format version is not kStoreFormatVersion;
+  ///  - IOError when the directory cannot be used (permissions, a second
+  ///    kvgov holding the lock).
+  static Result<std::unique_ptr<Store>> Open(const std::string& dir);
+
+  virtual ~Store() = default;
+
+  /// Applies `ops` atomically. With `sync`, the write is on stable storage
+  /// (the WAL is fsynced) before this returns: use it for every write that
+  /// an answer acknowledges.
+  virtual Status Write(std::span<const WriteOp> ops, bool sync) = 0;
+
+  /// The value, nullopt when absent. Corruption / IOError from RocksDB.
+  virtual Result<std::optional<std::string>> Get(Column column, std::string_view key) const = 0;
+
+  /// Visits keys in [begin, end) in key order (an empty `end` means to the
+  /// end of the column) until `visit` returns false. Checksums are verified
+  /// on every read; Corruption names what failed.
+  virtual Status Scan(Column column, std::string_view begin, std::string_view end,
+                      const std::function<bool(std::string_view key, std::string_view value)>&
+                          visit) const = 0;
+
+  /// The greatest key in `column`, nullopt when the column is empty (the
+  /// journal's head). Corruption / IOError from RocksDB.
+  virtual Result<std::optional<std::string>> LastKey(Column column) const = 0;
+
+  /// Makes every earlier unsynced write durable (group commit).
+  virtual Status SyncWal() = 0;
+
+  /// Flushes every column's memtable into table files, so that a test can
+  /// find (and damage) the .sst files. Not for production paths.
+  virtual Status FlushForTest() = 0;
+
+  virtual const std::string& dir() const = 0;
+};
+
+}  // namespace kvgov::store

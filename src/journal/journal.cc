@@ -1,0 +1,309 @@
+#include "kvgov/journal/journal.h"
+
+#include <utility>
+
+#include "kvgov/core/digest.h"
+
+namespace kvgov::journal {
+namespace {
+
+constexpr std::string_view kRowDomain = "kvgov.journal.row.v1";
+// Hashes and digests are stored as lowercase hex.
+constexpr size_t kHexHashBytes = 64;
+
+// prev_hash of row 1, and the head hash of an empty journal.
+std::string ZeroHash() { return std::string(kHexHashBytes, '0'); }
+
+// Fixed part of an encoded row: version byte, seq, time_ms.
+constexpr size_t kFixedBytes = 1 + 8 + 8;
+// Six length-framed fields, each with a 4-byte length.
+constexpr size_t kFieldCount = 6;
+constexpr size_t kMinRowBytes = kFixedBytes + kFieldCount * 4;
+
+std::string BigEndian(uint64_t value, size_t width) {
+  std::string out(width, '\0');
+  for (size_t i = width; i-- > 0;) {
+    out[i] = static_cast<char>(value & 0xff);
+    value >>= 8;
+  }
+  return out;
+}
+
+uint64_t ReadBigEndian(std::string_view bytes) {
+  uint64_t value = 0;
+  for (char c : bytes) value = (value << 8) | static_cast<uint8_t>(c);
+  return value;
+}
+
+void AppendField(std::string& out, std::string_view field) {
+  out += BigEndian(field.size(), 4);
+  out += field;
+}
+
+size_t EncodedSize(size_t kind, size_t subject, size_t payload) {
+  return kMinRowBytes + kind + subject + payload + 3 * kHexHashBytes;
+}
+
+// Walks an encoded row, naming the offset of whatever is wrong.
+class RowReader {
+ public:
+  explicit RowReader(std::string_view bytes) : bytes_(bytes) {}
+
+  Status Fixed(std::string_view what, size_t width, std::string_view& out) {
+    if (bytes_.size() - offset_ < width) {
+      return Status::Corruption("journal row: " + std::string(what) + " at offset " +
+                                std::to_string(offset_) + " runs past the end (" +
+                                std::to_string(bytes_.size()) + " bytes)");
+    }
+    out = bytes_.substr(offset_, width);
+    offset_ += width;
+    return Status::Ok();
+  }
+
+  Status Field(std::string_view name, std::string& out) {
+    size_t at = offset_;
+    std::string_view length_bytes;
+    KVGOV_RETURN_IF_ERROR(Fixed("length of " + std::string(name), 4, length_bytes));
+    uint64_t length = ReadBigEndian(length_bytes);
+    if (length > bytes_.size() - offset_) {
+      return Status::Corruption("journal row: field " + std::string(name) + " at offset " +
+                                std::to_string(at) + " has length " + std::to_string(length) +
+                                ", past the end (" + std::to_string(bytes_.size()) + " bytes)");
+    }
+    out.assign(bytes_.substr(offset_, length));
+    offset_ += length;
+    return Status::Ok();
+  }
+
+  size_t offset() const { return offset_; }
+  size_t remaining() const { return bytes_.size() - offset_; }
+
+ private:
+  std::string_view bytes_;
+  size_t offset_ = 0;
+};
+
+// The checks a row must pass by itself (its chain links are the caller's).
+std::string RowProblem(const Row& row) {
+  if (row.payload_digest != Sha256Hex(row.payload)) {
+    return "payload digest mismatch: row says " + row.payload_digest + ", payload hashes to " +
+           Sha256Hex(row.payload);
+  }
+  std::string hash = RowHash(row);
+  if (row.hash != hash) {
+    return "hash mismatch: row says " + row.hash + ", fields hash to " + hash;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string RowHash(const Row& row) {
+  std::string version = BigEndian(row.format_version, 4);
+  std::string seq = BigEndian(row.seq, 8);
+  std::string time = BigEndian(static_cast<uint64_t>(row.time_ms), 8);
+  return DigestFields(kRowDomain, {version, seq, time, row.kind, row.subject,
+                                   row.payload_digest, row.prev_hash});
+}
+
+std::string EncodeRow(const Row& row) {
+  std::string out;
+  out.reserve(EncodedSize(row.kind.size(), row.subject.size(), row.payload.size()));
+  out += static_cast<char>(static_cast<uint8_t>(row.format_version));
+  out += BigEndian(row.seq, 8);
+  out += BigEndian(static_cast<uint64_t>(row.time_ms), 8);
+  AppendField(out, row.kind);
+  AppendField(out, row.subject);
+  AppendField(out, row.payload_digest);
+  AppendField(out, row.payload);
+  AppendField(out, row.prev_hash);
+  AppendField(out, row.hash);
+  return out;
+}
+
+Result<Row> DecodeRow(std::string_view bytes) {
+  if (bytes.size() > kMaxRowBytes) {
+    return Status::Corruption("journal row: " + std::to_string(bytes.size()) +
+                              " bytes, over the " + std::to_string(kMaxRowBytes) +
+                              "-byte limit");
+  }
+  RowReader reader(bytes);
+  Row row;
+  std::string_view fixed;
+  KVGOV_RETURN_IF_ERROR(reader.Fixed("format version", 1, fixed));
+  row.format_version = static_cast<uint8_t>(fixed[0]);
+  if (row.format_version != kRowFormatVersion) {
+    return Status::Corruption("journal row: format version " +
+                              std::to_string(row.format_version) +
+                              " at offset 0, this kvgov reads " +
+                              std::to_string(kRowFormatVersion));
+  }
+  KVGOV_RETURN_IF_ERROR(reader.Fixed("seq", 8, fixed));
+  row.seq = ReadBigEndian(fixed);
+  KVGOV_RETURN_IF_ERROR(reader.Fixed("time_ms", 8, fixed));
+  row.time_ms = static_cast<int64_t>(ReadBigEndian(fixed));
+  KVGOV_RETURN_IF_ERROR(reader.Field("kind", row.kind));
+  KVGOV_RETURN_IF_ERROR(reader.Field("subject", row.subject));
+  KVGOV_RETURN_IF_ERROR(reader.Field("payload_digest", row.payload_digest));
+  KVGOV_RETURN_IF_ERROR(reader.Field("payload", row.payload));
+  KVGOV_RETURN_IF_ERROR(reader.Field("prev_hash", row.prev_hash));
+  KVGOV_RETURN_IF_ERROR(reader.Field("hash", row.hash));
+  if (reader.remaining() != 0) {
+    return Status::Corruption("journal row: " + std::to_string(reader.remaining()) +
+                              " trailing bytes at offset " + std::to_string(reader.offset()));
+  }
+  return row;
+}
+
+Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
+  std::unique_ptr<Journal> journal(new Journal(store));
+  journal->head_hash_ = ZeroHash();
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> last,
+                         store->LastKey(store::Column::kJournal));
+  if (!last.has_value()) return journal;
+
+  Result<uint64_t> seq = store::ParseKeyU64(*last);
+  if (!seq.ok()) return Status::Corruption("journal head: " + seq.status().message());
+  std::string where = "journal head (seq " + std::to_string(*seq) + "): ";
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> bytes,
+                         store->Get(store::Column::kJournal, *last));
+  if (!bytes.has_value()) return Status::Corruption(where + "vanished while opening");
+  Result<Row> row = DecodeRow(*bytes);
+  if (!row.ok()) return Status::Corruption(where + row.status().message());
+  if (row->seq != *seq) {
+    return Status::Corruption(where + "holds a row with seq " + std::to_string(row->seq));
+  }
+  if (std::string problem = RowProblem(*row); !problem.empty()) {
+    return Status::Corruption(where + problem);
+  }
+  journal->head_seq_ = row->seq;
+  journal->head_hash_ = row->hash;
+  return journal;
+}
+
+Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
+                            std::string_view payload, int64_t time_ms,
+                            std::span<const store::WriteOp> extra) {
+  size_t size = EncodedSize(kind.size(), subject.size(), payload.size());
+  if (size > kMaxRowBytes) {
+    return Status::InvalidArgument("journal: a " + std::string(kind) + " row would be " +
+                                   std::to_string(size) + " bytes, over the " +
+                                   std::to_string(kMaxRowBytes) + "-byte limit");
+  }
+  for (const store::WriteOp& op : extra) {
+    if (op.column == store::Column::kJournal) {
+      return Status::InvalidArgument("journal: an appended row's extra ops may not write "
+                                     "the journal column");
+    }
+  }
+
+  Row row;
+  row.format_version = kRowFormatVersion;
+  row.time_ms = time_ms;
+  row.kind = kind;
+  row.subject = subject;
+  row.payload = payload;
+  row.payload_digest = Sha256Hex(payload);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  row.seq = head_seq_ + 1;
+  row.prev_hash = head_hash_;
+  row.hash = RowHash(row);
+
+  std::vector<store::WriteOp> ops;
+  ops.reserve(extra.size() + 1);
+  ops.push_back({store::Column::kJournal, store::KeyU64(row.seq), EncodeRow(row)});
+  ops.insert(ops.end(), extra.begin(), extra.end());
+  Status written = store_->Write(ops, /*sync=*/true);
+  if (!written.ok()) {
+    return written.WithContext("journal: append seq " + std::to_string(row.seq));
+  }
+  head_seq_ = row.seq;
+  head_hash_ = row.hash;
+  return row;
+}
+
+Result<std::vector<Row>> Journal::Read(uint64_t since, size_t limit) const {
+  std::vector<Row> rows;
+  if (limit == 0) return rows;
+  Status decode_error;
+  Status scanned = store_->Scan(
+      store::Column::kJournal, store::KeyU64(since), "",
+      [&](std::string_view key, std::string_view value) {
+        Result<Row> row = DecodeRow(value);
+        if (!row.ok()) {
+          Result<uint64_t> seq = store::ParseKeyU64(key);
+          std::string where = seq.ok() ? "journal row " + std::to_string(*seq) + ": "
+                                       : "journal row with a malformed key: ";
+          decode_error = Status::Corruption(where + row.status().message());
+          return false;
+        }
+        rows.push_back(std::move(row).value());
+        return rows.size() < limit;
+      });
+  KVGOV_RETURN_IF_ERROR(scanned);
+  KVGOV_RETURN_IF_ERROR(decode_error);
+  return rows;
+}
+
+uint64_t Journal::head_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return head_seq_;
+}
+
+std::string Journal::head_hash() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return head_hash_;
+}
+
+Result<VerifyReport> Verify(const store::Store& store) {
+  VerifyReport report;
+  uint64_t expected = 1;
+  std::string prev_hash = ZeroHash();
+  auto broken = [&](uint64_t seq, std::string problem) {
+    report.first_broken_seq = seq;
+    report.problem = std::move(problem);
+    return false;
+  };
+  Status scanned = store.Scan(
+      store::Column::kJournal, "", "", [&](std::string_view key, std::string_view value) {
+        Result<uint64_t> key_seq = store::ParseKeyU64(key);
+        if (!key_seq.ok()) {
+          return broken(expected, "malformed key after row " + std::to_string(expected - 1) +
+                                      ": " + key_seq.status().message());
+        }
+        if (*key_seq != expected) {
+          return broken(expected, "seq hole: row " + std::to_string(expected) +
+                                      " is missing (the next row is " +
+                                      std::to_string(*key_seq) + ")");
+        }
+        Result<Row> row = DecodeRow(value);
+        if (!row.ok()) return broken(expected, row.status().message());
+        if (row->seq != expected) {
+          return broken(expected, "seq mismatch: key " + std::to_string(expected) +
+                                      " holds row seq " + std::to_string(row->seq));
+        }
+        if (row->prev_hash != prev_hash) {
+          return broken(expected, "prev_hash mismatch: row says " + row->prev_hash +
+                                      ", row " + std::to_string(expected - 1) + " hashes to " +
+                                      prev_hash);
+        }
+        if (std::string problem = RowProblem(*row); !problem.empty()) {
+          return broken(expected, std::move(problem));
+        }
+        ++report.rows;
+        ++expected;
+        prev_hash = std::move(row->hash);
+        return true;
+      });
+  // A damaged table block is a broken row too: the chain cannot be
+  // followed past it. Anything else means the store cannot be read.
+  if (scanned.code() == StatusCode::kCorruption && !report.first_broken_seq.has_value()) {
+    broken(expected, scanned.message());
+    return report;
+  }
+  KVGOV_RETURN_IF_ERROR(scanned);
+  return report;
+}
+
+}  // namespace kvgov::journal

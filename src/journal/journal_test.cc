@@ -1,0 +1,516 @@
+#include "kvgov/journal/journal.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "kvgov/core/digest.h"
+
+namespace kvgov::journal {
+namespace {
+
+namespace fs = std::filesystem;
+using store::Column;
+using store::KeyU64;
+using store::WriteOp;
+
+const std::string kZeros(64, '0');
+
+// The first row of docs/formats/journal.md's test vectors.
+Row VectorRow() {
+  Row row;
+  row.seq = 1;
+  row.time_ms = 1700000000000;
+  row.kind = "worker.drain";
+  row.subject = "w1";
+  row.payload = R"({"drain":true})";
+  row.payload_digest = Sha256Hex(row.payload);
+  row.prev_hash = kZeros;
+  row.hash = RowHash(row);
+  return row;
+}
+
+TEST(RowHashTest, MatchesTheDocumentedVectors) {
+  Row first = VectorRow();
+  EXPECT_EQ(first.payload_digest,
+            "ab7dfe17550548f605085a61110561061d0e038f359a245bea72927025e071fe");
+  EXPECT_EQ(first.hash, "f47d7e76dd59e4a9a93379ded263d26de3d2f0fb26ac6f336338141e5724eb90");
+
+  Row second;
+  second.seq = 2;
+  second.time_ms = -5;  // negative times are two's complement
+  second.kind = "config";
+  second.payload = "{}";
+  second.payload_digest = Sha256Hex(second.payload);
+  second.prev_hash = first.hash;
+  EXPECT_EQ(RowHash(second), "ba6a3b43c85c8e02daabb161dfc22f180f75c0224b684ba773f874777c10f299");
+}
+
+TEST(RowHashTest, EveryHashedFieldMatters) {
+  const Row base = VectorRow();
+  std::set<std::string> hashes = {RowHash(base)};
+  Row r = base;
+  r.format_version = 2;
+  hashes.insert(RowHash(r));
+  r = base;
+  r.seq = 2;
+  hashes.insert(RowHash(r));
+  r = base;
+  r.time_ms += 1;
+  hashes.insert(RowHash(r));
+  r = base;
+  r.kind = "worker.drainw";
+  r.subject = "1";  // same concatenation, different framing
+  hashes.insert(RowHash(r));
+  r = base;
+  r.payload_digest = Sha256Hex("other");
+  hashes.insert(RowHash(r));
+  r = base;
+  r.prev_hash = std::string(64, '1');
+  hashes.insert(RowHash(r));
+  EXPECT_EQ(hashes.size(), 7u);
+
+  // The payload is covered through its digest, not directly.
+  r = base;
+  r.payload = "anything";
+  EXPECT_EQ(RowHash(r), RowHash(base));
+}
+
+TEST(RowCodecTest, RoundTrips) {
+  Row row = VectorRow();
+  std::string bytes = EncodeRow(row);
+  EXPECT_EQ(bytes.size(), 41 + row.kind.size() + row.subject.size() + row.payload.size() + 3 * 64);
+  EXPECT_EQ(bytes.substr(0, 17), std::string("\x01"
+                                             "\x00\x00\x00\x00\x00\x00\x00\x01"
+                                             "\x00\x00\x01\x8b\xcf\xe5\x68\x00",
+                                             17));
+  EXPECT_EQ(bytes.substr(17, 4 + 12), std::string("\x00\x00\x00\x0c", 4) + "worker.drain");
+  EXPECT_EQ(bytes.size(), 261u);
+  EXPECT_EQ(Sha256Hex(bytes), "bd794572f41f7f673fb32b28f9ef8244fb831201880d253ecece02a01defe365");
+  Result<Row> decoded = DecodeRow(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, row);
+
+  Row empty;
+  empty.time_ms = -1;
+  decoded = DecodeRow(EncodeRow(empty));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, empty);
+}
+
+TEST(RowCodecTest, RejectsDamagedRows) {
+  const std::string good = EncodeRow(VectorRow());
+  auto expect_corruption = [](std::string_view bytes, std::string_view needle) {
+    Result<Row> row = DecodeRow(bytes);
+    ASSERT_FALSE(row.ok());
+    EXPECT_EQ(row.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(row.status().message().find(needle), std::string::npos) << row.status().ToString();
+  };
+  expect_corruption("", "format version at offset 0 runs past the end (0 bytes)");
+  expect_corruption(good.substr(0, 5), "seq at offset 1 runs past the end (5 bytes)");
+  expect_corruption(good.substr(0, 10), "time_ms at offset 9 runs past the end (10 bytes)");
+  expect_corruption(good.substr(0, 19), "length of kind at offset 17 runs past the end");
+
+  std::string bad_version = good;
+  bad_version[0] = 2;
+  expect_corruption(bad_version, "format version 2 at offset 0, this kvgov reads 1");
+
+  // kind's length says 0x7fffffff.
+  std::string long_field = good;
+  long_field.replace(17, 4, std::string("\x7f\xff\xff\xff", 4));
+  expect_corruption(long_field, "field kind at offset 17 has length 2147483647, past the end");
+
+  // The last field (hash) one byte short.
+  expect_corruption(good.substr(0, good.size() - 1), "field hash at offset");
+
+  expect_corruption(good + "x", "1 trailing bytes at offset " + std::to_string(good.size()));
+
+  std::string huge(kMaxRowBytes + 1, '\0');
+  huge[0] = 1;
+  expect_corruption(huge, "1048577 bytes, over the 1048576-byte limit");
+}
+
+class JournalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kvgov_journal_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    OpenStore();
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void OpenStore() {
+    store_.reset();
+    Result<std::unique_ptr<store::Store>> opened = store::Store::Open(dir_.string());
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    store_ = std::move(opened).value();
+  }
+
+  std::unique_ptr<Journal> OpenJournal() {
+    Result<std::unique_ptr<Journal>> journal = Journal::Open(store_.get());
+    EXPECT_TRUE(journal.ok()) << journal.status().ToString();
+    return journal.ok() ? std::move(journal).value() : nullptr;
+  }
+
+  // Appends rows 1..n with distinct kinds, subjects and payloads.
+  void AppendRows(Journal& journal, int n) {
+    for (int i = 1; i <= n; ++i) {
+      Result<Row> row = journal.Append("kind." + std::to_string(i), "subject-" + std::to_string(i),
+                                       R"({"i":)" + std::to_string(i) + "}", 1000 + i);
+      ASSERT_TRUE(row.ok()) << row.status().ToString();
+    }
+  }
+
+  Row StoredRow(uint64_t seq) {
+    Result<std::optional<std::string>> bytes = store_->Get(Column::kJournal, KeyU64(seq));
+    EXPECT_TRUE(bytes.ok() && bytes->has_value()) << seq;
+    Result<Row> row = DecodeRow(bytes.ok() && bytes->has_value() ? **bytes : "");
+    EXPECT_TRUE(row.ok()) << row.status().ToString();
+    return row.ok() ? *row : Row{};
+  }
+
+  void PutRaw(uint64_t seq, std::optional<std::string> bytes) {
+    WriteOp op{Column::kJournal, KeyU64(seq), std::move(bytes)};
+    ASSERT_TRUE(store_->Write(std::span<const WriteOp>(&op, 1), true).ok());
+  }
+
+  VerifyReport MustVerify() {
+    Result<VerifyReport> report = Verify(*store_);
+    EXPECT_TRUE(report.ok()) << report.status().ToString();
+    return report.ok() ? *report : VerifyReport{};
+  }
+
+  fs::path dir_;
+  std::unique_ptr<store::Store> store_;
+};
+
+TEST_F(JournalTest, EmptyJournal) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->head_seq(), 0u);
+  EXPECT_EQ(journal->head_hash(), kZeros);
+  Result<std::vector<Row>> rows = journal->Read(0, 10);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty());
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 0u);
+  EXPECT_FALSE(report.first_broken_seq.has_value());
+}
+
+TEST_F(JournalTest, AppendedRowsChainAndVerify) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  Result<Row> first = journal->Append("worker.drain", "w1", R"({"drain":true})", 1700000000000);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, VectorRow());  // the documented vector, through Append
+
+  Result<Row> second = journal->Append("lease.transition", "lease-7", R"({"to":"expired"})", 5);
+  Result<Row> third = journal->Append("config", "", "", 6);
+  ASSERT_TRUE(second.ok() && third.ok());
+  EXPECT_EQ(second->seq, 2u);
+  EXPECT_EQ(third->seq, 3u);
+  EXPECT_EQ(second->prev_hash, first->hash);
+  EXPECT_EQ(third->prev_hash, second->hash);
+  EXPECT_EQ(third->hash, RowHash(*third));
+  EXPECT_EQ(third->payload_digest, Sha256Hex(""));
+  EXPECT_EQ(journal->head_seq(), 3u);
+  EXPECT_EQ(journal->head_hash(), third->hash);
+  EXPECT_EQ(StoredRow(2), *second);
+
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 3u);
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+}
+
+TEST_F(JournalTest, ReadPages) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  AppendRows(*journal, 7);
+
+  auto seqs = [](const std::vector<Row>& rows) {
+    std::vector<uint64_t> out;
+    for (const Row& row : rows) out.push_back(row.seq);
+    return out;
+  };
+  Result<std::vector<Row>> page = journal->Read(0, 3);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(seqs(*page), (std::vector<uint64_t>{1, 2, 3}));
+  page = journal->Read(page->back().seq + 1, 3);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(seqs(*page), (std::vector<uint64_t>{4, 5, 6}));
+  page = journal->Read(page->back().seq + 1, 3);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(seqs(*page), (std::vector<uint64_t>{7}));
+  EXPECT_EQ(page->front(), StoredRow(7));
+  page = journal->Read(8, 3);
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->empty());
+  page = journal->Read(1, 0);
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->empty());
+}
+
+TEST_F(JournalTest, ReadReportsARowThatDoesNotDecode) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  AppendRows(*journal, 3);
+  PutRaw(2, "garbage");
+  Result<std::vector<Row>> rows = journal->Read(1, 10);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(rows.status().message().find("journal row 2: "), std::string::npos)
+      << rows.status().ToString();
+}
+
+TEST_F(JournalTest, ReopenResumesTheChain) {
+  std::string hash_of_3;
+  {
+    std::unique_ptr<Journal> journal = OpenJournal();
+    ASSERT_NE(journal, nullptr);
+    AppendRows(*journal, 3);
+    hash_of_3 = journal->head_hash();
+  }
+  OpenStore();
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->head_seq(), 3u);
+  EXPECT_EQ(journal->head_hash(), hash_of_3);
+  Result<Row> fourth = journal->Append("config", "after-restart", "{}", 99);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->seq, 4u);
+  EXPECT_EQ(fourth->prev_hash, hash_of_3);
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 4u);
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+}
+
+TEST_F(JournalTest, OpenRefusesAHeadThatDoesNotVerify) {
+  {
+    std::unique_ptr<Journal> journal = OpenJournal();
+    ASSERT_NE(journal, nullptr);
+    AppendRows(*journal, 3);
+  }
+  Row head = StoredRow(3);
+  head.kind = "forged";
+  PutRaw(3, EncodeRow(head));
+  Result<std::unique_ptr<Journal>> journal = Journal::Open(store_.get());
+  ASSERT_FALSE(journal.ok());
+  EXPECT_EQ(journal.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(journal.status().message().find("journal head (seq 3): hash mismatch"),
+            std::string::npos)
+      << journal.status().ToString();
+
+  PutRaw(3, "garbage");
+  journal = Journal::Open(store_.get());
+  ASSERT_FALSE(journal.ok());
+  EXPECT_EQ(journal.status().code(), StatusCode::kCorruption) << journal.status().ToString();
+}
+
+class VerifyTest : public JournalTest {
+ protected:
+  void SetUp() override {
+    JournalTest::SetUp();
+    std::unique_ptr<Journal> journal = OpenJournal();
+    ASSERT_NE(journal, nullptr);
+    AppendRows(*journal, 5);
+  }
+};
+
+TEST_F(VerifyTest, TamperedPayload) {
+  Row row = StoredRow(3);
+  row.payload = R"({"i":333})";
+  PutRaw(3, EncodeRow(row));
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 2u);
+  EXPECT_EQ(report.first_broken_seq, 3u);
+  EXPECT_TRUE(report.problem.starts_with("payload digest mismatch")) << report.problem;
+}
+
+TEST_F(VerifyTest, TamperedKind) {
+  Row row = StoredRow(2);
+  row.kind = "kind.innocent";
+  PutRaw(2, EncodeRow(row));
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 1u);
+  EXPECT_EQ(report.first_broken_seq, 2u);
+  EXPECT_TRUE(report.problem.starts_with("hash mismatch")) << report.problem;
+}
+
+TEST_F(VerifyTest, TamperedRowWithARecomputedHashBreaksTheNextLink) {
+  Row row = StoredRow(2);
+  row.subject = "someone-else";
+  row.hash = RowHash(row);
+  PutRaw(2, EncodeRow(row));
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 2u);
+  EXPECT_EQ(report.first_broken_seq, 3u);
+  EXPECT_TRUE(report.problem.starts_with("prev_hash mismatch")) << report.problem;
+}
+
+TEST_F(VerifyTest, DeletedMiddleRowIsASeqHole) {
+  PutRaw(3, std::nullopt);
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 2u);
+  EXPECT_EQ(report.first_broken_seq, 3u);
+  EXPECT_EQ(report.problem, "seq hole: row 3 is missing (the next row is 4)");
+}
+
+TEST_F(VerifyTest, DeletedFirstRowIsASeqHole) {
+  PutRaw(1, std::nullopt);
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 0u);
+  EXPECT_EQ(report.first_broken_seq, 1u);
+  EXPECT_EQ(report.problem, "seq hole: row 1 is missing (the next row is 2)");
+}
+
+TEST_F(VerifyTest, SwappedRows) {
+  std::string two = EncodeRow(StoredRow(2));
+  std::string four = EncodeRow(StoredRow(4));
+  PutRaw(2, four);
+  PutRaw(4, two);
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 1u);
+  EXPECT_EQ(report.first_broken_seq, 2u);
+  EXPECT_EQ(report.problem, "seq mismatch: key 2 holds row seq 4");
+}
+
+TEST_F(VerifyTest, RowRenumberedIntoItsNeighboursPlace) {
+  // Row 4 rewritten as seq 3 (and re-hashed) over the real row 3: its
+  // prev_hash still names row 3, not row 2.
+  Row row = StoredRow(4);
+  row.seq = 3;
+  row.hash = RowHash(row);
+  PutRaw(3, EncodeRow(row));
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.first_broken_seq, 3u);
+  EXPECT_TRUE(report.problem.starts_with("prev_hash mismatch")) << report.problem;
+}
+
+TEST_F(VerifyTest, UndecodableRow) {
+  std::string bytes = EncodeRow(StoredRow(4));
+  PutRaw(4, bytes.substr(0, bytes.size() - 10));
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 3u);
+  EXPECT_EQ(report.first_broken_seq, 4u);
+  EXPECT_TRUE(report.problem.starts_with("journal row: field hash at offset")) << report.problem;
+}
+
+TEST_F(VerifyTest, OnlyTheFirstBreakIsReported) {
+  Row row = StoredRow(4);
+  row.payload = "x";
+  PutRaw(4, EncodeRow(row));
+  PutRaw(2, std::nullopt);
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.first_broken_seq, 2u);
+  EXPECT_EQ(report.rows, 1u);
+}
+
+TEST_F(JournalTest, ExtraOpsAreWrittenWithTheRow) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  std::vector<WriteOp> extra = {
+      {Column::kGovernance, "lease/7", "expired"},
+      {Column::kStreams, "w1", KeyU64(42)},
+  };
+  Result<Row> row = journal->Append("lease.transition", "lease/7", "{}", 1, extra);
+  ASSERT_TRUE(row.ok()) << row.status().ToString();
+  EXPECT_EQ(*store_->Get(Column::kGovernance, "lease/7"), std::optional<std::string>("expired"));
+  EXPECT_EQ(*store_->Get(Column::kStreams, "w1"), std::optional<std::string>(KeyU64(42)));
+  EXPECT_EQ(StoredRow(1), *row);
+}
+
+TEST_F(JournalTest, AFailedWriteWritesNothingAndLeavesTheHead) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  AppendRows(*journal, 2);
+  const std::string head = journal->head_hash();
+
+  // The second extra op names no column, so the store refuses the whole
+  // batch: neither the row nor the first extra op may land.
+  std::vector<WriteOp> extra = {
+      {Column::kGovernance, "lease/8", "granted"},
+      {static_cast<Column>(42), "x", "y"},
+  };
+  Result<Row> failed = journal->Append("lease.grant", "lease/8", "{}", 3, extra);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("journal: append seq 3"), std::string::npos)
+      << failed.status().ToString();
+  EXPECT_EQ(journal->head_seq(), 2u);
+  EXPECT_EQ(journal->head_hash(), head);
+  EXPECT_FALSE(store_->Get(Column::kJournal, KeyU64(3))->has_value());
+  EXPECT_FALSE(store_->Get(Column::kGovernance, "lease/8")->has_value());
+
+  Result<Row> next = journal->Append("lease.grant", "lease/8", "{}", 4);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->seq, 3u);
+  EXPECT_EQ(next->prev_hash, head);
+  EXPECT_FALSE(MustVerify().first_broken_seq.has_value());
+}
+
+TEST_F(JournalTest, AppendRefusesJournalOpsAndOversizedRows) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  std::vector<WriteOp> sneaky = {{Column::kJournal, KeyU64(9), "forged"}};
+  Result<Row> row = journal->Append("config", "", "{}", 1, sneaky);
+  ASSERT_FALSE(row.ok());
+  EXPECT_EQ(row.status().code(), StatusCode::kInvalidArgument);
+
+  // Exactly at the limit is fine; one byte more is not.
+  const size_t overhead = 41 + 6 + 3 * 64;  // kind "config", empty subject
+  row = journal->Append("config", "", std::string(kMaxRowBytes - overhead, 'p'), 1);
+  ASSERT_TRUE(row.ok()) << row.status().ToString();
+  EXPECT_EQ(EncodeRow(*row).size(), kMaxRowBytes);
+  row = journal->Append("config", "", std::string(kMaxRowBytes - overhead + 1, 'p'), 1);
+  ASSERT_FALSE(row.ok());
+  EXPECT_EQ(row.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(journal->head_seq(), 1u);
+  EXPECT_FALSE(MustVerify().first_broken_seq.has_value());
+}
+
+TEST_F(JournalTest, ConcurrentAppendsMakeOneGaplessChain) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 25;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        Result<Row> row = journal->Append("thread." + std::to_string(t), std::to_string(i), "{}",
+                                          i, {});
+        if (!row.ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(journal->head_seq(), uint64_t{kThreads * kPerThread});
+
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, uint64_t{kThreads * kPerThread});
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+
+  // Each thread's rows are in its own order within the chain.
+  Result<std::vector<Row>> rows = journal->Read(1, kThreads * kPerThread);
+  ASSERT_TRUE(rows.ok());
+  std::vector<int> next(kThreads, 0);
+  for (const Row& row : *rows) {
+    int t = row.kind.back() - '0';
+    EXPECT_EQ(row.subject, std::to_string(next[static_cast<size_t>(t)]++));
+  }
+}
+
+}  // namespace
+}  // namespace kvgov::journal

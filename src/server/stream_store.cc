@@ -1,0 +1,179 @@
+#include "server/stream_store.h"
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace kvgov::server {
+namespace {
+
+using store::Column;
+using store::KeyU64;
+using store::ParseKeyU64;
+using store::WriteOp;
+
+// Event log keys: worker, NUL, epoch, seq (worker ids never hold a NUL), so
+// one worker's records of one epoch are contiguous and in seq order.
+std::string LogPrefix(std::string_view worker, uint64_t epoch) {
+  std::string key(worker);
+  key.push_back('\0');
+  key += KeyU64(epoch);
+  return key;
+}
+
+std::string LogKey(std::string_view worker, uint64_t epoch, uint64_t seq) {
+  return LogPrefix(worker, epoch) + KeyU64(seq);
+}
+
+std::string EncodeDouble(double value) { return KeyU64(std::bit_cast<uint64_t>(value)); }
+
+Result<double> DecodeDouble(std::string_view bytes) {
+  KVGOV_ASSIGN_OR_RETURN(uint64_t bits, ParseKeyU64(bytes));
+  return std::bit_cast<double>(bits);
+}
+
+// Snapshot record: epoch | has_seq | seq | ts | index snapshot.
+constexpr size_t kSnapshotHeader = 32;
+
+std::string EncodeSnapshotRecord(uint64_t epoch, bool has_seq, uint64_t seq, double ts,
+                                 std::string_view snapshot) {
+  return KeyU64(epoch) + KeyU64(has_seq ? 1 : 0) + KeyU64(seq) + EncodeDouble(ts) +
+         std::string(snapshot);
+}
+
+// Deletes every log record of `worker` in [begin, end) into `ops`.
+Status CollectLogDeletes(const store::Store& store, const std::string& begin,
+                         const std::string& end, std::vector<WriteOp>* ops) {
+  return store.Scan(Column::kEventLog, begin, end, [&](std::string_view key, std::string_view) {
+    ops->push_back(WriteOp{Column::kEventLog, std::string(key), std::nullopt});
+    return true;
+  });
+}
+
+}  // namespace
+
+void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
+                            std::string_view payload) {
+  Progress progress;
+  {
+    std::lock_guard lock(mu_);
+    Progress& current = progress_[std::string(worker)];
+    current.has_seq = true;
+    current.seq = seq;
+    current.ts = ts;
+    ++current.since_snapshot;
+    progress = current;
+    if (current.since_snapshot >= snapshot_every_) current.since_snapshot = 0;
+  }
+  WriteOp op{Column::kEventLog, LogKey(worker, progress.epoch, seq),
+             EncodeDouble(ts) + std::string(payload)};
+  Status logged = store_->Write({&op, 1}, /*sync=*/false);
+  if (!logged.ok()) {
+    std::fprintf(stderr, "kvgov store: worker %.*s seq %llu not logged: %s\n",
+                 static_cast<int>(worker.size()), worker.data(),
+                 static_cast<unsigned long long>(seq), logged.ToString().c_str());
+    return;
+  }
+  if (progress.since_snapshot >= snapshot_every_) {
+    if (Status snapped = Snapshot(worker, progress); !snapped.ok()) {
+      std::fprintf(stderr, "kvgov store: worker %.*s snapshot failed: %s\n",
+                   static_cast<int>(worker.size()), worker.data(), snapped.ToString().c_str());
+    }
+  }
+}
+
+void StreamStore::OnRestart(std::string_view worker) {
+  Progress progress;
+  uint64_t old_epoch = 0;
+  {
+    std::lock_guard lock(mu_);
+    Progress& current = progress_[std::string(worker)];
+    old_epoch = current.epoch;
+    current = Progress{old_epoch + 1, false, 0, 0, 0};
+    progress = current;
+  }
+  std::vector<WriteOp> ops;
+  Status collected = CollectLogDeletes(*store_, LogPrefix(worker, old_epoch),
+                                       LogPrefix(worker, old_epoch + 1), &ops);
+  Status snapped = collected.ok() ? Snapshot(worker, progress) : collected;
+  if (snapped.ok() && !ops.empty()) snapped = store_->Write(ops, /*sync=*/true);
+  if (!snapped.ok()) {
+    std::fprintf(stderr, "kvgov store: worker %.*s restart not recorded: %s\n",
+                 static_cast<int>(worker.size()), worker.data(), snapped.ToString().c_str());
+  }
+}
+
+Status StreamStore::Snapshot(std::string_view worker, const Progress& progress) {
+  KVGOV_ASSIGN_OR_RETURN(std::string snapshot, index_->SnapshotWorker(worker));
+  std::vector<WriteOp> ops;
+  ops.push_back(WriteOp{Column::kSnapshots, std::string(worker),
+                        EncodeSnapshotRecord(progress.epoch, progress.has_seq, progress.seq,
+                                             progress.ts, snapshot)});
+  if (progress.has_seq) {
+    KVGOV_RETURN_IF_ERROR(CollectLogDeletes(*store_, LogPrefix(worker, progress.epoch),
+                                            LogKey(worker, progress.epoch, progress.seq + 1),
+                                            &ops));
+  }
+  return store_->Write(ops, /*sync=*/true);
+}
+
+Status StreamStore::Recover(ingest::EngineStream& stream, RecoveryStats* stats) {
+  const std::string& worker = stream.worker();
+  Progress progress;
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> record,
+                         store_->Get(Column::kSnapshots, worker));
+  if (record.has_value()) {
+    if (record->size() < kSnapshotHeader) {
+      return Status::Corruption("snapshot of worker '" + worker + "': " +
+                                std::to_string(record->size()) + " bytes, want at least " +
+                                std::to_string(kSnapshotHeader));
+    }
+    std::string_view bytes(*record);
+    KVGOV_ASSIGN_OR_RETURN(progress.epoch, ParseKeyU64(bytes.substr(0, 8)));
+    KVGOV_ASSIGN_OR_RETURN(uint64_t has_seq, ParseKeyU64(bytes.substr(8, 8)));
+    KVGOV_ASSIGN_OR_RETURN(progress.seq, ParseKeyU64(bytes.substr(16, 8)));
+    KVGOV_ASSIGN_OR_RETURN(progress.ts, DecodeDouble(bytes.substr(24, 8)));
+    progress.has_seq = has_seq == 1;
+    KVGOV_RETURN_IF_ERROR(index_->RestoreWorker(worker, bytes.substr(kSnapshotHeader))
+                              .WithContext("snapshot of worker '" + worker + "'"));
+    if (std::optional<index::WorkerResidency> restored = index_->Worker(worker)) {
+      for (uint64_t blocks : restored->blocks) stats->snapshot_blocks += blocks;
+    }
+  }
+  Status scanned = store_->Scan(
+      Column::kEventLog, LogPrefix(worker, progress.epoch), LogPrefix(worker, progress.epoch + 1),
+      [&](std::string_view key, std::string_view value) {
+        Result<uint64_t> seq = ParseKeyU64(key.substr(key.size() - 8));
+        Result<double> ts = DecodeDouble(value.substr(0, 8));
+        if (!seq.ok() || !ts.ok() || value.size() < 8) return true;  // counted below as skipped
+        if (progress.has_seq && *seq <= progress.seq) return true;   // already in the snapshot
+        stream.Reapply(*seq, value.substr(8));
+        progress.has_seq = true;
+        progress.seq = *seq;
+        progress.ts = *ts;
+        ++stats->logged_batches;
+        return true;
+      });
+  KVGOV_RETURN_IF_ERROR(scanned);
+  if (progress.has_seq) stream.Resume(progress.seq, progress.ts);
+  std::lock_guard lock(mu_);
+  progress.since_snapshot = stats->logged_batches;
+  progress_[worker] = progress;
+  return Status::Ok();
+}
+
+Status StreamStore::SnapshotAll() {
+  std::map<std::string, Progress, std::less<>> all;
+  {
+    std::lock_guard lock(mu_);
+    all = progress_;
+  }
+  for (const auto& [worker, progress] : all) {
+    if (progress.since_snapshot == 0) continue;
+    KVGOV_RETURN_IF_ERROR(Snapshot(worker, progress));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvgov::server
