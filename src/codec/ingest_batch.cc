@@ -36,7 +36,9 @@ Result<IngestEvent> DecodeRecord(const Json& element, const std::string& path) {
   return IngestEvent{std::move(record), std::nullopt};
 }
 
-Result<IngestEvent> DecodeKVTransferWithResidency(Json element, const std::string& path) {
+// kv_transfer and nixl_lease may name where their span lives.
+template <typename R>
+Result<IngestEvent> DecodeWithResidency(Json element, const std::string& path) {
   Json residency_fields = Json::object();
   for (std::string_view key : kResidencyKeys) {
     auto it = element.find(key);
@@ -44,9 +46,18 @@ Result<IngestEvent> DecodeKVTransferWithResidency(Json element, const std::strin
     residency_fields[std::string(key)] = std::move(*it);
     element.erase(it);
   }
-  KVTransfer transfer;
-  KVGOV_RETURN_IF_ERROR(FromJson(element, path, transfer));
-  IngestEvent event{std::move(transfer), std::nullopt};
+  // A lease's span lives on its prefill worker unless the report says
+  // otherwise.
+  if constexpr (std::is_same_v<R, NIXLLease>) {
+    auto engine = element.find("remote_engine");
+    if (!residency_fields.empty() && !residency_fields.contains("worker") &&
+        engine != element.end()) {
+      residency_fields["worker"] = *engine;
+    }
+  }
+  R record;
+  KVGOV_RETURN_IF_ERROR(FromJson(element, path, record));
+  IngestEvent event{std::move(record), std::nullopt};
   if (!residency_fields.empty()) {
     SpanResidency residency;
     KVGOV_RETURN_IF_ERROR(FromJson(residency_fields, path, residency));
@@ -63,8 +74,8 @@ Result<IngestEvent> DecodeElement(const Json& element, const std::string& path) 
   KVGOV_RETURN_IF_ERROR(ReadScalar(*type_it, ChildPath(path, "type"), type));
   Json record = element;
   record.erase("type");
-  if (type == "kv_transfer") return DecodeKVTransferWithResidency(std::move(record), path);
-  if (type == "nixl_lease") return DecodeRecord<NIXLLease>(record, path);
+  if (type == "kv_transfer") return DecodeWithResidency<KVTransfer>(std::move(record), path);
+  if (type == "nixl_lease") return DecodeWithResidency<NIXLLease>(std::move(record), path);
   if (type == "provider_cache") return DecodeRecord<ProviderCache>(record, path);
   if (type == "tool_result") return DecodeRecord<ToolResult>(record, path);
   if (type == "entry") return DecodeRecord<Entry>(record, path);

@@ -210,6 +210,12 @@ Status ReadScalar(const Json& json, const std::string& path, double& out) {
   return Status::Ok();
 }
 
+Status ReadScalar(const Json& json, const std::string& path, bool& out) {
+  if (!json.is_boolean()) return TypeError(path, "a boolean", json);
+  out = json.get<bool>();
+  return Status::Ok();
+}
+
 void Reader::AdoptRecordError(const Status& status) {
   if (status.ok()) return;
   status_ = status.code() == StatusCode::kInvalidArgument

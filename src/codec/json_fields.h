@@ -50,6 +50,7 @@ Status ReadScalar(const Json& json, const std::string& path, std::string& out);
 Status ReadScalar(const Json& json, const std::string& path, int64_t& out);
 Status ReadScalar(const Json& json, const std::string& path, uint64_t& out);
 Status ReadScalar(const Json& json, const std::string& path, double& out);
+Status ReadScalar(const Json& json, const std::string& path, bool& out);
 
 /// InvalidArgument "<path>: want an object, got array" unless `json` is an
 /// object.

@@ -834,19 +834,27 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
                                         slot->model + "' and block size " +
                                         std::to_string(slot->block_size));
     }
+    // Only keys that enter or leave the worker touch holders_: a restore
+    // over similar state (a re-sync) then leaves most holder lists alone,
+    // and the lock is held for lookups rather than list churn.
+    std::vector<BlockKey> entering;
+    for (const auto& [key, tiers] : decoded.resident) {
+      if (!slot->resident.contains(key)) entering.push_back(key);
+    }
     for (const auto& [key, tiers] : slot->resident) {
+      if (decoded.resident.contains(key)) continue;
       auto it = holders_.find(key);
       if (it == holders_.end()) continue;
       std::erase(it->second, slot->number);
       if (it->second.empty()) holders_.erase(it);
     }
+    // One rehash up front instead of several while the keys go in.
+    holders_.reserve(holders_.size() + entering.size());
+    for (BlockKey key : entering) holders_[key].push_back(slot->number);
     slot->resident.swap(decoded.resident);
     slot->engine_keys.swap(decoded.engine_keys);
     slot->blocks = decoded.blocks;
     slot->state = decoded.state;
-    // One rehash up front instead of several while the keys go in.
-    holders_.reserve(holders_.size() + slot->resident.size());
-    for (const auto& [key, tiers] : slot->resident) holders_[key].push_back(slot->number);
   }
   // `decoded` now holds the worker's old tables; they are freed here, after
   // the lock is released.

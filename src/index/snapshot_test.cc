@@ -239,8 +239,9 @@ class IndexSnapshotTest : public ::testing::Test {
                     Chain(Tokens(1, 500), 1), Chain(Tokens(2, 700))};
     for (EngineHash hash : {EngineHash{11}, EngineHash{12}, EngineHash{13}, EngineHash{21},
                             ~EngineHash{0}, EngineHash{99}}) {
-      for (int64_t group : {int64_t{-3}, int64_t{0}, int64_t{1}})
+      for (int64_t group : {int64_t{-3}, int64_t{0}, int64_t{1}}) {
         probe.refs.push_back({hash, group});
+      }
     }
     return probe;
   }
@@ -391,6 +392,31 @@ TEST_F(IndexSnapshotTest, EmptyWorkerGoldenBytes) {
   EXPECT_EQ(snapshot, expected);
   // The reference CRC is CRC-32C (the check value of the catalogue).
   EXPECT_EQ(ReferenceCrc32c("123456789"), 0xe3069283u);
+}
+
+// The example in docs/formats/index-snapshot.md, literally.
+TEST(IndexSnapshotFormatTest, DocumentedExampleBytes) {
+  ResidencyIndex index;
+  ASSERT_TRUE(index.AddWorker("w", "llama", 16).ok());
+  const std::string expected_hex =
+      "6b76676f76696478"
+      "00000001"
+      "0000000000000031"
+      "bc48c2d9f59e4345"
+      "00"
+      "0000000000000010"
+      "056c6c616d61"
+      "00"
+      "00"
+      "23b347dc";
+  const std::string snapshot = index.SnapshotWorker("w").value();
+  std::string hex;
+  for (char c : snapshot) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    hex.push_back(kDigits[static_cast<uint8_t>(c) >> 4]);
+    hex.push_back(kDigits[static_cast<uint8_t>(c) & 0xf]);
+  }
+  EXPECT_EQ(hex, expected_hex);
 }
 
 TEST_F(IndexSnapshotTest, RecordLayout) {
@@ -917,12 +943,15 @@ TEST(IndexSnapshotPropertyTest, RestoredIndexTracksTheLiveOne) {
 }
 
 // Snapshots take the lock shared and restores exclusive: neither may tear
-// a worker that another thread is writing. (Meaningful under TSan; here a
-// smoke test that every snapshot taken mid-stream restores.)
-TEST(IndexSnapshotConcurrencyTest, SnapshotWhileApplying) {
+// a worker another thread is writing or reading. Meaningful under TSan
+// (KVGOV_SANITIZE=thread); otherwise a smoke test that every snapshot taken
+// mid-stream restores.
+TEST(IndexSnapshotConcurrencyTest, SnapshotAndRestoreWhileApplyingAndQuerying) {
   ResidencyIndex index;
   ASSERT_TRUE(index.AddWorker("w", kModel, kBlockSize).ok());
   ASSERT_TRUE(index.AddWorker("copy", kModel, kBlockSize).ok());
+  const std::vector<BlockKey> first_block =
+      index.hasher().Chain({std::string(kModel), "", 0}, Tokens(1, 1), kBlockSize);
   std::atomic<bool> done{false};
   std::thread writer([&] {
     for (EngineHash h = 1; h <= 2000; ++h) {
@@ -932,17 +961,25 @@ TEST(IndexSnapshotConcurrencyTest, SnapshotWhileApplying) {
     }
     done = true;
   });
+  std::thread reader([&] {
+    while (!done) {
+      (void)index.Overlap(first_block);
+      (void)index.Workers();
+    }
+  });
   int snapshots = 0;
+  int failures = 0;
   while (!done || snapshots == 0) {
     Result<std::string> snapshot = index.SnapshotWorker("w");
-    ASSERT_TRUE(snapshot.ok());
-    ASSERT_TRUE(index.RestoreWorker("copy", *snapshot).ok());
+    if (!snapshot.ok() || !index.RestoreWorker("copy", *snapshot).ok()) ++failures;
     ++snapshots;
   }
   writer.join();
+  reader.join();
+  EXPECT_EQ(failures, 0);
   ASSERT_TRUE(index.RestoreWorker("copy", index.SnapshotWorker("w").value()).ok());
   EXPECT_EQ(index.Worker("copy")->blocks, index.Worker("w")->blocks);
-  EXPECT_GT(snapshots, 0);
+  EXPECT_EQ(index.Overlap(first_block).size(), 2u);
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
   decision.decision_id = std::move(decision_id);
   decision.cache_salt = std::string(cache_salt);
   decision.prompt_blocks = chains.at(workers.front().block_size).size();
-  LookupReason gated_reason = LookupReason::kNone;
+  std::optional<SpanGate::Limit> gated;  // the last refusal governance gave
 
   std::lock_guard lock(mu_);
   for (const index::WorkerResidency& worker : workers) {
@@ -99,10 +99,10 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
       candidate.resident_blocks = overlap.blocks;
       size_t creditable = overlap.blocks;
       if (gate_ != nullptr) {
-        SpanGate::Limit limit = gate_->Creditable(worker.id, chain, overlap.blocks);
+        SpanGate::Limit limit = gate_->Creditable(worker.id, chain, overlap.blocks, now_ms);
         if (limit.creditable < creditable) {
           creditable = limit.creditable;
-          gated_reason = limit.reason;
+          gated = limit;
         }
       }
       candidate.overlap_blocks = creditable;
@@ -158,10 +158,11 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
   if (chosen->overlap_blocks > 0) {
     decision.verdict.kind = LookupKind::kHit;
     decision.verdict.reason = LookupReason::kNone;
+  } else if (chosen->resident_blocks > 0 && gated.has_value()) {
+    decision.verdict.kind = gated->kind;
+    decision.verdict.reason = gated->reason;
   } else {
-    decision.verdict = LookupVerdict::Miss(
-        chosen->resident_blocks > 0 && gated_reason != LookupReason::kNone ? gated_reason
-                                                                           : LookupReason::kCold);
+    decision.verdict = LookupVerdict::Miss(LookupReason::kCold);
   }
   const uint64_t blocks = std::max<uint64_t>(decision.prompt_blocks, 1);
   decisions_[decision.decision_id] = InFlight{decision.worker, blocks, now_ms};

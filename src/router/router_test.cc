@@ -178,9 +178,9 @@ TEST_F(RouterTest, TenantSaltIsStableAndSecretBound) {
 
 class HalfGate : public SpanGate {
  public:
-  Limit Creditable(std::string_view, std::span<const index::BlockKey>,
-                   size_t resident) const override {
-    return {resident / 2, LookupReason::kTaintDenied};
+  Limit Creditable(std::string_view, std::span<const index::BlockKey>, size_t resident,
+                   int64_t) const override {
+    return {resident / 2, LookupKind::kQuarantine, LookupReason::kTaintDenied};
   }
 };
 
@@ -198,6 +198,7 @@ TEST_F(RouterTest, GovernanceGateLimitsCredit) {
   Result<RouteDecision> gated =
       router.Route({"llama", "", Tokens(1, 500), "", {"w2"}}, "", "h", 0);
   EXPECT_EQ(gated->overlap_blocks, 0u);
+  EXPECT_EQ(gated->verdict.kind, LookupKind::kQuarantine);
   EXPECT_EQ(gated->verdict.reason, LookupReason::kTaintDenied);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "server/governance_api.h"
 #include "server/health_prober.h"
 #include "server/http_api.h"
 #include "server/tenant_secret.h"
@@ -89,6 +90,35 @@ Status RegisterEngineMetrics(Daemon& daemon) {
           sink.Emit(restarts, {worker}, static_cast<double>(stats.restarts.load()));
           sink.Emit(duplicates, {worker}, static_cast<double>(stats.duplicates.load()));
         }
+      })
+      .status();
+}
+
+Status RegisterGovernanceMetrics(Daemon& daemon) {
+  KVGOV_ASSIGN_OR_RETURN(daemon.lease_transitions,
+                         daemon.metrics.AddCounter({"kvgov_lease_transitions_total",
+                                                    "NIXL lease state changes; from=none is a "
+                                                    "grant.",
+                                                    {"from", "to"}}));
+  KVGOV_ASSIGN_OR_RETURN(daemon.lease_rejections,
+                         daemon.metrics.AddCounter({"kvgov_lease_rejections_total",
+                                                    "Lease events refused, by reason (a "
+                                                    "failed_precondition is an attempt to revive "
+                                                    "an ended lease).",
+                                                    {"reason"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* leases, daemon.metrics.AddCallbackGauge(
+                                           {"kvgov_leases", "NIXL leases by state.", {"state"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* quarantined,
+                         daemon.metrics.AddCallbackGauge(
+                             {"kvgov_quarantined_blocks", "Blocks under quarantine."}));
+  Daemon* state = &daemon;
+  return daemon.metrics
+      .RegisterCollector([=](metrics::CollectorSink& sink) {
+        std::map<NIXLLeaseState, uint64_t> counts = state->leases.CountByState(WallClockMillis());
+        for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseState>::kValues) {
+          sink.Emit(leases, {spelling}, static_cast<double>(counts[value]));
+        }
+        sink.Emit(quarantined, {}, static_cast<double>(state->gate.quarantined_blocks()));
       })
       .status();
 }
@@ -180,8 +210,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_ASSIGN_OR_RETURN(daemon->accounting, CacheAccounting::Create(&daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
-  daemon->router =
-      std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route);
+  KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
+  daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status,
+                                                    options.route, &daemon->gate);
   CacheAccounting* accounting = daemon->accounting.get();
   StreamStore* stream_store = daemon->stream_store.get();
   const auto recovery_started = std::chrono::steady_clock::now();
@@ -210,6 +241,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                                          recovery_started)
                    .count());
   KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
+  KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
   KVGOV_RETURN_IF_ERROR(
       RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {}));
   daemon->prober = std::make_unique<HealthProber>(
@@ -217,8 +249,16 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
   KVGOV_RETURN_IF_ERROR(daemon->prober->Start());
   router::Router* router = daemon->router.get();
-  daemon->housekeeping = std::make_unique<PeriodicTask>(
-      std::chrono::milliseconds(1000), [router] { router->ExpireDecisions(WallClockMillis()); });
+  Daemon* state = daemon.get();
+  // Lease expiry takes effect at every route's clock; this timer records it
+  // in the journal and the metrics soon after, without waiting for an event.
+  daemon->housekeeping =
+      std::make_unique<PeriodicTask>(std::chrono::milliseconds(100), [router, state] {
+        const int64_t now = WallClockMillis();
+        router->ExpireDecisions(now);
+        RecordLeaseTransitions(*state, state->leases.ExpireDue(now));
+        state->leases.ForgetEndedBefore(now - 3600 * 1000);
+      });
   store::Store* store = daemon->store.get();
   daemon->group_commit = std::make_unique<PeriodicTask>(
       std::chrono::milliseconds(std::max<int64_t>(1, options.group_commit_ms)), [store] {

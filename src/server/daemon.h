@@ -4,6 +4,8 @@
 #include <string>
 
 #include "kvgov/cert/issuer_key.h"
+#include "kvgov/governance/governance_gate.h"
+#include "kvgov/governance/lease_table.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/metrics/registry.h"
@@ -44,9 +46,13 @@ struct Daemon {
   metrics::Registry metrics;
   index::ResidencyIndex index;
   router::WorkerStatusTable status;
+  governance::LeaseTable leases;
+  governance::GovernanceGate gate;
   std::unique_ptr<router::Router> router;
   std::unique_ptr<CacheAccounting> accounting;
   RouteMetrics route_metrics;
+  metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
+  metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;

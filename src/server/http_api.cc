@@ -16,21 +16,13 @@
 #include "kvgov/index/block_key.h"
 #include "server/daemon.h"
 #include "server/entropy.h"
+#include "server/governance_api.h"
 
 namespace kvgov::server {
 namespace {
 
 using Json = nlohmann::json;
 
-void SendJson(httplib::Response& response, int status, const Json& body) {
-  response.status = status;
-  response.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace),
-                       "application/json");
-}
-
-void SendError(httplib::Response& response, int status, const Status& error) {
-  SendErrorJson(response, status, StatusCodeName(error.code()), error.message());
-}
 
 bool IsJsonContentType(const httplib::Request& request) {
   const std::string type = request.get_header_value("Content-Type");
@@ -98,7 +90,9 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
       },
       event.record);
   if (!entry.ok()) return entry.status();
-  if (event.residency.has_value()) {
+  if (const auto* lease = std::get_if<NIXLLease>(&event.record)) {
+    KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, *lease, event.residency));
+  } else if (event.residency.has_value()) {
     KVGOV_RETURN_IF_ERROR(
         ApplyTransferResidency(daemon, std::get<KVTransfer>(event.record), *event.residency));
   }
@@ -374,6 +368,16 @@ void HandleJournal(const Daemon& daemon, const httplib::Request& request,
 
 std::string DescribeConfig(const Daemon& daemon) { return ConfigJson(daemon).dump(); }
 
+void SendJson(httplib::Response& response, int status, const Json& body) {
+  response.status = status;
+  response.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace),
+                       "application/json");
+}
+
+void SendError(httplib::Response& response, int status, const Status& error) {
+  SendErrorJson(response, status, StatusCodeName(error.code()), error.message());
+}
+
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,
                    std::string_view message) {
   SendJson(response, status,
@@ -432,6 +436,7 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   http.Get("/v1/journal", [&daemon](const httplib::Request& request, httplib::Response& response) {
     HandleJournal(daemon, request, response);
   });
+  RegisterGovernanceApi(http, daemon);
   http.Get("/metrics", [&daemon](const httplib::Request&, httplib::Response& response) {
     response.set_content(daemon.metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -2,6 +2,10 @@
 
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
+#include "kvgov/core/status.h"
+
 namespace httplib {
 class Server;
 struct Response;
@@ -23,5 +27,11 @@ std::string DescribeConfig(const Daemon& daemon);
 /// Writes kvgov's one error body, {"error":{"code":...,"message":...}}.
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,
                    std::string_view message);
+
+/// The same from a Status: its code's name and its message.
+void SendError(httplib::Response& response, int status, const Status& error);
+
+/// A JSON answer (invalid UTF-8 in strings written as U+FFFD).
+void SendJson(httplib::Response& response, int status, const nlohmann::json& body);
 
 }  // namespace kvgov::server

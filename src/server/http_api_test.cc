@@ -246,3 +246,118 @@ TEST_F(HttpApiTest, ConfigReportsTheWeights) {
 
 }  // namespace
 }  // namespace kvgov::server
+
+namespace kvgov::server {
+namespace {
+
+Json RouteTo(httplib::Client& client, const std::string& tokens) {
+  httplib::Result response = client.Post(
+      "/v1/route", R"({"model":"llama","workers":["w1"],"token_ids":)" + tokens + "}",
+      "application/json");
+  EXPECT_TRUE(response);
+  return Json::parse(response->body);
+}
+
+TEST_F(HttpApiTest, LeaseCreditsOnlyWhileActive) {
+  const std::string tokens = "[1,2,3,4,5,6,7,8]";
+  ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
+     "to_tier":"hbm","worker":"w1","token_ids":)" + tokens + "}]}")->status,
+            200);
+  Json accepted = Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
+     "event":"create","role":"prefill_pin","span_digest":"s","remote_engine":"w1","ttl_ms":60000,
+     "token_ids":)" + tokens + "}]}")->body);
+  ASSERT_EQ(accepted["accepted"], 1) << accepted.dump();
+  EXPECT_EQ(RouteTo(*client_, tokens)["overlap_blocks"], 2);
+
+  ASSERT_EQ(Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
+     "event":"transfer_complete","role":"prefill_pin"}]})")->body)["accepted"],
+            1);
+  Json after = RouteTo(*client_, tokens);
+  EXPECT_EQ(after["overlap_blocks"], 0);
+  EXPECT_EQ(after["verdict"]["reason"], "lease_released");
+  EXPECT_EQ(after["candidates"][0]["resident_blocks"], 2);
+
+  // A heartbeat after completion never revives the lease.
+  Json revived = Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
+     "event":"heartbeat","role":"prefill_pin"}]})")->body);
+  EXPECT_EQ(revived["accepted"], 0);
+  EXPECT_NE(revived["rejected"][0]["error"].get<std::string>().find("cannot revive"),
+            std::string::npos);
+
+  Json leases = GetJson("/v1/leases");
+  ASSERT_EQ(leases["leases"].size(), 1u);
+  EXPECT_EQ(leases["leases"][0]["state"], "completed");
+  std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(kvgov_lease_transitions_total{from="active",to="completed"} 1)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(kvgov_lease_rejections_total{reason="failed_precondition"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(kvgov_leases{state="completed"} 1)"), std::string::npos);
+}
+
+TEST_F(HttpApiTest, ExpiredLeaseStopsCreditWithoutAnyEvent) {
+  const std::string tokens = "[1,2,3,4]";
+  ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
+     "to_tier":"hbm","worker":"w1","token_ids":)" + tokens + "}]}")->status,
+            200);
+  ASSERT_EQ(Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"short",
+     "event":"create","role":"prefill_pin","span_digest":"s","remote_engine":"w1","ttl_ms":50,
+     "token_ids":)" + tokens + "}]}")->body)["accepted"],
+            1);
+  // Poll: the lease expires 50 ms after its grant, with no event at all.
+  Json route;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    route = RouteTo(*client_, tokens);
+  } while (route["overlap_blocks"] != 0 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(route["verdict"]["reason"], "expired_ttl");
+  const auto journal_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool journaled = false;
+  while (!journaled && std::chrono::steady_clock::now() < journal_deadline) {
+    // Hold the document: a range-for over a temporary's member dangles.
+    const Json journal = GetJson("/v1/journal?since=1&limit=1000");
+    for (const Json& row : journal["rows"]) {
+      journaled |= row["kind"] == "lease.transition" &&
+                   row["payload"].get<std::string>().find("\"to\":\"expired\"") !=
+                       std::string::npos;
+    }
+  }
+  EXPECT_TRUE(journaled);
+}
+
+TEST_F(HttpApiTest, QuarantineStopsCreditAndIsJournaled) {
+  const std::string tokens = "[1,2,3,4,5,6,7,8]";
+  ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
+     "to_tier":"hbm","worker":"w1","token_ids":)" + tokens + "}]}")->status,
+            200);
+  ASSERT_EQ(RouteTo(*client_, tokens)["overlap_blocks"], 2);
+  httplib::Result quarantined = client_->Post(
+      "/v1/quarantine", R"({"model":"llama","token_ids":[1,2,3,4],"reason":"poisoned tool output"})",
+      "application/json");
+  ASSERT_EQ(quarantined->status, 200) << quarantined->body;
+  EXPECT_EQ(Json::parse(quarantined->body)["blocks"], 1);
+
+  // The quarantined first block stops credit for everything after it too.
+  Json route = RouteTo(*client_, tokens);
+  EXPECT_EQ(route["overlap_blocks"], 0);
+  EXPECT_EQ(route["verdict"]["kind"], "quarantine");
+  EXPECT_EQ(GetJson("/v1/quarantines")["quarantines"][0]["reason"], "poisoned tool output");
+  bool journaled = false;
+  Json journal = GetJson("/v1/journal?since=1&limit=100");
+  for (const Json& row : journal["rows"]) journaled |= row["kind"] == "quarantine";
+  EXPECT_TRUE(journaled) << journal.dump();
+
+  EXPECT_EQ(client_->Post("/v1/quarantine", R"({"model":"llama","reason":"x"})",
+                          "application/json")
+                ->status,
+            400);
+  EXPECT_EQ(client_->Post("/v1/quarantine",
+                          R"({"model":"llama","token_ids":[1,2,3,4],"reason":"x","invalidate":true})",
+                          "application/json")
+                ->status,
+            501);
+}
+
+}  // namespace
+}  // namespace kvgov::server

@@ -34,7 +34,7 @@ using IngestRecord = std::variant<KVTransfer, NIXLLease, ProviderCache, ToolResu
 /// One element of the batch.
 struct IngestEvent {
   IngestRecord record;
-  std::optional<SpanResidency> residency;  // only on kv_transfer, when it names a worker
+  std::optional<SpanResidency> residency;  // kv_transfer and nixl_lease, when they name the span
 };
 
 /// Every element decoded or its own error ("$.events[3].direction: ..."):

@@ -41,11 +41,13 @@ class SpanGate {
   virtual ~SpanGate() = default;
   struct Limit {
     size_t creditable;  // leading blocks of the chain that may be credited
+    LookupKind kind = LookupKind::kMiss;        // the verdict a stopped chain gets
     LookupReason reason = LookupReason::kNone;  // why it stops there, if it does
   };
-  /// REQUIRES: `resident` blocks of `chain` are on `worker`.
+  /// REQUIRES: `resident` blocks of `chain` are on `worker`. `now_ms` is
+  /// the route's clock (leases expire by it).
   virtual Limit Creditable(std::string_view worker, std::span<const index::BlockKey> chain,
-                           size_t resident) const = 0;
+                           size_t resident, int64_t now_ms) const = 0;
 };
 
 struct RouteRequest {

@@ -1,0 +1,34 @@
+#pragma once
+
+// Bodies of the governance routes (docs/formats/governance-api.md).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/codec/json_codec.h"
+
+namespace kvgov {
+
+/// POST /v1/quarantine: the span by token ids (under the tenant's salt) or
+/// by a worker's engine block hash.
+struct QuarantineRequest {
+  std::string model;
+  std::string tenant;
+  std::string lora_name;
+  std::vector<int64_t> token_ids;
+  std::string worker;
+  std::optional<uint64_t> block_hash;
+  int64_t group_idx = 0;
+  std::string reason;
+  bool invalidate = false;
+};
+
+/// model and reason are required, and exactly one of token_ids or
+/// worker + block_hash. Errors as the other decoders.
+Result<QuarantineRequest> DecodeQuarantineRequestJson(std::string_view text,
+                                                      const JsonLimits& limits);
+
+}  // namespace kvgov

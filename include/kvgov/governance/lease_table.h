@@ -1,0 +1,65 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/nixl_lease.h"
+#include "kvgov/core/status.h"
+
+namespace kvgov::governance {
+
+/// One state change of a lease, for the journal and the metrics.
+struct LeaseTransition {
+  std::string lease_id;
+  std::optional<NIXLLeaseState> from;  // nullopt: the lease was just created
+  NIXLLeaseState to;
+  int64_t at_ms = 0;
+  friend bool operator==(const LeaseTransition&, const LeaseTransition&) = default;
+};
+
+/// The NIXL leases kvgov witnesses, each a monotonic state machine
+/// (core/nixl_lease.h): active -> completed | expired | failed; terminal
+/// states never revive; a heartbeat moves expiry to now + ttl; expiry holds
+/// at now >= expires_at whether or not an expiry event arrives (ExpireDue,
+/// run by a timer, records it).
+///
+/// Thread-safe: one mutex.
+class LeaseTable {
+ public:
+  /// Applies a reported event at `now_ms`: `create` grants a new lease from
+  /// the report; any other event moves an existing one. Returns the
+  /// transition it caused (none for a heartbeat that keeps a lease active,
+  /// or a late expiry report). Errors: AlreadyExists (create of a known
+  /// lease), NotFound (event for an unknown lease), FailedPrecondition (an
+  /// event on a terminal lease: it never revives), InvalidArgument (a bad
+  /// report, an event timed before the grant).
+  Result<std::optional<LeaseTransition>> Apply(const NIXLLease& report, int64_t now_ms);
+
+  /// Records the expiry of every active lease whose time has come.
+  std::vector<LeaseTransition> ExpireDue(int64_t now_ms);
+
+  /// Puts back a lease read from the store (recovery); no transition.
+  void Restore(const NIXLLease& lease);
+
+  std::optional<NIXLLease> Get(std::string_view lease_id) const;
+  std::vector<NIXLLease> All() const;
+
+  /// Leases by state at `now_ms`.
+  std::map<NIXLLeaseState, uint64_t> CountByState(int64_t now_ms) const;
+
+  /// Terminal leases are kept for this long after they end, then dropped
+  /// from memory (they stay in the journal).
+  void ForgetEndedBefore(int64_t cutoff_ms);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, NIXLLease, std::less<>> leases_;      // guarded by mu_
+  std::map<std::string, int64_t, std::less<>> ended_at_ms_;   // guarded by mu_
+};
+
+}  // namespace kvgov::governance

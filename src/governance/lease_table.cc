@@ -1,0 +1,89 @@
+#include "kvgov/governance/lease_table.h"
+
+namespace kvgov::governance {
+
+Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report,
+                                                         int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(report.lease_id);
+  if (report.event == NIXLLeaseEvent::kCreate) {
+    if (it != leases_.end()) {
+      return Status::AlreadyExists("lease '" + report.lease_id + "' was already created");
+    }
+    KVGOV_ASSIGN_OR_RETURN(NIXLLease granted, GrantNIXLLease(report, now_ms));
+    const NIXLLeaseState state = LeaseStateAt(granted, now_ms);
+    leases_.emplace(granted.lease_id, granted);
+    return std::optional<LeaseTransition>(
+        LeaseTransition{granted.lease_id, std::nullopt, state, now_ms});
+  }
+  if (it == leases_.end()) {
+    return Status::NotFound("lease '" + report.lease_id + "' is unknown (no create seen)");
+  }
+  const NIXLLeaseState before = LeaseStateAt(it->second, now_ms);
+  KVGOV_ASSIGN_OR_RETURN(NIXLLease next, ApplyNIXLLeaseEvent(it->second, report.event, now_ms));
+  if (report.bytes_moved > 0) next.bytes_moved = report.bytes_moved;
+  it->second = next;
+  const NIXLLeaseState after = LeaseStateAt(next, now_ms);
+  if (IsTerminal(after)) ended_at_ms_.try_emplace(next.lease_id, now_ms);
+  if (after == before) return std::optional<LeaseTransition>();
+  return std::optional<LeaseTransition>(LeaseTransition{next.lease_id, before, after, now_ms});
+}
+
+std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  std::vector<LeaseTransition> expired;
+  for (auto& [id, lease] : leases_) {
+    if (lease.event != NIXLLeaseEvent::kCreate && lease.event != NIXLLeaseEvent::kHeartbeat) {
+      continue;  // already ended by an event
+    }
+    if (lease.expires_at_ms <= 0 || now_ms < lease.expires_at_ms) continue;
+    if (ended_at_ms_.contains(id)) continue;  // expiry already recorded
+    // Make the expiry explicit in the record, so it reads the same after a
+    // restart whatever the clock then says.
+    lease.event = NIXLLeaseEvent::kExpiry;
+    ended_at_ms_.emplace(id, now_ms);
+    expired.push_back(LeaseTransition{id, NIXLLeaseState::kActive, NIXLLeaseState::kExpired,
+                                      now_ms});
+  }
+  return expired;
+}
+
+void LeaseTable::Restore(const NIXLLease& lease) {
+  std::lock_guard lock(mu_);
+  leases_[lease.lease_id] = lease;
+}
+
+std::optional<NIXLLease> LeaseTable::Get(std::string_view lease_id) const {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<NIXLLease> LeaseTable::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<NIXLLease> out;
+  for (const auto& [id, lease] : leases_) out.push_back(lease);
+  return out;
+}
+
+std::map<NIXLLeaseState, uint64_t> LeaseTable::CountByState(int64_t now_ms) const {
+  std::lock_guard lock(mu_);
+  std::map<NIXLLeaseState, uint64_t> counts;
+  for (const auto& [id, lease] : leases_) ++counts[LeaseStateAt(lease, now_ms)];
+  return counts;
+}
+
+void LeaseTable::ForgetEndedBefore(int64_t cutoff_ms) {
+  std::lock_guard lock(mu_);
+  for (auto it = ended_at_ms_.begin(); it != ended_at_ms_.end();) {
+    if (it->second < cutoff_ms) {
+      leases_.erase(it->first);
+      it = ended_at_ms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace kvgov::governance

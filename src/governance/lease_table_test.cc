@@ -1,0 +1,84 @@
+#include "kvgov/governance/lease_table.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgov::governance {
+namespace {
+
+NIXLLease Report(NIXLLeaseEvent event, int64_t ttl_ms = 1000) {
+  NIXLLease report;
+  report.lease_id = "l1";
+  report.span_digest = "span";
+  report.remote_engine = "prefill-0";
+  report.role = NIXLTransferRole::kPrefillPin;
+  report.event = event;
+  report.ttl_ms = ttl_ms;
+  return report;
+}
+
+TEST(LeaseTableTest, LifecycleFoldsAndTerminalStatesNeverRevive) {
+  LeaseTable table;
+  Result<std::optional<LeaseTransition>> created = table.Apply(Report(NIXLLeaseEvent::kCreate), 100);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(created->has_value());
+  EXPECT_FALSE((*created)->from.has_value());
+  EXPECT_EQ((*created)->to, NIXLLeaseState::kActive);
+  EXPECT_TRUE(NIXLLeaseVerdict(*table.Get("l1"), 200).CanServe());
+
+  // A heartbeat keeps it active: no transition, but the expiry moves.
+  Result<std::optional<LeaseTransition>> beat = table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 900);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_FALSE(beat->has_value());
+  EXPECT_EQ(table.Get("l1")->expires_at_ms, 1900);
+
+  Result<std::optional<LeaseTransition>> done =
+      table.Apply(Report(NIXLLeaseEvent::kTransferComplete), 1000);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ((*done)->from, NIXLLeaseState::kActive);
+  EXPECT_EQ((*done)->to, NIXLLeaseState::kCompleted);
+  EXPECT_EQ(NIXLLeaseVerdict(*table.Get("l1"), 1000).reason, LookupReason::kLeaseReleased);
+
+  Result<std::optional<LeaseTransition>> revived = table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 1100);
+  EXPECT_EQ(revived.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.Apply(Report(NIXLLeaseEvent::kCreate), 1200).status().code(),
+            StatusCode::kAlreadyExists);
+  NIXLLease stranger = Report(NIXLLeaseEvent::kHeartbeat);
+  stranger.lease_id = "l2";
+  EXPECT_EQ(table.Apply(stranger, 1200).status().code(), StatusCode::kNotFound);
+}
+
+TEST(LeaseTableTest, ExpiryIsATimerNotOnlyALazyCheck) {
+  LeaseTable table;
+  ASSERT_TRUE(table.Apply(Report(NIXLLeaseEvent::kCreate, 500), 0).ok());
+  EXPECT_TRUE(table.ExpireDue(499).empty());
+  std::vector<LeaseTransition> expired = table.ExpireDue(500);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0], (LeaseTransition{"l1", NIXLLeaseState::kActive, NIXLLeaseState::kExpired,
+                                         500}));
+  EXPECT_TRUE(table.ExpireDue(600).empty());  // recorded once
+  // The record itself now says expired, whatever clock reads it later.
+  EXPECT_EQ(LeaseStateAt(*table.Get("l1"), 0), NIXLLeaseState::kExpired);
+  EXPECT_EQ(table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 700).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST(LeaseTableTest, CountsByStateAndForgetsEndedLeases) {
+  LeaseTable table;
+  for (const char* id : {"a", "b", "c"}) {
+    NIXLLease report = Report(NIXLLeaseEvent::kCreate);
+    report.lease_id = id;
+    ASSERT_TRUE(table.Apply(report, 0).ok());
+  }
+  NIXLLease abort = Report(NIXLLeaseEvent::kAbort);
+  abort.lease_id = "b";
+  ASSERT_TRUE(table.Apply(abort, 10).ok());
+  std::map<NIXLLeaseState, uint64_t> counts = table.CountByState(20);
+  EXPECT_EQ(counts[NIXLLeaseState::kActive], 2u);
+  EXPECT_EQ(counts[NIXLLeaseState::kFailed], 1u);
+  table.ForgetEndedBefore(11);
+  EXPECT_FALSE(table.Get("b").has_value());
+  EXPECT_TRUE(table.Get("a").has_value());
+}
+
+}  // namespace
+}  // namespace kvgov::governance

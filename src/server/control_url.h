@@ -1,0 +1,27 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::server {
+
+/// Where an engine's (or controller's) HTTP control API listens.
+struct ControlEndpoint {
+  std::string host;  // without the brackets of an IPv6 literal
+  int port = 80;
+};
+
+/// Parses a control URL of the form http://HOST[:PORT][/]: a DNS name, an
+/// IPv4 literal or a bracketed IPv6 literal, an optional port in 1-65535
+/// (80 when absent), an optional trailing slash. No user info, path, query
+/// or fragment: callers append their own routes. https is refused (not
+/// supported yet). Returns InvalidArgument naming what is wrong, prefixed
+/// "control: ".
+///
+/// The same grammar HealthProber accepts (its copy in health_prober.cc
+/// predates this file and can switch to it).
+Result<ControlEndpoint> ParseControlUrl(std::string_view url);
+
+}  // namespace kvgov::server

@@ -1,0 +1,278 @@
+#include "server/governance_api.h"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "kvgov/codec/governance_api.h"
+#include "kvgov/core/digest.h"
+#include "kvgov/index/block_key.h"
+#include "server/daemon.h"
+#include "server/entropy.h"
+#include "server/http_api.h"
+
+namespace kvgov::server {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr std::string_view kLeasePrefix = "lease/";
+constexpr std::string_view kQuarantinePrefix = "quarantine/";
+
+std::string StateName(const std::optional<NIXLLeaseState>& state) {
+  return state ? std::string(ToString(*state)) : "none";
+}
+
+// The engine hash a span digest names: 16 hex digits (as kvgov spells
+// engine hashes in the envelope) or a decimal integer (as BlockStored
+// publishes them).
+std::optional<EngineHash> ParseEngineHash(std::string_view text) {
+  EngineHash hash = 0;
+  const char* end = text.data() + text.size();
+  if (text.size() == 16) {
+    auto [stop, error] = std::from_chars(text.data(), end, hash, 16);
+    if (error == std::errc() && stop == end) return hash;
+  }
+  auto [stop, error] = std::from_chars(text.data(), end, hash, 10);
+  if (!text.empty() && error == std::errc() && stop == end) return hash;
+  return std::nullopt;
+}
+
+// The worker and blocks a lease pins: by token ids when the report names
+// them, else the block the span digest names on the prefill worker. A span
+// kvgov cannot resolve pins nothing it could credit.
+std::pair<std::string, std::vector<index::BlockKey>> LeaseSpan(
+    const Daemon& daemon, const NIXLLease& lease, const std::optional<SpanResidency>& residency) {
+  std::string worker = residency && !residency->worker.empty() ? residency->worker
+                                                               : lease.remote_engine;
+  std::optional<index::WorkerResidency> holder = daemon.index.Worker(worker);
+  if (!holder) return {worker, {}};
+  if (residency && !residency->token_ids.empty()) {
+    return {worker, index::RequestChain(daemon.index.hasher(),
+                                        {holder->model, residency->lora_name, residency->group_idx},
+                                        residency->cache_salt, residency->token_ids,
+                                        holder->block_size)};
+  }
+  std::optional<EngineHash> hash = ParseEngineHash(lease.span_digest);
+  if (!hash) return {worker, {}};
+  const int64_t group = residency ? residency->group_idx : 0;
+  Result<std::vector<index::BlockKey>> keys =
+      daemon.index.KeysForEngineHashes(worker, std::span(&*hash, 1), group);
+  return {worker, keys.ok() ? *keys : std::vector<index::BlockKey>{}};
+}
+
+std::string LeaseRecord(const NIXLLease& lease, std::string_view worker,
+                        const std::vector<index::BlockKey>& keys) {
+  return Json{{"lease", Json::parse(EncodeJson(lease))}, {"worker", worker}, {"keys", keys}}
+      .dump();
+}
+
+Status PersistTransition(Daemon& daemon, const governance::LeaseTransition& transition,
+                         const NIXLLease& lease, std::string_view worker,
+                         const std::vector<index::BlockKey>& keys) {
+  const store::WriteOp state{store::Column::kGovernance,
+                             std::string(kLeasePrefix) + lease.lease_id,
+                             LeaseRecord(lease, worker, keys)};
+  const Json payload = {{"lease_id", lease.lease_id},
+                        {"from", StateName(transition.from)},
+                        {"to", std::string(ToString(transition.to))},
+                        {"event", std::string(ToString(lease.event))},
+                        {"remote_engine", lease.remote_engine},
+                        {"blocks", keys.size()}};
+  KVGOV_RETURN_IF_ERROR(
+      RecordGovernance(daemon, "lease.transition", lease.lease_id, payload.dump(), {&state, 1}));
+  daemon.lease_transitions
+      ->WithLabels({StateName(transition.from), ToString(transition.to)})
+      ->Inc();
+  return Status::Ok();
+}
+
+// The worker and keys a lease was persisted with.
+std::pair<std::string, std::vector<index::BlockKey>> PersistedSpan(const Daemon& daemon,
+                                                                   std::string_view lease_id) {
+  Result<std::optional<std::string>> record = daemon.store->Get(
+      store::Column::kGovernance, std::string(kLeasePrefix) + std::string(lease_id));
+  if (!record.ok() || !record->has_value()) return {};
+  Json json = Json::parse(**record, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json["worker"].is_string() || !json["keys"].is_array()) return {};
+  return {json["worker"].get<std::string>(), json["keys"].get<std::vector<index::BlockKey>>()};
+}
+
+Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
+  return {{"lease_id", lease.lease_id},
+          {"state", std::string(ToString(LeaseStateAt(lease, now_ms)))},
+          {"event", std::string(ToString(lease.event))},
+          {"role", std::string(ToString(lease.role))},
+          {"remote_engine", lease.remote_engine},
+          {"span_digest", lease.span_digest},
+          {"tokens", lease.tokens},
+          {"granted_at_ms", lease.granted_at_ms},
+          {"expires_at_ms", lease.expires_at_ms},
+          {"ttl_ms", lease.ttl_ms},
+          {"bytes_moved", lease.bytes_moved}};
+}
+
+void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
+                      httplib::Response& response) {
+  JsonLimits limits;
+  limits.max_bytes = daemon.options.max_body_bytes;
+  Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, limits);
+  if (!body.ok()) {
+    return SendError(response,
+                      body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
+                      body.status());
+  }
+  if (body->invalidate) {
+    return SendError(response, 501,
+                      Status::FailedPrecondition(
+                          "invalidate: invalidation directives are not available in this "
+                          "build; quarantine without it, which stops all route credit"));
+  }
+  std::vector<index::BlockKey> keys;
+  if (!body->token_ids.empty()) {
+    int64_t block_size = 0;
+    for (const index::WorkerResidency& worker : daemon.index.Workers()) {
+      if (worker.model == body->model) block_size = worker.block_size;
+    }
+    if (block_size == 0) {
+      return SendError(response, 404,
+                        Status::NotFound("model: no registered worker serves '" + body->model +
+                                         "'"));
+    }
+    const std::string salt =
+        body->tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, body->tenant);
+    keys = index::RequestChain(daemon.index.hasher(), {body->model, body->lora_name, 0}, salt,
+                               body->token_ids, block_size);
+    if (keys.empty()) {
+      return SendError(response, 400,
+                        Status::InvalidArgument("$.token_ids: shorter than one block"));
+    }
+  } else {
+    Result<std::vector<index::BlockKey>> found = daemon.index.KeysForEngineHashes(
+        body->worker, std::span(&*body->block_hash, 1), body->group_idx);
+    if (!found.ok()) return SendError(response, 404, found.status());
+    keys = *found;
+  }
+  Result<std::string> id = RandomHexId();
+  if (!id.ok()) return SendError(response, 500, id.status());
+  const Json record = {{"id", *id},          {"model", body->model}, {"tenant", body->tenant},
+                       {"reason", body->reason}, {"keys", keys},
+                       {"created_ms", WallClockMillis()}};
+  const store::WriteOp state{store::Column::kGovernance, std::string(kQuarantinePrefix) + *id,
+                             record.dump()};
+  if (Status recorded = RecordGovernance(daemon, "quarantine", *id, record.dump(), {&state, 1});
+      !recorded.ok()) {
+    return SendError(response, 503, recorded);
+  }
+  daemon.gate.Quarantine(keys);
+  SendJson(response, 200, {{"id", *id}, {"blocks", keys.size()}, {"reason", body->reason}});
+}
+
+}  // namespace
+
+Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
+                        const std::optional<SpanResidency>& residency) {
+  const int64_t now = WallClockMillis();
+  Result<std::optional<governance::LeaseTransition>> applied = daemon.leases.Apply(report, now);
+  if (!applied.ok()) {
+    daemon.lease_rejections->WithLabels({StatusCodeName(applied.status().code())})->Inc();
+    return applied.status();
+  }
+  std::optional<NIXLLease> lease = daemon.leases.Get(report.lease_id);
+  if (!lease) return Status::Internal("lease vanished after it was applied");
+  std::pair<std::string, std::vector<index::BlockKey>> span;
+  if (report.event == NIXLLeaseEvent::kCreate) {
+    span = LeaseSpan(daemon, *lease, residency);
+    daemon.gate.CoverLease(*lease, span.first, span.second);
+  } else {
+    daemon.gate.UpdateLease(*lease);
+    span = PersistedSpan(daemon, lease->lease_id);
+  }
+  if (!applied->has_value()) {
+    // A heartbeat: no state change, but the new expiry must survive a crash.
+    const store::WriteOp state{store::Column::kGovernance,
+                               std::string(kLeasePrefix) + lease->lease_id,
+                               LeaseRecord(*lease, span.first, span.second)};
+    return daemon.store->Write({&state, 1}, /*sync=*/true);
+  }
+  return PersistTransition(daemon, **applied, *lease, span.first, span.second);
+}
+
+void RecordLeaseTransitions(Daemon& daemon,
+                            const std::vector<governance::LeaseTransition>& transitions) {
+  for (const governance::LeaseTransition& transition : transitions) {
+    std::optional<NIXLLease> lease = daemon.leases.Get(transition.lease_id);
+    if (!lease) continue;
+    daemon.gate.UpdateLease(*lease);
+    auto [worker, keys] = PersistedSpan(daemon, lease->lease_id);
+    if (Status recorded = PersistTransition(daemon, transition, *lease, worker, keys);
+        !recorded.ok()) {
+      std::fprintf(stderr, "kvgov: lease %s expiry not recorded: %s\n", lease->lease_id.c_str(),
+                   recorded.ToString().c_str());
+    }
+  }
+}
+
+Status RecoverGovernance(Daemon& daemon) {
+  Status scanned = daemon.store->Scan(
+      store::Column::kGovernance, kLeasePrefix, "lease0",
+      [&](std::string_view key, std::string_view value) {
+        Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+        if (!json.is_object() || !json.contains("lease")) {
+          std::fprintf(stderr, "kvgov: %.*s is not a lease record; skipped\n",
+                       static_cast<int>(key.size()), key.data());
+          return true;
+        }
+        Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
+        if (!lease.ok()) return true;
+        daemon.leases.Restore(*lease);
+        daemon.gate.CoverLease(*lease, json.value("worker", ""),
+                               json.value("keys", std::vector<index::BlockKey>{}));
+        return true;
+      });
+  KVGOV_RETURN_IF_ERROR(scanned);
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
+      [&](std::string_view, std::string_view value) {
+        Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+        if (json.is_object() && json["keys"].is_array()) {
+          daemon.gate.Quarantine(json["keys"].get<std::vector<index::BlockKey>>());
+        }
+        return true;
+      }));
+  RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
+  return Status::Ok();
+}
+
+void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
+  http.Get("/v1/leases", [&daemon](const httplib::Request&, httplib::Response& response) {
+    const int64_t now = WallClockMillis();
+    Json leases = Json::array();
+    for (const NIXLLease& lease : daemon.leases.All()) leases.push_back(LeaseJson(lease, now));
+    SendJson(response, 200, {{"leases", std::move(leases)}});
+  });
+  http.Post("/v1/quarantine",
+            [&daemon](const httplib::Request& request, httplib::Response& response) {
+              HandleQuarantine(daemon, request, response);
+            });
+  http.Get("/v1/quarantines", [&daemon](const httplib::Request&, httplib::Response& response) {
+    Json out = Json::array();
+    Status scanned = daemon.store->Scan(
+        store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
+        [&](std::string_view, std::string_view value) {
+          Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+          if (json.is_object()) {
+            json["blocks"] = json["keys"].size();
+            json.erase("keys");
+            out.push_back(std::move(json));
+          }
+          return true;
+        });
+    if (!scanned.ok()) return SendError(response, 500, scanned);
+    SendJson(response, 200, {{"quarantines", std::move(out)}});
+  });
+}
+
+}  // namespace kvgov::server

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <string_view>
+
+#include "kvgov/codec/ingest_batch.h"
+#include "kvgov/core/status.h"
+#include "kvgov/governance/lease_table.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace kvgov::server {
+
+struct Daemon;
+
+/// Applies a reported NIXL lease event: the lease table moves (or refuses),
+/// the transition is journaled and the lease persisted in one synced write,
+/// the governance gate learns the blocks the lease covers on its prefill
+/// worker, and the transition is counted. Errors are the lease table's,
+/// worded "<field>: <problem>" or naming the lease.
+Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
+                        const std::optional<SpanResidency>& residency);
+
+/// Journals, persists and counts transitions the expiry timer found.
+void RecordLeaseTransitions(Daemon& daemon,
+                            const std::vector<governance::LeaseTransition>& transitions);
+
+/// Restores leases and quarantines from the store at start, then records
+/// the expiry of leases whose time ran out while kvgov was down.
+Status RecoverGovernance(Daemon& daemon);
+
+/// GET /v1/leases, POST /v1/quarantine, GET /v1/quarantines.
+void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon);
+
+}  // namespace kvgov::server
