@@ -19,9 +19,7 @@ struct ControlEndpoint {
 /// or fragment: callers append their own routes. https is refused (not
 /// supported yet). Returns InvalidArgument naming what is wrong, prefixed
 /// "control: ".
-///
-/// The same grammar HealthProber accepts (its copy in health_prober.cc
-/// predates this file and can switch to it).
+/// Used by the health prober and the invalidation connectors.
 Result<ControlEndpoint> ParseControlUrl(std::string_view url);
 
 }  // namespace kvgov::server
