@@ -22,11 +22,10 @@ Json FromText(std::string_view text) {
 }
 
 TEST(CanonicalJsonTest, SortsKeysByByteOrderAtEveryLevelWithoutWhitespace) {
-  const Json value =
-      FromText(R"( { "b" : 1, "a" : { "z": [3, 2, 1], "A": true, "_": false }, "aa": [], "B": {} } )");
+  const Json value = FromText(
+      R"( { "b" : 1, "a" : { "z": [3, 2, 1], "A": true, "_": false }, "aa": [], "B": {} } )");
   // 'B' (0x42) < '_' (0x5f) < 'a' (0x61): UTF-16 order is byte order for ASCII.
-  EXPECT_EQ(Canon(value),
-            R"({"B":{},"a":{"A":true,"_":false,"z":[3,2,1]},"aa":[],"b":1})");
+  EXPECT_EQ(Canon(value), R"({"B":{},"a":{"A":true,"_":false,"z":[3,2,1]},"aa":[],"b":1})");
 }
 
 TEST(CanonicalJsonTest, PrefixKeySortsBeforeLongerKey) {
@@ -87,11 +86,11 @@ TEST(CanonicalJsonTest, RefusesFloatsNullsAndNonAsciiKeys) {
 
 TEST(CanonicalJsonTest, RefusesInvalidUtf8) {
   for (const std::string& bad : {std::string("\x80"), std::string("\xc0\x80"),  // overlong NUL
-                                std::string("\xc1\xbf"), std::string("\xe0\x9f\xbf"),
-                                std::string("\xed\xa0\x80"),       // a surrogate
-                                std::string("\xf4\x90\x80\x80"),   // past U+10FFFF
-                                std::string("\xf5\x80\x80\x80"), std::string("\xe2\x82"),
-                                std::string("a\xff"), std::string("\xf0\x9f\x98")}) {
+                                 std::string("\xc1\xbf"), std::string("\xe0\x9f\xbf"),
+                                 std::string("\xed\xa0\x80"),      // a surrogate
+                                 std::string("\xf4\x90\x80\x80"),  // past U+10FFFF
+                                 std::string("\xf5\x80\x80\x80"), std::string("\xe2\x82"),
+                                 std::string("a\xff"), std::string("\xf0\x9f\x98")}) {
     std::string out;
     EXPECT_EQ(AppendCanonicalString(bad, out).code(), StatusCode::kInvalidArgument)
         << "accepted " << Json(bad).dump(-1, ' ', true, Json::error_handler_t::replace);
@@ -101,9 +100,10 @@ TEST(CanonicalJsonTest, RefusesInvalidUtf8) {
         << nested.status().message();
   }
   // The largest and smallest valid sequences of each length pass.
-  for (const std::string& good : {std::string("\xc2\x80"), std::string("\xdf\xbf"),
-                                 std::string("\xe0\xa0\x80"), std::string("\xef\xbf\xbf"),
-                                 std::string("\xf0\x90\x80\x80"), std::string("\xf4\x8f\xbf\xbf")}) {
+  for (const std::string& good :
+       {std::string("\xc2\x80"), std::string("\xdf\xbf"), std::string("\xe0\xa0\x80"),
+        std::string("\xef\xbf\xbf"), std::string("\xf0\x90\x80\x80"),
+        std::string("\xf4\x8f\xbf\xbf")}) {
     std::string out;
     EXPECT_TRUE(AppendCanonicalString(good, out).ok());
     EXPECT_EQ(out, "\"" + good + "\"");
@@ -139,7 +139,8 @@ TEST(CanonicalJsonTest, ParseRefusesDuplicatesDepthSizeAndTrailingContent) {
 TEST(CanonicalJsonTest, CanonicalFormIsAFixedPointOfParsing) {
   const std::string canonical =
       Canon(FromText(R"({"z":{"y":[1,{"b":"\u0007","a":"\ud83d\ude00"}]},"x":true})"));
-  EXPECT_EQ(canonical, "{\"x\":true,\"z\":{\"y\":[1,{\"a\":\"\xf0\x9f\x98\x80\",\"b\":\"\\u0007\"}]}}");
+  EXPECT_EQ(canonical,
+            "{\"x\":true,\"z\":{\"y\":[1,{\"a\":\"\xf0\x9f\x98\x80\",\"b\":\"\\u0007\"}]}}");
   EXPECT_EQ(Canon(FromText(canonical)), canonical);
 }
 

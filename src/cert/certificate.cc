@@ -106,9 +106,9 @@ Status CheckOwner(const CertOwner& owner, KVEvictionScope directive_scope, const
                   bool require_order) {
   if (owner.worker.empty()) return PathError(ChildPath(path, "worker"), "empty");
   if (owner.degraded != !owner.degrade_reason.empty()) {
-    return PathError(ChildPath(path, "degraded"),
-                     owner.degraded ? "true without a degrade_reason"
-                                    : "false but degrade_reason is set");
+    return PathError(ChildPath(path, "degraded"), owner.degraded
+                                                      ? "true without a degrade_reason"
+                                                      : "false but degrade_reason is set");
   }
   if (owner.scope != directive_scope && !owner.degraded) {
     return PathError(ChildPath(path, "scope"),
@@ -268,10 +268,10 @@ Status ReadCertificate(const Json& json, DeletionCertificate& out) {
                        "unknown schema; want \"" + std::string(kCertificateSchema) + "\"");
     }
   }
-  KVGOV_RETURN_IF_ERROR(CheckKeys(json, "$",
-                                  {"schema", "certificate_id", "subject", "directive_id", "scope",
-                                   "owners", "target_count", "anchor", "issued_at_ms", "issuer",
-                                   "signature"}));
+  KVGOV_RETURN_IF_ERROR(
+      CheckKeys(json, "$",
+                {"schema", "certificate_id", "subject", "directive_id", "scope", "owners",
+                 "target_count", "anchor", "issued_at_ms", "issuer", "signature"}));
   KVGOV_RETURN_IF_ERROR(ReadString(json["certificate_id"], "$.certificate_id", out.certificate_id));
   KVGOV_RETURN_IF_ERROR(ReadString(json["subject"], "$.subject", out.subject));
   KVGOV_RETURN_IF_ERROR(ReadString(json["directive_id"], "$.directive_id", out.directive_id));
@@ -287,7 +287,8 @@ Status ReadCertificate(const Json& json, DeletionCertificate& out) {
   KVGOV_RETURN_IF_ERROR(CheckKeys(anchor, "$.anchor", {"journal_seq", "prev_hash", "hash"}));
   KVGOV_RETURN_IF_ERROR(
       ReadInteger(anchor["journal_seq"], "$.anchor.journal_seq", out.anchor.journal_seq));
-  KVGOV_RETURN_IF_ERROR(ReadString(anchor["prev_hash"], "$.anchor.prev_hash", out.anchor.prev_hash));
+  KVGOV_RETURN_IF_ERROR(
+      ReadString(anchor["prev_hash"], "$.anchor.prev_hash", out.anchor.prev_hash));
   KVGOV_RETURN_IF_ERROR(ReadString(anchor["hash"], "$.anchor.hash", out.anchor.hash));
   KVGOV_RETURN_IF_ERROR(ReadInteger(json["issued_at_ms"], "$.issued_at_ms", out.issued_at_ms));
   const Json& issuer = json["issuer"];
@@ -313,9 +314,8 @@ Result<std::string> CanonicalCertificateBytes(const DeletionCertificate& certifi
 }
 
 Result<std::string> ComputeCertificateId(const DeletionCertificate& certificate) {
-  KVGOV_ASSIGN_OR_RETURN(
-      std::string body,
-      cert_internal::CanonicalJson(CertificateToJson(certificate, Omit::kIdAndSignature)));
+  KVGOV_ASSIGN_OR_RETURN(std::string body, cert_internal::CanonicalJson(CertificateToJson(
+                                               certificate, Omit::kIdAndSignature)));
   return Sha256Hex(body);
 }
 
@@ -372,38 +372,36 @@ Result<DeletionCertificate> ParseCertificateJson(std::string_view text, size_t m
 std::vector<CertificateCheck> CheckCertificate(
     const DeletionCertificate& certificate, std::span<const std::string> trusted_public_keys_hex) {
   std::vector<CertificateCheck> checks;
-  checks.push_back({"schema", certificate.schema == kCertificateSchema
-                                  ? Status::Ok()
-                                  : PathError("$.schema", "want \"" +
-                                                              std::string(kCertificateSchema) +
-                                                              "\"")});
+  checks.push_back(
+      {"schema", certificate.schema == kCertificateSchema
+                     ? Status::Ok()
+                     : PathError("$.schema", "want \"" + std::string(kCertificateSchema) + "\"")});
   checks.push_back({"fields", CheckFields(certificate)});
 
   Result<std::string> id = ComputeCertificateId(certificate);
   Status id_status = id.status();
   if (id.ok() && *id != certificate.certificate_id) {
-    id_status = Status::PermissionDenied("$.certificate_id: does not match the fields (they hash to " +
-                                         *id + ")");
+    id_status = Status::PermissionDenied(
+        "$.certificate_id: does not match the fields (they hash to " + *id + ")");
   }
   checks.push_back({"certificate_id", id_status});
 
   Result<std::string> signed_bytes = CanonicalCertificateBytes(certificate);
-  checks.push_back(
-      {"signature", !signed_bytes.ok()
-                        ? signed_bytes.status()
-                        : VerifySignature(certificate.issuer.public_key, *signed_bytes,
-                                          certificate.signature)});
+  checks.push_back({"signature", !signed_bytes.ok()
+                                     ? signed_bytes.status()
+                                     : VerifySignature(certificate.issuer.public_key, *signed_bytes,
+                                                       certificate.signature)});
 
   const std::string presented = Lowercase(certificate.issuer.public_key);
   const bool trusted =
       std::any_of(trusted_public_keys_hex.begin(), trusted_public_keys_hex.end(),
                   [&](const std::string& key) { return Lowercase(key) == presented; });
-  checks.push_back(
-      {"issuer", trusted ? Status::Ok()
-                         : Status::PermissionDenied(
-                               "$.issuer.public_key: key " + certificate.issuer.key_id +
-                               " is not among the " + std::to_string(trusted_public_keys_hex.size()) +
-                               " trusted issuer key(s)")});
+  checks.push_back({"issuer", trusted ? Status::Ok()
+                                      : Status::PermissionDenied(
+                                            "$.issuer.public_key: key " +
+                                            certificate.issuer.key_id + " is not among the " +
+                                            std::to_string(trusted_public_keys_hex.size()) +
+                                            " trusted issuer key(s)")});
   return checks;
 }
 

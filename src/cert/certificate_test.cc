@@ -277,7 +277,8 @@ TEST_F(CertificateTest, TamperingWithEveryFieldFailsTheSignature) {
        [this](DeletionCertificate& c) {
          c.issuer = CertIssuer{other_key_->key_id(), other_key_->public_key_hex()};
        }},
-      {"signature", [](DeletionCertificate& c) { c.signature[5] = c.signature[5] == '0' ? '1' : '0'; }},
+      {"signature",
+       [](DeletionCertificate& c) { c.signature[5] = c.signature[5] == '0' ? '1' : '0'; }},
   };
   ASSERT_TRUE(VerifyCertificate(genuine, both).ok());
   for (const auto& [name, edit] : edits) {
@@ -601,7 +602,7 @@ TEST_F(CertificateTest, OpenSslVerifiesTheDocumentedProcedure) {
   }
   {
     auto [code, output] = RunShell("/usr/bin/openssl pkey -pubin -inform DER -in " + d +
-                              "/pub.der -out " + d + "/pub.pem");
+                                   "/pub.der -out " + d + "/pub.pem");
     ASSERT_EQ(code, 0) << output;
   }
   const std::string verify = "/usr/bin/openssl pkeyutl -verify -pubin -inkey " + d +

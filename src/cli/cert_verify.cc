@@ -45,8 +45,8 @@ class Report {
  private:
   void Line(bool ok, std::string_view check, const std::string& text) {
     failed_ = failed_ || !ok;
-    std::printf("%-4s %.*s: %s\n", ok ? "ok" : "FAIL", static_cast<int>(check.size()),
-                check.data(), text.c_str());
+    std::printf("%-4s %.*s: %s\n", ok ? "ok" : "FAIL", static_cast<int>(check.size()), check.data(),
+                text.c_str());
   }
   bool failed_ = false;
 };
@@ -100,8 +100,9 @@ Status CheckAnchor(const cert::DeletionCertificate& certificate, const std::stri
   if (!opened.ok()) {
     std::string why = "cannot open " + store_dir + ": " + opened.status().ToString();
     if (opened.status().code() == StatusCode::kIOError) {
-      why += " (a kvgov daemon running on this data dir holds the store's lock: stop it, or "
-             "verify against a copy of the data dir)";
+      why +=
+          " (a kvgov daemon running on this data dir holds the store's lock: stop it, or "
+          "verify against a copy of the data dir)";
     }
     return Status::Unavailable(why);
   }
@@ -111,10 +112,9 @@ Status CheckAnchor(const cert::DeletionCertificate& certificate, const std::stri
   Result<journal::VerifyReport> report = journal::Verify(store);
   if (!report.ok()) return report.status().WithContext("journal verify");
   if (report->first_broken_seq.has_value() && *report->first_broken_seq <= seq) {
-    return Status::Corruption("the journal chain is broken at seq " +
-                              std::to_string(*report->first_broken_seq) + " (" +
-                              Printable(report->problem, 200) + "), at or before the anchor row " +
-                              std::to_string(seq));
+    return Status::Corruption(
+        "the journal chain is broken at seq " + std::to_string(*report->first_broken_seq) + " (" +
+        Printable(report->problem, 200) + "), at or before the anchor row " + std::to_string(seq));
   }
   if (report->rows < seq) {
     return Status::NotFound("the journal has " + std::to_string(report->rows) +

@@ -39,8 +39,9 @@ class CertVerifyTest : public ::testing::Test {
     Result<std::unique_ptr<journal::Journal>> journal = journal::Journal::Open(store->get());
     ASSERT_TRUE(journal.ok()) << journal.status().ToString();
     for (int i = 1; i <= 3; ++i) {
-      Result<journal::Row> row = (*journal)->Append(
-          "directive.transition", "dir-" + std::to_string(i), "{\"state\":\"witnessed\"}", 1000 + i);
+      Result<journal::Row> row =
+          (*journal)->Append("directive.transition", "dir-" + std::to_string(i),
+                             "{\"state\":\"witnessed\"}", 1000 + i);
       ASSERT_TRUE(row.ok()) << row.status().ToString();
       rows_.push_back(*row);
     }
@@ -58,7 +59,8 @@ class CertVerifyTest : public ::testing::Test {
     input.directive_id = row.subject;
     input.scope = KVEvictionScope::kExactSpan;
     input.owners = {cert::CertOwner{"w1", cert::CertConnector::kVllm, KVEvictionScope::kExactSpan,
-                                    false, "", cert::Witness{cert::WitnessKind::kBlockRemoved, {7}}}};
+                                    false, "",
+                                    cert::Witness{cert::WitnessKind::kBlockRemoved, {7}}}};
     input.target_count = 1;
     input.anchor = cert::JournalAnchor{row.seq, row.prev_hash, row.hash};
     input.issued_at_ms = 1700000000000;

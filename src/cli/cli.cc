@@ -15,6 +15,7 @@
 #include "kvgov/router/router.h"
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
+#include "cli/cert_verify.h"
 
 #ifndef KVGOV_VERSION
 #error "KVGOV_VERSION must be defined by the build"
@@ -40,6 +41,7 @@ struct ServeFlags {
   int64_t probe_interval_ms = 1000;
   std::string tenant_secret_file;
   uint64_t snapshot_every_batches = 10000;
+  int64_t witness_timeout_ms = 30000;
 };
 
 // "127.0.0.1:8787" or "[::1]:0" -> host and port.
@@ -80,6 +82,7 @@ int Serve(const ServeFlags& flags) {
   options.probe_interval_ms = flags.probe_interval_ms;
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
+  options.witness_timeout_ms = flags.witness_timeout_ms;
   for (const std::string& spec : flags.engines) {
     Result<ingest::EngineSpec> engine = ingest::ParseEngineSpec(spec);
     if (!engine.ok()) {
@@ -235,11 +238,33 @@ int Run(int argc, char** argv) {
                     "batches; recovery re-applies only the batches after the last snapshot.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  serve->add_option("--witness-timeout-ms", serve_flags.witness_timeout_ms,
+                    "An invalidation fails (witness_timeout) when the engines' own event\n"
+                    "streams have not shown the removal by then.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
   serve->add_option("--tenant-secret-file", serve_flags.tenant_secret_file,
                     "32-byte secret tenants' cache salts are derived from; created (mode\n"
                     "0600) when missing. Default: <data-dir>/tenant-salt.key.");
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
+
+  std::string cert_file;
+  std::vector<std::string> cert_issuer_keys;
+  std::string cert_data_dir;
+  CLI::App* cert = app.add_subcommand("cert", "Work with signed deletion certificates.");
+  cert->require_subcommand(1);
+  CLI::App* cert_verify = cert->add_subcommand(
+      "verify",
+      "Check a deletion certificate offline: schema, fields, id, Ed25519 signature, a trusted\n"
+      "issuer and, with --data-dir, its anchor in the audit journal. Prints one line per check;\n"
+      "exits 0 only when all hold.");
+  cert_verify->add_option("FILE", cert_file, "The certificate (JSON).")->required();
+  cert_verify->add_option("--issuer-key", cert_issuer_keys,
+                          "A trusted issuer's public key, 64 hex digits (repeatable).");
+  cert_verify->add_option("--data-dir", cert_data_dir,
+                          "A kvgov data dir (not in use by a running kvgov): trusts its issuer\n"
+                          "key and checks the journal anchor.");
 
   std::string journal_data_dir = "./kvgov-data";
   CLI::App* journal = app.add_subcommand(
@@ -263,6 +288,7 @@ int Run(int argc, char** argv) {
   }
   if (app.got_subcommand(serve)) return Serve(serve_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
+  if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;
 }
 

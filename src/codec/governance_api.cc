@@ -26,6 +26,34 @@ struct Schema<QuarantineRequest> {
   }
 };
 
+template <>
+struct Schema<InvalidationRequest> {
+  static void Fields(auto& v, auto& q) {
+    v.Required("model", q.model);
+    v.Optional("tenant", q.tenant);
+    v.Optional("lora_name", q.lora_name);
+    v.Optional("token_ids", q.token_ids);
+    v.Optional("worker", q.worker);
+    v.Optional("block_hash", q.block_hash);
+    v.Optional("group_idx", q.group_idx);
+    v.Optional("scope", q.scope);
+    v.Required("reason", q.reason);
+    v.Expect("reason", !q.reason.empty(), [] { return std::string("required, got empty"); });
+    v.Expect("scope", q.scope.empty() || q.scope == "worker" || q.scope == "model", [&] {
+      return "want \"worker\" or \"model\" (a tenant's blocks cannot be told apart without "
+             "their prompts: name the span), got '" +
+             q.scope.substr(0, 32) + "'";
+    });
+    const int named = (q.token_ids.empty() ? 0 : 1) + (q.block_hash.has_value() ? 1 : 0) +
+                      (q.scope.empty() ? 0 : 1);
+    v.Expect("token_ids", named == 1, [] {
+      return std::string("give exactly one of token_ids, worker + block_hash, or scope");
+    });
+    v.Expect("worker", (!q.block_hash.has_value() && q.scope != "worker") || !q.worker.empty(),
+             [] { return std::string("required with block_hash or scope worker"); });
+  }
+};
+
 }  // namespace kvgov::codec_internal
 
 namespace kvgov {
@@ -36,6 +64,19 @@ Result<QuarantineRequest> DecodeQuarantineRequestJson(std::string_view text,
   try {
     KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
     QuarantineRequest request;
+    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", request));
+    return request;
+  } catch (const Json::exception& e) {
+    return Status::Internal(std::string("governance codec: ") + e.what());
+  }
+}
+
+Result<InvalidationRequest> DecodeInvalidationRequestJson(std::string_view text,
+                                                          const JsonLimits& limits) {
+  using namespace codec_internal;
+  try {
+    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
+    InvalidationRequest request;
     KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", request));
     return request;
   } catch (const Json::exception& e) {

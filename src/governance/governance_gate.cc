@@ -1,5 +1,6 @@
 #include "kvgov/governance/governance_gate.h"
 
+#include <algorithm>
 #include <mutex>
 
 namespace kvgov::governance {
@@ -27,9 +28,16 @@ router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
                                                    std::span<const index::BlockKey> chain,
                                                    size_t resident, int64_t now_ms) const {
   std::shared_lock lock(mu_);
+  if (auto it = pending_workers_.find(worker); it != pending_workers_.end() && it->second > 0) {
+    return {0, LookupKind::kMiss, LookupReason::kStale};
+  }
   for (size_t i = 0; i < resident && i < chain.size(); ++i) {
     if (quarantined_.contains(chain[i])) {
       return {i, LookupKind::kQuarantine, LookupReason::kTaintDenied};
+    }
+    if (auto it = pending_.find({std::string(worker), chain[i]});
+        it != pending_.end() && it->second > 0) {
+      return {i, LookupKind::kMiss, LookupReason::kStale};
     }
     auto covered = covered_.find({std::string(worker), chain[i]});
     if (covered == covered_.end()) continue;
@@ -54,6 +62,20 @@ bool GovernanceGate::IsQuarantined(index::BlockKey key) const {
 size_t GovernanceGate::quarantined_blocks() const {
   std::shared_lock lock(mu_);
   return quarantined_.size();
+}
+
+void GovernanceGate::SetPending(std::string_view worker, std::span<const index::BlockKey> keys,
+                                bool whole_worker, bool pending) {
+  std::unique_lock lock(mu_);
+  const int delta = pending ? 1 : -1;
+  if (whole_worker) {
+    int& count = pending_workers_[std::string(worker)];
+    count = std::max(0, count + delta);
+  }
+  for (index::BlockKey key : keys) {
+    int& count = pending_[{std::string(worker), key}];
+    count = std::max(0, count + delta);
+  }
 }
 
 void GovernanceGate::CoverLease(const NIXLLease& record, std::string_view worker,

@@ -45,3 +45,23 @@ TEST(GovernanceGateTest, LeasesCreditOnlyWhileActiveAndOnlyOnTheirWorker) {
 
 }  // namespace
 }  // namespace kvgov::governance
+
+namespace kvgov::governance {
+namespace {
+
+TEST(GovernanceGateTest, PendingInvalidationsStopCreditUntilCleared) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2, 3};
+  std::vector<index::BlockKey> target = {2};
+  gate.SetPending("w1", target, false, true);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 1u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).reason, LookupReason::kStale);
+  EXPECT_EQ(gate.Creditable("w2", chain, 3, 0).creditable, 3u);
+  gate.SetPending("w1", target, false, false);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 3u);
+  gate.SetPending("w2", {}, true, true);
+  EXPECT_EQ(gate.Creditable("w2", chain, 3, 0).creditable, 0u);
+}
+
+}  // namespace
+}  // namespace kvgov::governance

@@ -21,7 +21,8 @@ class FramedHash {
   }
   void Bytes(std::string_view text) {
     U64(text.size());
-    std::memcpy(Grow(text.size()), text.data(), text.size());
+    // An empty view may hold a null pointer, which memcpy must not see.
+    if (!text.empty()) std::memcpy(Grow(text.size()), text.data(), text.size());
   }
   uint64_t Digest(uint64_t seed) const {
     const unsigned char* data = heap_.empty() ? inline_.data() : heap_.data();

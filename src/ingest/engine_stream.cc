@@ -121,6 +121,7 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
   stats_.ignored_event_types.fetch_add(batch->ignored.unknown_event_types,
                                        std::memory_order_relaxed);
   for (const EngineEvent& event : batch->events) {
+    if (observer_ && !reapplying_) observer_(worker_, seq, event);
     Result<index::ApplyResult> applied = index_->Apply(worker_, event);
     if (!applied.ok()) {
       stats_.rejected_events.fetch_add(1, std::memory_order_relaxed);

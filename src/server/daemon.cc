@@ -8,6 +8,7 @@
 #include "server/governance_api.h"
 #include "server/health_prober.h"
 #include "server/http_api.h"
+#include "server/invalidations.h"
 #include "server/tenant_secret.h"
 
 namespace kvgov::server {
@@ -171,6 +172,7 @@ Daemon::~Daemon() { Stop(); }
 
 void Daemon::Stop() {
   if (ingest) ingest->Stop();
+  if (invalidations) invalidations->Stop();
   if (prober) prober->Stop();
   if (housekeeping) housekeeping->Stop();
   if (group_commit) group_commit->Stop();
@@ -215,6 +217,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                                     options.route, &daemon->gate);
   CacheAccounting* accounting = daemon->accounting.get();
   StreamStore* stream_store = daemon->stream_store.get();
+  daemon->invalidations =
+      std::make_unique<InvalidationManager>(daemon.get(), options.witness_timeout_ms);
+  InvalidationManager* invalidations = daemon->invalidations.get();
   const auto recovery_started = std::chrono::steady_clock::now();
   StreamStore::RecoveryStats recovered;
   daemon->ingest = std::make_unique<transport::ZmqIngest>(
@@ -222,6 +227,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       transport::ReplayLimits{}, stream_store,
       [stream_store, &recovered](ingest::EngineStream& stream) {
         return stream_store->Recover(stream, &recovered);
+      },
+      [invalidations](std::string_view worker, uint64_t seq, const EngineEvent& event) {
+        invalidations->Observe(worker, seq, event);
       });
   for (const ingest::EngineSpec& engine : options.engines) {
     KVGOV_RETURN_IF_ERROR(
@@ -242,6 +250,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                    .count());
   KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
   KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
+  KVGOV_RETURN_IF_ERROR(daemon->invalidations->Recover());
   KVGOV_RETURN_IF_ERROR(
       RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {}));
   daemon->prober = std::make_unique<HealthProber>(
@@ -257,6 +266,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         const int64_t now = WallClockMillis();
         router->ExpireDecisions(now);
         RecordLeaseTransitions(*state, state->leases.ExpireDue(now));
+        state->invalidations->Tick(now);
         state->leases.ForgetEndedBefore(now - 3600 * 1000);
       });
   store::Store* store = daemon->store.get();

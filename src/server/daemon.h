@@ -21,6 +21,7 @@
 namespace kvgov::server {
 
 class HealthProber;
+class InvalidationManager;
 
 /// The route call's own metrics.
 struct RouteMetrics {
@@ -53,6 +54,7 @@ struct Daemon {
   RouteMetrics route_metrics;
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
+  std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;

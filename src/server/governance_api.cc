@@ -12,6 +12,7 @@
 #include "server/daemon.h"
 #include "server/entropy.h"
 #include "server/http_api.h"
+#include "server/invalidations.h"
 
 namespace kvgov::server {
 namespace {
@@ -124,12 +125,6 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                       body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
                       body.status());
   }
-  if (body->invalidate) {
-    return SendError(response, 501,
-                      Status::FailedPrecondition(
-                          "invalidate: invalidation directives are not available in this "
-                          "build; quarantine without it, which stops all route credit"));
-  }
   std::vector<index::BlockKey> keys;
   if (!body->token_ids.empty()) {
     int64_t block_size = 0;
@@ -167,7 +162,23 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     return SendError(response, 503, recorded);
   }
   daemon.gate.Quarantine(keys);
-  SendJson(response, 200, {{"id", *id}, {"blocks", keys.size()}, {"reason", body->reason}});
+  Json answer = {{"id", *id}, {"blocks", keys.size()}, {"reason", body->reason}};
+  if (body->invalidate) {
+    // The same span, evicted from every engine that holds it.
+    InvalidationRequest invalidation;
+    invalidation.model = body->model;
+    invalidation.tenant = body->tenant;
+    invalidation.lora_name = body->lora_name;
+    invalidation.token_ids = body->token_ids;
+    invalidation.worker = body->worker;
+    invalidation.block_hash = body->block_hash;
+    invalidation.group_idx = body->group_idx;
+    invalidation.reason = "quarantine " + *id + ": " + body->reason;
+    Result<Directive> directive = daemon.invalidations->Create(invalidation);
+    if (!directive.ok()) return SendError(response, 500, directive.status());
+    answer["invalidation"] = {{"id", directive->id}, {"state", directive->state}};
+  }
+  SendJson(response, 200, answer);
 }
 
 }  // namespace
@@ -247,6 +258,47 @@ Status RecoverGovernance(Daemon& daemon) {
 }
 
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
+  http.Post("/v1/invalidations",
+            [&daemon](const httplib::Request& request, httplib::Response& response) {
+              JsonLimits limits;
+              limits.max_bytes = daemon.options.max_body_bytes;
+              Result<InvalidationRequest> body =
+                  DecodeInvalidationRequestJson(request.body, limits);
+              if (!body.ok()) {
+                return SendError(
+                    response, body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
+                    body.status());
+              }
+              Result<Directive> directive = daemon.invalidations->Create(*body);
+              if (!directive.ok()) {
+                return SendError(
+                    response, directive.status().code() == StatusCode::kNotFound ? 404 : 500,
+                    directive.status());
+              }
+              SendJson(response, 202, {{"id", directive->id}, {"state", directive->state}});
+            });
+  http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
+           [&daemon](const httplib::Request& request, httplib::Response& response) {
+             std::optional<Directive> directive =
+                 daemon.invalidations->Get(request.matches[1].str());
+             if (!directive) {
+               return SendError(response, 404, Status::NotFound("no invalidation '" +
+                                                                request.matches[1].str() + "'"));
+             }
+             SendJson(response, 200, Json::parse(DirectiveJson(*directive)));
+           });
+  http.Get(R"(/v1/certificates/([0-9a-f]{64}))",
+           [&daemon](const httplib::Request& request, httplib::Response& response) {
+             Result<std::optional<std::string>> certificate = daemon.store->Get(
+                 store::Column::kGovernance, "certificate/" + request.matches[1].str());
+             if (!certificate.ok()) return SendError(response, 500, certificate.status());
+             if (!certificate->has_value()) {
+               return SendError(response, 404, Status::NotFound("no certificate '" +
+                                                                request.matches[1].str() + "'"));
+             }
+             response.status = 200;
+             response.set_content(**certificate, "application/json");
+           });
   http.Get("/v1/leases", [&daemon](const httplib::Request&, httplib::Response& response) {
     const int64_t now = WallClockMillis();
     Json leases = Json::array();

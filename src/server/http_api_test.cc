@@ -352,11 +352,21 @@ TEST_F(HttpApiTest, QuarantineStopsCreditAndIsJournaled) {
                           "application/json")
                 ->status,
             400);
-  EXPECT_EQ(client_->Post("/v1/quarantine",
-                          R"({"model":"llama","token_ids":[1,2,3,4],"reason":"x","invalidate":true})",
-                          "application/json")
-                ->status,
-            501);
+  // With invalidate, the same span also gets a directive; w1 has no control
+  // URL, so its owner cannot be reached and the directive fails, journaled.
+  httplib::Result with_invalidation = client_->Post(
+      "/v1/quarantine",
+      R"({"model":"llama","token_ids":[1,2,3,4],"reason":"x","invalidate":true})",
+      "application/json");
+  ASSERT_EQ(with_invalidation->status, 200) << with_invalidation->body;
+  const std::string directive =
+      Json::parse(with_invalidation->body)["invalidation"]["id"].get<std::string>();
+  Json state;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    state = GetJson("/v1/invalidations/" + directive);
+  } while (state["state"] != "failed" && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(state["failure"], "owner_unreachable") << state.dump();
 }
 
 }  // namespace

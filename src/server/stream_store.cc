@@ -135,8 +135,19 @@ Status StreamStore::Recover(ingest::EngineStream& stream, RecoveryStats* stats) 
     KVGOV_ASSIGN_OR_RETURN(progress.seq, ParseKeyU64(bytes.substr(16, 8)));
     KVGOV_ASSIGN_OR_RETURN(progress.ts, DecodeDouble(bytes.substr(24, 8)));
     progress.has_seq = has_seq == 1;
-    KVGOV_RETURN_IF_ERROR(index_->RestoreWorker(worker, bytes.substr(kSnapshotHeader))
-                              .WithContext("snapshot of worker '" + worker + "'"));
+    Status restore = index_->RestoreWorker(worker, bytes.substr(kSnapshotHeader));
+    if (restore.code() == StatusCode::kFailedPrecondition) {
+      // The worker's model, block size or kvgov's hash seed changed since
+      // the snapshot: its keys mean nothing now. Start the worker empty and
+      // let the engine's replay (or staleness) take it from there.
+      // A new epoch, so the old log is never re-applied on top.
+      std::fprintf(stderr, "kvgov store: snapshot of worker %s dropped: %s\n", worker.c_str(),
+                   restore.message().c_str());
+      std::lock_guard lock(mu_);
+      progress_[worker] = Progress{progress.epoch + 1, false, 0, 0, 0};
+      return Status::Ok();
+    }
+    KVGOV_RETURN_IF_ERROR(restore.WithContext("snapshot of worker '" + worker + "'"));
     if (std::optional<index::WorkerResidency> restored = index_->Worker(worker)) {
       for (uint64_t blocks : restored->blocks) stats->snapshot_blocks += blocks;
     }

@@ -31,4 +31,23 @@ struct QuarantineRequest {
 Result<QuarantineRequest> DecodeQuarantineRequestJson(std::string_view text,
                                                       const JsonLimits& limits);
 
+/// POST /v1/invalidations: a span (token ids, or a worker's block), or a
+/// whole scope ("worker" with `worker`, or "model").
+struct InvalidationRequest {
+  std::string model;
+  std::string tenant;
+  std::string lora_name;
+  std::vector<int64_t> token_ids;
+  std::string worker;
+  std::optional<uint64_t> block_hash;
+  int64_t group_idx = 0;
+  std::string scope;  // "" (a span), "worker" or "model"
+  std::string reason;
+};
+
+/// model and reason are required; a span by token_ids or worker +
+/// block_hash, or a scope. Errors as the other decoders.
+Result<InvalidationRequest> DecodeInvalidationRequestJson(std::string_view text,
+                                                          const JsonLimits& limits);
+
 }  // namespace kvgov

@@ -33,6 +33,11 @@ class GovernanceGate : public router::SpanGate {
   bool IsQuarantined(index::BlockKey key) const;
   size_t quarantined_blocks() const;
 
+  /// Blocks under a pending invalidation earn no credit on their worker
+  /// until it is witnessed; `whole_worker` stops all credit on the worker.
+  void SetPending(std::string_view worker, std::span<const index::BlockKey> keys,
+                  bool whole_worker, bool pending);
+
   /// The blocks `lease` covers on `worker`. The lease's state is judged
   /// at each route's clock, so an expiry needs no event to take effect.
   void CoverLease(const NIXLLease& lease, std::string_view worker,
@@ -52,6 +57,9 @@ class GovernanceGate : public router::SpanGate {
   std::map<std::string, Lease, std::less<>> leases_;  // guarded by mu_
   // (worker, key) -> the lease covering it; the last lease to cover wins.
   std::map<std::pair<std::string, index::BlockKey>, std::string> covered_;  // guarded by mu_
+  // Counts, since two directives may name one block.
+  std::map<std::pair<std::string, index::BlockKey>, int> pending_;  // guarded by mu_
+  std::map<std::string, int, std::less<>> pending_workers_;         // guarded by mu_
 };
 
 }  // namespace kvgov::governance

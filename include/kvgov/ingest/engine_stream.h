@@ -60,6 +60,13 @@ struct StreamStats {
 /// Receives the envelope entry every applied engine event lowers to.
 using EntrySink = std::function<void(const Entry&)>;
 
+/// Sees every engine event just before the index applies it, with the seq
+/// of its batch: governance witnesses removals through it (a block's key is
+/// still resolvable from its engine hash at that point). Called from the
+/// stream's thread; must be quick.
+using EventObserver =
+    std::function<void(std::string_view worker, uint64_t seq, const EngineEvent& event)>;
+
 /// Makes a stream's progress durable (implemented over the store by the
 /// server). Called from the stream's thread.
 class StreamDurability {
@@ -103,6 +110,9 @@ class EngineStream {
   EngineStream(std::string worker, EngineKind kind, index::ResidencyIndex* index,
                ReplaySource* replay, EntrySink sink, StreamDurability* durability = nullptr);
 
+  /// Installs the observer (before the stream's thread starts).
+  void set_observer(EventObserver observer) { observer_ = std::move(observer); }
+
   /// Recovery after a restart of kvgov: re-applies a batch the durability
   /// layer logged (without logging it again and without sequence checks).
   void Reapply(uint64_t seq, std::string_view payload);
@@ -138,6 +148,7 @@ class EngineStream {
   ReplaySource* const replay_;
   const EntrySink sink_;
   StreamDurability* const durability_;
+  EventObserver observer_;
   const uint64_t first_seq_;  // what the publisher counts from
   bool reapplying_ = false;   // recovery: apply without logging again
   StreamStats stats_;

@@ -36,6 +36,9 @@ struct ServerOptions {
   uint64_t snapshot_every_batches = 10000;
   // Unsynced engine-event writes are fsynced together this often.
   int64_t group_commit_ms = 100;
+  // An invalidation whose removals the engines have not shown by then fails
+  // with witness_timeout.
+  int64_t witness_timeout_ms = 30000;
 };
 
 /// The kvgov daemon: the HTTP API over the residency index and the

@@ -45,7 +45,8 @@ class ZmqIngest {
   /// and is called from the stream threads concurrently. `durability` (may
   /// be null) must outlive this object; `recover` may be empty.
   ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits = {},
-            ingest::StreamDurability* durability = nullptr, RecoverFn recover = {});
+            ingest::StreamDurability* durability = nullptr, RecoverFn recover = {},
+            ingest::EventObserver observer = {});
   ~ZmqIngest();
   ZmqIngest(const ZmqIngest&) = delete;
   ZmqIngest& operator=(const ZmqIngest&) = delete;

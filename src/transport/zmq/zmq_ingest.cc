@@ -135,6 +135,7 @@ struct ZmqIngest::Impl {
   ReplayLimits limits;
   ingest::StreamDurability* durability;
   RecoverFn recover;
+  ingest::EventObserver observer;
   zmq::context_t context{1};
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;  // guards streams
@@ -142,13 +143,15 @@ struct ZmqIngest::Impl {
 };
 
 ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits,
-                     ingest::StreamDurability* durability, RecoverFn recover)
+                     ingest::StreamDurability* durability, RecoverFn recover,
+                     ingest::EventObserver observer)
     : impl_(std::make_unique<Impl>()) {
   impl_->index = index;
   impl_->sink = std::move(sink);
   impl_->limits = limits;
   impl_->durability = durability;
   impl_->recover = std::move(recover);
+  impl_->observer = std::move(observer);
 }
 
 ZmqIngest::~ZmqIngest() { Stop(); }
@@ -171,6 +174,7 @@ Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
     stream->stream = std::make_unique<ingest::EngineStream>(spec.worker, engine.kind, impl_->index,
                                                             stream->replay.get(), impl_->sink,
                                                             impl_->durability);
+    if (impl_->observer) stream->stream->set_observer(impl_->observer);
     if (impl_->recover) {
       KVGOV_RETURN_IF_ERROR(impl_->recover(*stream->stream).WithContext("recovering " + spec.worker));
     }

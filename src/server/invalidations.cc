@@ -1,0 +1,456 @@
+#include "server/invalidations.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "kvgov/cert/certificate.h"
+#include "kvgov/core/digest.h"
+#include "kvgov/journal/journal.h"
+#include "server/daemon.h"
+#include "server/entropy.h"
+#include "server/invalidation_connector.h"
+
+namespace kvgov::server {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr std::string_view kDirectivePrefix = "invalidation/";
+constexpr std::string_view kCertificatePrefix = "certificate/";
+
+Json OwnerJson(const OwnerProgress& owner) {
+  return {{"worker", owner.worker},
+          {"connector", owner.connector},
+          {"scope", owner.scope},
+          {"degraded", owner.degraded},
+          {"degrade_reason", owner.degrade_reason},
+          {"attempts", owner.attempts},
+          {"last_status", owner.last_status},
+          {"last_error", owner.last_error},
+          {"state", owner.state},
+          {"targets", owner.target_count},
+          {"pending", owner.pending.size()},
+          {"whole_worker", owner.whole_worker},
+          {"witness_kind", owner.witness_kind},
+          {"witness_seqs", owner.witness_seqs}};
+}
+
+Json ToJson(const Directive& d) {
+  Json owners = Json::array();
+  for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner));
+  return {{"id", d.id},           {"state", d.state},
+          {"failure", d.failure}, {"reason", d.reason},
+          {"model", d.model},     {"subject", d.subject},
+          {"scope", d.scope},     {"targets", d.target_count},
+          {"owners", owners},     {"certificate_id", d.certificate_id},
+          {"created_ms", d.created_ms}};
+}
+
+// The engine a worker belongs to ("w1@dp0" -> "w1").
+const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker) {
+  const std::string_view id = worker.substr(0, worker.find('@'));
+  for (const ingest::EngineSpec& engine : daemon.options.engines) {
+    if (engine.id == id) return &engine;
+  }
+  return nullptr;
+}
+
+int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
+  if (!daemon.ingest) return -1;
+  for (const transport::StreamView& view : daemon.ingest->Streams()) {
+    if (view.worker == worker) return view.stats->last_seq.load();
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string DirectiveJson(const Directive& directive) { return ToJson(directive).dump(); }
+
+InvalidationManager::InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms)
+    : daemon_(daemon), witness_timeout_ms_(witness_timeout_ms), thread_([this] { Run(); }) {}
+
+InvalidationManager::~InvalidationManager() { Stop(); }
+
+void InvalidationManager::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cancel_ = true;
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status InvalidationManager::Record(const Directive& directive, std::string_view kind) {
+  const std::string record = DirectiveJson(directive);
+  const store::WriteOp state{store::Column::kGovernance,
+                             std::string(kDirectivePrefix) + directive.id, record};
+  return RecordGovernance(*daemon_, kind, directive.id, record, {&state, 1});
+}
+
+void InvalidationManager::ReleaseTargetsLocked(const Directive& directive) {
+  for (const OwnerProgress& owner : directive.owners) {
+    std::vector<index::BlockKey> keys(owner.pending.begin(), owner.pending.end());
+    daemon_->gate.SetPending(owner.worker, keys, owner.whole_worker, false);
+  }
+}
+
+Result<Directive> InvalidationManager::Create(const InvalidationRequest& request) {
+  Directive directive;
+  KVGOV_ASSIGN_OR_RETURN(directive.id, RandomHexId());
+  directive.reason = request.reason;
+  directive.model = request.model;
+  directive.created_ms = WallClockMillis();
+  directive.deadline_ms = directive.created_ms + witness_timeout_ms_;
+  directive.scope = request.scope.empty() ? "exact_span" : "whole_prefix_cache";
+
+  std::vector<index::WorkerResidency> workers;
+  for (index::WorkerResidency& w : daemon_->index.Workers()) {
+    if (w.model == request.model) workers.push_back(std::move(w));
+  }
+  if (workers.empty()) {
+    return Status::NotFound("model: no registered worker serves '" + request.model + "'");
+  }
+  std::vector<index::BlockKey> span;
+  if (!request.token_ids.empty()) {
+    const std::string salt = request.tenant.empty()
+                                 ? ""
+                                 : router::TenantCacheSalt(daemon_->tenant_secret, request.tenant);
+    span = index::RequestChain(daemon_->index.hasher(),
+                               {request.model, request.lora_name, request.group_idx}, salt,
+                               request.token_ids, workers.front().block_size);
+    for (const index::WorkerOverlap& overlap : daemon_->index.Overlap(span)) {
+      OwnerProgress owner;
+      owner.worker = overlap.worker;
+      owner.pending.insert(span.begin(), span.begin() + static_cast<long>(overlap.blocks));
+      directive.owners.push_back(std::move(owner));
+    }
+  } else if (request.block_hash.has_value()) {
+    KVGOV_ASSIGN_OR_RETURN(span, daemon_->index.KeysForEngineHashes(
+                                     request.worker, std::span(&*request.block_hash, 1),
+                                     request.group_idx));
+    OwnerProgress owner;
+    owner.worker = request.worker;
+    owner.pending.insert(span.begin(), span.end());
+    directive.owners.push_back(std::move(owner));
+  } else {
+    for (const index::WorkerResidency& w : workers) {
+      if (request.scope == "worker" && w.id != request.worker) continue;
+      OwnerProgress owner;
+      owner.worker = w.id;
+      owner.whole_worker = true;
+      for (uint64_t blocks : w.blocks) owner.target_count += blocks;
+      directive.owners.push_back(std::move(owner));
+    }
+    if (request.scope == "worker" && directive.owners.empty()) {
+      return Status::NotFound("worker: '" + request.worker + "' does not serve '" +
+                              request.model + "'");
+    }
+  }
+  std::string subject_fields = request.model + "|" + request.scope + "|" + request.worker;
+  for (index::BlockKey key : span) subject_fields += "|" + std::to_string(key);
+  directive.subject = DigestFields("kvgov.invalidation.subject.v1", {subject_fields});
+  for (OwnerProgress& owner : directive.owners) {
+    if (!owner.whole_worker) owner.target_count = owner.pending.size();
+    owner.state = "planned";
+    directive.target_count += owner.target_count;
+  }
+
+  // The referee, run before any call: a target, a final admission, an
+  // admitter. The API caller is the admitter (an authenticated principal
+  // once tokens exist); nothing is ever certified for zero targets.
+  const bool has_target = !directive.owners.empty() && directive.target_count > 0;
+  directive.state = has_target ? "planned" : "failed";
+  if (!has_target) directive.failure = "referee_denied: no resident target";
+  KVGOV_RETURN_IF_ERROR(Record(directive, "invalidation.planned"));
+  if (!has_target) {
+    std::lock_guard lock(mu_);
+    directives_[directive.id] = directive;
+    return directive;
+  }
+  std::lock_guard lock(mu_);
+  for (const OwnerProgress& owner : directive.owners) {
+    std::vector<index::BlockKey> keys(owner.pending.begin(), owner.pending.end());
+    daemon_->gate.SetPending(owner.worker, keys, owner.whole_worker, true);
+  }
+  directives_[directive.id] = directive;
+  queue_.emplace_back(directive.id, false);
+  wake_.notify_all();
+  return directive;
+}
+
+void InvalidationManager::Run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    auto [id, certify] = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    if (certify) {
+      Certify(id);
+    } else {
+      Dispatch(id);
+    }
+    lock.lock();
+  }
+}
+
+void InvalidationManager::Dispatch(const std::string& id) {
+  std::optional<Directive> directive = Get(id);
+  if (!directive) return;
+  bool any_failed = false;
+  for (size_t i = 0; i < directive->owners.size(); ++i) {
+    OwnerProgress owner = directive->owners[i];
+    const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker);
+    ConnectorConfig config;
+    if (engine != nullptr) {
+      config.kind = std::string(ToString(engine->kind));
+      config.control = engine->control;
+    }
+    Result<std::unique_ptr<InvalidationConnector>> connector =
+        engine == nullptr || engine->control.empty()
+            ? Result<std::unique_ptr<InvalidationConnector>>(Status::FailedPrecondition(
+                  "worker '" + owner.worker + "' has no control URL to send a directive to"))
+            : MakeConnector(config);
+    {
+      std::lock_guard lock(mu_);
+      OwnerProgress& live = directives_[id].owners[i];
+      live.dispatch_seq = StreamSeq(*daemon_, owner.worker);
+      live.state = "dispatched";
+      directives_[id].state = "dispatched";
+    }
+    if (!connector.ok()) {
+      std::lock_guard lock(mu_);
+      OwnerProgress& live = directives_[id].owners[i];
+      live.state = "failed";
+      live.last_error = connector.status().message();
+      any_failed = true;
+      continue;
+    }
+    owner.connector = std::string((*connector)->name());
+    EvictionRequest request{owner.worker, {}, directive->reason, id};
+    for (index::BlockKey key : owner.pending) {
+      char hex[17];
+      std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(key));
+      request.span_digests.push_back(hex);
+    }
+    Result<DispatchResult> result = (*connector)->Dispatch(request, cancel_);
+    std::lock_guard lock(mu_);
+    OwnerProgress& live = directives_[id].owners[i];
+    live.connector = owner.connector;
+    if (!result.ok()) {
+      live.state = "failed";
+      live.last_error = result.status().message();
+      any_failed = true;
+      continue;
+    }
+    live.attempts = static_cast<int>(result->attempts.size());
+    live.last_status = result->attempts.empty() ? 0 : result->attempts.back().http_status;
+    live.scope = std::string(ToString(result->scope));
+    live.degraded = result->degraded;
+    live.degrade_reason = result->degrade_reason;
+    // A whole-prefix flush clears everything: only AllBlocksCleared (or
+    // every target's removal) witnesses it.
+    if (live.state != "witnessed") live.state = "acknowledged";
+  }
+  Directive snapshot;
+  {
+    std::lock_guard lock(mu_);
+    Directive& live = directives_[id];
+    if (any_failed) {
+      live.state = "failed";
+      live.failure = "owner_unreachable";
+    } else if (live.state != "witnessed") {
+      live.state = "acknowledged";
+    }
+    snapshot = live;
+  }
+  if (snapshot.state == "witnessed") return;  // Certify journals it, as the anchor
+  if (Status recorded = Record(snapshot, "invalidation." + snapshot.state); !recorded.ok()) {
+    std::fprintf(stderr, "kvgov: directive %s not journaled: %s\n", id.c_str(),
+                 recorded.ToString().c_str());
+  }
+}
+
+void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
+                                  const EngineEvent& event) {
+  std::vector<index::BlockKey> removed;
+  const bool cleared = std::holds_alternative<AllBlocksCleared>(event);
+  if (const auto* block_removed = std::get_if<BlockRemoved>(&event)) {
+    // Resolved before the index applies the removal and forgets the hash.
+    Result<std::vector<index::BlockKey>> keys = daemon_->index.KeysForEngineHashes(
+        worker, block_removed->block_hashes, block_removed->group_idx);
+    if (keys.ok()) removed = *keys;
+  } else if (!cleared) {
+    return;
+  }
+  std::lock_guard lock(mu_);
+  for (auto& [id, directive] : directives_) {
+    if (directive.state != "dispatched" && directive.state != "acknowledged") continue;
+    bool all_witnessed = true;
+    for (OwnerProgress& owner : directive.owners) {
+      // Only what the engine published after kvgov's call counts as proof.
+      if (owner.worker == worker && owner.state != "witnessed" && owner.state != "failed" &&
+          owner.state != "planned" && static_cast<int64_t>(seq) > owner.dispatch_seq) {
+        std::vector<index::BlockKey> released;
+        if (cleared) {
+          released.assign(owner.pending.begin(), owner.pending.end());
+          owner.pending.clear();
+          owner.witness_kind = "all_blocks_cleared";
+          owner.witness_seqs.push_back(seq);
+          daemon_->gate.SetPending(owner.worker, released, owner.whole_worker, false);
+          owner.whole_worker = false;
+        } else if (!owner.whole_worker) {
+          bool hit = false;
+          for (index::BlockKey key : removed) {
+            if (owner.pending.erase(key) > 0) {
+              released.push_back(key);
+              hit = true;
+            }
+          }
+          if (hit) {
+            owner.witness_kind = "block_removed";
+            owner.witness_seqs.push_back(seq);
+            daemon_->gate.SetPending(owner.worker, released, false, false);
+          }
+        }
+        if (owner.pending.empty() && !owner.whole_worker) owner.state = "witnessed";
+      }
+      all_witnessed &= owner.state == "witnessed";
+    }
+    if (all_witnessed) {
+      directive.state = "witnessed";
+      queue_.emplace_back(id, true);
+      wake_.notify_all();
+    }
+  }
+}
+
+void InvalidationManager::Certify(const std::string& id) {
+  std::optional<Directive> directive = Get(id);
+  if (!directive || directive->state != "witnessed") return;
+  // The journal row recording the witness is the certificate's anchor: the
+  // certificate can only exist after the removal was seen and recorded.
+  const std::string record = DirectiveJson(*directive);
+  const store::WriteOp state{store::Column::kGovernance,
+                             std::string(kDirectivePrefix) + directive->id, record};
+  Result<journal::Row> anchor = daemon_->journal->Append(
+      "invalidation.witnessed", directive->id, record, WallClockMillis(), {&state, 1});
+  if (!anchor.ok()) {
+    std::fprintf(stderr, "kvgov: directive %s witness not journaled: %s\n", id.c_str(),
+                 anchor.status().ToString().c_str());
+    return;
+  }
+  cert::CertificateInput input;
+  input.subject = directive->subject;
+  input.directive_id = directive->id;
+  input.scope = directive->scope == "exact_span" ? KVEvictionScope::kExactSpan
+                                                 : KVEvictionScope::kWholePrefixCache;
+  for (const OwnerProgress& owner : directive->owners) {
+    cert::CertOwner c;
+    c.worker = owner.worker;
+    Result<cert::CertConnector> connector = ParseEnum<cert::CertConnector>(owner.connector);
+    c.connector = connector.ok() ? *connector : cert::CertConnector::kWebhook;
+    c.scope = owner.scope == "exact_span" ? KVEvictionScope::kExactSpan
+                                          : KVEvictionScope::kWholePrefixCache;
+    c.degraded = owner.degraded;
+    c.degrade_reason = owner.degrade_reason;
+    c.witness.kind = owner.witness_kind == "all_blocks_cleared"
+                         ? cert::WitnessKind::kAllBlocksCleared
+                         : cert::WitnessKind::kBlockRemoved;
+    c.witness.event_seqs = owner.witness_seqs;
+    input.owners.push_back(std::move(c));
+  }
+  input.target_count = directive->target_count;
+  input.anchor = {anchor->seq, anchor->prev_hash, anchor->hash};
+  input.issued_at_ms = WallClockMillis();
+  Result<cert::DeletionCertificate> certificate = cert::MintCertificate(input, *daemon_->issuer);
+  Result<std::string> encoded = certificate.ok() ? cert::EncodeCertificateJson(*certificate)
+                                                 : Result<std::string>(certificate.status());
+  if (!encoded.ok()) {
+    std::fprintf(stderr, "kvgov: directive %s not certified: %s\n", id.c_str(),
+                 encoded.status().ToString().c_str());
+    return;
+  }
+  Directive certified;
+  {
+    std::lock_guard lock(mu_);
+    Directive& live = directives_[id];
+    live.state = "certified";
+    live.certificate_id = certificate->certificate_id;
+    certified = live;
+  }
+  const std::string certified_record = DirectiveJson(certified);
+  const std::array<store::WriteOp, 2> ops = {
+      store::WriteOp{store::Column::kGovernance,
+                     std::string(kCertificatePrefix) + certificate->certificate_id, *encoded},
+      store::WriteOp{store::Column::kGovernance, std::string(kDirectivePrefix) + id,
+                     certified_record}};
+  if (Status recorded = RecordGovernance(*daemon_, "certificate", certificate->certificate_id,
+                                         *encoded, ops);
+      !recorded.ok()) {
+    std::fprintf(stderr, "kvgov: certificate for %s not stored: %s\n", id.c_str(),
+                 recorded.ToString().c_str());
+  }
+}
+
+void InvalidationManager::Tick(int64_t now_ms) {
+  std::vector<Directive> timed_out;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, directive] : directives_) {
+      if ((directive.state == "dispatched" || directive.state == "acknowledged") &&
+          now_ms >= directive.deadline_ms) {
+        directive.state = "failed";
+        directive.failure = "witness_timeout";
+        // The targets stay without route credit: nobody saw them go.
+        timed_out.push_back(directive);
+      }
+    }
+  }
+  for (const Directive& directive : timed_out) {
+    (void)Record(directive, "invalidation.failed");
+  }
+}
+
+std::optional<Directive> InvalidationManager::Get(std::string_view id) const {
+  std::lock_guard lock(mu_);
+  auto it = directives_.find(id);
+  if (it == directives_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status InvalidationManager::Recover() {
+  std::vector<Directive> interrupted;
+  KVGOV_RETURN_IF_ERROR(daemon_->store->Scan(
+      store::Column::kGovernance, kDirectivePrefix, "invalidation0",
+      [&](std::string_view, std::string_view value) {
+        Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+        if (!json.is_object()) return true;
+        Directive d;
+        d.id = json.value("id", "");
+        d.state = json.value("state", "");
+        d.failure = json.value("failure", "");
+        d.reason = json.value("reason", "");
+        d.model = json.value("model", "");
+        d.subject = json.value("subject", "");
+        d.scope = json.value("scope", "");
+        d.target_count = json.value("targets", uint64_t{0});
+        d.certificate_id = json.value("certificate_id", "");
+        d.created_ms = json.value("created_ms", int64_t{0});
+        if (d.state != "certified" && d.state != "failed") {
+          d.state = "failed";
+          d.failure = "interrupted_by_restart";
+          interrupted.push_back(d);
+        }
+        std::lock_guard lock(mu_);
+        directives_[d.id] = d;
+        return true;
+      }));
+  for (const Directive& d : interrupted) KVGOV_RETURN_IF_ERROR(Record(d, "invalidation.failed"));
+  return Status::Ok();
+}
+
+}  // namespace kvgov::server

@@ -1,0 +1,116 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kvgov/codec/governance_api.h"
+#include "kvgov/core/engine_events.h"
+#include "kvgov/index/block_key.h"
+
+namespace kvgov::server {
+
+struct Daemon;
+
+/// One owner's part of a directive.
+struct OwnerProgress {
+  std::string worker;
+  std::string connector;  // vllm, sglang, ... ("" when the owner has none)
+  std::string scope;      // what it did: exact_span or whole_prefix_cache
+  bool degraded = false;
+  std::string degrade_reason;
+  int attempts = 0;
+  int last_status = 0;
+  std::string last_error;
+  std::string state;  // planned, dispatched, acknowledged, witnessed, failed
+  bool whole_worker = false;                // every block of the worker is a target
+  std::set<index::BlockKey> pending;        // targets not yet seen removed
+  uint64_t target_count = 0;
+  int64_t dispatch_seq = -1;                // the worker's stream seq when dispatched
+  std::vector<uint64_t> witness_seqs;       // the event seqs that showed the removal
+  std::string witness_kind;                 // block_removed or all_blocks_cleared
+};
+
+/// An invalidation directive: planned over the residency index, dispatched
+/// to each owning engine's control API, witnessed in the engine's own event
+/// stream, then certified. States: planned -> dispatched -> acknowledged ->
+/// witnessed -> certified, or failed with a reason (referee_denied,
+/// owner_unreachable, witness_timeout, interrupted_by_restart).
+struct Directive {
+  std::string id;
+  std::string state;
+  std::string failure;
+  std::string reason;
+  std::string model;
+  std::string subject;  // 64 hex: what the certificate names
+  std::string scope;    // exact_span or whole_prefix_cache, as asked
+  uint64_t target_count = 0;
+  std::vector<OwnerProgress> owners;
+  std::string certificate_id;
+  int64_t created_ms = 0;
+  int64_t deadline_ms = 0;
+};
+
+/// Runs directives. Every state change is journaled with the directive's
+/// record in one synced write. Targets earn no route credit from the moment
+/// the directive is planned until they are witnessed gone.
+///
+/// Thread-safety: one mutex guards the directives; one dispatcher thread
+/// calls the engines and mints certificates (never under the mutex);
+/// engine-stream threads report events through Observe.
+class InvalidationManager {
+ public:
+  InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms);
+  ~InvalidationManager();
+
+  /// Plans, referees and journals a directive and queues it for dispatch.
+  /// Returns the planned (or referee-denied) directive; NotFound when the
+  /// model or worker is unknown.
+  Result<Directive> Create(const InvalidationRequest& request);
+
+  /// An engine event about to be applied on `worker` at batch `seq`.
+  void Observe(std::string_view worker, uint64_t seq, const EngineEvent& event);
+
+  /// Fails directives whose witnesses did not come in time.
+  void Tick(int64_t now_ms);
+
+  std::optional<Directive> Get(std::string_view id) const;
+
+  /// Reads directives back after a restart: finished ones as they were,
+  /// unfinished ones failed (interrupted_by_restart), journaled.
+  Status Recover();
+
+  void Stop();
+
+ private:
+  void Run();
+  void Dispatch(const std::string& id);
+  void Certify(const std::string& id);
+  // Journals the directive's current record. REQUIRES: mu_ not held.
+  Status Record(const Directive& directive, std::string_view kind);
+  // REQUIRES: mu_ held.
+  void ReleaseTargetsLocked(const Directive& directive);
+
+  Daemon* const daemon_;
+  const int64_t witness_timeout_ms_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::map<std::string, Directive, std::less<>> directives_;  // guarded by mu_
+  std::deque<std::pair<std::string, bool>> queue_;  // (id, certify?) guarded by mu_
+  bool stopping_ = false;                           // guarded by mu_
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+};
+
+/// The directive as GET /v1/invalidations/{id} shows it, JSON text.
+std::string DirectiveJson(const Directive& directive);
+
+}  // namespace kvgov::server

@@ -1,0 +1,205 @@
+// An invalidation directive end to end: vLLM- and SGLang-shaped owners
+// (real HTTP servers) reset their caches and their publishers (real ZeroMQ)
+// report the removal; kvgov witnesses it, certifies, and the certificate
+// verifies offline. A removal that never comes ends in witness_timeout.
+
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <thread>
+
+#include "e2e/daemon_process.h"
+#include "e2e/fake_engine_publisher.h"
+
+namespace kvgov::testing {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr int64_t kBlockSize = 4;
+
+bool WaitFor(const std::function<bool()>& done, int seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return done();
+}
+
+// An engine's control API on loopback. `on_reset` runs when the reset is
+// accepted; `busy_answers` resets are refused with 400 first (SGLang while
+// requests run).
+class FakeControl {
+ public:
+  FakeControl(std::string reset_path, int busy_answers, std::function<void()> on_reset)
+      : busy_left_(busy_answers), on_reset_(std::move(on_reset)) {
+    server_.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.status = 200; });
+    server_.Post(reset_path, [this](const httplib::Request&, httplib::Response& r) {
+      ++calls_;
+      if (busy_left_ > 0) {
+        --busy_left_;
+        r.status = 400;
+        return;
+      }
+      on_reset_();
+      r.status = 200;
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(milliseconds(1));
+  }
+  ~FakeControl() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int calls() const { return calls_; }
+
+ private:
+  httplib::Server server_;
+  std::atomic<int> busy_left_;
+  std::atomic<int> calls_{0};
+  std::function<void()> on_reset_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+std::vector<int64_t> Tokens(size_t count, int64_t start) {
+  std::vector<int64_t> tokens(count);
+  std::iota(tokens.begin(), tokens.end(), start);
+  return tokens;
+}
+
+std::string EngineArg(const std::string& id, const std::string& kind,
+                      const FakeEnginePublisher& publisher, const FakeControl& control) {
+  return "id=" + id + ",kind=" + kind + ",events=" + publisher.events_endpoint() +
+         ",replay=" + publisher.replay_endpoint() + ",model=llama,block-size=" +
+         std::to_string(kBlockSize) + ",control=" + control.url();
+}
+
+TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
+  FakeEnginePublisher vllm(kBlockSize);
+  FakeEnginePublisher sglang(kBlockSize);
+  FakeControl vllm_control("/reset_prefix_cache", 0, [&] { vllm.Clear(); });
+  FakeControl sglang_control("/flush_cache", 2, [&] { sglang.Clear(); });
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon
+                  .Start({"--engine", EngineArg("w1", "vllm", vllm, vllm_control), "--engine",
+                          EngineArg("w2", "sglang", sglang, sglang_control),
+                          "--probe-interval-ms", "50"})
+                  .ok())
+      << daemon.Stderr();
+  ASSERT_TRUE(vllm.WaitForSubscriber(milliseconds(20000)));
+  ASSERT_TRUE(sglang.WaitForSubscriber(milliseconds(20000)));
+  httplib::Client client("127.0.0.1", daemon.port());
+
+  vllm.Store(std::nullopt, 2, 100);
+  sglang.Store(std::nullopt, 2, 100);
+  ASSERT_TRUE(WaitFor([&] {
+    Json workers = Json::parse(client.Get("/v1/workers")->body)["workers"];
+    return workers.size() == 2 && workers[0]["blocks"]["hbm"] == 2 &&
+           workers[1]["blocks"]["hbm"] == 2;
+  }));
+
+  httplib::Result created = client.Post(
+      "/v1/invalidations",
+      Json({{"model", "llama"}, {"token_ids", Tokens(8, 100)}, {"reason", "poisoned_kv"}}).dump(),
+      "application/json");
+  ASSERT_EQ(created->status, 202) << created->body;
+  const std::string id = Json::parse(created->body)["id"];
+
+  Json directive;
+  ASSERT_TRUE(WaitFor([&] {
+    directive = Json::parse(client.Get("/v1/invalidations/" + id)->body);
+    return directive["state"] == "certified" || directive["state"] == "failed";
+  })) << directive.dump();
+  ASSERT_EQ(directive["state"], "certified") << directive.dump() << daemon.Stderr();
+  EXPECT_EQ(directive["targets"], 4);
+  EXPECT_EQ(sglang_control.calls(), 3);  // two 400s, then the flush
+  for (const Json& owner : directive["owners"]) {
+    EXPECT_EQ(owner["state"], "witnessed");
+    EXPECT_EQ(owner["witness_kind"], "all_blocks_cleared");
+    EXPECT_EQ(owner["scope"], "whole_prefix_cache");
+    EXPECT_EQ(owner["degraded"], true);
+  }
+
+  const std::string cert_id = directive["certificate_id"];
+  httplib::Result certificate = client.Get("/v1/certificates/" + cert_id);
+  ASSERT_EQ(certificate->status, 200);
+  const std::string issuer_key = Json::parse(client.Get("/v1/issuer")->body)["public_key"];
+  ASSERT_EQ(daemon.Stop(), 0);
+
+  const std::filesystem::path cert_file = daemon.dir() / "cert.json";
+  std::ofstream(cert_file) << certificate->body;
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"cert", "verify", cert_file.string(), "--data-dir",
+                                      (daemon.dir() / "data").string()},
+                                     &output),
+            0)
+      << output;
+  EXPECT_EQ(DaemonProcess::RunToExit(
+                {"cert", "verify", cert_file.string(), "--issuer-key", issuer_key}, &output),
+            0)
+      << output;
+
+  // Any change to a signed field fails verification.
+  Json tampered = Json::parse(certificate->body);
+  tampered["target_count"] = 3;
+  std::ofstream(cert_file) << tampered.dump();
+  EXPECT_EQ(DaemonProcess::RunToExit(
+                {"cert", "verify", cert_file.string(), "--issuer-key", issuer_key}, &output),
+            1)
+      << output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"journal", "verify", "--data-dir",
+                                      (daemon.dir() / "data").string()},
+                                     &output),
+            0)
+      << output;
+}
+
+TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
+  FakeEnginePublisher vllm(kBlockSize);
+  FakeControl silent("/reset_prefix_cache", 0, [] {});  // says yes, removes nothing
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon
+                  .Start({"--engine", EngineArg("w1", "vllm", vllm, silent),
+                          "--witness-timeout-ms", "300", "--probe-interval-ms", "50"})
+                  .ok());
+  ASSERT_TRUE(vllm.WaitForSubscriber(milliseconds(20000)));
+  httplib::Client client("127.0.0.1", daemon.port());
+  vllm.Store(std::nullopt, 1, 100);
+  ASSERT_TRUE(WaitFor([&] {
+    return Json::parse(client.Get("/v1/workers")->body)["workers"][0]["blocks"]["hbm"] == 1;
+  }));
+  httplib::Result created = client.Post(
+      "/v1/invalidations",
+      Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}, {"reason", "r"}}).dump(),
+      "application/json");
+  ASSERT_EQ(created->status, 202);
+  const std::string id = Json::parse(created->body)["id"];
+  Json directive;
+  ASSERT_TRUE(WaitFor([&] {
+    directive = Json::parse(client.Get("/v1/invalidations/" + id)->body);
+    return directive["state"] == "failed";
+  })) << directive.dump();
+  EXPECT_EQ(directive["failure"], "witness_timeout");
+  EXPECT_EQ(directive["certificate_id"], "");
+  // Nobody saw the blocks go: they still earn no route credit.
+  Json route = Json::parse(
+      client.Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}}).dump(),
+                  "application/json")
+          ->body);
+  EXPECT_EQ(route["overlap_blocks"], 0);
+  EXPECT_EQ(route["candidates"][0]["resident_blocks"], 1);
+}
+
+}  // namespace
+}  // namespace kvgov::testing
