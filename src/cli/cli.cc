@@ -42,6 +42,7 @@ struct ServeFlags {
   std::string tenant_secret_file;
   uint64_t snapshot_every_batches = 10000;
   int64_t witness_timeout_ms = 30000;
+  std::vector<std::string> admit;
 };
 
 // "127.0.0.1:8787" or "[::1]:0" -> host and port.
@@ -83,6 +84,25 @@ int Serve(const ServeFlags& flags) {
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
   options.witness_timeout_ms = flags.witness_timeout_ms;
+  for (const std::string& rule : flags.admit) {
+    // OWNER or OWNER=SCOPE (fleet or tenant; tenant by default).
+    const size_t equals = rule.find('=');
+    AdmissionRule admission{rule.substr(0, equals), Scope::kTenant, "config:--admit"};
+    if (equals != std::string::npos) {
+      Result<Scope> scope = ParseEnum<Scope>(rule.substr(equals + 1));
+      if (!scope.ok()) {
+        std::fprintf(stderr, "kvgov serve: --admit '%s': %s\n", rule.c_str(),
+                     scope.status().message().c_str());
+        return 2;
+      }
+      admission.scope = *scope;
+    }
+    if (admission.owner.empty()) {
+      std::fprintf(stderr, "kvgov serve: --admit '%s': empty owner\n", rule.c_str());
+      return 2;
+    }
+    options.admit.push_back(std::move(admission));
+  }
   for (const std::string& spec : flags.engines) {
     Result<ingest::EngineSpec> engine = ingest::ParseEngineSpec(spec);
     if (!engine.ok()) {
@@ -175,7 +195,8 @@ int Run(int argc, char** argv) {
                     "Follow an engine's KV-event stream (repeatable). Comma-separated key=value:\n"
                     "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"
                     "  and optionally replay=tcp://HOST:PORT,block-size=16,dp-ranks=1,\n"
-                    "  control=http://HOST:PORT. With dp-ranks=N, rank r is at port+r.");
+                    "  control=http://HOST:PORT, connector=vllm|sglang|lmcache|webhook and\n"
+                    "  connector-path=/PATH (webhook). With dp-ranks=N, rank r is at port+r.");
   serve->add_option("--max-body-bytes", serve_flags.max_body_bytes,
                     "Refuse POST bodies longer than this with 413.")
       ->capture_default_str()
@@ -238,6 +259,10 @@ int Run(int argc, char** argv) {
                     "batches; recovery re-applies only the batches after the last snapshot.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  serve->add_option("--admit", serve_flags.admit,
+                    "Admit transfer reports from this owner (repeatable), as OWNER or\n"
+                    "OWNER=SCOPE (tenant or fleet; tenant by default). Reports from other\n"
+                    "owners are counted but move no residency and earn no route credit.");
   serve->add_option("--witness-timeout-ms", serve_flags.witness_timeout_ms,
                     "An invalidation fails (witness_timeout) when the engines' own event\n"
                     "streams have not shown the removal by then.")

@@ -104,10 +104,23 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
                                        std::string(value) + "'");
       }
       engine.control = std::string(value);
+    } else if (key == "connector") {
+      if (value != "vllm" && value != "sglang" && value != "lmcache" && value != "webhook") {
+        return Status::InvalidArgument("connector: want vllm, sglang, lmcache or webhook, got '" +
+                                       std::string(value) + "'");
+      }
+      engine.connector = std::string(value);
+    } else if (key == "connector-path") {
+      if (!value.starts_with('/')) {
+        return Status::InvalidArgument("connector-path: want a path starting with '/', got '" +
+                                       std::string(value) + "'");
+      }
+      engine.connector_path = std::string(value);
     } else {
       return Status::InvalidArgument(
           "engine spec: unknown key '" + std::string(key) +
-          "' (want id, kind, events, replay, model, block-size, dp-ranks, control)");
+          "' (want id, kind, events, replay, model, block-size, dp-ranks, control, connector, "
+          "connector-path)");
     }
   }
   for (const char* required : {"id", "events", "model"}) {
@@ -116,6 +129,10 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
     }
   }
   if (engine.model.empty()) return Status::InvalidArgument("model: required, got empty");
+  if ((engine.connector == "webhook") != !engine.connector_path.empty()) {
+    return Status::InvalidArgument(
+        "connector-path: required with connector=webhook, and only with it");
+  }
   return engine;
 }
 

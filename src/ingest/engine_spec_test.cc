@@ -20,6 +20,14 @@ TEST(EngineSpecTest, ParsesEveryKey) {
   EXPECT_EQ(spec->control, "http://127.0.0.1:8000");
 }
 
+TEST(EngineSpecTest, ConnectorKeys) {
+  Result<EngineSpec> spec = ParseEngineSpec(
+      "id=w1,events=tcp://h:1,model=m,control=http://h:2,connector=webhook,connector-path=/evict");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->connector, "webhook");
+  EXPECT_EQ(spec->connector_path, "/evict");
+}
+
 TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
   Result<EngineSpec> spec = ParseEngineSpec("id=w1,events=tcp://h:1,model=m");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -50,6 +58,9 @@ TEST(EngineSpecTest, ErrorsNameTheKeyAtFault) {
            {"id=w1@dp0,events=tcp://h:1,model=m", "id: want letters"},
            {"id=w1,events=tcp://h:1,model=m,control=ftp://x", "control: want http://"},
            {"id=w1,events", "engine spec: want key=value"},
+           {"id=w1,events=tcp://h:1,model=m,connector=nccl", "connector: want vllm"},
+           {"id=w1,events=tcp://h:1,model=m,connector=webhook", "connector-path: required"},
+           {"id=w1,events=tcp://h:1,model=m,connector-path=/x", "connector-path: required"},
        }) {
     Result<EngineSpec> spec = ParseEngineSpec(c.spec);
     ASSERT_FALSE(spec.ok()) << c.spec;

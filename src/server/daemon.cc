@@ -199,6 +199,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(HealthProber::Validate(options.engines));
   auto daemon = std::make_unique<Daemon>();
   daemon->options = options;
+  daemon->admission = AdmissionPolicy(options.admit);
   const std::string secret_path = options.tenant_secret_file.empty()
                                       ? options.data_dir + "/tenant-salt.key"
                                       : options.tenant_secret_file;

@@ -50,6 +50,7 @@ struct Daemon {
   governance::LeaseTable leases;
   governance::GovernanceGate gate;
   std::unique_ptr<router::Router> router;
+  AdmissionPolicy admission;
   std::unique_ptr<CacheAccounting> accounting;
   RouteMetrics route_metrics;
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}

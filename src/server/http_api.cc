@@ -90,13 +90,23 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
       },
       event.record);
   if (!entry.ok()) return entry.status();
+  // Untrusted until the operator's admission policy says otherwise: an
+  // unadmitted reporter is counted but moves no residency, so it can never
+  // make the router credit blocks.
+  Entry admitted = daemon.admission.Admit(std::move(entry).value());
   if (const auto* lease = std::get_if<NIXLLease>(&event.record)) {
     KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, *lease, event.residency));
   } else if (event.residency.has_value()) {
+    if (admitted.security.taint != Taint::kTrusted) {
+      daemon.accounting->Record(admitted);
+      return Status::PermissionDenied(
+          "owner: '" + admitted.residency.owner +
+          "' is not admitted (serve --admit OWNER), so its report moves no residency");
+    }
     KVGOV_RETURN_IF_ERROR(
         ApplyTransferResidency(daemon, std::get<KVTransfer>(event.record), *event.residency));
   }
-  daemon.accounting->Record(*entry);
+  daemon.accounting->Record(admitted);
   return Status::Ok();
 }
 

@@ -21,6 +21,9 @@ class HttpApiTest : public ::testing::Test {
     options.port = 0;
     options.data_dir = (dir_ / "data").string();
     options.max_body_bytes = 64 * 1024;
+    // Reports that name no owner lower with the owner "engine": admit it, and
+    // nothing else.
+    options.admit.push_back(AdmissionRule{"engine", Scope::kTenant, "test"});
     // A worker whose engine is not running: ZeroMQ connects lazily, so the
     // worker is registered and waits for a publisher that never comes.
     options.engines.push_back(*ingest::ParseEngineSpec(
@@ -110,6 +113,18 @@ TEST_F(HttpApiTest, TransportsMoveResidencyByTokenIds) {
      "worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}]})");
   ASSERT_EQ(Json::parse(evicted->body)["accepted"], 1);
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["blocks"]["dram"], 0);
+}
+
+TEST_F(HttpApiTest, UnadmittedReporterMovesNoResidency) {
+  httplib::Result response = PostEvents(R"({"events":[
+    {"type":"kv_transfer","direction":"store","span_digest":"s","to_tier":"hbm","owner":"rogue",
+     "worker":"w1","token_ids":[1,2,3,4]}]})");
+  Json body = Json::parse(response->body);
+  EXPECT_EQ(body["accepted"], 0);
+  EXPECT_EQ(body["rejected"][0]["error"],
+            "$.events[0].owner: 'rogue' is not admitted (serve --admit OWNER), so its report "
+            "moves no residency");
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["blocks"]["hbm"], 0);
 }
 
 TEST_F(HttpApiTest, UnknownWorkerIsRejectedNotInvented) {

@@ -206,8 +206,10 @@ void InvalidationManager::Dispatch(const std::string& id) {
     const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker);
     ConnectorConfig config;
     if (engine != nullptr) {
-      config.kind = std::string(ToString(engine->kind));
+      config.kind =
+          engine->connector.empty() ? std::string(ToString(engine->kind)) : engine->connector;
       config.control = engine->control;
+      config.webhook_path = engine->connector_path;
     }
     Result<std::unique_ptr<InvalidationConnector>> connector =
         engine == nullptr || engine->control.empty()

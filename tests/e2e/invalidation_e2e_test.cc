@@ -165,6 +165,56 @@ TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
       << output;
 }
 
+TEST(InvalidationE2ETest, LmcacheAndExactSpanWebhookOwners) {
+  FakeEnginePublisher lmcache(kBlockSize);
+  FakeEnginePublisher exact(kBlockSize);
+  std::vector<uint64_t> exact_hashes;
+  // LMCache's controller clears the instance; the exact-span owner removes
+  // precisely the named blocks and publishes BlockRemoved for them.
+  FakeControl lmcache_control("/clear", 0, [&] { lmcache.Clear(); });
+  FakeControl webhook("/evict", 0, [&] { exact.Remove(exact_hashes); });
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon
+                  .Start({"--engine",
+                          EngineArg("w1", "vllm", lmcache, lmcache_control) + ",connector=lmcache",
+                          "--engine",
+                          EngineArg("w2", "vllm", exact, webhook) +
+                              ",connector=webhook,connector-path=/evict",
+                          "--probe-interval-ms", "50"})
+                  .ok())
+      << daemon.Stderr();
+  ASSERT_TRUE(lmcache.WaitForSubscriber(milliseconds(20000)));
+  ASSERT_TRUE(exact.WaitForSubscriber(milliseconds(20000)));
+  httplib::Client client("127.0.0.1", daemon.port());
+  lmcache.Store(std::nullopt, 1, 100);
+  exact_hashes = exact.Store(std::nullopt, 1, 100);
+  ASSERT_TRUE(WaitFor([&] {
+    Json workers = Json::parse(client.Get("/v1/workers")->body)["workers"];
+    return workers.size() == 2 && workers[0]["blocks"]["hbm"] == 1 &&
+           workers[1]["blocks"]["hbm"] == 1;
+  }));
+  httplib::Result created = client.Post(
+      "/v1/invalidations",
+      Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}, {"reason", "r"}}).dump(),
+      "application/json");
+  ASSERT_EQ(created->status, 202);
+  const std::string id = Json::parse(created->body)["id"];
+  Json directive;
+  ASSERT_TRUE(WaitFor([&] {
+    directive = Json::parse(client.Get("/v1/invalidations/" + id)->body);
+    return directive["state"] == "certified" || directive["state"] == "failed";
+  }));
+  ASSERT_EQ(directive["state"], "certified") << directive.dump();
+  std::map<std::string, Json> owners;
+  for (const Json& owner : directive["owners"]) owners[owner["worker"]] = owner;
+  EXPECT_EQ(owners["w1"]["connector"], "lmcache");
+  EXPECT_EQ(owners["w1"]["witness_kind"], "all_blocks_cleared");
+  EXPECT_EQ(owners["w2"]["connector"], "webhook");
+  EXPECT_EQ(owners["w2"]["scope"], "exact_span");
+  EXPECT_EQ(owners["w2"]["degraded"], false);
+  EXPECT_EQ(owners["w2"]["witness_kind"], "block_removed");
+}
+
 TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   FakeEnginePublisher vllm(kBlockSize);
   FakeControl silent("/reset_prefix_cache", 0, [] {});  // says yes, removes nothing

@@ -36,11 +36,17 @@ struct EngineSpec {
   int64_t block_size = 16;
   int dp_ranks = 1;
   std::string control;  // http://HOST:PORT of its control API; optional
+  // How invalidations reach it: vllm, sglang, lmcache (an LMCache
+  // controller at `control`) or webhook (an exact-span endpoint at
+  // control + connector_path). Empty: the engine's kind.
+  std::string connector;
+  std::string connector_path;
   friend bool operator==(const EngineSpec&, const EngineSpec&) = default;
 };
 
 /// Parses "id=w1,kind=vllm,events=tcp://h:5557,replay=tcp://h:5558,model=m,
-/// block-size=16,dp-ranks=1,control=http://h:8000". id, events and model are
+/// block-size=16,dp-ranks=1,control=http://h:8000,connector=webhook,
+/// connector-path=/evict". id, events and model are
 /// required. Returns InvalidArgument naming the key at fault: an unknown
 /// key, a repeated key, a value that does not parse, an endpoint that is not
 /// tcp://HOST:PORT, an id with characters outside [A-Za-z0-9_.-].

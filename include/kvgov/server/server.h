@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/core/admission.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/router/router.h"
 
@@ -36,6 +37,11 @@ struct ServerOptions {
   uint64_t snapshot_every_batches = 10000;
   // Unsynced engine-event writes are fsynced together this often.
   int64_t group_commit_ms = 100;
+  // Owners whose transfer reports are admitted (trusted at a scope). Reports
+  // from any other owner are counted but move no residency: untrusted
+  // residency earns no route credit. Configured engines' own event streams
+  // are admitted by their configuration.
+  std::vector<AdmissionRule> admit;
   // An invalidation whose removals the engines have not shown by then fails
   // with witness_timeout.
   int64_t witness_timeout_ms = 30000;
