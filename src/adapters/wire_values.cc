@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "adapters/msgpack_input.h"
+#include "kvgov/core/json_string.h"
 
 namespace kvgov::adapters::internal {
 namespace {
@@ -233,42 +234,7 @@ Result<std::string> CanonicalJson(const msgpack::object& object, std::string_vie
 }
 
 void AppendJsonString(std::string_view text, std::string& out) {
-  out += '"';
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (byte < 0x20) {
-          out += "\\u00";
-          out += kHexDigits[byte >> 4];
-          out += kHexDigits[byte & 0xF];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
+  kvgov::AppendJsonString(out, text);
 }
 
 bool IsValidUtf8(std::string_view text) {

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvgov/core/json_string.h"
+
 namespace kvgov::cert_internal {
 namespace {
 
@@ -210,53 +212,18 @@ class ParseGuard {
 }  // namespace
 
 Status AppendCanonicalString(std::string_view text, std::string& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
+  // RFC 8785 escapes only what JSON requires; everything else, UTF-8
+  // included, is copied. So the one check left here is that it is UTF-8.
   for (size_t at = 0; at < text.size();) {
-    const auto c = static_cast<unsigned char>(text[at]);
-    if (c >= 0x80) {
-      const size_t length = Utf8SequenceLength(text, at);
-      if (length == 0) {
-        return Status::InvalidArgument("invalid UTF-8 at byte " + std::to_string(at));
-      }
-      out.append(text.substr(at, length));
-      at += length;
+    if (static_cast<unsigned char>(text[at]) < 0x80) {
+      ++at;
       continue;
     }
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xf]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-    ++at;
+    const size_t length = Utf8SequenceLength(text, at);
+    if (length == 0) return Status::InvalidArgument("invalid UTF-8 at byte " + std::to_string(at));
+    at += length;
   }
-  out.push_back('"');
+  AppendJsonString(out, text);
   return Status::Ok();
 }
 

@@ -414,7 +414,8 @@ Status VerifyCertificate(const DeletionCertificate& certificate,
 }
 
 Status VerifyAnchor(const DeletionCertificate& certificate, uint64_t seq,
-                    std::string_view prev_hash, std::string_view hash) {
+                    std::string_view prev_hash, std::string_view hash,
+                    std::optional<std::string_view> row_subject) {
   const JournalAnchor& anchor = certificate.anchor;
   if (anchor.journal_seq != seq) {
     return Status::PermissionDenied("$.anchor.journal_seq: certificate says " +
@@ -430,6 +431,17 @@ Status VerifyAnchor(const DeletionCertificate& certificate, uint64_t seq,
     return Status::PermissionDenied("$.anchor.hash: certificate says " + anchor.hash +
                                     ", journal row " + std::to_string(seq) + " has " +
                                     std::string(hash));
+  }
+  if (row_subject.has_value() && *row_subject != certificate.directive_id) {
+    // The row is kvgov's own, but its subject may be any bytes: echo it
+    // printable only.
+    std::string subject;
+    for (size_t i = 0; i < row_subject->size() && i < 80; ++i) {
+      const char c = (*row_subject)[i];
+      subject += (c >= 0x20 && c < 0x7f) ? c : '?';
+    }
+    return Status::PermissionDenied("$.directive_id: journal row " + std::to_string(seq) +
+                                    " is about '" + subject + "', not this directive");
   }
   return Status::Ok();
 }

@@ -560,6 +560,13 @@ TEST_F(CertificateTest, VerifyAnchorComparesTheJournalRow) {
   Status hash = VerifyAnchor(certificate, 17, a, a);
   EXPECT_EQ(hash.code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(hash.message().rfind("$.anchor.hash:", 0), 0u) << hash.message();
+
+  // With the row's subject: it must name the certificate's directive.
+  EXPECT_TRUE(VerifyAnchor(certificate, 17, a, b, "dir-7").ok());
+  Status subject = VerifyAnchor(certificate, 17, a, b, "dir-8\n");
+  EXPECT_EQ(subject.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(subject.message(),
+            "$.directive_id: journal row 17 is about 'dir-8?', not this directive");
 }
 
 // docs/formats/certificate.md section 6, run for real: extract the signed

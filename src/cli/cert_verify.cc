@@ -127,7 +127,8 @@ Status CheckAnchor(const cert::DeletionCertificate& certificate, const std::stri
   }
   Result<journal::Row> row = journal::DecodeRow(**value);
   if (!row.ok()) return row.status().WithContext("journal row " + std::to_string(seq));
-  KVGOV_RETURN_IF_ERROR(cert::VerifyAnchor(certificate, row->seq, row->prev_hash, row->hash));
+  KVGOV_RETURN_IF_ERROR(
+      cert::VerifyAnchor(certificate, row->seq, row->prev_hash, row->hash, row->subject));
   *detail = "journal row " + std::to_string(seq) + " (kind '" + Printable(row->kind) +
             "', subject '" + Printable(row->subject) +
             "') matches; the chain verifies through row " + std::to_string(report->rows);

@@ -16,8 +16,9 @@ namespace kvgov::cli {
 /// (64 hex digits each) or, with `data_dir`, the public half of
 /// DATA_DIR/issuer.key when that file exists and is readable (it is never
 /// created here). With `data_dir`, the anchor is checked too: the journal
-/// in DATA_DIR/store must verify up to and including the anchor row, and
-/// that row's seq, prev_hash and hash must equal the certificate's. Opening
+/// in DATA_DIR/store must verify up to and including the anchor row, that
+/// row's seq, prev_hash and hash must equal the certificate's, and its
+/// subject must be the certificate's directive_id. Opening
 /// the store takes RocksDB's lock, so this fails, saying so, while a kvgov
 /// daemon runs on that data dir; verify a copy of the directory instead.
 /// Without `data_dir` the anchor line reads "skip".

@@ -131,6 +131,15 @@ TEST_F(CertVerifyTest, AnchorThatDoesNotMatchTheJournalFails) {
   EXPECT_TRUE(Has("FAIL anchor: permission_denied: $.anchor.hash: certificate says")) << output_;
   EXPECT_TRUE(Has("ok   signature:")) << output_;
 
+  // A genuine row of this journal, but the witness row of another directive.
+  input = Input(rows_[1]);
+  input.directive_id = "dir-3";
+  EXPECT_EQ(Verify(WriteCertificate(input), {}, data_dir_), 1) << output_;
+  EXPECT_TRUE(
+      Has("FAIL anchor: permission_denied: $.directive_id: journal row 2 is about 'dir-2', "
+          "not this directive"))
+      << output_;
+
   input = Input(rows_[2]);
   input.anchor.journal_seq = 9;
   EXPECT_EQ(Verify(WriteCertificate(input), {}, data_dir_), 1) << output_;

@@ -71,6 +71,8 @@ TEST(BlockKeyTest, FirstBlockExtraKeyMatchesVllmsCanonicalForm) {
   EXPECT_EQ(FirstBlockExtraKey("lora-a", "s1"), R"(["lora-a","s1"])");
   EXPECT_EQ(FirstBlockExtraKey("lora-a", ""), R"(["lora-a"])");
   EXPECT_EQ(FirstBlockExtraKey("", "a\"b\\c\n"), R"(["a\"b\\c\n"])");
+  // The same escapes as the engine-event decoder and certificates (RFC 8785).
+  EXPECT_EQ(FirstBlockExtraKey("l\b", "\x01"), R"(["l\b","\u0001"])");
 }
 
 }  // namespace

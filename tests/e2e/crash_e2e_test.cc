@@ -15,6 +15,7 @@
 
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/wait.h"
 
 namespace kvgov::testing {
 namespace {
@@ -24,14 +25,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-bool WaitFor(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return done();
-}
 
 TEST(CrashE2ETest, KillNineLosesNothingAcknowledged) {
   FakeEnginePublisher engine(kBlockSize);

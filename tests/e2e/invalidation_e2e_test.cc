@@ -16,6 +16,7 @@
 
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/wait.h"
 
 namespace kvgov::testing {
 namespace {
@@ -25,14 +26,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-bool WaitFor(const std::function<bool()>& done, int seconds = 20) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return done();
-}
 
 // An engine's control API on loopback. `on_reset` runs when the reset is
 // accepted; `busy_answers` resets are refused with 400 first (SGLang while

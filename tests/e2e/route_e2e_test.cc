@@ -14,6 +14,7 @@
 
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/wait.h"
 
 namespace kvgov::testing {
 namespace {
@@ -23,14 +24,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-bool WaitFor(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return done();
-}
 
 std::vector<int64_t> Tokens(size_t count, int64_t start) {
   std::vector<int64_t> tokens(count);

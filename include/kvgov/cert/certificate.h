@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -187,9 +188,13 @@ Status VerifyCertificate(const DeletionCertificate& certificate,
                          std::span<const std::string> trusted_public_keys_hex);
 
 /// Checks the certificate's anchor against the journal row the caller read
-/// at anchor.journal_seq (from a chain it has verified up to that row).
-/// PermissionDenied naming the field that differs.
+/// at anchor.journal_seq (from a chain it has verified up to that row):
+/// seq, prev_hash and hash must be equal and, when `row_subject` is given,
+/// it must be the certificate's directive_id (kvgov journals the witness row
+/// with the directive id as its subject). PermissionDenied naming the field
+/// that differs.
 Status VerifyAnchor(const DeletionCertificate& certificate, uint64_t seq,
-                    std::string_view prev_hash, std::string_view hash);
+                    std::string_view prev_hash, std::string_view hash,
+                    std::optional<std::string_view> row_subject = std::nullopt);
 
 }  // namespace kvgov::cert
