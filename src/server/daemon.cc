@@ -222,12 +222,12 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       std::make_unique<InvalidationManager>(daemon.get(), options.witness_timeout_ms);
   InvalidationManager* invalidations = daemon->invalidations.get();
   const auto recovery_started = std::chrono::steady_clock::now();
-  StreamStore::RecoveryStats recovered;
+  StreamStore::RecoveryStats* recovered = &daemon->recovered;
   daemon->ingest = std::make_unique<transport::ZmqIngest>(
       &daemon->index, [accounting](const Entry& entry) { accounting->Record(entry); },
       transport::ReplayLimits{}, stream_store,
-      [stream_store, &recovered](ingest::EngineStream& stream) {
-        return stream_store->Recover(stream, &recovered);
+      [stream_store, recovered](ingest::EngineStream& stream) {
+        return stream_store->Recover(stream, recovered);
       },
       [invalidations](std::string_view worker, uint64_t seq, const EngineEvent& event) {
         invalidations->Observe(worker, seq, event);
@@ -243,8 +243,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   std::fprintf(stderr,
                "kvgov: recovered %llu resident blocks from snapshots and %llu logged batches, "
                "journal at seq %llu, in %.1f ms\n",
-               static_cast<unsigned long long>(recovered.snapshot_blocks),
-               static_cast<unsigned long long>(recovered.logged_batches),
+               static_cast<unsigned long long>(recovered->snapshot_blocks),
+               static_cast<unsigned long long>(recovered->logged_batches),
                static_cast<unsigned long long>(daemon->journal->head_seq()),
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                          recovery_started)

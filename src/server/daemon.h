@@ -44,6 +44,7 @@ struct Daemon {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<journal::Journal> journal;
   std::unique_ptr<StreamStore> stream_store;
+  StreamStore::RecoveryStats recovered;  // what start-up brought back
   metrics::Registry metrics;
   index::ResidencyIndex index;
   router::WorkerStatusTable status;
