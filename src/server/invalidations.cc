@@ -376,14 +376,11 @@ void InvalidationManager::Certify(const std::string& id) {
                  encoded.status().ToString().c_str());
     return;
   }
-  Directive certified;
-  {
-    std::lock_guard lock(mu_);
-    Directive& live = directives_[id];
-    live.state = "certified";
-    live.certificate_id = certificate->certificate_id;
-    certified = live;
-  }
+  // "certified" becomes visible only once the certificate is stored and
+  // journaled: anyone who sees the state can fetch the certificate.
+  Directive certified = *directive;
+  certified.state = "certified";
+  certified.certificate_id = certificate->certificate_id;
   const std::string certified_record = DirectiveJson(certified);
   const std::array<store::WriteOp, 2> ops = {
       store::WriteOp{store::Column::kGovernance,
@@ -395,7 +392,12 @@ void InvalidationManager::Certify(const std::string& id) {
       !recorded.ok()) {
     std::fprintf(stderr, "kvgov: certificate for %s not stored: %s\n", id.c_str(),
                  recorded.ToString().c_str());
+    return;
   }
+  std::lock_guard lock(mu_);
+  Directive& live = directives_[id];
+  live.state = "certified";
+  live.certificate_id = certificate->certificate_id;
 }
 
 void InvalidationManager::Tick(int64_t now_ms) {
