@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "kvgov/adapters/engine_wire.h"
+#include "kvgov/core/digest.h"
 
 namespace kvgov::ingest {
 namespace {
@@ -33,7 +34,29 @@ Result<EngineEventBatch> EngineStream::Decode(std::string_view payload) {
                                         : adapters::DecodeEngineBatch(payload);
 }
 
+bool EngineStream::ResumePointMatches() {
+  const std::string logged = *resume_digest_;
+  resume_digest_.reset();
+  if (replay_ == nullptr || !last_seq_.has_value()) return true;  // nothing to ask
+  std::optional<std::string> engine_copy;
+  const uint64_t at = *last_seq_;
+  (void)replay_->Replay(at, [&](uint64_t seq, std::string_view payload) {
+    if (seq == at && !engine_copy) engine_copy = Sha256Hex(payload);
+  });
+  // An engine that no longer buffers that far cannot confirm or refute; the
+  // gap repair that follows will find the same and mark the worker stale.
+  return !engine_copy.has_value() || *engine_copy == logged;
+}
+
 void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
+  if (resume_digest_.has_value() && !ResumePointMatches()) {
+    stats_.restarts.fetch_add(1, std::memory_order_relaxed);
+    std::fprintf(stderr,
+                 "kvgov ingest: worker %s: the engine's batch at seq %llu is not the one kvgov "
+                 "logged: it restarted while kvgov was down; clearing it\n",
+                 worker_.c_str(), static_cast<unsigned long long>(*last_seq_));
+    StartOver();
+  }
   Result<EngineEventBatch> batch = Decode(payload);
   if (last_seq_.has_value() && seq <= *last_seq_) {
     // Behind us: a redelivery, or an engine that restarted and counts from
@@ -62,9 +85,10 @@ void EngineStream::Reapply(uint64_t seq, std::string_view payload) {
   reapplying_ = false;
 }
 
-void EngineStream::Resume(uint64_t last_seq, double last_ts) {
+void EngineStream::Resume(uint64_t last_seq, double last_ts, std::string last_digest) {
   last_seq_ = last_seq;
   last_ts_ = last_ts;
+  if (!last_digest.empty()) resume_digest_ = std::move(last_digest);
   stats_.last_seq.store(static_cast<int64_t>(last_seq), std::memory_order_relaxed);
   std::optional<index::WorkerResidency> worker = index_->Worker(worker_);
   stale_ = worker.has_value() && worker->state == index::WorkerState::kStale;

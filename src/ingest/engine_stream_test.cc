@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 
+#include "kvgov/core/digest.h"
+
 namespace kvgov::ingest {
 namespace {
 
@@ -310,6 +312,47 @@ TEST_F(EngineStreamTest, MooncakeStreamsStartAtOneAndLostEventsMeanStale) {
   stream.OnMessage(3, MooncakeStored(2000, 2));  // the master dropped seq 2
   EXPECT_EQ(stream.stats().seq_gaps.load(), 1u);
   EXPECT_EQ(State(), index::WorkerState::kStale);
+}
+
+}  // namespace
+}  // namespace kvgov::ingest
+
+namespace kvgov::ingest {
+namespace {
+
+// kvgov was down; the engine restarted meanwhile and has already published
+// past kvgov's last seq. Only the batch at the resume point tells.
+TEST_F(EngineStreamTest, ResumeDetectsAnEngineThatRestartedWhileKvgovWasDown) {
+  const std::string logged = BatchBuilder(5.0).Stored({1}, std::nullopt, 100).Bytes();
+  EngineStream before(
+      "w1", EngineKind::kVllm, &index_, nullptr, nullptr);
+  before.OnMessage(0, logged);
+  ASSERT_EQ(Hbm(), 1u);
+
+  FakeReplay replay;  // the new process's history: another batch at seq 0
+  replay.history[0] = BatchBuilder(900.0).Stored({7}, std::nullopt, 700).Bytes();
+  replay.history[1] = BatchBuilder(901.0).Stored({8}, std::nullopt, 800).Bytes();
+  EngineStream resumed("w1", EngineKind::kVllm, &index_, &replay, nullptr);
+  resumed.Resume(0, 5.0, Sha256Hex(logged));
+  resumed.OnMessage(2, BatchBuilder(902.0).Stored({9}, std::nullopt, 900).Bytes());
+  EXPECT_EQ(resumed.stats().restarts.load(), 1u);
+  // The old process's block is gone; the new process's three are in.
+  EXPECT_EQ(Hbm(), 3u);
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+}
+
+TEST_F(EngineStreamTest, ResumeWithTheSameHistoryGoesOn) {
+  const std::string logged = BatchBuilder(5.0).Stored({1}, std::nullopt, 100).Bytes();
+  FakeReplay replay;
+  replay.history[0] = logged;
+  replay.history[1] = BatchBuilder(6.0).Stored({2}, std::nullopt, 200).Bytes();
+  EngineStream first("w1", EngineKind::kVllm, &index_, nullptr, nullptr);
+  first.OnMessage(0, logged);
+  EngineStream resumed("w1", EngineKind::kVllm, &index_, &replay, nullptr);
+  resumed.Resume(0, 5.0, Sha256Hex(logged));
+  resumed.OnMessage(2, BatchBuilder(7.0).Stored({3}, std::nullopt, 300).Bytes());
+  EXPECT_EQ(resumed.stats().restarts.load(), 0u);
+  EXPECT_EQ(Hbm(), 3u);
 }
 
 }  // namespace

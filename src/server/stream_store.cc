@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kvgov/core/digest.h"
+
 namespace kvgov::server {
 namespace {
 
@@ -33,12 +35,16 @@ Result<double> DecodeDouble(std::string_view bytes) {
   return std::bit_cast<double>(bits);
 }
 
-// Snapshot record: epoch | has_seq | seq | ts | index snapshot.
-constexpr size_t kSnapshotHeader = 32;
+// Snapshot record: epoch | has_seq | seq | ts | last batch digest (64 hex,
+// or 64 '-' when unknown) | index snapshot.
+constexpr size_t kDigestChars = 64;
+constexpr size_t kSnapshotHeader = 32 + kDigestChars;
 
 std::string EncodeSnapshotRecord(uint64_t epoch, bool has_seq, uint64_t seq, double ts,
-                                 std::string_view snapshot) {
-  return KeyU64(epoch) + KeyU64(has_seq ? 1 : 0) + KeyU64(seq) + EncodeDouble(ts) +
+                                 const std::string& last_digest, std::string_view snapshot) {
+  const std::string digest =
+      last_digest.size() == kDigestChars ? last_digest : std::string(kDigestChars, '-');
+  return KeyU64(epoch) + KeyU64(has_seq ? 1 : 0) + KeyU64(seq) + EncodeDouble(ts) + digest +
          std::string(snapshot);
 }
 
@@ -62,6 +68,7 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     current.has_seq = true;
     current.seq = seq;
     current.ts = ts;
+    current.last_digest = Sha256Hex(payload);
     ++current.since_snapshot;
     progress = current;
     if (current.since_snapshot >= snapshot_every_) current.since_snapshot = 0;
@@ -90,7 +97,7 @@ void StreamStore::OnRestart(std::string_view worker) {
     std::lock_guard lock(mu_);
     Progress& current = progress_[std::string(worker)];
     old_epoch = current.epoch;
-    current = Progress{old_epoch + 1, false, 0, 0, 0};
+    current = Progress{old_epoch + 1, false, 0, 0, 0, ""};
     progress = current;
   }
   std::vector<WriteOp> ops;
@@ -109,7 +116,7 @@ Status StreamStore::Snapshot(std::string_view worker, const Progress& progress) 
   std::vector<WriteOp> ops;
   ops.push_back(WriteOp{Column::kSnapshots, std::string(worker),
                         EncodeSnapshotRecord(progress.epoch, progress.has_seq, progress.seq,
-                                             progress.ts, snapshot)});
+                                             progress.ts, progress.last_digest, snapshot)});
   if (progress.has_seq) {
     KVGOV_RETURN_IF_ERROR(CollectLogDeletes(*store_, LogPrefix(worker, progress.epoch),
                                             LogKey(worker, progress.epoch, progress.seq + 1),
@@ -135,6 +142,8 @@ Status StreamStore::Recover(ingest::EngineStream& stream, RecoveryStats* stats) 
     KVGOV_ASSIGN_OR_RETURN(progress.seq, ParseKeyU64(bytes.substr(16, 8)));
     KVGOV_ASSIGN_OR_RETURN(progress.ts, DecodeDouble(bytes.substr(24, 8)));
     progress.has_seq = has_seq == 1;
+    const std::string_view digest = bytes.substr(32, kDigestChars);
+    if (digest.find('-') == std::string_view::npos) progress.last_digest = std::string(digest);
     Status restore = index_->RestoreWorker(worker, bytes.substr(kSnapshotHeader));
     if (restore.code() == StatusCode::kFailedPrecondition) {
       // The worker's model, block size or kvgov's hash seed changed since
@@ -144,7 +153,7 @@ Status StreamStore::Recover(ingest::EngineStream& stream, RecoveryStats* stats) 
       std::fprintf(stderr, "kvgov store: snapshot of worker %s dropped: %s\n", worker.c_str(),
                    restore.message().c_str());
       std::lock_guard lock(mu_);
-      progress_[worker] = Progress{progress.epoch + 1, false, 0, 0, 0};
+      progress_[worker] = Progress{progress.epoch + 1, false, 0, 0, 0, ""};
       return Status::Ok();
     }
     KVGOV_RETURN_IF_ERROR(restore.WithContext("snapshot of worker '" + worker + "'"));
@@ -163,11 +172,12 @@ Status StreamStore::Recover(ingest::EngineStream& stream, RecoveryStats* stats) 
         progress.has_seq = true;
         progress.seq = *seq;
         progress.ts = *ts;
+        progress.last_digest = Sha256Hex(value.substr(8));
         ++stats->logged_batches;
         return true;
       });
   KVGOV_RETURN_IF_ERROR(scanned);
-  if (progress.has_seq) stream.Resume(progress.seq, progress.ts);
+  if (progress.has_seq) stream.Resume(progress.seq, progress.ts, progress.last_digest);
   std::lock_guard lock(mu_);
   progress.since_snapshot = stats->logged_batches;
   progress_[worker] = progress;

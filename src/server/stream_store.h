@@ -54,6 +54,7 @@ class StreamStore : public ingest::StreamDurability {
     uint64_t seq = 0;
     double ts = 0;
     uint64_t since_snapshot = 0;
+    std::string last_digest;  // Sha256Hex of the last applied batch; "" unknown
   };
 
   // Writes the worker's snapshot at its current progress and drops its log,

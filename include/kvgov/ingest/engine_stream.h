@@ -117,10 +117,16 @@ class EngineStream {
   /// layer logged (without logging it again and without sequence checks).
   void Reapply(uint64_t seq, std::string_view payload);
 
-  /// Recovery: continue as if batch `last_seq` (timestamp `last_ts`) was the
-  /// last one applied, so the next live batch past it is a gap repaired by
-  /// replay. The worker's stale flag is taken from the index.
-  void Resume(uint64_t last_seq, double last_ts);
+  /// Recovery: continue as if batch `last_seq` (timestamp `last_ts`, payload
+  /// digest `last_digest` = Sha256Hex of its bytes) was the last one
+  /// applied, so the next live batch past it is a gap repaired by replay.
+  /// The worker's stale flag is taken from the index. Before the first live
+  /// batch is applied, the engine's own batch `last_seq` is fetched from its
+  /// replay socket and compared with `last_digest`: a different batch there
+  /// means the engine restarted while kvgov was down (sequence numbers alone
+  /// cannot show it), and the worker starts over. An empty digest skips the
+  /// check.
+  void Resume(uint64_t last_seq, double last_ts, std::string last_digest);
 
   /// Handles one live message.
   void OnMessage(uint64_t seq, std::string_view payload);
@@ -140,6 +146,9 @@ class EngineStream {
   // Replays [start, stop) and reports whether every seq arrived.
   bool Replay(uint64_t start, uint64_t stop);
   void StartOver();
+  // Compares the engine's batch at the resume point with the logged one;
+  // false when the engine holds a different batch there.
+  bool ResumePointMatches();
   void MarkStale();
 
   const std::string worker_;
@@ -151,6 +160,9 @@ class EngineStream {
   EventObserver observer_;
   const uint64_t first_seq_;  // what the publisher counts from
   bool reapplying_ = false;   // recovery: apply without logging again
+  // Recovery: the digest of the last logged batch, to check against the
+  // engine's copy before going on. Cleared once checked.
+  std::optional<std::string> resume_digest_;
   StreamStats stats_;
   std::optional<uint64_t> last_seq_;
   double last_ts_ = 0;
