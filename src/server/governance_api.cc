@@ -96,9 +96,13 @@ std::pair<std::string, std::vector<index::BlockKey>> PersistedSpan(const Daemon&
   Result<std::optional<std::string>> record = daemon.store->Get(
       store::Column::kGovernance, std::string(kLeasePrefix) + std::string(lease_id));
   if (!record.ok() || !record->has_value()) return {};
-  Json json = Json::parse(**record, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json["worker"].is_string() || !json["keys"].is_array()) return {};
-  return {json["worker"].get<std::string>(), json["keys"].get<std::vector<index::BlockKey>>()};
+  try {
+    Json json = Json::parse(**record);
+    return {json.at("worker").get<std::string>(),
+            json.at("keys").get<std::vector<index::BlockKey>>()};
+  } catch (const Json::exception&) {
+    return {};  // a lease whose span cannot be read pins nothing
+  }
 }
 
 Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
@@ -181,6 +185,8 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
   SendJson(response, 200, answer);
 }
 
+Status RecoverGovernanceRecords(Daemon& daemon);
+
 }  // namespace
 
 Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
@@ -227,6 +233,19 @@ void RecordLeaseTransitions(Daemon& daemon,
 }
 
 Status RecoverGovernance(Daemon& daemon) {
+  // The records are kvgov's own and RocksDB checksums them, but a record of
+  // the wrong shape must still fail start-up with an error, not a throw.
+  try {
+    return RecoverGovernanceRecords(daemon);
+  } catch (const Json::exception& error) {
+    return Status::Corruption(std::string("governance record of the wrong shape: ") +
+                              error.what());
+  }
+}
+
+namespace {
+
+Status RecoverGovernanceRecords(Daemon& daemon) {
   Status scanned = daemon.store->Scan(
       store::Column::kGovernance, kLeasePrefix, "lease0",
       [&](std::string_view key, std::string_view value) {
@@ -244,18 +263,19 @@ Status RecoverGovernance(Daemon& daemon) {
         return true;
       });
   KVGOV_RETURN_IF_ERROR(scanned);
+  // A quarantine that cannot be read must not be skipped (that would
+  // quietly re-enable credit): it throws, and start-up refuses.
   KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
       store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
       [&](std::string_view, std::string_view value) {
-        Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
-        if (json.is_object() && json["keys"].is_array()) {
-          daemon.gate.Quarantine(json["keys"].get<std::vector<index::BlockKey>>());
-        }
+        daemon.gate.Quarantine(Json::parse(value).at("keys").get<std::vector<index::BlockKey>>());
         return true;
       }));
   RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
   return Status::Ok();
 }
+
+}  // namespace
 
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
   http.Post("/v1/invalidations",

@@ -427,6 +427,15 @@ std::optional<Directive> InvalidationManager::Get(std::string_view id) const {
 }
 
 Status InvalidationManager::Recover() {
+  try {
+    return RecoverRecords();
+  } catch (const Json::exception& error) {
+    return Status::Corruption(std::string("invalidation record of the wrong shape: ") +
+                              error.what());
+  }
+}
+
+Status InvalidationManager::RecoverRecords() {
   std::vector<Directive> interrupted;
   KVGOV_RETURN_IF_ERROR(daemon_->store->Scan(
       store::Column::kGovernance, kDirectivePrefix, "invalidation0",

@@ -91,6 +91,7 @@ class InvalidationManager {
   void Stop();
 
  private:
+  Status RecoverRecords();
   void Run();
   void Dispatch(const std::string& id);
   void Certify(const std::string& id);
