@@ -63,4 +63,21 @@ Result<ControlEndpoint> ParseControlUrl(std::string_view url) {
   return endpoint;
 }
 
+std::string RequestErrorText(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "cannot connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connect timed out";
+    case httplib::Error::Read:
+      return "read failed or timed out";
+    case httplib::Error::Write:
+      return "write failed";
+    case httplib::Error::Canceled:
+      return "canceled";
+    default:
+      return "request failed (" + httplib::to_string(error) + ")";
+  }
+}
+
 }  // namespace kvgov::server

@@ -3,6 +3,8 @@
 #include <string>
 #include <string_view>
 
+#include <httplib.h>
+
 #include "kvgov/core/status.h"
 
 namespace kvgov::server {
@@ -21,5 +23,9 @@ struct ControlEndpoint {
 /// "control: ".
 /// Used by the health prober and the invalidation connectors.
 Result<ControlEndpoint> ParseControlUrl(std::string_view url);
+
+/// A short, stable text for an httplib client error ("cannot connect",
+/// "read failed or timed out", ...), for attempt records and logs.
+std::string RequestErrorText(httplib::Error error);
 
 }  // namespace kvgov::server

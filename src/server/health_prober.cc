@@ -29,22 +29,6 @@ std::vector<std::string> WorkerIds(const std::vector<ingest::StreamSpec>& stream
   return workers;
 }
 
-std::string RequestErrorText(httplib::Error error) {
-  switch (error) {
-    case httplib::Error::Connection:
-      return "cannot connect";
-    case httplib::Error::ConnectionTimeout:
-      return "connect timed out";
-    case httplib::Error::Read:
-      return "read failed or timed out";
-    case httplib::Error::Write:
-      return "write failed";
-    case httplib::Error::Canceled:
-      return "canceled";
-    default:
-      return "request failed (" + httplib::to_string(error) + ")";
-  }
-}
 
 }  // namespace
 

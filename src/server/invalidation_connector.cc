@@ -29,22 +29,6 @@ int64_t NowMillis() {
       .count();
 }
 
-std::string RequestErrorText(httplib::Error error) {
-  switch (error) {
-    case httplib::Error::Connection:
-      return "cannot connect";
-    case httplib::Error::ConnectionTimeout:
-      return "connect timed out";
-    case httplib::Error::Read:
-      return "read failed or timed out";
-    case httplib::Error::Write:
-      return "write failed";
-    case httplib::Error::Canceled:
-      return "canceled";
-    default:
-      return "request failed (" + httplib::to_string(error) + ")";
-  }
-}
 
 bool IsVisibleAscii(char c) { return c > ' ' && c < 0x7f; }
 
