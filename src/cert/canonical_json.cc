@@ -10,16 +10,6 @@
 namespace kvgov::cert_internal {
 namespace {
 
-bool IsIdentifier(std::string_view key) {
-  if (key.empty()) return false;
-  for (size_t i = 0; i < key.size(); ++i) {
-    const char c = key[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
-  }
-  return true;
-}
-
 // Length of the valid UTF-8 sequence starting at text[at], or 0 when the
 // bytes there are not one (RFC 3629: no overlong forms, no surrogates, no
 // code point past U+10FFFF).
@@ -126,89 +116,6 @@ Status Canonicalize(const Json& value, const std::string& path, std::string& out
   return PathError(path, "value has no JSON form");
 }
 
-// nlohmann's what() reads "[json.exception.parse_error.101] parse error at
-// line 1, column 7: ...; last read: '<input>'; expected ...". The echoed
-// input may be invalid UTF-8 or a control character, so it goes, and any
-// byte left outside printable ASCII becomes '?'.
-std::string ParseErrorText(std::string_view what) {
-  if (const auto end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
-  std::string text(what);
-  if (const auto start = text.find("; last read: "); start != std::string::npos) {
-    const auto stop = text.find("; expected", start);
-    text.erase(start, stop == std::string::npos ? std::string::npos : stop - start);
-  }
-  for (char& c : text) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return text;
-}
-
-// Thrown out of the parser callback to stop at once; caught in ParseJson.
-struct Reject {
-  Status status;
-};
-
-// Tracks the open containers while nlohmann parses, for the depth limit,
-// duplicate keys, and the path of the value being parsed.
-class ParseGuard {
- public:
-  explicit ParseGuard(const ParseLimits& limits) : limits_(limits) {}
-
-  bool operator()(Json::parse_event_t event, const Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        CountItem();
-        if (frames_.size() >= limits_.max_depth) {
-          throw Reject{Status::ResourceExhausted(Path(frames_.size()) + ": nesting deeper than " +
-                                                 std::to_string(limits_.max_depth))};
-        }
-        frames_.emplace_back().array = event == Json::parse_event_t::array_start;
-        break;
-      case Json::parse_event_t::key: {
-        Frame& frame = frames_.back();
-        frame.key = parsed.get<std::string>();
-        if (!frame.keys.insert(frame.key).second) {
-          throw Reject{PathError(Path(frames_.size()), "duplicate key")};
-        }
-        break;
-      }
-      case Json::parse_event_t::value:
-        CountItem();
-        break;
-      case Json::parse_event_t::object_end:
-      case Json::parse_event_t::array_end:
-        frames_.pop_back();
-        break;
-    }
-    return true;
-  }
-
- private:
-  struct Frame {
-    bool array = false;
-    size_t items = 0;            // arrays: elements seen so far
-    std::string key;             // objects: the key being parsed
-    std::set<std::string> keys;  // objects: every key seen
-  };
-
-  void CountItem() {
-    if (!frames_.empty() && frames_.back().array) ++frames_.back().items;
-  }
-
-  std::string Path(size_t depth) const {
-    std::string path = "$";
-    for (size_t i = 0; i < depth; ++i) {
-      const Frame& frame = frames_[i];
-      path = frame.array ? IndexPath(path, frame.items - 1) : ChildPath(path, frame.key);
-    }
-    return path;
-  }
-
-  const ParseLimits& limits_;
-  std::vector<Frame> frames_;
-};
-
 }  // namespace
 
 Status AppendCanonicalString(std::string_view text, std::string& out) {
@@ -227,65 +134,11 @@ Status AppendCanonicalString(std::string_view text, std::string& out) {
   return Status::Ok();
 }
 
+
 Result<std::string> CanonicalJson(const Json& value) {
   std::string out;
   KVGOV_RETURN_IF_ERROR(Canonicalize(value, "$", out));
   return out;
-}
-
-Result<Json> ParseJson(std::string_view text, const ParseLimits& limits) {
-  if (text.size() > limits.max_bytes) {
-    return Status::ResourceExhausted("$: document is " + std::to_string(text.size()) +
-                                     " bytes, over the limit of " +
-                                     std::to_string(limits.max_bytes));
-  }
-  ParseGuard guard(limits);
-  try {
-    return Json::parse(text.begin(), text.end(),
-                       [&guard](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-                         return guard(event, parsed);
-                       });
-  } catch (const Reject& reject) {
-    return reject.status;
-  } catch (const Json::exception& e) {
-    return PathError("$", "malformed JSON: " + ParseErrorText(e.what()));
-  }
-}
-
-std::string ChildPath(std::string_view parent, std::string_view key) {
-  std::string path(parent);
-  if (IsIdentifier(key)) {
-    path += '.';
-    path += key;
-    return path;
-  }
-  // An untrusted key goes into an error message: printable ASCII only, at
-  // most 64 bytes of it.
-  constexpr size_t kMaxEcho = 64;
-  path += "[\"";
-  for (size_t i = 0; i < key.size() && i < kMaxEcho; ++i) {
-    const char c = key[i];
-    if (c == '"' || c == '\\') path += '\\';
-    path += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  if (key.size() > kMaxEcho) path += "...";
-  path += "\"]";
-  return path;
-}
-
-std::string IndexPath(std::string_view parent, size_t index) {
-  std::string path(parent);
-  path += '[';
-  path += std::to_string(index);
-  path += ']';
-  return path;
-}
-
-Status PathError(std::string_view path, std::string_view problem) {
-  std::string message(path);
-  message += ": ";
-  message += problem;
-  return Status::InvalidArgument(std::move(message));
 }
 
 }  // namespace kvgov::cert_internal

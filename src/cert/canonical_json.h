@@ -10,13 +10,17 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
+#include "json/bounded_json.h"
 #include "kvgov/core/status.h"
 
 namespace kvgov::cert_internal {
 
-using Json = nlohmann::json;
+using json_internal::ChildPath;
+using json_internal::IndexPath;
+using json_internal::Json;
+using json_internal::ParseJson;
+using json_internal::ParseLimits;
+using json_internal::PathError;
 
 /// The largest integer magnitude a canonical document may hold: 2^53 - 1,
 /// the last integer an IEEE-754 double (JCS's number model) holds exactly,
@@ -43,25 +47,5 @@ Result<std::string> CanonicalJson(const Json& value);
 /// InvalidArgument when `text` is not valid UTF-8 (overlong forms,
 /// surrogates and code points past U+10FFFF are invalid).
 Status AppendCanonicalString(std::string_view text, std::string& out);
-
-/// Limits of ParseJson. The defaults fit a deletion certificate.
-struct ParseLimits {
-  size_t max_bytes = size_t{1} << 20;
-  size_t max_depth = 8;
-};
-
-/// Parses one JSON document strictly: over `max_bytes` is ResourceExhausted
-/// (checked before parsing), deeper than `max_depth` is ResourceExhausted,
-/// and a malformed document, invalid UTF-8, trailing content or a key
-/// repeated in one object is InvalidArgument naming where. Never throws.
-Result<Json> ParseJson(std::string_view text, const ParseLimits& limits);
-
-/// "$.a.key" for `key` under `parent`; `$.a["odd key"]` when the key is
-/// not an identifier, so a path names one value unambiguously.
-std::string ChildPath(std::string_view parent, std::string_view key);
-/// "$.a[3]".
-std::string IndexPath(std::string_view parent, size_t index);
-/// InvalidArgument "<path>: <problem>".
-Status PathError(std::string_view path, std::string_view problem);
 
 }  // namespace kvgov::cert_internal

@@ -19,30 +19,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json/bounded_json.h"
 #include "kvgov/codec/json_codec.h"
 #include "kvgov/core/enum_spelling.h"
 #include "kvgov/core/status.h"
 
 namespace kvgov::codec_internal {
 
-using Json = nlohmann::json;
+using json_internal::ChildPath;
+using json_internal::IndexPath;
+using json_internal::Json;
+using json_internal::PathError;
 
-/// The path of `key` inside the object at `parent`: "$.a.key", or
-/// `$.a["odd key"]` when the key is not an identifier, so a path always
-/// names one value unambiguously.
-std::string ChildPath(std::string_view parent, std::string_view key);
-
-/// The path of element `index` of the array at `parent`: "$.a[3]".
-std::string IndexPath(std::string_view parent, std::size_t index);
-
-/// InvalidArgument "<path>: <problem>", the one error format of the codec.
-Status PathError(std::string_view path, std::string_view problem);
-
-/// Parses `text` under `limits`: the size before parsing, depth and array
-/// length while parsing (the document is never built past a limit), and
-/// duplicate keys, which nlohmann would otherwise resolve silently.
-/// Returns ResourceExhausted over a limit and InvalidArgument for malformed
-/// JSON or a duplicate key. Never throws.
+/// The shared bounded parser (json/bounded_json.h) under the codec's
+/// limits.
 Result<Json> ParseJson(std::string_view text, const JsonLimits& limits);
 
 /// Scalar readers: check the JSON type and the C++ range, no coercion.
