@@ -16,6 +16,7 @@
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "cli/cert_verify.h"
+#include "cli/simulate_command.h"
 
 #ifndef KVGOV_VERSION
 #error "KVGOV_VERSION must be defined by the build"
@@ -272,6 +273,9 @@ int Run(int argc, char** argv) {
                     "32-byte secret tenants' cache salts are derived from; created (mode\n"
                     "0600) when missing. Default: <data-dir>/tenant-salt.key.");
 
+  SimulateFlags simulate_flags;
+  CLI::App* simulate = AddSimulateCommand(app, simulate_flags);
+
   app.add_subcommand("version", "Print kvgov's version and exit.");
 
   std::string cert_file;
@@ -312,6 +316,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (app.got_subcommand(serve)) return Serve(serve_flags);
+  if (app.got_subcommand(simulate)) return RunSimulate(simulate_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;

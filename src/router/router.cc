@@ -10,15 +10,36 @@
 namespace kvgov::router {
 namespace {
 
+// The rendezvous score of a prompt's first block on a worker. Among equally
+// good workers each prefix has its own first choice: cold prefixes spread
+// over the fleet instead of all landing on the smallest id, and repeats of
+// one prefix agree on a worker even before its engine's events arrive.
+uint64_t Affinity(index::BlockKey first_block, std::string_view worker) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the id, then a SplitMix finish
+  for (char c : worker) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  h ^= first_block + 0x9e3779b97f4a7c15ULL;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+struct Ranked {
+  Candidate candidate;
+  uint64_t affinity;
+};
+
 // Eligible before ineligible; then lowest cost; ties go to more credited
-// overlap, then lower load, then the smaller id, so equal inputs always give
-// the same answer.
-bool BetterThan(const Candidate& a, const Candidate& b) {
+// overlap, then lower load, then the higher affinity, then the smaller id,
+// so equal inputs always give the same answer.
+bool BetterThan(const Ranked& x, const Ranked& y) {
+  const Candidate& a = x.candidate;
+  const Candidate& b = y.candidate;
   if (a.eligible != b.eligible) return a.eligible;
   if (!a.eligible) return a.worker < b.worker;
   if (a.cost != b.cost) return a.cost < b.cost;
   if (a.credited_blocks != b.credited_blocks) return a.credited_blocks > b.credited_blocks;
   if (a.load.blocks != b.load.blocks) return a.load.blocks < b.load.blocks;
+  if (x.affinity != y.affinity) return x.affinity > y.affinity;
   return a.worker < b.worker;
 }
 
@@ -87,6 +108,8 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
   decision.prompt_blocks = chains.at(workers.front().block_size).size();
   std::optional<SpanGate::Limit> gated;  // the last refusal governance gave
 
+  std::vector<Ranked> ranked;
+  ranked.reserve(workers.size());
   std::lock_guard lock(mu_);
   for (const index::WorkerResidency& worker : workers) {
     std::optional<WorkerStatus> status = status_->Get(worker.id);
@@ -128,9 +151,12 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
     }
     candidate.eligible = reason == nullptr;
     if (reason != nullptr) candidate.reason = reason;
-    decision.candidates.push_back(std::move(candidate));
+    const uint64_t affinity = Affinity(chain.empty() ? 0 : chain.front(), worker.id);
+    ranked.push_back(Ranked{std::move(candidate), affinity});
   }
-  std::sort(decision.candidates.begin(), decision.candidates.end(), BetterThan);
+  std::sort(ranked.begin(), ranked.end(), BetterThan);
+  decision.candidates.reserve(ranked.size());
+  for (Ranked& entry : ranked) decision.candidates.push_back(std::move(entry.candidate));
 
   const Candidate* chosen = nullptr;
   if (!decision.candidates.empty() && decision.candidates.front().eligible) {
@@ -164,7 +190,11 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
   } else {
     decision.verdict = LookupVerdict::Miss(LookupReason::kCold);
   }
-  const uint64_t blocks = std::max<uint64_t>(decision.prompt_blocks, 1);
+  // The load a decision adds is the prefill it leaves the worker to do, in
+  // the cost's own unit: a queue of mostly-cached requests costs the next
+  // one little, a queue of cold prompts a lot (docs/adr/0008).
+  const double to_prefill = static_cast<double>(decision.prompt_blocks) - chosen->credited_blocks;
+  const uint64_t blocks = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(to_prefill)), 1);
   decisions_[decision.decision_id] = InFlight{decision.worker, blocks, now_ms};
   Totals& totals = totals_[decision.worker];
   ++totals.requests;

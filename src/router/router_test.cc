@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <numeric>
 
 #include "kvgov/index/block_key.h"
@@ -55,7 +57,12 @@ class RouterTest : public ::testing::Test {
 
   index::ResidencyIndex index_;
   WorkerStatusTable status_;
-  RouteWeights weights_;
+  // Unit overlap weight: the tests below check the cost's arithmetic.
+  RouteWeights weights_ = [] {
+    RouteWeights weights;
+    weights.overlap_weight = 1.0;
+    return weights;
+  }();
   Router router_{&index_, &status_, weights_};
   int next_id_ = 0;
 };
@@ -238,10 +245,27 @@ TEST_F(RouterTest, UnknownModelAndEmptyModel) {
 }
 
 TEST_F(RouterTest, ShortPromptRoutesOnLoadAlone) {
-  RouteDecision decision = Route({1, 2});
-  EXPECT_EQ(decision.prompt_blocks, 0u);
-  EXPECT_EQ(decision.worker, "w1");
-  EXPECT_EQ(decision.verdict.reason, LookupReason::kCold);
+  RouteDecision first = Route({1, 2});
+  EXPECT_EQ(first.prompt_blocks, 0u);
+  EXPECT_EQ(first.verdict.reason, LookupReason::kCold);
+  // The first is still in flight (one block of load): the next goes elsewhere.
+  RouteDecision second = Route({3, 4});
+  EXPECT_NE(second.worker, first.worker);
+}
+
+TEST_F(RouterTest, EqualCostsSpreadColdPrefixesAndKeepEachOnItsWorker) {
+  std::set<std::string> chosen;
+  for (int64_t i = 0; i < 24; ++i) {
+    const std::vector<int64_t> prompt = Tokens(8, 1000 * i);
+    RouteDecision decision = Route(prompt);
+    ASSERT_TRUE(router_.Done(decision.decision_id).ok());
+    chosen.insert(decision.worker);
+    // Nothing is resident yet, yet the same prefix is placed alike again.
+    RouteDecision again = Route(prompt);
+    EXPECT_EQ(again.worker, decision.worker);
+    ASSERT_TRUE(router_.Done(again.decision_id).ok());
+  }
+  EXPECT_EQ(chosen.size(), 3u);
 }
 
 }  // namespace

@@ -252,7 +252,7 @@ TEST_F(HttpApiTest, RouteErrors) {
 
 TEST_F(HttpApiTest, ConfigReportsTheWeights) {
   Json config = GetJson("/v1/config");
-  EXPECT_EQ(config["route"]["overlap_weight"], 1.0);
+  EXPECT_EQ(config["route"]["overlap_weight"], 2.0);
   EXPECT_EQ(config["route"]["tier_credit"]["hbm"], 1.0);
   EXPECT_EQ(config["route"]["tier_credit"]["dram"], 0.75);
   EXPECT_EQ(config["engines"][0]["id"], "w1");

@@ -19,7 +19,10 @@ namespace kvgov::router {
 /// The cost model's knobs (docs/formats/route-api.md). All live in the
 /// config file and are reported at GET /v1/config.
 struct RouteWeights {
-  double overlap_weight = 1.0;  // cost per prefill block still to compute
+  // Cost per prefill block still to compute, against 1 per block of prefill
+  // already queued on the worker. Above 1 it values keeping a prefix where
+  // it lives over the greedy lowest-TTFT choice (docs/adr/0008).
+  double overlap_weight = 2.0;
   // Credit a resident block earns by its best tier, by index::kIndexedTiers
   // (hbm, dram, disk, unknown): a colder copy saves less than a hot one.
   std::array<double, index::kIndexedTiers.size()> tier_credit = {1.0, 0.75, 0.5, 0.0};

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::sim {
+
+/// Model shapes whose prefill was measured on one H200
+/// (../shared/reference/prefill-cost.md: bf16, batch 1, median of 5).
+enum class ModelShape { kLlama3_8B, kQwen3_32B };
+
+/// "llama-3-8b" or "qwen3-32b"; InvalidArgument naming the accepted ones.
+Result<ModelShape> ParseModelShape(std::string_view name);
+std::string_view ToString(ModelShape shape);
+
+/// A measured point: prefilling `tokens` tokens cost `us_per_token` each.
+struct PrefillPoint {
+  int64_t tokens;
+  double us_per_token;
+};
+
+/// The simulator's modeled prefill time: the measured cost per token at
+/// the prompt's length (interpolated linearly between measured lengths,
+/// flat below the first and extended along the last segment above it),
+/// times the tokens actually computed. A cache hit therefore saves exactly
+/// the prefill of the tokens it covers, while the tokens still computed pay
+/// for attending over the whole context. Immutable.
+class PrefillCostModel {
+ public:
+  explicit PrefillCostModel(ModelShape shape);
+
+  ModelShape shape() const { return shape_; }
+
+  /// Microseconds per prefilled token for a prompt of `prompt_tokens`.
+  double MicrosPerToken(int64_t prompt_tokens) const;
+
+  /// Seconds to prefill `computed_tokens` of a `prompt_tokens`-token prompt.
+  double PrefillSeconds(int64_t prompt_tokens, int64_t computed_tokens) const;
+
+ private:
+  ModelShape shape_;
+  std::span<const PrefillPoint> points_;
+};
+
+}  // namespace kvgov::sim

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::sim {
+
+/// One request of a trace: who sends which prompt when.
+struct SimRequest {
+  uint64_t id = 0;        // 0, 1, 2, ... in arrival order
+  double arrival_s = 0;   // seconds from the trace's start
+  std::string tenant;     // "" for a single-tenant workload
+  std::string session;    // for reports: which conversation or group it belongs to
+  std::vector<int64_t> tokens;
+};
+
+/// Agents: each tenant's sessions share the tenant's system prompt, and
+/// every turn re-sends the whole transcript so far (the previous turns'
+/// messages and answers) plus a new message, so the transcript grows turn
+/// by turn. Sessions start at random times and think between turns.
+struct AgentWorkloadOptions {
+  int tenants = 6;
+  int sessions_per_tenant = 10;
+  int turns = 8;
+  int64_t system_prompt_tokens = 3072;
+  int64_t message_tokens = 256;  // each new user message (or tool result)
+  int64_t answer_tokens = 192;   // each answer, re-sent with the next turn
+  double session_starts_per_s = 2.0;  // Poisson rate of new sessions
+  double think_time_s = 2.0;          // mean gap between a session's turns
+  uint64_t seed = 1;
+};
+
+/// llm-d's shared-prefix benchmark (benchmarking/73-capacity): groups share
+/// a long system prompt; each request is one group's prompt plus a fresh
+/// question, arriving as a Poisson process.
+struct SharedPrefixWorkloadOptions {
+  int groups = 150;
+  int64_t system_prompt_tokens = 6144;
+  int64_t question_tokens = 1200;
+  int requests = 2400;
+  double requests_per_s = 16.0;
+  uint64_t seed = 1;
+};
+
+/// Deterministic under the options (the seed included): the same options
+/// give the same trace on every machine. InvalidArgument for a count or
+/// rate that is not positive.
+Result<std::vector<SimRequest>> AgentWorkload(const AgentWorkloadOptions& options);
+Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadOptions& options);
+
+/// Distinct full blocks a workload's shared prefixes need (what the llm-d
+/// setup sizes KV capacity against).
+int64_t SharedPrefixBlocks(const SharedPrefixWorkloadOptions& options, int64_t block_size);
+
+}  // namespace kvgov::sim

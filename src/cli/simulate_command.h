@@ -1,0 +1,34 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "kvgov/router/router.h"
+
+#include <string>
+#include <vector>
+
+namespace kvgov::cli {
+
+/// Flags of `kvgov simulate`.
+struct SimulateFlags {
+  std::string workload = "shared-prefix";
+  int engines = 0;             // 0: the workload's default
+  size_t capacity_blocks = 0;  // 0: sized for the workload
+  int requests = 0;            // 0: the workload's default
+  double rate = 0;             // 0: the workload's default
+  std::string shape;           // "": the workload's default
+  uint64_t seed = 1;
+  std::vector<std::string> policies = {"kvgov", "round-robin", "random", "least-load", "oracle"};
+  std::string encoding = "map";
+  bool json = false;
+  router::RouteWeights route;  // kvgov's policy
+};
+
+/// Registers `kvgov simulate` on the app; returns the subcommand.
+CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags);
+
+/// Runs it: the workload through a fresh simulated fleet once per policy,
+/// then a table (or JSON) of the results. Returns the exit code.
+int RunSimulate(const SimulateFlags& flags);
+
+}  // namespace kvgov::cli

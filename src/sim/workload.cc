@@ -1,0 +1,129 @@
+#include "kvgov/sim/workload.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvgov::sim {
+namespace {
+
+// SplitMix64 with explicit arithmetic for every draw, so a trace is the
+// same on every standard library (std::*_distribution is not).
+class TraceRandom {
+ public:
+  explicit TraceRandom(uint64_t seed) : state_(seed) {}
+
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double Exponential(double mean) { return -mean * std::log1p(-Uniform()); }
+  uint64_t Below(uint64_t bound) { return Next() % bound; }
+
+  std::vector<int64_t> Tokens(int64_t count) {
+    constexpr uint64_t kVocabulary = 32000;
+    std::vector<int64_t> tokens(static_cast<size_t>(count));
+    for (int64_t& token : tokens) token = static_cast<int64_t>(Below(kVocabulary));
+    return tokens;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+void Append(std::vector<int64_t>& to, const std::vector<int64_t>& tokens) {
+  to.insert(to.end(), tokens.begin(), tokens.end());
+}
+
+void NumberByArrival(std::vector<SimRequest>& requests) {
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const SimRequest& a, const SimRequest& b) { return a.arrival_s < b.arrival_s; });
+  for (size_t i = 0; i < requests.size(); ++i) requests[i].id = i;
+}
+
+}  // namespace
+
+Result<std::vector<SimRequest>> AgentWorkload(const AgentWorkloadOptions& options) {
+  if (options.tenants <= 0 || options.sessions_per_tenant <= 0 || options.turns <= 0) {
+    return Status::InvalidArgument("agent workload: tenants, sessions and turns must be positive");
+  }
+  if (options.system_prompt_tokens < 0 || options.message_tokens <= 0 ||
+      options.answer_tokens < 0) {
+    return Status::InvalidArgument(
+        "agent workload: message tokens must be positive, prompt and answer tokens >= 0");
+  }
+  if (!(options.session_starts_per_s > 0) || !(options.think_time_s >= 0)) {
+    return Status::InvalidArgument(
+        "agent workload: the session start rate must be positive, think time >= 0");
+  }
+  TraceRandom random(options.seed);
+  std::vector<std::vector<int64_t>> system_prompts;
+  for (int t = 0; t < options.tenants; ++t) {
+    system_prompts.push_back(random.Tokens(options.system_prompt_tokens));
+  }
+  // Sessions of all tenants interleave: each starts at the next Poisson
+  // arrival, owned by a random tenant.
+  const int sessions = options.tenants * options.sessions_per_tenant;
+  std::vector<SimRequest> requests;
+  double session_start = 0;
+  for (int s = 0; s < sessions; ++s) {
+    session_start += random.Exponential(1.0 / options.session_starts_per_s);
+    const int tenant = s % options.tenants;
+    std::vector<int64_t> transcript = system_prompts[static_cast<size_t>(tenant)];
+    double at = session_start;
+    for (int turn = 0; turn < options.turns; ++turn) {
+      Append(transcript, random.Tokens(options.message_tokens));
+      SimRequest request;
+      request.arrival_s = at;
+      request.tenant = "tenant-" + std::to_string(tenant);
+      request.session = request.tenant + "/session-" + std::to_string(s);
+      request.tokens = transcript;
+      requests.push_back(std::move(request));
+      Append(transcript, random.Tokens(options.answer_tokens));
+      at += random.Exponential(options.think_time_s);
+    }
+  }
+  NumberByArrival(requests);
+  return requests;
+}
+
+Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadOptions& options) {
+  if (options.groups <= 0 || options.requests <= 0 || options.question_tokens <= 0 ||
+      options.system_prompt_tokens < 0) {
+    return Status::InvalidArgument(
+        "shared-prefix workload: groups, requests and question tokens must be positive");
+  }
+  if (!(options.requests_per_s > 0)) {
+    return Status::InvalidArgument("shared-prefix workload: the request rate must be positive");
+  }
+  TraceRandom random(options.seed);
+  std::vector<std::vector<int64_t>> system_prompts;
+  for (int g = 0; g < options.groups; ++g) {
+    system_prompts.push_back(random.Tokens(options.system_prompt_tokens));
+  }
+  std::vector<SimRequest> requests;
+  requests.reserve(static_cast<size_t>(options.requests));
+  double at = 0;
+  for (int r = 0; r < options.requests; ++r) {
+    at += random.Exponential(1.0 / options.requests_per_s);
+    const size_t group = random.Below(static_cast<uint64_t>(options.groups));
+    SimRequest request;
+    request.arrival_s = at;
+    request.session = "group-" + std::to_string(group);
+    request.tokens.reserve(system_prompts[group].size() +
+                           static_cast<size_t>(options.question_tokens));
+    request.tokens = system_prompts[group];
+    Append(request.tokens, random.Tokens(options.question_tokens));
+    requests.push_back(std::move(request));
+  }
+  NumberByArrival(requests);
+  return requests;
+}
+
+int64_t SharedPrefixBlocks(const SharedPrefixWorkloadOptions& options, int64_t block_size) {
+  return options.groups * (options.system_prompt_tokens / block_size);
+}
+
+}  // namespace kvgov::sim
