@@ -1,8 +1,5 @@
 #include "kvgov/cli/cli.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <CLI/CLI.hpp>
 
 #include <charconv>
@@ -16,7 +13,10 @@
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "cli/cert_verify.h"
+#include "cli/demo_command.h"
+#include "cli/listen.h"
 #include "cli/simulate_command.h"
+#include "cli/stop_signals.h"
 
 #ifndef KVGOV_VERSION
 #error "KVGOV_VERSION must be defined by the build"
@@ -46,34 +46,9 @@ struct ServeFlags {
   std::vector<std::string> admit;
 };
 
-// "127.0.0.1:8787" or "[::1]:0" -> host and port.
-Status ParseListen(const std::string& listen, server::ServerOptions* options) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen.size()) {
-    return Status::InvalidArgument("--listen: want HOST:PORT, got '" + listen + "'");
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port_text = listen.substr(colon + 1);
-  unsigned long port = 0;
-  const char* end = port_text.data() + port_text.size();
-  if (auto [stop, error] = std::from_chars(port_text.data(), end, port);
-      error != std::errc() || stop != end) {
-    return Status::InvalidArgument("--listen: port '" + port_text + "' is not a number");
-  }
-  if (port > 65535) {
-    return Status::InvalidArgument("--listen: port " + port_text + " is out of range 0-65535");
-  }
-  options->host = host;
-  options->port = static_cast<uint16_t>(port);
-  return Status::Ok();
-}
-
 int Serve(const ServeFlags& flags) {
   server::ServerOptions options;
-  if (Status parsed = ParseListen(flags.listen, &options); !parsed.ok()) {
+  if (Status parsed = ParseListen(flags.listen, &options.host, &options.port); !parsed.ok()) {
     std::fprintf(stderr, "kvgov serve: %s\n", parsed.message().c_str());
     return 2;
   }
@@ -114,13 +89,7 @@ int Serve(const ServeFlags& flags) {
     options.engines.push_back(std::move(engine).value());
   }
 
-  // Block the stop signals before any thread starts, so every thread
-  // inherits the mask and this one alone receives them in sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = BlockStopSignals();
 
   Result<std::unique_ptr<server::Server>> started = server::Server::Start(options);
   if (!started.ok()) {
@@ -130,8 +99,7 @@ int Serve(const ServeFlags& flags) {
   std::fprintf(stderr, "kvgov serve: listening on http://%s:%u (data dir %s)\n",
                options.host.c_str(), (*started)->port(), options.data_dir.c_str());
 
-  int received = 0;
-  sigwait(&stop_signals, &received);
+  const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov serve: signal %d, shutting down\n", received);
   (*started)->Shutdown();
   return 0;
@@ -275,6 +243,8 @@ int Run(int argc, char** argv) {
 
   SimulateFlags simulate_flags;
   CLI::App* simulate = AddSimulateCommand(app, simulate_flags);
+  DemoFlags demo_flags;
+  CLI::App* demo = AddDemoCommand(app, demo_flags);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 
@@ -317,6 +287,7 @@ int Run(int argc, char** argv) {
   }
   if (app.got_subcommand(serve)) return Serve(serve_flags);
   if (app.got_subcommand(simulate)) return RunSimulate(simulate_flags);
+  if (app.got_subcommand(demo)) return RunDemo(demo_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;

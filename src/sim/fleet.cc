@@ -26,7 +26,6 @@ EngineModel::Served EngineModel::Serve(uint64_t request_id, double arrival_s,
   served.finish_s = served.start_s + prefill_s;
   served.ttft_s = served.finish_s - arrival_s;
   busy_until_s_ = served.finish_s;
-  busy_s_ += prefill_s;
   queue_.emplace_back(served.finish_s, request_id);
   return served;
 }
@@ -247,13 +246,45 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
                                  "\": want kvgov, round-robin, random, least-load or oracle");
 }
 
+PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes,
+                       size_t engines) {
+  PolicyReport report;
+  report.policy = std::move(policy);
+  report.busy_s_per_engine.assign(engines, 0.0);
+  std::vector<double> ttfts;
+  ttfts.reserve(outcomes.size());
+  double ttft_total = 0;
+  for (const RequestOutcome& outcome : outcomes) {
+    ++report.requests;
+    report.prompt_blocks += outcome.prompt_blocks;
+    report.hit_blocks += outcome.hit_blocks;
+    report.prompt_tokens += outcome.prompt_tokens;
+    report.computed_tokens += outcome.computed_tokens;
+    if (outcome.engine < engines) report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
+    ttfts.push_back(outcome.ttft_s);
+    ttft_total += outcome.ttft_s;
+  }
+  std::sort(ttfts.begin(), ttfts.end());
+  report.ttft_p50_s = Percentile(ttfts, 0.50);
+  report.ttft_p90_s = Percentile(ttfts, 0.90);
+  report.ttft_p99_s = Percentile(ttfts, 0.99);
+  report.ttft_mean_s = ttfts.empty() ? 0 : ttft_total / static_cast<double>(ttfts.size());
+  double busiest = 0;
+  double busy_total = 0;
+  for (double busy : report.busy_s_per_engine) {
+    busiest = std::max(busiest, busy);
+    busy_total += busy;
+  }
+  report.load_spread =
+      busy_total > 0 ? busiest / (busy_total / static_cast<double>(engines)) : 0;
+  return report;
+}
+
 Result<PolicyReport> RunTrace(std::span<const SimRequest> trace, const FleetOptions& options,
                               RoutingPolicy& policy) {
   Fleet fleet(options);
-  PolicyReport report;
-  report.policy = std::string(policy.name());
-  std::vector<double> ttfts;
-  ttfts.reserve(trace.size());
+  std::vector<RequestOutcome> outcomes;
+  outcomes.reserve(trace.size());
   for (const SimRequest& request : trace) {
     // Release what finished before this arrival, in finishing order across
     // the fleet, so a load-aware policy sees the queues as they are now.
@@ -269,8 +300,8 @@ Result<PolicyReport> RunTrace(std::span<const SimRequest> trace, const FleetOpti
     const std::string salt = fleet.CacheSalt(request.tenant);
     KVGOV_ASSIGN_OR_RETURN(const size_t engine, policy.Choose(request, salt, fleet));
     if (engine >= fleet.size()) {
-      return Status::Internal("policy " + report.policy + " chose engine " +
-                                std::to_string(engine) + " of " + std::to_string(fleet.size()));
+      return Status::Internal("policy " + std::string(policy.name()) + " chose engine " +
+                              std::to_string(engine) + " of " + std::to_string(fleet.size()));
     }
     EngineModel::Served served =
         fleet.mutable_engine(engine).Serve(request.id, request.arrival_s, request.tokens, salt);
@@ -283,42 +314,28 @@ Result<PolicyReport> RunTrace(std::span<const SimRequest> trace, const FleetOpti
                              EncodeEventBatch(batch, options.encoding));
       KVGOV_RETURN_IF_ERROR(policy.Observe(engine, payload));
     }
-    ++report.requests;
-    report.prompt_blocks += served.prefill.prompt_blocks;
-    report.hit_blocks += served.prefill.hit_blocks;
-    report.prompt_tokens += static_cast<int64_t>(request.tokens.size());
-    report.computed_tokens += served.prefill.computed_tokens;
-    ttfts.push_back(served.ttft_s);
+    outcomes.push_back(RequestOutcome{
+        .engine = engine,
+        .prompt_blocks = served.prefill.prompt_blocks,
+        .hit_blocks = served.prefill.hit_blocks,
+        .prompt_tokens = static_cast<int64_t>(request.tokens.size()),
+        .computed_tokens = served.prefill.computed_tokens,
+        .prefill_s = served.finish_s - served.start_s,
+        .ttft_s = served.ttft_s,
+    });
   }
-  std::sort(ttfts.begin(), ttfts.end());
-  report.ttft_p50_s = Percentile(ttfts, 0.50);
-  report.ttft_p90_s = Percentile(ttfts, 0.90);
-  report.ttft_p99_s = Percentile(ttfts, 0.99);
-  double total = 0;
-  for (double ttft : ttfts) total += ttft;
-  report.ttft_mean_s = ttfts.empty() ? 0 : total / static_cast<double>(ttfts.size());
-  double busiest = 0;
-  double busy_total = 0;
-  for (size_t i = 0; i < fleet.size(); ++i) {
-    const double busy = fleet.engine(i).busy_s();
-    report.busy_s_per_engine.push_back(busy);
-    busiest = std::max(busiest, busy);
-    busy_total += busy;
-  }
-  report.load_spread =
-      busy_total > 0 ? busiest / (busy_total / static_cast<double>(fleet.size())) : 0;
-  return report;
+  return Summarize(std::string(policy.name()), outcomes, fleet.size());
 }
 
 std::string FormatReports(std::span<const PolicyReport> reports) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-12s %9s %9s %14s %10s %10s %10s %7s\n", "policy",
+  std::snprintf(line, sizeof(line), "%-18s %9s %9s %14s %10s %10s %10s %7s\n", "policy",
                 "requests", "hit rate", "prefill tokens", "TTFT p50", "TTFT p90", "TTFT p99",
                 "spread");
   out += line;
   for (const PolicyReport& r : reports) {
-    std::snprintf(line, sizeof(line), "%-12s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f\n",
+    std::snprintf(line, sizeof(line), "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f\n",
                   r.policy.c_str(), static_cast<unsigned long long>(r.requests),
                   100.0 * r.hit_rate(), static_cast<long long>(r.computed_tokens), r.ttft_p50_s,
                   r.ttft_p90_s, r.ttft_p99_s, r.load_spread);

@@ -47,7 +47,6 @@ class EngineModel {
   /// Requests queued or prefilling (after PopFinished for the same time).
   size_t outstanding() const { return queue_.size(); }
   double busy_until_s() const { return busy_until_s_; }
-  double busy_s() const { return busy_s_; }  // total prefill time served
 
   const BlockPool& pool() const { return pool_; }
   BlockPool& mutable_pool() { return pool_; }
@@ -58,7 +57,6 @@ class EngineModel {
   PrefillCostModel cost_;
   std::deque<std::pair<double, uint64_t>> queue_;  // (finish_s, id), finishing order
   double busy_until_s_ = 0;
-  double busy_s_ = 0;
 };
 
 struct FleetOptions {
@@ -155,6 +153,22 @@ struct PolicyReport {
     return prompt_blocks == 0 ? 0 : static_cast<double>(hit_blocks) / static_cast<double>(prompt_blocks);
   }
 };
+
+/// What happened to one request.
+struct RequestOutcome {
+  size_t engine = 0;
+  uint64_t prompt_blocks = 0;
+  uint64_t hit_blocks = 0;
+  int64_t prompt_tokens = 0;
+  int64_t computed_tokens = 0;
+  double prefill_s = 0;  // modeled
+  double ttft_s = 0;     // modeled: queueing wait + prefill
+};
+
+/// Totals, TTFT percentiles (nearest rank) and load spread of outcomes on
+/// a fleet of `engines`.
+PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes,
+                       size_t engines);
 
 /// Runs the trace through a fresh fleet with the policy choosing. Fails
 /// when the policy fails or names an engine the fleet does not have.

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::simfleet {
+
+struct DemoOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8787;  // 0 picks a free port
+  // The demo keeps its state in a fresh directory under this root
+  // (demo-<UTC time>), so a rerun starts clean and never touches older data.
+  std::string data_root = "./kvgov-data";
+  bool quick = false;  // a smaller trace, faster: for CI
+  uint64_t seed = 1;
+  FILE* out = stdout;  // the report and progress
+};
+
+/// What the demo saw, for its report and for tests.
+struct DemoResult {
+  std::string kvgov_url;
+  std::string data_dir;
+  uint64_t requests = 0;
+  double live_hit_rate = 0;     // kvgov routing the live fleet
+  double live_ttft_p50_s = 0;   // modeled
+  double live_ttft_p90_s = 0;
+  double round_robin_hit_rate = 0;  // the same trace and engines, round-robin (simulated)
+  double round_robin_ttft_p90_s = 0;
+  uint64_t quarantined_blocks = 0;
+  std::string quarantine_verdict;  // the route verdict reason for the quarantined span
+  std::string invalidation_state;  // "certified" when it all went through
+  std::string certificate_id;
+  bool certificate_verified = false;  // signature, issuer and journal anchor
+  bool lease_credited_while_active = false;
+  std::string lease_verdict_after;  // "expired_ttl" once the lease lapsed
+  int64_t lease_expired_after_ms = 0;
+};
+
+/// `kvgov demo`: a simulated vLLM fleet, kvgov serving it in this process,
+/// and a multi-tenant agent workload driven through kvgov's /v1/route; then
+/// one quarantine with its invalidation certified and verified, and one
+/// NIXL lease lapsing. The fleet and kvgov keep running until Stop.
+///
+/// Thread-safety: Run and Stop from one thread.
+class Demo {
+ public:
+  Demo();
+  ~Demo();
+  Demo(const Demo&) = delete;
+  Demo& operator=(const Demo&) = delete;
+
+  /// Runs the whole script and prints its report. A step that fails stops
+  /// the script with its error; what started keeps running until Stop.
+  Result<DemoResult> Run(const DemoOptions& options);
+
+  /// Stops kvgov and the fleet. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvgov::simfleet

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvgov/core/status.h"
+#include "kvgov/sim/block_pool.h"
+#include "kvgov/sim/event_wire.h"
+#include "kvgov/sim/prefill_cost.h"
+
+namespace kvgov::simfleet {
+
+struct LiveEngineOptions {
+  std::string id = "sim-0";
+  std::string host = "127.0.0.1";  // every socket binds here, on a free port
+  std::string model = "sim-model";
+  sim::BlockPoolOptions pool;
+  sim::ModelShape shape = sim::ModelShape::kLlama3_8B;
+  sim::WireEncoding encoding = sim::WireEncoding::kMap;
+  // Modeled prefill time is divided by this before a completion waits it
+  // out, so a demo runs faster than the GPU it models; reported times are
+  // the modeled ones.
+  double speedup = 1.0;
+  size_t replay_batches = 10000;  // vLLM's buffer_steps
+  int http_threads = 8;
+};
+
+/// One simulated vLLM engine, live on loopback with vLLM's interfaces:
+///  - a PUB socket sending [topic, seq (8 bytes BE), EventBatch payload],
+///    seq from 0 in every process, and a ROUTER replay socket answering
+///    [empty, start_seq] with [topic, seq, payload]... then an end marker;
+///  - an HTTP server: GET /health, GET /metrics (vllm:num_requests_running,
+///    vllm:num_requests_waiting, vllm:kv_cache_usage_perc),
+///    POST /reset_prefix_cache (AllBlocksCleared), and POST /v1/completions
+///    taking {"prompt": [token ids], "cache_salt": "..."} that prefills
+///    against the block pool: it waits in a FIFO queue for its modeled
+///    prefill time and answers with OpenAI usage, cached tokens included.
+///
+/// Thread-safe: HTTP handlers run concurrently; one mutex serialises the
+/// pool, the queue and publishing, so seq order is pool order.
+class LiveEngine {
+ public:
+  /// Binds and starts serving. IOError when a socket cannot be bound.
+  static Result<std::unique_ptr<LiveEngine>> Start(const LiveEngineOptions& options);
+  ~LiveEngine();
+  LiveEngine(const LiveEngine&) = delete;
+  LiveEngine& operator=(const LiveEngine&) = delete;
+
+  const std::string& id() const;
+  std::string events_endpoint() const;   // tcp://HOST:PORT
+  std::string replay_endpoint() const;   // tcp://HOST:PORT
+  std::string control_url() const;       // http://HOST:PORT
+  /// The --engine spec with which kvgov follows and governs this engine.
+  std::string EngineSpec() const;
+
+  /// Stops serving and joins every thread. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit LiveEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvgov::simfleet

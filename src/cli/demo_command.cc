@@ -1,0 +1,101 @@
+#include "cli/demo_command.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/listen.h"
+#include "cli/stop_signals.h"
+#include "kvgov/simfleet/demo.h"
+
+namespace kvgov::cli {
+namespace {
+
+nlohmann::json ResultJson(const simfleet::DemoResult& result) {
+  return {{"kvgov_url", result.kvgov_url},
+          {"data_dir", result.data_dir},
+          {"requests", result.requests},
+          {"live_hit_rate", result.live_hit_rate},
+          {"live_ttft_p50_s", result.live_ttft_p50_s},
+          {"live_ttft_p90_s", result.live_ttft_p90_s},
+          {"round_robin_hit_rate", result.round_robin_hit_rate},
+          {"round_robin_ttft_p90_s", result.round_robin_ttft_p90_s},
+          {"quarantined_blocks", result.quarantined_blocks},
+          {"quarantine_verdict", result.quarantine_verdict},
+          {"invalidation_state", result.invalidation_state},
+          {"certificate_id", result.certificate_id},
+          {"certificate_verified", result.certificate_verified},
+          {"lease_credited_while_active", result.lease_credited_while_active},
+          {"lease_verdict_after", result.lease_verdict_after},
+          {"lease_expired_after_ms", result.lease_expired_after_ms}};
+}
+
+}  // namespace
+
+CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& flags) {
+  CLI::App* command = app.add_subcommand(
+      "demo",
+      "See kvgov work without GPUs: start a simulated vLLM fleet (ZeroMQ KV events, HTTP\n"
+      "control) and kvgov serving it, drive a multi-tenant agent workload through kvgov's\n"
+      "/v1/route, compare with round-robin, quarantine a span and certify its invalidation,\n"
+      "and let a NIXL lease lapse. Then kvgov keeps running until Ctrl-C. `make run` runs it.");
+  command->add_option("--listen", flags.listen, "HOST:PORT for kvgov's HTTP API (loopback only).")
+      ->capture_default_str();
+  command->add_option("--data-dir", flags.data_root,
+                      "Root under which the demo makes a fresh data dir (demo-<UTC time>).")
+      ->capture_default_str();
+  command->add_flag("--quick", flags.quick, "A small workload that finishes in seconds (CI).");
+  command->add_flag("--exit", flags.exit_after, "Stop once the report is printed.");
+  command->add_option("--report-json", flags.report_json,
+                      "Also write the report's figures to this file as JSON.");
+  command->add_option("--seed", flags.seed, "Seed of the workload.")->capture_default_str();
+  return command;
+}
+
+int RunDemo(const DemoFlags& flags) {
+  simfleet::DemoOptions options;
+  if (Status parsed = ParseListen(flags.listen, &options.host, &options.port); !parsed.ok()) {
+    std::fprintf(stderr, "kvgov demo: %s\n", parsed.message().c_str());
+    return 2;
+  }
+  options.data_root = flags.data_root;
+  options.quick = flags.quick;
+  options.seed = flags.seed;
+
+  const sigset_t stop_signals = BlockStopSignals();
+  simfleet::Demo demo;
+  Result<simfleet::DemoResult> result = demo.Run(options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "kvgov demo: %s\n", result.status().ToString().c_str());
+    demo.Stop();
+    return 1;
+  }
+  if (!flags.report_json.empty()) {
+    std::ofstream file(flags.report_json);
+    file << ResultJson(*result).dump(2) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "kvgov demo: cannot write %s\n", flags.report_json.c_str());
+      demo.Stop();
+      return 1;
+    }
+  }
+  if (flags.exit_after) {
+    demo.Stop();
+    return 0;
+  }
+  const std::string& url = result->kvgov_url;
+  std::printf(
+      "kvgov keeps running with the fleet attached (Ctrl-C stops both):\n"
+      "  metrics  %s/metrics\n  workers  %s/v1/workers\n  journal  %s/v1/journal\n"
+      "  route    curl -s %s/v1/route -H 'Content-Type: application/json' \\\n"
+      "             -d '{\"model\":\"sim-llama-3-8b\",\"tenant\":\"tenant-1\",\"token_ids\":[1,2,3]}'\n",
+      url.c_str(), url.c_str(), url.c_str(), url.c_str());
+  std::fflush(stdout);
+  const int received = WaitForStopSignal(stop_signals);
+  std::fprintf(stderr, "kvgov demo: signal %d, stopping kvgov and the fleet\n", received);
+  demo.Stop();
+  return 0;
+}
+
+}  // namespace kvgov::cli

@@ -1,0 +1,159 @@
+#include "kvgov/simfleet/drive.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "simfleet/http_json.h"
+
+namespace kvgov::simfleet {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Counters {
+  std::atomic<uint64_t> done{0};
+  std::atomic<uint64_t> prompt_blocks{0};
+  std::atomic<uint64_t> hit_blocks{0};
+  std::atomic<uint64_t> errors{0};
+  std::mutex error_mu;
+  std::string first_error;
+
+  void Fail(std::string error) {
+    errors.fetch_add(1);
+    std::lock_guard lock(error_mu);
+    if (first_error.empty()) first_error = std::move(error);
+  }
+};
+
+// One gateway connection set: kvgov plus every engine, kept alive.
+class Gateway {
+ public:
+  Gateway(const DriveOptions& options, const std::map<std::string, std::string>& engines)
+      : options_(options), kvgov_(options.kvgov_url) {
+    kvgov_.set_keep_alive(true);
+    for (const auto& [worker, url] : engines) {
+      auto client = std::make_unique<httplib::Client>(url);
+      client->set_keep_alive(true);
+      client->set_read_timeout(std::chrono::seconds(600));  // a deep modeled queue
+      engines_.emplace(worker, std::move(client));
+    }
+  }
+
+  Result<sim::RequestOutcome> Send(const sim::SimRequest& request,
+                                   const std::map<std::string, size_t>& engine_numbers) {
+    Json route = {{"model", options_.model}, {"token_ids", request.tokens}};
+    if (!request.tenant.empty()) route["tenant"] = request.tenant;
+    KVGOV_ASSIGN_OR_RETURN(Json decision, PostJson(kvgov_, "POST /v1/route", "/v1/route", route));
+    const std::string worker = decision.value("worker", "");
+    const std::string decision_id = decision.value("decision_id", "");
+    auto engine = engines_.find(worker);
+    if (engine == engines_.end()) {
+      return Status::Unavailable("POST /v1/route chose \"" + worker +
+                                 "\", which is not a simulated engine");
+    }
+    Json completion = {{"model", options_.model},
+                       {"prompt", request.tokens},
+                       {"max_tokens", 1},
+                       {"cache_salt", decision.value("cache_salt", "")}};
+    Result<Json> answer =
+        PostJson(*engine->second, "POST " + worker + " /v1/completions", "/v1/completions",
+                 completion);
+    // Release the decision whatever the engine said: its load is gone.
+    (void)kvgov_.Post("/v1/route/" + decision_id + "/done", "", "application/json");
+    KVGOV_RETURN_IF_ERROR(answer.status());
+    const Json& sim = (*answer)["kvgov_sim"];
+    if (!sim.is_object()) {
+      return Status::Unavailable("POST " + worker + " /v1/completions: no kvgov_sim block");
+    }
+    sim::RequestOutcome outcome;
+    outcome.engine = engine_numbers.at(worker);
+    outcome.prompt_blocks = sim.value("prompt_blocks", uint64_t{0});
+    outcome.hit_blocks = sim.value("hit_blocks", uint64_t{0});
+    outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
+    outcome.computed_tokens =
+        outcome.prompt_tokens -
+        (*answer)["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+    outcome.prefill_s = sim.value("prefill_s", 0.0);
+    outcome.ttft_s = sim.value("ttft_s", 0.0);
+    return outcome;
+  }
+
+ private:
+  const DriveOptions& options_;
+  httplib::Client kvgov_;
+  std::map<std::string, std::unique_ptr<httplib::Client>> engines_;
+};
+
+}  // namespace
+
+Result<DriveReport> DriveThroughKvgov(std::span<const sim::SimRequest> trace,
+                                      const std::map<std::string, std::string>& engines,
+                                      const DriveOptions& options) {
+  if (engines.empty()) return Status::InvalidArgument("drive: no engines");
+  if (!(options.speedup > 0) || options.concurrency <= 0) {
+    return Status::InvalidArgument("drive: speedup and concurrency must be positive");
+  }
+  std::map<std::string, size_t> engine_numbers;
+  for (const auto& [worker, url] : engines) engine_numbers.emplace(worker, engine_numbers.size());
+
+  std::vector<std::optional<sim::RequestOutcome>> outcomes(trace.size());
+  Counters counters;
+  std::atomic<size_t> next{0};
+  const Clock::time_point start = Clock::now();
+  auto work = [&] {
+    Gateway gateway(options, engines);
+    for (size_t i = next.fetch_add(1); i < trace.size(); i = next.fetch_add(1)) {
+      const sim::SimRequest& request = trace[i];
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(request.arrival_s / options.speedup)));
+      Result<sim::RequestOutcome> outcome = gateway.Send(request, engine_numbers);
+      if (outcome.ok()) {
+        counters.prompt_blocks.fetch_add(outcome->prompt_blocks);
+        counters.hit_blocks.fetch_add(outcome->hit_blocks);
+        outcomes[i] = *outcome;
+      } else {
+        counters.Fail(outcome.status().message());
+      }
+      counters.done.fetch_add(1);
+    }
+  };
+  const size_t threads = std::min<size_t>(static_cast<size_t>(options.concurrency), trace.size());
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+
+  auto progress = [&] {
+    return DriveProgress{counters.done.load(), trace.size(), counters.prompt_blocks.load(),
+                         counters.hit_blocks.load(), counters.errors.load()};
+  };
+  while (counters.done.load() < trace.size()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (options.on_progress) options.on_progress(progress());
+  }
+  for (std::thread& thread : pool) thread.join();
+  if (options.on_progress) options.on_progress(progress());
+
+  std::vector<sim::RequestOutcome> served;
+  for (const auto& outcome : outcomes) {
+    if (outcome.has_value()) served.push_back(*outcome);
+  }
+  if (served.empty() && !trace.empty()) {
+    return Status::Unavailable("drive: no request got through; first error: " +
+                               counters.first_error);
+  }
+  DriveReport report;
+  report.report = sim::Summarize("kvgov (live)", served, engines.size());
+  report.errors = counters.errors.load();
+  report.first_error = counters.first_error;
+  return report;
+}
+
+}  // namespace kvgov::simfleet

@@ -1,0 +1,24 @@
+#pragma once
+
+// Internal to kvgov_simfleet: JSON over HTTP for the simulator's gateway
+// and demo, errors naming the call.
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::simfleet {
+
+/// POSTs `body` and parses the answer, which must be a JSON object with a
+/// 2xx status; otherwise Unavailable naming `what`, the status and the
+/// start of the body.
+Result<nlohmann::json> PostJson(httplib::Client& client, const std::string& what,
+                                const std::string& path, const nlohmann::json& body);
+
+/// GETs `path`, with the same rules.
+Result<nlohmann::json> GetJson(httplib::Client& client, const std::string& path);
+
+}  // namespace kvgov::simfleet

@@ -1,0 +1,323 @@
+#include "kvgov/simfleet/live_engine.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace kvgov::simfleet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+// A prompt longer than this is refused: the simulator's pools are small and
+// its bodies are untrusted like any other.
+constexpr size_t kMaxPromptTokens = 1 << 20;
+constexpr size_t kMaxBodyBytes = 32 << 20;
+
+std::string BigEndian64(uint64_t value) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>(value >> (56 - 8 * i));
+  return bytes;
+}
+
+void SendError(httplib::Response& response, int status, const std::string& message) {
+  // OpenAI's error shape, which vLLM's server also uses.
+  response.status = status;
+  response.set_content(
+      Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", status}}}}
+          .dump(),
+      "application/json");
+}
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct LiveEngine::Impl {
+  explicit Impl(const LiveEngineOptions& engine_options)
+      : options(engine_options), pool(engine_options.pool), cost(engine_options.shape) {}
+
+  // Publishes one batch of the pool's events. REQUIRES: mu held, so seq
+  // order is the order the pool changed in.
+  void PublishLocked(std::vector<EngineEvent> events) {
+    EngineEventBatch batch;
+    batch.ts = WallSeconds();
+    batch.dp_rank = 0;
+    batch.events = std::move(events);
+    // The simulator encodes only what its own pool produced, which always
+    // encodes; a failure here is a bug worth seeing.
+    Result<std::string> payload = sim::EncodeEventBatch(batch, options.encoding);
+    if (!payload.ok()) {
+      std::fprintf(stderr, "simulated engine %s: %s\n", options.id.c_str(),
+                   payload.status().ToString().c_str());
+      return;
+    }
+    const uint64_t seq = next_seq++;
+    {
+      std::lock_guard history_lock(history_mu);
+      history.emplace_back(seq, *payload);
+      while (history.size() > options.replay_batches) history.pop_front();
+    }
+    const std::string seq_bytes = BigEndian64(seq);
+    std::array<zmq::const_buffer, 3> frames = {zmq::buffer(topic), zmq::buffer(seq_bytes),
+                                               zmq::buffer(*payload)};
+    (void)zmq::send_multipart(pub, frames, zmq::send_flags::dontwait);
+  }
+
+  void ServeReplay() {
+    while (!stopping.load()) {
+      std::array<zmq::pollitem_t, 1> items = {{{router.handle(), 0, ZMQ_POLLIN, 0}}};
+      zmq::poll(items, std::chrono::milliseconds(50));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> request;
+      if (!zmq::recv_multipart(router, std::back_inserter(request), zmq::recv_flags::dontwait)) {
+        continue;
+      }
+      if (request.size() != 3 || request[2].size() != 8) continue;  // vLLM's rule
+      uint64_t start = 0;
+      const auto* bytes = static_cast<const unsigned char*>(request[2].data());
+      for (int i = 0; i < 8; ++i) start = (start << 8) | bytes[i];
+      std::vector<std::pair<uint64_t, std::string>> batches;
+      {
+        std::lock_guard history_lock(history_mu);
+        for (const auto& entry : history) {
+          if (entry.first >= start) batches.push_back(entry);
+        }
+      }
+      const std::string identity = request[0].to_string();
+      for (const auto& [seq, payload] : batches) {
+        const std::string seq_bytes = BigEndian64(seq);
+        std::array<zmq::const_buffer, 5> reply = {zmq::buffer(identity), zmq::const_buffer("", 0),
+                                                  zmq::buffer(topic), zmq::buffer(seq_bytes),
+                                                  zmq::buffer(payload)};
+        (void)zmq::send_multipart(router, reply);
+      }
+      const std::string end_marker = BigEndian64(~uint64_t{0});
+      std::array<zmq::const_buffer, 4> end = {zmq::buffer(identity), zmq::const_buffer("", 0),
+                                              zmq::buffer(end_marker), zmq::const_buffer("", 0)};
+      (void)zmq::send_multipart(router, end);
+    }
+  }
+
+  void HandleCompletion(const httplib::Request& request, httplib::Response& response) {
+    const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(response, 400, "body: not a JSON object");
+    }
+    const auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_array()) {
+      return SendError(response, 400, "prompt: want an array of token ids");
+    }
+    if (prompt->size() > kMaxPromptTokens) {
+      return SendError(response, 400, "prompt: more than " + std::to_string(kMaxPromptTokens) +
+                                           " tokens");
+    }
+    std::vector<int64_t> tokens;
+    tokens.reserve(prompt->size());
+    for (size_t i = 0; i < prompt->size(); ++i) {
+      const Json& token = (*prompt)[i];
+      if (!token.is_number_integer()) {
+        return SendError(response, 400, "prompt[" + std::to_string(i) + "]: want an integer");
+      }
+      tokens.push_back(token.get<int64_t>());
+    }
+    std::string cache_salt;
+    if (const auto salt = body.find("cache_salt"); salt != body.end()) {
+      if (!salt->is_string()) return SendError(response, 400, "cache_salt: want a string");
+      cache_salt = salt->get<std::string>();
+    }
+
+    sim::PrefillOutcome outcome;
+    double prefill_s = 0;
+    Clock::time_point arrived;
+    Clock::time_point start;
+    Clock::time_point finish;
+    {
+      std::lock_guard lock(mu);
+      outcome = pool.Prefill(tokens, cache_salt);
+      if (!outcome.events.empty()) PublishLocked(std::move(outcome.events));
+      prefill_s = cost.PrefillSeconds(static_cast<int64_t>(tokens.size()), outcome.computed_tokens);
+      arrived = Clock::now();
+      start = std::max(arrived, busy_until);
+      finish = start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(prefill_s / options.speedup));
+      busy_until = finish;
+      queue.emplace_back(start, finish);
+    }
+    std::this_thread::sleep_until(finish);
+    const double queue_s =
+        std::chrono::duration<double>(start - arrived).count() * options.speedup;
+    const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
+    const int64_t cached_tokens = prompt_tokens - outcome.computed_tokens;
+    response.set_content(
+        Json{{"object", "text_completion"},
+             {"model", options.model},
+             {"choices", {{{"index", 0}, {"text", ""}, {"finish_reason", "length"}}}},
+             {"usage",
+              {{"prompt_tokens", prompt_tokens},
+               {"completion_tokens", 0},
+               {"total_tokens", prompt_tokens},
+               {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}}},
+             // Modeled times (not wall time): what the GPU would have taken.
+             {"kvgov_sim",
+              {{"engine", options.id},
+               {"hit_blocks", outcome.hit_blocks},
+               {"prompt_blocks", outcome.prompt_blocks},
+               {"queue_s", queue_s},
+               {"prefill_s", prefill_s},
+               {"ttft_s", queue_s + prefill_s}}}}
+            .dump(),
+        "application/json");
+  }
+
+  void HandleMetrics(httplib::Response& response) {
+    size_t running = 0;
+    size_t waiting = 0;
+    double usage = 0;
+    {
+      std::lock_guard lock(mu);
+      const Clock::time_point now = Clock::now();
+      while (!queue.empty() && queue.front().second <= now) queue.pop_front();
+      for (const auto& [start, finish] : queue) ++(start <= now ? running : waiting);
+      usage = static_cast<double>(pool.size()) /
+              static_cast<double>(std::max<size_t>(options.pool.capacity_blocks, 1));
+    }
+    const std::string labels = "{model_name=\"" + options.model + "\",engine=\"0\"}";
+    std::string text;
+    text += "# HELP vllm:num_requests_running Number of requests in model execution batches.\n";
+    text += "# TYPE vllm:num_requests_running gauge\n";
+    text += "vllm:num_requests_running" + labels + " " + std::to_string(running) + "\n";
+    text += "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n";
+    text += "# TYPE vllm:num_requests_waiting gauge\n";
+    text += "vllm:num_requests_waiting" + labels + " " + std::to_string(waiting) + "\n";
+    text += "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n";
+    text += "# TYPE vllm:kv_cache_usage_perc gauge\n";
+    text += "vllm:kv_cache_usage_perc" + labels + " " + std::to_string(usage) + "\n";
+    response.set_content(text, "text/plain; version=0.0.4");
+  }
+
+  LiveEngineOptions options;
+  std::string topic = "kv@" + options.id;
+
+  std::mutex mu;  // guards pool, cost's use, busy_until, queue, next_seq, pub
+  sim::BlockPool pool;
+  sim::PrefillCostModel cost;
+  Clock::time_point busy_until{};
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> queue;  // (start, finish)
+  uint64_t next_seq = 0;
+
+  std::mutex history_mu;  // guards history; the replay thread reads it
+  std::deque<std::pair<uint64_t, std::string>> history;
+
+  zmq::context_t context{1};
+  zmq::socket_t pub{context, zmq::socket_type::pub};
+  zmq::socket_t router{context, zmq::socket_type::router};
+  std::string events_endpoint;
+  std::string replay_endpoint;
+  std::thread replay_thread;
+  std::atomic<bool> stopping{false};
+
+  httplib::Server http;
+  int http_port = 0;
+  std::thread http_thread;
+  std::mutex stop_mu;
+  bool stopped = false;
+};
+
+Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& options) {
+  if (!(options.speedup > 0)) {
+    return Status::InvalidArgument("simulated engine " + options.id + ": speedup must be > 0");
+  }
+  auto impl = std::make_unique<Impl>(options);
+  try {
+    impl->pub.set(zmq::sockopt::linger, 0);
+    impl->pub.set(zmq::sockopt::sndhwm, 100000);  // vLLM's hwm
+    impl->pub.bind("tcp://" + options.host + ":0");
+    impl->events_endpoint = impl->pub.get(zmq::sockopt::last_endpoint);
+    impl->router.set(zmq::sockopt::linger, 0);
+    impl->router.bind("tcp://" + options.host + ":0");
+    impl->replay_endpoint = impl->router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& error) {
+    return Status::IOError("simulated engine " + options.id + ": cannot bind on " + options.host +
+                           ": " + error.what());
+  }
+
+  Impl* self = impl.get();
+  httplib::Server& http = impl->http;
+  const int threads = std::max(1, options.http_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(kMaxBodyBytes);
+  http.Get("/health", [](const httplib::Request&, httplib::Response& response) {
+    response.status = 200;
+  });
+  http.Get("/metrics", [self](const httplib::Request&, httplib::Response& response) {
+    self->HandleMetrics(response);
+  });
+  http.Post("/reset_prefix_cache", [self](const httplib::Request&, httplib::Response& response) {
+    std::lock_guard lock(self->mu);
+    self->PublishLocked({self->pool.Reset()});
+    response.status = 200;
+  });
+  http.Post("/v1/completions", [self](const httplib::Request& request,
+                                      httplib::Response& response) {
+    self->HandleCompletion(request, response);
+  });
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
+        SendError(response, 500, "internal error");
+      });
+  impl->http_port = http.bind_to_any_port(options.host);
+  if (impl->http_port <= 0) {
+    return Status::IOError("simulated engine " + options.id + ": cannot listen on " +
+                           options.host);
+  }
+  impl->http_thread = std::thread([&http] { http.listen_after_bind(); });
+  while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl->replay_thread = std::thread([self] { self->ServeReplay(); });
+  return std::unique_ptr<LiveEngine>(new LiveEngine(std::move(impl)));
+}
+
+LiveEngine::LiveEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LiveEngine::~LiveEngine() { Stop(); }
+
+void LiveEngine::Stop() {
+  {
+    std::lock_guard lock(impl_->stop_mu);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+  }
+  impl_->http.stop();
+  if (impl_->http_thread.joinable()) impl_->http_thread.join();
+  impl_->stopping = true;
+  if (impl_->replay_thread.joinable()) impl_->replay_thread.join();
+}
+
+const std::string& LiveEngine::id() const { return impl_->options.id; }
+std::string LiveEngine::events_endpoint() const { return impl_->events_endpoint; }
+std::string LiveEngine::replay_endpoint() const { return impl_->replay_endpoint; }
+std::string LiveEngine::control_url() const {
+  return "http://" + impl_->options.host + ":" + std::to_string(impl_->http_port);
+}
+
+std::string LiveEngine::EngineSpec() const {
+  return "id=" + impl_->options.id + ",kind=vllm,events=" + events_endpoint() +
+         ",replay=" + replay_endpoint() + ",model=" + impl_->options.model +
+         ",block-size=" + std::to_string(impl_->options.pool.block_size) +
+         ",control=" + control_url();
+}
+
+}  // namespace kvgov::simfleet

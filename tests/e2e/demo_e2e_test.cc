@@ -1,0 +1,97 @@
+// Runs `kvgov demo --quick` and `kvgov simulate` as a user would.
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "e2e/daemon_process.h"
+
+namespace kvgov::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+class ScratchDir {
+ public:
+  ScratchDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvgov-demo-e2e-" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation) {
+  ScratchDir scratch;
+  const std::string report = (scratch.path() / "report.json").string();
+  std::string output;
+  const int code = DaemonProcess::RunToExit(
+      {"demo", "--quick", "--exit", "--listen", "127.0.0.1:0", "--data-dir",
+       (scratch.path() / "data").string(), "--report-json", report},
+      &output);
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("Routing: the same trace on the same engines"), std::string::npos)
+      << output;
+
+  std::ifstream file(report);
+  const Json figures = Json::parse(file);
+  EXPECT_EQ(figures["requests"], 45);
+  // kv-aware placement beats round-robin on the same trace and engines.
+  EXPECT_GT(figures["live_hit_rate"].get<double>(),
+            figures["round_robin_hit_rate"].get<double>() + 0.05)
+      << figures.dump(2);
+  EXPECT_LE(figures["live_hit_rate"].get<double>(), 1.0);
+  EXPECT_GT(figures["quarantined_blocks"].get<uint64_t>(), 0u);
+  EXPECT_EQ(figures["quarantine_verdict"], "quarantine/taint_denied");
+  EXPECT_EQ(figures["invalidation_state"], "certified");
+  EXPECT_TRUE(figures["certificate_verified"].get<bool>());
+  EXPECT_TRUE(figures["lease_credited_while_active"].get<bool>());
+  EXPECT_EQ(figures["lease_verdict_after"], "expired_ttl");
+  // A lease never lapses before its TTL.
+  EXPECT_GE(figures["lease_expired_after_ms"].get<int64_t>(), 2000);
+
+  // The certificate the demo saved verifies offline against the stopped
+  // daemon's data dir, journal anchor included.
+  const std::string data_dir = figures["data_dir"];
+  const std::string certificate = data_dir + "-certificate.json";
+  std::string verified;
+  EXPECT_EQ(DaemonProcess::RunToExit({"cert", "verify", certificate, "--data-dir", data_dir},
+                                     &verified),
+            0)
+      << verified;
+  EXPECT_NE(verified.find("ok   anchor"), std::string::npos) << verified;
+}
+
+TEST(SimulateE2ETest, ComparesEveryPolicyOnOneTrace) {
+  std::string output;
+  const int code = DaemonProcess::RunToExit(
+      {"simulate", "--workload", "shared-prefix", "--requests", "300", "--engines", "4", "--json"},
+      &output);
+  ASSERT_EQ(code, 0) << output;
+  const Json report = Json::parse(output.substr(output.find('{')));
+  std::map<std::string, Json> by_policy;
+  for (const Json& policy : report["policies"]) by_policy[policy["policy"]] = policy;
+  ASSERT_EQ(by_policy.size(), 5u) << output;
+  EXPECT_GT(by_policy["kvgov"]["hit_rate"].get<double>(),
+            by_policy["round-robin"]["hit_rate"].get<double>());
+  EXPECT_EQ(by_policy["kvgov"]["requests"], 300);
+}
+
+TEST(SimulateE2ETest, AnUnknownWorkloadIsAUsageError) {
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--workload", "chat"}, &output), 2);
+  EXPECT_NE(output.find("unknown workload \"chat\""), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace kvgov::testing
