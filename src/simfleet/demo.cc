@@ -244,6 +244,63 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   }
 
   std::fprintf(out, "Governance\n");
+  // A NIXL lease pins a resident transcript, then lapses. (Before the
+  // invalidation below: vLLM's reset empties a whole engine.)
+  Json pinned;
+  const sim::SimRequest* leased = nullptr;
+  for (auto it = trace.rbegin(); it != trace.rend() && leased == nullptr; ++it) {
+    if (it->tenant == "tenant-0") continue;
+    KVGOV_ASSIGN_OR_RETURN(Json decision,
+                           Impl::Ask(kvgov, {{"tenant", it->tenant}, {"token_ids", it->tokens}}));
+    if (decision.value("overlap_blocks", uint64_t{0}) > 0) {
+      pinned = decision;
+      leased = &*it;
+    }
+  }
+  if (leased == nullptr) return Status::NotFound("no resident transcript left to lease");
+  const std::string worker = pinned.value("worker", "");
+  constexpr int64_t kLeaseTtlMs = 2000;
+  KVGOV_ASSIGN_OR_RETURN(
+      Json granted,
+      PostJson(kvgov, "POST /v1/events", "/v1/events",
+               {{"events",
+                 {{{"type", "nixl_lease"},
+                   {"lease_id", "demo-lease"},
+                   {"event", "create"},
+                   {"role", "prefill_pin"},
+                   {"span_digest", "demo-lease-span"},
+                   {"remote_engine", worker},
+                   {"ttl_ms", kLeaseTtlMs},
+                   {"worker", worker},
+                   {"token_ids", leased->tokens},
+                   {"cache_salt", pinned.value("cache_salt", "")}}}}}));
+  if (granted.value("accepted", 0) != 1) {
+    return Status::FailedPrecondition("the lease was refused: " + granted.dump());
+  }
+  const Clock::time_point granted_at = Clock::now();
+  const Json only_there = {{"tenant", leased->tenant},
+                           {"token_ids", leased->tokens},
+                           {"workers", {worker}}};
+  KVGOV_ASSIGN_OR_RETURN(Json active, Impl::Ask(kvgov, only_there));
+  const uint64_t credited = active.value("overlap_blocks", uint64_t{0});
+  result.lease_credited_while_active = credited > 0;
+  Json lapsed;
+  KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::milliseconds(kLeaseTtlMs + 10000), "lease expiry",
+                                  [&]() -> Result<bool> {
+    KVGOV_ASSIGN_OR_RETURN(lapsed, Impl::Ask(kvgov, only_there));
+    return lapsed.value("overlap_blocks", uint64_t{1}) == 0;
+  }));
+  result.lease_expired_after_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count();
+  result.lease_verdict_after = lapsed["verdict"].value("reason", "");
+  std::fprintf(out,
+               "  lease         NIXL lease demo-lease (ttl %lld ms) pins %s's transcript on %s: "
+               "%llu blocks credited while active;\n                after %.1f s none, verdict "
+               "%s/%s\n",
+               static_cast<long long>(kLeaseTtlMs), leased->session.c_str(), worker.c_str(),
+               static_cast<unsigned long long>(credited),
+               static_cast<double>(result.lease_expired_after_ms) / 1000.0,
+               lapsed["verdict"].value("kind", "").c_str(), result.lease_verdict_after.c_str());
   // Quarantine tenant-0's system prompt, and invalidate it on its owners.
   const sim::SimRequest* tenant0 = nullptr;
   for (const sim::SimRequest& request : trace) {
@@ -340,63 +397,8 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                result.certificate_id.substr(0, 16).c_str(),
                static_cast<unsigned long long>(certificate.anchor.journal_seq),
                certificate_file.c_str(), certificate_file.c_str(), trusted[0].c_str());
+  std::fprintf(out, "\n");
 
-  // A NIXL lease pins a resident transcript, then lapses.
-  Json pinned;
-  const sim::SimRequest* leased = nullptr;
-  for (auto it = trace.rbegin(); it != trace.rend() && leased == nullptr; ++it) {
-    if (it->tenant == "tenant-0") continue;
-    KVGOV_ASSIGN_OR_RETURN(Json decision,
-                           Impl::Ask(kvgov, {{"tenant", it->tenant}, {"token_ids", it->tokens}}));
-    if (decision.value("overlap_blocks", uint64_t{0}) > 0) {
-      pinned = decision;
-      leased = &*it;
-    }
-  }
-  if (leased == nullptr) return Status::NotFound("no resident transcript left to lease");
-  const std::string worker = pinned.value("worker", "");
-  constexpr int64_t kLeaseTtlMs = 2000;
-  KVGOV_ASSIGN_OR_RETURN(
-      Json granted,
-      PostJson(kvgov, "POST /v1/events", "/v1/events",
-               {{"events",
-                 {{{"type", "nixl_lease"},
-                   {"lease_id", "demo-lease"},
-                   {"event", "create"},
-                   {"role", "prefill_pin"},
-                   {"span_digest", "demo-lease-span"},
-                   {"remote_engine", worker},
-                   {"ttl_ms", kLeaseTtlMs},
-                   {"worker", worker},
-                   {"token_ids", leased->tokens},
-                   {"cache_salt", pinned.value("cache_salt", "")}}}}}));
-  if (granted.value("accepted", 0) != 1) {
-    return Status::FailedPrecondition("the lease was refused: " + granted.dump());
-  }
-  const Clock::time_point granted_at = Clock::now();
-  const Json only_there = {{"tenant", leased->tenant},
-                           {"token_ids", leased->tokens},
-                           {"workers", {worker}}};
-  KVGOV_ASSIGN_OR_RETURN(Json active, Impl::Ask(kvgov, only_there));
-  const uint64_t credited = active.value("overlap_blocks", uint64_t{0});
-  result.lease_credited_while_active = credited > 0;
-  Json lapsed;
-  KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::milliseconds(kLeaseTtlMs + 10000), "lease expiry",
-                                  [&]() -> Result<bool> {
-    KVGOV_ASSIGN_OR_RETURN(lapsed, Impl::Ask(kvgov, only_there));
-    return lapsed.value("overlap_blocks", uint64_t{1}) == 0;
-  }));
-  result.lease_expired_after_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count();
-  result.lease_verdict_after = lapsed["verdict"].value("reason", "");
-  std::fprintf(out,
-               "  lease         NIXL lease demo-lease (ttl %lld ms) pins %s's transcript on %s: "
-               "%llu blocks credited while active;\n                after %.1f s none, verdict "
-               "%s/%s\n\n",
-               static_cast<long long>(kLeaseTtlMs), leased->session.c_str(), worker.c_str(),
-               static_cast<unsigned long long>(credited),
-               static_cast<double>(result.lease_expired_after_ms) / 1000.0,
-               lapsed["verdict"].value("kind", "").c_str(), result.lease_verdict_after.c_str());
   std::fflush(out);
   return result;
 }

@@ -21,7 +21,10 @@ struct ServerOptions {
   // When set, the bound port is written here (atomically, by rename) once the
   // listener accepts connections, so a supervisor or test can poll for it.
   std::string ready_file;
-  int http_threads = 4;
+  // cpp-httplib serves a kept-alive connection on one pool thread until it
+  // has been idle for 5 s, so the pool must cover the clients that keep
+  // connections open (routers, gateways) or the rest wait behind them.
+  int http_threads = 32;
   // Engines whose KV-event streams kvgov follows.
   std::vector<ingest::EngineSpec> engines;
   // POST bodies longer than this are refused with 413.

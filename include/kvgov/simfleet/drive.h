@@ -26,7 +26,7 @@ struct DriveOptions {
   std::string model = "sim-model";
   // Arrivals are compressed by this factor (match the engines' speedup).
   double speedup = 1.0;
-  int concurrency = 32;  // requests in flight at once, at most
+  int concurrency = 16;  // requests in flight at once, at most
   // Called about every 200 ms from the driving thread, and once at the end.
   std::function<void(const DriveProgress&)> on_progress;
 };
