@@ -1,9 +1,12 @@
 #include "e2e/fake_engine_publisher.h"
 
-#include <msgpack.hpp>
 #include <zmq_addon.hpp>
 
+#include <cstdlib>
 #include <numeric>
+
+#include "kvgov/index/block_key.h"
+#include "kvgov/sim/event_wire.h"
 
 namespace kvgov::testing {
 namespace {
@@ -13,55 +16,6 @@ std::string BigEndian64(uint64_t value) {
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(value >> (56 - 8 * i));
   return bytes;
 }
-
-using Packer = msgpack::packer<msgpack::sbuffer>;
-
-// One event, in the encoding vLLM >= 0.26 uses (a map tagged by "type") or
-// the legacy positional one ([tag, fields...], trailing defaults omitted).
-class EventWriter {
- public:
-  EventWriter(Packer& pk, bool map) : pk_(pk), map_(map) {}
-
-  template <typename... Fields>
-  void Write(const std::string& tag, const Fields&... fields) {
-    if (map_) {
-      pk_.pack_map(static_cast<uint32_t>(1 + sizeof...(Fields)));
-      pk_.pack(std::string("type"));
-      pk_.pack(tag);
-      (WriteNamed(fields), ...);
-    } else {
-      pk_.pack_array(static_cast<uint32_t>(1 + sizeof...(Fields)));
-      pk_.pack(tag);
-      (WritePositional(fields), ...);
-    }
-  }
-
- private:
-  template <typename T>
-  void WriteNamed(const std::pair<const char*, T>& field) {
-    pk_.pack(std::string(field.first));
-    Value(field.second);
-  }
-  template <typename T>
-  void WritePositional(const std::pair<const char*, T>& field) {
-    Value(field.second);
-  }
-  template <typename T>
-  void Value(const T& value) {
-    if constexpr (std::is_same_v<T, std::optional<uint64_t>>) {
-      if (value) {
-        pk_.pack(*value);
-      } else {
-        pk_.pack_nil();
-      }
-    } else {
-      pk_.pack(value);
-    }
-  }
-
-  Packer& pk_;
-  bool map_;
-};
 
 }  // namespace
 
@@ -141,25 +95,30 @@ void FakeEnginePublisher::Publish(std::string payload) {
   zmq::send_multipart(pub_, frames);
 }
 
+void FakeEnginePublisher::PublishEvent(EngineEvent event, Encoding encoding) {
+  EngineEventBatch batch;
+  batch.ts = ts_ += 1.0;
+  batch.dp_rank = 0;
+  batch.events.push_back(std::move(event));
+  Result<std::string> payload = sim::EncodeEventBatch(
+      batch, encoding == Encoding::kMapEvents ? sim::WireEncoding::kMap
+                                              : sim::WireEncoding::kLegacyPositional);
+  // The fixture builds only encodable events; anything else is a test bug.
+  if (!payload.ok()) std::abort();
+  Publish(std::move(payload).value());
+}
+
 std::vector<uint64_t> FakeEnginePublisher::Store(std::optional<uint64_t> parent, int blocks,
                                                  int64_t first_token) {
-  std::vector<uint64_t> hashes;
-  for (int i = 0; i < blocks; ++i) hashes.push_back(next_hash_++);
-  std::vector<int64_t> tokens(static_cast<size_t>(blocks * block_size_));
-  std::iota(tokens.begin(), tokens.end(), first_token);
-
-  msgpack::sbuffer buffer;
-  Packer pk(buffer);
-  pk.pack_array(3);
-  pk.pack(ts_ += 1.0);
-  pk.pack_array(1);
-  EventWriter(pk, encoding_ == Encoding::kMapEvents)
-      .Write("BlockStored", std::pair{"block_hashes", hashes},
-             std::pair{"parent_block_hash", parent}, std::pair{"token_ids", tokens},
-             std::pair{"block_size", block_size_}, std::pair{"lora_id", std::optional<uint64_t>()},
-             std::pair{"medium", std::string("GPU")});
-  pk.pack(0);
-  Publish(std::string(buffer.data(), buffer.size()));
+  BlockStored stored;
+  for (int i = 0; i < blocks; ++i) stored.block_hashes.push_back(next_hash_++);
+  stored.parent_block_hash = parent;
+  stored.token_ids.resize(static_cast<size_t>(blocks * block_size_));
+  std::iota(stored.token_ids.begin(), stored.token_ids.end(), first_token);
+  stored.block_size = block_size_;
+  stored.medium = "GPU";
+  const std::vector<uint64_t> hashes = stored.block_hashes;
+  PublishEvent(std::move(stored), encoding_);
   held_.insert(hashes.begin(), hashes.end());
   return hashes;
 }
@@ -167,68 +126,28 @@ std::vector<uint64_t> FakeEnginePublisher::Store(std::optional<uint64_t> parent,
 std::vector<uint64_t> FakeEnginePublisher::StoreSalted(const std::vector<int64_t>& tokens,
                                                        const std::string& cache_salt) {
   const size_t blocks = tokens.size() / static_cast<size_t>(block_size_);
-  std::vector<uint64_t> hashes;
-  for (size_t i = 0; i < blocks; ++i) hashes.push_back(next_hash_++);
-  std::vector<int64_t> full(tokens.begin(),
-                            tokens.begin() + static_cast<long>(blocks * block_size_));
-
-  msgpack::sbuffer buffer;
-  Packer pk(buffer);
-  pk.pack_array(3);
-  pk.pack(ts_ += 1.0);
-  pk.pack_array(1);
-  pk.pack_map(7);  // always the map encoding: extra_keys sits past lora_name
-  pk.pack(std::string("type"));
-  pk.pack(std::string("BlockStored"));
-  pk.pack(std::string("block_hashes"));
-  pk.pack(hashes);
-  pk.pack(std::string("parent_block_hash"));
-  pk.pack_nil();
-  pk.pack(std::string("token_ids"));
-  pk.pack(full);
-  pk.pack(std::string("block_size"));
-  pk.pack(block_size_);
-  pk.pack(std::string("medium"));
-  pk.pack(std::string("GPU"));
-  pk.pack(std::string("extra_keys"));
-  pk.pack_array(static_cast<uint32_t>(blocks));
-  for (size_t i = 0; i < blocks; ++i) {
-    if (i == 0) {
-      pk.pack_array(1);
-      pk.pack(cache_salt);
-    } else {
-      pk.pack_nil();
-    }
-  }
-  pk.pack(0);
-  Publish(std::string(buffer.data(), buffer.size()));
+  BlockStored stored;
+  for (size_t i = 0; i < blocks; ++i) stored.block_hashes.push_back(next_hash_++);
+  stored.token_ids.assign(tokens.begin(),
+                          tokens.begin() + static_cast<long>(blocks * block_size_));
+  stored.block_size = block_size_;
+  stored.medium = "GPU";
+  stored.extra_keys.assign(blocks, "");
+  if (blocks > 0) stored.extra_keys[0] = index::FirstBlockExtraKey("", cache_salt);
+  const std::vector<uint64_t> hashes = stored.block_hashes;
+  // Always the map encoding: extra_keys sits past lora_name.
+  PublishEvent(std::move(stored), Encoding::kMapEvents);
   held_.insert(hashes.begin(), hashes.end());
   return hashes;
 }
 
 void FakeEnginePublisher::Remove(const std::vector<uint64_t>& hashes) {
-  msgpack::sbuffer buffer;
-  Packer pk(buffer);
-  pk.pack_array(3);
-  pk.pack(ts_ += 1.0);
-  pk.pack_array(1);
-  EventWriter(pk, encoding_ == Encoding::kMapEvents)
-      .Write("BlockRemoved", std::pair{"block_hashes", hashes},
-             std::pair{"medium", std::string("GPU")});
-  pk.pack(0);
-  Publish(std::string(buffer.data(), buffer.size()));
+  PublishEvent(BlockRemoved{.block_hashes = hashes, .medium = "GPU", .group_idx = 0}, encoding_);
   for (uint64_t hash : hashes) held_.erase(hash);
 }
 
 void FakeEnginePublisher::Clear() {
-  msgpack::sbuffer buffer;
-  Packer pk(buffer);
-  pk.pack_array(3);
-  pk.pack(ts_ += 1.0);
-  pk.pack_array(1);
-  EventWriter(pk, encoding_ == Encoding::kMapEvents).Write("AllBlocksCleared");
-  pk.pack(0);
-  Publish(std::string(buffer.data(), buffer.size()));
+  PublishEvent(AllBlocksCleared{}, encoding_);
   held_.clear();
 }
 

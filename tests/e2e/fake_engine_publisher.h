@@ -13,6 +13,8 @@
 
 #include <zmq.hpp>
 
+#include "kvgov/core/engine_events.h"
+
 namespace kvgov::testing {
 
 /// A vLLM-framed KV-event publisher for end-to-end tests: a real publishing
@@ -68,6 +70,7 @@ class FakeEnginePublisher {
 
  private:
   void Publish(std::string payload);
+  void PublishEvent(EngineEvent event, Encoding encoding);
   void ServeReplay();
 
   const int64_t block_size_;
