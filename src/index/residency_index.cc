@@ -1,9 +1,43 @@
+// The residency index's memory layout (docs/adr/0007-compact-residency-index.md).
+//
+// The target is <= 64 heap bytes per resident (block, worker) pair at ten
+// million pairs; node-based std::unordered_map spent ~190 (a node of 32-48
+// bytes with its malloc header, plus a bucket pointer, in each of three
+// maps). The tables are now FlatMap (flat_table.h): linear probing over
+// packed slots of key + value, load at most 0.8, backward-shift deletion.
+// Per pair, in slots:
+//  - the worker's `resident` table, key -> tier mask: 8 + 2 = 10 bytes;
+//  - the worker's engine table, engine hash -> key: 8 + 8 = 16 bytes. One
+//    table per KV-cache group rather than the group in every slot: the group
+//    is almost always 0, and a hybrid model's few groups each get a table
+//    as dense as group 0's;
+//  - holders_ (holder_index.h), key -> one inline worker number, or a list
+//    in a shared arena for a key several workers hold: 8 + 4 = 12 bytes per
+//    key, so a share of that per pair when the key is shared.
+// 38 bytes of slots per unshared pair; divided by the load (between 0.4 and
+// 0.8, 0.625 at exactly 10,485,760 pairs) that is 48 to 95 bytes, and 61 at
+// the target size. A pair whose key several workers share costs its 26
+// bytes of per-worker slots plus 12/k of the key's holder slot and ~4 bytes
+// of list.
+//
+// Where it could go further, and why not: keeping the tier mask only in
+// holders_ (dropping `resident`) would make every per-worker walk (clear,
+// snapshot, restore) scan every worker's keys; replacing the engine table's
+// key with a slot number into `resident` saves 4 bytes a pair but slots move
+// on every erase. Both trade simple invariants for under 10%.
+//
+// Worker-local tables keep per-worker operations (snapshot, clear, restore)
+// proportional to that worker's residency, as before.
+
 #include "kvgov/index/residency_index.h"
 
 #include <algorithm>
 #include <mutex>
 #include <string>
 #include <utility>
+
+#include "index/flat_table.h"
+#include "index/holder_index.h"
 
 namespace kvgov::index {
 namespace {
@@ -35,25 +69,71 @@ std::string_view ToString(WorkerState state) {
   return state == WorkerState::kLive ? "live" : "stale";
 }
 
+namespace {
+
+// One KV-cache group's engine hash -> kvgov key map.
+struct EngineGroup {
+  int64_t group_idx = 0;
+  FlatMap<BlockKey> keys;
+};
+
+// For a vector of groups sorted by group_idx, const or not.
+template <typename Groups>
+auto LowerBound(Groups& groups, int64_t group_idx) {
+  return std::lower_bound(
+      groups.begin(), groups.end(), group_idx,
+      [](const EngineGroup& group, int64_t idx) { return group.group_idx < idx; });
+}
+template <typename Groups>
+auto FindIn(Groups& groups, int64_t group_idx) -> decltype(&groups.front().keys) {
+  auto it = LowerBound(groups, group_idx);
+  return it != groups.end() && it->group_idx == group_idx ? &it->keys : nullptr;
+}
+
+}  // namespace
+
 struct ResidencyIndex::WorkerSlot {
   uint32_t number = 0;
   std::string id;
   std::string model;
   int64_t block_size = 0;
   WorkerState state = WorkerState::kLive;
-  // Engine hash -> kvgov key, for parents and removals.
-  std::unordered_map<EngineRef, BlockKey, EngineRefHash> engine_keys;
-  // kvgov key -> tiers it is resident in on this worker.
-  std::unordered_map<BlockKey, uint16_t> resident;
+  // Engine hash -> kvgov key, for parents and removals; a table per group,
+  // sorted by group_idx. Empty tables are dropped, so a worker that only
+  // ever uses group 0 has exactly one.
+  std::vector<EngineGroup> engine_groups;
+  // kvgov key -> tiers it is resident in on this worker (never 0).
+  FlatMap<uint16_t> resident;
   std::array<uint64_t, kIndexedTiers.size()> blocks{};
+
+  FlatMap<BlockKey>* FindGroup(int64_t group_idx) { return FindIn(engine_groups, group_idx); }
+  const FlatMap<BlockKey>* FindGroup(int64_t group_idx) const {
+    return FindIn(engine_groups, group_idx);
+  }
+  // Adds the group's table if there is none. Adding one moves the others:
+  // pointers from FindGroup or Group are not kept across a call.
+  FlatMap<BlockKey>& Group(int64_t group_idx) {
+    auto it = LowerBound(engine_groups, group_idx);
+    if (it == engine_groups.end() || it->group_idx != group_idx) {
+      it = engine_groups.insert(it, EngineGroup{group_idx, {}});
+    }
+    return it->keys;
+  }
+  void DropGroupIfEmpty(int64_t group_idx) {
+    auto it = LowerBound(engine_groups, group_idx);
+    if (it != engine_groups.end() && it->group_idx == group_idx && it->keys.empty()) {
+      engine_groups.erase(it);
+    }
+  }
+  size_t EngineRefs() const {
+    size_t refs = 0;
+    for (const EngineGroup& group : engine_groups) refs += group.keys.size();
+    return refs;
+  }
 };
 
-size_t ResidencyIndex::EngineRefHash::operator()(const EngineRef& ref) const {
-  // Engine hashes are already uniformly distributed; fold the group in.
-  return static_cast<size_t>(ref.hash ^ (static_cast<uint64_t>(ref.group_idx) * 0x9e3779b97f4a7c15));
-}
-
-ResidencyIndex::ResidencyIndex(BlockKeyHasher hasher) : hasher_(hasher) {}
+ResidencyIndex::ResidencyIndex(BlockKeyHasher hasher)
+    : hasher_(hasher), holders_(std::make_unique<HolderIndex>()) {}
 ResidencyIndex::~ResidencyIndex() = default;
 
 ResidencyIndex::WorkerSlot* ResidencyIndex::FindLocked(std::string_view worker) const {
@@ -72,13 +152,24 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
   if (FindLocked(worker) != nullptr) {
     return Status::AlreadyExists("worker '" + std::string(worker) + "' is already registered");
   }
+  if (free_numbers_.empty() && workers_.size() >= HolderIndex::kWorkerLimit) {
+    return Status::ResourceExhausted("workers: the index holds at most " +
+                                     std::to_string(HolderIndex::kWorkerLimit));
+  }
   auto slot = std::make_unique<WorkerSlot>();
-  slot->number = static_cast<uint32_t>(workers_.size());
+  if (free_numbers_.empty()) {
+    slot->number = static_cast<uint32_t>(workers_.size());
+    workers_.emplace_back();
+  } else {
+    // Reused: RemoveWorker took the number out of every holder list.
+    slot->number = free_numbers_.back();
+    free_numbers_.pop_back();
+  }
   slot->id = std::string(worker);
   slot->model = std::string(model);
   slot->block_size = block_size;
   worker_numbers_.emplace(slot->id, slot->number);
-  workers_.push_back(std::move(slot));
+  workers_[slot->number] = std::move(slot);
   return Status::Ok();
 }
 
@@ -88,6 +179,7 @@ Status ResidencyIndex::RemoveWorker(std::string_view worker) {
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   ClearLocked(*slot);
   worker_numbers_.erase(slot->id);
+  free_numbers_.push_back(slot->number);
   workers_[slot->number].reset();
   return Status::Ok();
 }
@@ -109,38 +201,38 @@ Status ResidencyIndex::SetState(std::string_view worker, WorkerState state) {
 }
 
 void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
-  for (const auto& [key, tiers] : slot.resident) {
-    auto it = holders_.find(key);
-    if (it == holders_.end()) continue;
-    std::erase(it->second, slot.number);
-    if (it->second.empty()) holders_.erase(it);
-  }
-  slot.resident.clear();
-  slot.engine_keys.clear();
+  slot.resident.ForEach([&](BlockKey key, uint16_t) { holders_->Remove(key, slot.number); });
+  // Released, not kept for reuse: an engine that clears (a restart) refills
+  // gradually, and a table's doubling as it does is cheap beside holding
+  // the old size for a worker that may stay small.
+  slot.resident.Clear();
+  slot.engine_groups.clear();
   slot.blocks.fill(0);
+  holders_->ShrinkIfSparse();
 }
 
 void ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
-  auto [it, inserted] = slot.resident.try_emplace(key, uint16_t{0});
-  if (inserted) holders_[key].push_back(slot.number);
-  if (it->second & TierBit(tier)) return;
-  it->second |= TierBit(tier);
+  auto [at, inserted] = slot.resident.Insert(key, uint16_t{0});
+  if (inserted) holders_->Add(key, slot.number);
+  const uint16_t tiers = slot.resident.ValueAt(at);
+  if (tiers & TierBit(tier)) return;
+  slot.resident.SetValueAt(at, static_cast<uint16_t>(tiers | TierBit(tier)));
   ++slot.blocks[TierSlot(tier)];
 }
 
 bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
-  auto it = slot.resident.find(key);
-  if (it == slot.resident.end() || !(it->second & TierBit(tier))) return false;
-  it->second &= static_cast<uint16_t>(~TierBit(tier));
+  const auto at = slot.resident.Find(key);
+  if (at == FlatMap<uint16_t>::kNotFound) return false;
+  const uint16_t tiers = slot.resident.ValueAt(at);
+  if (!(tiers & TierBit(tier))) return false;
   --slot.blocks[TierSlot(tier)];
-  if (it->second == 0) {
-    slot.resident.erase(it);
-    auto holder = holders_.find(key);
-    if (holder != holders_.end()) {
-      std::erase(holder->second, slot.number);
-      if (holder->second.empty()) holders_.erase(holder);
-    }
+  const auto left = static_cast<uint16_t>(tiers & ~TierBit(tier));
+  if (left != 0) {
+    slot.resident.SetValueAt(at, left);
+    return true;
   }
+  slot.resident.EraseAt(at);
+  holders_->Remove(key, slot.number);
   return true;
 }
 
@@ -149,26 +241,30 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
   const ResidencyTier tier = TierForMedium(stored.medium);
   BlockKey parent = 0;
   if (stored.parent_block_hash.has_value()) {
-    auto it = slot.engine_keys.find(EngineRef{*stored.parent_block_hash, stored.group_idx});
-    if (it == slot.engine_keys.end()) {
+    const FlatMap<BlockKey>* refs = slot.FindGroup(stored.group_idx);
+    const auto at = refs == nullptr ? FlatMap<BlockKey>::kNotFound
+                                    : refs->Find(*stored.parent_block_hash);
+    if (at == FlatMap<BlockKey>::kNotFound) {
       // Without the parent's key the chain cannot be keyed; crediting these
       // blocks under a guessed parent could match the wrong prefix.
       result.orphan_blocks = stored.block_hashes.size();
       return result;
     }
-    parent = it->second;
+    parent = refs->ValueAt(at);
   } else {
     parent = hasher_.Root(ChainNamespace{slot.model, stored.lora_name, stored.group_idx});
   }
+  if (stored.block_hashes.empty()) return result;
   const size_t block_size = static_cast<size_t>(slot.block_size);
   std::span<const int64_t> tokens(stored.token_ids);
+  FlatMap<BlockKey>& refs = slot.Group(stored.group_idx);
   for (size_t i = 0; i < stored.block_hashes.size(); ++i) {
     // Both arms string_view: a "" arm would make the result a temporary
     // std::string and leave `extra` dangling.
     std::string_view extra =
         i < stored.extra_keys.size() ? std::string_view(stored.extra_keys[i]) : std::string_view();
     const BlockKey key = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
-    slot.engine_keys[EngineRef{stored.block_hashes[i], stored.group_idx}] = key;
+    refs.InsertOrAssign(stored.block_hashes[i], key);
     AddTierLocked(slot, key, tier);
     parent = key;
   }
@@ -180,17 +276,29 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
 ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed) {
   ApplyResult result;
   const ResidencyTier tier = TierForMedium(removed.medium);
+  FlatMap<BlockKey>* refs = slot.FindGroup(removed.group_idx);
+  if (refs == nullptr) {
+    result.unknown_removals = removed.block_hashes.size();
+    return result;
+  }
   for (EngineHash hash : removed.block_hashes) {
-    auto it = slot.engine_keys.find(EngineRef{hash, removed.group_idx});
-    if (it == slot.engine_keys.end() || !RemoveTierLocked(slot, it->second, tier)) {
+    const auto at = refs->Find(hash);
+    if (at == FlatMap<BlockKey>::kNotFound) {
+      ++result.unknown_removals;
+      continue;
+    }
+    const BlockKey key = refs->ValueAt(at);
+    if (!RemoveTierLocked(slot, key, tier)) {
       ++result.unknown_removals;
       continue;
     }
     ++result.blocks_removed;
     // Keep the engine mapping while another tier still holds the block: a
     // later removal from that tier, or a child's parent lookup, needs it.
-    if (!slot.resident.contains(it->second)) slot.engine_keys.erase(it);
+    // (`at` is still good: RemoveTierLocked changes other tables only.)
+    if (!slot.resident.Contains(key)) refs->EraseAt(at);
   }
+  slot.DropGroupIfEmpty(removed.group_idx);
   return result;
 }
 
@@ -245,13 +353,14 @@ Result<std::vector<BlockKey>> ResidencyIndex::KeysForEngineHashes(
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   std::vector<BlockKey> keys;
   keys.reserve(hashes.size());
+  const FlatMap<BlockKey>* refs = slot->FindGroup(group_idx);
   for (EngineHash hash : hashes) {
-    auto it = slot->engine_keys.find(EngineRef{hash, group_idx});
-    if (it == slot->engine_keys.end()) {
+    const auto at = refs == nullptr ? FlatMap<BlockKey>::kNotFound : refs->Find(hash);
+    if (at == FlatMap<BlockKey>::kNotFound) {
       return Status::NotFound("worker '" + slot->id + "' holds no block with engine hash " +
                               std::to_string(hash));
     }
-    keys.push_back(it->second);
+    keys.push_back(refs->ValueAt(at));
   }
   return keys;
 }
@@ -279,26 +388,23 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   std::shared_lock lock(mu_);
   std::vector<WorkerOverlap> out;
   if (chain.empty()) return out;
-  auto first = holders_.find(chain[0]);
-  if (first == holders_.end()) return out;
-
   // Walk the chain once per candidate: O(depth x candidates), stopping at
   // each worker's first missing block.
-  for (uint32_t number : first->second) {
+  holders_->ForEachHolder(chain[0], [&](uint32_t number) {
     const WorkerSlot& slot = *workers_[number];
-    if (slot.state != WorkerState::kLive) continue;
+    if (slot.state != WorkerState::kLive) return;
     WorkerOverlap overlap;
     overlap.worker = slot.id;
     for (BlockKey key : chain) {
-      auto it = slot.resident.find(key);
-      if (it == slot.resident.end()) break;
-      const size_t tier = BestTierSlot(it->second);
+      const auto at = slot.resident.Find(key);
+      if (at == FlatMap<uint16_t>::kNotFound) break;
+      const size_t tier = BestTierSlot(slot.resident.ValueAt(at));
       ++overlap.blocks;
       ++overlap.by_tier[tier];
       overlap.best_tier.push_back(static_cast<uint8_t>(tier));
     }
     out.push_back(std::move(overlap));
-  }
+  });
   std::sort(out.begin(), out.end(),
             [](const WorkerOverlap& a, const WorkerOverlap& b) { return a.worker < b.worker; });
   return out;
@@ -535,21 +641,14 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
     model = slot->model;
     block_size = slot->block_size;
     state = slot->state;
-    // Bucket by bucket rather than along the node list: each bucket's first
-    // node is an independent load the CPU can overlap with the next ones,
-    // where the list is one dependent cache miss per node (about twice as
-    // fast at a million blocks, and this is the part writers wait for).
+    // Flat arrays, walked in order: this is the part writers wait for.
     keys.reserve(slot->resident.size());
-    for (size_t b = 0; b < slot->resident.bucket_count(); ++b) {
-      for (auto it = slot->resident.begin(b); it != slot->resident.end(b); ++it) {
-        keys.push_back({it->first, it->second});
-      }
-    }
-    refs.reserve(slot->engine_keys.size());
-    for (size_t b = 0; b < slot->engine_keys.bucket_count(); ++b) {
-      for (auto it = slot->engine_keys.begin(b); it != slot->engine_keys.end(b); ++it) {
-        refs.push_back({it->second, it->first.group_idx, it->first.hash});
-      }
+    slot->resident.ForEach(
+        [&](BlockKey key, uint16_t tiers) { keys.push_back({key, tiers}); });
+    refs.reserve(slot->EngineRefs());
+    for (const EngineGroup& group : slot->engine_groups) {
+      group.keys.ForEach(
+          [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
     }
   }
   // The canonical order of the format: equal residency, equal bytes.
@@ -727,11 +826,17 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
   out.model = std::string(model);
   out.block_size = static_cast<int64_t>(block_size);
   out.state = state == 0 ? WorkerState::kLive : WorkerState::kStale;
-  out.engine_keys.clear();
-  out.resident.clear();
+  out.engine_groups.clear();
+  out.resident.Clear();
   out.blocks.fill(0);
-  out.resident.reserve(static_cast<size_t>(key_count));
-  out.engine_keys.reserve(static_cast<size_t>(ref_count));
+  // Sized once for everything: at ten million keys, doubling up to size
+  // would rehash about as many entries again as the snapshot holds. The
+  // refs are reserved in group 0, where they almost always are; group 0 is
+  // shrunk back below when a hybrid model's other groups took some.
+  out.resident.Reserve(static_cast<size_t>(key_count));
+  if (ref_count > 0) out.Group(0).Reserve(static_cast<size_t>(ref_count));
+  FlatMap<BlockKey>* group_refs = nullptr;  // the table of group_refs_idx
+  int64_t group_refs_idx = 0;
 
   uint64_t refs_seen = 0;
   BlockKey previous_key = 0;
@@ -773,32 +878,34 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
     }
     refs_seen += nrefs;
     if (tiers != 0) {
-      out.resident.emplace(key, static_cast<uint16_t>(tiers));
+      out.resident.Insert(key, static_cast<uint16_t>(tiers));
       for (unsigned bit = 0; bit < kSnapshotTierCount; ++bit) {
         if (tiers & (uint64_t{1} << bit)) ++out.blocks[TierSlot(static_cast<ResidencyTier>(bit))];
       }
     }
-    bool first_ref = true;
-    EngineRef previous_ref{0, 0};
+    EngineHash previous_hash = 0;
+    int64_t previous_group = 0;
     for (uint64_t r = 0; r < nrefs; ++r) {
       const size_t ref_at = reader.offset();
-      EngineRef ref{0, 0};
+      EngineHash hash = 0;
       uint64_t group = 0;
-      KVGOV_RETURN_IF_ERROR(reader.U64("engine hash", ref.hash));
+      KVGOV_RETURN_IF_ERROR(reader.U64("engine hash", hash));
       KVGOV_RETURN_IF_ERROR(reader.Varint("group", group));
-      ref.group_idx = UnZigZag(group);
-      if (!first_ref &&
-          (ref.group_idx < previous_ref.group_idx ||
-           (ref.group_idx == previous_ref.group_idx && ref.hash <= previous_ref.hash))) {
-        return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(ref.hash) + ", group " +
-                                         std::to_string(ref.group_idx) + ") is out of order");
+      const int64_t group_idx = UnZigZag(group);
+      if (r > 0 && (group_idx < previous_group ||
+                    (group_idx == previous_group && hash <= previous_hash))) {
+        return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(hash) + ", group " +
+                                         std::to_string(group_idx) + ") is out of order");
       }
-      first_ref = false;
-      previous_ref = ref;
-      if (!out.engine_keys.emplace(ref, key).second) {
-        return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(ref.hash) + ", group " +
-                                         std::to_string(ref.group_idx) +
-                                         ") already names another key");
+      previous_hash = hash;
+      previous_group = group_idx;
+      if (group_refs == nullptr || group_idx != group_refs_idx) {
+        group_refs = &out.Group(group_idx);  // may move the other tables: re-fetched on change
+        group_refs_idx = group_idx;
+      }
+      if (!group_refs->Insert(hash, key).second) {
+        return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(hash) + ", group " +
+                                         std::to_string(group_idx) + ") already names another key");
       }
     }
   }
@@ -809,6 +916,10 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
   if (refs_seen != ref_count) {
     return Reader::Error(ref_count_at, "ref_count " + std::to_string(ref_count) + " but the " +
                                            "records hold " + std::to_string(refs_seen));
+  }
+  if (ref_count > 0) {
+    out.Group(0).ShrinkToFit();  // a no-op when group 0 has every ref
+    out.DropGroupIfEmpty(0);
   }
   if (const uint64_t ours = KeyProbe(hasher_); probe != ours) {
     return Status::FailedPrecondition(
@@ -837,22 +948,28 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
     // Only keys that enter or leave the worker touch holders_: a restore
     // over similar state (a re-sync) then leaves most holder lists alone,
     // and the lock is held for lookups rather than list churn.
-    std::vector<BlockKey> entering;
-    for (const auto& [key, tiers] : decoded.resident) {
-      if (!slot->resident.contains(key)) entering.push_back(key);
+    const uint32_t number = slot->number;
+    if (slot->resident.empty()) {
+      // A restart: every key enters, no need to look for ones that stay.
+      holders_->Reserve(std::max(holders_->keys(), decoded.resident.size()));
+      decoded.resident.ForEach([&](BlockKey key, uint16_t) { holders_->Add(key, number); });
+    } else {
+      std::vector<BlockKey> entering;
+      decoded.resident.ForEach([&](BlockKey key, uint16_t) {
+        if (!slot->resident.Contains(key)) entering.push_back(key);
+      });
+      slot->resident.ForEach([&](BlockKey key, uint16_t) {
+        if (!decoded.resident.Contains(key)) holders_->Remove(key, number);
+      });
+      // Room for the keys at least once, not for their sum: keys other
+      // workers hold already take no new slot, and reserving for all of
+      // them would halve the table's load in a fleet sharing its prefixes.
+      holders_->Reserve(std::max(holders_->keys(), entering.size()));
+      for (BlockKey key : entering) holders_->Add(key, number);
     }
-    for (const auto& [key, tiers] : slot->resident) {
-      if (decoded.resident.contains(key)) continue;
-      auto it = holders_.find(key);
-      if (it == holders_.end()) continue;
-      std::erase(it->second, slot->number);
-      if (it->second.empty()) holders_.erase(it);
-    }
-    // One rehash up front instead of several while the keys go in.
-    holders_.reserve(holders_.size() + entering.size());
-    for (BlockKey key : entering) holders_[key].push_back(slot->number);
+    holders_->ShrinkIfSparse();
     slot->resident.swap(decoded.resident);
-    slot->engine_keys.swap(decoded.engine_keys);
+    slot->engine_groups.swap(decoded.engine_groups);
     slot->blocks = decoded.blocks;
     slot->state = decoded.state;
   }

@@ -56,6 +56,8 @@ struct WorkerOverlap {
   std::vector<uint8_t> best_tier;
 };
 
+class HolderIndex;
+
 /// Which KV blocks live on which worker, in which tier, keyed by kvgov's own
 /// block keys. Engine events are applied per worker; the engine's hashes are
 /// mapped to kvgov keys through a per-worker table, so a BlockStored can find
@@ -72,7 +74,7 @@ class ResidencyIndex {
 
   /// Registers a worker serving `model` with `block_size` tokens per block.
   /// AlreadyExists if registered; InvalidArgument for an empty id or model
-  /// or a block size <= 0.
+  /// or a block size <= 0; ResourceExhausted past 2^26 registered workers.
   Status AddWorker(std::string_view worker, std::string_view model, int64_t block_size);
 
   /// Deletes the worker and everything resident on it. NotFound if unknown.
@@ -135,14 +137,6 @@ class ResidencyIndex {
 
  private:
   struct WorkerSlot;
-  struct EngineRef {
-    EngineHash hash;
-    int64_t group_idx;
-    friend bool operator==(const EngineRef&, const EngineRef&) = default;
-  };
-  struct EngineRefHash {
-    size_t operator()(const EngineRef& ref) const;
-  };
 
   // REQUIRES: mu_ held (shared is enough for FindLocked).
   WorkerSlot* FindLocked(std::string_view worker) const;
@@ -153,15 +147,17 @@ class ResidencyIndex {
   ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);
   ApplyResult ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed);
   // Decodes and checks a snapshot into `out` (a detached slot: no number, in
-  // no holders_ list). Needs no lock: it reads only hasher_.
+  // no holder list). Needs no lock: it reads only hasher_.
   Status DecodeSnapshot(std::string_view snapshot, WorkerSlot& out) const;
 
   const BlockKeyHasher hasher_;
   mutable std::shared_mutex mu_;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;  // index = worker number; null when removed
+  std::vector<uint32_t> free_numbers_;                // numbers of removed workers, for reuse
   std::unordered_map<std::string, uint32_t> worker_numbers_;
-  // Which workers hold each key; the tiers are in each worker's own map.
-  std::unordered_map<BlockKey, std::vector<uint32_t>> holders_;
+  // Which workers hold each key; the tiers are in each worker's own table.
+  // (src/index/holder_index.h; behind a pointer to keep it out of this header.)
+  std::unique_ptr<HolderIndex> holders_;
 };
 
 }  // namespace kvgov::index
