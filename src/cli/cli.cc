@@ -17,6 +17,7 @@
 #include "cli/listen.h"
 #include "cli/simulate_command.h"
 #include "cli/stop_signals.h"
+#include "cli/token_command.h"
 
 #ifndef KVGOV_VERSION
 #error "KVGOV_VERSION must be defined by the build"
@@ -36,6 +37,8 @@ struct ServeFlags {
   std::string listen = "127.0.0.1:8787";
   std::string data_dir = "./kvgov-data";
   std::string ready_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
   std::vector<std::string> engines;
   size_t max_body_bytes = size_t{8} << 20;
   router::RouteWeights route;
@@ -54,6 +57,8 @@ int Serve(const ServeFlags& flags) {
   }
   options.data_dir = flags.data_dir;
   options.ready_file = flags.ready_file;
+  options.tls_cert_file = flags.tls_cert_file;
+  options.tls_key_file = flags.tls_key_file;
   options.max_body_bytes = flags.max_body_bytes;
   options.route = flags.route;
   options.probe_interval_ms = flags.probe_interval_ms;
@@ -151,8 +156,8 @@ int Run(int argc, char** argv) {
       "and serve the HTTP API (/healthz, /metrics, /v1/workers, POST /v1/events).\n"
       "Example: kvgov serve --listen 127.0.0.1:8787 --data-dir ./kvgov-data");
   serve->add_option("--listen", serve_flags.listen,
-                    "HOST:PORT to serve HTTP on. Only loopback hosts are accepted until\n"
-                    "authentication is configured; port 0 picks a free port.")
+                    "HOST:PORT to serve HTTP on; port 0 picks a free port. Beyond loopback\n"
+                    "kvgov starts only once a bearer token exists (kvgov token add).")
       ->capture_default_str();
   serve->add_option("--data-dir", serve_flags.data_dir,
                     "Directory for kvgov's durable state; created with mode 0700.")
@@ -166,6 +171,9 @@ int Run(int argc, char** argv) {
                     "  and optionally replay=tcp://HOST:PORT,block-size=16,dp-ranks=1,\n"
                     "  control=http://HOST:PORT, connector=vllm|sglang|lmcache|webhook and\n"
                     "  connector-path=/PATH (webhook). With dp-ranks=N, rank r is at port+r.");
+  serve->add_option("--tls-cert", serve_flags.tls_cert_file,
+                    "PEM certificate (chain) for HTTPS; with --tls-key, kvgov speaks only HTTPS.");
+  serve->add_option("--tls-key", serve_flags.tls_key_file, "PEM private key for --tls-cert.");
   serve->add_option("--max-body-bytes", serve_flags.max_body_bytes,
                     "Refuse POST bodies longer than this with 413.")
       ->capture_default_str()
@@ -245,6 +253,8 @@ int Run(int argc, char** argv) {
   CLI::App* simulate = AddSimulateCommand(app, simulate_flags);
   DemoFlags demo_flags;
   CLI::App* demo = AddDemoCommand(app, demo_flags);
+  TokenFlags token_flags;
+  CLI::App* token = AddTokenCommand(app, token_flags);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 
@@ -288,6 +298,7 @@ int Run(int argc, char** argv) {
   if (app.got_subcommand(serve)) return Serve(serve_flags);
   if (app.got_subcommand(simulate)) return RunSimulate(simulate_flags);
   if (app.got_subcommand(demo)) return RunDemo(demo_flags);
+  if (app.got_subcommand(token)) return RunToken(token_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;

@@ -129,7 +129,7 @@ Status RegisterRouteMetrics(Daemon& daemon) {
       daemon.route_metrics.decisions,
       daemon.metrics.AddCounter({"kvgov_route_decisions_total",
                                  "Route calls by outcome: routed, no_eligible_worker, "
-                                 "unknown_model, bad_request.",
+                                 "unknown_model, bad_request, forbidden.",
                                  {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.overlap,
@@ -204,6 +204,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                       ? options.data_dir + "/tenant-salt.key"
                                       : options.tenant_secret_file;
   KVGOV_ASSIGN_OR_RETURN(daemon->tenant_secret, LoadOrCreateTenantSecret(secret_path));
+  daemon->auth = std::make_unique<auth::Authenticator>(auth::TokenFilePath(options.data_dir),
+                                                       !IsLoopbackHost(options.host));
+  KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
   KVGOV_ASSIGN_OR_RETURN(daemon->issuer,
                          cert::IssuerKey::LoadOrCreate(options.data_dir + "/issuer.key"));
   KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store"));

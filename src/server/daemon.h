@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "kvgov/auth/tokens.h"
 #include "kvgov/cert/issuer_key.h"
 #include "kvgov/governance/governance_gate.h"
 #include "kvgov/governance/lease_table.h"
@@ -40,6 +41,7 @@ struct Daemon {
 
   ServerOptions options;
   std::string tenant_secret;  // never logged
+  std::unique_ptr<auth::Authenticator> auth;
   std::unique_ptr<cert::IssuerKey> issuer;
   std::unique_ptr<store::Store> store;
   std::unique_ptr<journal::Journal> journal;

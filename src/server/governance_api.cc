@@ -9,6 +9,7 @@
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
+#include "server/access.h"
 #include "server/daemon.h"
 #include "server/entropy.h"
 #include "server/http_api.h"
@@ -120,7 +121,8 @@ Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
 }
 
 void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
-                      httplib::Response& response) {
+                      httplib::Response& response, const auth::Principal& caller) {
+  if (!RequireJsonContentType(request, response)) return;
   JsonLimits limits;
   limits.max_bytes = daemon.options.max_body_bytes;
   Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, limits);
@@ -128,6 +130,9 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     return SendError(response,
                       body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
                       body.status());
+  }
+  if (Status fitted = FitToCaller(caller, !body->token_ids.empty(), body->tenant); !fitted.ok()) {
+    return SendError(response, 403, fitted);
   }
   std::vector<index::BlockKey> keys;
   if (!body->token_ids.empty()) {
@@ -277,74 +282,128 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
 
 }  // namespace
 
+namespace {
+
+// A fleet-wide caller sees everything; a tenant-bound one its tenant's.
+bool VisibleTo(const auth::Principal& caller, std::string_view tenant) {
+  return caller.tenant.empty() || caller.tenant == tenant;
+}
+
+// The tenant of the directive a stored certificate was minted for.
+std::string CertificateTenant(const Daemon& daemon, std::string_view certificate) {
+  const Json json = Json::parse(certificate, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("directive_id") || !json["directive_id"].is_string()) {
+    return "";
+  }
+  std::optional<Directive> directive =
+      daemon.invalidations->Get(json["directive_id"].get<std::string>());
+  return directive ? directive->tenant : "";
+}
+
+}  // namespace
+
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
+  using auth::Role;
   http.Post("/v1/invalidations",
-            [&daemon](const httplib::Request& request, httplib::Response& response) {
-              JsonLimits limits;
-              limits.max_bytes = daemon.options.max_body_bytes;
-              Result<InvalidationRequest> body =
-                  DecodeInvalidationRequestJson(request.body, limits);
-              if (!body.ok()) {
-                return SendError(
-                    response, body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
-                    body.status());
-              }
-              Result<Directive> directive = daemon.invalidations->Create(*body);
-              if (!directive.ok()) {
-                return SendError(
-                    response, directive.status().code() == StatusCode::kNotFound ? 404 : 500,
-                    directive.status());
-              }
-              SendJson(response, 202, {{"id", directive->id}, {"state", directive->state}});
-            });
+            Guard(daemon, Role::kAdmin,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    if (!RequireJsonContentType(request, response)) return;
+                    JsonLimits limits;
+                    limits.max_bytes = daemon.options.max_body_bytes;
+                    Result<InvalidationRequest> body =
+                        DecodeInvalidationRequestJson(request.body, limits);
+                    if (!body.ok()) {
+                      return SendError(
+                          response,
+                          body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
+                          body.status());
+                    }
+                    const bool by_tokens = body->scope.empty() && !body->token_ids.empty();
+                    if (Status fitted = FitToCaller(caller, by_tokens, body->tenant);
+                        !fitted.ok()) {
+                      return SendError(response, 403, fitted);
+                    }
+                    Result<Directive> directive = daemon.invalidations->Create(*body);
+                    if (!directive.ok()) {
+                      return SendError(
+                          response,
+                          directive.status().code() == StatusCode::kNotFound ? 404 : 500,
+                          directive.status());
+                    }
+                    SendJson(response, 202, {{"id", directive->id}, {"state", directive->state}});
+                  }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
-           [&daemon](const httplib::Request& request, httplib::Response& response) {
-             std::optional<Directive> directive =
-                 daemon.invalidations->Get(request.matches[1].str());
-             if (!directive) {
-               return SendError(response, 404, Status::NotFound("no invalidation '" +
-                                                                request.matches[1].str() + "'"));
-             }
-             SendJson(response, 200, Json::parse(DirectiveJson(*directive)));
-           });
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   std::optional<Directive> directive =
+                       daemon.invalidations->Get(request.matches[1].str());
+                   // Another tenant's directive answers as an unknown one:
+                   // its existence is not the caller's to learn.
+                   if (!directive || !VisibleTo(caller, directive->tenant)) {
+                     return SendError(response, 404,
+                                      Status::NotFound("no invalidation '" +
+                                                       request.matches[1].str() + "'"));
+                   }
+                   SendJson(response, 200, Json::parse(DirectiveJson(*directive)));
+                 }));
   http.Get(R"(/v1/certificates/([0-9a-f]{64}))",
-           [&daemon](const httplib::Request& request, httplib::Response& response) {
-             Result<std::optional<std::string>> certificate = daemon.store->Get(
-                 store::Column::kGovernance, "certificate/" + request.matches[1].str());
-             if (!certificate.ok()) return SendError(response, 500, certificate.status());
-             if (!certificate->has_value()) {
-               return SendError(response, 404, Status::NotFound("no certificate '" +
-                                                                request.matches[1].str() + "'"));
-             }
-             response.status = 200;
-             response.set_content(**certificate, "application/json");
-           });
-  http.Get("/v1/leases", [&daemon](const httplib::Request&, httplib::Response& response) {
-    const int64_t now = WallClockMillis();
-    Json leases = Json::array();
-    for (const NIXLLease& lease : daemon.leases.All()) leases.push_back(LeaseJson(lease, now));
-    SendJson(response, 200, {{"leases", std::move(leases)}});
-  });
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   const std::string id = request.matches[1].str();
+                   Result<std::optional<std::string>> certificate =
+                       daemon.store->Get(store::Column::kGovernance, "certificate/" + id);
+                   if (!certificate.ok()) return SendError(response, 500, certificate.status());
+                   if (!certificate->has_value() ||
+                       !VisibleTo(caller, CertificateTenant(daemon, **certificate))) {
+                     return SendError(response, 404,
+                                      Status::NotFound("no certificate '" + id + "'"));
+                   }
+                   response.status = 200;
+                   response.set_content(**certificate, "application/json");
+                 }));
+  http.Get("/v1/leases",
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request&, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   // Leases are transport infrastructure and carry no tenant:
+                   // a tenant-bound caller sees none.
+                   Json leases = Json::array();
+                   if (caller.tenant.empty()) {
+                     const int64_t now = WallClockMillis();
+                     for (const NIXLLease& lease : daemon.leases.All()) {
+                       leases.push_back(LeaseJson(lease, now));
+                     }
+                   }
+                   SendJson(response, 200, {{"leases", std::move(leases)}});
+                 }));
   http.Post("/v1/quarantine",
-            [&daemon](const httplib::Request& request, httplib::Response& response) {
-              HandleQuarantine(daemon, request, response);
-            });
-  http.Get("/v1/quarantines", [&daemon](const httplib::Request&, httplib::Response& response) {
-    Json out = Json::array();
-    Status scanned = daemon.store->Scan(
-        store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
-        [&](std::string_view, std::string_view value) {
-          Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
-          if (json.is_object()) {
-            json["blocks"] = json["keys"].size();
-            json.erase("keys");
-            out.push_back(std::move(json));
-          }
-          return true;
-        });
-    if (!scanned.ok()) return SendError(response, 500, scanned);
-    SendJson(response, 200, {{"quarantines", std::move(out)}});
-  });
+            Guard(daemon, Role::kAdmin,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    HandleQuarantine(daemon, request, response, caller);
+                  }));
+  http.Get("/v1/quarantines",
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request&, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   Json out = Json::array();
+                   Status scanned = daemon.store->Scan(
+                       store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
+                       [&](std::string_view, std::string_view value) {
+                         Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+                         if (json.is_object() && VisibleTo(caller, json.value("tenant", ""))) {
+                           json["blocks"] = json["keys"].size();
+                           json.erase("keys");
+                           out.push_back(std::move(json));
+                         }
+                         return true;
+                       });
+                   if (!scanned.ok()) return SendError(response, 500, scanned);
+                   SendJson(response, 200, {{"quarantines", std::move(out)}});
+                 }));
 }
 
 }  // namespace kvgov::server

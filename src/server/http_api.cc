@@ -14,6 +14,7 @@
 #include "kvgov/core/tool_result.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
+#include "server/access.h"
 #include "server/daemon.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
@@ -111,12 +112,7 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
 }
 
 void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
-  if (!IsJsonContentType(request)) {
-    SendError(response, 415,
-              Status::InvalidArgument("Content-Type: want application/json, got '" +
-                                      request.get_header_value("Content-Type") + "'"));
-    return;
-  }
+  if (!RequireJsonContentType(request, response)) return;
   JsonLimits limits;
   limits.max_bytes = daemon.options.max_body_bytes;
   Result<IngestBatch> batch = DecodeIngestBatchJson(request.body, limits);
@@ -168,7 +164,9 @@ Json TierJson(const std::array<T, index::kIndexedTiers.size()>& counts) {
   return json;
 }
 
-void HandleWorkers(const Daemon& daemon, httplib::Response& response) {
+// A tenant-bound caller (fleet_view false) sees ids, models and health:
+// block counts and stream statistics are aggregates over every tenant.
+void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet_view) {
   std::map<std::string, transport::StreamView> streams;
   if (daemon.ingest) {
     for (const transport::StreamView& view : daemon.ingest->Streams()) {
@@ -180,8 +178,8 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response) {
     Json row = {{"id", worker.id},
                 {"model", worker.model},
                 {"block_size", worker.block_size},
-                {"state", std::string(index::ToString(worker.state))},
-                {"blocks", TierJson(worker.blocks)}};
+                {"state", std::string(index::ToString(worker.state))}};
+    if (fleet_view) row["blocks"] = TierJson(worker.blocks);
     if (std::optional<router::WorkerStatus> status = daemon.status.Get(worker.id)) {
       row["health"] = {{"probed", status->probed},
                        {"healthy", status->healthy},
@@ -189,6 +187,10 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response) {
                        {"consecutive_failures", status->consecutive_failures},
                        {"last_probe_ms", status->last_probe_ms},
                        {"last_probe_error", status->last_probe_error}};
+    }
+    if (!fleet_view) {
+      workers.push_back(std::move(row));
+      continue;
     }
     row["load"] = LoadJson(daemon.router->LoadOf(worker.id));
     if (auto it = streams.find(worker.id); it != streams.end()) {
@@ -253,16 +255,14 @@ Json DecisionJson(const router::RouteDecision& decision) {
           {"candidates", std::move(candidates)}};
 }
 
-void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
+void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
+                 const auth::Principal& caller) {
   const auto started = std::chrono::steady_clock::now();
   auto count = [&daemon](std::string_view outcome) {
     daemon.route_metrics.decisions->WithLabels({outcome})->Inc();
   };
-  if (!IsJsonContentType(request)) {
+  if (!RequireJsonContentType(request, response)) {
     count("bad_request");
-    SendError(response, 415,
-              Status::InvalidArgument("Content-Type: want application/json, got '" +
-                                      request.get_header_value("Content-Type") + "'"));
     return;
   }
   JsonLimits limits;
@@ -272,6 +272,12 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     count("bad_request");
     SendError(response, route.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
               route.status());
+    return;
+  }
+  if (Status fitted = FitToCaller(caller, /*names_span_by_tokens=*/true, route->tenant);
+      !fitted.ok()) {
+    count("forbidden");
+    SendError(response, 403, fitted);
     return;
   }
   const std::string salt =
@@ -388,6 +394,14 @@ void SendError(httplib::Response& response, int status, const Status& error) {
   SendErrorJson(response, status, StatusCodeName(error.code()), error.message());
 }
 
+bool RequireJsonContentType(const httplib::Request& request, httplib::Response& response) {
+  if (IsJsonContentType(request)) return true;
+  SendError(response, 415,
+            Status::InvalidArgument("Content-Type: want application/json, got '" +
+                                    request.get_header_value("Content-Type").substr(0, 64) + "'"));
+  return false;
+}
+
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,
                    std::string_view message) {
   SendJson(response, status,
@@ -395,26 +409,38 @@ void SendErrorJson(httplib::Response& response, int status, std::string_view cod
 }
 
 void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
+  using auth::Role;
+  // Liveness stays open: probes carry no token.
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200, {{"status", "ok"}});
   });
-  http.Post("/v1/events", [&daemon](const httplib::Request& request, httplib::Response& response) {
-    HandleEvents(daemon, request, response);
-  });
-  http.Get("/v1/workers", [&daemon](const httplib::Request&, httplib::Response& response) {
-    HandleWorkers(daemon, response);
-  });
-  http.Post("/v1/route", [&daemon](const httplib::Request& request, httplib::Response& response) {
-    HandleRoute(daemon, request, response);
-  });
+  http.Post("/v1/events", GuardFleet(daemon, Role::kIngest,
+                                     [&daemon](const httplib::Request& request,
+                                               httplib::Response& response) {
+                                       HandleEvents(daemon, request, response);
+                                     }));
+  http.Get("/v1/workers",
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request&, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   HandleWorkers(daemon, response, /*fleet_view=*/caller.tenant.empty());
+                 }));
+  http.Post("/v1/route", Guard(daemon, Role::kRoute,
+                               [&daemon](const httplib::Request& request,
+                                         httplib::Response& response,
+                                         const auth::Principal& caller) {
+                                 HandleRoute(daemon, request, response, caller);
+                               }));
   http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
-            [&daemon](const httplib::Request& request, httplib::Response& response) {
-              Status released = daemon.router->Done(request.matches[1].str());
-              if (!released.ok()) return SendError(response, 404, released);
-              SendJson(response, 200, {{"released", true}});
-            });
+            GuardAny(daemon, Role::kRoute,
+                     [&daemon](const httplib::Request& request, httplib::Response& response) {
+                       Status released = daemon.router->Done(request.matches[1].str());
+                       if (!released.ok()) return SendError(response, 404, released);
+                       SendJson(response, 200, {{"released", true}});
+                     }));
   auto set_drain = [&daemon](bool draining) {
-    return [&daemon, draining](const httplib::Request& request, httplib::Response& response) {
+    return GuardFleet(daemon, Role::kAdmin, [&daemon, draining](const httplib::Request& request,
+                                                                httplib::Response& response) {
       const std::string worker = request.matches[1].str();
       if (!daemon.status.Get(worker).has_value()) {
         return SendError(response, 404,
@@ -430,26 +456,34 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
       if (!recorded.ok()) return SendError(response, 503, recorded);
       (void)daemon.status.SetDraining(worker, draining);
       SendJson(response, 200, payload);
-    };
+    });
   };
   http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(true));
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
-  http.Get("/v1/config", [&daemon](const httplib::Request&, httplib::Response& response) {
-    SendJson(response, 200, ConfigJson(daemon));
-  });
-  http.Get("/v1/issuer", [&daemon](const httplib::Request&, httplib::Response& response) {
-    SendJson(response, 200,
-             {{"algorithm", "ed25519"},
-              {"key_id", daemon.issuer->key_id()},
-              {"public_key", daemon.issuer->public_key_hex()}});
-  });
-  http.Get("/v1/journal", [&daemon](const httplib::Request& request, httplib::Response& response) {
-    HandleJournal(daemon, request, response);
-  });
+  http.Get("/v1/config", GuardFleet(daemon, Role::kAdmin,
+                                    [&daemon](const httplib::Request&, httplib::Response& response) {
+                                      SendJson(response, 200, ConfigJson(daemon));
+                                    }));
+  http.Get("/v1/issuer",
+           GuardAny(daemon, Role::kRead, [&daemon](const httplib::Request&,
+                                                   httplib::Response& response) {
+             SendJson(response, 200,
+                      {{"algorithm", "ed25519"},
+                       {"key_id", daemon.issuer->key_id()},
+                       {"public_key", daemon.issuer->public_key_hex()}});
+           }));
+  http.Get("/v1/journal", GuardFleet(daemon, Role::kRead,
+                                     [&daemon](const httplib::Request& request,
+                                               httplib::Response& response) {
+                                       HandleJournal(daemon, request, response);
+                                     }));
   RegisterGovernanceApi(http, daemon);
-  http.Get("/metrics", [&daemon](const httplib::Request&, httplib::Response& response) {
-    response.set_content(daemon.metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  http.Get("/metrics",
+           GuardFleet(daemon, Role::kRead, [&daemon](const httplib::Request&,
+                                                     httplib::Response& response) {
+             response.set_content(daemon.metrics.Render(),
+                                  "text/plain; version=0.0.4; charset=utf-8");
+           }));
 }
 
 }  // namespace kvgov::server

@@ -8,6 +8,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 struct Response;
 }
 
@@ -30,6 +31,9 @@ void SendErrorJson(httplib::Response& response, int status, std::string_view cod
 
 /// The same from a Status: its code's name and its message.
 void SendError(httplib::Response& response, int status, const Status& error);
+
+/// True for a JSON body; otherwise answers 415 naming the type sent.
+bool RequireJsonContentType(const httplib::Request& request, httplib::Response& response);
 
 /// A JSON answer (invalid UTF-8 in strings written as U+FFFD).
 void SendJson(httplib::Response& response, int status, const nlohmann::json& body);

@@ -40,7 +40,8 @@ Json ToJson(const Directive& d) {
   for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner));
   return {{"id", d.id},           {"state", d.state},
           {"failure", d.failure}, {"reason", d.reason},
-          {"model", d.model},     {"subject", d.subject},
+          {"model", d.model},     {"tenant", d.tenant},
+          {"subject", d.subject},
           {"scope", d.scope},     {"targets", d.target_count},
           {"owners", owners},     {"certificate_id", d.certificate_id},
           {"created_ms", d.created_ms}};
@@ -101,6 +102,7 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
   KVGOV_ASSIGN_OR_RETURN(directive.id, RandomHexId());
   directive.reason = request.reason;
   directive.model = request.model;
+  directive.tenant = request.tenant;
   directive.created_ms = WallClockMillis();
   directive.deadline_ms = directive.created_ms + witness_timeout_ms_;
   directive.scope = request.scope.empty() ? "exact_span" : "whole_prefix_cache";
@@ -448,6 +450,7 @@ Status InvalidationManager::RecoverRecords() {
         d.failure = json.value("failure", "");
         d.reason = json.value("reason", "");
         d.model = json.value("model", "");
+        d.tenant = json.value("tenant", "");
         d.subject = json.value("subject", "");
         d.scope = json.value("scope", "");
         d.target_count = json.value("targets", uint64_t{0});

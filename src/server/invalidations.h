@@ -50,6 +50,7 @@ struct Directive {
   std::string failure;
   std::string reason;
   std::string model;
+  std::string tenant;   // whose span, when named by tokens under a tenant; "" otherwise
   std::string subject;  // 64 hex: what the certificate names
   std::string scope;    // exact_span or whole_prefix_cache, as asked
   uint64_t target_count = 0;

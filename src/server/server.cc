@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kvgov/auth/tokens.h"
 #include "server/daemon.h"
 #include "server/http_api.h"
 
@@ -63,7 +64,7 @@ bool IsLoopbackHost(const std::string& host) {
 
 struct Server::Impl {
   std::unique_ptr<Daemon> daemon;
-  httplib::Server http;
+  std::unique_ptr<httplib::Server> http;  // an SSLServer with TLS configured
   std::thread listener;
   uint16_t port = 0;
   bool stopped = false;
@@ -77,17 +78,45 @@ Server::~Server() { Shutdown(); }
 uint16_t Server::port() const { return impl_->port; }
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
-  if (!IsLoopbackHost(options.host)) {
-    return Status::PermissionDenied(
-        "refusing to listen on '" + options.host +
-        "': kvgov has no authentication configured, so it serves only on loopback "
-        "(127.0.0.1, ::1 or localhost)");
+  const bool loopback = IsLoopbackHost(options.host);
+  if (!loopback) {
+    // Beyond loopback every call needs a token, so there must be one.
+    KVGOV_ASSIGN_OR_RETURN(const std::vector<auth::TokenRecord> tokens,
+                           auth::LoadTokenFile(auth::TokenFilePath(options.data_dir)));
+    if (tokens.empty()) {
+      return Status::PermissionDenied(
+          "refusing to listen on '" + options.host +
+          "': no bearer token exists, and kvgov serves beyond loopback (127.0.0.1, ::1, "
+          "localhost) only with authentication; create one with `kvgov token add NAME --role "
+          "ROLE --data-dir " + options.data_dir + "`");
+    }
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return Status::InvalidArgument("TLS needs both a certificate file and a key file");
   }
   KVGOV_RETURN_IF_ERROR(EnsureDataDir(options.data_dir));
 
   auto impl = std::make_unique<Impl>();
+  if (options.tls_cert_file.empty()) {
+    impl->http = std::make_unique<httplib::Server>();
+    if (!loopback) {
+      std::fprintf(stderr,
+                   "kvgov: warning: serving %s without TLS: bearer tokens cross the network in "
+                   "the clear (set --tls-cert and --tls-key)\n",
+                   options.host.c_str());
+    }
+  } else {
+    auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                    options.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return Status::InvalidArgument("TLS: cannot load certificate '" + options.tls_cert_file +
+                                     "' with key '" + options.tls_key_file +
+                                     "' (both PEM; the key must match the certificate)");
+    }
+    impl->http = std::move(tls);
+  }
   KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
-  httplib::Server& http = impl->http;
+  httplib::Server& http = *impl->http;
   const int threads = options.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // httplib's default also sets SO_REUSEPORT, which would let a second
@@ -97,6 +126,10 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
 
+  // httplib writes a response's headers and body with separate sends; under
+  // Nagle the body waits for the client's delayed ACK of the headers, about
+  // 40 ms per answer on Linux.
+  http.set_tcp_nodelay(true);
   http.set_payload_max_length(options.max_body_bytes);
   RegisterHttpApi(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
@@ -145,7 +178,7 @@ void Server::Shutdown() {
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
-  impl_->http.stop();
+  impl_->http->stop();
   if (impl_->listener.joinable()) impl_->listener.join();
   impl_->daemon->Stop();
 }

@@ -24,10 +24,14 @@ class DaemonProcess {
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
-  /// Spawns `kvgov serve` plus `extra_args` and waits until it is ready or
-  /// has exited. Returns Unavailable (with the child's stderr) when it
-  /// exits or does not become ready in time.
-  Status Start(const std::vector<std::string>& extra_args = {});
+  /// Spawns `kvgov serve --listen LISTEN` plus `extra_args` and waits until
+  /// it is ready or has exited. Returns Unavailable (with the child's
+  /// stderr) when it exits or does not become ready in time.
+  Status Start(const std::vector<std::string>& extra_args = {},
+               const std::string& listen = "127.0.0.1:0");
+
+  /// The data dir the daemon is started with.
+  std::string data_dir() const { return (dir_ / "data").string(); }
 
   /// Sends SIGTERM and waits for exit; returns the exit code, or -signal.
   int Stop();

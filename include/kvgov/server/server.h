@@ -25,6 +25,9 @@ struct ServerOptions {
   // has been idle for 5 s, so the pool must cover the clients that keep
   // connections open (routers, gateways) or the rest wait behind them.
   int http_threads = 32;
+  // PEM files: with both set, the listener speaks HTTPS only.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Engines whose KV-event streams kvgov follows.
   std::vector<ingest::EngineSpec> engines;
   // POST bodies longer than this are refused with 413.
@@ -58,8 +61,10 @@ struct ServerOptions {
 class Server {
  public:
   /// Starts everything. Returns:
-  ///  - PermissionDenied when host is not a loopback address (kvgov has no
-  ///    authentication yet, so it never listens beyond this machine);
+  ///  - PermissionDenied when host is not a loopback address and no bearer
+  ///    token exists (docs/formats/tokens.md): beyond this machine every
+  ///    call must be authenticated;
+  ///  - InvalidArgument when the TLS certificate or key cannot be loaded;
   ///  - InvalidArgument for a bad engine list (a repeated id, a bad spec);
   ///  - IOError when the data dir cannot be created or the port is taken.
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);

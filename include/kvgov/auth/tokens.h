@@ -1,0 +1,102 @@
+#pragma once
+
+// Bearer tokens with roles (docs/formats/tokens.md): the token file the
+// `kvgov token` commands manage, and the Authenticator the daemon checks
+// every call with.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::auth {
+
+enum class Role : uint8_t { kIngest, kRoute, kAdmin, kRead };
+
+/// "ingest", "route", "admin", "read"; InvalidArgument naming the spellings.
+Result<Role> ParseRole(std::string_view role);
+std::string_view ToString(Role role);
+
+struct TokenRecord {
+  std::string name;
+  std::vector<Role> roles;  // non-empty, no repeats
+  std::string tenant;       // "": fleet-wide
+  std::string sha256;       // lowercase hex SHA-256 of the secret
+  int64_t created_ms = 0;
+
+  bool HasRole(Role role) const;
+  friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
+};
+
+/// <data_dir>/tokens.json.
+std::string TokenFilePath(std::string_view data_dir);
+
+/// Reads the token file strictly. A missing file is no tokens; anything
+/// malformed is InvalidArgument naming the path and field
+/// ("tokens.json: $.tokens[1].roles[0]: ..."); over 1 MiB is
+/// ResourceExhausted.
+Result<std::vector<TokenRecord>> LoadTokenFile(const std::string& path);
+
+/// Creates a token and returns its secret, the only time it exists in the
+/// clear. Under the file's lock: InvalidArgument for a bad name, no role, a
+/// bad tenant or a tenant-bound ingest token; AlreadyExists for a name in
+/// use; IOError when the file cannot be written.
+Result<std::string> AddToken(const std::string& path, std::string_view name,
+                             std::vector<Role> roles, std::string_view tenant, int64_t now_ms);
+
+/// Removes the named token. NotFound when there is none.
+Status RevokeToken(const std::string& path, std::string_view name);
+
+/// Who is calling, once authorized.
+struct Principal {
+  std::string token;   // the token's name; "" when authentication is off
+  std::string tenant;  // "": fleet-wide
+};
+
+/// Checks Authorization headers against the token file, reloading it when
+/// it changes. Authentication is required when the file holds a token or
+/// when `always_required` (kvgov listens beyond loopback).
+///
+/// Thread-safe: one mutex guards the loaded records; the presented token is
+/// hashed outside it.
+class Authenticator {
+ public:
+  Authenticator(std::string path, bool always_required);
+
+  /// Loads the file; the daemon refuses to start on an error.
+  Status Load();
+
+  size_t token_count() const;
+  bool required() const;
+
+  /// The principal behind `authorization` (the header's value) for a call
+  /// that needs `role`: Unauthenticated without a bearer token or for one
+  /// that matches no record, PermissionDenied for a token without the role.
+  Result<Principal> Authorize(std::string_view authorization, Role role);
+
+ private:
+  struct FileStamp {
+    uint64_t inode = 0;
+    int64_t size = -1;
+    int64_t mtime_ns = 0;
+    friend bool operator==(const FileStamp&, const FileStamp&) = default;
+  };
+  // REQUIRES: mu_ held.
+  void RefreshLocked();
+
+  const std::string path_;
+  const bool always_required_;
+  mutable std::mutex mu_;
+  std::vector<TokenRecord> records_;
+  FileStamp stamp_;
+  std::chrono::steady_clock::time_point next_check_{};
+  bool reported_reload_error_ = false;
+};
+
+}  // namespace kvgov::auth

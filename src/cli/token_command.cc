@@ -1,0 +1,102 @@
+#include "cli/token_command.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "kvgov/auth/tokens.h"
+
+namespace kvgov::cli {
+namespace {
+
+int64_t NowMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int Fail(const char* what, const Status& status) {
+  std::fprintf(stderr, "kvgov token %s: %s\n", what, status.message().c_str());
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
+  CLI::App* token = app.add_subcommand(
+      "token",
+      "Manage the bearer tokens kvgov serve accepts (docs/formats/tokens.md). Changes take\n"
+      "effect in a running kvgov within 250 ms.");
+  token->require_subcommand(1);
+  token->add_option("--data-dir", flags.data_dir, "kvgov's data dir.")->capture_default_str();
+
+  flags.add = token->add_subcommand(
+      "add",
+      "Create a token and print its secret, once, alone on the last line; only its SHA-256 is\n"
+      "stored. Example: kvgov token add gateway --role route --data-dir ./kvgov-data");
+  flags.add->add_option("NAME", flags.name, "1-64 of A-Z a-z 0-9 _ . -")->required();
+  flags.add->add_option("--role", flags.roles,
+                        "ingest (POST /v1/events), route (/v1/route), admin (quarantine,\n"
+                        "invalidations, drain, config) or read (everything else); repeatable.")
+      ->required();
+  flags.add->add_option("--tenant", flags.tenant,
+                        "Bind the token to one tenant: it routes, reads and governs only that\n"
+                        "tenant's spans.");
+  flags.add->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
+
+  flags.list = token->add_subcommand("list", "List tokens: name, roles, tenant, creation time.");
+  flags.list->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
+
+  flags.revoke = token->add_subcommand("revoke", "Delete a token; it stops working at once.");
+  flags.revoke->add_option("NAME", flags.name, "The token's name.")->required();
+  flags.revoke->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
+  return token;
+}
+
+int RunToken(const TokenFlags& flags) {
+  const std::string path = auth::TokenFilePath(flags.data_dir);
+  if (flags.add->parsed()) {
+    // Tokens may be created before kvgov first starts; the dir holds
+    // secrets, so it is the owner's alone, as kvgov serve makes it.
+    std::error_code made;
+    std::filesystem::create_directories(flags.data_dir, made);
+    if (made || ::chmod(flags.data_dir.c_str(), 0700) != 0) {
+      return Fail("add", Status::IOError("cannot create data dir " + flags.data_dir));
+    }
+    std::vector<auth::Role> roles;
+    for (const std::string& spelling : flags.roles) {
+      Result<auth::Role> role = auth::ParseRole(spelling);
+      if (!role.ok()) return Fail("add", role.status());
+      roles.push_back(*role);
+    }
+    Result<std::string> secret = auth::AddToken(path, flags.name, roles, flags.tenant, NowMillis());
+    if (!secret.ok()) return Fail("add", secret.status());
+    std::printf("created token '%s'; its secret is shown once, below:\n%s\n", flags.name.c_str(),
+                secret->c_str());
+    return 0;
+  }
+  if (flags.revoke->parsed()) {
+    if (Status revoked = auth::RevokeToken(path, flags.name); !revoked.ok()) {
+      return Fail("revoke", revoked);
+    }
+    std::printf("revoked token '%s'\n", flags.name.c_str());
+    return 0;
+  }
+  Result<std::vector<auth::TokenRecord>> records = auth::LoadTokenFile(path);
+  if (!records.ok()) return Fail("list", records.status());
+  std::printf("%-24s %-28s %-20s %s\n", "NAME", "ROLES", "TENANT", "CREATED_MS");
+  for (const auth::TokenRecord& record : *records) {
+    std::string roles;
+    for (auth::Role role : record.roles) {
+      roles += (roles.empty() ? "" : ",") + std::string(auth::ToString(role));
+    }
+    std::printf("%-24s %-28s %-20s %lld\n", record.name.c_str(), roles.c_str(),
+                record.tenant.empty() ? "(fleet)" : record.tenant.c_str(),
+                static_cast<long long>(record.created_ms));
+  }
+  return 0;
+}
+
+}  // namespace kvgov::cli

@@ -1,0 +1,78 @@
+#include "server/access.h"
+
+#include <httplib.h>
+
+#include "server/daemon.h"
+#include "server/http_api.h"
+
+namespace kvgov::server {
+namespace {
+
+// Authenticates and authorizes, or writes the 401/403 answer and returns
+// nothing.
+std::optional<auth::Principal> Admit(Daemon& daemon, auth::Role role,
+                                     const httplib::Request& request,
+                                     httplib::Response& response) {
+  Result<auth::Principal> caller =
+      daemon.auth->Authorize(request.get_header_value("Authorization"), role);
+  if (caller.ok()) return *caller;
+  if (caller.status().code() == StatusCode::kUnauthenticated) {
+    response.set_header("WWW-Authenticate", "Bearer realm=\"kvgov\"");
+    SendError(response, 401, caller.status());
+  } else {
+    SendError(response, 403, caller.status());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Handler Guard(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
+  return [&daemon, role, handler = std::move(handler)](const httplib::Request& request,
+                                                       httplib::Response& response) {
+    if (std::optional<auth::Principal> caller = Admit(daemon, role, request, response)) {
+      handler(request, response, *caller);
+    }
+  };
+}
+
+Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler) {
+  return Guard(daemon, role,
+               [handler = std::move(handler)](const httplib::Request& request,
+                                              httplib::Response& response,
+                                              const auth::Principal& caller) {
+                 if (!caller.tenant.empty()) {
+                   return SendError(response, 403,
+                                    Status::PermissionDenied(
+                                        "token '" + caller.token + "' is bound to tenant '" +
+                                        caller.tenant + "'; this route is fleet-wide"));
+                 }
+                 handler(request, response);
+               });
+}
+
+Handler GuardAny(Daemon& daemon, auth::Role role, Handler handler) {
+  return Guard(daemon, role,
+               [handler = std::move(handler)](const httplib::Request& request,
+                                              httplib::Response& response,
+                                              const auth::Principal&) { handler(request, response); });
+}
+
+Status FitToCaller(const auth::Principal& caller, bool names_span_by_tokens,
+                   std::string& tenant) {
+  if (caller.tenant.empty()) return Status::Ok();
+  if (!names_span_by_tokens) {
+    return Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
+                                    caller.tenant +
+                                    "': name the span by token_ids, not by engine block or scope");
+  }
+  if (tenant.empty()) {
+    tenant = caller.tenant;
+  } else if (tenant != caller.tenant) {
+    return Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
+                                    caller.tenant + "', not '" + tenant.substr(0, 128) + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvgov::server

@@ -1,0 +1,284 @@
+// Bearer tokens, roles, tenant binding and TLS against the real binary.
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "e2e/daemon_process.h"
+#include "e2e/wait.h"
+#include "kvgov/simfleet/live_engine.h"
+
+namespace kvgov::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// `kvgov token add`; the secret is the output's last line.
+std::string AddToken(const std::string& data_dir, const std::string& name,
+                     const std::vector<std::string>& roles, const std::string& tenant = "") {
+  std::vector<std::string> args = {"token", "add", name, "--data-dir", data_dir};
+  for (const std::string& role : roles) {
+    args.push_back("--role");
+    args.push_back(role);
+  }
+  if (!tenant.empty()) {
+    args.push_back("--tenant");
+    args.push_back(tenant);
+  }
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit(args, &output), 0) << output;
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  return output.substr(output.rfind('\n') + 1);
+}
+
+httplib::Headers Bearer(const std::string& secret) {
+  return {{"Authorization", "Bearer " + secret}};
+}
+
+int HttpStatus(const httplib::Result& result) { return result ? result->status : -1; }
+
+TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.Start().ok());
+  httplib::Client client("127.0.0.1", daemon.port());
+  // No token yet: loopback is open.
+  ASSERT_EQ(HttpStatus(client.Get("/v1/workers")), 200);
+
+  const std::string reader = AddToken(daemon.data_dir(), "reader", {"read"});
+  const std::string router = AddToken(daemon.data_dir(), "router", {"route"});
+  ASSERT_EQ(reader.rfind("kvgov_", 0), 0u) << reader;
+  // The running daemon picks the file up by itself.
+  ASSERT_TRUE(WaitFor([&] { return HttpStatus(client.Get("/v1/workers")) == 401; },
+                      std::chrono::seconds(5)));
+  httplib::Result unauthenticated = client.Get("/v1/workers");
+  EXPECT_EQ(unauthenticated->get_header_value("WWW-Authenticate"), "Bearer realm=\"kvgov\"");
+  EXPECT_EQ(Json::parse(unauthenticated->body)["error"]["code"], "unauthenticated");
+  EXPECT_EQ(HttpStatus(client.Get("/healthz")), 200);  // liveness stays open
+  EXPECT_EQ(HttpStatus(client.Get("/v1/workers", Bearer(reader))), 200);
+  EXPECT_EQ(HttpStatus(client.Get("/metrics", Bearer(reader))), 200);
+  EXPECT_EQ(HttpStatus(client.Get("/v1/workers", Bearer(reader + "0"))), 401);
+  const std::string route = R"({"model":"m","token_ids":[1,2,3]})";
+  httplib::Result lacking = client.Post("/v1/route", Bearer(reader), route, "application/json");
+  EXPECT_EQ(HttpStatus(lacking), 403);
+  EXPECT_NE(lacking->body.find("lacks the route role"), std::string::npos) << lacking->body;
+  // The router's token passes the gate (no worker serves "m": 404).
+  EXPECT_EQ(HttpStatus(client.Post("/v1/route", Bearer(router), route, "application/json")), 404);
+  EXPECT_EQ(HttpStatus(client.Post("/v1/events", Bearer(router), R"({"events":[]})",
+                               "application/json")),
+            403);
+  EXPECT_EQ(HttpStatus(client.Post("/v1/quarantine", Bearer(reader), "{}", "application/json")), 403);
+
+  std::string listed;
+  ASSERT_EQ(DaemonProcess::RunToExit({"token", "list", "--data-dir", daemon.data_dir()}, &listed),
+            0);
+  EXPECT_NE(listed.find("reader"), std::string::npos);
+  EXPECT_EQ(listed.find(reader.substr(6)), std::string::npos);  // no secrets
+
+  std::string revoked;
+  ASSERT_EQ(DaemonProcess::RunToExit(
+                {"token", "revoke", "reader", "--data-dir", daemon.data_dir()}, &revoked),
+            0)
+      << revoked;
+  EXPECT_TRUE(WaitFor([&] { return HttpStatus(client.Get("/v1/workers", Bearer(reader))) == 401; },
+                      std::chrono::seconds(5)));
+}
+
+TEST(AuthE2ETest, BeyondLoopbackOnlyWithATokenAndTlsWhenConfigured) {
+  DaemonProcess daemon;
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--listen", "0.0.0.0:0", "--data-dir",
+                                      daemon.data_dir()},
+                                     &output),
+            1);
+  EXPECT_NE(output.find("no bearer token exists"), std::string::npos) << output;
+
+  const std::string reader = AddToken(daemon.data_dir(), "reader", {"read"});
+  // A self-signed certificate for the listener.
+  const std::filesystem::path dir = daemon.dir();
+  const std::string key = (dir / "tls.key").string();
+  const std::string cert = (dir / "tls.crt").string();
+  const std::string openssl = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+                              "-nodes -days 1 -subj /CN=localhost -keyout " + key + " -out " +
+                              cert + " 2>/dev/null";
+  ASSERT_EQ(std::system(openssl.c_str()), 0);
+  kvgov::Status started = daemon.Start({"--tls-cert", cert, "--tls-key", key}, "0.0.0.0:0");
+  ASSERT_TRUE(started.ok()) << started.ToString();
+
+  httplib::SSLClient tls("127.0.0.1", daemon.port());
+  tls.set_ca_cert_path(cert.c_str());
+  tls.enable_server_certificate_verification(false);  // issued to CN=localhost, dialled by IP
+  EXPECT_EQ(HttpStatus(tls.Get("/healthz")), 200);
+  EXPECT_EQ(HttpStatus(tls.Get("/v1/workers")), 401);
+  EXPECT_EQ(HttpStatus(tls.Get("/v1/workers", Bearer(reader))), 200);
+  httplib::Client plain("127.0.0.1", daemon.port());
+  plain.set_read_timeout(std::chrono::seconds(2));
+  EXPECT_NE(HttpStatus(plain.Get("/healthz")), 200);  // plaintext is not spoken
+  EXPECT_EQ(daemon.Stop(), 0);
+
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--data-dir", daemon.data_dir(), "--tls-cert",
+                                      cert, "--tls-key", cert, "--listen", "127.0.0.1:0"},
+                                     &output),
+            1);
+  EXPECT_NE(output.find("TLS: cannot load certificate"), std::string::npos) << output;
+}
+
+// Two tenants send identical prompts through one engine.
+class TenantIsolationE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    simfleet::LiveEngineOptions options;
+    options.id = "w1";
+    options.model = "llama";
+    options.pool.capacity_blocks = 256;
+    options.pool.block_size = 16;
+    options.speedup = 1000;
+    Result<std::unique_ptr<simfleet::LiveEngine>> engine = simfleet::LiveEngine::Start(options);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine_ = std::move(engine).value();
+
+    fleet_ = AddToken(daemon_.data_dir(), "operator", {"admin", "read", "route"});
+    transport_ = AddToken(daemon_.data_dir(), "transport", {"ingest"});
+    a_ = AddToken(daemon_.data_dir(), "tenant-a", {"route", "read", "admin"}, "tenant-a");
+    b_ = AddToken(daemon_.data_dir(), "tenant-b", {"route", "read", "admin"}, "tenant-b");
+    kvgov::Status started = daemon_.Start({"--engine", engine_->EngineSpec(), "--probe-interval-ms",
+                                    "50", "--witness-timeout-ms", "10000"});
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          httplib::Result workers = client_->Get("/v1/workers", Bearer(fleet_));
+          return workers && workers->status == 200 &&
+                 Json::parse(workers->body)["workers"][0]["health"]["healthy"] == true;
+        },
+        std::chrono::seconds(10)));
+  }
+
+  Json Post(const std::string& secret, const std::string& path, const Json& body,
+            int* status = nullptr) {
+    httplib::Result result = client_->Post(path, Bearer(secret), body.dump(), "application/json");
+    EXPECT_TRUE(result);
+    if (status != nullptr) *status = result ? result->status : -1;
+    return result ? Json::parse(result->body) : Json();
+  }
+
+  Json Get(const std::string& secret, const std::string& path, int* status = nullptr) {
+    httplib::Result result = client_->Get(path, Bearer(secret));
+    EXPECT_TRUE(result);
+    if (status != nullptr) *status = result ? result->status : -1;
+    return result ? Json::parse(result->body) : Json();
+  }
+
+  Json Route(const std::string& secret) {
+    Json decision = Post(secret, "/v1/route", {{"model", "llama"}, {"token_ids", prompt_}});
+    (void)client_->Post("/v1/route/" + decision.value("decision_id", "") + "/done",
+                        Bearer(secret), "", "application/json");
+    return decision;
+  }
+
+  std::unique_ptr<simfleet::LiveEngine> engine_;
+  DaemonProcess daemon_;
+  std::unique_ptr<httplib::Client> client_;
+  std::string fleet_, transport_, a_, b_;
+  std::vector<int64_t> prompt_ = [] {
+    std::vector<int64_t> tokens(64);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i) * 7 + 3;
+    return tokens;
+  }();
+};
+
+TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
+  // Tenant A's request fills the engine under A's salt.
+  const Json first = Route(a_);
+  const std::string salt_a = first.value("cache_salt", "");
+  ASSERT_FALSE(salt_a.empty()) << first.dump();
+  httplib::Client engine(engine_->control_url());
+  ASSERT_EQ(HttpStatus(engine.Post("/v1/completions",
+                               Json{{"prompt", prompt_}, {"cache_salt", salt_a}}.dump(),
+                               "application/json")),
+            200);
+  ASSERT_TRUE(WaitFor([&] { return Route(a_).value("overlap_blocks", 0) == 4; },
+                      std::chrono::seconds(10)));
+
+  // B, same prompt: a different salt and no overlap.
+  const Json b_route = Route(b_);
+  EXPECT_NE(b_route.value("cache_salt", ""), salt_a);
+  EXPECT_EQ(b_route.value("overlap_blocks", -1), 0);
+  int status = 0;
+  Post(b_, "/v1/route", {{"model", "llama"}, {"tenant", "tenant-a"}, {"token_ids", prompt_}},
+       &status);
+  EXPECT_EQ(status, 403);
+  // A client-chosen salt is refused outright (unknown field).
+  Post(b_, "/v1/route", {{"model", "llama"}, {"cache_salt", salt_a}, {"token_ids", prompt_}},
+       &status);
+  EXPECT_EQ(status, 400);
+
+  // Quarantine: A's is A's alone to see.
+  Post(a_, "/v1/quarantine", {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "test"}},
+       &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(Get(a_, "/v1/quarantines")["quarantines"].size(), 1u);
+  EXPECT_EQ(Get(b_, "/v1/quarantines")["quarantines"].size(), 0u);
+  EXPECT_EQ(Get(fleet_, "/v1/quarantines")["quarantines"].size(), 1u);
+  Post(b_, "/v1/quarantine",
+       {{"model", "llama"}, {"tenant", "tenant-a"}, {"token_ids", prompt_}, {"reason", "x"}},
+       &status);
+  EXPECT_EQ(status, 403);
+  Post(b_, "/v1/quarantine", {{"model", "llama"}, {"worker", "w1"}, {"block_hash", 1}, {"reason", "x"}},
+       &status);
+  EXPECT_EQ(status, 403);
+
+  // Invalidation and certificate: A's, invisible to B (404, as if absent).
+  const Json opened = Post(a_, "/v1/invalidations",
+                           {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "test"}},
+                           &status);
+  ASSERT_EQ(status, 202) << opened.dump();
+  const std::string id = opened.value("id", "");
+  Json directive;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        directive = Get(a_, "/v1/invalidations/" + id);
+        return directive.value("state", "") == "certified";
+      },
+      std::chrono::seconds(15)))
+      << directive.dump();
+  EXPECT_EQ(directive.value("tenant", ""), "tenant-a");
+  Get(b_, "/v1/invalidations/" + id, &status);
+  EXPECT_EQ(status, 404);
+  const std::string certificate = directive.value("certificate_id", "");
+  Get(a_, "/v1/certificates/" + certificate, &status);
+  EXPECT_EQ(status, 200);
+  Get(b_, "/v1/certificates/" + certificate, &status);
+  EXPECT_EQ(status, 404);
+  Post(b_, "/v1/invalidations", {{"model", "llama"}, {"scope", "model"}, {"reason", "x"}},
+       &status);
+  EXPECT_EQ(status, 403);
+
+  // Leases carry no tenant: tenant-bound tokens see none.
+  Post(transport_, "/v1/events",
+       {{"events",
+         {{{"type", "nixl_lease"}, {"lease_id", "l1"}, {"event", "create"},
+           {"role", "prefill_pin"}, {"remote_engine", "w1"}, {"ttl_ms", 60000}}}}},
+       &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(Get(fleet_, "/v1/leases")["leases"].size(), 1u);
+  EXPECT_EQ(Get(a_, "/v1/leases")["leases"].size(), 0u);
+
+  // Fleet-wide views are the fleet's.
+  Get(a_, "/v1/journal", &status);
+  EXPECT_EQ(status, 403);
+  httplib::Result metrics = client_->Get("/metrics", Bearer(b_));
+  EXPECT_EQ(HttpStatus(metrics), 403);
+  const Json workers = Get(b_, "/v1/workers");
+  ASSERT_EQ(workers["workers"].size(), 1u);
+  EXPECT_FALSE(workers["workers"][0].contains("blocks"));
+  EXPECT_TRUE(Get(fleet_, "/v1/workers")["workers"][0].contains("blocks"));
+}
+
+}  // namespace
+}  // namespace kvgov::testing
