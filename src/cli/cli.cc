@@ -13,6 +13,7 @@
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "cli/cert_verify.h"
+#include "cli/config_file.h"
 #include "cli/demo_command.h"
 #include "cli/listen.h"
 #include "cli/simulate_command.h"
@@ -285,10 +286,28 @@ int Run(int argc, char** argv) {
       "digest recomputes. Prints the first broken row and exits 1, or exits 0.");
   verify->add_option("--data-dir", journal_data_dir, "kvgov's data dir.")->capture_default_str();
 
+  // A config file is checked first, so its errors name the line and key.
+  ConfigLines config_lines;
+  if (const std::string config = ConfigPathFromArgs(argc, argv); !config.empty()) {
+    Result<ConfigLines> checked = CheckConfigFile(config, app);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "kvgov: config %s\n", checked.status().message().c_str());
+      return 2;
+    }
+    config_lines = std::move(checked).value();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    const int code = app.exit(error);
+    if (code == 0) return 0;  // --help, --version
+    // A bad value from the file: say where it was written.
+    for (const auto& [flag, where] : config_lines) {
+      if (std::string_view(error.what()).find(flag + ":") != std::string_view::npos) {
+        std::fprintf(stderr, "(%s comes from %s)\n", flag.c_str(), where.c_str());
+      }
+    }
+    return 2;
   }
 
   if (app.got_subcommand("version")) {

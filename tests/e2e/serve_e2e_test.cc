@@ -90,8 +90,9 @@ TEST(ServeE2ETest, ConfigFileErrorsNameTheKey) {
     out << "[serve]\ncolour = \"red\"\n";
   }
   std::string output;
-  EXPECT_NE(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 0);
-  EXPECT_NE(output.find("serve.colour"), std::string::npos) << output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 2);
+  EXPECT_NE(output.find(":2: key 'colour' is not a setting of [serve]"), std::string::npos)
+      << output;
 
   {
     std::ofstream out(config);
@@ -99,6 +100,36 @@ TEST(ServeE2ETest, ConfigFileErrorsNameTheKey) {
   }
   EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 2);
   EXPECT_NE(output.find("model: required in an engine spec"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace kvgov::testing
+
+namespace kvgov::testing {
+namespace {
+
+TEST(ServeE2ETest, ABadConfigFileNamesItsLineAndKey) {
+  DaemonProcess daemon;  // only for its scratch dir
+  const std::filesystem::path config = daemon.dir() / "bad.toml";
+  auto run = [&](const std::string& text) {
+    std::ofstream(config) << text;
+    std::string output;
+    const int code = DaemonProcess::RunToExit(
+        {"serve", "--config", config.string(), "--data-dir", daemon.data_dir()}, &output);
+    EXPECT_EQ(code, 2) << output;
+    return output;
+  };
+  const std::string where = config.string() + ":3: ";
+  EXPECT_NE(run("# kvgov\n[serve]\nlisten_on = \"127.0.0.1:0\"\n")
+                .find(where + "key 'listen_on' is not a setting of [serve]"),
+            std::string::npos);
+  EXPECT_NE(run("[serve]\n\nlisten = \"127.0.0.1:0\n").find(where + "key 'listen': the string is "
+                                                               "not closed"),
+            std::string::npos);
+  const std::string out_of_range = run("[serve]\nlisten = \"127.0.0.1:0\"\nprobe-interval-ms = 1\n");
+  EXPECT_NE(out_of_range.find("--probe-interval-ms"), std::string::npos) << out_of_range;
+  EXPECT_NE(out_of_range.find("comes from " + config.string() + ":3"), std::string::npos)
+      << out_of_range;
 }
 
 }  // namespace
