@@ -57,7 +57,7 @@ size_t ScalarLength(std::string_view text) {
 Status CheckValue(std::string_view value) {
   if (value.empty()) return Status::InvalidArgument("the value is missing");
   if (value.front() == '[') {
-    if (value.back() != ']') return Status::InvalidArgument("an array must close on its line");
+    if (value.back() != ']') return Status::InvalidArgument("the array is not closed");
     std::string_view rest = Trim(value.substr(1, value.size() - 2));
     while (!rest.empty()) {
       const size_t length = ScalarLength(rest);
@@ -127,10 +127,21 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
       return Status::InvalidArgument(where + "key '" + key + "' is not a setting of [" +
                                      section_name + "] (see kvgov " + section_name + " --help)");
     }
-    if (Status value = CheckValue(Trim(text.substr(equals + 1))); !value.ok()) {
-      return Status::InvalidArgument(where + "key '" + key + "': " + value.message());
+    std::string value(Trim(text.substr(equals + 1)));
+    // An array may run over several lines, up to its closing bracket.
+    std::string more;
+    int last = number;
+    while (!value.empty() && value.front() == '[' && value.back() != ']' &&
+           std::getline(file, more)) {
+      ++last;
+      value += " ";
+      value += Trim(StripComment(more));
+    }
+    if (Status checked = CheckValue(value); !checked.ok()) {
+      return Status::InvalidArgument(where + "key '" + key + "': " + checked.message());
     }
     lines["--" + key] = path + ":" + std::to_string(number);
+    number = last;
   }
   return lines;
 }

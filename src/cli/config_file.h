@@ -17,7 +17,8 @@ using ConfigLines = std::map<std::string, std::string>;
 
 /// Reads `path` as the TOML subset kvgov's config uses: `[section]`
 /// headers naming subcommands, `key = value` with a quoted string, an
-/// integer, a number, true/false or a one-line array of those, and `#`
+/// integer, a number, true/false or an array of those (over several lines
+/// if need be), and `#`
 /// comments. Every key must be a long option of its section's subcommand.
 /// InvalidArgument "FILE:LINE: ..." for the first line at fault; IOError
 /// when the file cannot be read.
