@@ -16,6 +16,7 @@
 #include "cli/config_file.h"
 #include "cli/demo_command.h"
 #include "cli/listen.h"
+#include "cli/loadgen_command.h"
 #include "cli/simulate_command.h"
 #include "cli/stop_signals.h"
 #include "cli/token_command.h"
@@ -256,6 +257,8 @@ int Run(int argc, char** argv) {
   CLI::App* demo = AddDemoCommand(app, demo_flags);
   TokenFlags token_flags;
   CLI::App* token = AddTokenCommand(app, token_flags);
+  LoadgenFlags loadgen_flags;
+  CLI::App* loadgen = AddLoadgenCommand(app, loadgen_flags);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 
@@ -318,6 +321,7 @@ int Run(int argc, char** argv) {
   if (app.got_subcommand(simulate)) return RunSimulate(simulate_flags);
   if (app.got_subcommand(demo)) return RunDemo(demo_flags);
   if (app.got_subcommand(token)) return RunToken(token_flags);
+  if (app.got_subcommand(loadgen)) return RunLoadgenCommand(loadgen_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;

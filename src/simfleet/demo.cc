@@ -151,6 +151,7 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   KVGOV_ASSIGN_OR_RETURN(impl_->server, server::Server::Start(serve));
   result.kvgov_url = "http://" + options.host + ":" + std::to_string(impl_->server->port());
   httplib::Client kvgov(result.kvgov_url);
+  TuneForRequests(kvgov);
 
   std::fprintf(out, "kvgov demo: a simulated vLLM fleet, governed by kvgov\n");
   std::fprintf(out, "  kvgov     %s   (data dir %s)\n", result.kvgov_url.c_str(),

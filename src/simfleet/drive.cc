@@ -38,10 +38,10 @@ class Gateway {
  public:
   Gateway(const DriveOptions& options, const std::map<std::string, std::string>& engines)
       : options_(options), kvgov_(options.kvgov_url) {
-    kvgov_.set_keep_alive(true);
+    TuneForRequests(kvgov_);
     for (const auto& [worker, url] : engines) {
       auto client = std::make_unique<httplib::Client>(url);
-      client->set_keep_alive(true);
+      TuneForRequests(*client);
       client->set_read_timeout(std::chrono::seconds(600));  // a deep modeled queue
       engines_.emplace(worker, std::move(client));
     }

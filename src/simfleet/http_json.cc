@@ -18,6 +18,11 @@ Result<nlohmann::json> ParseAnswer(const httplib::Result& result, const std::str
 
 }  // namespace
 
+void TuneForRequests(httplib::Client& client) {
+  client.set_keep_alive(true);
+  client.set_tcp_nodelay(true);
+}
+
 Result<nlohmann::json> PostJson(httplib::Client& client, const std::string& what,
                                 const std::string& path, const nlohmann::json& body) {
   return ParseAnswer(client.Post(path, body.dump(), "application/json"), what);

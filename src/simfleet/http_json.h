@@ -12,6 +12,11 @@
 
 namespace kvgov::simfleet {
 
+/// Sets a client up for many small requests: the connection kept alive,
+/// and TCP_NODELAY, without which a request's body waits for the delayed
+/// ACK of its headers (about 40 ms per call on Linux).
+void TuneForRequests(httplib::Client& client);
+
 /// POSTs `body` and parses the answer, which must be a JSON object with a
 /// 2xx status; otherwise Unavailable naming `what`, the status and the
 /// start of the body.

@@ -50,6 +50,13 @@ struct LiveEngine::Impl {
   explicit Impl(const LiveEngineOptions& engine_options)
       : options(engine_options), pool(engine_options.pool), cost(engine_options.shape) {}
 
+  // Prefills into the pool and publishes what changed. REQUIRES: mu held.
+  sim::PrefillOutcome PrefillLocked(std::span<const int64_t> tokens, std::string_view cache_salt) {
+    sim::PrefillOutcome outcome = pool.Prefill(tokens, cache_salt);
+    if (!outcome.events.empty()) PublishLocked(outcome.events);
+    return outcome;
+  }
+
   // Publishes one batch of the pool's events. REQUIRES: mu held, so seq
   // order is the order the pool changed in.
   void PublishLocked(std::vector<EngineEvent> events) {
@@ -147,8 +154,7 @@ struct LiveEngine::Impl {
     Clock::time_point finish;
     {
       std::lock_guard lock(mu);
-      outcome = pool.Prefill(tokens, cache_salt);
-      if (!outcome.events.empty()) PublishLocked(std::move(outcome.events));
+      outcome = PrefillLocked(tokens, cache_salt);
       prefill_s = cost.PrefillSeconds(static_cast<int64_t>(tokens.size()), outcome.computed_tokens);
       arrived = Clock::now();
       start = std::max(arrived, busy_until);
@@ -212,7 +218,7 @@ struct LiveEngine::Impl {
   LiveEngineOptions options;
   std::string topic = "kv@" + options.id;
 
-  std::mutex mu;  // guards pool, cost's use, busy_until, queue, next_seq, pub
+  mutable std::mutex mu;  // guards pool, busy_until, queue, next_seq, pub
   sim::BlockPool pool;
   sim::PrefillCostModel cost;
   Clock::time_point busy_until{};
@@ -260,6 +266,7 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   const int threads = std::max(1, options.http_threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(kMaxBodyBytes);
+  http.set_tcp_nodelay(true);
   http.Get("/health", [](const httplib::Request&, httplib::Response& response) {
     response.status = 200;
   });
@@ -304,6 +311,22 @@ void LiveEngine::Stop() {
   if (impl_->http_thread.joinable()) impl_->http_thread.join();
   impl_->stopping = true;
   if (impl_->replay_thread.joinable()) impl_->replay_thread.join();
+}
+
+sim::PrefillOutcome LiveEngine::Prefill(std::span<const int64_t> tokens,
+                                        std::string_view cache_salt) {
+  std::lock_guard lock(impl_->mu);
+  return impl_->PrefillLocked(tokens, cache_salt);
+}
+
+size_t LiveEngine::resident_blocks() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->pool.size();
+}
+
+uint64_t LiveEngine::next_seq() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->next_seq;
 }
 
 const std::string& LiveEngine::id() const { return impl_->options.id; }

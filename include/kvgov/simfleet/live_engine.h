@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "kvgov/core/status.h"
 #include "kvgov/sim/block_pool.h"
@@ -53,6 +55,16 @@ class LiveEngine {
   std::string control_url() const;       // http://HOST:PORT
   /// The --engine spec with which kvgov follows and governs this engine.
   std::string EngineSpec() const;
+
+  /// Prefills a prompt into the pool and publishes the events at once,
+  /// without the modeled wait: for in-process drivers that want events at
+  /// a rate of their own (the load generator). The outcome carries the
+  /// events as published. Thread-safe.
+  sim::PrefillOutcome Prefill(std::span<const int64_t> tokens, std::string_view cache_salt);
+
+  /// Blocks in the pool now, and the seq the next batch will carry.
+  size_t resident_blocks() const;
+  uint64_t next_seq() const;
 
   /// Stops serving and joins every thread. Idempotent.
   void Stop();
