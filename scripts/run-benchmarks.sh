@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs every benchmark binary of a benchmark build (what `make bench` does)
+# and then prints the side-by-side ratios with the figures they come from.
+# Each binary's results are kept as JSON in BUILD_DIR/bench-results/.
+# The filter keeps out the cases that take minutes and gigabytes (the
+# 10 M-block recovery and memory runs); run those on purpose, as
+# docs/benchmarks.md shows.
+# Usage: run-benchmarks.sh BUILD_DIR [BENCHMARK_FILTER]
+set -euo pipefail
+build=${1:?usage: run-benchmarks.sh BUILD_DIR [BENCHMARK_FILTER]}
+filter=${2:--TenMillion}
+results="$build/bench-results"
+mkdir -p "$results"
+
+mapfile -t binaries < <(find "$build/src" -type f -name 'kvgov_*_bench' -perm -u+x | sort)
+if [ ${#binaries[@]} -eq 0 ]; then
+  echo "run-benchmarks: no kvgov_*_bench binaries under $build/src" >&2
+  exit 1
+fi
+
+for binary in "${binaries[@]}"; do
+  name=$(basename "$binary")
+  echo "== $name"
+  "$binary" --benchmark_filter="$filter" \
+    --benchmark_out="$results/$name.json" --benchmark_out_format=json
+done
+
+python3 - "${binaries[@]##*/}" <<EOF
+import json, sys
+
+# counter -> what it compares, and the target (docs/benchmarks.md).
+RATIOS = {
+    "ratio_ingest_vs_decode": ("ingest / decode-only blocks per second", ">= 0.5", lambda r: r >= 0.5),
+    "ratio_p99_vs_hash": ("in-process route p99 / prompt hash p50", "< 3", lambda r: r < 3),
+    "ratio_http_p99_vs_hash": ("HTTP route p99 / prompt hash p50", None, None),
+}
+print()
+print("Ratios, each measured side by side within one run:")
+for name in sys.argv[1:]:
+    with open("$results/" + name + ".json") as f:
+        report = json.load(f)
+    for bench in report.get("benchmarks", []):
+        for counter, (what, target, met) in RATIOS.items():
+            if counter not in bench:
+                continue
+            ratio = bench[counter]
+            figures = ", ".join(
+                f"{key} {bench[key]:.4g}" for key in sorted(bench)
+                if key.endswith(("_per_s", "_us")) and key != counter)
+            verdict = ""
+            if target:
+                verdict = f"  target {target}: {'met' if met(ratio) else 'MISSED'}"
+            print(f"  {bench['name']}: {what} = {ratio:.3g}{verdict}")
+            print(f"      {figures}")
+EOF

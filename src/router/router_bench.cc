@@ -1,0 +1,132 @@
+// Route latency for an 8k-token prompt against 64 workers holding 1 M
+// resident blocks (route_bench_fleet.h), next to the cost of hashing the
+// same prompt alone: every route must at least compute the prompt's block
+// keys, so the hash is the floor. Each iteration times both, back to back,
+// and the p50 / p99 come from the recorded per-call latencies.
+//   cmake --build build-bench --target kvgov_router_bench
+//   build-bench/src/router/kvgov_router_bench
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvgov/governance/governance_gate.h"
+#include "kvgov/index/block_key.h"
+#include "kvgov/index/residency_index.h"
+#include "kvgov/router/router.h"
+#include "kvgov/router/worker_status.h"
+#include "router/route_bench_fleet.h"
+
+namespace kvgov::router {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Fleet = bench::RouteFleet;
+
+// Built once per process: filling 1 M blocks takes about a second.
+struct FleetState {
+  index::ResidencyIndex index;
+  WorkerStatusTable status;
+  // As the daemon routes: through the governance gate, here with nothing
+  // quarantined, leased or pending, so it refuses nothing but is consulted.
+  governance::GovernanceGate gate;
+  std::vector<int64_t> prompt = Fleet::Prompt();
+  Status built = Status::Ok();
+};
+
+const FleetState& SharedFleet() {
+  static const std::unique_ptr<FleetState> fleet = [] {
+    auto state = std::make_unique<FleetState>();
+    for (int w = 0; w < Fleet::kWorkers && state->built.ok(); ++w) {
+      const std::string id = Fleet::WorkerId(w);
+      state->built = state->index.AddWorker(id, "llama", Fleet::kBlockSize);
+      if (state->built.ok()) state->built = state->status.Add(id, /*probed=*/false);
+      for (const BlockStored& event : Fleet::WorkerEvents(w)) {
+        if (!state->built.ok()) break;
+        state->built = state->index.Apply(id, event).status();
+      }
+    }
+    if (state->built.ok() &&
+        state->index.ResidentPairs() != Fleet::kWorkers * Fleet::kBlocksPerWorker) {
+      state->built = Status::Internal("the fleet's index does not hold 1,048,576 blocks");
+    }
+    return state;
+  }();
+  return *fleet;
+}
+
+double Micros(Clock::duration elapsed) {
+  return std::chrono::duration<double, std::micro>(elapsed).count();
+}
+
+// Arg gate: 0 = the router alone; 1 = through the governance gate, as the
+// daemon routes. Manual time is the route's.
+void BM_RouteVsHash(benchmark::State& state) {
+  const FleetState& fleet = SharedFleet();
+  if (!fleet.built.ok()) {
+    state.SkipWithError(fleet.built.ToString().c_str());
+    return;
+  }
+  Router router(&fleet.index, &fleet.status, RouteWeights{},
+                state.range(0) != 0 ? &fleet.gate : nullptr);
+  RouteRequest request;
+  request.model = "llama";
+  request.token_ids = fleet.prompt;
+  const index::ChainNamespace ns{"llama", "", 0};
+
+  std::vector<double> route_us;
+  std::vector<double> hash_us;
+  uint64_t next_id = 0;
+  auto route_once = [&](bool record) -> bool {
+    std::string id = "d" + std::to_string(next_id++);
+    const auto started = Clock::now();
+    std::vector<index::BlockKey> chain =
+        index::RequestChain(fleet.index.hasher(), ns, "", fleet.prompt, Fleet::kBlockSize);
+    benchmark::DoNotOptimize(chain.data());
+    const auto hashed = Clock::now();
+    Result<RouteDecision> decision = router.Route(request, "", std::move(id), 0);
+    const auto routed = Clock::now();
+    if (!decision.ok() || decision->worker != Fleet::WorkerId(Fleet::kDeepHolders - 1) ||
+        decision->overlap_blocks != static_cast<uint64_t>(Fleet::kBestOverlap) ||
+        decision->candidates.size() != static_cast<size_t>(Fleet::kWorkers)) {
+      return false;
+    }
+    // Released at once, so every call sees the same (idle) load.
+    (void)router.Done(decision->decision_id);
+    if (record) {
+      hash_us.push_back(Micros(hashed - started));
+      route_us.push_back(Micros(routed - hashed));
+      state.SetIterationTime(std::chrono::duration<double>(routed - hashed).count());
+    }
+    return true;
+  };
+
+  for (int i = 0; i < 100; ++i) (void)route_once(false);  // warm caches and allocator
+  for (auto _ : state) {
+    if (!route_once(true)) {
+      state.SkipWithError("the route did not pick w07 (448 blocks) among 64 candidates");
+      break;
+    }
+  }
+  if (state.error_occurred()) return;
+  const double hash_p50 = bench::Percentile(hash_us, 0.50);
+  const double route_p99 = bench::Percentile(route_us, 0.99);
+  state.counters["route_p50_us"] = bench::Percentile(route_us, 0.50);
+  state.counters["route_p99_us"] = route_p99;
+  state.counters["hash_p50_us"] = hash_p50;
+  state.counters["hash_p99_us"] = bench::Percentile(hash_us, 0.99);
+  state.counters["ratio_p99_vs_hash"] = route_p99 / hash_p50;
+}
+BENCHMARK(BM_RouteVsHash)
+    ->ArgName("gate")
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(2000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kvgov::router
