@@ -53,3 +53,23 @@ for name in sys.argv[1:]:
             print(f"  {bench['name']}: {what} = {ratio:.3g}{verdict}")
             print(f"      {figures}")
 EOF
+
+# Routing quality on llm-d's shared-prefix workload: every policy on the
+# same trace (kvgov simulate; docs/benchmarks.md "Routing quality").
+kvgov="$build/apps/kvgov/kvgov"
+echo
+echo "Routing quality (kvgov simulate --workload shared-prefix):"
+"$kvgov" simulate --workload shared-prefix --json > "$results/routing_quality.json"
+"$kvgov" simulate --workload shared-prefix | tail -n +4
+python3 - "$results/routing_quality.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+by = {p["policy"]: p for p in report["policies"]}
+kv, oracle, rr = by["kvgov"], by["oracle"], by["round-robin"]
+gap = 100 * (oracle["hit_rate"] - kv["hit_rate"])
+speedup = rr["ttft_p90_s"] / kv["ttft_p90_s"]
+print(f"  kvgov hit rate {100*kv['hit_rate']:.1f}% vs oracle {100*oracle['hit_rate']:.1f}%: "
+      f"{gap:+.1f} points behind  target <= 2: {'met' if gap <= 2 else 'MISSED'}")
+print(f"  TTFT p90 kvgov {kv['ttft_p90_s']:.3f} s vs round-robin {rr['ttft_p90_s']:.1f} s: "
+      f"{speedup:.0f}x  target >= 10x: {'met' if speedup >= 10 else 'MISSED'}")
+PY
