@@ -161,8 +161,7 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
     KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<LiveEngine> live, LiveEngine::Start(engine));
     engines.push_back(std::move(live));
   }
-  const std::string ready = options.data_dir + "/../" +
-                            std::filesystem::path(options.data_dir).filename().string() + ".ready";
+  const std::string ready = options.data_dir + ".ready";
   std::filesystem::remove(ready, made);
   std::vector<std::string> args = {binary,         "serve",
                                    "--listen",     "127.0.0.1:0",
@@ -256,26 +255,25 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
     TuneForRequests(client);
     std::mt19937_64 random(options.seed * 3000);
     for (uint64_t i = 0; !stop.load(); ++i) {
-      const Clock::time_point start = Clock::now();
-      Result<Json> answer = Status::Ok();
       const bool quarantine = i % 2 == 0;
-      if (quarantine) {
-        answer = PostJson(client, "POST /v1/quarantine", "/v1/quarantine",
-                          {{"model", kModel},
-                           {"token_ids", groups[random() % kQuarantinedGroups]},
-                           {"reason", "loadgen"}});
-      } else {
-        // A lease granted and completed in two calls: its state stays bounded.
-        const std::string lease = "lease-" + std::to_string(i / 4);
-        answer = PostJson(client, "POST /v1/events", "/v1/events",
-                          {{"events",
-                            {{{"type", "nixl_lease"},
-                              {"lease_id", lease},
-                              {"event", i % 4 == 1 ? "create" : "transfer_complete"},
-                              {"role", "prefill_pin"},
-                              {"remote_engine", "load-0"},
-                              {"ttl_ms", 60000}}}}});
-      }
+      // A lease is granted and completed in two calls, so lease state stays
+      // bounded; quarantines reuse a few spans for the same reason.
+      const Json body =
+          quarantine
+              ? Json{{"model", kModel},
+                     {"token_ids", groups[random() % kQuarantinedGroups]},
+                     {"reason", "loadgen"}}
+              : Json{{"events",
+                      {{{"type", "nixl_lease"},
+                        {"lease_id", "lease-" + std::to_string(i / 4)},
+                        {"event", i % 4 == 1 ? "create" : "transfer_complete"},
+                        {"role", "prefill_pin"},
+                        {"remote_engine", "load-0"},
+                        {"ttl_ms", 60000}}}}};
+      const Clock::time_point start = Clock::now();
+      Result<Json> answer = quarantine
+                                ? PostJson(client, "POST /v1/quarantine", "/v1/quarantine", body)
+                                : PostJson(client, "POST /v1/events", "/v1/events", body);
       governance_latency.Add(Clock::now() - start);
       if (answer.ok()) {
         governance_ok.fetch_add(1);
