@@ -8,7 +8,9 @@ packages=(
   # toolchain and build
   build-essential cmake ninja-build pkg-config ccache mold
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev python3
+  # fuzzing (make fuzz): clang, and libFuzzer with the sanitizer runtimes
+  clang libclang-rt-14-dev
   # libraries
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
