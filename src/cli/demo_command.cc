@@ -25,6 +25,8 @@ nlohmann::json ResultJson(const simfleet::DemoResult& result) {
           {"quarantine_verdict", result.quarantine_verdict},
           {"invalidation_state", result.invalidation_state},
           {"certificate_id", result.certificate_id},
+          {"certificate_file", result.certificate_file},
+          {"issuer_public_key", result.issuer_public_key},
           {"certificate_verified", result.certificate_verified},
           {"lease_credited_while_active", result.lease_credited_while_active},
           {"lease_verdict_after", result.lease_verdict_after},

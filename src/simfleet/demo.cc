@@ -389,7 +389,9 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                                            row.value("prev_hash", ""), row.value("hash", ""),
                                            row.value("subject", "")));
   result.certificate_verified = true;
-  const std::string certificate_file = result.data_dir + "-certificate.json";
+  result.issuer_public_key = trusted[0];
+  result.certificate_file = result.data_dir + "-certificate.json";
+  const std::string& certificate_file = result.certificate_file;
   std::ofstream(certificate_file) << document->body;
   std::fprintf(out,
                "  certificate   %s: Ed25519 signature, issuer and journal anchor (row %llu) "

@@ -63,7 +63,8 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   // The certificate the demo saved verifies offline against the stopped
   // daemon's data dir, journal anchor included.
   const std::string data_dir = figures["data_dir"];
-  const std::string certificate = data_dir + "-certificate.json";
+  const std::string certificate = figures["certificate_file"];
+  EXPECT_EQ(figures["issuer_public_key"].get<std::string>().size(), 64u);
   std::string verified;
   EXPECT_EQ(DaemonProcess::RunToExit({"cert", "verify", certificate, "--data-dir", data_dir},
                                      &verified),

@@ -34,6 +34,8 @@ struct DemoResult {
   std::string quarantine_verdict;  // the route verdict reason for the quarantined span
   std::string invalidation_state;  // "certified" when it all went through
   std::string certificate_id;
+  std::string certificate_file;   // the certificate as served, saved for offline checks
+  std::string issuer_public_key;  // hex, as GET /v1/issuer serves it
   bool certificate_verified = false;  // signature, issuer and journal anchor
   bool lease_credited_while_active = false;
   std::string lease_verdict_after;  // "expired_ttl" once the lease lapsed
