@@ -14,7 +14,7 @@ BENCH_FILTER ?= -TenMillion
 # CI builds treat warnings as errors.
 WERROR     := $(if $(CI),ON,OFF)
 
-.PHONY: all deps configure build test bench run serve clean
+.PHONY: all deps configure build test test-asan soak bench run serve clean fuzz-build fuzz fuzz-smoke
 
 all: build
 
@@ -49,5 +49,41 @@ run: build
 serve: build
 	$(BUILD_DIR)/apps/kvgov/kvgov serve --listen $(LISTEN) --data-dir $(DATA_DIR) $(ENGINES)
 
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer
+# (LeakSanitizer included), any report fatal. CI runs it after `make test`.
+ASAN_DIR ?= build-asan
+test-asan: deps
+	@cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DKVGOV_SANITIZE=address,undefined -DKVGOV_WERROR=$(WERROR) \
+	  > $(ASAN_DIR).configure.log 2>&1 || { cat $(ASAN_DIR).configure.log; exit 1; }
+	@cmake --build $(ASAN_DIR) -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)
+
+# A minute of load on the whole daemon, with its checks (kvgov loadgen).
+soak: build
+	$(BUILD_DIR)/apps/kvgov/kvgov loadgen --duration 60
+
 clean:
 	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
+
+# libFuzzer targets (fuzz/README.md) in their own clang tree, every library
+# instrumented with ASan and UBSan. `make fuzz` runs each fuzzer for
+# FUZZ_SECONDS; `make fuzz-smoke` is CI's short run. Crash inputs and logs
+# land in $(FUZZ_DIR)/fuzz-artifacts.
+FUZZ_DIR     ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+fuzz-build: deps
+	@cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=clang++ -DKVGOV_BUILD_FUZZERS=ON -DKVGOV_BUILD_TESTS=OFF \
+	  -DKVGOV_WERROR=$(WERROR) > $(FUZZ_DIR).configure.log 2>&1 \
+	  || { cat $(FUZZ_DIR).configure.log; exit 1; }
+	@cmake --build $(FUZZ_DIR) --target kvgov_fuzzers -j $(JOBS)
+
+fuzz: fuzz-build
+	@bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+fuzz-smoke: fuzz-build
+	@bash scripts/fuzz.sh $(FUZZ_DIR) 10

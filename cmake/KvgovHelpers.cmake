@@ -36,3 +36,20 @@ function(kvgov_add_bench name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE kvgov_warnings ${ARG_DEPS} benchmark::benchmark_main)
 endfunction()
+
+# kvgov_add_fuzzer(NAME [DEPS ...])
+#   One libFuzzer target from fuzz/NAME.cc, linked with libFuzzer's main; its
+#   seed corpus is fuzz/corpus/NAME. Also a dependency of `kvgov_fuzzers`,
+#   which builds every fuzzer and nothing else of the tree.
+function(kvgov_add_fuzzer name)
+  if(NOT KVGOV_BUILD_FUZZERS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  add_executable(${name} ${name}.cc)
+  target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE kvgov_warnings ${ARG_DEPS})
+  target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  add_dependencies(kvgov_fuzzers ${name})
+endfunction()

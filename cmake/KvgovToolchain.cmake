@@ -26,3 +26,22 @@ if(KVGOV_SANITIZE)
   add_compile_options(-fsanitize=${KVGOV_SANITIZE} -fno-omit-frame-pointer)
   add_link_options(-fsanitize=${KVGOV_SANITIZE})
 endif()
+
+# A fuzz tree instruments every kvgov library for libFuzzer's coverage
+# feedback and for ASan/UBSan, so a bug deep in a decoder is both found and
+# reported where it happens. Only the fuzz/ executables link libFuzzer
+# itself (kvgov_add_fuzzer); anything else built here gets the sanitizer
+# runtimes only. UBSan must not recover: a report that merely prints would
+# never reach libFuzzer as a crash.
+if(KVGOV_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "KVGOV_BUILD_FUZZERS needs clang for libFuzzer; configure a separate "
+                        "tree with -DCMAKE_CXX_COMPILER=clang++ (see `make fuzz`)")
+  endif()
+  if(KVGOV_SANITIZE)
+    message(FATAL_ERROR "KVGOV_BUILD_FUZZERS sets its own sanitizers; leave KVGOV_SANITIZE empty")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
+                      -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -561,6 +562,35 @@ TEST(EngineWireSchemaTest, BatchAndEventShapeErrors) {
                       p.Map(2).Str("type").Str("AllBlocksCleared").Str("type").Str("BlockRemoved");
                     })),
                     "events[0].type: duplicate key");
+}
+
+// Found by fuzz/engine_batch_fuzzer (fuzz/corpus/engine_batch_fuzzer/
+// regression_nan_ts.msgpack): a NaN or infinite timestamp decoded, and
+// would then have broken the stream's redelivery-or-restart test, which
+// compares timestamps.
+TEST(EngineWireSchemaTest, NonFiniteTimestampsAreRejected) {
+  const std::string fuzzer_input("\x92\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00\x90", 11);
+  ExpectSchemaError(DecodeEngineBatch(fuzzer_input), "ts: want a finite number, got nan");
+  const double inf = std::numeric_limits<double>::infinity();
+  ExpectSchemaError(DecodeEngineBatch(Pack().Array(2).Float(inf).Array(0).Bytes()),
+                    "ts: want a finite number, got inf");
+  ExpectSchemaError(
+      DecodeEngineBatch(Pack().Map(2).Str("ts").Float(-inf).Str("events").Array(0).Bytes()),
+      "ts: want a finite number, got -inf");
+  // A float32 NaN, which msgpack-cxx widens to a double NaN.
+  ExpectSchemaError(DecodeEngineBatch(std::string("\x92\xca\x7f\xc0\x00\x00\x90", 7)),
+                    "ts: want a finite number, got nan");
+
+  ExpectSchemaError(DecodeMooncakeEvents(Pack().Array(2).Float(inf).Array(0).Bytes()),
+                    "timestamp_ms: want a finite number, got inf");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  ExpectSchemaError(
+      DecodeMooncakeEvents(
+          Pack().Map(2).Str("event_type").Str("cleared").Str("timestamp").Float(nan).Bytes()),
+      "events[0].timestamp: want a finite number, got nan");
+  // The largest finite values still decode: only NaN and infinities are refused.
+  EXPECT_EQ(Decoded(Pack().Array(2).Float(std::numeric_limits<double>::max()).Array(0).Bytes()).ts,
+            std::numeric_limits<double>::max());
 }
 
 TEST(EngineWireSchemaTest, HugeUnsignedTokenIdIsOutOfRange) {

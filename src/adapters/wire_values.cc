@@ -1,6 +1,7 @@
 #include "adapters/wire_values.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -217,6 +218,16 @@ Result<double> ReadNumber(const msgpack::object& object, std::string_view where)
   switch (object.type) {
     case msgpack::type::FLOAT32:
     case msgpack::type::FLOAT64:
+      // A stream tells a redelivery from an engine restart by comparing
+      // batch timestamps: a NaN compares false to everything (every
+      // redelivery would look like a restart and clear the worker) and an
+      // infinity above everything (no restart would ever be seen again).
+      if (!std::isfinite(object.via.f64)) {
+        return Status::InvalidArgument(std::string(where) + ": want a finite number, got " +
+                                       (std::isnan(object.via.f64) ? "nan"
+                                        : object.via.f64 > 0       ? "inf"
+                                                                   : "-inf"));
+      }
       return object.via.f64;
     case msgpack::type::POSITIVE_INTEGER:
       return static_cast<double>(object.via.u64);

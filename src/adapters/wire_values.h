@@ -53,7 +53,7 @@ Result<std::string> ReadOptionalString(const msgpack::object* object, std::strin
 Result<std::optional<int64_t>> ReadOptionalInt64(const msgpack::object* object,
                                                  std::string_view where);
 
-/// A timestamp: a float or an int, as a double.
+/// A timestamp: a finite float or an int, as a double.
 Result<double> ReadNumber(const msgpack::object& object, std::string_view where);
 
 /// The canonical JSON text of a msgpack value, the form extra keys are

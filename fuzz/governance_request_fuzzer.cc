@@ -1,0 +1,126 @@
+// DecodeQuarantineRequestJson and DecodeInvalidationRequestJson: the bodies
+// of POST /v1/quarantine and POST /v1/invalidations, both run on every
+// input (their schemas overlap, so one corpus serves both). Checked, beyond
+// no crash, leak or exception: only the documented error codes, each
+// message led by its path; every decoded request keeps the rules of
+// docs/formats/governance-api.md (a reason; exactly one way of naming the
+// span; a worker wherever a block hash or a worker scope needs one);
+// decoding is a function of the values alone (the request written back out
+// as plain JSON decodes to the same request); small limits only ever
+// refuse.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "json_check.h"
+#include "kvgov/codec/governance_api.h"
+
+namespace kvgov::fuzz {
+namespace {
+
+// Every field, written by a JSON library that is not kvgov's codec; an
+// absent block hash stays absent.
+template <typename Request>
+nlohmann::json CommonFields(const Request& request) {
+  nlohmann::json json{{"model", request.model},         {"tenant", request.tenant},
+                      {"lora_name", request.lora_name}, {"token_ids", request.token_ids},
+                      {"worker", request.worker},       {"group_idx", request.group_idx},
+                      {"reason", request.reason}};
+  if (request.block_hash.has_value()) json["block_hash"] = *request.block_hash;
+  return json;
+}
+
+template <typename Request>
+bool SameCommon(const Request& a, const Request& b) {
+  return a.model == b.model && a.tenant == b.tenant && a.lora_name == b.lora_name &&
+         a.token_ids == b.token_ids && a.worker == b.worker && a.block_hash == b.block_hash &&
+         a.group_idx == b.group_idx && a.reason == b.reason;
+}
+
+template <typename Request>
+void CheckCommonStrings(const Request& request) {
+  CheckUtf8(request.model, "model");
+  CheckUtf8(request.tenant, "tenant");
+  CheckUtf8(request.lora_name, "lora_name");
+  CheckUtf8(request.worker, "worker");
+  CheckUtf8(request.reason, "reason");
+}
+
+bool SameQuarantine(const QuarantineRequest& a, const QuarantineRequest& b) {
+  return SameCommon(a, b) && a.invalidate == b.invalidate;
+}
+
+bool SameInvalidation(const InvalidationRequest& a, const InvalidationRequest& b) {
+  return SameCommon(a, b) && a.scope == b.scope;
+}
+
+template <typename Request, typename Decode, typename Same>
+void CheckRewrite(const Request& request, const nlohmann::json& json, Decode decode, Same same) {
+  const std::string rewritten = json.dump();
+  const Result<Request> again = decode(rewritten, JsonLimits{});
+  FUZZ_CHECK(again.ok(), "the rewritten request is refused: %s\n  %s",
+             Describe(again.status()).c_str(), rewritten.c_str());
+  FUZZ_CHECK(same(*again, request), "the rewritten request decodes differently\n  %s",
+             rewritten.c_str());
+}
+
+void CheckQuarantine(const QuarantineRequest& request) {
+  CheckCommonStrings(request);
+  FUZZ_CHECK(!request.reason.empty(), "quarantine without a reason");
+  FUZZ_CHECK(request.token_ids.empty() != !request.block_hash.has_value(),
+             "quarantine must name its span exactly one way");
+  FUZZ_CHECK(!request.block_hash.has_value() || !request.worker.empty(),
+             "quarantine of a block hash without its worker");
+  nlohmann::json json = CommonFields(request);
+  json["invalidate"] = request.invalidate;
+  CheckRewrite(request, json, DecodeQuarantineRequestJson, SameQuarantine);
+}
+
+void CheckInvalidation(const InvalidationRequest& request) {
+  CheckCommonStrings(request);
+  CheckUtf8(request.scope, "scope");
+  FUZZ_CHECK(!request.reason.empty(), "invalidation without a reason");
+  FUZZ_CHECK(request.scope.empty() || request.scope == "worker" || request.scope == "model",
+             "invalidation scope '%s'", request.scope.c_str());
+  const int named = (request.token_ids.empty() ? 0 : 1) + (request.block_hash.has_value() ? 1 : 0) +
+                    (request.scope.empty() ? 0 : 1);
+  FUZZ_CHECK(named == 1, "invalidation names its span %d ways", named);
+  FUZZ_CHECK(
+      (!request.block_hash.has_value() && request.scope != "worker") || !request.worker.empty(),
+      "invalidation of a worker's block or scope without the worker");
+  nlohmann::json json = CommonFields(request);
+  json["scope"] = request.scope;
+  CheckRewrite(request, json, DecodeInvalidationRequestJson, SameInvalidation);
+}
+
+template <typename Request, typename Decode, typename Check, typename Same>
+void Run(std::string_view text, Decode decode, Check check, Same same) {
+  const JsonLimits defaults;
+  const JsonLimits small = SmallJsonLimits();
+  const Result<Request> full = decode(text, defaults);
+  const Result<Request> bounded = decode(text, small);
+  for (const Result<Request>* result : {&full, &bounded}) {
+    if (result->ok()) {
+      check(**result);
+    } else {
+      CheckJsonFailure(result->status(), text, result == &full ? defaults : small);
+    }
+  }
+  CheckLimitsAgree(full, bounded, same);
+}
+
+}  // namespace
+}  // namespace kvgov::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace kvgov;
+  using namespace kvgov::fuzz;
+  const std::string_view text = AsText(data, size);
+  Run<QuarantineRequest>(text, DecodeQuarantineRequestJson, CheckQuarantine, SameQuarantine);
+  Run<InvalidationRequest>(text, DecodeInvalidationRequestJson, CheckInvalidation,
+                           SameInvalidation);
+  return 0;
+}
