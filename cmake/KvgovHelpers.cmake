@@ -5,9 +5,12 @@
 function(kvgov_add_library name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SRCS})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+  # BUILD_INTERFACE: an installed library (cmake/KvgovInstall.cmake) finds
+  # its headers under the install prefix and carries no warning flags.
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
                                      PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE kvgov_warnings ${ARG_PRIVATE_DEPS})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS}
+                                PRIVATE $<BUILD_INTERFACE:kvgov_warnings> ${ARG_PRIVATE_DEPS})
 endfunction()
 
 # kvgov_add_test(NAME SRCS ... [DEPS ...] [LABELS ...])

@@ -22,6 +22,8 @@ check() {  # check DESCRIPTION PATTERN PATH...
 third_party='#include *[<"](nlohmann|httplib|zmq|zmq_addon|msgpack|rocksdb|sodium|openssl|CLI|hiredis|benchmark|gtest|gmock)'
 check "public headers must not include third-party headers" "$third_party" "$root/include"
 check "kvgov_core must not include third-party headers" "$third_party" "$root/src/core"
+check "kvgov_client (installed, linked by transports) must not include third-party headers" \
+  "$third_party" "$root/src/client"
 check "kvgov_core must do no I/O and read no clock or entropy" \
   '#include *<(fstream|iostream|cstdio|stdio\.h|chrono|ctime|random|thread|filesystem|sys/|unistd\.h|arpa/|netinet/)' \
   "$root/src/core" "$root/include/kvgov/core"

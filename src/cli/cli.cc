@@ -18,6 +18,7 @@
 #include "cli/listen.h"
 #include "cli/loadgen_command.h"
 #include "cli/simulate_command.h"
+#include "cli/spool_command.h"
 #include "cli/stop_signals.h"
 #include "cli/token_command.h"
 
@@ -49,6 +50,9 @@ struct ServeFlags {
   uint64_t snapshot_every_batches = 10000;
   int64_t witness_timeout_ms = 30000;
   std::vector<std::string> admit;
+  std::string spool_dir;
+  bool print_config = false;     // --print-config: print effective_config and exit
+  std::string effective_config;  // the merged [serve] section, when print_config
 };
 
 int Serve(const ServeFlags& flags) {
@@ -67,6 +71,7 @@ int Serve(const ServeFlags& flags) {
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
   options.witness_timeout_ms = flags.witness_timeout_ms;
+  options.spool_dir = flags.spool_dir;
   for (const std::string& rule : flags.admit) {
     // OWNER or OWNER=SCOPE (fleet or tenant; tenant by default).
     const size_t equals = rule.find('=');
@@ -94,6 +99,11 @@ int Serve(const ServeFlags& flags) {
       return 2;
     }
     options.engines.push_back(std::move(engine).value());
+  }
+
+  if (flags.print_config) {  // the flags above are checked; nothing starts
+    std::fputs(flags.effective_config.c_str(), stdout);
+    return 0;
   }
 
   const sigset_t stop_signals = BlockStopSignals();
@@ -247,9 +257,17 @@ int Run(int argc, char** argv) {
                     "streams have not shown the removal by then.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
+  serve->add_option("--spool-dir", serve_flags.spool_dir,
+                    "Ingest complete spool files (*.ndjson) written into this directory,\n"
+                    "every 500 ms, then rename each to .done or .rejected\n"
+                    "(docs/formats/spool.md). Created (mode 0700) when missing.");
   serve->add_option("--tenant-secret-file", serve_flags.tenant_secret_file,
                     "32-byte secret tenants' cache salts are derived from; created (mode\n"
                     "0600) when missing. Default: <data-dir>/tenant-salt.key.");
+  serve->add_flag("--print-config", serve_flags.print_config,
+                  "Print the effective settings (flags over --config over defaults) as a\n"
+                  "TOML [serve] section that --config loads, and exit 0 without starting.")
+      ->configurable(false);
 
   SimulateFlags simulate_flags;
   CLI::App* simulate = AddSimulateCommand(app, simulate_flags);
@@ -259,6 +277,8 @@ int Run(int argc, char** argv) {
   CLI::App* token = AddTokenCommand(app, token_flags);
   LoadgenFlags loadgen_flags;
   CLI::App* loadgen = AddLoadgenCommand(app, loadgen_flags);
+  IngestSpoolFlags ingest_spool_flags;
+  CLI::App* ingest_spool = AddIngestSpoolCommand(app, ingest_spool_flags);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 
@@ -317,11 +337,22 @@ int Run(int argc, char** argv) {
     std::printf("kvgov %s\n", KVGOV_VERSION);
     return 0;
   }
-  if (app.got_subcommand(serve)) return Serve(serve_flags);
+  if (app.got_subcommand(serve)) {
+    if (serve_flags.print_config) {
+      Result<std::string> text = FormatConfigSection(*serve);
+      if (!text.ok()) {
+        std::fprintf(stderr, "kvgov serve --print-config: %s\n", text.status().message().c_str());
+        return 2;
+      }
+      serve_flags.effective_config = std::move(text).value();
+    }
+    return Serve(serve_flags);
+  }
   if (app.got_subcommand(simulate)) return RunSimulate(simulate_flags);
   if (app.got_subcommand(demo)) return RunDemo(demo_flags);
   if (app.got_subcommand(token)) return RunToken(token_flags);
   if (app.got_subcommand(loadgen)) return RunLoadgenCommand(loadgen_flags);
+  if (app.got_subcommand(ingest_spool)) return RunIngestSpool(ingest_spool_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;

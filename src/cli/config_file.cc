@@ -79,7 +79,80 @@ Status CheckValue(std::string_view value) {
   return Status::Ok();
 }
 
+// True for a plain decimal number, which the checker and CLI11 read back
+// bare; anything else (exponents, hex) is written as a quoted string, which
+// CLI11 converts all the same.
+bool IsPlainNumber(std::string_view text) {
+  size_t i = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  if (i == text.size() || !std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  bool dot = false;
+  for (; i < text.size(); ++i) {
+    if (text[i] == '.' && !dot) {
+      dot = true;
+    } else if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsNumericType(const std::string& type) {
+  for (std::string_view prefix : {"INT", "UINT", "FLOAT", "NUMBER"}) {
+    if (type.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+Result<std::string> FormatValue(const std::string& key, const std::string& value, bool numeric) {
+  if (numeric && IsPlainNumber(value)) return value;
+  for (char c : value) {
+    if (c == '"' || c == '#' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Status::InvalidArgument(key + ": the value holds a double quote, a '#' or a "
+                                     "control character, which a kvgov config file cannot hold");
+    }
+  }
+  if (!value.empty() && value.back() == '\\') {
+    return Status::InvalidArgument(key + ": a value may not end in a backslash in a kvgov "
+                                   "config file");
+  }
+  return "\"" + value + "\"";
+}
+
 }  // namespace
+
+Result<std::string> FormatConfigSection(const CLI::App& section) {
+  std::string out = "# kvgov " + section.get_name() +
+                    ": effective settings (command line over --config file over defaults)\n"
+                    "[" + section.get_name() + "]\n";
+  for (const CLI::Option* option : section.get_options()) {
+    if (!option->get_configurable() || option->get_lnames().empty()) continue;
+    const std::string& key = option->get_lnames().front();
+    std::vector<std::string> values = option->reduced_results();
+    if (option->count() == 0 && values.empty() && !option->get_default_str().empty()) {
+      values = {option->get_default_str()};
+    }
+    const bool array = option->get_expected_max() > 1;
+    if (values.empty() || (option->count() == 0 && values.size() == 1 && values[0].empty())) {
+      out += "# " + key + (array ? " = []" : " = \"\"") + "\n";
+      continue;
+    }
+    if (!array && values.size() != 1) {
+      return Status::InvalidArgument(key + ": " + std::to_string(values.size()) +
+                                     " values for a single setting");
+    }
+    const bool numeric = IsNumericType(option->get_type_name());
+    std::string line = key + " = ";
+    if (array) line += "[";
+    for (size_t i = 0; i < values.size(); ++i) {
+      KVGOV_ASSIGN_OR_RETURN(std::string value, FormatValue(key, values[i], numeric));
+      if (i > 0) line += ", ";
+      line += value;
+    }
+    if (array) line += "]";
+    out += line + "\n";
+  }
+  return out;
+}
 
 std::string ConfigPathFromArgs(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -128,14 +201,32 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
                                      section_name + "] (see kvgov " + section_name + " --help)");
     }
     std::string value(Trim(text.substr(equals + 1)));
+    // CLI11, which reads the file after this check, cuts a line at its
+    // first '#' even inside quotes, continues an array only when its first
+    // element is on the key's line, and keeps comments inside an array as
+    // elements: refuse those here rather than let a value change silently.
+    if (value.find('#') != std::string::npos) {  // what is left is inside quotes
+      return Status::InvalidArgument(where + "key '" + key +
+                                     "': a '#' inside a value; kvgov's config reader takes it "
+                                     "for a comment");
+    }
+    if (value == "[") {
+      return Status::InvalidArgument(where + "key '" + key +
+                                     "': put the array's first element on the key's line, "
+                                     "e.g. " + key + " = [\"...\",");
+    }
     // An array may run over several lines, up to its closing bracket.
     std::string more;
     int last = number;
     while (!value.empty() && value.front() == '[' && value.back() != ']' &&
            std::getline(file, more)) {
       ++last;
+      if (StripComment(more).size() != more.size()) {
+        return Status::InvalidArgument(path + ":" + std::to_string(last) + ": key '" + key +
+                                       "': no comments inside an array");
+      }
       value += " ";
-      value += Trim(StripComment(more));
+      value += Trim(more);
     }
     if (Status checked = CheckValue(value); !checked.ok()) {
       return Status::InvalidArgument(where + "key '" + key + "': " + checked.message());

@@ -9,6 +9,7 @@
 #include "server/health_prober.h"
 #include "server/http_api.h"
 #include "server/invalidations.h"
+#include "server/spool_dir.h"
 #include "server/tenant_secret.h"
 
 namespace kvgov::server {
@@ -107,6 +108,23 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                                     "failed_precondition is an attempt to revive "
                                                     "an ended lease).",
                                                     {"reason"}}));
+  KVGOV_ASSIGN_OR_RETURN(daemon.certificates,
+                         daemon.metrics.AddCounter({"kvgov_certificates_total",
+                                                    "Deletion certificates by outcome: issued, "
+                                                    "or failed (minting or storing failed; the "
+                                                    "directive stays witnessed).",
+                                                    {"outcome"}}));
+  // Both series exist from the start, so a rate or an alert on failures
+  // never sees an absent series.
+  daemon.certificates->WithLabels({"issued"});
+  daemon.certificates->WithLabels({"failed"});
+  KVGOV_ASSIGN_OR_RETURN(auto* invalidations,
+                         daemon.metrics.AddCallbackGauge(
+                             {"kvgov_invalidations",
+                              "Invalidation directives by state (planned, dispatched, "
+                              "acknowledged, witnessed, certified, failed), since the data dir "
+                              "was created.",
+                              {"state"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* leases, daemon.metrics.AddCallbackGauge(
                                            {"kvgov_leases", "NIXL leases by state.", {"state"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* quarantined,
@@ -120,6 +138,11 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
           sink.Emit(leases, {spelling}, static_cast<double>(counts[value]));
         }
         sink.Emit(quarantined, {}, static_cast<double>(state->gate.quarantined_blocks()));
+        if (state->invalidations) {
+          for (const auto& [name, count] : state->invalidations->CountByState()) {
+            sink.Emit(invalidations, {name}, static_cast<double>(count));
+          }
+        }
       })
       .status();
 }
@@ -171,6 +194,7 @@ Daemon::Daemon() = default;
 Daemon::~Daemon() { Stop(); }
 
 void Daemon::Stop() {
+  if (spool) spool->Stop();
   if (ingest) ingest->Stop();
   if (invalidations) invalidations->Stop();
   if (prober) prober->Stop();
@@ -281,6 +305,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                        synced.ToString().c_str());
         }
       });
+  if (!options.spool_dir.empty()) {
+    KVGOV_ASSIGN_OR_RETURN(
+        daemon->spool,
+        SpoolDirectory::Start(daemon.get(), options.spool_dir,
+                              std::chrono::milliseconds(std::max<int64_t>(
+                                  1, options.spool_interval_ms))));
+  }
   return daemon;
 }
 

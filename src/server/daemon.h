@@ -23,6 +23,7 @@ namespace kvgov::server {
 
 class HealthProber;
 class InvalidationManager;
+class SpoolDirectory;
 
 /// The route call's own metrics.
 struct RouteMetrics {
@@ -58,11 +59,13 @@ struct Daemon {
   RouteMetrics route_metrics;
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
+  metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;
   std::unique_ptr<PeriodicTask> group_commit;
+  std::unique_ptr<SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first
 
   /// Stops the threads that write (ingest, prober, commits) and snapshots
   /// the streams, so the next start replays nothing. Idempotent.

@@ -486,4 +486,6 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
            }));
 }
 
+Status IngestReport(Daemon& daemon, const IngestEvent& event) { return Ingest(daemon, event); }
+
 }  // namespace kvgov::server

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvgov/codec/ingest_batch.h"
 #include "kvgov/core/status.h"
 
 namespace httplib {
@@ -20,6 +21,12 @@ struct Daemon;
 /// on the daemon's components and a JSON answer; they hold no state of
 /// their own. Routes and bodies: docs/formats/events-api.md.
 void RegisterHttpApi(httplib::Server& http, Daemon& daemon);
+
+/// Lowers one decoded POST /v1/events element and applies it: admission,
+/// residency, leases, accounting. The one path every report takes, whether
+/// it came over HTTP or from a spool file. Errors are worded
+/// "<field>: <problem>".
+Status IngestReport(Daemon& daemon, const IngestEvent& event);
 
 /// The settings in effect (GET /v1/config's body), as JSON text; the
 /// journal records it at every start.

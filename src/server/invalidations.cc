@@ -345,6 +345,7 @@ void InvalidationManager::Certify(const std::string& id) {
   if (!anchor.ok()) {
     std::fprintf(stderr, "kvgov: directive %s witness not journaled: %s\n", id.c_str(),
                  anchor.status().ToString().c_str());
+    CountCertificate("failed");
     return;
   }
   cert::CertificateInput input;
@@ -376,6 +377,7 @@ void InvalidationManager::Certify(const std::string& id) {
   if (!encoded.ok()) {
     std::fprintf(stderr, "kvgov: directive %s not certified: %s\n", id.c_str(),
                  encoded.status().ToString().c_str());
+    CountCertificate("failed");
     return;
   }
   // "certified" becomes visible only once the certificate is stored and
@@ -394,12 +396,20 @@ void InvalidationManager::Certify(const std::string& id) {
       !recorded.ok()) {
     std::fprintf(stderr, "kvgov: certificate for %s not stored: %s\n", id.c_str(),
                  recorded.ToString().c_str());
+    CountCertificate("failed");
     return;
   }
-  std::lock_guard lock(mu_);
-  Directive& live = directives_[id];
-  live.state = "certified";
-  live.certificate_id = certificate->certificate_id;
+  {
+    std::lock_guard lock(mu_);
+    Directive& live = directives_[id];
+    live.state = "certified";
+    live.certificate_id = certificate->certificate_id;
+  }
+  CountCertificate("issued");
+}
+
+void InvalidationManager::CountCertificate(std::string_view outcome) {
+  if (daemon_->certificates != nullptr) daemon_->certificates->WithLabels({outcome})->Inc();
 }
 
 void InvalidationManager::Tick(int64_t now_ms) {
@@ -426,6 +436,17 @@ std::optional<Directive> InvalidationManager::Get(std::string_view id) const {
   auto it = directives_.find(id);
   if (it == directives_.end()) return std::nullopt;
   return it->second;
+}
+
+std::map<std::string, uint64_t, std::less<>> InvalidationManager::CountByState() const {
+  std::map<std::string, uint64_t, std::less<>> counts;
+  for (std::string_view state :
+       {"planned", "dispatched", "acknowledged", "witnessed", "certified", "failed"}) {
+    counts.emplace(state, 0);
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [id, directive] : directives_) ++counts[directive.state];
+  return counts;
 }
 
 Status InvalidationManager::Recover() {

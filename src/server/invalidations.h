@@ -85,6 +85,10 @@ class InvalidationManager {
 
   std::optional<Directive> Get(std::string_view id) const;
 
+  /// How many directives are in each state (every state present, 0 when
+  /// none), for the kvgov_invalidations gauge.
+  std::map<std::string, uint64_t, std::less<>> CountByState() const;
+
   /// Reads directives back after a restart: finished ones as they were,
   /// unfinished ones failed (interrupted_by_restart), journaled.
   Status Recover();
@@ -96,6 +100,9 @@ class InvalidationManager {
   void Run();
   void Dispatch(const std::string& id);
   void Certify(const std::string& id);
+  // kvgov_certificates_total{outcome}: issued, or failed (minting, storing
+  // or journaling the anchor failed; the directive stays witnessed).
+  void CountCertificate(std::string_view outcome);
   // Journals the directive's current record. REQUIRES: mu_ not held.
   Status Record(const Directive& directive, std::string_view kind);
   // REQUIRES: mu_ held.

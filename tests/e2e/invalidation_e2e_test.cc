@@ -128,6 +128,13 @@ TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
   httplib::Result certificate = client.Get("/v1/certificates/" + cert_id);
   ASSERT_EQ(certificate->status, 200);
   const std::string issuer_key = Json::parse(client.Get("/v1/issuer")->body)["public_key"];
+  // The governance metrics count it (docs/formats/governance-api.md).
+  const std::string metrics = client.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("kvgov_certificates_total{outcome=\"issued\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvgov_certificates_total{outcome=\"failed\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("kvgov_invalidations{state=\"certified\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("kvgov_invalidations{state=\"failed\"} 0\n"), std::string::npos);
   ASSERT_EQ(daemon.Stop(), 0);
 
   const std::filesystem::path cert_file = daemon.dir() / "cert.json";
@@ -235,6 +242,10 @@ TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   })) << directive.dump();
   EXPECT_EQ(directive["failure"], "witness_timeout");
   EXPECT_EQ(directive["certificate_id"], "");
+  const std::string metrics = client.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("kvgov_invalidations{state=\"failed\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvgov_certificates_total{outcome=\"issued\"} 0\n"), std::string::npos);
   // Nobody saw the blocks go: they still earn no route credit.
   Json route = Json::parse(
       client.Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}}).dump(),

@@ -51,6 +51,10 @@ struct ServerOptions {
   // An invalidation whose removals the engines have not shown by then fails
   // with witness_timeout.
   int64_t witness_timeout_ms = 30000;
+  // A spool directory to ingest complete spool files from
+  // (docs/formats/spool.md), looked into this often; empty: none.
+  std::string spool_dir;
+  int64_t spool_interval_ms = 500;
 };
 
 /// The kvgov daemon: the HTTP API over the residency index and the
