@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -25,14 +26,20 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 }
 
 // 16 lowercase hex digits, zero-padded: the same hash always names the same
-// span, whatever engine or encoding it came from.
-std::string HashDigest(EngineHash hash) {
+// span, whatever engine or encoding it came from. Written over `out`'s
+// characters, so a digest already 16 long is rewritten without allocating.
+void WriteHashDigest(EngineHash hash, std::string& out) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(16, '0');
+  out.resize(16);
   for (int i = 15; i >= 0; --i) {
     out[static_cast<size_t>(i)] = kHex[hash & 0xF];
     hash >>= 4;
   }
+}
+
+std::string HashDigest(EngineHash hash) {
+  std::string out;
+  WriteHashDigest(hash, out);
   return out;
 }
 
@@ -91,42 +98,42 @@ std::string_view EngineEventTypeName(const EngineEvent& event) {
       event);
 }
 
-std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view worker,
-                                    int64_t block_size) {
-  std::vector<Entry> entries;
+void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
+                          int64_t block_size, const std::function<void(const Entry&)>& sink) {
   // A record that carries its own block size (BlockStored from vLLM and
   // SGLang) is the authority; the caller's value covers records that do not
   // (BlockRemoved, AllBlocksCleared, a Mooncake store without block_size).
   const int64_t default_tokens = std::max<int64_t>(block_size, 0);
+  // Every block's entry is the first block's with its own digest: the
+  // digest enters only entry.id.digest (BuildTransferEntry), and no
+  // validation FromKVTransfer runs depends on which hash it is.
+  auto each_block = [&](std::span<const EngineHash> hashes, KVTransfer& transfer,
+                        const int64_t* group_idx) {
+    if (hashes.empty()) return;
+    transfer.span.span_digest = HashDigest(hashes.front());
+    transfer.span.owner = std::string(worker);
+    Entry entry = Lower(transfer);
+    LabelEntry(entry, worker, group_idx);
+    sink(entry);
+    for (EngineHash hash : hashes.subspan(1)) {
+      WriteHashDigest(hash, entry.id.digest);
+      sink(entry);
+    }
+  };
   if (const auto* stored = std::get_if<BlockStored>(&event)) {
-    const int64_t tokens = stored->block_size > 0 ? stored->block_size : default_tokens;
-    entries.reserve(stored->block_hashes.size());
-    for (EngineHash hash : stored->block_hashes) {
-      KVTransfer transfer;
-      transfer.direction = KVTransferDirection::kStore;
-      transfer.span.span_digest = HashDigest(hash);
-      transfer.span.tokens = tokens;
-      transfer.span.to_tier = TierForMedium(stored->medium);
-      transfer.span.owner = std::string(worker);
-      Entry entry = Lower(transfer);
-      LabelEntry(entry, worker, &stored->group_idx);
-      entries.push_back(std::move(entry));
-    }
+    KVTransfer transfer;
+    transfer.direction = KVTransferDirection::kStore;
+    transfer.span.tokens = stored->block_size > 0 ? stored->block_size : default_tokens;
+    transfer.span.to_tier = TierForMedium(stored->medium);
+    each_block(stored->block_hashes, transfer, &stored->group_idx);
   } else if (const auto* removed = std::get_if<BlockRemoved>(&event)) {
-    entries.reserve(removed->block_hashes.size());
-    for (EngineHash hash : removed->block_hashes) {
-      KVTransfer transfer;
-      transfer.direction = KVTransferDirection::kEvict;
-      transfer.span.span_digest = HashDigest(hash);
-      transfer.span.tokens = default_tokens;
-      // The block left this tier; it now lives nowhere we know of, so
-      // to_tier (and with it the residency) stays unknown.
-      transfer.span.from_tier = TierForMedium(removed->medium);
-      transfer.span.owner = std::string(worker);
-      Entry entry = Lower(transfer);
-      LabelEntry(entry, worker, &removed->group_idx);
-      entries.push_back(std::move(entry));
-    }
+    KVTransfer transfer;
+    transfer.direction = KVTransferDirection::kEvict;
+    transfer.span.tokens = default_tokens;
+    // The block left this tier; it now lives nowhere we know of, so
+    // to_tier (and with it the residency) stays unknown.
+    transfer.span.from_tier = TierForMedium(removed->medium);
+    each_block(removed->block_hashes, transfer, &removed->group_idx);
   } else {
     // One entry stands for every block of every group on the worker: "*" is
     // never a hex digest, so it cannot collide with a block's span.
@@ -136,8 +143,20 @@ std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view w
     transfer.span.owner = std::string(worker);
     Entry entry = Lower(transfer);
     LabelEntry(entry, worker, nullptr);
-    entries.push_back(std::move(entry));
+    sink(entry);
   }
+}
+
+std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view worker,
+                                    int64_t block_size) {
+  std::vector<Entry> entries;
+  if (const auto* stored = std::get_if<BlockStored>(&event)) {
+    entries.reserve(stored->block_hashes.size());
+  } else if (const auto* removed = std::get_if<BlockRemoved>(&event)) {
+    entries.reserve(removed->block_hashes.size());
+  }
+  LowerEngineEventEach(event, worker, block_size,
+                       [&entries](const Entry& entry) { entries.push_back(entry); });
   return entries;
 }
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "kvgov/core/kv_transfer.h"
 #include "kvgov/core/lookup_verdict.h"
 
@@ -147,6 +151,74 @@ TEST(LowerEngineEventTest, EmptyStoreLowersToNothingAndNegativeBlockSizeIsClampe
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(entries[0].id.length, 0);
   EXPECT_TRUE(ValidateEntry(entries[0]).ok());
+}
+
+}  // namespace
+}  // namespace kvgov
+
+namespace kvgov {
+namespace {
+
+// LowerEngineEventEach builds one entry per event and rewrites its digest
+// per block; every entry it hands over must be the one a block's own
+// report lowers to.
+Entry BlockEntry(KVTransferDirection direction, EngineHash hash, int64_t tokens,
+                 ResidencyTier to_tier, ResidencyTier from_tier, const std::string& worker,
+                 int64_t group_idx) {
+  char digest[17];
+  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(hash));
+  KVTransfer transfer;
+  transfer.direction = direction;
+  transfer.span.span_digest = digest;
+  transfer.span.tokens = tokens;
+  transfer.span.to_tier = to_tier;
+  transfer.span.from_tier = from_tier;
+  transfer.span.owner = worker;
+  Entry entry = FromKVTransfer(transfer).value();
+  entry.labels["worker"] = worker;
+  entry.labels["group_idx"] = std::to_string(group_idx);
+  return entry;
+}
+
+std::vector<Entry> Each(const EngineEvent& event, std::string_view worker, int64_t block_size) {
+  std::vector<Entry> entries;
+  LowerEngineEventEach(event, worker, block_size,
+                       [&entries](const Entry& entry) { entries.push_back(entry); });
+  return entries;
+}
+
+TEST(LowerEngineEventEachTest, EveryBlockGetsTheEntryItsOwnReportLowersTo) {
+  BlockStored stored = TwoStoredBlocks();
+  stored.block_hashes = {0x1, 0xFFFFFFFFFFFFFFFFull, 0, 0xABCDEF0123ull};
+  stored.token_ids.resize(16);
+  std::vector<Entry> entries = Each(stored, "worker-a", 16);
+  ASSERT_EQ(entries.size(), 4u);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(entries[i], BlockEntry(KVTransferDirection::kStore, stored.block_hashes[i], 4,
+                                     ResidencyTier::kDRAM, ResidencyTier::kUnknown, "worker-a",
+                                     3))
+        << "block " << i;
+  }
+  EXPECT_EQ(entries, LowerEngineEvent(stored, "worker-a", 16));
+
+  BlockRemoved removed;
+  removed.block_hashes = {9, 0x123456789ull};
+  removed.medium = "DISK";
+  removed.group_idx = 2;
+  entries = Each(removed, "worker-b", 16);
+  ASSERT_EQ(entries.size(), 2u);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(entries[i], BlockEntry(KVTransferDirection::kEvict, removed.block_hashes[i], 16,
+                                     ResidencyTier::kUnknown, ResidencyTier::kDisk, "worker-b",
+                                     2))
+        << "block " << i;
+  }
+  EXPECT_EQ(entries, LowerEngineEvent(removed, "worker-b", 16));
+
+  EXPECT_EQ(Each(AllBlocksCleared{}, "worker-c", 16),
+            LowerEngineEvent(AllBlocksCleared{}, "worker-c", 16));
+  EXPECT_TRUE(Each(BlockStored{}, "w", 16).empty());
+  EXPECT_TRUE(Each(BlockRemoved{}, "w", 16).empty());
 }
 
 }  // namespace

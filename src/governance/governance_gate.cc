@@ -27,20 +27,29 @@ LookupReason LeaseReason(NIXLLeaseState state) {
 router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
                                                    std::span<const index::BlockKey> chain,
                                                    size_t resident, int64_t now_ms) const {
+  if (!holds_anything_.load(std::memory_order_acquire)) return {resident};
   std::shared_lock lock(mu_);
-  if (auto it = pending_workers_.find(worker); it != pending_workers_.end() && it->second > 0) {
+  const auto rules_it = workers_.find(worker);
+  const WorkerRules* rules = rules_it == workers_.end() ? nullptr : &rules_it->second;
+  if (rules != nullptr && rules->whole_worker_pending > 0) {
     return {0, LookupKind::kMiss, LookupReason::kStale};
   }
+  const bool check_quarantine = !quarantined_.empty();
+  const bool check_pending = rules != nullptr && !rules->pending.empty();
+  const bool check_leases = rules != nullptr && !rules->covered.empty();
+  // Called once per worker holding the prompt on every route: with nothing
+  // to check, walking the chain would only cost lookups.
+  if (!check_quarantine && !check_pending && !check_leases) return {resident};
   for (size_t i = 0; i < resident && i < chain.size(); ++i) {
-    if (quarantined_.contains(chain[i])) {
+    if (check_quarantine && quarantined_.contains(chain[i])) {
       return {i, LookupKind::kQuarantine, LookupReason::kTaintDenied};
     }
-    if (auto it = pending_.find({std::string(worker), chain[i]});
-        it != pending_.end() && it->second > 0) {
+    if (check_pending && rules->pending.contains(chain[i])) {
       return {i, LookupKind::kMiss, LookupReason::kStale};
     }
-    auto covered = covered_.find({std::string(worker), chain[i]});
-    if (covered == covered_.end()) continue;
+    if (!check_leases) continue;
+    auto covered = rules->covered.find(chain[i]);
+    if (covered == rules->covered.end()) continue;
     auto lease = leases_.find(covered->second);
     if (lease == leases_.end()) continue;
     const NIXLLeaseState state = LeaseStateAt(lease->second.record, now_ms);
@@ -52,6 +61,7 @@ router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
 void GovernanceGate::Quarantine(std::span<const index::BlockKey> keys) {
   std::unique_lock lock(mu_);
   quarantined_.insert(keys.begin(), keys.end());
+  UpdateHoldsAnything();
 }
 
 bool GovernanceGate::IsQuarantined(index::BlockKey key) const {
@@ -64,18 +74,40 @@ size_t GovernanceGate::quarantined_blocks() const {
   return quarantined_.size();
 }
 
+void GovernanceGate::UpdateHoldsAnything() {
+  holds_anything_.store(!quarantined_.empty() || !workers_.empty(), std::memory_order_release);
+}
+
+void GovernanceGate::ForgetIfEmpty(std::map<std::string, WorkerRules, std::less<>>::iterator it) {
+  const WorkerRules& rules = it->second;
+  if (rules.whole_worker_pending == 0 && rules.pending.empty() && rules.covered.empty()) {
+    workers_.erase(it);
+  }
+}
+
 void GovernanceGate::SetPending(std::string_view worker, std::span<const index::BlockKey> keys,
                                 bool whole_worker, bool pending) {
   std::unique_lock lock(mu_);
-  const int delta = pending ? 1 : -1;
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) {
+    // Releasing what was never pending changes nothing (counts stop at 0).
+    if (!pending) return;
+    it = workers_.emplace(std::string(worker), WorkerRules{}).first;
+  }
+  WorkerRules& rules = it->second;
   if (whole_worker) {
-    int& count = pending_workers_[std::string(worker)];
-    count = std::max(0, count + delta);
+    rules.whole_worker_pending = std::max(0, rules.whole_worker_pending + (pending ? 1 : -1));
   }
   for (index::BlockKey key : keys) {
-    int& count = pending_[{std::string(worker), key}];
-    count = std::max(0, count + delta);
+    if (pending) {
+      ++rules.pending[key];
+      continue;
+    }
+    auto count = rules.pending.find(key);
+    if (count != rules.pending.end() && --count->second == 0) rules.pending.erase(count);
   }
+  ForgetIfEmpty(it);
+  UpdateHoldsAnything();
 }
 
 void GovernanceGate::CoverLease(const NIXLLease& record, std::string_view worker,
@@ -85,7 +117,11 @@ void GovernanceGate::CoverLease(const NIXLLease& record, std::string_view worker
   lease.worker = std::string(worker);
   lease.keys.assign(keys.begin(), keys.end());
   lease.record = record;
-  for (index::BlockKey key : keys) covered_[{lease.worker, key}] = record.lease_id;
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) it = workers_.emplace(lease.worker, WorkerRules{}).first;
+  for (index::BlockKey key : keys) it->second.covered[key] = record.lease_id;
+  ForgetIfEmpty(it);
+  UpdateHoldsAnything();
 }
 
 void GovernanceGate::UpdateLease(const NIXLLease& record) {

@@ -65,3 +65,131 @@ TEST(GovernanceGateTest, PendingInvalidationsStopCreditUntilCleared) {
 
 }  // namespace
 }  // namespace kvgov::governance
+
+namespace kvgov::governance {
+namespace {
+
+// Creditable returns early for a worker governance holds nothing against;
+// these check that every rule still stops credit when it exists, and that
+// the bookkeeping behind the early return forgets a worker only when it
+// refuses nothing.
+
+TEST(GovernanceGateTest, NothingHeldCreditsEveryResidentBlock) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2, 3, 4, 5};
+  router::SpanGate::Limit limit = gate.Creditable("w1", chain, 3, 0);
+  EXPECT_EQ(limit.creditable, 3u);  // resident, not the chain's length
+  EXPECT_EQ(limit.kind, LookupKind::kMiss);
+  EXPECT_EQ(limit.reason, LookupReason::kNone);
+  EXPECT_EQ(gate.Creditable("w1", chain, 0, 0).creditable, 0u);
+}
+
+TEST(GovernanceGateTest, QuarantineStopsCreditOnWorkersWithNoOtherRules) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2, 3};
+  std::vector<index::BlockKey> first = {1};
+  gate.Quarantine(first);
+  for (const char* worker : {"w1", "w2", "never-seen"}) {
+    router::SpanGate::Limit limit = gate.Creditable(worker, chain, 3, 0);
+    EXPECT_EQ(limit.creditable, 0u) << worker;
+    EXPECT_EQ(limit.kind, LookupKind::kQuarantine) << worker;
+    EXPECT_EQ(limit.reason, LookupReason::kTaintDenied) << worker;
+  }
+  // Only resident blocks are checked: a quarantined block past them does
+  // not refuse the ones before it.
+  std::vector<index::BlockKey> third = {3};
+  GovernanceGate later;
+  later.Quarantine(third);
+  EXPECT_EQ(later.Creditable("w1", chain, 2, 0).creditable, 2u);
+  EXPECT_EQ(later.Creditable("w1", chain, 3, 0).creditable, 2u);
+}
+
+TEST(GovernanceGateTest, PendingCountsPerBlockAndNeverGoBelowZero) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2, 3};
+  std::vector<index::BlockKey> target = {2};
+  gate.SetPending("w1", target, false, true);
+  gate.SetPending("w1", target, false, true);  // a second directive names it
+  gate.SetPending("w1", target, false, false);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 1u);  // one still pending
+  gate.SetPending("w1", target, false, false);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 3u);
+  // Releasing what is not pending leaves it at zero: one directive then
+  // makes it pending again, and one release clears it.
+  gate.SetPending("w1", target, false, false);
+  gate.SetPending("w3", target, false, false);  // never pending there at all
+  EXPECT_EQ(gate.Creditable("w3", chain, 3, 0).creditable, 3u);
+  gate.SetPending("w1", target, false, true);
+  router::SpanGate::Limit limit = gate.Creditable("w1", chain, 3, 0);
+  EXPECT_EQ(limit.creditable, 1u);
+  EXPECT_EQ(limit.kind, LookupKind::kMiss);
+  EXPECT_EQ(limit.reason, LookupReason::kStale);
+  gate.SetPending("w1", target, false, false);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 3u);
+}
+
+TEST(GovernanceGateTest, WholeWorkerPendingCountsAndClears) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2, 3};
+  gate.SetPending("w1", {}, true, false);  // nothing pending: stays at zero
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 3u);
+  gate.SetPending("w1", {}, true, true);
+  gate.SetPending("w1", {}, true, true);
+  gate.SetPending("w1", {}, true, false);
+  router::SpanGate::Limit limit = gate.Creditable("w1", chain, 3, 0);
+  EXPECT_EQ(limit.creditable, 0u);
+  EXPECT_EQ(limit.reason, LookupReason::kStale);
+  EXPECT_EQ(gate.Creditable("w2", chain, 3, 0).creditable, 3u);
+  gate.SetPending("w1", {}, true, false);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 3u);
+}
+
+TEST(GovernanceGateTest, RulesOfOneKindSurviveTheOthersBeingReleased) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2, 3, 4};
+  std::vector<index::BlockKey> pending = {2};
+  std::vector<index::BlockKey> covered = {3};
+  NIXLLease lease;
+  lease.lease_id = "l1";
+  lease.span_digest = "s";
+  lease.granted_at_ms = 0;
+  lease.expires_at_ms = 1000;
+  gate.CoverLease(lease, "w1", covered);
+  gate.SetPending("w1", pending, false, true);
+  gate.SetPending("w1", {}, true, true);
+  EXPECT_EQ(gate.Creditable("w1", chain, 4, 2000).creditable, 0u);
+  gate.SetPending("w1", {}, true, false);
+  EXPECT_EQ(gate.Creditable("w1", chain, 4, 2000).creditable, 1u);  // block 2 pending
+  gate.SetPending("w1", pending, false, false);
+  // The worker's lease is still there after its pending blocks are gone.
+  router::SpanGate::Limit limit = gate.Creditable("w1", chain, 4, 2000);
+  EXPECT_EQ(limit.creditable, 2u);
+  EXPECT_EQ(limit.reason, LookupReason::kExpiredTTL);
+  EXPECT_EQ(gate.Creditable("w1", chain, 4, 500).creditable, 4u);  // active: credits
+}
+
+TEST(GovernanceGateTest, TheLastLeaseToCoverABlockDecides) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {1, 2};
+  std::vector<index::BlockKey> covered = {2};
+  NIXLLease old_lease;
+  old_lease.lease_id = "old";
+  old_lease.span_digest = "s";
+  old_lease.granted_at_ms = 0;
+  old_lease.expires_at_ms = 100;
+  NIXLLease new_lease = old_lease;
+  new_lease.lease_id = "new";
+  new_lease.expires_at_ms = 10000;
+  gate.CoverLease(old_lease, "w1", covered);
+  EXPECT_EQ(gate.Creditable("w1", chain, 2, 500).creditable, 1u);
+  gate.CoverLease(new_lease, "w1", covered);
+  EXPECT_EQ(gate.Creditable("w1", chain, 2, 500).creditable, 2u);
+  // A lease covering nothing on a worker leaves it with nothing to check.
+  NIXLLease empty = old_lease;
+  empty.lease_id = "empty";
+  gate.CoverLease(empty, "w2", {});
+  EXPECT_EQ(gate.Creditable("w2", chain, 2, 500).creditable, 2u);
+}
+
+}  // namespace
+}  // namespace kvgov::governance

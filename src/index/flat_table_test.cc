@@ -275,3 +275,23 @@ TEST(FlatMapTest, ValuesAreNotTruncatedByPacking) {
 
 }  // namespace
 }  // namespace kvgov::index
+
+namespace kvgov::index {
+namespace {
+
+TEST(FlatMapTest, PrefetchChangesNothing) {
+  FlatMap<uint16_t> map;
+  map.Prefetch(42);  // no array yet
+  map.Prefetch(0);
+  map.Insert(0, 1);  // key 0 alone: the array exists but holds no entry
+  map.Prefetch(42);
+  map.Insert(42, 2);
+  for (uint64_t key : {uint64_t{0}, uint64_t{42}, uint64_t{43}}) map.Prefetch(key);
+  EXPECT_EQ(map.size(), 2u);
+  EXPECT_EQ(map.ValueAt(map.Find(0)), 1);
+  EXPECT_EQ(map.ValueAt(map.Find(42)), 2);
+  EXPECT_EQ(map.Find(43), FlatMap<uint16_t>::kNotFound);
+}
+
+}  // namespace
+}  // namespace kvgov::index

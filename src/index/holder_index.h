@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "index/flat_table.h"
@@ -57,6 +58,24 @@ class HolderIndex {
     const uint32_t size = arena_[offset] & kSizeMask;
     for (uint32_t i = 1; i <= size; ++i) fn(arena_[offset + i]);
   }
+
+  /// The holders of `key`, in no particular order, valid until the next Add
+  /// or Remove. A lone holder has no list in the arena: it is copied into
+  /// `single`, which the span then points at.
+  std::span<const uint32_t> Holders(uint64_t key, uint32_t& single) const {
+    const auto slot = table_.Find(key);
+    if (slot == FlatMap<uint32_t>::kNotFound) return {};
+    const uint32_t value = table_.ValueAt(slot);
+    if ((value & kListBit) == 0) {
+      single = value;
+      return {&single, 1};
+    }
+    const uint32_t offset = value & ~kListBit;
+    return {arena_.data() + offset + 1, arena_[offset] & kSizeMask};
+  }
+
+  /// Starts loading `key`'s table slot into the cache (FlatMap::Prefetch).
+  void Prefetch(uint64_t key) const { table_.Prefetch(key); }
 
   /// Keys with at least one holder.
   size_t keys() const { return table_.size(); }

@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 namespace kvgov::index {
@@ -113,6 +114,42 @@ TEST(HolderIndexTest, ShrinkIfSparseReleasesMemory) {
   for (uint64_t key = 99001; key <= 100000; ++key) {
     ASSERT_EQ(Holders(index, key).size(), key % 10 == 0 ? 2u : 1u);
   }
+}
+
+}  // namespace
+}  // namespace kvgov::index
+
+namespace kvgov::index {
+namespace {
+
+TEST(HolderIndexTest, HoldersSpanAListOrTheLoneHolder) {
+  HolderIndex index;
+  uint32_t single = 0;
+  EXPECT_TRUE(index.Holders(7, single).empty());
+  index.Add(7, 3);
+  std::span<const uint32_t> lone = index.Holders(7, single);
+  ASSERT_EQ(lone.size(), 1u);
+  EXPECT_EQ(lone.data(), &single);  // no list: copied out of the table
+  EXPECT_EQ(lone[0], 3u);
+  index.Add(7, 9);
+  index.Add(7, 4);
+  std::span<const uint32_t> list = index.Holders(7, single);
+  std::vector<uint32_t> sorted(list.begin(), list.end());
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<uint32_t>{3, 4, 9}));
+  EXPECT_EQ(sorted, Holders(index, 7));
+}
+
+TEST(HolderIndexTest, PrefetchIsOnlyAHint) {
+  HolderIndex index;
+  index.Prefetch(5);  // an empty table: nothing to touch
+  index.Prefetch(0);
+  index.Add(5, 1);
+  index.Prefetch(5);
+  index.Prefetch(6);
+  index.Prefetch(0);
+  EXPECT_EQ(Holders(index, 5), std::vector<uint32_t>{1});
+  EXPECT_EQ(index.keys(), 1u);
 }
 
 }  // namespace

@@ -32,7 +32,11 @@
 #include "kvgov/index/residency_index.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <mutex>
+#include <numeric>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -41,6 +45,11 @@
 
 namespace kvgov::index {
 namespace {
+
+// Blocks of one event applied per round of prefetches: enough misses in
+// flight to cover the latency, few enough that the first prefetched lines
+// are still cached when the writes reach them.
+constexpr size_t kApplyChunk = 16;
 
 constexpr uint16_t TierBit(ResidencyTier tier) {
   return static_cast<uint16_t>(1u << static_cast<unsigned>(tier));
@@ -61,6 +70,17 @@ size_t BestTierSlot(uint16_t tiers) {
     if (tiers & TierBit(kIndexedTiers[i])) return i;
   }
   return kIndexedTiers.size() - 1;
+}
+
+// Most blocks' lists compare equal to the one before. Most lists are short,
+// where a plain loop beats a call to memcmp; long ones are left to it.
+bool SameList(std::span<const uint32_t> a, std::span<const uint32_t> b) {
+  if (a.size() != b.size()) return false;
+  if (a.size() > 8) return std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -94,13 +114,15 @@ auto FindIn(Groups& groups, int64_t group_idx) -> decltype(&groups.front().keys)
 
 struct ResidencyIndex::WorkerSlot {
   uint32_t number = 0;
+  uint32_t rank = 0;  // position in by_id_
   std::string id;
   std::string model;
   int64_t block_size = 0;
   WorkerState state = WorkerState::kLive;
   // Engine hash -> kvgov key, for parents and removals; a table per group,
-  // sorted by group_idx. Empty tables are dropped, so a worker that only
-  // ever uses group 0 has exactly one.
+  // sorted by group_idx. Empty tables are dropped (but for group 0's while
+  // it is sized for a declared pool and nothing has been removed), so a
+  // worker that only ever uses group 0 has exactly one.
   std::vector<EngineGroup> engine_groups;
   // kvgov key -> tiers it is resident in on this worker (never 0).
   FlatMap<uint16_t> resident;
@@ -142,7 +164,7 @@ ResidencyIndex::WorkerSlot* ResidencyIndex::FindLocked(std::string_view worker) 
 }
 
 Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model,
-                                 int64_t block_size) {
+                                 int64_t block_size, uint64_t pool_blocks) {
   if (worker.empty()) return Status::InvalidArgument("worker: required, got empty");
   if (model.empty()) return Status::InvalidArgument("model: required, got empty");
   if (block_size <= 0) {
@@ -168,9 +190,30 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
   slot->id = std::string(worker);
   slot->model = std::string(model);
   slot->block_size = block_size;
+  if (pool_blocks > 0) {
+    // Group 0 is the one engines without hybrid KV-cache groups use. Keys
+    // land all over a table, so it costs its full size in memory once a few
+    // thousand blocks are in, whether or not the pool ever fills: that is
+    // why a pool is declared, not guessed.
+    slot->resident.Reserve(pool_blocks);
+    slot->Group(0).Reserve(pool_blocks);
+    // Keys with a holder are at least as many as one full pool's blocks,
+    // however much workers share: sized for that, the table is never
+    // larger than this worker alone would make it.
+    holders_->Reserve(std::max<uint64_t>(holders_->keys(), pool_blocks));
+  }
   worker_numbers_.emplace(slot->id, slot->number);
+  const auto at = std::lower_bound(
+      by_id_.begin(), by_id_.end(), slot->id,
+      [this](uint32_t number, const std::string& id) { return workers_[number]->id < id; });
+  by_id_.insert(at, slot->number);
   workers_[slot->number] = std::move(slot);
+  RankLocked();
   return Status::Ok();
+}
+
+void ResidencyIndex::RankLocked() {
+  for (size_t i = 0; i < by_id_.size(); ++i) workers_[by_id_[i]]->rank = static_cast<uint32_t>(i);
 }
 
 Status ResidencyIndex::RemoveWorker(std::string_view worker) {
@@ -179,8 +222,10 @@ Status ResidencyIndex::RemoveWorker(std::string_view worker) {
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   ClearLocked(*slot);
   worker_numbers_.erase(slot->id);
+  by_id_.erase(by_id_.begin() + slot->rank);
   free_numbers_.push_back(slot->number);
   workers_[slot->number].reset();
+  RankLocked();
   return Status::Ok();
 }
 
@@ -258,15 +303,30 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
   const size_t block_size = static_cast<size_t>(slot.block_size);
   std::span<const int64_t> tokens(stored.token_ids);
   FlatMap<BlockKey>& refs = slot.Group(stored.group_idx);
-  for (size_t i = 0; i < stored.block_hashes.size(); ++i) {
-    // Both arms string_view: a "" arm would make the result a temporary
-    // std::string and leave `extra` dangling.
-    std::string_view extra =
-        i < stored.extra_keys.size() ? std::string_view(stored.extra_keys[i]) : std::string_view();
-    const BlockKey key = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
-    refs.InsertOrAssign(stored.block_hashes[i], key);
-    AddTierLocked(slot, key, tier);
-    parent = key;
+  const size_t blocks = stored.block_hashes.size();
+  // A chunk's keys are hashed first, each key's slots in the three tables
+  // prefetched as soon as it is known, and only then written: the tables
+  // are far larger than the cache, and block by block every write waited
+  // for its own misses. The writes happen in the same order as before.
+  std::array<BlockKey, kApplyChunk> keys;
+  for (size_t begin = 0; begin < blocks; begin += kApplyChunk) {
+    const size_t end = std::min(blocks, begin + kApplyChunk);
+    for (size_t i = begin; i < end; ++i) {
+      // Both arms string_view: a "" arm would make the result a temporary
+      // std::string and leave `extra` dangling.
+      std::string_view extra = i < stored.extra_keys.size()
+                                   ? std::string_view(stored.extra_keys[i])
+                                   : std::string_view();
+      parent = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
+      keys[i - begin] = parent;
+      refs.Prefetch(stored.block_hashes[i]);
+      slot.resident.Prefetch(parent);
+      holders_->Prefetch(parent);
+    }
+    for (size_t i = begin; i < end; ++i) {
+      refs.InsertOrAssign(stored.block_hashes[i], keys[i - begin]);
+      AddTierLocked(slot, keys[i - begin], tier);
+    }
   }
   result.blocks_stored = stored.block_hashes.size();
   if (tier == ResidencyTier::kUnknown) result.unknown_medium = stored.block_hashes.size();
@@ -281,22 +341,38 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
     result.unknown_removals = removed.block_hashes.size();
     return result;
   }
-  for (EngineHash hash : removed.block_hashes) {
-    const auto at = refs->Find(hash);
-    if (at == FlatMap<BlockKey>::kNotFound) {
-      ++result.unknown_removals;
-      continue;
+  const std::span<const EngineHash> hashes(removed.block_hashes);
+  for (size_t begin = 0; begin < hashes.size(); begin += kApplyChunk) {
+    const std::span<const EngineHash> chunk =
+        hashes.subspan(begin, std::min(kApplyChunk, hashes.size() - begin));
+    // Prefetched in two waves (engine hash -> key, then the key's slots) and
+    // only then removed, so the misses of a chunk overlap (see
+    // ApplyStoredLocked). The hints change nothing: removal below looks
+    // every hash up again.
+    for (EngineHash hash : chunk) refs->Prefetch(hash);
+    for (EngineHash hash : chunk) {
+      const auto at = refs->Find(hash);
+      if (at == FlatMap<BlockKey>::kNotFound) continue;
+      slot.resident.Prefetch(refs->ValueAt(at));
+      holders_->Prefetch(refs->ValueAt(at));
     }
-    const BlockKey key = refs->ValueAt(at);
-    if (!RemoveTierLocked(slot, key, tier)) {
-      ++result.unknown_removals;
-      continue;
+    for (EngineHash hash : chunk) {
+      const auto at = refs->Find(hash);
+      if (at == FlatMap<BlockKey>::kNotFound) {
+        ++result.unknown_removals;
+        continue;
+      }
+      const BlockKey key = refs->ValueAt(at);
+      if (!RemoveTierLocked(slot, key, tier)) {
+        ++result.unknown_removals;
+        continue;
+      }
+      ++result.blocks_removed;
+      // Keep the engine mapping while another tier still holds the block: a
+      // later removal from that tier, or a child's parent lookup, needs it.
+      // (`at` is still good: RemoveTierLocked changes other tables only.)
+      if (!slot.resident.Contains(key)) refs->EraseAt(at);
     }
-    ++result.blocks_removed;
-    // Keep the engine mapping while another tier still holds the block: a
-    // later removal from that tier, or a child's parent lookup, needs it.
-    // (`at` is still good: RemoveTierLocked changes other tables only.)
-    if (!slot.resident.Contains(key)) refs->EraseAt(at);
   }
   slot.DropGroupIfEmpty(removed.group_idx);
   return result;
@@ -368,12 +444,11 @@ Result<std::vector<BlockKey>> ResidencyIndex::KeysForEngineHashes(
 std::vector<WorkerResidency> ResidencyIndex::Workers() const {
   std::shared_lock lock(mu_);
   std::vector<WorkerResidency> out;
-  for (const auto& slot : workers_) {
-    if (!slot) continue;
-    out.push_back({slot->id, slot->model, slot->block_size, slot->state, slot->blocks});
+  out.reserve(by_id_.size());
+  for (uint32_t number : by_id_) {
+    const WorkerSlot& slot = *workers_[number];
+    out.push_back({slot.id, slot.model, slot.block_size, slot.state, slot.blocks});
   }
-  std::sort(out.begin(), out.end(),
-            [](const WorkerResidency& a, const WorkerResidency& b) { return a.id < b.id; });
   return out;
 }
 
@@ -388,25 +463,87 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   std::shared_lock lock(mu_);
   std::vector<WorkerOverlap> out;
   if (chain.empty()) return out;
-  // Walk the chain once per candidate: O(depth x candidates), stopping at
-  // each worker's first missing block.
-  holders_->ForEachHolder(chain[0], [&](uint32_t number) {
+  struct Candidate {
+    const WorkerSlot* slot;
+    size_t blocks;  // leading blocks of the chain it holds, as far as walked
+  };
+  constexpr uint32_t kNotCandidate = ~uint32_t{0};
+  std::vector<Candidate> candidates;
+  std::vector<uint32_t> position(workers_.size(), kNotCandidate);  // worker number -> candidate
+  // Two buffers for lone holders, so the previous block's list stays valid
+  // while the next one is read.
+  std::array<uint32_t, 2> single{};
+  std::span<const uint32_t> previous = holders_->Holders(chain[0], single[0]);
+  candidates.reserve(previous.size());
+  for (uint32_t number : previous) {
     const WorkerSlot& slot = *workers_[number];
-    if (slot.state != WorkerState::kLive) return;
-    WorkerOverlap overlap;
+    if (slot.state != WorkerState::kLive) continue;
+    position[number] = static_cast<uint32_t>(candidates.size());
+    candidates.push_back({&slot, 0});
+  }
+  // One walk down the chain through the holder lists, rather than one per
+  // candidate through its own table: a shared prefix's blocks are looked up
+  // once, not once per worker holding it. A candidate that held every block
+  // before i goes on if it holds block i; the walk ends when none does.
+  std::vector<uint32_t> matching(candidates.size());  // candidates still matching
+  std::iota(matching.begin(), matching.end(), uint32_t{0});
+  std::vector<size_t> seen(candidates.size(), 0);  // the last block each was seen holding
+  size_t walked = 1;
+  for (size_t turn = 1; walked < chain.size() && !matching.empty(); ++walked, turn ^= 1) {
+    const std::span<const uint32_t> holders = holders_->Holders(chain[walked], single[turn]);
+    // The same holders as the block before (a shared prefix's blocks have
+    // the same list, in the same order): whoever held that block holds this
+    // one, so nobody stops here.
+    if (SameList(holders, previous)) {
+      turn ^= 1;  // `previous` still points into the other buffer
+      continue;
+    }
+    for (uint32_t number : holders) {
+      if (const uint32_t at = position[number]; at != kNotCandidate) seen[at] = walked;
+    }
+    std::erase_if(matching, [&](uint32_t at) {
+      if (seen[at] == walked) return false;
+      candidates[at].blocks = walked;
+      return true;
+    });
+    previous = holders;
+  }
+  for (uint32_t at : matching) candidates[at].blocks = walked;
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.slot->rank < b.slot->rank; });
+
+  out.reserve(candidates.size());
+  for (const Candidate& candidate : candidates) {
+    const WorkerSlot& slot = *candidate.slot;
+    WorkerOverlap& overlap = out.emplace_back();
     overlap.worker = slot.id;
-    for (BlockKey key : chain) {
-      const auto at = slot.resident.Find(key);
+    // A worker whose blocks all count in one tier slot (an engine that never
+    // offloads) has that slot as every block's best tier: no lookups.
+    size_t uniform = 0;
+    size_t tiers_in_use = 0;
+    for (size_t t = 0; t < kIndexedTiers.size(); ++t) {
+      if (slot.blocks[t] == 0) continue;
+      uniform = t;
+      ++tiers_in_use;
+    }
+    if (tiers_in_use == 1) {
+      overlap.blocks = candidate.blocks;
+      overlap.by_tier[uniform] = candidate.blocks;
+      overlap.best_tier.assign(candidate.blocks, static_cast<uint8_t>(uniform));
+      continue;
+    }
+    overlap.best_tier.reserve(candidate.blocks);
+    for (size_t i = 0; i < candidate.blocks; ++i) {
+      const auto at = slot.resident.Find(chain[i]);
+      // Never taken: the holder lists and `resident` change together. Were
+      // they to disagree, the table is what a per-worker walk would trust.
       if (at == FlatMap<uint16_t>::kNotFound) break;
       const size_t tier = BestTierSlot(slot.resident.ValueAt(at));
       ++overlap.blocks;
       ++overlap.by_tier[tier];
       overlap.best_tier.push_back(static_cast<uint8_t>(tier));
     }
-    out.push_back(std::move(overlap));
-  });
-  std::sort(out.begin(), out.end(),
-            [](const WorkerOverlap& a, const WorkerOverlap& b) { return a.worker < b.worker; });
+  }
   return out;
 }
 

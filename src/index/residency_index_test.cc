@@ -2,7 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <map>
 #include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace kvgov::index {
 namespace {
@@ -211,6 +218,189 @@ TEST_F(ResidencyIndexTest, LongSaltedExtraKeyMatchesTheRequestChain) {
   std::vector<WorkerOverlap> overlap = index_.Overlap(chain);
   ASSERT_EQ(overlap.size(), 1u);
   EXPECT_EQ(overlap[0].blocks, 2u);
+}
+
+}  // namespace
+}  // namespace kvgov::index
+
+namespace kvgov::index {
+namespace {
+
+// Overlap walks the chain once through the holder lists and reads tiers from
+// a worker's counts when it uses one tier only. Checked against the plain
+// definition (each live worker holding chain[0], walked block by block in
+// its own residency) over random residency: shared and partial prefixes,
+// holes, holder lists built in different orders, mixed and unindexed tiers,
+// stale workers, and workers removed and registered again.
+TEST(ResidencyIndexOverlapTest, RandomResidencyMatchesTheDefinition) {
+  constexpr std::array<ResidencyTier, 6> kTiers = {
+      ResidencyTier::kHBM, ResidencyTier::kDRAM,  ResidencyTier::kDisk,
+      ResidencyTier::kCXL, ResidencyTier::kRemote, ResidencyTier::kUnknown};
+  auto best_slot = [](const std::set<ResidencyTier>& tiers) -> uint8_t {
+    for (size_t slot = 0; slot + 1 < kIndexedTiers.size(); ++slot) {
+      if (tiers.contains(kIndexedTiers[slot])) return static_cast<uint8_t>(slot);
+    }
+    return static_cast<uint8_t>(kIndexedTiers.size() - 1);
+  };
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    ResidencyIndex index;
+    // worker -> key -> tiers; and which are stale.
+    std::map<std::string, std::map<BlockKey, std::set<ResidencyTier>>> model;
+    std::set<std::string> stale;
+    const int workers = 1 + static_cast<int>(rng() % 12);
+    std::vector<std::string> ids;
+    for (int w = 0; w < workers; ++w) ids.push_back("w" + std::to_string(rng() % 1000));
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::shuffle(ids.begin(), ids.end(), rng);  // registered out of id order
+    for (const std::string& id : ids) {
+      ASSERT_TRUE(index.AddWorker(id, "llama", 4).ok());
+      model[id];
+    }
+    // A chain over a small key universe (so prefixes are shared and a key
+    // may even repeat), and residency mostly along it.
+    const size_t length = 1 + rng() % 40;
+    std::vector<BlockKey> chain(length);
+    for (BlockKey& key : chain) key = 1 + rng() % 60;
+    for (int op = 0; op < 300; ++op) {
+      const std::string& id = ids[rng() % ids.size()];
+      const bool one_tier = id.back() % 2 == 0;  // these use hbm only
+      const ResidencyTier tier = one_tier ? ResidencyTier::kHBM : kTiers[rng() % kTiers.size()];
+      const size_t begin = rng() % length;
+      const size_t end = std::min(length, begin + 1 + rng() % 12);
+      std::vector<BlockKey> keys(chain.begin() + static_cast<long>(begin),
+                                 chain.begin() + static_cast<long>(end));
+      if (rng() % 4 == 0) {
+        ASSERT_TRUE(index.RemoveBlocks(id, keys, tier).ok());
+        for (BlockKey key : keys) {
+          auto it = model[id].find(key);
+          if (it == model[id].end()) continue;
+          it->second.erase(tier);
+          if (it->second.empty()) model[id].erase(it);
+        }
+      } else {
+        ASSERT_TRUE(index.AddBlocks(id, keys, tier).ok());
+        for (BlockKey key : keys) model[id][key].insert(tier);
+      }
+    }
+    // Some stale, and one removed and registered again (its number reused).
+    for (const std::string& id : ids) {
+      if (rng() % 5 == 0) {
+        ASSERT_TRUE(index.SetState(id, WorkerState::kStale).ok());
+        stale.insert(id);
+      }
+    }
+    if (ids.size() > 1) {
+      const std::string& id = ids[rng() % ids.size()];
+      ASSERT_TRUE(index.RemoveWorker(id).ok());
+      ASSERT_TRUE(index.AddWorker(id, "llama", 4).ok());
+      model[id].clear();
+      stale.erase(id);
+      std::vector<BlockKey> prefix(chain.begin(), chain.begin() + static_cast<long>(length / 2));
+      ASSERT_TRUE(index.AddBlocks(id, prefix, ResidencyTier::kDRAM).ok());
+      for (BlockKey key : prefix) model[id][key].insert(ResidencyTier::kDRAM);
+    }
+
+    std::vector<WorkerOverlap> expected;
+    for (const auto& [id, resident] : model) {  // std::map: sorted by id
+      if (stale.contains(id) || !resident.contains(chain[0])) continue;
+      WorkerOverlap overlap;
+      overlap.worker = id;
+      for (BlockKey key : chain) {
+        auto it = resident.find(key);
+        if (it == resident.end()) break;
+        const uint8_t slot = best_slot(it->second);
+        ++overlap.blocks;
+        ++overlap.by_tier[slot];
+        overlap.best_tier.push_back(slot);
+      }
+      expected.push_back(std::move(overlap));
+    }
+    std::vector<WorkerOverlap> got = index.Overlap(chain);
+    ASSERT_EQ(got.size(), expected.size()) << "round " << round;
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE("round " + std::to_string(round) + ", worker " + expected[i].worker);
+      EXPECT_EQ(got[i].worker, expected[i].worker);
+      EXPECT_EQ(got[i].blocks, expected[i].blocks);
+      EXPECT_EQ(got[i].by_tier, expected[i].by_tier);
+      EXPECT_EQ(got[i].best_tier, expected[i].best_tier);
+    }
+  }
+}
+
+TEST(ResidencyIndexOverlapTest, WorkersStaySortedByIdAcrossRemovalsAndReuse) {
+  ResidencyIndex index;
+  for (const char* id : {"m", "c", "x", "a", "q"}) {
+    ASSERT_TRUE(index.AddWorker(id, "llama", 4).ok());
+  }
+  ASSERT_TRUE(index.RemoveWorker("c").ok());
+  ASSERT_TRUE(index.AddWorker("b", "llama", 4).ok());  // takes c's number
+  ASSERT_TRUE(index.RemoveWorker("x").ok());
+  ASSERT_TRUE(index.AddWorker("z", "llama", 4).ok());
+  std::vector<std::string> ids;
+  for (const WorkerResidency& worker : index.Workers()) ids.push_back(worker.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "m", "q", "z"}));
+  const std::vector<BlockKey> chain = {11, 12};
+  for (const std::string& id : ids) {
+    ASSERT_TRUE(index.AddBlocks(id, chain, ResidencyTier::kHBM).ok());
+  }
+  std::vector<std::string> overlapping;
+  for (const WorkerOverlap& overlap : index.Overlap(chain)) overlapping.push_back(overlap.worker);
+  EXPECT_EQ(overlapping, ids);
+}
+
+}  // namespace
+}  // namespace kvgov::index
+
+namespace kvgov::index {
+namespace {
+
+// A declared pool only sizes the tables: the same events leave the same
+// residency, snapshot for snapshot, whether the pool is declared, smaller
+// than what arrives, or not given.
+TEST(ResidencyIndexPoolTest, DeclaredPoolChangesNoAnswer) {
+  ResidencyIndex index;
+  ASSERT_TRUE(index.AddWorker("plain", "llama", 4).ok());
+  ASSERT_TRUE(index.AddWorker("sized", "llama", 4, 4096).ok());
+  ASSERT_TRUE(index.AddWorker("small", "llama", 4, 3).ok());
+  std::mt19937_64 rng(3);
+  std::vector<EngineHash> live;
+  for (int event = 0; event < 200; ++event) {
+    EngineEvent applied;
+    if (event % 3 == 2 && !live.empty()) {
+      BlockRemoved removed;
+      removed.medium = "GPU";
+      removed.block_hashes.push_back(live[rng() % live.size()]);
+      applied = removed;
+    } else {
+      BlockStored stored;
+      stored.block_size = 4;
+      stored.medium = event % 5 == 0 ? "CPU" : "GPU";
+      for (int b = 0; b < 4; ++b) {
+        stored.block_hashes.push_back(rng());
+        for (int t = 0; t < 4; ++t) {
+          stored.token_ids.push_back(static_cast<int64_t>(rng() % 1000));
+        }
+      }
+      live.insert(live.end(), stored.block_hashes.begin(), stored.block_hashes.end());
+      applied = stored;
+    }
+    for (const char* id : {"plain", "sized", "small"}) {
+      ASSERT_TRUE(index.Apply(id, applied).ok());
+    }
+  }
+  Result<std::string> plain = index.SnapshotWorker("plain");
+  ASSERT_TRUE(plain.ok());
+  for (const char* id : {"sized", "small"}) {
+    Result<std::string> sized = index.SnapshotWorker(id);
+    ASSERT_TRUE(sized.ok());
+    EXPECT_EQ(index.Worker(id)->blocks, index.Worker("plain")->blocks) << id;
+    // The snapshot names no worker, so equal residency is equal bytes.
+    EXPECT_EQ(*sized, *plain) << id;
+  }
+  EXPECT_EQ(index.Apply("sized", AllBlocksCleared{}).status().code(), StatusCode::kOk);
+  EXPECT_EQ(index.Worker("sized")->blocks, (std::array<uint64_t, kIndexedTiers.size()>{}));
 }
 
 }  // namespace

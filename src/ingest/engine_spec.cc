@@ -95,6 +95,10 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
       engine.model = std::string(value);
     } else if (key == "block-size") {
       KVGOV_ASSIGN_OR_RETURN(engine.block_size, ParsePositive(key, value, 1 << 20));
+    } else if (key == "pool-blocks") {
+      // 2^24 blocks (a quarter of a billion tokens at 16 a block) is past any
+      // one rank's pool, and bounds the tables sized for it.
+      KVGOV_ASSIGN_OR_RETURN(engine.pool_blocks, ParsePositive(key, value, int64_t{1} << 24));
     } else if (key == "dp-ranks") {
       KVGOV_ASSIGN_OR_RETURN(int64_t ranks, ParsePositive(key, value, 1024));
       engine.dp_ranks = static_cast<int>(ranks);

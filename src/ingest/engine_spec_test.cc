@@ -8,7 +8,7 @@ namespace {
 TEST(EngineSpecTest, ParsesEveryKey) {
   Result<EngineSpec> spec = ParseEngineSpec(
       "id=w1,kind=sglang,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,model=qwen,"
-      "block-size=64,dp-ranks=2,control=http://127.0.0.1:8000");
+      "block-size=64,pool-blocks=9864,dp-ranks=2,control=http://127.0.0.1:8000");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->id, "w1");
   EXPECT_EQ(spec->kind, EngineKind::kSglang);
@@ -16,6 +16,7 @@ TEST(EngineSpecTest, ParsesEveryKey) {
   EXPECT_EQ(spec->replay, "tcp://127.0.0.1:5558");
   EXPECT_EQ(spec->model, "qwen");
   EXPECT_EQ(spec->block_size, 64);
+  EXPECT_EQ(spec->pool_blocks, 9864);
   EXPECT_EQ(spec->dp_ranks, 2);
   EXPECT_EQ(spec->control, "http://127.0.0.1:8000");
 }
@@ -33,6 +34,7 @@ TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->kind, EngineKind::kVllm);
   EXPECT_EQ(spec->block_size, 16);
+  EXPECT_EQ(spec->pool_blocks, 0);  // not given: tables grow as blocks arrive
   EXPECT_EQ(spec->dp_ranks, 1);
   EXPECT_TRUE(spec->replay.empty());
   EXPECT_TRUE(spec->control.empty());
@@ -54,6 +56,9 @@ TEST(EngineSpecTest, ErrorsNameTheKeyAtFault) {
            {"id=w1,events=tcp://h:99999,model=m", "events: port '99999' is not in 1-65535"},
            {"id=w1,events=tcp://h:1,model=m,block-size=0", "block-size: want an integer"},
            {"id=w1,events=tcp://h:1,model=m,dp-ranks=x", "dp-ranks: want an integer"},
+           {"id=w1,events=tcp://h:1,model=m,pool-blocks=0", "pool-blocks: want an integer"},
+           {"id=w1,events=tcp://h:1,model=m,pool-blocks=16777217",
+            "pool-blocks: want an integer in 1-16777216"},
            {"id=w 1,events=tcp://h:1,model=m", "id: want letters"},
            {"id=w1@dp0,events=tcp://h:1,model=m", "id: want letters"},
            {"id=w1,events=tcp://h:1,model=m,control=ftp://x", "control: want http://"},

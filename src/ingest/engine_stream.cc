@@ -139,7 +139,6 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
                  batch.status().message().c_str());
     return;
   }
-  stats_.batches.fetch_add(1, std::memory_order_relaxed);
   last_ts_ = std::max(last_ts_, batch->ts);
   stats_.ignored_fields.fetch_add(batch->ignored.unknown_fields, std::memory_order_relaxed);
   stats_.ignored_event_types.fetch_add(batch->ignored.unknown_event_types,
@@ -164,11 +163,20 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
       stale_ = false;
       (void)index_->SetState(worker_, index::WorkerState::kLive);
     }
-    if (sink_) {
-      const int64_t block_size = index_->Worker(worker_).value_or(index::WorkerResidency{}).block_size;
-      for (const Entry& entry : LowerEngineEvent(event, worker_, block_size)) sink_(entry);
-    }
+    if (sink_) LowerEngineEventEach(event, worker_, BlockSize(), sink_);
   }
+  // Counted after every event of the batch went to the index (applied or
+  // refused), so a reader that sees the count also sees what it did there.
+  stats_.batches.fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t EngineStream::BlockSize() {
+  // A registration's block size never changes, so it is read once rather
+  // than copied out of the index (under its lock) for every event.
+  if (block_size_ == 0) {
+    block_size_ = index_->Worker(worker_).value_or(index::WorkerResidency{}).block_size;
+  }
+  return block_size_;
 }
 
 void EngineStream::StartOver() {

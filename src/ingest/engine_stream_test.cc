@@ -357,3 +357,39 @@ TEST_F(EngineStreamTest, ResumeWithTheSameHistoryGoesOn) {
 
 }  // namespace
 }  // namespace kvgov::ingest
+
+namespace kvgov::ingest {
+namespace {
+
+// The observer sees each event before the index applies it; `batches` must
+// already count a batch only once its events are all applied.
+TEST_F(EngineStreamTest, BatchesCountDecodedBatchesOnceApplied) {
+  EngineStream stream = MakeStream(nullptr);
+  std::vector<uint64_t> batches_seen;
+  stream.set_observer([&](std::string_view, uint64_t, const EngineEvent&) {
+    batches_seen.push_back(stream.stats().batches.load());
+  });
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Stored({2}, 1, 200).Bytes());
+  EXPECT_EQ(batches_seen, (std::vector<uint64_t>{0, 0}));
+  EXPECT_EQ(stream.stats().batches.load(), 1u);
+  stream.OnMessage(1, "\xc1 not msgpack");  // counted as a decode error, not a batch
+  EXPECT_EQ(stream.stats().batches.load(), 1u);
+  stream.OnMessage(2, BatchBuilder(2.0).Removed({2}).Bytes());
+  EXPECT_EQ(stream.stats().batches.load(), 2u);
+  EXPECT_EQ(batches_seen, (std::vector<uint64_t>{0, 0, 1}));
+}
+
+// The entries carry the worker's block size for records without their own
+// (a removal), read from the index once rather than per event.
+TEST_F(EngineStreamTest, LoweredRemovalsCarryTheWorkersBlockSize) {
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1, 2}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, BatchBuilder(2.0).Removed({2}).Removed({1}).Bytes());
+  ASSERT_EQ(entries_.size(), 4u);
+  for (const Entry& entry : entries_) EXPECT_EQ(entry.id.length, kBlockSize);
+  EXPECT_EQ(entries_[2].id.digest, "0000000000000002");
+  EXPECT_EQ(entries_[3].id.digest, "0000000000000001");
+}
+
+}  // namespace
+}  // namespace kvgov::ingest

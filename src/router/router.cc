@@ -23,51 +23,84 @@ uint64_t Affinity(index::BlockKey first_block, std::string_view worker) {
   return h ^ (h >> 31);
 }
 
-struct Ranked {
-  Candidate candidate;
+// What ranks a candidate, packed apart from it so a sort compares these
+// few bytes rather than reaching into each Candidate.
+struct RankKey {
+  bool eligible;
+  double cost;
+  double credited_blocks;
+  double load_blocks;
   uint64_t affinity;
+  uint32_t index;  // into the workers, which are sorted by id
 };
 
 // Eligible before ineligible; then lowest cost; ties go to more credited
 // overlap, then lower load, then the higher affinity, then the smaller id,
-// so equal inputs always give the same answer.
-bool BetterThan(const Ranked& x, const Ranked& y) {
-  const Candidate& a = x.candidate;
-  const Candidate& b = y.candidate;
+// so equal inputs always give the same answer. Workers are listed by id,
+// so comparing their indexes compares their ids.
+bool BetterThan(const RankKey& a, const RankKey& b) {
   if (a.eligible != b.eligible) return a.eligible;
-  if (!a.eligible) return a.worker < b.worker;
+  if (!a.eligible) return a.index < b.index;
   if (a.cost != b.cost) return a.cost < b.cost;
   if (a.credited_blocks != b.credited_blocks) return a.credited_blocks > b.credited_blocks;
-  if (a.load.blocks != b.load.blocks) return a.load.blocks < b.load.blocks;
-  if (x.affinity != y.affinity) return x.affinity > y.affinity;
-  return a.worker < b.worker;
+  if (a.load_blocks != b.load_blocks) return a.load_blocks < b.load_blocks;
+  if (a.affinity != b.affinity) return a.affinity > b.affinity;
+  return a.index < b.index;
 }
 
-const char* IneligibleReason(const WorkerStatus* status, index::WorkerState state) {
+const char* IneligibleReason(const RouteStatus* status, index::WorkerState state) {
   if (status != nullptr && !status->healthy) return "unhealthy";
   if (status != nullptr && status->draining) return "draining";
   if (state == index::WorkerState::kStale) return "stale";
   return nullptr;
 }
 
+// Whether adding these credits block by block gives exactly what a count of
+// blocks per tier times each credit gives. It does when every credit is a
+// multiple of 2^-8 no larger than 2^8 in magnitude: every partial sum is
+// then a multiple of 2^-8 below 2^53 of them (for any prompt under 2^37
+// blocks), so no addition rounds. The defaults (1, 0.75, 0.5, 0) are.
+bool CreditSumsAreExact(const std::array<double, index::kIndexedTiers.size()>& credits) {
+  for (double credit : credits) {
+    if (!std::isfinite(credit) || std::abs(credit) > 256.0) return false;
+    const double scaled = credit * 256.0;  // exact: a power of two
+    if (scaled != std::trunc(scaled)) return false;
+  }
+  return true;
+}
+
+// One block size's prompt keys and who holds how much of them.
+struct ChainOverlap {
+  int64_t block_size = 0;
+  std::vector<index::BlockKey> keys;
+  std::vector<index::WorkerOverlap> overlaps;  // sorted by worker id
+  size_t next = 0;  // merge cursor: workers are visited in id order too
+};
+
 }  // namespace
 
 Router::Router(const index::ResidencyIndex* index, const WorkerStatusTable* status,
                RouteWeights weights, const SpanGate* gate)
-    : index_(index), status_(status), weights_(weights), gate_(gate), rng_(weights.seed) {}
+    : index_(index),
+      status_(status),
+      weights_(weights),
+      gate_(gate),
+      exact_credit_sums_(CreditSumsAreExact(weights.tier_credit)),
+      rng_(weights.seed) {}
 
-WorkerLoad Router::LoadLocked(const std::string& worker, const WorkerStatus* status) const {
+WorkerLoad Router::LoadLocked(std::string_view worker,
+                              const std::optional<ScrapedLoad>& scraped) const {
   WorkerLoad load;
   if (auto it = totals_.find(worker); it != totals_.end()) {
     load.in_flight_requests = it->second.requests;
     load.in_flight_blocks = it->second.blocks;
   }
   load.blocks = static_cast<double>(load.in_flight_blocks);
-  if (status != nullptr && status->scraped.has_value()) {
-    load.scraped = status->scraped;
+  if (scraped.has_value()) {
+    load.scraped = scraped;
     // The engine's own count includes what kvgov routed there; only the
     // rest is load kvgov does not already know by its blocks.
-    const double reported = status->scraped->running + status->scraped->waiting;
+    const double reported = scraped->running + scraped->waiting;
     const double unrouted = std::max(0.0, reported - static_cast<double>(load.in_flight_requests));
     load.blocks += weights_.unrouted_request_blocks * unrouted;
   }
@@ -77,10 +110,10 @@ WorkerLoad Router::LoadLocked(const std::string& worker, const WorkerStatus* sta
 Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_view cache_salt,
                                     std::string decision_id, int64_t now_ms) {
   if (request.model.empty()) return Status::InvalidArgument("model: required, got empty");
-  std::vector<index::WorkerResidency> workers;
-  for (index::WorkerResidency& worker : index_->Workers()) {
-    if (worker.model == request.model) workers.push_back(std::move(worker));
-  }
+  std::vector<index::WorkerResidency> workers = index_->Workers();  // sorted by id
+  std::erase_if(workers, [&](const index::WorkerResidency& worker) {
+    return worker.model != request.model;
+  });
   if (workers.empty()) {
     return Status::NotFound("model: no registered worker serves '" + request.model + "'");
   }
@@ -88,75 +121,132 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
                                                    request.workers.end());
 
   // Keys per block size: workers of one model normally share one.
-  std::map<int64_t, std::vector<index::BlockKey>> chains;
-  std::map<int64_t, std::map<std::string, index::WorkerOverlap, std::less<>>> overlaps;
-  for (const index::WorkerResidency& worker : workers) {
-    if (chains.contains(worker.block_size)) continue;
-    std::vector<index::BlockKey> chain = index::RequestChain(
-        index_->hasher(), {request.model, request.lora_name, 0}, cache_salt, request.token_ids,
-        worker.block_size);
-    for (index::WorkerOverlap& overlap : index_->Overlap(chain)) {
-      std::string id = overlap.worker;
-      overlaps[worker.block_size].emplace(std::move(id), std::move(overlap));
+  std::vector<ChainOverlap> chains;
+  auto chain_for = [&chains](int64_t block_size) -> ChainOverlap* {
+    for (ChainOverlap& chain : chains) {
+      if (chain.block_size == block_size) return &chain;
     }
-    chains.emplace(worker.block_size, std::move(chain));
+    return nullptr;
+  };
+  for (const index::WorkerResidency& worker : workers) {
+    if (chain_for(worker.block_size) != nullptr) continue;
+    ChainOverlap& chain = chains.emplace_back();
+    chain.block_size = worker.block_size;
+    chain.keys = index::RequestChain(index_->hasher(), {request.model, request.lora_name, 0},
+                                     cache_salt, request.token_ids, worker.block_size);
+    chain.overlaps = index_->Overlap(chain.keys);
   }
 
   RouteDecision decision;
   decision.decision_id = std::move(decision_id);
   decision.cache_salt = std::string(cache_salt);
-  decision.prompt_blocks = chains.at(workers.front().block_size).size();
+  decision.prompt_blocks = chain_for(workers.front().block_size)->keys.size();
   std::optional<SpanGate::Limit> gated;  // the last refusal governance gave
 
-  std::vector<Ranked> ranked;
-  ranked.reserve(workers.size());
-  std::lock_guard lock(mu_);
-  for (const index::WorkerResidency& worker : workers) {
-    std::optional<WorkerStatus> status = status_->Get(worker.id);
-    Candidate candidate;
-    candidate.worker = worker.id;
-    const std::vector<index::BlockKey>& chain = chains.at(worker.block_size);
-    const auto& by_worker = overlaps[worker.block_size];
-    if (auto it = by_worker.find(worker.id); it != by_worker.end()) {
-      const index::WorkerOverlap& overlap = it->second;
-      candidate.resident_blocks = overlap.blocks;
-      size_t creditable = overlap.blocks;
-      if (gate_ != nullptr) {
-        SpanGate::Limit limit = gate_->Creditable(worker.id, chain, overlap.blocks, now_ms);
-        if (limit.creditable < creditable) {
-          creditable = limit.creditable;
-          gated = limit;
-        }
-      }
-      candidate.overlap_blocks = creditable;
-      for (size_t i = 0; i < creditable; ++i) {
-        const uint8_t tier = overlap.best_tier[i];
-        ++candidate.tier_overlap[tier];
-        candidate.credited_blocks += weights_.tier_credit[tier];
+  std::vector<std::string_view> ids;
+  ids.reserve(workers.size());
+  for (const index::WorkerResidency& worker : workers) ids.push_back(worker.id);
+  const std::vector<std::optional<RouteStatus>> statuses = status_->RouteStatuses(ids);
+
+  // What residency and governance give each worker needs no router state:
+  // it is worked out before the lock.
+  struct Credit {
+    uint64_t resident_blocks = 0;
+    uint64_t overlap_blocks = 0;
+    std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};
+    double credited_blocks = 0;
+    uint64_t affinity = 0;
+  };
+  std::vector<Credit> credits(workers.size());
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const index::WorkerResidency& worker = workers[w];
+    Credit& credit = credits[w];
+    ChainOverlap& chain = *chain_for(worker.block_size);
+    while (chain.next < chain.overlaps.size() && chain.overlaps[chain.next].worker < worker.id) {
+      ++chain.next;
+    }
+    credit.affinity = Affinity(chain.keys.empty() ? 0 : chain.keys.front(), worker.id);
+    if (chain.next == chain.overlaps.size() || chain.overlaps[chain.next].worker != worker.id) {
+      continue;
+    }
+    const index::WorkerOverlap& overlap = chain.overlaps[chain.next];
+    credit.resident_blocks = overlap.blocks;
+    size_t creditable = overlap.blocks;
+    if (gate_ != nullptr) {
+      SpanGate::Limit limit = gate_->Creditable(worker.id, chain.keys, overlap.blocks, now_ms);
+      if (limit.creditable < creditable) {
+        creditable = limit.creditable;
+        gated = limit;
       }
     }
-    candidate.load = LoadLocked(worker.id, status ? &*status : nullptr);
-    const double prompt_blocks = static_cast<double>(chain.size());
-    candidate.cost = weights_.overlap_weight * (prompt_blocks - candidate.credited_blocks) +
-                     candidate.load.blocks;
+    credit.overlap_blocks = creditable;
+    if (exact_credit_sums_) {
+      if (creditable == overlap.blocks) {
+        credit.tier_overlap = overlap.by_tier;
+      } else {
+        for (size_t i = 0; i < creditable; ++i) ++credit.tier_overlap[overlap.best_tier[i]];
+      }
+      for (size_t t = 0; t < credit.tier_overlap.size(); ++t) {
+        credit.credited_blocks +=
+            static_cast<double>(credit.tier_overlap[t]) * weights_.tier_credit[t];
+      }
+    } else {
+      for (size_t i = 0; i < creditable; ++i) {
+        const uint8_t tier = overlap.best_tier[i];
+        ++credit.tier_overlap[tier];
+        credit.credited_blocks += weights_.tier_credit[tier];
+      }
+    }
+  }
+
+  std::vector<WorkerLoad> loads(workers.size());
+  std::vector<const char*> reasons(workers.size());
+  std::vector<RankKey> ranking(workers.size());
+  std::lock_guard lock(mu_);
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const index::WorkerResidency& worker = workers[w];
+    const RouteStatus* status = statuses[w] ? &*statuses[w] : nullptr;
+    loads[w] = LoadLocked(worker.id, status ? status->scraped : std::nullopt);
+    const WorkerLoad& load = loads[w];
+    const double prompt_blocks =
+        static_cast<double>(chain_for(worker.block_size)->keys.size());
+    const double cost =
+        weights_.overlap_weight * (prompt_blocks - credits[w].credited_blocks) + load.blocks;
     const char* reason = nullptr;
     if (!allowed.empty() && !allowed.contains(worker.id)) {
       reason = "not_allowed";
     } else {
-      reason = IneligibleReason(status ? &*status : nullptr, worker.state);
+      reason = IneligibleReason(status, worker.state);
     }
     if (reason == nullptr && weights_.busy_load_blocks > 0 &&
-        candidate.load.blocks >= weights_.busy_load_blocks) {
+        load.blocks >= weights_.busy_load_blocks) {
       reason = "busy";
     }
-    candidate.eligible = reason == nullptr;
-    if (reason != nullptr) candidate.reason = reason;
-    const uint64_t affinity = Affinity(chain.empty() ? 0 : chain.front(), worker.id);
-    ranked.push_back(Ranked{std::move(candidate), affinity});
+    reasons[w] = reason;
+    ranking[w] = {.eligible = reason == nullptr,
+                  .cost = cost,
+                  .credited_blocks = credits[w].credited_blocks,
+                  .load_blocks = load.blocks,
+                  .affinity = credits[w].affinity,
+                  .index = static_cast<uint32_t>(w)};
   }
-  std::sort(ranked.begin(), ranked.end(), BetterThan);
-  decision.candidates.reserve(ranked.size());
-  for (Ranked& entry : ranked) decision.candidates.push_back(std::move(entry.candidate));
+  std::sort(ranking.begin(), ranking.end(), BetterThan);
+  // Built once, in their final order.
+  decision.candidates.resize(ranking.size());
+  for (size_t rank = 0; rank < ranking.size(); ++rank) {
+    const RankKey& key = ranking[rank];
+    const Credit& credit = credits[key.index];
+    Candidate& candidate = decision.candidates[rank];
+    candidate.worker = workers[key.index].id;
+    candidate.resident_blocks = credit.resident_blocks;
+    candidate.overlap_blocks = credit.overlap_blocks;
+    candidate.tier_overlap = credit.tier_overlap;
+    candidate.credited_blocks = credit.credited_blocks;
+    candidate.load = std::move(loads[key.index]);
+    candidate.cost = key.cost;
+    candidate.eligible = key.eligible;
+    if (reasons[key.index] != nullptr) candidate.reason = reasons[key.index];
+  }
 
   const Candidate* chosen = nullptr;
   if (!decision.candidates.empty() && decision.candidates.front().eligible) {
@@ -239,7 +329,7 @@ size_t Router::ExpireDecisions(int64_t now_ms) {
 WorkerLoad Router::LoadOf(std::string_view worker) const {
   std::optional<WorkerStatus> status = status_->Get(worker);
   std::lock_guard lock(mu_);
-  return LoadLocked(std::string(worker), status ? &*status : nullptr);
+  return LoadLocked(worker, status ? status->scraped : std::nullopt);
 }
 
 std::string TenantCacheSalt(std::string_view secret, std::string_view tenant) {

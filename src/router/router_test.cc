@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <set>
-
+#include <algorithm>
+#include <array>
 #include <numeric>
+#include <optional>
+#include <set>
+#include <span>
+#include <string_view>
 
 #include "kvgov/index/block_key.h"
 
@@ -266,6 +270,113 @@ TEST_F(RouterTest, EqualCostsSpreadColdPrefixesAndKeepEachOnItsWorker) {
     ASSERT_TRUE(router_.Done(again.decision_id).ok());
   }
   EXPECT_EQ(chosen.size(), 3u);
+}
+
+}  // namespace
+}  // namespace kvgov::router
+
+namespace kvgov::router {
+namespace {
+
+// Credit is added block by block in the definition; with credits whose sums
+// are exact the route counts blocks per tier instead. Both must agree with
+// the definition, bit for bit, with and without a gate cutting the prefix.
+TEST_F(RouterTest, CreditIsTheSumOfEachCreditedBlocksTierCredit) {
+  std::vector<int64_t> prompt = Tokens(8);
+  std::vector<index::BlockKey> chain =
+      index::RequestChain(index_.hasher(), {"llama", "", 0}, "", prompt, kBlockSize);
+  // w1: blocks 0-2 in hbm, 3-5 in dram (so mixed tiers), block 1 also on disk.
+  ASSERT_TRUE(index_.AddBlocks("w1", std::span(chain).first(3), ResidencyTier::kHBM).ok());
+  ASSERT_TRUE(index_.AddBlocks("w1", std::span(chain).subspan(3, 3), ResidencyTier::kDRAM).ok());
+  ASSERT_TRUE(index_.AddBlocks("w1", std::span(chain).subspan(1, 1), ResidencyTier::kDisk).ok());
+  // w2: every block it holds on disk only.
+  ASSERT_TRUE(index_.AddBlocks("w2", std::span(chain).first(7), ResidencyTier::kDisk).ok());
+  const std::array<uint8_t, 6> w1_tiers = {0, 0, 0, 1, 1, 1};
+
+  for (const auto& credits : {std::array<double, 4>{1.0, 0.75, 0.5, 0.0},
+                              std::array<double, 4>{0.1, 0.7, 0.3, 0.05}}) {
+    RouteWeights weights = weights_;
+    weights.tier_credit = credits;
+    for (bool gated : {false, true}) {
+      HalfGate gate;
+      Router router(&index_, &status_, weights, gated ? &gate : nullptr);
+      Result<RouteDecision> decision = router.Route({"llama", "", prompt, "", {}}, "", "c", 0);
+      ASSERT_TRUE(decision.ok());
+      const Candidate& w1 = CandidateOf(*decision, "w1");
+      const Candidate& w2 = CandidateOf(*decision, "w2");
+      const size_t w1_credited = gated ? 3 : 6;
+      const size_t w2_credited = gated ? 3 : 7;
+      double w1_expected = 0;
+      std::array<uint64_t, 4> w1_by_tier{};
+      for (size_t i = 0; i < w1_credited; ++i) {
+        w1_expected += credits[w1_tiers[i]];
+        ++w1_by_tier[w1_tiers[i]];
+      }
+      double w2_expected = 0;
+      for (size_t i = 0; i < w2_credited; ++i) w2_expected += credits[2];
+      SCOPED_TRACE(std::string(gated ? "gated" : "ungated") + ", hbm credit " +
+                   std::to_string(credits[0]));
+      EXPECT_EQ(w1.resident_blocks, 6u);
+      EXPECT_EQ(w1.overlap_blocks, w1_credited);
+      EXPECT_EQ(w1.tier_overlap, w1_by_tier);
+      EXPECT_EQ(w1.credited_blocks, w1_expected);  // exactly, not nearly
+      EXPECT_EQ(w2.overlap_blocks, w2_credited);
+      EXPECT_EQ(w2.tier_overlap, (std::array<uint64_t, 4>{0, 0, w2_credited, 0}));
+      EXPECT_EQ(w2.credited_blocks, w2_expected);
+      EXPECT_EQ(w1.cost, weights.overlap_weight * (8 - w1_expected));
+    }
+  }
+}
+
+TEST_F(RouterTest, CandidatesAreRankedEligibleByCostThenIneligibleById) {
+  for (const char* id : {"w0", "w4", "w5"}) {
+    ASSERT_TRUE(index_.AddWorker(id, "llama", kBlockSize).ok());
+    ASSERT_TRUE(status_.Add(id, /*probed=*/false).ok());
+  }
+  std::vector<int64_t> prompt = Tokens(6);
+  Hold("w3", prompt, 2);
+  Hold("w1", prompt, 5);
+  Hold("w4", prompt, 6);
+  ASSERT_TRUE(status_.SetDraining("w4", true).ok());
+  ASSERT_TRUE(status_.SetDraining("w0", true).ok());
+  RouteDecision decision = Route(prompt);
+  std::vector<std::string> order;
+  for (const Candidate& c : decision.candidates) order.push_back(c.worker);
+  ASSERT_EQ(order.size(), 6u);
+  EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 2),
+            (std::vector<std::string>{"w1", "w3"}));
+  // The two cold eligible workers tie on everything but affinity.
+  std::vector<std::string> cold(order.begin() + 2, order.begin() + 4);
+  std::sort(cold.begin(), cold.end());
+  EXPECT_EQ(cold, (std::vector<std::string>{"w2", "w5"}));
+  EXPECT_EQ(std::vector<std::string>(order.begin() + 4, order.end()),
+            (std::vector<std::string>{"w0", "w4"}));
+  EXPECT_EQ(decision.worker, "w1");
+}
+
+TEST(WorkerStatusTableTest, RouteStatusesFollowTheGivenOrder) {
+  WorkerStatusTable table;
+  ASSERT_TRUE(table.Add("a", false).ok());
+  ASSERT_TRUE(table.Add("b", true).ok());
+  ASSERT_TRUE(table.Add("c", false).ok());
+  ASSERT_TRUE(table.SetDraining("c", true).ok());
+  ASSERT_TRUE(table.RecordScrape("a", {1, 2, 0.5, 7}).ok());
+  ASSERT_TRUE(table.RecordProbe("b", false, 5, "refused").ok());
+  for (const std::vector<std::string_view>& ids :
+       {std::vector<std::string_view>{"a", "b", "c", "d"},
+        std::vector<std::string_view>{"d", "c", "a", "b", "a"}}) {
+    std::vector<std::optional<RouteStatus>> got = table.RouteStatuses(ids);
+    ASSERT_EQ(got.size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::optional<WorkerStatus> full = table.Get(ids[i]);
+      ASSERT_EQ(got[i].has_value(), full.has_value()) << ids[i];
+      if (!full) continue;
+      EXPECT_EQ(got[i]->healthy, full->healthy) << ids[i];
+      EXPECT_EQ(got[i]->draining, full->draining) << ids[i];
+      EXPECT_EQ(got[i]->scraped, full->scraped) << ids[i];
+    }
+  }
+  EXPECT_TRUE(table.RouteStatuses({}).empty());
 }
 
 }  // namespace

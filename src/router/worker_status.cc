@@ -71,6 +71,23 @@ std::optional<WorkerStatus> WorkerStatusTable::Get(std::string_view worker) cons
   return it->second;
 }
 
+std::vector<std::optional<RouteStatus>> WorkerStatusTable::RouteStatuses(
+    std::span<const std::string_view> workers) const {
+  std::vector<std::optional<RouteStatus>> out(workers.size());
+  std::lock_guard lock(mu_);
+  // Sorted ids are met in map order: each is then the successor of the one
+  // before, found without a search.
+  auto next = workers_.begin();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    auto it = next != workers_.end() && next->first == workers[i] ? next
+                                                                  : workers_.find(workers[i]);
+    if (it == workers_.end()) continue;
+    out[i] = RouteStatus{it->second.healthy, it->second.draining, it->second.scraped};
+    next = std::next(it);
+  }
+  return out;
+}
+
 std::vector<WorkerStatus> WorkerStatusTable::All() const {
   std::lock_guard lock(mu_);
   std::vector<WorkerStatus> out;

@@ -6,6 +6,7 @@
 // Wire forms: docs/formats/engine-events.md.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -87,5 +88,13 @@ std::string_view EngineEventTypeName(const EngineEvent& event);
 /// decoder.
 std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view worker,
                                     int64_t block_size);
+
+/// The entries LowerEngineEvent returns, in the same order, handed to `sink`
+/// one at a time. An event's entries differ only in their span digest, so
+/// one entry is built per event and its digest rewritten for each block:
+/// lowering costs no allocation per block. The entry `sink` sees is valid
+/// only during the call.
+void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
+                          int64_t block_size, const std::function<void(const Entry&)>& sink);
 
 }  // namespace kvgov

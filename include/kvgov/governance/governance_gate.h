@@ -1,12 +1,13 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <utility>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvgov/core/nixl_lease.h"
@@ -24,6 +25,8 @@ namespace kvgov::governance {
 /// for routing.
 ///
 /// Thread-safe: a reader-writer lock; route calls read, governance writes.
+/// While governance holds nothing at all, route calls skip the lock (a flag
+/// every write updates under it says so).
 class GovernanceGate : public router::SpanGate {
  public:
   Limit Creditable(std::string_view worker, std::span<const index::BlockKey> chain,
@@ -51,15 +54,33 @@ class GovernanceGate : public router::SpanGate {
     std::vector<index::BlockKey> keys;
     NIXLLease record;
   };
+  // What governance holds against one worker. Absent, or with every member
+  // empty and zero, it refuses nothing, so a route over a worker with no
+  // entry here checks only the quarantine: most routes, since leases and
+  // invalidations name few workers.
+  struct WorkerRules {
+    int whole_worker_pending = 0;
+    // key -> directives pending on it; counted, since two may name one
+    // block. Only counts above zero are kept.
+    std::unordered_map<index::BlockKey, int> pending;
+    // key -> the lease covering it; the last lease to cover wins.
+    std::unordered_map<index::BlockKey, std::string> covered;
+  };
+
+  // REQUIRES: mu_ held exclusively. Drops the worker's entry once it
+  // refuses nothing, so the quick path above stays the common one.
+  void ForgetIfEmpty(std::map<std::string, WorkerRules, std::less<>>::iterator it);
+  // REQUIRES: mu_ held exclusively; called last by every write.
+  void UpdateHoldsAnything();
 
   mutable std::shared_mutex mu_;
-  std::set<index::BlockKey> quarantined_;  // guarded by mu_
-  std::map<std::string, Lease, std::less<>> leases_;  // guarded by mu_
-  // (worker, key) -> the lease covering it; the last lease to cover wins.
-  std::map<std::pair<std::string, index::BlockKey>, std::string> covered_;  // guarded by mu_
-  // Counts, since two directives may name one block.
-  std::map<std::pair<std::string, index::BlockKey>, int> pending_;  // guarded by mu_
-  std::map<std::string, int, std::less<>> pending_workers_;         // guarded by mu_
+  // Whether anything is quarantined or held against any worker. Written
+  // under mu_ by every write; a route that reads false needs no lock, as if
+  // it had run just before the write that will set it.
+  std::atomic<bool> holds_anything_{false};
+  std::unordered_set<index::BlockKey> quarantined_;          // guarded by mu_
+  std::map<std::string, Lease, std::less<>> leases_;         // guarded by mu_
+  std::map<std::string, WorkerRules, std::less<>> workers_;  // guarded by mu_
 };
 
 }  // namespace kvgov::governance

@@ -73,9 +73,16 @@ class ResidencyIndex {
   const BlockKeyHasher& hasher() const { return hasher_; }
 
   /// Registers a worker serving `model` with `block_size` tokens per block.
-  /// AlreadyExists if registered; InvalidArgument for an empty id or model
-  /// or a block size <= 0; ResourceExhausted past 2^26 registered workers.
-  Status AddWorker(std::string_view worker, std::string_view model, int64_t block_size);
+  /// `pool_blocks`, when known (0: not), is how many blocks the engine's KV
+  /// pool holds: the worker's tables (and the shared holder table, to at
+  /// least one full pool) are then sized here, instead of doubling their way
+  /// there while the pool fills (each doubling rehashes, and faults in and
+  /// releases a whole array); a clear releases the worker's tables as
+  /// before. Sizing changes no answer. AlreadyExists if registered;
+  /// InvalidArgument for an empty id or model or a block size <= 0;
+  /// ResourceExhausted past 2^26 registered workers.
+  Status AddWorker(std::string_view worker, std::string_view model, int64_t block_size,
+                   uint64_t pool_blocks = 0);
 
   /// Deletes the worker and everything resident on it. NotFound if unknown.
   Status RemoveWorker(std::string_view worker);
@@ -141,6 +148,7 @@ class ResidencyIndex {
   // REQUIRES: mu_ held (shared is enough for FindLocked).
   WorkerSlot* FindLocked(std::string_view worker) const;
   // REQUIRES: mu_ held exclusively.
+  void RankLocked();  // renumbers every slot's position in by_id_
   void AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   bool RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   void ClearLocked(WorkerSlot& slot);
@@ -155,6 +163,9 @@ class ResidencyIndex {
   std::vector<std::unique_ptr<WorkerSlot>> workers_;  // index = worker number; null when removed
   std::vector<uint32_t> free_numbers_;                // numbers of removed workers, for reuse
   std::unordered_map<std::string, uint32_t> worker_numbers_;
+  // Worker numbers in id order: listings and overlaps come out sorted by id
+  // without sorting strings on every route. Each slot keeps its position.
+  std::vector<uint32_t> by_id_;
   // Which workers hold each key; the tiers are in each worker's own table.
   // (src/index/holder_index.h; behind a pointer to keep it out of this header.)
   std::unique_ptr<HolderIndex> holders_;

@@ -34,6 +34,10 @@ struct EngineSpec {
   std::string replay;   // tcp://HOST:PORT of its ROUTER replay socket; optional
   std::string model;
   int64_t block_size = 16;
+  // Blocks the engine's KV pool holds, per data-parallel rank (vLLM logs it
+  // as "# GPU blocks" and reports num_gpu_blocks); 0: not given. Sizes the
+  // index's tables up front (ResidencyIndex::AddWorker).
+  int64_t pool_blocks = 0;
   int dp_ranks = 1;
   std::string control;  // http://HOST:PORT of its control API; optional
   // How invalidations reach it: vllm, sglang, lmcache (an LMCache
@@ -45,8 +49,8 @@ struct EngineSpec {
 };
 
 /// Parses "id=w1,kind=vllm,events=tcp://h:5557,replay=tcp://h:5558,model=m,
-/// block-size=16,dp-ranks=1,control=http://h:8000,connector=webhook,
-/// connector-path=/evict". id, events and model are
+/// block-size=16,pool-blocks=65536,dp-ranks=1,control=http://h:8000,
+/// connector=webhook,connector-path=/evict". id, events and model are
 /// required. Returns InvalidArgument naming the key at fault: an unknown
 /// key, a repeated key, a value that does not parse, an endpoint that is not
 /// tcp://HOST:PORT, an id with characters outside [A-Za-z0-9_.-].

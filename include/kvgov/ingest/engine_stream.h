@@ -42,7 +42,7 @@ struct StreamStats {
 
   std::array<std::atomic<uint64_t>, kEventTypes.size()> events{};
   std::array<std::atomic<uint64_t>, kDecodeErrorReasons.size()> decode_errors{};
-  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> batches{0};  // decoded, counted once their events are applied
   std::atomic<uint64_t> duplicates{0};
   std::atomic<uint64_t> seq_gaps{0};
   std::atomic<uint64_t> replays_ok{0};
@@ -150,6 +150,8 @@ class EngineStream {
   // false when the engine holds a different batch there.
   bool ResumePointMatches();
   void MarkStale();
+  // The worker's block size in the index (0 while it is not registered).
+  int64_t BlockSize();
 
   const std::string worker_;
   const EngineKind kind_;
@@ -167,6 +169,7 @@ class EngineStream {
   std::optional<uint64_t> last_seq_;
   double last_ts_ = 0;
   bool stale_ = false;
+  int64_t block_size_ = 0;  // cached by BlockSize()
 };
 
 }  // namespace kvgov::ingest

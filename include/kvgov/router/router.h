@@ -134,13 +134,16 @@ class Router {
   };
 
   // REQUIRES: mu_ held.
-  WorkerLoad LoadLocked(const std::string& worker, const WorkerStatus* status) const;
+  WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const;
   void ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterator it);
 
   const index::ResidencyIndex* const index_;
   const WorkerStatusTable* const status_;
   const RouteWeights weights_;
   const SpanGate* const gate_;
+  // Tier credits whose block-by-block sum a per-tier count reproduces
+  // exactly (router.cc), so a route need not walk every credited block.
+  const bool exact_credit_sums_;
 
   mutable std::mutex mu_;
   std::mt19937_64 rng_;

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,13 @@ struct WorkerStatus {
   std::optional<ScrapedLoad> scraped;
 };
 
+/// The part of a worker's status a route decision reads.
+struct RouteStatus {
+  bool healthy = false;
+  bool draining = false;
+  std::optional<ScrapedLoad> scraped;
+};
+
 /// Health with hysteresis, drain flags and scraped load, per worker.
 ///
 /// Health rules: a probed worker starts unhealthy and turns healthy after one
@@ -55,6 +63,11 @@ class WorkerStatusTable {
   Status SetDraining(std::string_view worker, bool draining);
 
   std::optional<WorkerStatus> Get(std::string_view worker) const;
+  /// The route status of each of `workers`, in their order (nullopt for one
+  /// not registered), under one lock and without copying strings: a route
+  /// reads every worker's. Fastest when `workers` is sorted by id.
+  std::vector<std::optional<RouteStatus>> RouteStatuses(
+      std::span<const std::string_view> workers) const;
   std::vector<WorkerStatus> All() const;
 
  private:

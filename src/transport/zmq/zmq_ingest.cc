@@ -104,21 +104,29 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
                  stream.spec.worker.c_str(), stream.spec.events.c_str(), error.what());
     return;
   }
+  std::vector<zmq::message_t> frames;
   while (!stopping.load(std::memory_order_relaxed)) {
     try {
       std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
       zmq::poll(items, kPollInterval);
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(sub, std::back_inserter(frames))) continue;
-      if (frames.size() != 3 || frames[1].size() != 8) {
-        stream.stream->OnBadFraming("want 3 frames [topic, 8-byte seq, payload], got " +
-                                    std::to_string(frames.size()) + " frames");
-        continue;
+      // Everything already queued is taken without polling again: a poll is
+      // a system call, and a stream that keeps up never waits between
+      // messages anyway.
+      while (!stopping.load(std::memory_order_relaxed)) {
+        frames.clear();
+        if (!zmq::recv_multipart(sub, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+          break;
+        }
+        if (frames.size() != 3 || frames[1].size() != 8) {
+          stream.stream->OnBadFraming("want 3 frames [topic, 8-byte seq, payload], got " +
+                                      std::to_string(frames.size()) + " frames");
+          continue;
+        }
+        stream.stream->OnMessage(
+            ReadBigEndian64(frames[1]),
+            std::string_view(static_cast<const char*>(frames[2].data()), frames[2].size()));
       }
-      stream.stream->OnMessage(
-          ReadBigEndian64(frames[1]),
-          std::string_view(static_cast<const char*>(frames[2].data()), frames[2].size()));
     } catch (const zmq::error_t& error) {
       if (error.num() == ETERM) return;
       std::fprintf(stderr, "kvgov ingest: worker %s: %s\n", stream.spec.worker.c_str(),
@@ -161,7 +169,8 @@ Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
   std::lock_guard lock(impl_->mu);
   if (impl_->stopping) return Status::FailedPrecondition("ingest is stopping");
   for (const ingest::StreamSpec& spec : specs) {
-    KVGOV_RETURN_IF_ERROR(impl_->index->AddWorker(spec.worker, engine.model, engine.block_size));
+    KVGOV_RETURN_IF_ERROR(impl_->index->AddWorker(spec.worker, engine.model, engine.block_size,
+                                                  static_cast<uint64_t>(engine.pool_blocks)));
   }
   for (const ingest::StreamSpec& spec : specs) {
     auto stream = std::make_unique<Stream>();

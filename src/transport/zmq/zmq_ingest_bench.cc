@@ -11,6 +11,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -44,6 +45,7 @@ struct EncodedStream {
   uint64_t events = 0;
   uint64_t blocks = 0;    // block hashes across all events: what the index applies
   uint64_t resident = 0;  // blocks still resident at the end
+  uint64_t peak_resident = 0;  // the pool an engine publishing this needs
   uint64_t bytes = 0;
 };
 
@@ -74,6 +76,7 @@ EncodedStream MakeStream() {
       chains.push_back(stored.block_hashes);
       stream.blocks += kChainBlocks;
       stream.resident += kChainBlocks;
+      stream.peak_resident = std::max(stream.peak_resident, stream.resident);
       events.emplace_back(std::move(stored));
     }
     if (step % kRemoveEvery == 0 && step >= kRemoveLag) {
@@ -153,9 +156,13 @@ ingest::EntrySink MakeSink(bool with_sink, std::atomic<uint64_t>* entries) {
 }
 
 // Arg sink: 0 = no entry sink, 1 = the daemon's lowering to a counting sink.
+// Arg pool: 0 = the engine's pool size not given, so the index's tables grow
+// from empty while it fills (every pass starts from a fresh index); 1 = given
+// (pool-blocks=N in the engine spec), so they are sized once up front.
 void BM_IngestVsDecode(benchmark::State& state) {
   const bool with_sink = state.range(0) != 0;
   const EncodedStream& stream = SharedStream();
+  const uint64_t pool_blocks = state.range(1) != 0 ? stream.peak_resident : 0;
   CpuPlan cpus;
   zmq::context_t publisher_context(1);
   double decode_s = 0;
@@ -176,7 +183,7 @@ void BM_IngestVsDecode(benchmark::State& state) {
     // tells the transport's share apart from the index's.
     {
       index::ResidencyIndex index;
-      (void)index.AddWorker("w0", "llama", kBlockSize);
+      (void)index.AddWorker("w0", "llama", kBlockSize, pool_blocks);
       ingest::EngineStream direct("w0", ingest::EngineKind::kVllm, &index, nullptr,
                                   MakeSink(with_sink, &entries));
       started = Clock::now();
@@ -200,6 +207,7 @@ void BM_IngestVsDecode(benchmark::State& state) {
     spec.events = publisher.endpoint();
     spec.model = "llama";
     spec.block_size = kBlockSize;
+    spec.pool_blocks = static_cast<int64_t>(pool_blocks);
     if (Status added = ingest.AddEngine(spec); !added.ok()) {
       state.SkipWithError(added.ToString().c_str());
       break;
@@ -253,9 +261,8 @@ void BM_IngestVsDecode(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_IngestVsDecode)
-    ->ArgName("sink")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"sink", "pool"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
     ->Iterations(5)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
