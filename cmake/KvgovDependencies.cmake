@@ -19,6 +19,9 @@ pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(RocksDB REQUIRED)
 # libsodium ships no CMake config (Ed25519 signing of certificates).
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+# hiredis 0.14 (Debian's libhiredis-dev) ships no CMake config either; only
+# kvgov_replication links it.
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 
 if(KVGOV_BUILD_TESTS)
   find_package(GTest REQUIRED)

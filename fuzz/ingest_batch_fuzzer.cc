@@ -66,6 +66,7 @@ Result<Entry> Lower(const IngestRecord& record) {
         if constexpr (std::is_same_v<R, KVTransfer>) {
           return FromKVTransfer(r);
         } else if constexpr (std::is_same_v<R, NIXLLease>) {
+          KVGOV_RETURN_IF_ERROR(CheckNIXLLeaseReport(r));
           return FromNIXLLease(r, 1'700'000'000'000);
         } else if constexpr (std::is_same_v<R, ProviderCache>) {
           return FromProviderCache(r);
@@ -103,15 +104,6 @@ void CheckEvent(const IngestEvent& event) {
   if (!lowered.ok()) {
     FUZZ_CHECK(lowered.status().code() == StatusCode::kInvalidArgument, "%s lowering: %s",
                type.c_str(), Describe(lowered.status()).c_str());
-    return;
-  }
-  // FromNIXLLease, unlike FromKVTransfer, cannot refuse: it carries a
-  // negative `tokens` into a negative id.length, which ValidateEntry
-  // rejects. The daemon refuses such a lease when it is granted
-  // (GrantNIXLLease) but lowers and counts a later event's report as is
-  // (fuzz/README.md, Findings). Until the lowering refuses negative counts
-  // itself, only what it can lower validly is held to ValidateEntry.
-  if (const auto* lease = std::get_if<NIXLLease>(&event.record); lease && lease->tokens < 0) {
     return;
   }
   const Status valid = ValidateEntry(*lowered);

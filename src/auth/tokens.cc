@@ -139,17 +139,19 @@ Result<std::vector<TokenRecord>> DecodeFile(std::string_view text) {
   return records;
 }
 
+Json RecordJson(const TokenRecord& record) {
+  Json roles = Json::array();
+  for (Role role : record.roles) roles.push_back(std::string(ToString(role)));
+  return {{"name", record.name},
+          {"roles", std::move(roles)},
+          {"tenant", record.tenant},
+          {"sha256", record.sha256},
+          {"created_ms", record.created_ms}};
+}
+
 std::string EncodeFile(std::span<const TokenRecord> records) {
   Json tokens = Json::array();
-  for (const TokenRecord& record : records) {
-    Json roles = Json::array();
-    for (Role role : record.roles) roles.push_back(std::string(ToString(role)));
-    tokens.push_back({{"name", record.name},
-                      {"roles", std::move(roles)},
-                      {"tenant", record.tenant},
-                      {"sha256", record.sha256},
-                      {"created_ms", record.created_ms}});
-  }
+  for (const TokenRecord& record : records) tokens.push_back(RecordJson(record));
   return Json{{"version", 1}, {"tokens", std::move(tokens)}}.dump(1) + "\n";
 }
 
@@ -276,9 +278,10 @@ Result<std::vector<TokenRecord>> LoadTokenFile(const std::string& path) {
   return LoadLocked(path);
 }
 
-Result<std::string> AddToken(const std::string& path, std::string_view name,
-                             std::vector<Role> roles, std::string_view tenant, int64_t now_ms) {
-  TokenRecord record;
+Result<MintedToken> MintToken(std::string_view name, std::vector<Role> roles,
+                              std::string_view tenant, int64_t now_ms) {
+  MintedToken minted;
+  TokenRecord& record = minted.record;
   record.name = std::string(name);
   record.roles = std::move(roles);
   record.tenant = std::string(tenant);
@@ -290,20 +293,50 @@ Result<std::string> AddToken(const std::string& path, std::string_view name,
   char hex[2 * sizeof(bytes) + 1];
   sodium_bin2hex(hex, sizeof(hex), bytes, sizeof(bytes));
   sodium_memzero(bytes, sizeof(bytes));
-  std::string secret = std::string(kSecretPrefix) + hex;
+  minted.secret = std::string(kSecretPrefix) + hex;
   sodium_memzero(hex, sizeof(hex));
-  record.sha256 = Sha256Hex(secret);
+  record.sha256 = Sha256Hex(minted.secret);
+  return minted;
+}
 
+Result<std::string> AddToken(const std::string& path, std::string_view name,
+                             std::vector<Role> roles, std::string_view tenant, int64_t now_ms) {
+  KVGOV_ASSIGN_OR_RETURN(MintedToken minted, MintToken(name, std::move(roles), tenant, now_ms));
   KVGOV_ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path));
   KVGOV_ASSIGN_OR_RETURN(std::vector<TokenRecord> records, LoadLocked(path));
   for (const TokenRecord& existing : records) {
-    if (existing.name == record.name) {
-      return Status::AlreadyExists("a token named '" + record.name + "' exists; revoke it first");
+    if (existing.name == minted.record.name) {
+      return Status::AlreadyExists("a token named '" + minted.record.name +
+                                   "' exists; revoke it first");
     }
   }
-  records.push_back(std::move(record));
+  records.push_back(std::move(minted.record));
   KVGOV_RETURN_IF_ERROR(SaveFile(path, records));
-  return secret;
+  return std::move(minted.secret);
+}
+
+Status PutTokenRecord(const std::string& path, const TokenRecord& record) {
+  KVGOV_RETURN_IF_ERROR(CheckRecord(record));
+  KVGOV_ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path));
+  KVGOV_ASSIGN_OR_RETURN(std::vector<TokenRecord> records, LoadLocked(path));
+  const auto it = std::find_if(records.begin(), records.end(),
+                               [&](const TokenRecord& r) { return r.name == record.name; });
+  if (it == records.end()) {
+    records.push_back(record);
+  } else {
+    *it = record;
+  }
+  return SaveFile(path, records);
+}
+
+std::string EncodeTokenRecord(const TokenRecord& record) { return RecordJson(record).dump(); }
+
+Result<TokenRecord> DecodeTokenRecord(std::string_view text) {
+  json_internal::ParseLimits limits;
+  limits.max_bytes = 64 * 1024;
+  limits.noun = "token record";
+  KVGOV_ASSIGN_OR_RETURN(Json value, json_internal::ParseJson(text, limits));
+  return DecodeRecord(value, "$");
 }
 
 Status RevokeToken(const std::string& path, std::string_view name) {

@@ -78,6 +78,33 @@ TEST_F(TokensTest, RevokeRemovesOnlyTheNamedToken) {
   EXPECT_EQ((*records)[0].name, "b");
 }
 
+// How a replica applies a token the governance log carries: minted
+// elsewhere, put here as a record, the secret never stored.
+TEST_F(TokensTest, MintedRecordsRoundTripAndPutInsertsOrReplaces) {
+  Result<MintedToken> minted = MintToken("gateway", {Role::kRoute}, "tenant-a", 42);
+  ASSERT_TRUE(minted.ok()) << minted.status().ToString();
+  Result<TokenRecord> decoded = DecodeTokenRecord(EncodeTokenRecord(minted->record));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, minted->record);
+  EXPECT_EQ(EncodeTokenRecord(minted->record).find(minted->secret.substr(6)), std::string::npos);
+
+  ASSERT_TRUE(PutTokenRecord(path_, minted->record).ok());
+  TokenRecord wider = minted->record;
+  wider.roles.push_back(Role::kRead);
+  ASSERT_TRUE(PutTokenRecord(path_, wider).ok());
+  Result<std::vector<TokenRecord>> records = LoadTokenFile(path_);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0], wider);
+
+  Result<TokenRecord> bad = DecodeTokenRecord(R"({"name":"x","roles":["root"],"tenant":"",)"
+                                              R"("sha256":"00","created_ms":1})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("$.roles[0]"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_FALSE(MintToken("engine", {Role::kIngest}, "tenant-a", 1).ok());
+}
+
 TEST_F(TokensTest, AMalformedFileIsRefusedNamingTheField) {
   WriteFile(R"({"version":1,"tokens":[{"name":"a","roles":["root"],"tenant":"",)"
             R"("sha256":"00","created_ms":1}]})");

@@ -21,6 +21,8 @@
 #include "cli/spool_command.h"
 #include "cli/stop_signals.h"
 #include "cli/token_command.h"
+#include "kvgov/cert/issuer_key.h"
+#include "server/tenant_secret.h"
 
 #ifndef KVGOV_VERSION
 #error "KVGOV_VERSION must be defined by the build"
@@ -51,6 +53,11 @@ struct ServeFlags {
   int64_t witness_timeout_ms = 30000;
   std::vector<std::string> admit;
   std::string spool_dir;
+  std::string redis_url;
+  std::string redis_prefix = "kvgov";
+  std::string replica_id;
+  int64_t claim_ttl_ms = 3000;
+  std::string issuer_key_file;
   bool print_config = false;     // --print-config: print effective_config and exit
   std::string effective_config;  // the merged [serve] section, when print_config
 };
@@ -72,6 +79,11 @@ int Serve(const ServeFlags& flags) {
   options.snapshot_every_batches = flags.snapshot_every_batches;
   options.witness_timeout_ms = flags.witness_timeout_ms;
   options.spool_dir = flags.spool_dir;
+  options.redis_url = flags.redis_url;
+  options.redis_prefix = flags.redis_prefix;
+  options.replica_id = flags.replica_id;
+  options.claim_ttl_ms = flags.claim_ttl_ms;
+  options.issuer_key_file = flags.issuer_key_file;
   for (const std::string& rule : flags.admit) {
     // OWNER or OWNER=SCOPE (fleet or tenant; tenant by default).
     const size_t equals = rule.find('=');
@@ -264,6 +276,31 @@ int Run(int argc, char** argv) {
   serve->add_option("--tenant-secret-file", serve_flags.tenant_secret_file,
                     "32-byte secret tenants' cache salts are derived from; created (mode\n"
                     "0600) when missing. Default: <data-dir>/tenant-salt.key.");
+  serve->add_option("--issuer-key", serve_flags.issuer_key_file,
+                    "The Ed25519 key deletion certificates are signed with; created (mode\n"
+                    "0600) when missing. Default: <data-dir>/issuer.key. Replicas (--redis)\n"
+                    "share one file, which must exist (kvgov keygen).");
+  const std::string replicas = "Replicas (docs/adr/0011-replicated-governance-log.md)";
+  serve->add_option("--redis", serve_flags.redis_url,
+                    "redis://[:PASSWORD@]HOST[:PORT][/DB]: run as one of several replicas\n"
+                    "sharing governance through a log on Redis Streams. Needs --issuer-key\n"
+                    "and --tenant-secret-file, the same files on every replica. Without it\n"
+                    "kvgov is a single node.")
+      ->group(replicas);
+  serve->add_option("--redis-prefix", serve_flags.redis_prefix,
+                    "Prefix of every Redis key kvgov uses; the replicas of one fleet share it.")
+      ->capture_default_str()
+      ->group(replicas);
+  serve->add_option("--replica-id", serve_flags.replica_id,
+                    "This replica's name in the log and its claims. Default: host name and a\n"
+                    "random suffix. Keep it across restarts to resume its own claims at once.")
+      ->group(replicas);
+  serve->add_option("--claim-ttl-ms", serve_flags.claim_ttl_ms,
+                    "A replica's claim on a directive (or on housekeeping) lapses this long\n"
+                    "after it stops renewing it; another replica then takes the work over.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{300}, int64_t{600000}))
+      ->group(replicas);
   serve->add_flag("--print-config", serve_flags.print_config,
                   "Print the effective settings (flags over --config over defaults) as a\n"
                   "TOML [serve] section that --config loads, and exit 0 without starting.")
@@ -298,6 +335,18 @@ int Run(int argc, char** argv) {
   cert_verify->add_option("--data-dir", cert_data_dir,
                           "A kvgov data dir (not in use by a running kvgov): trusts its issuer\n"
                           "key and checks the journal anchor.");
+
+  std::string keygen_issuer_key;
+  std::string keygen_tenant_secret;
+  CLI::App* keygen = app.add_subcommand(
+      "keygen",
+      "Make the keys kvgov replicas share (serve --redis): an Ed25519 issuer key and a tenant\n"
+      "secret, each mode 0600. An existing file is kept, not replaced. Copy both to every\n"
+      "replica.");
+  keygen->add_option("--issuer-key", keygen_issuer_key, "Where the issuer key goes.")->required();
+  keygen->add_option("--tenant-secret-file", keygen_tenant_secret,
+                     "Where the tenant secret goes.")
+      ->required();
 
   std::string journal_data_dir = "./kvgov-data";
   CLI::App* journal = app.add_subcommand(
@@ -354,6 +403,20 @@ int Run(int argc, char** argv) {
   if (app.got_subcommand(loadgen)) return RunLoadgenCommand(loadgen_flags);
   if (app.got_subcommand(ingest_spool)) return RunIngestSpool(ingest_spool_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
+  if (keygen->parsed()) {
+    Result<std::unique_ptr<cert::IssuerKey>> issuer =
+        cert::IssuerKey::LoadOrCreate(keygen_issuer_key);
+    Result<std::string> secret = issuer.ok()
+                                     ? server::LoadOrCreateTenantSecret(keygen_tenant_secret)
+                                     : Result<std::string>(issuer.status());
+    if (!secret.ok()) {
+      std::fprintf(stderr, "kvgov keygen: %s\n", secret.status().message().c_str());
+      return 1;
+    }
+    std::printf("issuer key %s (key id %s)\ntenant secret %s\n", keygen_issuer_key.c_str(),
+                (*issuer)->key_id().c_str(), keygen_tenant_secret.c_str());
+    return 0;
+  }
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;
 }

@@ -6,7 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+#include <optional>
+
 #include "kvgov/auth/tokens.h"
+#include "kvgov/replication/governance_log.h"
+#include "server/replica.h"
 
 namespace kvgov::cli {
 namespace {
@@ -52,11 +57,74 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
   flags.revoke = token->add_subcommand("revoke", "Delete a token; it stops working at once.");
   flags.revoke->add_option("NAME", flags.name, "The token's name.")->required();
   flags.revoke->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
+  for (CLI::App* command : {flags.add, flags.revoke}) {
+    command->add_option("--redis", flags.redis_url,
+                        "Write to the replicas' governance log on this Redis instead of a data\n"
+                        "dir: every replica (kvgov serve --redis) applies it within a second.");
+    command->add_option("--redis-prefix", flags.redis_prefix, "The replicas' --redis-prefix.")
+        ->capture_default_str();
+  }
   return token;
 }
 
+namespace {
+
+// A token change for the replicas: one governance log entry whose "tokens"
+// write each replica puts into its own token file
+// (docs/formats/governance-log.md). The journal row names the token, never
+// its hash.
+int AppendTokenChange(const TokenFlags& flags, std::string_view kind,
+                      std::optional<auth::TokenRecord> record) {
+  replication::LogEntry entry;
+  entry.origin = "kvgov-token";
+  entry.kind = std::string(kind);
+  entry.subject = flags.name;
+  entry.time_ms = NowMillis();
+  nlohmann::json payload = {{"name", flags.name}};
+  if (record.has_value()) {
+    nlohmann::json roles = nlohmann::json::array();
+    for (auth::Role role : record->roles) roles.push_back(std::string(auth::ToString(role)));
+    payload["roles"] = std::move(roles);
+    payload["tenant"] = record->tenant;
+  }
+  entry.payload = payload.dump();
+  entry.writes.push_back(replication::LogWrite{
+      "tokens", flags.name,
+      record ? std::optional<std::string>(auth::EncodeTokenRecord(*record)) : std::nullopt});
+  Result<std::string> appended =
+      server::Replica::AppendOnce(flags.redis_url, flags.redis_prefix, entry);
+  if (!appended.ok()) return Fail(record ? "add" : "revoke", appended.status());
+  return 0;
+}
+
+}  // namespace
+
 int RunToken(const TokenFlags& flags) {
   const std::string path = auth::TokenFilePath(flags.data_dir);
+  if (flags.add->parsed() && !flags.redis_url.empty()) {
+    std::vector<auth::Role> roles;
+    for (const std::string& spelling : flags.roles) {
+      Result<auth::Role> role = auth::ParseRole(spelling);
+      if (!role.ok()) return Fail("add", role.status());
+      roles.push_back(*role);
+    }
+    Result<auth::MintedToken> minted =
+        auth::MintToken(flags.name, roles, flags.tenant, NowMillis());
+    if (!minted.ok()) return Fail("add", minted.status());
+    if (int failed = AppendTokenChange(flags, "token.add", minted->record); failed != 0) {
+      return failed;
+    }
+    std::printf("created token '%s' for the replicas; its secret is shown once, below:\n%s\n",
+                flags.name.c_str(), minted->secret.c_str());
+    return 0;
+  }
+  if (flags.revoke->parsed() && !flags.redis_url.empty()) {
+    if (int failed = AppendTokenChange(flags, "token.revoke", std::nullopt); failed != 0) {
+      return failed;
+    }
+    std::printf("revoked token '%s' on the replicas\n", flags.name.c_str());
+    return 0;
+  }
   if (flags.add->parsed()) {
     // Tokens may be created before kvgov first starts; the dir holds
     // secrets, so it is the owner's alone, as kvgov serve makes it.

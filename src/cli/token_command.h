@@ -13,6 +13,11 @@ struct TokenFlags {
   std::string name;
   std::vector<std::string> roles;
   std::string tenant;
+  // With a Redis URL, add and revoke go into the replicas' governance log
+  // (every replica applies them to its own token file) instead of a data
+  // dir's token file.
+  std::string redis_url;
+  std::string redis_prefix = "kvgov";
   CLI::App* add = nullptr;
   CLI::App* list = nullptr;
   CLI::App* revoke = nullptr;

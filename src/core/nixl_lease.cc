@@ -55,11 +55,15 @@ LookupVerdict NIXLLeaseVerdict(const NIXLLease& lease, int64_t now_ms) {
   return LookupVerdict::Miss(LookupReason::kAbsent);
 }
 
-Result<NIXLLease> GrantNIXLLease(NIXLLease report, int64_t now_ms) {
+Status CheckNIXLLeaseReport(const NIXLLease& report) {
   KVGOV_RETURN_IF_ERROR(RequireNonEmpty("lease_id", report.lease_id));
   KVGOV_RETURN_IF_ERROR(RequireNonNegative("ttl_ms", report.ttl_ms));
   KVGOV_RETURN_IF_ERROR(RequireNonNegative("tokens", report.tokens));
-  KVGOV_RETURN_IF_ERROR(RequireNonNegative("bytes_moved", report.bytes_moved));
+  return RequireNonNegative("bytes_moved", report.bytes_moved);
+}
+
+Result<NIXLLease> GrantNIXLLease(NIXLLease report, int64_t now_ms) {
+  KVGOV_RETURN_IF_ERROR(CheckNIXLLeaseReport(report));
   report.event = NIXLLeaseEvent::kCreate;
   report.granted_at_ms = now_ms;
   report.expires_at_ms = report.ttl_ms > 0 ? now_ms + report.ttl_ms : 0;

@@ -2,9 +2,8 @@
 
 namespace kvgov::governance {
 
-Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report,
-                                                         int64_t now_ms) {
-  std::lock_guard lock(mu_);
+Result<LeaseTable::Change> LeaseTable::PreviewLocked(const NIXLLease& report,
+                                                     int64_t now_ms) const {
   auto it = leases_.find(report.lease_id);
   if (report.event == NIXLLeaseEvent::kCreate) {
     if (it != leases_.end()) {
@@ -12,9 +11,7 @@ Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report
     }
     KVGOV_ASSIGN_OR_RETURN(NIXLLease granted, GrantNIXLLease(report, now_ms));
     const NIXLLeaseState state = LeaseStateAt(granted, now_ms);
-    leases_.emplace(granted.lease_id, granted);
-    return std::optional<LeaseTransition>(
-        LeaseTransition{granted.lease_id, std::nullopt, state, now_ms});
+    return Change{granted, LeaseTransition{granted.lease_id, std::nullopt, state, now_ms}};
   }
   if (it == leases_.end()) {
     return Status::NotFound("lease '" + report.lease_id + "' is unknown (no create seen)");
@@ -22,11 +19,25 @@ Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report
   const NIXLLeaseState before = LeaseStateAt(it->second, now_ms);
   KVGOV_ASSIGN_OR_RETURN(NIXLLease next, ApplyNIXLLeaseEvent(it->second, report.event, now_ms));
   if (report.bytes_moved > 0) next.bytes_moved = report.bytes_moved;
-  it->second = next;
   const NIXLLeaseState after = LeaseStateAt(next, now_ms);
-  if (IsTerminal(after)) ended_at_ms_.try_emplace(next.lease_id, now_ms);
-  if (after == before) return std::optional<LeaseTransition>();
-  return std::optional<LeaseTransition>(LeaseTransition{next.lease_id, before, after, now_ms});
+  if (after == before) return Change{next, std::nullopt};
+  return Change{next, LeaseTransition{next.lease_id, before, after, now_ms}};
+}
+
+Result<LeaseTable::Change> LeaseTable::Preview(const NIXLLease& report, int64_t now_ms) const {
+  std::lock_guard lock(mu_);
+  return PreviewLocked(report, now_ms);
+}
+
+Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report,
+                                                         int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  KVGOV_ASSIGN_OR_RETURN(Change change, PreviewLocked(report, now_ms));
+  leases_[change.next.lease_id] = change.next;
+  if (IsTerminal(LeaseStateAt(change.next, now_ms))) {
+    ended_at_ms_.try_emplace(change.next.lease_id, now_ms);
+  }
+  return change.transition;
 }
 
 std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {

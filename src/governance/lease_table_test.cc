@@ -47,6 +47,25 @@ TEST(LeaseTableTest, LifecycleFoldsAndTerminalStatesNeverRevive) {
   EXPECT_EQ(table.Apply(stranger, 1200).status().code(), StatusCode::kNotFound);
 }
 
+TEST(LeaseTableTest, PreviewChangesNothingAndRestoreCommitsIt) {
+  LeaseTable table;
+  Result<LeaseTable::Change> grant = table.Preview(Report(NIXLLeaseEvent::kCreate), 100);
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  ASSERT_TRUE(grant->transition.has_value());
+  EXPECT_EQ(grant->transition->to, NIXLLeaseState::kActive);
+  EXPECT_EQ(grant->next.expires_at_ms, 1100);
+  EXPECT_FALSE(table.Get("l1").has_value());  // previewed, not applied
+
+  table.Restore(grant->next);
+  Result<LeaseTable::Change> beat = table.Preview(Report(NIXLLeaseEvent::kHeartbeat), 600);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_FALSE(beat->transition.has_value());
+  EXPECT_EQ(beat->next.expires_at_ms, 1600);
+  EXPECT_EQ(table.Get("l1")->expires_at_ms, 1100);
+  EXPECT_EQ(table.Preview(Report(NIXLLeaseEvent::kCreate), 700).status().code(),
+            StatusCode::kAlreadyExists);
+}
+
 TEST(LeaseTableTest, ExpiryIsATimerNotOnlyALazyCheck) {
   LeaseTable table;
   ASSERT_TRUE(table.Apply(Report(NIXLLeaseEvent::kCreate, 500), 0).ok());

@@ -95,7 +95,10 @@ WorkerLoad Router::LoadLocked(std::string_view worker,
     load.in_flight_requests = it->second.requests;
     load.in_flight_blocks = it->second.blocks;
   }
-  load.blocks = static_cast<double>(load.in_flight_blocks);
+  if (auto it = peer_blocks_.find(worker); it != peer_blocks_.end()) {
+    load.peer_blocks = it->second;
+  }
+  load.blocks = static_cast<double>(load.in_flight_blocks + load.peer_blocks);
   if (scraped.has_value()) {
     load.scraped = scraped;
     // The engine's own count includes what kvgov routed there; only the
@@ -330,6 +333,20 @@ WorkerLoad Router::LoadOf(std::string_view worker) const {
   std::optional<WorkerStatus> status = status_->Get(worker);
   std::lock_guard lock(mu_);
   return LoadLocked(worker, status ? status->scraped : std::nullopt);
+}
+
+std::map<std::string, uint64_t, std::less<>> Router::InFlightBlocks() const {
+  std::map<std::string, uint64_t, std::less<>> blocks;
+  std::lock_guard lock(mu_);
+  for (const auto& [worker, totals] : totals_) {
+    if (totals.blocks > 0) blocks.emplace(worker, totals.blocks);
+  }
+  return blocks;
+}
+
+void Router::SetPeerLoad(std::map<std::string, uint64_t, std::less<>> blocks_by_worker) {
+  std::lock_guard lock(mu_);
+  peer_blocks_ = std::move(blocks_by_worker);
 }
 
 std::string TenantCacheSalt(std::string_view secret, std::string_view tenant) {

@@ -110,6 +110,29 @@ TEST_F(RouterTest, LoadedWorkerLosesWhenOverlapDoesNotPayForIt) {
   EXPECT_EQ(Route(prompt, "", {"w1", "w2"}).worker, "w1");
 }
 
+TEST_F(RouterTest, PeerReplicasLoadCountsLikeOwn) {
+  std::vector<int64_t> prompt = Tokens(8);
+  Hold("w1", prompt, 3);
+  RouteDecision own = Route(Tokens(8, 1000), "", {"w2"});
+  ASSERT_EQ(own.worker, "w2");
+  EXPECT_EQ(router_.InFlightBlocks(), (std::map<std::string, uint64_t, std::less<>>{{"w2", 8}}));
+
+  // Other replicas have 16 blocks in flight on w1: its 3 blocks of overlap
+  // no longer pay for that.
+  router_.SetPeerLoad({{"w1", 16}});
+  RouteDecision decision = Route(prompt, "", {"w1", "w3"});
+  EXPECT_EQ(decision.worker, "w3");
+  const Candidate& w1 = CandidateOf(decision, "w1");
+  EXPECT_EQ(w1.load.peer_blocks, 16u);
+  EXPECT_EQ(w1.load.in_flight_blocks, 0u);
+  EXPECT_DOUBLE_EQ(w1.cost, 5.0 + 16.0);
+  // Peer load is not this router's to publish again.
+  EXPECT_EQ(router_.InFlightBlocks().count("w1"), 0u);
+
+  router_.SetPeerLoad({});
+  EXPECT_EQ(Route(prompt, "", {"w1", "w3"}).worker, "w1");
+}
+
 TEST_F(RouterTest, ScrapedLoadCountsOnlyWhatKvgovDidNotRoute) {
   std::vector<int64_t> prompt = Tokens(8);
   Hold("w1", prompt, 8);

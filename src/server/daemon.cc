@@ -1,6 +1,9 @@
 #include "server/daemon.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <set>
@@ -8,7 +11,9 @@
 #include "server/governance_api.h"
 #include "server/health_prober.h"
 #include "server/http_api.h"
+#include "server/entropy.h"
 #include "server/invalidations.h"
+#include "server/replica.h"
 #include "server/spool_dir.h"
 #include "server/tenant_secret.h"
 
@@ -167,6 +172,58 @@ Status RegisterRouteMetrics(Daemon& daemon) {
   return Status::Ok();
 }
 
+Status RegisterReplicaMetrics(Daemon& daemon) {
+  KVGOV_ASSIGN_OR_RETURN(auto* connected,
+                         daemon.metrics.AddCallbackGauge(
+                             {"kvgov_replica_log_connected",
+                              "1 while this replica reads the governance log on Redis; 0 while "
+                              "it cannot (governance writes are then refused with 503)."}));
+  KVGOV_ASSIGN_OR_RETURN(auto* housekeeper,
+                         daemon.metrics.AddCallbackGauge(
+                             {"kvgov_replica_housekeeper",
+                              "1 while this replica holds the housekeeping claim (it records "
+                              "lease expiries for every replica)."}));
+  KVGOV_ASSIGN_OR_RETURN(auto* rejected,
+                         daemon.metrics.AddCallbackCounter(
+                             {"kvgov_replica_log_rejected_entries_total",
+                              "Governance log entries skipped because they did not decode."}));
+  Daemon* state = &daemon;
+  return daemon.metrics
+      .RegisterCollector([=](metrics::CollectorSink& sink) {
+        if (!state->replica) return;
+        sink.Emit(connected, {}, state->replica->connected() ? 1.0 : 0.0);
+        sink.Emit(housekeeper, {}, state->replica->housekeeper() ? 1.0 : 0.0);
+        sink.Emit(rejected, {}, static_cast<double>(state->replica->rejected_entries()));
+      })
+      .status();
+}
+
+// Replicas share the issuer key and the tenant secret the operator
+// distributes: a key made here would sign certificates the other replicas'
+// issuer does not match, and salt tenants' blocks differently.
+Status CheckReplicaSecrets(const ServerOptions& options) {
+  if (options.issuer_key_file.empty() || options.tenant_secret_file.empty()) {
+    return Status::InvalidArgument(
+        "--redis needs --issuer-key FILE and --tenant-secret-file FILE, the same files on every "
+        "replica (make them once with `kvgov keygen`)");
+  }
+  for (const std::string& path : {options.issuer_key_file, options.tenant_secret_file}) {
+    if (!std::filesystem::exists(path)) {
+      return Status::InvalidArgument("'" + path +
+                                     "' does not exist; replicas load shared keys, they never "
+                                     "create them (make them once with `kvgov keygen`)");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::string> DefaultReplicaId() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  KVGOV_ASSIGN_OR_RETURN(std::string suffix, RandomHexId());
+  return std::string(host[0] != '\0' ? host : "kvgov") + "-" + suffix.substr(0, 8);
+}
+
 // Drain flags are governance state: kept as "drain/<worker>" rows.
 Status RestoreDrains(Daemon& daemon) {
   std::vector<std::string> drained;
@@ -196,6 +253,8 @@ Daemon::~Daemon() { Stop(); }
 void Daemon::Stop() {
   if (spool) spool->Stop();
   if (ingest) ingest->Stop();
+  // Before the dispatcher: a write it is waiting on returns at once.
+  if (replica) replica->Stop();
   if (invalidations) invalidations->Stop();
   if (prober) prober->Stop();
   if (housekeeping) housekeeping->Stop();
@@ -208,9 +267,21 @@ void Daemon::Stop() {
   if (store) (void)store->SyncWal();
 }
 
-Status RecordGovernance(Daemon& daemon, std::string_view kind, std::string_view subject,
-                        std::string_view payload, std::span<const store::WriteOp> state) {
-  return daemon.journal->Append(kind, subject, payload, WallClockMillis(), state).status();
+Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
+                                      std::string_view subject, std::string_view payload,
+                                      std::span<const store::WriteOp> state) {
+  if (daemon.replica) return daemon.replica->Record(kind, subject, payload, state);
+  return daemon.journal->Append(kind, subject, payload, WallClockMillis(), state);
+}
+
+int GovernanceWriteHttpStatus(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kIOError:
+      return 503;
+    default:
+      return 500;
+  }
 }
 
 Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
@@ -221,8 +292,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     }
   }
   KVGOV_RETURN_IF_ERROR(HealthProber::Validate(options.engines));
+  const bool replicated = !options.redis_url.empty();
+  if (replicated) KVGOV_RETURN_IF_ERROR(CheckReplicaSecrets(options));
   auto daemon = std::make_unique<Daemon>();
   daemon->options = options;
+  if (replicated && daemon->options.replica_id.empty()) {
+    KVGOV_ASSIGN_OR_RETURN(daemon->options.replica_id, DefaultReplicaId());
+  }
   daemon->admission = AdmissionPolicy(options.admit);
   const std::string secret_path = options.tenant_secret_file.empty()
                                       ? options.data_dir + "/tenant-salt.key"
@@ -232,7 +308,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                                        !IsLoopbackHost(options.host));
   KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
   KVGOV_ASSIGN_OR_RETURN(daemon->issuer,
-                         cert::IssuerKey::LoadOrCreate(options.data_dir + "/issuer.key"));
+                         cert::IssuerKey::LoadOrCreate(options.issuer_key_file.empty()
+                                                           ? options.data_dir + "/issuer.key"
+                                                           : options.issuer_key_file));
   KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store"));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
   daemon->stream_store = std::make_unique<StreamStore>(
@@ -241,6 +319,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
+  KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
   daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status,
                                                     options.route, &daemon->gate);
   CacheAccounting* accounting = daemon->accounting.get();
@@ -279,8 +358,31 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
   KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
   KVGOV_RETURN_IF_ERROR(daemon->invalidations->Recover());
-  KVGOV_RETURN_IF_ERROR(
-      RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {}));
+  if (replicated) {
+    // After the local state is back: the log's newer entries apply over it.
+    ReplicaOptions replica;
+    replica.redis_url = options.redis_url;
+    replica.key_prefix = options.redis_prefix;
+    replica.replica_id = daemon->options.replica_id;
+    replica.token_path = auth::TokenFilePath(options.data_dir);
+    replica.claim_ttl = std::chrono::milliseconds(options.claim_ttl_ms);
+    Daemon* state = daemon.get();
+    KVGOV_ASSIGN_OR_RETURN(
+        daemon->replica,
+        Replica::Start(std::move(replica), daemon->journal.get(), daemon->store.get(),
+                       daemon->router.get(), [state](const replication::LogEntry& entry) {
+                         ApplyReplicatedGovernance(*state, entry);
+                       }));
+  }
+  if (Status started =
+          RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {})
+              .status();
+      !started.ok()) {
+    // Only a replica gets here (a single node's journal failing fails the
+    // start above): it serves on local state until the log returns.
+    if (!replicated) return started;
+    std::fprintf(stderr, "kvgov: serve.start not recorded: %s\n", started.ToString().c_str());
+  }
   daemon->prober = std::make_unique<HealthProber>(
       &daemon->status, options.engines,
       HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
@@ -293,7 +395,11 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       std::make_unique<PeriodicTask>(std::chrono::milliseconds(100), [router, state] {
         const int64_t now = WallClockMillis();
         router->ExpireDecisions(now);
-        RecordLeaseTransitions(*state, state->leases.ExpireDue(now));
+        // One replica records expiries for all; the others' routes see an
+        // expired lease by the clock until its record arrives.
+        if (!state->replica || state->replica->housekeeper()) {
+          RecordLeaseTransitions(*state, state->leases.ExpireDue(now));
+        }
         state->invalidations->Tick(now);
         state->leases.ForgetEndedBefore(now - 3600 * 1000);
       });

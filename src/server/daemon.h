@@ -23,6 +23,7 @@ namespace kvgov::server {
 
 class HealthProber;
 class InvalidationManager;
+class Replica;
 class SpoolDirectory;
 
 /// The route call's own metrics.
@@ -56,6 +57,8 @@ struct Daemon {
   std::unique_ptr<router::Router> router;
   AdmissionPolicy admission;
   std::unique_ptr<CacheAccounting> accounting;
+  // With --redis: governance writes go through the replicated log.
+  std::unique_ptr<Replica> replica;
   RouteMetrics route_metrics;
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
@@ -73,10 +76,17 @@ struct Daemon {
 };
 
 /// Records a governance change: a journal row and, in the same synced
-/// write, the state it changes. The answer to the request that made the
-/// change may leave only after this returns OK.
-Status RecordGovernance(Daemon& daemon, std::string_view kind, std::string_view subject,
-                        std::string_view payload, std::span<const store::WriteOp> state);
+/// write, the state it changes; for a replica, through the replicated log
+/// (Replica::Record), and Unavailable while Redis is unreachable. The
+/// answer to the request that made the change may leave only after this
+/// returns OK. Returns the row.
+Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
+                                      std::string_view subject, std::string_view payload,
+                                      std::span<const store::WriteOp> state);
+
+/// The HTTP status for a failed governance write: 503 when the store or
+/// the log cannot take it now, 500 otherwise.
+int GovernanceWriteHttpStatus(const Status& status);
 
 /// Builds the daemon: the tenant secret, metric families, accounting,
 /// engines registered and their subscribers, prober and housekeeping

@@ -84,7 +84,8 @@ Status PersistTransition(Daemon& daemon, const governance::LeaseTransition& tran
                         {"remote_engine", lease.remote_engine},
                         {"blocks", keys.size()}};
   KVGOV_RETURN_IF_ERROR(
-      RecordGovernance(daemon, "lease.transition", lease.lease_id, payload.dump(), {&state, 1}));
+      RecordGovernance(daemon, "lease.transition", lease.lease_id, payload.dump(), {&state, 1})
+          .status());
   daemon.lease_transitions
       ->WithLabels({StateName(transition.from), ToString(transition.to)})
       ->Inc();
@@ -166,9 +167,10 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                        {"created_ms", WallClockMillis()}};
   const store::WriteOp state{store::Column::kGovernance, std::string(kQuarantinePrefix) + *id,
                              record.dump()};
-  if (Status recorded = RecordGovernance(daemon, "quarantine", *id, record.dump(), {&state, 1});
+  if (Status recorded =
+          RecordGovernance(daemon, "quarantine", *id, record.dump(), {&state, 1}).status();
       !recorded.ok()) {
-    return SendError(response, 503, recorded);
+    return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
   }
   daemon.gate.Quarantine(keys);
   Json answer = {{"id", *id}, {"blocks", keys.size()}, {"reason", body->reason}};
@@ -184,7 +186,10 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     invalidation.group_idx = body->group_idx;
     invalidation.reason = "quarantine " + *id + ": " + body->reason;
     Result<Directive> directive = daemon.invalidations->Create(invalidation);
-    if (!directive.ok()) return SendError(response, 500, directive.status());
+    if (!directive.ok()) {
+      return SendError(response, GovernanceWriteHttpStatus(directive.status()),
+                       directive.status());
+    }
     answer["invalidation"] = {{"id", directive->id}, {"state", directive->state}};
   }
   SendJson(response, 200, answer);
@@ -194,9 +199,66 @@ Status RecoverGovernanceRecords(Daemon& daemon);
 
 }  // namespace
 
+namespace {
+
+// A replica's lease report: the change is previewed here, recorded in the
+// replicated log, and made on every replica (this one included) when the
+// log's entry is applied (ApplyReplicatedGovernance), in log order.
+Status ApplyReplicatedLeaseReport(Daemon& daemon, const NIXLLease& report,
+                                  const std::optional<SpanResidency>& residency, int64_t now) {
+  Result<governance::LeaseTable::Change> change = daemon.leases.Preview(report, now);
+  if (!change.ok()) {
+    daemon.lease_rejections->WithLabels({StatusCodeName(change.status().code())})->Inc();
+    return change.status();
+  }
+  const NIXLLease& lease = change->next;
+  std::pair<std::string, std::vector<index::BlockKey>> span =
+      report.event == NIXLLeaseEvent::kCreate ? LeaseSpan(daemon, lease, residency)
+                                              : PersistedSpan(daemon, lease.lease_id);
+  if (!change->transition.has_value()) {
+    // A heartbeat: state only, no journal row.
+    const store::WriteOp state{store::Column::kGovernance,
+                               std::string(kLeasePrefix) + lease.lease_id,
+                               LeaseRecord(lease, span.first, span.second)};
+    return RecordGovernance(daemon, "", lease.lease_id, "", {&state, 1}).status();
+  }
+  return PersistTransition(daemon, *change->transition, lease, span.first, span.second);
+}
+
+}  // namespace
+
+void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entry) {
+  for (const replication::LogWrite& write : entry.writes) {
+    if (write.column != "governance") continue;  // tokens: the replica's own file
+    const std::string_view key = write.key;
+    if (key.starts_with(kLeasePrefix) && write.value.has_value()) {
+      Json json = Json::parse(*write.value, nullptr, /*allow_exceptions=*/false);
+      if (!json.is_object() || !json.contains("lease")) continue;
+      Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
+      if (!lease.ok()) continue;
+      daemon.leases.Restore(*lease);
+      daemon.gate.CoverLease(*lease, json.value("worker", ""),
+                             json.value("keys", std::vector<index::BlockKey>{}));
+    } else if (key.starts_with(kQuarantinePrefix) && write.value.has_value()) {
+      Json json = Json::parse(*write.value, nullptr, /*allow_exceptions=*/false);
+      if (!json.is_object() || !json.contains("keys") || !json["keys"].is_array()) continue;
+      std::vector<index::BlockKey> keys;
+      for (const Json& k : json["keys"]) {
+        if (k.is_number_unsigned()) keys.push_back(k.get<index::BlockKey>());
+      }
+      daemon.gate.Quarantine(keys);
+    } else if (key.starts_with("drain/")) {
+      (void)daemon.status.SetDraining(key.substr(6), write.value.has_value());
+    } else if (key.starts_with("invalidation/") && write.value.has_value()) {
+      daemon.invalidations->ApplyReplicated(*write.value);
+    }
+  }
+}
+
 Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
                         const std::optional<SpanResidency>& residency) {
   const int64_t now = WallClockMillis();
+  if (daemon.replica) return ApplyReplicatedLeaseReport(daemon, report, residency, now);
   Result<std::optional<governance::LeaseTransition>> applied = daemon.leases.Apply(report, now);
   if (!applied.ok()) {
     daemon.lease_rejections->WithLabels({StatusCodeName(applied.status().code())})->Inc();
@@ -276,7 +338,8 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
         daemon.gate.Quarantine(Json::parse(value).at("keys").get<std::vector<index::BlockKey>>());
         return true;
       }));
-  RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
+  // A replica leaves expiry to whichever replica keeps house.
+  if (!daemon.replica) RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
   return Status::Ok();
 }
 
@@ -326,10 +389,11 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                     }
                     Result<Directive> directive = daemon.invalidations->Create(*body);
                     if (!directive.ok()) {
-                      return SendError(
-                          response,
-                          directive.status().code() == StatusCode::kNotFound ? 404 : 500,
-                          directive.status());
+                      return SendError(response,
+                                       directive.status().code() == StatusCode::kNotFound
+                                           ? 404
+                                           : GovernanceWriteHttpStatus(directive.status()),
+                                       directive.status());
                     }
                     SendJson(response, 202, {{"id", directive->id}, {"state", directive->state}});
                   }));

@@ -80,6 +80,9 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
         if constexpr (std::is_same_v<R, KVTransfer>) {
           return FromKVTransfer(record);
         } else if constexpr (std::is_same_v<R, NIXLLease>) {
+          // Checked for every event, not only at the grant: a later
+          // report is lowered and counted too.
+          KVGOV_RETURN_IF_ERROR(CheckNIXLLeaseReport(record));
           return FromNIXLLease(record, WallClockMillis());
         } else if constexpr (std::is_same_v<R, ProviderCache>) {
           return FromProviderCache(record);
@@ -142,6 +145,7 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
 Json LoadJson(const router::WorkerLoad& load) {
   Json json = {{"in_flight_requests", load.in_flight_requests},
                {"in_flight_blocks", load.in_flight_blocks},
+               {"peer_in_flight_blocks", load.peer_blocks},
                {"blocks", load.blocks}};
   if (load.scraped) {
     json["scraped"] = {{"running", load.scraped->running},
@@ -373,7 +377,11 @@ void HandleJournal(const Daemon& daemon, const httplib::Request& request,
                    {"prev_hash", row.prev_hash},
                    {"hash", row.hash}});
   }
-  Json body = {{"rows", std::move(out)}, {"head_seq", daemon.journal->head_seq()}};
+  // head_hash names the whole chain: replicas that applied the same log
+  // report the same one.
+  Json body = {{"rows", std::move(out)},
+               {"head_seq", daemon.journal->head_seq()},
+               {"head_hash", daemon.journal->head_hash()}};
   if (!rows->empty() && rows->back().seq < daemon.journal->head_seq()) {
     body["next_since"] = rows->back().seq + 1;
   }
@@ -452,8 +460,9 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                  draining ? std::optional<std::string>("1") : std::nullopt};
       const Json payload = {{"worker", worker}, {"draining", draining}};
       Status recorded = RecordGovernance(daemon, draining ? "worker.drain" : "worker.undrain",
-                                         worker, payload.dump(), {&state, 1});
-      if (!recorded.ok()) return SendError(response, 503, recorded);
+                                         worker, payload.dump(), {&state, 1})
+                            .status();
+      if (!recorded.ok()) return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
       (void)daemon.status.SetDraining(worker, draining);
       SendJson(response, 200, payload);
     });

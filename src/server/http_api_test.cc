@@ -311,6 +311,26 @@ TEST_F(HttpApiTest, LeaseCreditsOnlyWhileActive) {
   EXPECT_NE(metrics.find(R"(kvgov_leases{state="completed"} 1)"), std::string::npos);
 }
 
+// Found by ingest_batch_fuzzer: a report after the grant was lowered and
+// counted without the grant's checks.
+TEST_F(HttpApiTest, LeaseReportWithNegativeCountsIsRefusedAfterGrant) {
+  ASSERT_EQ(Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
+     "event":"create","role":"prefill_pin","span_digest":"s","remote_engine":"w1",
+     "ttl_ms":60000}]})")->body)["accepted"],
+            1);
+  Json heartbeat = Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
+     "event":"heartbeat","role":"prefill_pin","tokens":-5}]})")->body);
+  EXPECT_EQ(heartbeat["accepted"], 0);
+  ASSERT_EQ(heartbeat["rejected"].size(), 1u);
+  EXPECT_NE(heartbeat["rejected"][0]["error"].get<std::string>().find("tokens"),
+            std::string::npos)
+      << heartbeat.dump();
+  // Nothing of the refused report was counted: the lease is as granted.
+  Json leases = GetJson("/v1/leases");
+  ASSERT_EQ(leases["leases"].size(), 1u);
+  EXPECT_EQ(leases["leases"][0]["event"], "create");
+}
+
 TEST_F(HttpApiTest, ExpiredLeaseStopsCreditWithoutAnyEvent) {
   const std::string tokens = "[1,2,3,4]";
   ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",

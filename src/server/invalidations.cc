@@ -9,6 +9,7 @@
 #include "server/daemon.h"
 #include "server/entropy.h"
 #include "server/invalidation_connector.h"
+#include "server/replica.h"
 
 namespace kvgov::server {
 namespace {
@@ -18,8 +19,10 @@ using Json = nlohmann::json;
 constexpr std::string_view kDirectivePrefix = "invalidation/";
 constexpr std::string_view kCertificatePrefix = "certificate/";
 
-Json OwnerJson(const OwnerProgress& owner) {
-  return {{"worker", owner.worker},
+// `full` adds what only the store and the log need: the targets still
+// pending and the stream seq each owner was dispatched at.
+Json OwnerJson(const OwnerProgress& owner, bool full) {
+  Json json = {{"worker", owner.worker},
           {"connector", owner.connector},
           {"scope", owner.scope},
           {"degraded", owner.degraded},
@@ -33,18 +36,70 @@ Json OwnerJson(const OwnerProgress& owner) {
           {"whole_worker", owner.whole_worker},
           {"witness_kind", owner.witness_kind},
           {"witness_seqs", owner.witness_seqs}};
+  if (full) {
+    json["pending_keys"] = owner.pending;
+    json["dispatch_seq"] = owner.dispatch_seq;
+  }
+  return json;
 }
 
-Json ToJson(const Directive& d) {
+Json ToJson(const Directive& d, bool full) {
   Json owners = Json::array();
-  for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner));
-  return {{"id", d.id},           {"state", d.state},
+  for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner, full));
+  Json json = {{"id", d.id},           {"state", d.state},
           {"failure", d.failure}, {"reason", d.reason},
           {"model", d.model},     {"tenant", d.tenant},
           {"subject", d.subject},
           {"scope", d.scope},     {"targets", d.target_count},
           {"owners", owners},     {"certificate_id", d.certificate_id},
           {"created_ms", d.created_ms}};
+  if (full) json["deadline_ms"] = d.deadline_ms;
+  return json;
+}
+
+bool Finished(const Directive& directive) {
+  return directive.state == "certified" || directive.state == "failed";
+}
+
+std::string ClaimName(std::string_view id) { return "directive/" + std::string(id); }
+
+Directive DirectiveFromJson(const Json& json) {
+  Directive d;
+  d.id = json.value("id", "");
+  d.state = json.value("state", "");
+  d.failure = json.value("failure", "");
+  d.reason = json.value("reason", "");
+  d.model = json.value("model", "");
+  d.tenant = json.value("tenant", "");
+  d.subject = json.value("subject", "");
+  d.scope = json.value("scope", "");
+  d.target_count = json.value("targets", uint64_t{0});
+  d.certificate_id = json.value("certificate_id", "");
+  d.created_ms = json.value("created_ms", int64_t{0});
+  d.deadline_ms = json.value("deadline_ms", int64_t{0});
+  // Records written before owners were kept whole have none: they read
+  // back with no owners, as they always did.
+  for (const Json& o : json.value("owners", Json::array())) {
+    if (!o.contains("pending_keys")) continue;
+    OwnerProgress owner;
+    owner.worker = o.value("worker", "");
+    owner.connector = o.value("connector", "");
+    owner.scope = o.value("scope", "");
+    owner.degraded = o.value("degraded", false);
+    owner.degrade_reason = o.value("degrade_reason", "");
+    owner.attempts = o.value("attempts", 0);
+    owner.last_status = o.value("last_status", 0);
+    owner.last_error = o.value("last_error", "");
+    owner.state = o.value("state", "");
+    owner.whole_worker = o.value("whole_worker", false);
+    owner.pending = o.at("pending_keys").get<std::set<index::BlockKey>>();
+    owner.target_count = o.value("targets", uint64_t{0});
+    owner.dispatch_seq = o.value("dispatch_seq", int64_t{-1});
+    owner.witness_seqs = o.value("witness_seqs", std::vector<uint64_t>{});
+    owner.witness_kind = o.value("witness_kind", "");
+    d.owners.push_back(std::move(owner));
+  }
+  return d;
 }
 
 // The engine a worker belongs to ("w1@dp0" -> "w1").
@@ -66,7 +121,25 @@ int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
 
 }  // namespace
 
-std::string DirectiveJson(const Directive& directive) { return ToJson(directive).dump(); }
+std::string DirectiveJson(const Directive& directive) {
+  return ToJson(directive, /*full=*/false).dump();
+}
+
+std::string DirectiveRecord(const Directive& directive) {
+  return ToJson(directive, /*full=*/true).dump();
+}
+
+Result<Directive> ParseDirectiveRecord(std::string_view record) {
+  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("id") || !json["id"].is_string()) {
+    return Status::InvalidArgument("directive record: not an object with an id");
+  }
+  try {
+    return DirectiveFromJson(json);
+  } catch (const Json::exception& error) {
+    return Status::InvalidArgument(std::string("directive record: ") + error.what());
+  }
+}
 
 InvalidationManager::InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms)
     : daemon_(daemon), witness_timeout_ms_(witness_timeout_ms), thread_([this] { Run(); }) {}
@@ -84,10 +157,37 @@ void InvalidationManager::Stop() {
 }
 
 Status InvalidationManager::Record(const Directive& directive, std::string_view kind) {
-  const std::string record = DirectiveJson(directive);
+  const std::string record = DirectiveRecord(directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive.id, record};
-  return RecordGovernance(*daemon_, kind, directive.id, record, {&state, 1});
+  return RecordGovernance(*daemon_, kind, directive.id, record, {&state, 1}).status();
+}
+
+bool InvalidationManager::DrivesLocked(std::string_view id) const {
+  return daemon_->replica == nullptr || driving_.contains(id);
+}
+
+void InvalidationManager::SyncGateLocked(const Directive* before, const Directive& after) {
+  if (before != nullptr) ReleaseTargetsLocked(*before);
+  for (const OwnerProgress& owner : after.owners) {
+    std::vector<index::BlockKey> keys(owner.pending.begin(), owner.pending.end());
+    if (!keys.empty() || owner.whole_worker) {
+      daemon_->gate.SetPending(owner.worker, keys, owner.whole_worker, true);
+    }
+  }
+}
+
+void InvalidationManager::ApplyReplicated(std::string_view record) {
+  Result<Directive> directive = ParseDirectiveRecord(record);
+  if (!directive.ok()) {
+    std::fprintf(stderr, "kvgov: replicated %s\n", directive.status().ToString().c_str());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (DrivesLocked(directive->id)) return;
+  auto it = directives_.find(directive->id);
+  SyncGateLocked(it == directives_.end() ? nullptr : &it->second, *directive);
+  directives_[directive->id] = std::move(directive).value();
 }
 
 void InvalidationManager::ReleaseTargetsLocked(const Directive& directive) {
@@ -165,17 +265,32 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
   const bool has_target = !directive.owners.empty() && directive.target_count > 0;
   directive.state = has_target ? "planned" : "failed";
   if (!has_target) directive.failure = "referee_denied: no resident target";
-  KVGOV_RETURN_IF_ERROR(Record(directive, "invalidation.planned"));
-  if (!has_target) {
+  if (daemon_->replica != nullptr && has_target) {
+    // Claimed before it is in the log, so no other replica takes it over
+    // while its creator is alive.
+    Result<bool> claimed = daemon_->replica->Claim(ClaimName(directive.id));
+    if (!claimed.ok()) {
+      return Status::Unavailable("governance writes are refused while Redis is unreachable: " +
+                                 claimed.status().message());
+    }
+    if (!*claimed) return Status::Internal("a fresh directive id was already claimed");
     std::lock_guard lock(mu_);
+    driving_.insert(directive.id);
+  }
+  if (Status recorded = Record(directive, "invalidation.planned"); !recorded.ok()) {
+    if (daemon_->replica != nullptr) {
+      daemon_->replica->ReleaseClaim(ClaimName(directive.id));
+      std::lock_guard lock(mu_);
+      driving_.erase(directive.id);
+    }
+    return recorded;
+  }
+  std::lock_guard lock(mu_);
+  if (!has_target) {
     directives_[directive.id] = directive;
     return directive;
   }
-  std::lock_guard lock(mu_);
-  for (const OwnerProgress& owner : directive.owners) {
-    std::vector<index::BlockKey> keys(owner.pending.begin(), owner.pending.end());
-    daemon_->gate.SetPending(owner.worker, keys, owner.whole_worker, true);
-  }
+  SyncGateLocked(nullptr, directive);
   directives_[directive.id] = directive;
   queue_.emplace_back(directive.id, false);
   wake_.notify_all();
@@ -205,6 +320,9 @@ void InvalidationManager::Dispatch(const std::string& id) {
   bool any_failed = false;
   for (size_t i = 0; i < directive->owners.size(); ++i) {
     OwnerProgress owner = directive->owners[i];
+    // A replica taking a directive over calls again only the owners whose
+    // removal was not yet witnessed.
+    if (owner.state == "witnessed") continue;
     const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker);
     ConnectorConfig config;
     if (engine != nullptr) {
@@ -250,7 +368,8 @@ void InvalidationManager::Dispatch(const std::string& id) {
       any_failed = true;
       continue;
     }
-    live.attempts = static_cast<int>(result->attempts.size());
+    // Cumulative: a replica taking the directive over adds its own calls.
+    live.attempts += static_cast<int>(result->attempts.size());
     live.last_status = result->attempts.empty() ? 0 : result->attempts.back().http_status;
     live.scope = std::string(ToString(result->scope));
     live.degraded = result->degraded;
@@ -293,6 +412,7 @@ void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
   std::lock_guard lock(mu_);
   for (auto& [id, directive] : directives_) {
     if (directive.state != "dispatched" && directive.state != "acknowledged") continue;
+    if (!DrivesLocked(id)) continue;
     bool all_witnessed = true;
     for (OwnerProgress& owner : directive.owners) {
       // Only what the engine published after kvgov's call counts as proof.
@@ -337,11 +457,11 @@ void InvalidationManager::Certify(const std::string& id) {
   if (!directive || directive->state != "witnessed") return;
   // The journal row recording the witness is the certificate's anchor: the
   // certificate can only exist after the removal was seen and recorded.
-  const std::string record = DirectiveJson(*directive);
+  const std::string record = DirectiveRecord(*directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive->id, record};
-  Result<journal::Row> anchor = daemon_->journal->Append(
-      "invalidation.witnessed", directive->id, record, WallClockMillis(), {&state, 1});
+  Result<journal::Row> anchor =
+      RecordGovernance(*daemon_, "invalidation.witnessed", directive->id, record, {&state, 1});
   if (!anchor.ok()) {
     std::fprintf(stderr, "kvgov: directive %s witness not journaled: %s\n", id.c_str(),
                  anchor.status().ToString().c_str());
@@ -385,14 +505,15 @@ void InvalidationManager::Certify(const std::string& id) {
   Directive certified = *directive;
   certified.state = "certified";
   certified.certificate_id = certificate->certificate_id;
-  const std::string certified_record = DirectiveJson(certified);
+  const std::string certified_record = DirectiveRecord(certified);
   const std::array<store::WriteOp, 2> ops = {
       store::WriteOp{store::Column::kGovernance,
                      std::string(kCertificatePrefix) + certificate->certificate_id, *encoded},
       store::WriteOp{store::Column::kGovernance, std::string(kDirectivePrefix) + id,
                      certified_record}};
   if (Status recorded = RecordGovernance(*daemon_, "certificate", certificate->certificate_id,
-                                         *encoded, ops);
+                                         *encoded, ops)
+                            .status();
       !recorded.ok()) {
     std::fprintf(stderr, "kvgov: certificate for %s not stored: %s\n", id.c_str(),
                  recorded.ToString().c_str());
@@ -413,12 +534,13 @@ void InvalidationManager::CountCertificate(std::string_view outcome) {
 }
 
 void InvalidationManager::Tick(int64_t now_ms) {
+  if (daemon_->replica != nullptr) TendClaims(now_ms);
   std::vector<Directive> timed_out;
   {
     std::lock_guard lock(mu_);
     for (auto& [id, directive] : directives_) {
       if ((directive.state == "dispatched" || directive.state == "acknowledged") &&
-          now_ms >= directive.deadline_ms) {
+          now_ms >= directive.deadline_ms && DrivesLocked(id)) {
         directive.state = "failed";
         directive.failure = "witness_timeout";
         // The targets stay without route credit: nobody saw them go.
@@ -428,6 +550,66 @@ void InvalidationManager::Tick(int64_t now_ms) {
   }
   for (const Directive& directive : timed_out) {
     (void)Record(directive, "invalidation.failed");
+  }
+}
+
+void InvalidationManager::TendClaims(int64_t now_ms) {
+  Replica& replica = *daemon_->replica;
+  std::vector<std::string> driven;
+  std::vector<std::string> orphans;
+  {
+    std::lock_guard lock(mu_);
+    // A third of the claim's life between rounds: a live driver renews
+    // twice before its claim could lapse.
+    if (now_ms < next_claim_round_ms_) return;
+    next_claim_round_ms_ = now_ms + daemon_->options.claim_ttl_ms / 3;
+    for (const auto& [id, directive] : directives_) {
+      if (driving_.contains(id)) {
+        driven.push_back(id);
+      } else if (!Finished(directive) && directive.state != "planned") {
+        orphans.push_back(id);
+      } else if (directive.state == "planned" && now_ms - directive.created_ms >
+                                                     daemon_->options.claim_ttl_ms) {
+        orphans.push_back(id);  // its creator died between the record and the dispatch
+      }
+    }
+  }
+  for (const std::string& id : driven) {
+    bool finished = false;
+    {
+      std::lock_guard lock(mu_);
+      finished = Finished(directives_[id]);
+    }
+    if (finished) {
+      replica.ReleaseClaim(ClaimName(id));
+      std::lock_guard lock(mu_);
+      driving_.erase(id);
+      continue;
+    }
+    Result<bool> renewed = replica.RenewClaim(ClaimName(id));
+    if (renewed.ok() && !*renewed) {
+      // Another replica took it over: from now on its records are the truth.
+      std::fprintf(stderr, "kvgov replica %s: lost the claim on directive %s\n",
+                   replica.id().c_str(), id.c_str());
+      std::lock_guard lock(mu_);
+      driving_.erase(id);
+    }
+  }
+  for (const std::string& id : orphans) {
+    Result<bool> claimed = replica.Claim(ClaimName(id));
+    if (!claimed.ok() || !*claimed) continue;
+    std::lock_guard lock(mu_);
+    Directive& directive = directives_[id];
+    if (Finished(directive)) {
+      replica.ReleaseClaim(ClaimName(id));
+      continue;
+    }
+    std::fprintf(stderr, "kvgov replica %s: taking over directive %s (%s)\n",
+                 replica.id().c_str(), id.c_str(), directive.state.c_str());
+    driving_.insert(id);
+    directive.deadline_ms = now_ms + witness_timeout_ms_;
+    queue_.emplace_back(id, directive.state == "witnessed");
+    wake_.notify_all();
   }
 }
 
@@ -465,24 +647,16 @@ Status InvalidationManager::RecoverRecords() {
       [&](std::string_view, std::string_view value) {
         Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
         if (!json.is_object()) return true;
-        Directive d;
-        d.id = json.value("id", "");
-        d.state = json.value("state", "");
-        d.failure = json.value("failure", "");
-        d.reason = json.value("reason", "");
-        d.model = json.value("model", "");
-        d.tenant = json.value("tenant", "");
-        d.subject = json.value("subject", "");
-        d.scope = json.value("scope", "");
-        d.target_count = json.value("targets", uint64_t{0});
-        d.certificate_id = json.value("certificate_id", "");
-        d.created_ms = json.value("created_ms", int64_t{0});
-        if (d.state != "certified" && d.state != "failed") {
+        Directive d = DirectiveFromJson(json);
+        // A single kvgov was the directive's only driver; a replica's
+        // directive lives on with whichever replica claims it next.
+        if (!Finished(d) && daemon_->replica == nullptr) {
           d.state = "failed";
           d.failure = "interrupted_by_restart";
           interrupted.push_back(d);
         }
         std::lock_guard lock(mu_);
+        SyncGateLocked(nullptr, d);
         directives_[d.id] = d;
         return true;
       }));

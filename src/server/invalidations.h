@@ -60,6 +60,12 @@ struct Directive {
   int64_t deadline_ms = 0;
 };
 
+/// The whole directive as the store and the replicated log keep it (owners'
+/// pending targets and dispatch seqs included), and back. InvalidArgument
+/// for a record of the wrong shape.
+std::string DirectiveRecord(const Directive& directive);
+Result<Directive> ParseDirectiveRecord(std::string_view record);
+
 /// Runs directives. Every state change is journaled with the directive's
 /// record in one synced write. Targets earn no route credit from the moment
 /// the directive is planned until they are witnessed gone.
@@ -89,9 +95,16 @@ class InvalidationManager {
   /// none), for the kvgov_invalidations gauge.
   std::map<std::string, uint64_t, std::less<>> CountByState() const;
 
-  /// Reads directives back after a restart: finished ones as they were,
-  /// unfinished ones failed (interrupted_by_restart), journaled.
+  /// Reads directives back after a restart: finished ones as they were;
+  /// unfinished ones failed (interrupted_by_restart) and journaled, or, for
+  /// a replica, left for whichever replica claims them next. Targets not
+  /// seen gone stay without route credit.
   Status Recover();
+
+  /// A directive record the replicated governance log carries, applied in
+  /// log order on every replica. Ignored for a directive this replica
+  /// drives: its own state is at least as new as any record it wrote.
+  void ApplyReplicated(std::string_view record);
 
   void Stop();
 
@@ -99,6 +112,17 @@ class InvalidationManager {
   Status RecoverRecords();
   void Run();
   void Dispatch(const std::string& id);
+  // Replicas: renews the claims on driven directives, lets go of finished
+  // ones and those whose claim was lost, and takes over directives whose
+  // driver stopped renewing.
+  void TendClaims(int64_t now_ms);
+  // True when this kvgov dispatches, witnesses and certifies the directive:
+  // always for a single node, while it holds the claim for a replica.
+  // REQUIRES: mu_ held.
+  bool DrivesLocked(std::string_view id) const;
+  // Moves the gate's pending targets from `before` (may be null) to `after`.
+  // REQUIRES: mu_ held.
+  void SyncGateLocked(const Directive* before, const Directive& after);
   void Certify(const std::string& id);
   // kvgov_certificates_total{outcome}: issued, or failed (minting, storing
   // or journaling the anchor failed; the directive stays witnessed).
@@ -114,6 +138,8 @@ class InvalidationManager {
   std::condition_variable wake_;
   std::map<std::string, Directive, std::less<>> directives_;  // guarded by mu_
   std::deque<std::pair<std::string, bool>> queue_;  // (id, certify?) guarded by mu_
+  std::set<std::string, std::less<>> driving_;      // replicas: claimed here; guarded by mu_
+  int64_t next_claim_round_ms_ = 0;                 // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::atomic<bool> cancel_{false};
   std::thread thread_;

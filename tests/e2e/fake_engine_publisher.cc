@@ -22,6 +22,9 @@ std::string BigEndian64(uint64_t value) {
 FakeEnginePublisher::FakeEnginePublisher(int64_t block_size)
     : block_size_(block_size), pub_(context_, zmq::socket_type::xpub), next_hash_(0xF000000000000000) {
   pub_.set(zmq::sockopt::linger, 0);
+  // Every subscriber's subscription comes through, not only the first, so
+  // a test can wait for each of several kvgov replicas.
+  pub_.set(zmq::sockopt::xpub_verbose, 1);
   pub_.bind("tcp://127.0.0.1:*");
   events_endpoint_ = pub_.get(zmq::sockopt::last_endpoint);
   // The ROUTER is bound here so its endpoint is known before the thread runs.

@@ -53,6 +53,26 @@ Result<std::string> AddToken(const std::string& path, std::string_view name,
 /// Removes the named token. NotFound when there is none.
 Status RevokeToken(const std::string& path, std::string_view name);
 
+/// A new token's record (its hash only) and its secret, written nowhere:
+/// for a caller that stores the record elsewhere first (the replicated
+/// governance log). The same checks and errors as AddToken's.
+struct MintedToken {
+  TokenRecord record;
+  std::string secret;
+};
+Result<MintedToken> MintToken(std::string_view name, std::vector<Role> roles,
+                              std::string_view tenant, int64_t now_ms);
+
+/// Inserts `record`, or replaces the token of the same name: how a replica
+/// applies a token the governance log carries.
+Status PutTokenRecord(const std::string& path, const TokenRecord& record);
+
+/// One record as the token file spells it (docs/formats/tokens.md), and
+/// back; DecodeTokenRecord checks it as LoadTokenFile does ("$.roles[0]:
+/// ...").
+std::string EncodeTokenRecord(const TokenRecord& record);
+Result<TokenRecord> DecodeTokenRecord(std::string_view text);
+
 /// Who is calling, once authorized.
 struct Principal {
   std::string token;   // the token's name; "" when authentication is off

@@ -51,9 +51,13 @@ LookupVerdict NIXLLeaseVerdict(const NIXLLease& lease, int64_t now_ms);
 /// True for completed, expired and failed: states no event can leave.
 bool IsTerminal(NIXLLeaseState state);
 
+/// The checks every lease report must pass, whatever its event: a
+/// lease_id, and no negative ttl_ms, tokens or bytes_moved. InvalidArgument
+/// naming the field.
+Status CheckNIXLLeaseReport(const NIXLLease& report);
+
 /// Starts a lease from a create report: granted now, expiring after ttl_ms
-/// when ttl_ms > 0. Returns InvalidArgument for an empty lease_id or a
-/// negative ttl.
+/// when ttl_ms > 0. Returns CheckNIXLLeaseReport's error for a bad report.
 Result<NIXLLease> GrantNIXLLease(NIXLLease report, int64_t now_ms);
 
 /// The monotonic lease state machine. Applies `event` observed at `now_ms`:
@@ -72,6 +76,8 @@ Result<NIXLLease> ApplyNIXLLeaseEvent(const NIXLLease& lease, NIXLLeaseEvent eve
 /// nixl_event, nixl_state always; remote_engine, trace_id, request_id,
 /// lease_expires_at when set. Invalidation mode external_refutation. An
 /// unidentified lease lowers to an entry with no digest, which never serves.
+/// REQUIRES: CheckNIXLLeaseReport(lease) is OK (else the entry carries a
+/// negative length and fails ValidateEntry).
 Entry FromNIXLLease(const NIXLLease& lease, int64_t now_ms);
 
 /// What a clear of a NIXL span proved.

@@ -40,6 +40,15 @@ class LeaseTable {
   /// report, an event timed before the grant).
   Result<std::optional<LeaseTransition>> Apply(const NIXLLease& report, int64_t now_ms);
 
+  /// What Apply would do, without doing it: the lease's next record and
+  /// the transition. A replica records this in the replicated log first;
+  /// the log's apply then Restores the record on every replica.
+  struct Change {
+    NIXLLease next;
+    std::optional<LeaseTransition> transition;
+  };
+  Result<Change> Preview(const NIXLLease& report, int64_t now_ms) const;
+
   /// Records the expiry of every active lease whose time has come.
   std::vector<LeaseTransition> ExpireDue(int64_t now_ms);
 
@@ -57,6 +66,9 @@ class LeaseTable {
   void ForgetEndedBefore(int64_t cutoff_ms);
 
  private:
+  // REQUIRES: mu_ held.
+  Result<Change> PreviewLocked(const NIXLLease& report, int64_t now_ms) const;
+
   mutable std::mutex mu_;
   std::map<std::string, NIXLLease, std::less<>> leases_;      // guarded by mu_
   std::map<std::string, int64_t, std::less<>> ended_at_ms_;   // guarded by mu_

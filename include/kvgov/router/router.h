@@ -65,6 +65,7 @@ struct RouteRequest {
 struct WorkerLoad {
   uint64_t in_flight_requests = 0;  // routed by kvgov, not yet released
   uint64_t in_flight_blocks = 0;
+  uint64_t peer_blocks = 0;  // other replicas' in-flight blocks (SetPeerLoad)
   std::optional<ScrapedLoad> scraped;
   double blocks = 0;  // the load term of the cost
 };
@@ -122,6 +123,14 @@ class Router {
 
   WorkerLoad LoadOf(std::string_view worker) const;
 
+  /// This router's in-flight blocks per worker (workers with none left
+  /// out), for other replicas to add to their cost.
+  std::map<std::string, uint64_t, std::less<>> InFlightBlocks() const;
+
+  /// Other replicas' in-flight blocks per worker; replaces the last set.
+  /// Counted in the load term like this router's own.
+  void SetPeerLoad(std::map<std::string, uint64_t, std::less<>> blocks_by_worker);
+
  private:
   struct InFlight {
     std::string worker;
@@ -149,6 +158,7 @@ class Router {
   std::mt19937_64 rng_;
   std::map<std::string, InFlight, std::less<>> decisions_;
   std::map<std::string, Totals, std::less<>> totals_;
+  std::map<std::string, uint64_t, std::less<>> peer_blocks_;
 };
 
 /// The tenant's cache_salt: HMAC-SHA256 of the tenant id under the

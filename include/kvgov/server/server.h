@@ -55,6 +55,18 @@ struct ServerOptions {
   // (docs/formats/spool.md), looked into this often; empty: none.
   std::string spool_dir;
   int64_t spool_interval_ms = 500;
+  // Replicas (docs/adr/0011-replicated-governance-log.md): with a Redis URL,
+  // governance writes go through the log on Redis Streams that every
+  // replica applies in order. Empty: the single-node embedded system.
+  std::string redis_url;
+  std::string redis_prefix = "kvgov";  // the keys' prefix, shared by the replicas
+  std::string replica_id;              // this replica's name; empty: host + random suffix
+  // A replica's claim on a directive (or on housekeeping) lapses this long
+  // after its holder stops renewing it; another replica then takes over.
+  int64_t claim_ttl_ms = 3000;
+  // The Ed25519 issuer key; replicas share one file so their certificates
+  // verify alike. Empty: <data_dir>/issuer.key, created when missing.
+  std::string issuer_key_file;
 };
 
 /// The kvgov daemon: the HTTP API over the residency index and the

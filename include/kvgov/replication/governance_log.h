@@ -1,0 +1,157 @@
+#pragma once
+
+// The replicated governance log: one Redis Stream that every kvgov replica
+// appends governance writes to (XADD) and applies in stream order (XREAD),
+// plus the claims that decide which replica does a piece of work, and the
+// board where replicas share their in-flight route load.
+// Format: docs/formats/governance-log.md.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvgov/core/status.h"
+#include "kvgov/replication/redis.h"
+
+namespace kvgov::replication {
+
+/// A state change an entry carries: `column` names where it goes on the
+/// applying replica ("governance": the store's governance column; "tokens":
+/// the token file). No value means erase.
+struct LogWrite {
+  std::string column;
+  std::string key;
+  std::optional<std::string> value;
+  friend bool operator==(const LogWrite&, const LogWrite&) = default;
+};
+
+/// One governance write. Every replica turns it into the same journal row
+/// (kind, subject, payload, time_ms) and the same state writes; an entry
+/// with an empty kind carries state only (a lease heartbeat) and makes no
+/// row.
+struct LogEntry {
+  std::string id;      // the stream id ("1700000000000-0"); not encoded
+  std::string origin;  // the replica that appended it
+  std::string kind;
+  std::string subject;
+  std::string payload;
+  int64_t time_ms = 0;
+  std::vector<LogWrite> writes;
+  friend bool operator==(const LogEntry&, const LogEntry&) = default;
+};
+
+/// The largest encoded entry a replica appends or accepts.
+inline constexpr size_t kMaxLogEntryBytes = size_t{2} << 20;
+/// The entry format this build writes and reads.
+inline constexpr int kLogEntryVersion = 1;
+
+/// The entry's field value (docs/formats/governance-log.md); `id` is left
+/// out (the stream assigns it).
+std::string EncodeLogEntry(const LogEntry& entry);
+/// InvalidArgument naming the field at fault; the size limit, field types,
+/// unknown columns and the version are all checked.
+Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id);
+
+/// A stream id as (milliseconds, sequence), ordered.
+struct StreamId {
+  uint64_t ms = 0;
+  uint64_t seq = 0;
+  friend auto operator<=>(const StreamId&, const StreamId&) = default;
+  std::string ToString() const;
+};
+Result<StreamId> ParseStreamId(std::string_view text);
+
+/// What one read brought: decoded entries in stream order, entries that did
+/// not decode (id and why), and the last id read (decoded or not), where
+/// the next read starts.
+struct LogBatch {
+  std::vector<LogEntry> entries;
+  std::vector<std::pair<std::string, Status>> rejected;
+  std::string last_id;
+};
+
+/// Thread-safe: appends and reads use separate connections, each behind
+/// its own mutex, so a blocked read never delays an append.
+class GovernanceLog {
+ public:
+  GovernanceLog(const RedisEndpoint& endpoint, std::string stream_key,
+                std::chrono::milliseconds timeout);
+
+  /// XADD; returns the id. InvalidArgument when the entry is too large;
+  /// Unavailable when Redis is unreachable (then nothing was appended, or
+  /// the reply was lost: see the format page on duplicates).
+  Result<std::string> Append(const LogEntry& entry);
+
+  /// Entries after `after_id` ("0-0": from the start), at most `count`,
+  /// waiting up to `block` for the first one. An empty batch (last_id ==
+  /// after_id) when nothing came in time.
+  Result<LogBatch> ReadAfter(std::string_view after_id, size_t count,
+                             std::chrono::milliseconds block);
+
+  /// The id of the newest entry ("0-0" when the stream is empty).
+  Result<std::string> LastId();
+
+ private:
+  const std::string stream_key_;
+  const std::chrono::milliseconds timeout_;  // a blocking read waits block + timeout_
+  std::mutex append_mu_;
+  RedisConnection append_;  // guarded by append_mu_
+  std::mutex read_mu_;
+  RedisConnection read_;  // guarded by read_mu_
+};
+
+/// Named claims with a time to live: SET NX PX to take, a compare-and-set
+/// script to renew or release, so a replica only ever extends or drops a
+/// claim it holds. Thread-safe (one connection behind a mutex).
+class ClaimStore {
+ public:
+  ClaimStore(const RedisEndpoint& endpoint, std::string key_prefix,
+             std::chrono::milliseconds timeout);
+
+  /// True when `owner` now holds `name` (taken now, or already its own,
+  /// which renews it).
+  Result<bool> Acquire(std::string_view name, std::string_view owner,
+                       std::chrono::milliseconds ttl);
+  /// True when `owner` held it and it was extended; false when it lapsed
+  /// or someone else holds it.
+  Result<bool> Renew(std::string_view name, std::string_view owner,
+                     std::chrono::milliseconds ttl);
+  /// Drops the claim if `owner` holds it.
+  Status Release(std::string_view name, std::string_view owner);
+  /// Who holds it now, if anyone.
+  Result<std::optional<std::string>> Holder(std::string_view name);
+
+ private:
+  const std::string prefix_;
+  std::mutex mu_;
+  RedisConnection connection_;  // guarded by mu_
+};
+
+/// Each replica's in-flight route load per worker, published under a key
+/// that expires (`ttl`), so a replica that dies stops counting within ttl.
+/// Thread-safe (one connection behind a mutex).
+class LoadBoard {
+ public:
+  LoadBoard(const RedisEndpoint& endpoint, std::string key_prefix, std::string replica_id,
+            std::chrono::milliseconds ttl, std::chrono::milliseconds timeout);
+
+  /// Replaces this replica's published load.
+  Status Publish(const std::map<std::string, uint64_t, std::less<>>& blocks_by_worker);
+  /// The sum over every other live replica's published load, per worker.
+  Result<std::map<std::string, uint64_t, std::less<>>> PeerTotals();
+
+ private:
+  const std::string prefix_;
+  const std::string replica_id_;
+  const std::chrono::milliseconds ttl_;
+  std::mutex mu_;
+  RedisConnection connection_;  // guarded by mu_
+};
+
+}  // namespace kvgov::replication

@@ -1,0 +1,295 @@
+#include "server/replica.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "kvgov/auth/tokens.h"
+
+namespace kvgov::server {
+namespace {
+
+using replication::LogEntry;
+using replication::LogWrite;
+using replication::StreamId;
+
+constexpr std::string_view kCursorKey = "replication/applied";
+constexpr std::string_view kGovernanceColumn = "governance";
+constexpr std::string_view kTokensColumn = "tokens";
+constexpr size_t kReadBatch = 256;
+constexpr auto kReadBlock = std::chrono::milliseconds(500);
+// Rows kept for writers that have not come back for theirs (timed out).
+constexpr size_t kMaxUnclaimedRows = 4096;
+
+std::string StreamKey(std::string_view prefix) { return std::string(prefix) + ":governance"; }
+std::string ClaimPrefix(std::string_view prefix) { return std::string(prefix) + ":claim:"; }
+std::string LoadPrefix(std::string_view prefix) { return std::string(prefix) + ":load:"; }
+
+// A token write from the log, put into (or taken out of) the token file.
+// Idempotent, so an entry re-applied after a crash changes nothing more.
+Status ApplyTokenWrite(const std::string& token_path, const LogWrite& write) {
+  if (!write.value.has_value()) {
+    Status revoked = auth::RevokeToken(token_path, write.key);
+    return revoked.code() == StatusCode::kNotFound ? Status::Ok() : revoked;
+  }
+  KVGOV_ASSIGN_OR_RETURN(auth::TokenRecord record, auth::DecodeTokenRecord(*write.value));
+  if (record.name != write.key) {
+    return Status::InvalidArgument("token write: key '" + write.key + "' names another token");
+  }
+  return auth::PutTokenRecord(token_path, record);
+}
+
+}  // namespace
+
+Replica::Replica(ReplicaOptions options, const replication::RedisEndpoint& endpoint,
+                 journal::Journal* journal, store::Store* store, router::Router* router,
+                 ApplyHook hook)
+    : options_(std::move(options)),
+      journal_(journal),
+      store_(store),
+      router_(router),
+      hook_(std::move(hook)),
+      log_(endpoint, StreamKey(options_.key_prefix), options_.redis_timeout),
+      claims_(endpoint, ClaimPrefix(options_.key_prefix), options_.redis_timeout),
+      load_board_(endpoint, LoadPrefix(options_.key_prefix), options_.replica_id,
+                  options_.claim_ttl, options_.redis_timeout) {}
+
+Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
+                                                journal::Journal* journal, store::Store* store,
+                                                router::Router* router, ApplyHook hook) {
+  KVGOV_ASSIGN_OR_RETURN(replication::RedisEndpoint endpoint,
+                         replication::ParseRedisUrl(options.redis_url));
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> cursor,
+                         store->Get(store::Column::kMeta, std::string(kCursorKey)));
+  if (!cursor.has_value() && journal->head_seq() > 0) {
+    // Its rows are not in the log: the chain could never match the others'.
+    return Status::FailedPrecondition(
+        "the data dir's journal has " + std::to_string(journal->head_seq()) +
+        " rows that did not come from the governance log; a replica needs a fresh data dir "
+        "(or one that has always been a replica)");
+  }
+  std::unique_ptr<Replica> replica(
+      new Replica(std::move(options), endpoint, journal, store, router, std::move(hook)));
+  if (cursor.has_value()) {
+    Result<StreamId> applied = replication::ParseStreamId(*cursor);
+    if (!applied.ok()) return applied.status().WithContext("the replica's applied stream id");
+    replica->applied_ = *applied;
+  }
+  Result<std::string> last = replica->log_.LastId();
+  replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
+  replica->heartbeat_ = std::thread([r = replica.get()] { r->HeartbeatLoop(); });
+  if (!last.ok()) {
+    std::fprintf(stderr,
+                 "kvgov replica %s: the governance log is unreachable (%s); serving on local "
+                 "state, governance writes refused until it returns\n",
+                 replica->id().c_str(), last.status().ToString().c_str());
+    return replica;
+  }
+  KVGOV_ASSIGN_OR_RETURN(StreamId target, replication::ParseStreamId(*last));
+  std::unique_lock lock(replica->mu_);
+  if (!replica->applied_cv_.wait_for(lock, replica->options_.catch_up_wait,
+                                     [&] { return replica->applied_ >= target; })) {
+    std::fprintf(stderr, "kvgov replica %s: still catching up with the log (at %s of %s)\n",
+                 replica->id().c_str(), replica->applied_.ToString().c_str(), last->c_str());
+  }
+  return replica;
+}
+
+Replica::~Replica() { Stop(); }
+
+void Replica::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  applied_cv_.notify_all();
+  if (applier_.joinable()) applier_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (housekeeper_.exchange(false)) (void)claims_.Release("housekeeper", options_.replica_id);
+}
+
+std::string Replica::applied_id() const {
+  std::lock_guard lock(mu_);
+  return applied_.ToString();
+}
+
+Result<journal::Row> Replica::Record(std::string_view kind, std::string_view subject,
+                                     std::string_view payload,
+                                     std::span<const store::WriteOp> state) {
+  LogEntry entry;
+  entry.origin = options_.replica_id;
+  entry.kind = std::string(kind);
+  entry.subject = std::string(subject);
+  entry.payload = std::string(payload);
+  entry.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  for (const store::WriteOp& op : state) {
+    if (op.column != store::Column::kGovernance) {
+      return Status::InvalidArgument("a replicated write goes to the governance column only");
+    }
+    entry.writes.push_back(LogWrite{std::string(kGovernanceColumn), op.key, op.value});
+  }
+  Result<std::string> appended = log_.Append(entry);
+  if (!appended.ok()) {
+    if (appended.status().code() == StatusCode::kInvalidArgument) return appended.status();
+    return Status::Unavailable("the governance log is unreachable, so governance writes are "
+                               "refused until it returns: " +
+                               appended.status().message());
+  }
+  KVGOV_ASSIGN_OR_RETURN(StreamId id, replication::ParseStreamId(*appended));
+  std::unique_lock lock(mu_);
+  if (!applied_cv_.wait_for(lock, options_.apply_wait,
+                            [&] { return stopping_ || applied_ >= id; }) ||
+      applied_ < id) {
+    return Status::Unavailable("appended to the governance log as " + *appended +
+                               " but not yet applied here");
+  }
+  auto row = own_rows_.find(*appended);
+  if (row == own_rows_.end()) return journal::Row{};
+  journal::Row result = std::move(row->second);
+  own_rows_.erase(row);
+  return result;
+}
+
+Result<std::string> Replica::AppendOnce(const std::string& redis_url, std::string_view prefix,
+                                        const LogEntry& entry) {
+  KVGOV_ASSIGN_OR_RETURN(replication::RedisEndpoint endpoint,
+                         replication::ParseRedisUrl(redis_url));
+  replication::GovernanceLog log(endpoint, StreamKey(prefix), std::chrono::milliseconds(2000));
+  return log.Append(entry);
+}
+
+Result<bool> Replica::Claim(std::string_view name) {
+  return claims_.Acquire(name, options_.replica_id, options_.claim_ttl);
+}
+
+Result<bool> Replica::RenewClaim(std::string_view name) {
+  return claims_.Renew(name, options_.replica_id, options_.claim_ttl);
+}
+
+void Replica::ReleaseClaim(std::string_view name) {
+  (void)claims_.Release(name, options_.replica_id);
+}
+
+bool Replica::WaitFor(std::chrono::milliseconds period) {
+  std::unique_lock lock(mu_);
+  return !stop_cv_.wait_for(lock, period, [this] { return stopping_; });
+}
+
+void Replica::ApplyLoop() {
+  std::string after;
+  {
+    std::lock_guard lock(mu_);
+    after = applied_.ToString();
+  }
+  auto backoff = std::chrono::milliseconds(50);
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+    }
+    Result<replication::LogBatch> batch = log_.ReadAfter(after, kReadBatch, kReadBlock);
+    if (!batch.ok()) {
+      if (connected_.exchange(false)) {
+        std::fprintf(stderr, "kvgov replica %s: lost the governance log: %s\n",
+                     options_.replica_id.c_str(), batch.status().ToString().c_str());
+      }
+      if (!WaitFor(backoff)) return;
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      continue;
+    }
+    if (!connected_.exchange(true)) {
+      std::fprintf(stderr, "kvgov replica %s: following the governance log from %s\n",
+                   options_.replica_id.c_str(), after.c_str());
+    }
+    backoff = std::chrono::milliseconds(50);
+    for (const auto& [id, why] : batch->rejected) {
+      // Every replica refuses the same bytes the same way, so skipping keeps
+      // the chains equal; the entry's writer has long been answered.
+      rejected_.fetch_add(1);
+      std::fprintf(stderr, "kvgov replica %s: log entry %s skipped: %s\n",
+                   options_.replica_id.c_str(), id.c_str(), why.ToString().c_str());
+    }
+    for (const LogEntry& entry : batch->entries) {
+      Status applied = Apply(entry);
+      while (!applied.ok()) {
+        std::fprintf(stderr, "kvgov replica %s: log entry %s not applied, retrying: %s\n",
+                     options_.replica_id.c_str(), entry.id.c_str(), applied.ToString().c_str());
+        if (!WaitFor(std::chrono::milliseconds(1000))) return;
+        applied = Apply(entry);
+      }
+      after = entry.id;
+    }
+    if (!batch->rejected.empty() && batch->last_id != after) {
+      // The batch ended on skipped entries: the cursor moves past them too.
+      if (Status moved = AdvanceCursor(batch->last_id); moved.ok()) after = batch->last_id;
+    }
+  }
+}
+
+Status Replica::AdvanceCursor(const std::string& id) {
+  KVGOV_ASSIGN_OR_RETURN(StreamId parsed, replication::ParseStreamId(id));
+  const store::WriteOp cursor{store::Column::kMeta, std::string(kCursorKey), id};
+  KVGOV_RETURN_IF_ERROR(store_->Write({&cursor, 1}, /*sync=*/true));
+  {
+    std::lock_guard lock(mu_);
+    if (applied_ < parsed) applied_ = parsed;
+  }
+  applied_cv_.notify_all();
+  return Status::Ok();
+}
+
+Status Replica::Apply(const LogEntry& entry) {
+  KVGOV_ASSIGN_OR_RETURN(StreamId id, replication::ParseStreamId(entry.id));
+  std::vector<store::WriteOp> ops;
+  for (const LogWrite& write : entry.writes) {
+    if (write.column == kTokensColumn) {
+      // Before the cursor moves: a crash in between re-applies the entry,
+      // and a token write is idempotent.
+      KVGOV_RETURN_IF_ERROR(ApplyTokenWrite(options_.token_path, write));
+    } else {
+      ops.push_back(store::WriteOp{store::Column::kGovernance, write.key, write.value});
+    }
+  }
+  ops.push_back(store::WriteOp{store::Column::kMeta, std::string(kCursorKey), entry.id});
+  journal::Row row;
+  if (entry.kind.empty()) {
+    KVGOV_RETURN_IF_ERROR(store_->Write(ops, /*sync=*/true));
+  } else {
+    KVGOV_ASSIGN_OR_RETURN(row, journal_->Append(entry.kind, entry.subject, entry.payload,
+                                                 entry.time_ms, ops));
+  }
+  if (hook_) hook_(entry);
+  {
+    std::lock_guard lock(mu_);
+    applied_ = id;
+    if (entry.origin == options_.replica_id) {
+      own_rows_.emplace(entry.id, std::move(row));
+      while (own_rows_.size() > kMaxUnclaimedRows) own_rows_.erase(own_rows_.begin());
+    }
+  }
+  applied_cv_.notify_all();
+  return Status::Ok();
+}
+
+void Replica::HeartbeatLoop() {
+  const auto renew_every = options_.claim_ttl / 3;
+  auto next_renew = std::chrono::steady_clock::now();
+  while (WaitFor(options_.load_interval)) {
+    if (router_ != nullptr) {
+      // Bounded staleness: a peer's load is at most load_interval old when
+      // read, and a dead peer's stops counting after claim_ttl.
+      (void)load_board_.Publish(router_->InFlightBlocks());
+      Result<std::map<std::string, uint64_t, std::less<>>> peers = load_board_.PeerTotals();
+      if (peers.ok()) router_->SetPeerLoad(std::move(peers).value());
+    }
+    if (std::chrono::steady_clock::now() >= next_renew) {
+      next_renew = std::chrono::steady_clock::now() + renew_every;
+      Result<bool> held = claims_.Acquire("housekeeper", options_.replica_id, options_.claim_ttl);
+      housekeeper_.store(held.ok() && *held);
+    }
+  }
+}
+
+}  // namespace kvgov::server

@@ -1,0 +1,443 @@
+// Three kvgov replicas (kvgov serve --redis) sharing governance through a
+// real redis-server: one governance state and one journal chain head on
+// every replica; a directive whose dispatcher is SIGKILLed mid-dispatch is
+// taken over by another replica and certified, the owner called at most
+// once more; with Redis gone, governance writes answer 503 while routes keep
+// answering, and after Redis returns writes work again and the replicas
+// converge (docs/adr/0011-replicated-governance-log.md).
+
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "e2e/daemon_process.h"
+#include "e2e/fake_engine_publisher.h"
+#include "e2e/wait.h"
+#include "replication/redis_server_process.h"
+
+namespace kvgov::testing {
+namespace {
+
+using Json = nlohmann::json;
+using replication::testing::RedisServerProcess;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr int64_t kBlockSize = 4;
+constexpr int kReplicas = 3;
+
+// An engine's control API on loopback, counting the reset calls it gets.
+// `on_reset` runs (serialised) when a reset is accepted. DelayFirstReset
+// makes the first reset answer only after a pause, as an engine busy
+// resetting its cache does; it still runs `on_reset` afterwards.
+class FakeControl {
+ public:
+  FakeControl(const std::string& reset_path, std::function<void()> on_reset)
+      : on_reset_(std::move(on_reset)) {
+    // Three replicas' probers and dispatches share this server; a delayed
+    // answer must not starve the others.
+    server_.new_task_queue = [] { return new httplib::ThreadPool(16); };
+    server_.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.status = 200; });
+    server_.Post(reset_path, [this](const httplib::Request&, httplib::Response& r) {
+      const int call = ++calls_;
+      if (call == 1 && first_delay_ms_ > 0) {
+        std::this_thread::sleep_for(milliseconds(first_delay_ms_.load()));
+      }
+      {
+        std::lock_guard lock(reset_mu_);
+        on_reset_();
+      }
+      r.status = 200;
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(milliseconds(1));
+  }
+  ~FakeControl() {
+    server_.stop();
+    thread_.join();
+  }
+  FakeControl(const FakeControl&) = delete;
+  FakeControl& operator=(const FakeControl&) = delete;
+
+  void DelayFirstReset(milliseconds delay) { first_delay_ms_ = static_cast<int>(delay.count()); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int calls() const { return calls_; }
+
+ private:
+  httplib::Server server_;
+  std::atomic<int> calls_{0};
+  std::atomic<int> first_delay_ms_{0};
+  std::mutex reset_mu_;  // the publisher is driven by one thread at a time
+  std::function<void()> on_reset_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+std::vector<int64_t> Tokens(size_t count, int64_t start) {
+  std::vector<int64_t> tokens(count);
+  std::iota(tokens.begin(), tokens.end(), start);
+  return tokens;
+}
+
+std::string EngineArg(const std::string& id, const std::string& kind,
+                      const FakeEnginePublisher& publisher, const FakeControl& control) {
+  return "id=" + id + ",kind=" + kind + ",events=" + publisher.events_endpoint() +
+         ",replay=" + publisher.replay_endpoint() + ",model=llama,block-size=" +
+         std::to_string(kBlockSize) + ",control=" + control.url();
+}
+
+struct Reply {
+  int status = 0;  // 0: no HTTP answer (body says why)
+  std::string body;
+  Json json() const { return Json::parse(body, nullptr, /*allow_exceptions=*/false); }
+};
+
+httplib::Client ClientFor(const DaemonProcess& replica, const std::string& token) {
+  httplib::Client client("127.0.0.1", replica.port());
+  client.set_connection_timeout(seconds(2));
+  // A governance write waits for its entry to be applied (up to 5 s).
+  client.set_read_timeout(seconds(15));
+  if (!token.empty()) client.set_bearer_token_auth(token);
+  return client;
+}
+
+Reply ToReply(const httplib::Result& result) {
+  if (!result) return Reply{0, "no answer: " + httplib::to_string(result.error())};
+  return Reply{result->status, result->body};
+}
+
+Reply Get(const DaemonProcess& replica, const std::string& path, const std::string& token = "") {
+  httplib::Client client = ClientFor(replica, token);
+  return ToReply(client.Get(path));
+}
+
+Reply Post(const DaemonProcess& replica, const std::string& path, const Json& body,
+           const std::string& token = "") {
+  httplib::Client client = ClientFor(replica, token);
+  return ToReply(client.Post(path, body.dump(), "application/json"));
+}
+
+// "head_seq/head_hash" of a replica's journal, or the reason there is none.
+std::string JournalHead(const DaemonProcess& replica) {
+  Reply reply = Get(replica, "/v1/journal?since=1&limit=1000");
+  Json json = reply.json();
+  if (reply.status != 200 || !json.is_object() || !json.contains("head_seq")) {
+    return "unreadable (" + std::to_string(reply.status) + "): " + reply.body;
+  }
+  return json["head_seq"].dump() + "/" + json["head_hash"].dump();
+}
+
+bool ListsQuarantine(const DaemonProcess& replica, const std::string& id) {
+  Json json = Get(replica, "/v1/quarantines").json();
+  if (!json.is_object() || !json["quarantines"].is_array()) return false;
+  for (const Json& quarantine : json["quarantines"]) {
+    if (quarantine.value("id", "") == id) return true;
+  }
+  return false;
+}
+
+bool ListsLease(const DaemonProcess& replica, const std::string& lease_id) {
+  Json json = Get(replica, "/v1/leases").json();
+  if (!json.is_object() || !json["leases"].is_array()) return false;
+  for (const Json& lease : json["leases"]) {
+    if (lease.value("lease_id", "") == lease_id && lease.value("state", "") == "active") {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Polls the directive on `replica` until it is certified or failed; returns
+// the last body read.
+Json WaitForDirectiveEnd(const DaemonProcess& replica, const std::string& id,
+                         seconds timeout = seconds(20)) {
+  Json directive;
+  WaitFor(
+      [&] {
+        directive = Get(replica, "/v1/invalidations/" + id).json();
+        return directive.is_object() &&
+               (directive.value("state", "") == "certified" ||
+                directive.value("state", "") == "failed");
+      },
+      timeout);
+  return directive;
+}
+
+class ReplicaE2ETest : public ::testing::Test {
+ protected:
+  ReplicaE2ETest() {
+    static int counter = 0;
+    keys_dir_ = std::filesystem::temp_directory_path() /
+                ("kvgov_replica_e2e_" + std::to_string(::getpid()) + "_" +
+                 std::to_string(counter++));
+    std::filesystem::remove_all(keys_dir_);
+    std::filesystem::create_directories(keys_dir_);
+  }
+  ~ReplicaE2ETest() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(keys_dir_, ignored);
+  }
+
+  void SetUp() override {
+    Status started = redis_.Start();
+    ASSERT_TRUE(started.ok()) << started.message();
+    issuer_key_ = (keys_dir_ / "issuer.key").string();
+    tenant_secret_ = (keys_dir_ / "tenant.key").string();
+    std::string output;
+    ASSERT_EQ(DaemonProcess::RunToExit({"keygen", "--issuer-key", issuer_key_,
+                                        "--tenant-secret-file", tenant_secret_},
+                                       &output),
+              0)
+        << output;
+    for (int i = 0; i < kReplicas; ++i) {
+      Status ready = replicas_[i].Start(
+          {"--engine", EngineArg("w1", "vllm", publisher_, control_), "--redis", redis_.url(),
+           "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_, "--replica-id",
+           "r" + std::to_string(i), "--claim-ttl-ms", "1000", "--probe-interval-ms", "50"});
+      ASSERT_TRUE(ready.ok()) << "r" << i << ": " << ready.message();
+    }
+    for (int i = 0; i < kReplicas; ++i) {
+      ASSERT_TRUE(publisher_.WaitForSubscriber(milliseconds(20000)))
+          << "only " << i << " of " << kReplicas << " replicas subscribed";
+    }
+    publisher_.Store(std::nullopt, 2, 100);
+    for (int i = 0; i < kReplicas; ++i) {
+      Reply workers;
+      ASSERT_TRUE(WaitFor([&] {
+        workers = Get(replicas_[i], "/v1/workers");
+        Json json = workers.json();
+        return json.is_object() && json["workers"].is_array() && json["workers"].size() == 1 &&
+               json["workers"][0]["blocks"]["hbm"] == 2;
+      }))
+          << "r" << i << ": " << workers.status << " " << workers.body << replicas_[i].Stderr();
+    }
+  }
+
+  DaemonProcess& r(int i) { return replicas_[i]; }
+
+  // Polls until the journals of `which` replicas report one head.
+  ::testing::AssertionResult JournalHeadsConverge(std::vector<int> which,
+                                                  seconds timeout = seconds(20)) {
+    std::vector<std::string> heads;
+    const bool converged = WaitFor(
+        [&] {
+          heads.clear();
+          for (int i : which) heads.push_back(JournalHead(replicas_[i]));
+          for (const std::string& head : heads) {
+            if (head != heads.front() || head.starts_with("unreadable")) return false;
+          }
+          return true;
+        },
+        timeout);
+    if (converged) return ::testing::AssertionSuccess();
+    ::testing::AssertionResult failure = ::testing::AssertionFailure();
+    failure << "journal heads differ:";
+    for (size_t k = 0; k < which.size(); ++k) {
+      failure << "\n  r" << which[k] << ": " << heads[k];
+    }
+    for (int i : which) failure << "\n--- r" << i << " stderr:\n" << replicas_[i].Stderr();
+    return failure;
+  }
+
+  std::filesystem::path keys_dir_;
+  std::string issuer_key_;
+  std::string tenant_secret_;
+  // Destroyed in reverse: the replicas first (they call the control), then
+  // the control (it drives the publisher), the publisher, Redis.
+  RedisServerProcess redis_;
+  FakeEnginePublisher publisher_{kBlockSize};
+  FakeControl control_{"/reset_prefix_cache", [this] { publisher_.Clear(); }};
+  std::array<DaemonProcess, kReplicas> replicas_;
+};
+
+const Json kQuarantine = {
+    {"model", "llama"}, {"token_ids", Tokens(8, 100)}, {"reason", "poisoned_kv"}};
+const Json kInvalidation = {
+    {"model", "llama"}, {"token_ids", Tokens(8, 100)}, {"reason", "poisoned_kv"}};
+
+TEST_F(ReplicaE2ETest, OneGovernanceStateAcrossReplicas) {
+  // A quarantine written to r0 is r1's and r2's.
+  Reply quarantined = Post(r(0), "/v1/quarantine", kQuarantine);
+  ASSERT_EQ(quarantined.status, 200) << quarantined.body << r(0).Stderr();
+  const std::string quarantine_id = quarantined.json().value("id", "");
+  ASSERT_FALSE(quarantine_id.empty()) << quarantined.body;
+  EXPECT_TRUE(ListsQuarantine(r(0), quarantine_id));  // read-your-write on the writer
+  for (int i : {1, 2}) {
+    EXPECT_TRUE(WaitFor([&] { return ListsQuarantine(r(i), quarantine_id); }, seconds(10)))
+        << "r" << i << ": " << Get(r(i), "/v1/quarantines").body << r(i).Stderr();
+  }
+
+  // A lease reported to r1 is r0's and r2's.
+  Reply events = Post(r(1), "/v1/events",
+                      {{"events",
+                        {{{"type", "nixl_lease"},
+                          {"lease_id", "l1"},
+                          {"event", "create"},
+                          {"role", "prefill_pin"},
+                          {"span_digest", "s"},
+                          {"remote_engine", "w1"},
+                          {"ttl_ms", 60000}}}}});
+  ASSERT_EQ(events.status, 200) << events.body << r(1).Stderr();
+  EXPECT_EQ(events.json().value("accepted", -1), 1) << events.body;
+  EXPECT_TRUE(ListsLease(r(1), "l1")) << Get(r(1), "/v1/leases").body;
+  for (int i : {0, 2}) {
+    EXPECT_TRUE(WaitFor([&] { return ListsLease(r(i), "l1"); }, seconds(10)))
+        << "r" << i << ": " << Get(r(i), "/v1/leases").body << r(i).Stderr();
+  }
+
+  // An invalidation posted to r2 is dispatched once and certified on all three.
+  Reply created = Post(r(2), "/v1/invalidations", kInvalidation);
+  ASSERT_EQ(created.status, 202) << created.body << r(2).Stderr();
+  const std::string directive_id = created.json().value("id", "");
+  ASSERT_FALSE(directive_id.empty()) << created.body;
+  std::string certificate_id;
+  for (int i : {2, 0, 1}) {
+    Json directive = WaitForDirectiveEnd(r(i), directive_id);
+    ASSERT_EQ(directive.value("state", ""), "certified")
+        << "r" << i << ": " << directive.dump() << r(i).Stderr();
+    const std::string id = directive.value("certificate_id", "");
+    EXPECT_FALSE(id.empty()) << directive.dump();
+    if (certificate_id.empty()) certificate_id = id;
+    EXPECT_EQ(id, certificate_id) << "r" << i << ": " << directive.dump();
+  }
+  EXPECT_EQ(control_.calls(), 1) << r(0).Stderr() << r(1).Stderr() << r(2).Stderr();
+
+  // The certificate is replicated byte for byte.
+  std::vector<std::string> certificates;
+  for (int i = 0; i < kReplicas; ++i) {
+    Reply certificate = Get(r(i), "/v1/certificates/" + certificate_id);
+    ASSERT_EQ(certificate.status, 200) << "r" << i << ": " << certificate.body << r(i).Stderr();
+    certificates.push_back(certificate.body);
+  }
+  EXPECT_EQ(certificates[1], certificates[0]);
+  EXPECT_EQ(certificates[2], certificates[0]);
+  EXPECT_EQ(Json::parse(certificates[0], nullptr, false).value("certificate_id", ""),
+            certificate_id)
+      << certificates[0];
+
+  EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+
+  // A token added through the log: every replica starts requiring it.
+  std::string output;
+  ASSERT_EQ(DaemonProcess::RunToExit({"token", "add", "ops", "--role", "admin", "--role", "read",
+                                      "--redis", redis_.url()},
+                                     &output),
+            0)
+      << output;
+  std::istringstream lines(output);
+  std::string line;
+  std::string secret;
+  while (std::getline(lines, line)) {
+    if (!line.empty()) secret = line;
+  }
+  ASSERT_FALSE(secret.empty()) << output;
+  for (int i = 0; i < kReplicas; ++i) {
+    Reply without;
+    Reply with;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          without = Get(r(i), "/v1/quarantines");
+          with = Get(r(i), "/v1/quarantines", secret);
+          return without.status == 401 && with.status == 200;
+        },
+        seconds(10)))
+        << "r" << i << ": without the token " << without.status << " " << without.body
+        << "; with it " << with.status << " " << with.body << r(i).Stderr();
+  }
+  // Nobody dispatched the certified directive again meanwhile.
+  EXPECT_EQ(control_.calls(), 1);
+}
+
+TEST_F(ReplicaE2ETest, KilledDispatcherIsTakenOver) {
+  // r0 is still waiting for the owner's first answer when it dies.
+  control_.DelayFirstReset(milliseconds(2000));
+  Reply created = Post(r(0), "/v1/invalidations", kInvalidation);
+  ASSERT_EQ(created.status, 202) << created.body << r(0).Stderr();
+  const std::string directive_id = created.json().value("id", "");
+  ASSERT_FALSE(directive_id.empty()) << created.body;
+  ASSERT_TRUE(WaitFor([&] { return control_.calls() == 1; }, seconds(10)))
+      << "calls " << control_.calls() << "\n" << r(0).Stderr();
+  r(0).Kill();
+
+  Json directive = WaitForDirectiveEnd(r(1), directive_id, seconds(20));
+  ASSERT_EQ(directive.value("state", ""), "certified")
+      << directive.dump() << "\n--- r1:\n" << r(1).Stderr() << "\n--- r2:\n" << r(2).Stderr();
+  // The survivor called the owner again, once.
+  EXPECT_EQ(control_.calls(), 2) << r(1).Stderr() << r(2).Stderr();
+  const std::string taking_over = "taking over directive " + directive_id;
+  EXPECT_NE((r(1).Stderr() + r(2).Stderr()).find(taking_over), std::string::npos)
+      << r(1).Stderr() << r(2).Stderr();
+
+  const std::string certificate_id = directive.value("certificate_id", "");
+  ASSERT_FALSE(certificate_id.empty()) << directive.dump();
+  Json on_r2 = WaitForDirectiveEnd(r(2), directive_id, seconds(10));
+  EXPECT_EQ(on_r2.value("state", ""), "certified") << on_r2.dump() << r(2).Stderr();
+  EXPECT_EQ(on_r2.value("certificate_id", ""), certificate_id) << on_r2.dump();
+  Reply cert1 = Get(r(1), "/v1/certificates/" + certificate_id);
+  Reply cert2 = Get(r(2), "/v1/certificates/" + certificate_id);
+  EXPECT_EQ(cert1.status, 200) << cert1.body;
+  EXPECT_EQ(cert2.status, 200) << cert2.body;
+  EXPECT_EQ(cert1.body, cert2.body);
+
+  EXPECT_TRUE(JournalHeadsConverge({1, 2}));
+  EXPECT_EQ(control_.calls(), 2);
+}
+
+TEST_F(ReplicaE2ETest, RedisOutageRefusesWritesKeepsRoutingAndConverges) {
+  redis_.Kill();
+
+  Reply refused = Post(r(0), "/v1/quarantine", kQuarantine);
+  EXPECT_EQ(refused.status, 503) << refused.body << r(0).Stderr();
+  Json error = refused.json();
+  ASSERT_TRUE(error.is_object() && error["error"].is_object()) << refused.body;
+  EXPECT_EQ(error["error"].value("code", ""), "unavailable") << refused.body;
+  EXPECT_NE(error["error"].value("message", "").find("governance log"), std::string::npos)
+      << refused.body;
+
+  for (int i = 0; i < kReplicas; ++i) {
+    Reply routed =
+        Post(r(i), "/v1/route", {{"model", "llama"}, {"token_ids", Tokens(8, 100)}});
+    EXPECT_EQ(routed.status, 200) << "r" << i << ": " << routed.body << r(i).Stderr();
+    EXPECT_EQ(routed.json().value("worker", ""), "w1") << routed.body;
+  }
+
+  Status restarted = redis_.Restart();
+  ASSERT_TRUE(restarted.ok()) << restarted.message();
+
+  // Writes work again once the replica has reconnected.
+  Reply accepted;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    accepted = Post(r(1), "/v1/quarantine", kQuarantine);
+    if (accepted.status == 200) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_EQ(accepted.status, 200) << accepted.body << r(1).Stderr();
+  const std::string quarantine_id = accepted.json().value("id", "");
+  ASSERT_FALSE(quarantine_id.empty()) << accepted.body;
+  for (int i : {0, 2}) {
+    EXPECT_TRUE(WaitFor([&] { return ListsQuarantine(r(i), quarantine_id); }, seconds(15)))
+        << "r" << i << ": " << Get(r(i), "/v1/quarantines").body << r(i).Stderr();
+  }
+  EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+}
+
+}  // namespace
+}  // namespace kvgov::testing
