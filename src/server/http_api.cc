@@ -18,6 +18,7 @@
 #include "server/daemon.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
+#include "server/replica.h"
 
 namespace kvgov::server {
 namespace {
@@ -317,6 +318,19 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   SendJson(response, 200, DecisionJson(*decision));
 }
 
+// Null for a single node. The Redis URL is shown without its password.
+Json ReplicaJson(const Daemon& daemon) {
+  if (!daemon.replica) return nullptr;
+  Result<replication::RedisEndpoint> redis = replication::ParseRedisUrl(daemon.options.redis_url);
+  return {{"id", daemon.replica->id()},
+          {"redis", redis.ok() ? redis->Describe() : ""},
+          {"prefix", daemon.options.redis_prefix},
+          {"claim_ttl_ms", daemon.options.claim_ttl_ms},
+          {"log_connected", daemon.replica->connected()},
+          {"housekeeper", daemon.replica->housekeeper()},
+          {"applied_id", daemon.replica->applied_id()}};
+}
+
 Json ConfigJson(const Daemon& daemon) {
   const router::RouteWeights& w = daemon.router->weights();
   Json engines = Json::array();
@@ -340,6 +354,8 @@ Json ConfigJson(const Daemon& daemon) {
             {"decision_ttl_ms", w.decision_ttl_ms}}},
           {"probe_interval_ms", daemon.options.probe_interval_ms},
           {"max_body_bytes", daemon.options.max_body_bytes},
+          {"spool_dir", daemon.options.spool_dir},
+          {"replica", ReplicaJson(daemon)},
           {"engines", std::move(engines)}};
 }
 

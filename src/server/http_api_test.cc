@@ -256,6 +256,8 @@ TEST_F(HttpApiTest, ConfigReportsTheWeights) {
   EXPECT_EQ(config["route"]["tier_credit"]["hbm"], 1.0);
   EXPECT_EQ(config["route"]["tier_credit"]["dram"], 0.75);
   EXPECT_EQ(config["engines"][0]["id"], "w1");
+  EXPECT_EQ(config["spool_dir"], "");
+  EXPECT_TRUE(config["replica"].is_null());  // a single node
   EXPECT_EQ(config.dump().find("secret"), std::string::npos);
 }
 

@@ -401,7 +401,15 @@ TEST_F(ReplicaE2ETest, KilledDispatcherIsTakenOver) {
 }
 
 TEST_F(ReplicaE2ETest, RedisOutageRefusesWritesKeepsRoutingAndConverges) {
+  Json replica = Get(r(1), "/v1/config").json()["replica"];
+  EXPECT_EQ(replica.value("id", ""), "r1") << replica.dump();
+  EXPECT_EQ(replica.value("log_connected", false), true) << replica.dump();
+  EXPECT_EQ(replica.dump().find("password"), std::string::npos);
+
   redis_.Kill();
+  EXPECT_TRUE(WaitFor([&] {
+    return Get(r(1), "/v1/config").json()["replica"].value("log_connected", true) == false;
+  })) << Get(r(1), "/v1/config").body;
 
   Reply refused = Post(r(0), "/v1/quarantine", kQuarantine);
   EXPECT_EQ(refused.status, 503) << refused.body << r(0).Stderr();
