@@ -1,0 +1,576 @@
+// Replicas (docs/adr/0011-replicated-governance-log.md), measured over HTTP
+// against the real daemon (kvgov::server::Server, in process, port 0,
+// temporary data dirs) in three shapes, side by side in one run:
+//   replicas:0  a single node, no Redis (governance writes go to its journal);
+//   replicas:1  one replica on Redis Streams;
+//   replicas:3  three replicas on the same Redis, log and key files.
+// One real redis-server (kvgov_redis_test_support) serves the whole run.
+// Every case starts its servers afresh, follows the same 4 engines (one
+// vLLM-framed publisher each on loopback, payloads from the simulator's wire
+// encoder, ~1.7 k resident blocks per worker, each system prompt held by two
+// workers) and measures:
+//  - governance writes: 300 sequential POST /v1/quarantine calls (each a
+//    distinct 4-block span that no worker holds), spread round-robin over the
+//    replicas, one kept-alive connection per server; p50/p99 of the call.
+//    With 3 replicas, after each write the other two are polled
+//    (GET /v1/journal?since=N&limit=1) until their journal head reaches the
+//    write's row: "visible on all" p50/p99, timed from the write's start.
+//  - routes: 4 client threads (spread over the replicas), each POST
+//    /v1/route a 2,048-token prompt (16 prompts, rotating) then POST its
+//    /done (untimed, as routers release decisions), for 3 s; routes/s over
+//    all clients and the route call's p50/p99. Clients and servers share
+//    the machine's cores.
+//   cmake --build build-bench --target kvgov_replica_bench
+//   build-bench/src/server/kvgov_replica_bench
+
+#include <unistd.h>
+
+#include <httplib.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kvgov/cert/issuer_key.h"
+#include "kvgov/server/server.h"
+#include "kvgov/sim/event_wire.h"
+#include "replication/redis_server_process.h"
+#include "router/route_bench_fleet.h"
+#include "server/tenant_secret.h"
+
+namespace kvgov::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+constexpr int kWorkers = 4;
+constexpr int64_t kBlockSize = 16;
+constexpr int kSystemPrompts = 4;
+constexpr int kSystemBlocks = 64;
+constexpr int kConversations = 48;  // per worker
+constexpr int kConversationBlocks = 32;
+constexpr int kPrompts = 16;
+constexpr int kPromptTailBlocks = 64;  // a prompt: system prompt + 64 blocks (2,048 tokens)
+constexpr int kDeepBlocks = 32;        // of a prompt's tail, what its deep holder holds
+constexpr int64_t kVocab = 128256;
+constexpr size_t kEventsPerBatch = 4;
+
+constexpr int kWarmupWrites = 10;
+constexpr int kWrites = 300;
+constexpr int kQuarantineTokens = 4 * kBlockSize;
+constexpr int kRouteClients = 4;
+constexpr int kWarmupRoutes = 20;
+constexpr auto kRoutePhase = std::chrono::seconds(3);
+constexpr auto kDeadline = std::chrono::seconds(60);
+
+double Millis(Clock::duration elapsed) {
+  return std::chrono::duration<double, std::milli>(elapsed).count();
+}
+
+std::string WorkerId(int worker) { return "w" + std::to_string(worker); }
+
+std::vector<int64_t> RandomTokens(uint64_t seed, size_t count) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> token(0, kVocab - 1);
+  std::vector<int64_t> tokens(count);
+  for (int64_t& t : tokens) t = token(rng);
+  return tokens;
+}
+
+std::vector<int64_t> SystemPrompt(int prompt) {
+  return RandomTokens(1000 + static_cast<uint64_t>(prompt),
+                      static_cast<size_t>(kSystemBlocks * kBlockSize));
+}
+
+// Prompt p: system prompt p % 4, then its own 64 blocks.
+std::vector<int64_t> Prompt(int prompt) {
+  std::vector<int64_t> tokens = SystemPrompt(prompt % kSystemPrompts);
+  const std::vector<int64_t> tail = RandomTokens(
+      5000 + static_cast<uint64_t>(prompt), static_cast<size_t>(kPromptTailBlocks * kBlockSize));
+  tokens.insert(tokens.end(), tail.begin(), tail.end());
+  return tokens;
+}
+
+// What worker w's engine stored, in order, and how many blocks: system
+// prompts w and w+1 (so two workers hold each), the first 32 blocks of the
+// tails of the prompts opening with system prompt w, and conversations,
+// three in four under one of its system prompts.
+struct WorkerCache {
+  std::vector<BlockStored> events;
+  uint64_t blocks = 0;
+};
+
+WorkerCache WorkerEvents(int worker) {
+  std::mt19937_64 rng(0x5eed0000 + static_cast<uint64_t>(worker));
+  WorkerCache cache;
+  auto store = [&](std::span<const int64_t> tokens, std::optional<EngineHash> parent) {
+    BlockStored stored;
+    stored.block_size = kBlockSize;
+    stored.medium = "GPU";
+    stored.parent_block_hash = parent;
+    stored.token_ids.assign(tokens.begin(), tokens.end());
+    const size_t blocks = tokens.size() / static_cast<size_t>(kBlockSize);
+    for (size_t b = 0; b < blocks; ++b) stored.block_hashes.push_back(rng());
+    cache.blocks += blocks;
+    cache.events.push_back(std::move(stored));
+    return cache.events.back().block_hashes.back();
+  };
+  std::vector<EngineHash> tails;
+  for (int s : {worker % kSystemPrompts, (worker + 1) % kSystemPrompts}) {
+    tails.push_back(store(SystemPrompt(s), std::nullopt));
+  }
+  for (int p = worker % kSystemPrompts; p < kPrompts; p += kSystemPrompts) {
+    const std::vector<int64_t> prompt = Prompt(p);
+    const auto begin = prompt.begin() + kSystemBlocks * kBlockSize;
+    store(std::span<const int64_t>(begin, begin + kDeepBlocks * kBlockSize), tails[0]);
+  }
+  for (int c = 0; c < kConversations; ++c) {
+    const std::vector<int64_t> tokens =
+        RandomTokens(rng(), static_cast<size_t>(kConversationBlocks * kBlockSize));
+    std::optional<EngineHash> parent;
+    if (rng() % 4 != 0) parent = tails[rng() % tails.size()];
+    store(tokens, parent);
+  }
+  return cache;
+}
+
+std::vector<std::string> EncodeWorker(const WorkerCache& cache) {
+  std::vector<std::string> payloads;
+  EngineEventBatch batch;
+  batch.ts = 1.79e9;
+  batch.dp_rank = 0;
+  for (size_t i = 0; i < cache.events.size(); i += kEventsPerBatch) {
+    const size_t count = std::min(kEventsPerBatch, cache.events.size() - i);
+    batch.ts += 0.01;
+    batch.events.assign(cache.events.begin() + static_cast<std::ptrdiff_t>(i),
+                        cache.events.begin() + static_cast<std::ptrdiff_t>(i + count));
+    // Only extra keys can fail to encode, and these events carry none.
+    payloads.push_back(sim::EncodeEventBatch(batch, sim::WireEncoding::kMap).value());
+  }
+  return payloads;
+}
+
+// An engine's live event socket, framed as vLLM frames it. Unlike
+// bench::EventPublisher it reports every subscription (XPUB_VERBOSE), so
+// several daemons following one engine can each be waited for.
+class Publisher {
+ public:
+  explicit Publisher(zmq::context_t& context) : socket_(context, zmq::socket_type::xpub) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::sndhwm, 0);
+    socket_.set(zmq::sockopt::xpub_verbose, 1);
+    socket_.bind("tcp://127.0.0.1:*");
+    endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+
+  bool WaitForSubscribers(int count, Clock::time_point deadline) {
+    int seen = 0;
+    while (seen < count) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                              Clock::now());
+      if (left.count() <= 0) return false;
+      std::array<zmq::pollitem_t, 1> items = {{{socket_.handle(), 0, ZMQ_POLLIN, 0}}};
+      zmq::poll(items, left);
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      zmq::message_t message;
+      if (!socket_.recv(message)) continue;
+      if (message.size() >= 1 && static_cast<const char*>(message.data())[0] == 1) ++seen;
+    }
+    return true;
+  }
+
+  void Publish(uint64_t seq, std::string_view payload) {
+    std::array<char, 8> seq_bytes{};
+    for (size_t i = 0; i < seq_bytes.size(); ++i) {
+      seq_bytes[i] = static_cast<char>(seq >> (56 - 8 * i));
+    }
+    std::array<zmq::const_buffer, 3> frames = {zmq::const_buffer("", 0), zmq::buffer(seq_bytes),
+                                               zmq::buffer(payload.data(), payload.size())};
+    (void)zmq::send_multipart(socket_, frames);
+  }
+
+ private:
+  zmq::socket_t socket_;
+  std::string endpoint_;
+};
+
+// The run's one redis-server, started on first use and stopped at exit.
+replication::testing::RedisServerProcess& SharedRedis(Status* started) {
+  static replication::testing::RedisServerProcess redis;
+  static const Status status = redis.Start();
+  *started = status;
+  return redis;
+}
+
+std::unique_ptr<httplib::Client> Connect(uint16_t port) {
+  auto client = std::make_unique<httplib::Client>("127.0.0.1", port);
+  client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);
+  client->set_read_timeout(30, 0);
+  return client;
+}
+
+std::string Describe(const httplib::Result& response, std::string_view what) {
+  if (!response) return std::string(what) + ": " + httplib::to_string(response.error());
+  return std::string(what) + ": " + std::to_string(response->status) + " " +
+         response->body.substr(0, 200);
+}
+
+// Single node, or replicas on one Redis, all following the same engines.
+// Members are destroyed bottom up: servers first, then the publishers, then
+// their context, then the data dirs.
+class Cluster {
+ public:
+  Cluster() = default;
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+  ~Cluster() {
+    for (auto& server : servers_) server->Shutdown();
+    servers_.clear();
+    publishers_.clear();
+    std::error_code ignored;
+    std::filesystem::remove_all(root_, ignored);
+  }
+
+  // replicas 0: one server without Redis.
+  Status Start(int replicas, const std::string& redis_url) {
+    static std::atomic<int> runs{0};
+    const int run = runs.fetch_add(1);
+    root_ = std::filesystem::temp_directory_path() /
+            ("kvgov_replica_bench_" + std::to_string(::getpid()) + "_" + std::to_string(run));
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+    const std::string issuer_key = (root_ / "issuer.key").string();
+    const std::string tenant_secret = (root_ / "tenant-secret.key").string();
+    KVGOV_RETURN_IF_ERROR(cert::IssuerKey::LoadOrCreate(issuer_key).status());
+    KVGOV_RETURN_IF_ERROR(LoadOrCreateTenantSecret(tenant_secret).status());
+
+    std::vector<ingest::EngineSpec> engines;
+    for (int w = 0; w < kWorkers; ++w) {
+      publishers_.push_back(std::make_unique<Publisher>(context_));
+      ingest::EngineSpec engine;
+      engine.id = WorkerId(w);
+      engine.events = publishers_.back()->endpoint();
+      engine.model = "llama";
+      engine.block_size = kBlockSize;
+      engines.push_back(std::move(engine));
+    }
+    const int count = std::max(1, replicas);
+    for (int i = 0; i < count; ++i) {
+      ServerOptions options;
+      options.port = 0;
+      options.data_dir = (root_ / ("node" + std::to_string(i))).string();
+      options.engines = engines;
+      options.issuer_key_file = issuer_key;
+      options.tenant_secret_file = tenant_secret;
+      if (replicas > 0) {
+        options.redis_url = redis_url;
+        options.redis_prefix = "kvgov-bench-" + std::to_string(::getpid()) + "-" +
+                               std::to_string(run);
+        options.replica_id = "replica" + std::to_string(i);
+      }
+      KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Start(options));
+      servers_.push_back(std::move(server));
+    }
+
+    const auto deadline = Clock::now() + kDeadline;
+    for (auto& publisher : publishers_) {
+      if (!publisher->WaitForSubscribers(count, deadline)) {
+        return Status::Unavailable("an engine's stream was not followed by every server");
+      }
+    }
+    std::vector<uint64_t> blocks;
+    for (int w = 0; w < kWorkers; ++w) {
+      const WorkerCache cache = WorkerEvents(w);
+      blocks.push_back(cache.blocks);
+      const std::vector<std::string> payloads = EncodeWorker(cache);
+      for (size_t seq = 0; seq < payloads.size(); ++seq) publishers_[w]->Publish(seq, payloads[seq]);
+    }
+    for (auto& server : servers_) {
+      std::unique_ptr<httplib::Client> client = Connect(server->port());
+      while (!Resident(*client, blocks)) {
+        if (Clock::now() > deadline) {
+          return Status::Unavailable("a server did not hold every engine's blocks in time");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    return Status::Ok();
+  }
+
+  size_t size() const { return servers_.size(); }
+  uint16_t port(size_t i) const { return servers_[i]->port(); }
+
+ private:
+  // True once GET /v1/workers shows every worker holding its blocks in hbm.
+  static bool Resident(httplib::Client& client, const std::vector<uint64_t>& blocks) {
+    httplib::Result response = client.Get("/v1/workers");
+    if (!response || response->status != 200) return false;
+    const Json body = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body.contains("workers")) return false;
+    static const Json::json_pointer kHbm("/blocks/hbm");
+    size_t full = 0;
+    for (const Json& worker : body["workers"]) {
+      for (int w = 0; w < kWorkers; ++w) {
+        if (worker.value("id", "") == WorkerId(w) &&
+            worker.value(kHbm, uint64_t{0}) == blocks[static_cast<size_t>(w)]) {
+          ++full;
+        }
+      }
+    }
+    return full == static_cast<size_t>(kWorkers);
+  }
+
+  std::filesystem::path root_;
+  zmq::context_t context_{1};
+  std::vector<std::unique_ptr<Publisher>> publishers_;
+  std::vector<std::unique_ptr<Server>> servers_;
+};
+
+struct JournalHead {
+  uint64_t seq = 0;
+  std::string hash;
+};
+
+Result<JournalHead> Head(httplib::Client& client, uint64_t since) {
+  httplib::Result response =
+      client.Get("/v1/journal?since=" + std::to_string(std::max<uint64_t>(since, 1)) + "&limit=1");
+  if (!response || response->status != 200) {
+    return Status::Unavailable(Describe(response, "GET /v1/journal"));
+  }
+  const Json body = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return Status::Corruption("GET /v1/journal: not a JSON object");
+  return JournalHead{body.value("head_seq", uint64_t{0}), body.value("head_hash", "")};
+}
+
+struct WriteFigures {
+  std::vector<double> write_ms;
+  std::vector<double> visible_ms;  // with more than one server
+};
+
+// Sequential quarantines, round-robin over the servers.
+Status MeasureWrites(const Cluster& cluster, WriteFigures* figures) {
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  for (size_t i = 0; i < cluster.size(); ++i) clients.push_back(Connect(cluster.port(i)));
+
+  // Every replica has applied every replica's serve.start when they agree.
+  uint64_t expected = 0;
+  for (const auto deadline = Clock::now() + kDeadline;;) {
+    std::vector<uint64_t> heads;
+    for (auto& client : clients) {
+      KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*client, 1));
+      heads.push_back(head.seq);
+    }
+    if (std::all_of(heads.begin(), heads.end(), [&](uint64_t h) { return h == heads[0]; })) {
+      expected = heads[0];
+      break;
+    }
+    if (Clock::now() > deadline) return Status::Unavailable("the replicas' journals never met");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+  for (int i = 0; i < kWarmupWrites + kWrites; ++i) {
+    const size_t writer = static_cast<size_t>(i) % clients.size();
+    const std::string body =
+        Json({{"model", "llama"},
+              {"token_ids", RandomTokens(1'000'000 + static_cast<uint64_t>(i), kQuarantineTokens)},
+              {"reason", "replica bench " + std::to_string(i)}})
+            .dump();
+    const auto started = Clock::now();
+    httplib::Result response = clients[writer]->Post("/v1/quarantine", body, "application/json");
+    const auto written = Clock::now();
+    if (!response || response->status != 200) {
+      return Status::Unavailable(Describe(response, "POST /v1/quarantine"));
+    }
+    ++expected;
+    for (size_t other = 0; other < clients.size(); ++other) {
+      if (other == writer) continue;
+      for (const auto deadline = Clock::now() + kDeadline;;) {
+        KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*clients[other], expected));
+        if (head.seq >= expected) break;
+        if (Clock::now() > deadline) {
+          return Status::Unavailable("a write never became visible on replica " +
+                                     std::to_string(other));
+        }
+      }
+    }
+    const auto visible = Clock::now();
+    if (i < kWarmupWrites) continue;
+    figures->write_ms.push_back(Millis(written - started));
+    if (clients.size() > 1) figures->visible_ms.push_back(Millis(visible - started));
+  }
+
+  // Nothing else wrote meanwhile, and every replica holds the same chain.
+  std::optional<JournalHead> first;
+  for (auto& client : clients) {
+    KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*client, expected));
+    if (head.seq != expected) {
+      return Status::FailedPrecondition("journal head " + std::to_string(head.seq) +
+                                        ", expected " + std::to_string(expected) +
+                                        ": something else wrote during the benchmark");
+    }
+    if (first.has_value() && head.hash != first->hash) {
+      return Status::FailedPrecondition("the replicas' journal chains differ");
+    }
+    first = head;
+  }
+  return Status::Ok();
+}
+
+struct RouteFigures {
+  std::vector<double> route_ms;
+  double routes_per_s = 0;
+};
+
+Status MeasureRoutes(const Cluster& cluster, RouteFigures* figures) {
+  std::vector<std::string> bodies;
+  for (int p = 0; p < kPrompts; ++p) {
+    bodies.push_back(Json({{"model", "llama"}, {"token_ids", Prompt(p)}}).dump());
+  }
+  std::latch warmed(kRouteClients);
+  std::mutex mu;
+  std::string failure;
+  std::vector<std::vector<double>> latencies(kRouteClients);
+  std::vector<double> elapsed_s(kRouteClients, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kRouteClients; ++t) {
+    threads.emplace_back([&, t] {
+      std::unique_ptr<httplib::Client> client =
+          Connect(cluster.port(static_cast<size_t>(t) % cluster.size()));
+      auto route_once = [&](int call, std::vector<double>* sink) -> bool {
+        const std::string& body = bodies[static_cast<size_t>(call + t * 5) % bodies.size()];
+        const auto started = Clock::now();
+        httplib::Result response = client->Post("/v1/route", body, "application/json");
+        const auto routed = Clock::now();
+        if (!response || response->status != 200) {
+          std::lock_guard lock(mu);
+          failure = Describe(response, "POST /v1/route");
+          return false;
+        }
+        const Json decision = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+        const std::string done =
+            "/v1/route/" + (decision.is_object() ? decision.value("decision_id", "") : "") +
+            "/done";
+        if (httplib::Result released = client->Post(done); !released || released->status != 200) {
+          std::lock_guard lock(mu);
+          failure = Describe(released, "POST " + done);
+          return false;
+        }
+        if (sink != nullptr) sink->push_back(Millis(routed - started));
+        return true;
+      };
+      bool ok = true;
+      for (int i = 0; i < kWarmupRoutes && ok; ++i) ok = route_once(i, nullptr);
+      warmed.arrive_and_wait();
+      const auto started = Clock::now();
+      const auto until = started + kRoutePhase;
+      for (int i = 0; ok && Clock::now() < until; ++i) {
+        ok = route_once(i, &latencies[static_cast<size_t>(t)]);
+      }
+      elapsed_s[static_cast<size_t>(t)] =
+          std::chrono::duration<double>(Clock::now() - started).count();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  if (!failure.empty()) return Status::Unavailable(failure);
+  size_t routes = 0;
+  for (const std::vector<double>& each : latencies) {
+    routes += each.size();
+    figures->route_ms.insert(figures->route_ms.end(), each.begin(), each.end());
+  }
+  figures->routes_per_s =
+      static_cast<double>(routes) / *std::max_element(elapsed_s.begin(), elapsed_s.end());
+  return Status::Ok();
+}
+
+void BM_Replicas(benchmark::State& state) {
+  const int replicas = static_cast<int>(state.range(0));
+  std::string redis_url;
+  if (replicas > 0) {
+    Status started = Status::Ok();
+    replication::testing::RedisServerProcess& redis = SharedRedis(&started);
+    if (!started.ok()) {
+      state.SkipWithError(("redis-server: " + started.ToString()).c_str());
+      return;
+    }
+    redis_url = redis.url();
+  }
+  WriteFigures writes;
+  RouteFigures routes;
+  for (auto _ : state) {
+    Cluster cluster;
+    if (Status up = cluster.Start(replicas, redis_url); !up.ok()) {
+      state.SkipWithError(up.ToString().c_str());
+      return;
+    }
+    if (Status measured = MeasureWrites(cluster, &writes); !measured.ok()) {
+      state.SkipWithError(measured.ToString().c_str());
+      return;
+    }
+    if (Status measured = MeasureRoutes(cluster, &routes); !measured.ok()) {
+      state.SkipWithError(measured.ToString().c_str());
+      return;
+    }
+  }
+  const double write_p50 = bench::Percentile(writes.write_ms, 0.50);
+  const double write_p99 = bench::Percentile(writes.write_ms, 0.99);
+  const double route_p50 = bench::Percentile(routes.route_ms, 0.50);
+  const double route_p99 = bench::Percentile(routes.route_ms, 0.99);
+  state.counters["servers"] = std::max(1, replicas);
+  state.counters["write_p50_ms"] = write_p50;
+  state.counters["write_p99_ms"] = write_p99;
+  state.counters["routes_per_s"] = routes.routes_per_s;
+  state.counters["route_p50_ms"] = route_p50;
+  state.counters["route_p99_ms"] = route_p99;
+  std::string visible = "";
+  if (!writes.visible_ms.empty()) {
+    const double visible_p50 = bench::Percentile(writes.visible_ms, 0.50);
+    const double visible_p99 = bench::Percentile(writes.visible_ms, 0.99);
+    state.counters["visible_p50_ms"] = visible_p50;
+    state.counters["visible_p99_ms"] = visible_p99;
+    char line[96];
+    std::snprintf(line, sizeof(line), ", visible on all p50 %.2f ms p99 %.2f ms", visible_p50,
+                  visible_p99);
+    visible = line;
+  }
+  std::fprintf(stderr,
+               "kvgov_replica_bench %s: %zu writes p50 %.2f ms p99 %.2f ms%s; "
+               "%d route clients %.0f routes/s p50 %.2f ms p99 %.2f ms\n",
+               replicas == 0 ? "single node (no Redis)"
+                             : (std::to_string(replicas) + " replica(s) on Redis").c_str(),
+               writes.write_ms.size(), write_p50, write_p99, visible.c_str(), kRouteClients,
+               routes.routes_per_s, route_p50, route_p99);
+}
+BENCHMARK(BM_Replicas)
+    ->ArgName("replicas")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(3)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
+
+}  // namespace
+}  // namespace kvgov::server
