@@ -288,7 +288,7 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
   // one little, a queue of cold prompts a lot (docs/adr/0008).
   const double to_prefill = static_cast<double>(decision.prompt_blocks) - chosen->credited_blocks;
   const uint64_t blocks = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(to_prefill)), 1);
-  decisions_[decision.decision_id] = InFlight{decision.worker, blocks, now_ms};
+  decisions_[decision.decision_id] = InFlight{decision.worker, request.tenant, blocks, now_ms};
   Totals& totals = totals_[decision.worker];
   ++totals.requests;
   totals.blocks += blocks;
@@ -304,10 +304,10 @@ void Router::ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterato
   decisions_.erase(it);
 }
 
-Status Router::Done(std::string_view decision_id) {
+Status Router::Done(std::string_view decision_id, std::string_view caller_tenant) {
   std::lock_guard lock(mu_);
   auto it = decisions_.find(decision_id);
-  if (it == decisions_.end()) {
+  if (it == decisions_.end() || (!caller_tenant.empty() && it->second.tenant != caller_tenant)) {
     return Status::NotFound("decision '" + std::string(decision_id) +
                             "' is unknown or already released");
   }

@@ -133,6 +133,23 @@ TEST_F(RouterTest, PeerReplicasLoadCountsLikeOwn) {
   EXPECT_EQ(Route(prompt, "", {"w1", "w3"}).worker, "w1");
 }
 
+TEST_F(RouterTest, ATenantReleasesOnlyItsOwnDecisions) {
+  RouteRequest request{"llama", "tenant-a", Tokens(8), "", {}};
+  Result<RouteDecision> decision = router_.Route(request, "salt-a", "da", 1000);
+  ASSERT_TRUE(decision.ok()) << decision.status().ToString();
+  // Another tenant's token cannot release it, and learns nothing from trying.
+  Status foreign = router_.Done("da", "tenant-b");
+  EXPECT_EQ(foreign.code(), StatusCode::kNotFound);
+  EXPECT_EQ(foreign.message(), "decision 'da' is unknown or already released");
+  EXPECT_EQ(router_.LoadOf(decision->worker).in_flight_requests, 1u);
+  EXPECT_TRUE(router_.Done("da", "tenant-a").ok());
+  EXPECT_EQ(router_.LoadOf(decision->worker).in_flight_requests, 0u);
+
+  // A fleet-wide caller releases any.
+  ASSERT_TRUE(router_.Route(request, "salt-a", "db", 1000).ok());
+  EXPECT_TRUE(router_.Done("db").ok());
+}
+
 TEST_F(RouterTest, ScrapedLoadCountsOnlyWhatKvgovDidNotRoute) {
   std::vector<int64_t> prompt = Tokens(8);
   Hold("w1", prompt, 8);

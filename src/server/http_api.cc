@@ -456,9 +456,11 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                  HandleRoute(daemon, request, response, caller);
                                }));
   http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
-            GuardAny(daemon, Role::kRoute,
-                     [&daemon](const httplib::Request& request, httplib::Response& response) {
-                       Status released = daemon.router->Done(request.matches[1].str());
+            Guard(daemon, Role::kRoute,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                       Status released =
+                           daemon.router->Done(request.matches[1].str(), caller.tenant);
                        if (!released.ok()) return SendError(response, 404, released);
                        SendJson(response, 200, {{"released", true}});
                      }));

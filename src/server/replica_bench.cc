@@ -3,23 +3,30 @@
 // temporary data dirs) in three shapes, side by side in one run:
 //   replicas:0  a single node, no Redis (governance writes go to its journal);
 //   replicas:1  one replica on Redis Streams;
-//   replicas:3  three replicas on the same Redis, log and key files.
-// One real redis-server (kvgov_redis_test_support) serves the whole run.
-// Every case starts its servers afresh, follows the same 4 engines (one
-// vLLM-framed publisher each on loopback, payloads from the simulator's wire
-// encoder, ~1.7 k resident blocks per worker, each system prompt held by two
-// workers) and measures:
-//  - governance writes: 300 sequential POST /v1/quarantine calls (each a
-//    distinct 4-block span that no worker holds), spread round-robin over the
-//    replicas, one kept-alive connection per server; p50/p99 of the call.
-//    With 3 replicas, after each write the other two are polled
-//    (GET /v1/journal?since=N&limit=1) until their journal head reaches the
-//    write's row: "visible on all" p50/p99, timed from the write's start.
-//  - routes: 4 client threads (spread over the replicas), each POST
-//    /v1/route a 2,048-token prompt (16 prompts, rotating) then POST its
-//    /done (untimed, as routers release decisions), for 3 s; routes/s over
-//    all clients and the route call's p50/p99. Clients and servers share
-//    the machine's cores.
+//   replicas:3  three replicas on one Redis log, sharing the key files.
+// One real redis-server (kvgov_redis_test_support) serves the run. All five
+// servers run at once and follow the same 4 engines (one vLLM-framed
+// publisher each on loopback, payloads from the simulator's wire encoder,
+// ~1.8 k resident blocks per worker, each system prompt held by two
+// workers). The shapes are measured interleaved, so each sees the same host
+// (on a shared machine the disk's fsync latency and the spare CPU move a lot
+// from one second to the next):
+//  - governance writes: 300 rounds of one POST /v1/quarantine per shape
+//    (shapes in rotating order; each write a distinct 4-block span no
+//    worker holds; round-robin over a shape's servers, one kept-alive
+//    connection per server); p50/p99 of the call. With 3 replicas, after
+//    each write the other two are polled (GET /v1/journal?since=N&limit=1)
+//    until their journal head reaches the write's row: "visible on all"
+//    p50/p99, timed from the write's start (the polls' own HTTP round trips
+//    included, so an upper bound).
+//  - routes: 6 rounds of a 0.5 s slice per shape (rotating order): 4 client
+//    threads (spread over the shape's servers), each POST /v1/route a
+//    2,048-token prompt (16 prompts, rotating) then POST its /done (untimed,
+//    as routers release decisions); routes/s over all clients and the route
+//    call's p50/p99. Clients and servers share the machine's cores.
+// The first row to run measures all three shapes (about 15 s); each row
+// reports its own. Checks: every server's journal ends at the same head
+// seq and hash, and nothing but the benchmark's writes moved it.
 //   cmake --build build-bench --target kvgov_replica_bench
 //   build-bench/src/server/kvgov_replica_bench
 
@@ -33,7 +40,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -81,7 +87,8 @@ constexpr int kWrites = 300;
 constexpr int kQuarantineTokens = 4 * kBlockSize;
 constexpr int kRouteClients = 4;
 constexpr int kWarmupRoutes = 20;
-constexpr auto kRoutePhase = std::chrono::seconds(3);
+constexpr int kRouteRounds = 6;  // x 0.5 s: 3 s of routes per shape
+constexpr auto kRouteSlice = std::chrono::milliseconds(500);
 constexpr auto kDeadline = std::chrono::seconds(60);
 
 double Millis(Clock::duration elapsed) {
@@ -217,14 +224,6 @@ class Publisher {
   std::string endpoint_;
 };
 
-// The run's one redis-server, started on first use and stopped at exit.
-replication::testing::RedisServerProcess& SharedRedis(Status* started) {
-  static replication::testing::RedisServerProcess redis;
-  static const Status status = redis.Start();
-  *started = status;
-  return redis;
-}
-
 std::unique_ptr<httplib::Client> Connect(uint16_t port) {
   auto client = std::make_unique<httplib::Client>("127.0.0.1", port);
   client->set_keep_alive(true);
@@ -239,30 +238,41 @@ std::string Describe(const httplib::Result& response, std::string_view what) {
          response->body.substr(0, 200);
 }
 
-// Single node, or replicas on one Redis, all following the same engines.
-// Members are destroyed bottom up: servers first, then the publishers, then
-// their context, then the data dirs.
-class Cluster {
+// The shapes measured, each a group of servers following the same engines:
+// replicas 0 is one server without Redis.
+struct Shape {
+  int replicas = 0;
+  std::vector<std::unique_ptr<Server>> servers;
+  std::string Name() const {
+    return replicas == 0 ? "single node" : std::to_string(replicas) + " replica(s)";
+  }
+};
+
+// Every shape at once, so that writes and routes can be interleaved across
+// them and each sees the same host. Members are destroyed bottom up:
+// servers first, then the publishers, then their context, then the dirs.
+class Deployment {
  public:
-  Cluster() = default;
-  Cluster(const Cluster&) = delete;
-  Cluster& operator=(const Cluster&) = delete;
-  ~Cluster() {
-    for (auto& server : servers_) server->Shutdown();
-    servers_.clear();
+  Deployment() = default;
+  Deployment(const Deployment&) = delete;
+  Deployment& operator=(const Deployment&) = delete;
+  ~Deployment() {
+    for (Shape& shape : shapes_) {
+      for (auto& server : shape.servers) server->Shutdown();
+    }
+    shapes_.clear();
     publishers_.clear();
     std::error_code ignored;
-    std::filesystem::remove_all(root_, ignored);
+    if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
   }
 
-  // replicas 0: one server without Redis.
-  Status Start(int replicas, const std::string& redis_url) {
-    static std::atomic<int> runs{0};
-    const int run = runs.fetch_add(1);
+  // `redis_url` empty: the shapes with replicas are left out.
+  Status Start(const std::vector<int>& replicas, const std::string& redis_url) {
     root_ = std::filesystem::temp_directory_path() /
-            ("kvgov_replica_bench_" + std::to_string(::getpid()) + "_" + std::to_string(run));
+            ("kvgov_replica_bench_" + std::to_string(::getpid()));
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_);
+    // The files replicas share; the single node uses them too.
     const std::string issuer_key = (root_ / "issuer.key").string();
     const std::string tenant_secret = (root_ / "tenant-secret.key").string();
     KVGOV_RETURN_IF_ERROR(cert::IssuerKey::LoadOrCreate(issuer_key).status());
@@ -278,27 +288,34 @@ class Cluster {
       engine.block_size = kBlockSize;
       engines.push_back(std::move(engine));
     }
-    const int count = std::max(1, replicas);
-    for (int i = 0; i < count; ++i) {
-      ServerOptions options;
-      options.port = 0;
-      options.data_dir = (root_ / ("node" + std::to_string(i))).string();
-      options.engines = engines;
-      options.issuer_key_file = issuer_key;
-      options.tenant_secret_file = tenant_secret;
-      if (replicas > 0) {
-        options.redis_url = redis_url;
-        options.redis_prefix = "kvgov-bench-" + std::to_string(::getpid()) + "-" +
-                               std::to_string(run);
-        options.replica_id = "replica" + std::to_string(i);
+    int followers = 0;
+    for (int count : replicas) {
+      if (count > 0 && redis_url.empty()) continue;
+      Shape shape;
+      shape.replicas = count;
+      const std::string name = "shape" + std::to_string(shapes_.size());
+      for (int i = 0; i < std::max(1, count); ++i) {
+        ServerOptions options;
+        options.port = 0;
+        options.data_dir = (root_ / name / ("node" + std::to_string(i))).string();
+        options.engines = engines;
+        options.issuer_key_file = issuer_key;
+        options.tenant_secret_file = tenant_secret;
+        if (count > 0) {
+          options.redis_url = redis_url;
+          options.redis_prefix = "kvgov-bench-" + std::to_string(::getpid()) + "-" + name;
+          options.replica_id = name + "-replica" + std::to_string(i);
+        }
+        KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Start(options));
+        shape.servers.push_back(std::move(server));
+        ++followers;
       }
-      KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Start(options));
-      servers_.push_back(std::move(server));
+      shapes_.push_back(std::move(shape));
     }
 
     const auto deadline = Clock::now() + kDeadline;
     for (auto& publisher : publishers_) {
-      if (!publisher->WaitForSubscribers(count, deadline)) {
+      if (!publisher->WaitForSubscribers(followers, deadline)) {
         return Status::Unavailable("an engine's stream was not followed by every server");
       }
     }
@@ -307,22 +324,25 @@ class Cluster {
       const WorkerCache cache = WorkerEvents(w);
       blocks.push_back(cache.blocks);
       const std::vector<std::string> payloads = EncodeWorker(cache);
-      for (size_t seq = 0; seq < payloads.size(); ++seq) publishers_[w]->Publish(seq, payloads[seq]);
+      for (size_t seq = 0; seq < payloads.size(); ++seq) {
+        publishers_[static_cast<size_t>(w)]->Publish(seq, payloads[seq]);
+      }
     }
-    for (auto& server : servers_) {
-      std::unique_ptr<httplib::Client> client = Connect(server->port());
-      while (!Resident(*client, blocks)) {
-        if (Clock::now() > deadline) {
-          return Status::Unavailable("a server did not hold every engine's blocks in time");
+    for (Shape& shape : shapes_) {
+      for (auto& server : shape.servers) {
+        std::unique_ptr<httplib::Client> client = Connect(server->port());
+        while (!Resident(*client, blocks)) {
+          if (Clock::now() > deadline) {
+            return Status::Unavailable("a server did not hold every engine's blocks in time");
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
     return Status::Ok();
   }
 
-  size_t size() const { return servers_.size(); }
-  uint16_t port(size_t i) const { return servers_[i]->port(); }
+  const std::vector<Shape>& shapes() const { return shapes_; }
 
  private:
   // True once GET /v1/workers shows every worker holding its blocks in hbm.
@@ -347,7 +367,7 @@ class Cluster {
   std::filesystem::path root_;
   zmq::context_t context_{1};
   std::vector<std::unique_ptr<Publisher>> publishers_;
-  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<Shape> shapes_;
 };
 
 struct JournalHead {
@@ -366,51 +386,62 @@ Result<JournalHead> Head(httplib::Client& client, uint64_t since) {
   return JournalHead{body.value("head_seq", uint64_t{0}), body.value("head_hash", "")};
 }
 
-struct WriteFigures {
+struct Figures {
+  int replicas = 0;
+  std::string name;
   std::vector<double> write_ms;
   std::vector<double> visible_ms;  // with more than one server
+  std::vector<double> route_ms;
+  size_t routes = 0;
+  double route_s = 0;
 };
 
-// Sequential quarantines, round-robin over the servers.
-Status MeasureWrites(const Cluster& cluster, WriteFigures* figures) {
-  std::vector<std::unique_ptr<httplib::Client>> clients;
-  for (size_t i = 0; i < cluster.size(); ++i) clients.push_back(Connect(cluster.port(i)));
-
-  // Every replica has applied every replica's serve.start when they agree.
-  uint64_t expected = 0;
-  for (const auto deadline = Clock::now() + kDeadline;;) {
-    std::vector<uint64_t> heads;
-    for (auto& client : clients) {
-      KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*client, 1));
-      heads.push_back(head.seq);
-    }
-    if (std::all_of(heads.begin(), heads.end(), [&](uint64_t h) { return h == heads[0]; })) {
-      expected = heads[0];
-      break;
-    }
-    if (Clock::now() > deadline) return Status::Unavailable("the replicas' journals never met");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// One shape's governance writes: a kept-alive connection per server, the
+// journal head every server must reach next.
+class Writer {
+ public:
+  explicit Writer(const Shape& shape) {
+    for (const auto& server : shape.servers) clients_.push_back(Connect(server->port()));
   }
 
-  for (int i = 0; i < kWarmupWrites + kWrites; ++i) {
-    const size_t writer = static_cast<size_t>(i) % clients.size();
+  // Waits until every server has applied every replica's serve.start.
+  Status Settle() {
+    for (const auto deadline = Clock::now() + kDeadline;;) {
+      std::vector<uint64_t> heads;
+      for (auto& client : clients_) {
+        KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*client, 1));
+        heads.push_back(head.seq);
+      }
+      if (std::all_of(heads.begin(), heads.end(), [&](uint64_t h) { return h == heads[0]; })) {
+        expected_ = heads[0];
+        return Status::Ok();
+      }
+      if (Clock::now() > deadline) return Status::Unavailable("the replicas' journals never met");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Write i (round-robin over the servers); then, with several servers,
+  // polls the others until their journal holds it.
+  Status Write(int i, Figures* figures, bool record) {
+    const size_t writer = static_cast<size_t>(i) % clients_.size();
     const std::string body =
         Json({{"model", "llama"},
               {"token_ids", RandomTokens(1'000'000 + static_cast<uint64_t>(i), kQuarantineTokens)},
               {"reason", "replica bench " + std::to_string(i)}})
             .dump();
     const auto started = Clock::now();
-    httplib::Result response = clients[writer]->Post("/v1/quarantine", body, "application/json");
+    httplib::Result response = clients_[writer]->Post("/v1/quarantine", body, "application/json");
     const auto written = Clock::now();
     if (!response || response->status != 200) {
       return Status::Unavailable(Describe(response, "POST /v1/quarantine"));
     }
-    ++expected;
-    for (size_t other = 0; other < clients.size(); ++other) {
+    ++expected_;
+    for (size_t other = 0; other < clients_.size(); ++other) {
       if (other == writer) continue;
       for (const auto deadline = Clock::now() + kDeadline;;) {
-        KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*clients[other], expected));
-        if (head.seq >= expected) break;
+        KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*clients_[other], expected_));
+        if (head.seq >= expected_) break;
         if (Clock::now() > deadline) {
           return Status::Unavailable("a write never became visible on replica " +
                                      std::to_string(other));
@@ -418,38 +449,56 @@ Status MeasureWrites(const Cluster& cluster, WriteFigures* figures) {
       }
     }
     const auto visible = Clock::now();
-    if (i < kWarmupWrites) continue;
+    if (!record) return Status::Ok();
     figures->write_ms.push_back(Millis(written - started));
-    if (clients.size() > 1) figures->visible_ms.push_back(Millis(visible - started));
+    if (clients_.size() > 1) figures->visible_ms.push_back(Millis(visible - started));
+    return Status::Ok();
   }
 
-  // Nothing else wrote meanwhile, and every replica holds the same chain.
-  std::optional<JournalHead> first;
-  for (auto& client : clients) {
-    KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*client, expected));
-    if (head.seq != expected) {
-      return Status::FailedPrecondition("journal head " + std::to_string(head.seq) +
-                                        ", expected " + std::to_string(expected) +
-                                        ": something else wrote during the benchmark");
+  // Nothing else wrote meanwhile, and every server holds the same chain.
+  Status Check() {
+    std::optional<JournalHead> first;
+    for (auto& client : clients_) {
+      KVGOV_ASSIGN_OR_RETURN(JournalHead head, Head(*client, expected_));
+      if (head.seq != expected_) {
+        return Status::FailedPrecondition("journal head " + std::to_string(head.seq) +
+                                          ", expected " + std::to_string(expected_) +
+                                          ": something else wrote during the benchmark");
+      }
+      if (first.has_value() && head.hash != first->hash) {
+        return Status::FailedPrecondition("the replicas' journal chains differ");
+      }
+      first = head;
     }
-    if (first.has_value() && head.hash != first->hash) {
-      return Status::FailedPrecondition("the replicas' journal chains differ");
-    }
-    first = head;
+    return Status::Ok();
   }
+
+ private:
+  std::vector<std::unique_ptr<httplib::Client>> clients_;
+  uint64_t expected_ = 0;
+};
+
+// Writes in rounds, one per shape a round, the shapes' order rotating.
+Status MeasureWrites(const std::vector<Shape>& shapes, std::vector<Figures>* figures) {
+  std::vector<Writer> writers;
+  for (const Shape& shape : shapes) {
+    writers.emplace_back(shape);
+    KVGOV_RETURN_IF_ERROR(writers.back().Settle());
+  }
+  for (int i = 0; i < kWarmupWrites + kWrites; ++i) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const size_t s = (static_cast<size_t>(i) + k) % shapes.size();
+      KVGOV_RETURN_IF_ERROR(writers[s].Write(i, &(*figures)[s], i >= kWarmupWrites));
+    }
+  }
+  for (Writer& writer : writers) KVGOV_RETURN_IF_ERROR(writer.Check());
   return Status::Ok();
 }
 
-struct RouteFigures {
-  std::vector<double> route_ms;
-  double routes_per_s = 0;
-};
-
-Status MeasureRoutes(const Cluster& cluster, RouteFigures* figures) {
-  std::vector<std::string> bodies;
-  for (int p = 0; p < kPrompts; ++p) {
-    bodies.push_back(Json({{"model", "llama"}, {"token_ids", Prompt(p)}}).dump());
-  }
+// kRouteClients threads route against one shape for `slice` (clients
+// spread over its servers); each route's decision is released right after.
+Status RouteSlice(const Shape& shape, const std::vector<std::string>& bodies,
+                  std::chrono::milliseconds slice, Figures* figures) {
   std::latch warmed(kRouteClients);
   std::mutex mu;
   std::string failure;
@@ -459,10 +508,10 @@ Status MeasureRoutes(const Cluster& cluster, RouteFigures* figures) {
   for (int t = 0; t < kRouteClients; ++t) {
     threads.emplace_back([&, t] {
       std::unique_ptr<httplib::Client> client =
-          Connect(cluster.port(static_cast<size_t>(t) % cluster.size()));
+          Connect(shape.servers[static_cast<size_t>(t) % shape.servers.size()]->port());
       auto route_once = [&](int call, std::vector<double>* sink) -> bool {
         const std::string& body = bodies[static_cast<size_t>(call + t * 5) % bodies.size()];
-        const auto started = Clock::now();
+        const auto sent = Clock::now();
         httplib::Result response = client->Post("/v1/route", body, "application/json");
         const auto routed = Clock::now();
         if (!response || response->status != 200) {
@@ -479,15 +528,14 @@ Status MeasureRoutes(const Cluster& cluster, RouteFigures* figures) {
           failure = Describe(released, "POST " + done);
           return false;
         }
-        if (sink != nullptr) sink->push_back(Millis(routed - started));
+        if (sink != nullptr) sink->push_back(Millis(routed - sent));
         return true;
       };
       bool ok = true;
       for (int i = 0; i < kWarmupRoutes && ok; ++i) ok = route_once(i, nullptr);
       warmed.arrive_and_wait();
       const auto started = Clock::now();
-      const auto until = started + kRoutePhase;
-      for (int i = 0; ok && Clock::now() < until; ++i) {
+      for (int i = 0; ok && Clock::now() < started + slice; ++i) {
         ok = route_once(i, &latencies[static_cast<size_t>(t)]);
       }
       elapsed_s[static_cast<size_t>(t)] =
@@ -496,73 +544,103 @@ Status MeasureRoutes(const Cluster& cluster, RouteFigures* figures) {
   }
   for (std::thread& thread : threads) thread.join();
   if (!failure.empty()) return Status::Unavailable(failure);
-  size_t routes = 0;
   for (const std::vector<double>& each : latencies) {
-    routes += each.size();
+    figures->routes += each.size();
     figures->route_ms.insert(figures->route_ms.end(), each.begin(), each.end());
   }
-  figures->routes_per_s =
-      static_cast<double>(routes) / *std::max_element(elapsed_s.begin(), elapsed_s.end());
+  figures->route_s += *std::max_element(elapsed_s.begin(), elapsed_s.end());
   return Status::Ok();
 }
 
+// Route slices in rounds, one per shape a round, the shapes' order rotating.
+Status MeasureRoutes(const std::vector<Shape>& shapes, std::vector<Figures>* figures) {
+  std::vector<std::string> bodies;
+  for (int p = 0; p < kPrompts; ++p) {
+    bodies.push_back(Json({{"model", "llama"}, {"token_ids", Prompt(p)}}).dump());
+  }
+  for (int round = 0; round < kRouteRounds; ++round) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const size_t s = (static_cast<size_t>(round) + k) % shapes.size();
+      KVGOV_RETURN_IF_ERROR(RouteSlice(shapes[s], bodies, kRouteSlice, &(*figures)[s]));
+    }
+  }
+  return Status::Ok();
+}
+
+struct Measurement {
+  Status status = Status::Ok();
+  Status redis = Status::Ok();
+  std::vector<Figures> figures;
+};
+
+// Everything, once per process: one redis-server, every shape, interleaved.
+Measurement MeasureAll() {
+  Measurement out;
+  replication::testing::RedisServerProcess redis;
+  out.redis = redis.Start();
+  Deployment deployment;
+  out.status = deployment.Start({0, 1, 3}, out.redis.ok() ? redis.url() : "");
+  if (!out.status.ok()) return out;
+  for (const Shape& shape : deployment.shapes()) {
+    Figures figures;
+    figures.replicas = shape.replicas;
+    figures.name = shape.Name();
+    out.figures.push_back(std::move(figures));
+  }
+  out.status = MeasureWrites(deployment.shapes(), &out.figures);
+  if (out.status.ok()) out.status = MeasureRoutes(deployment.shapes(), &out.figures);
+  return out;
+}
+
+const Measurement& Measured() {
+  static const Measurement measurement = MeasureAll();
+  return measurement;
+}
+
+// One row per shape; the first row to run measures all of them together.
 void BM_Replicas(benchmark::State& state) {
   const int replicas = static_cast<int>(state.range(0));
-  std::string redis_url;
-  if (replicas > 0) {
-    Status started = Status::Ok();
-    replication::testing::RedisServerProcess& redis = SharedRedis(&started);
-    if (!started.ok()) {
-      state.SkipWithError(("redis-server: " + started.ToString()).c_str());
-      return;
-    }
-    redis_url = redis.url();
+  const Measurement* measured = nullptr;
+  for (auto _ : state) measured = &Measured();
+  if (measured == nullptr) return;
+  if (!measured->status.ok()) {
+    state.SkipWithError(measured->status.ToString().c_str());
+    return;
   }
-  WriteFigures writes;
-  RouteFigures routes;
-  for (auto _ : state) {
-    Cluster cluster;
-    if (Status up = cluster.Start(replicas, redis_url); !up.ok()) {
-      state.SkipWithError(up.ToString().c_str());
-      return;
-    }
-    if (Status measured = MeasureWrites(cluster, &writes); !measured.ok()) {
-      state.SkipWithError(measured.ToString().c_str());
-      return;
-    }
-    if (Status measured = MeasureRoutes(cluster, &routes); !measured.ok()) {
-      state.SkipWithError(measured.ToString().c_str());
-      return;
-    }
+  const auto found = std::find_if(measured->figures.begin(), measured->figures.end(),
+                                  [&](const Figures& each) { return each.replicas == replicas; });
+  if (found == measured->figures.end()) {
+    state.SkipWithError(("redis-server: " + measured->redis.ToString()).c_str());
+    return;
   }
-  const double write_p50 = bench::Percentile(writes.write_ms, 0.50);
-  const double write_p99 = bench::Percentile(writes.write_ms, 0.99);
-  const double route_p50 = bench::Percentile(routes.route_ms, 0.50);
-  const double route_p99 = bench::Percentile(routes.route_ms, 0.99);
+  const Figures& figures = *found;
+  const double write_p50 = bench::Percentile(figures.write_ms, 0.50);
+  const double write_p99 = bench::Percentile(figures.write_ms, 0.99);
+  const double routes_per_s = static_cast<double>(figures.routes) / figures.route_s;
+  const double route_p50 = bench::Percentile(figures.route_ms, 0.50);
+  const double route_p99 = bench::Percentile(figures.route_ms, 0.99);
   state.counters["servers"] = std::max(1, replicas);
   state.counters["write_p50_ms"] = write_p50;
   state.counters["write_p99_ms"] = write_p99;
-  state.counters["routes_per_s"] = routes.routes_per_s;
+  state.counters["routes_per_s"] = routes_per_s;
   state.counters["route_p50_ms"] = route_p50;
   state.counters["route_p99_ms"] = route_p99;
-  std::string visible = "";
-  if (!writes.visible_ms.empty()) {
-    const double visible_p50 = bench::Percentile(writes.visible_ms, 0.50);
-    const double visible_p99 = bench::Percentile(writes.visible_ms, 0.99);
+  std::string visible;
+  if (!figures.visible_ms.empty()) {
+    const double visible_p50 = bench::Percentile(figures.visible_ms, 0.50);
+    const double visible_p99 = bench::Percentile(figures.visible_ms, 0.99);
     state.counters["visible_p50_ms"] = visible_p50;
     state.counters["visible_p99_ms"] = visible_p99;
     char line[96];
-    std::snprintf(line, sizeof(line), ", visible on all p50 %.2f ms p99 %.2f ms", visible_p50,
+    std::snprintf(line, sizeof(line), "; visible on all p50 %.2f ms, p99 %.2f ms", visible_p50,
                   visible_p99);
     visible = line;
   }
   std::fprintf(stderr,
-               "kvgov_replica_bench %s: %zu writes p50 %.2f ms p99 %.2f ms%s; "
-               "%d route clients %.0f routes/s p50 %.2f ms p99 %.2f ms\n",
-               replicas == 0 ? "single node (no Redis)"
-                             : (std::to_string(replicas) + " replica(s) on Redis").c_str(),
-               writes.write_ms.size(), write_p50, write_p99, visible.c_str(), kRouteClients,
-               routes.routes_per_s, route_p50, route_p99);
+               "kvgov_replica_bench %-12s %zu writes p50 %.2f ms, p99 %.2f ms%s | %d clients: "
+               "%.0f routes/s, p50 %.2f ms, p99 %.2f ms\n",
+               (figures.name + ":").c_str(), figures.write_ms.size(), write_p50, write_p99,
+               visible.c_str(), kRouteClients, routes_per_s, route_p50, route_p99);
 }
 BENCHMARK(BM_Replicas)
     ->ArgName("replicas")

@@ -213,6 +213,14 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   Post(b_, "/v1/route", {{"model", "llama"}, {"tenant", "tenant-a"}, {"token_ids", prompt_}},
        &status);
   EXPECT_EQ(status, 403);
+  // B cannot release A's decision, and is told no more than for a made-up id.
+  const Json held = Post(a_, "/v1/route", {{"model", "llama"}, {"token_ids", prompt_}});
+  const std::string held_id = held.value("decision_id", "");
+  ASSERT_FALSE(held_id.empty()) << held.dump();
+  Post(b_, "/v1/route/" + held_id + "/done", Json::object(), &status);
+  EXPECT_EQ(status, 404);
+  Post(a_, "/v1/route/" + held_id + "/done", Json::object(), &status);
+  EXPECT_EQ(status, 200);
   // A client-chosen salt is refused outright (unknown field).
   Post(b_, "/v1/route", {{"model", "llama"}, {"cache_salt", salt_a}, {"token_ids", prompt_}},
        &status);

@@ -115,8 +115,11 @@ class Router {
   Result<RouteDecision> Route(const RouteRequest& request, std::string_view cache_salt,
                               std::string decision_id, int64_t now_ms);
 
-  /// Releases the load of a decision. NotFound if unknown or released.
-  Status Done(std::string_view decision_id);
+  /// Releases the load of a decision. NotFound if unknown or released, and
+  /// for a caller bound to a tenant (`caller_tenant` not empty) when the
+  /// decision is another tenant's: its existence is not the caller's to
+  /// learn.
+  Status Done(std::string_view decision_id, std::string_view caller_tenant = "");
 
   /// Releases decisions older than decision_ttl_ms; returns how many.
   size_t ExpireDecisions(int64_t now_ms);
@@ -134,6 +137,7 @@ class Router {
  private:
   struct InFlight {
     std::string worker;
+    std::string tenant;
     uint64_t blocks = 0;
     int64_t created_ms = 0;
   };
