@@ -137,7 +137,8 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
       // Decoder errors carry their absolute path; lowering errors are
       // relative to the element.
       if (message.rfind("$.", 0) != 0) message = "$.events[" + std::to_string(i) + "]." + message;
-      rejected.push_back({{"index", i}, {"error", message}});
+      rejected.push_back(
+          {{"index", i}, {"code", StatusCodeName(status.code())}, {"error", message}});
     }
   }
   SendJson(response, 200, {{"accepted", accepted}, {"rejected", std::move(rejected)}});

@@ -70,6 +70,7 @@ TEST_F(HttpApiTest, EventsAreAcceptedOrRejectedOneByOne) {
   EXPECT_EQ(body["rejected"][0]["index"], 1);
   EXPECT_EQ(body["rejected"][1]["index"], 3);
   EXPECT_EQ(body["rejected"][1]["error"], "$.events[3].span_digest: required, got empty");
+  EXPECT_EQ(body["rejected"][1]["code"], "invalid_argument");
 }
 
 TEST_F(HttpApiTest, SavingsAreCountedUnderTheirOwnSource) {

@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <latch>
 #include <memory>
@@ -579,7 +580,9 @@ Measurement MeasureAll() {
   replication::testing::RedisServerProcess redis;
   out.redis = redis.Start();
   Deployment deployment;
-  out.status = deployment.Start({0, 1, 3}, out.redis.ok() ? redis.url() : "");
+  std::vector<int> shapes_tmp = {0, 1, 3};  // TEMP
+  if (const char* only = std::getenv("KVGOV_RB_ONLY"); only != nullptr) shapes_tmp = {std::atoi(only)};
+  out.status = deployment.Start(shapes_tmp, out.redis.ok() ? redis.url() : "");
   if (!out.status.ok()) return out;
   for (const Shape& shape : deployment.shapes()) {
     Figures figures;
@@ -614,6 +617,11 @@ void BM_Replicas(benchmark::State& state) {
     return;
   }
   const Figures& figures = *found;
+  if (const char* dump = std::getenv("KVGOV_RB_DUMP"); dump != nullptr) {  // TEMP
+    std::FILE* f = std::fopen((std::string(dump) + std::to_string(replicas)).c_str(), "w");
+    for (double v : figures.write_ms) std::fprintf(f, "%f\n", v);
+    std::fclose(f);
+  }
   const double write_p50 = bench::Percentile(figures.write_ms, 0.50);
   const double write_p99 = bench::Percentile(figures.write_ms, 0.99);
   const double routes_per_s = static_cast<double>(figures.routes) / figures.route_s;

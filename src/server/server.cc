@@ -137,11 +137,32 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                                     httplib::Response& response) {
     // Only fill in bodies the handlers did not write themselves.
     if (!response.body.empty()) return;
-    if (response.status == 404) {
-      SendErrorJson(response, 404, "not_found", "no route for " + request.method + " " + request.path);
-    } else if (response.status == 413) {
-      SendErrorJson(response, 413, "resource_exhausted",
-                "body: longer than the " + std::to_string(max_body) + "-byte limit");
+    // The rest are refusals cpp-httplib makes before any handler runs;
+    // every error answer carries a body naming the problem.
+    switch (response.status) {
+      case 404:
+        return SendErrorJson(response, 404, "not_found",
+                             "no route for " + request.method + " " + request.path);
+      case 413:
+        return SendErrorJson(response, 413, "resource_exhausted",
+                             "body: longer than the " + std::to_string(max_body) + "-byte limit");
+      case 411:
+        return SendErrorJson(response, 411, "invalid_argument",
+                             "Content-Length: required on a request with a body");
+      case 414:
+        return SendErrorJson(response, 414, "resource_exhausted", "request target: too long");
+      case 431:
+        return SendErrorJson(response, 431, "resource_exhausted", "headers: too large");
+      case 400:
+        return SendErrorJson(response, 400, "invalid_argument", "malformed HTTP request");
+      default:
+        if (response.status >= 500) {
+          return SendErrorJson(response, response.status, "internal", "internal error");
+        }
+        if (response.status >= 400) {
+          return SendErrorJson(response, response.status, "invalid_argument",
+                               "request refused (HTTP " + std::to_string(response.status) + ")");
+        }
     }
   });
   http.set_exception_handler(

@@ -1,7 +1,11 @@
 #include "kvgov/server/server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -54,6 +58,48 @@ TEST_F(ServerTest, UnknownRouteIsAJsonNotFoundNamingTheRoute) {
   EXPECT_EQ(response->status, 404);
   EXPECT_NE(response->body.find("no route for GET /v1/nowhere"), std::string::npos)
       << response->body;
+}
+
+// Sends raw bytes and returns the answer: headers and a Content-Length
+// body, or whatever came within two seconds.
+std::string RawExchange(uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const timeval timeout{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+    (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+      answer.append(buffer, static_cast<size_t>(n));
+      const size_t end = answer.find("\r\n\r\n");
+      const size_t length = answer.find("Content-Length: ");
+      if (end != std::string::npos && length != std::string::npos &&
+          answer.size() >= end + 4 + std::stoul(answer.substr(length + 16))) {
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return answer;
+}
+
+// Refusals cpp-httplib makes before any handler runs still name the problem.
+TEST_F(ServerTest, RequestsRefusedBeforeAnyHandlerGetAJsonError) {
+  Result<std::unique_ptr<Server>> server = Server::Start(Options());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string malformed = RawExchange((*server)->port(), "NOT-HTTP\r\n\r\n");
+  EXPECT_NE(malformed.find("400"), std::string::npos) << malformed;
+  EXPECT_NE(malformed.find(R"("code":"invalid_argument")"), std::string::npos) << malformed;
+  EXPECT_NE(malformed.find("malformed HTTP request"), std::string::npos) << malformed;
+
+  const std::string long_target = RawExchange(
+      (*server)->port(), "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(long_target.find(R"("error")"), std::string::npos) << long_target.substr(0, 300);
 }
 
 TEST_F(ServerTest, WritesReadyFileAndPrivateDataDir) {
