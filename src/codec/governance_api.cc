@@ -4,16 +4,21 @@
 
 namespace kvgov::codec_internal {
 
+// The fields that name a span, alike in a quarantine and an invalidation.
+void SpanFields(auto& v, auto& q) {
+  v.Required("model", q.model);
+  v.Optional("tenant", q.tenant);
+  v.Optional("lora_name", q.lora_name);
+  v.Optional("token_ids", q.token_ids);
+  v.Optional("worker", q.worker);
+  v.Optional("block_hash", q.block_hash);
+  v.Optional("group_idx", q.group_idx);
+}
+
 template <>
 struct Schema<QuarantineRequest> {
   static void Fields(auto& v, auto& q) {
-    v.Required("model", q.model);
-    v.Optional("tenant", q.tenant);
-    v.Optional("lora_name", q.lora_name);
-    v.Optional("token_ids", q.token_ids);
-    v.Optional("worker", q.worker);
-    v.Optional("block_hash", q.block_hash);
-    v.Optional("group_idx", q.group_idx);
+    SpanFields(v, q);
     v.Required("reason", q.reason);
     v.Optional("invalidate", q.invalidate);
     v.Expect("reason", !q.reason.empty(), [] { return std::string("required, got empty"); });
@@ -29,13 +34,7 @@ struct Schema<QuarantineRequest> {
 template <>
 struct Schema<InvalidationRequest> {
   static void Fields(auto& v, auto& q) {
-    v.Required("model", q.model);
-    v.Optional("tenant", q.tenant);
-    v.Optional("lora_name", q.lora_name);
-    v.Optional("token_ids", q.token_ids);
-    v.Optional("worker", q.worker);
-    v.Optional("block_hash", q.block_hash);
-    v.Optional("group_idx", q.group_idx);
+    SpanFields(v, q);
     v.Optional("scope", q.scope);
     v.Required("reason", q.reason);
     v.Expect("reason", !q.reason.empty(), [] { return std::string("required, got empty"); });
@@ -60,28 +59,12 @@ namespace kvgov {
 
 Result<QuarantineRequest> DecodeQuarantineRequestJson(std::string_view text,
                                                       const JsonLimits& limits) {
-  using namespace codec_internal;
-  try {
-    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
-    QuarantineRequest request;
-    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", request));
-    return request;
-  } catch (const Json::exception& e) {
-    return Status::Internal(std::string("governance codec: ") + e.what());
-  }
+  return codec_internal::DecodeDocument<QuarantineRequest>(text, limits, "governance codec");
 }
 
 Result<InvalidationRequest> DecodeInvalidationRequestJson(std::string_view text,
                                                           const JsonLimits& limits) {
-  using namespace codec_internal;
-  try {
-    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
-    InvalidationRequest request;
-    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", request));
-    return request;
-  } catch (const Json::exception& e) {
-    return Status::Internal(std::string("governance codec: ") + e.what());
-  }
+  return codec_internal::DecodeDocument<InvalidationRequest>(text, limits, "governance codec");
 }
 
 }  // namespace kvgov

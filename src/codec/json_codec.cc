@@ -18,16 +18,7 @@ std::string Encode(const R& record) {
 
 template <typename R>
 Result<R> Decode(std::string_view text, const JsonLimits& limits) {
-  try {
-    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
-    R record;
-    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", record));
-    return record;
-  } catch (const Json::exception& e) {
-    // The reader checks every type before it reads a value, so this is a
-    // codec bug; still, no exception leaves the module.
-    return Status::Internal(std::string("json codec: ") + e.what());
-  }
+  return DecodeDocument<R>(text, limits, "json codec");
 }
 
 }  // namespace

@@ -229,4 +229,19 @@ Status FromJson(const Json& json, const std::string& path, T& out) {
   }
 }
 
+/// A whole document of a type with a Schema, under `limits`. The reader
+/// checks every type before it reads a value, so a throw here is a codec
+/// bug; still, none leaves the module: it becomes Internal naming `codec`.
+template <typename R>
+Result<R> DecodeDocument(std::string_view text, const JsonLimits& limits, std::string_view codec) {
+  try {
+    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
+    R record;
+    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", record));
+    return record;
+  } catch (const Json::exception& e) {
+    return Status::Internal(std::string(codec) + ": " + e.what());
+  }
+}
+
 }  // namespace kvgov::codec_internal

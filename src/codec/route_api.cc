@@ -22,15 +22,7 @@ namespace kvgov {
 
 Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits) {
-  using namespace codec_internal;
-  try {
-    KVGOV_ASSIGN_OR_RETURN(const Json doc, ParseJson(text, limits));
-    router::RouteRequest request;
-    KVGOV_RETURN_IF_ERROR(FromJson(doc, "$", request));
-    return request;
-  } catch (const Json::exception& e) {
-    return Status::Internal(std::string("route codec: ") + e.what());
-  }
+  return codec_internal::DecodeDocument<router::RouteRequest>(text, limits, "route codec");
 }
 
 }  // namespace kvgov
