@@ -194,7 +194,9 @@ int Run(int argc, char** argv) {
                     "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"
                     "  and optionally replay=tcp://HOST:PORT,block-size=16,dp-ranks=1,\n"
                     "  control=http://HOST:PORT, connector=vllm|sglang|lmcache|webhook and\n"
-                    "  connector-path=/PATH (webhook). With dp-ranks=N, rank r is at port+r.");
+                    "  connector-path=/PATH (webhook). With dp-ranks=N, rank r is at port+r.\n"
+                    "  pool-blocks=N (the engine's KV pool in blocks, per rank) sizes the\n"
+                    "  index's tables up front: faster ingest, ~40 B per pool block at start.");
   serve->add_option("--tls-cert", serve_flags.tls_cert_file,
                     "PEM certificate (chain) for HTTPS; with --tls-key, kvgov speaks only HTTPS.");
   serve->add_option("--tls-key", serve_flags.tls_key_file, "PEM private key for --tls-cert.");

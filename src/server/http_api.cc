@@ -342,6 +342,7 @@ Json ConfigJson(const Daemon& daemon) {
                        {"replay", engine.replay},
                        {"model", engine.model},
                        {"block_size", engine.block_size},
+                       {"pool_blocks", engine.pool_blocks},
                        {"dp_ranks", engine.dp_ranks},
                        {"control", engine.control}});
   }
