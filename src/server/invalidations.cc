@@ -566,11 +566,9 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
     for (const auto& [id, directive] : directives_) {
       if (driving_.contains(id)) {
         driven.push_back(id);
-      } else if (!Finished(directive) && directive.state != "planned") {
+      } else if (!Finished(directive)) {
+        // Claimable only once its driver stopped renewing the claim.
         orphans.push_back(id);
-      } else if (directive.state == "planned" && now_ms - directive.created_ms >
-                                                     daemon_->options.claim_ttl_ms) {
-        orphans.push_back(id);  // its creator died between the record and the dispatch
       }
     }
   }
