@@ -270,7 +270,11 @@ void Daemon::Stop() {
 Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
                                       std::string_view subject, std::string_view payload,
                                       std::span<const store::WriteOp> state) {
-  if (daemon.replica) return daemon.replica->Record(kind, subject, payload, state);
+  if (daemon.replicated()) {
+    // A row appended here and not through the log would fork the chain.
+    if (!daemon.replica) return Status::Unavailable("the governance log is not followed yet");
+    return daemon.replica->Record(kind, subject, payload, state);
+  }
   return daemon.journal->Append(kind, subject, payload, WallClockMillis(), state);
 }
 

@@ -339,7 +339,9 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
         return true;
       }));
   // A replica leaves expiry to whichever replica keeps house.
-  if (!daemon.replica) RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
+  if (!daemon.replicated()) {
+    RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
+  }
   return Status::Ok();
 }
 

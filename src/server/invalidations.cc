@@ -164,7 +164,7 @@ Status InvalidationManager::Record(const Directive& directive, std::string_view 
 }
 
 bool InvalidationManager::DrivesLocked(std::string_view id) const {
-  return daemon_->replica == nullptr || driving_.contains(id);
+  return !daemon_->replicated() || driving_.contains(id);
 }
 
 void InvalidationManager::SyncGateLocked(const Directive* before, const Directive& after) {
@@ -648,7 +648,7 @@ Status InvalidationManager::RecoverRecords() {
         Directive d = DirectiveFromJson(json);
         // A single kvgov was the directive's only driver; a replica's
         // directive lives on with whichever replica claims it next.
-        if (!Finished(d) && daemon_->replica == nullptr) {
+        if (!Finished(d) && !daemon_->replicated()) {
           d.state = "failed";
           d.failure = "interrupted_by_restart";
           interrupted.push_back(d);

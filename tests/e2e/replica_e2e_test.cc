@@ -207,10 +207,7 @@ class ReplicaE2ETest : public ::testing::Test {
               0)
         << output;
     for (int i = 0; i < kReplicas; ++i) {
-      Status ready = replicas_[i].Start(
-          {"--engine", EngineArg("w1", "vllm", publisher_, control_), "--redis", redis_.url(),
-           "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_, "--replica-id",
-           "r" + std::to_string(i), "--claim-ttl-ms", "1000", "--probe-interval-ms", "50"});
+      Status ready = StartReplica(i);
       ASSERT_TRUE(ready.ok()) << "r" << i << ": " << ready.message();
     }
     for (int i = 0; i < kReplicas; ++i) {
@@ -228,6 +225,14 @@ class ReplicaE2ETest : public ::testing::Test {
       }))
           << "r" << i << ": " << workers.status << " " << workers.body << replicas_[i].Stderr();
     }
+  }
+
+  // Starts (or restarts, on its data dir) replica i.
+  Status StartReplica(int i) {
+    return replicas_[i].Start(
+        {"--engine", EngineArg("w1", "vllm", publisher_, control_), "--redis", redis_.url(),
+         "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_, "--replica-id",
+         "r" + std::to_string(i), "--claim-ttl-ms", "1000", "--probe-interval-ms", "50"});
   }
 
   DaemonProcess& r(int i) { return replicas_[i]; }
@@ -445,6 +450,49 @@ TEST_F(ReplicaE2ETest, RedisOutageRefusesWritesKeepsRoutingAndConverges) {
         << "r" << i << ": " << Get(r(i), "/v1/quarantines").body << r(i).Stderr();
   }
   EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+}
+
+// A replica that was down while a lease expired records nothing of its own
+// at restart (the housekeeper recorded the expiry in the log): it applies
+// the log and rejoins the same chain.
+TEST_F(ReplicaE2ETest, ARestartedReplicaRejoinsTheChain) {
+  Reply created = Post(r(0), "/v1/events",
+                       {{"events",
+                         {{{"type", "nixl_lease"},
+                           {"lease_id", "short"},
+                           {"event", "create"},
+                           {"role", "prefill_pin"},
+                           {"span_digest", "s"},
+                           {"remote_engine", "w1"},
+                           {"ttl_ms", 1500}}}}});
+  ASSERT_EQ(created.json().value("accepted", -1), 1) << created.body << r(0).Stderr();
+  ASSERT_TRUE(WaitFor([&] { return ListsLease(r(1), "short"); }, seconds(10)))
+      << Get(r(1), "/v1/leases").body;
+  ASSERT_EQ(r(1).Stop(), 0) << r(1).Stderr();
+
+  // The lease runs out while r1 is down; a live replica records it.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Json rows = Get(r(0), "/v1/journal?since=1&limit=1000").json()["rows"];
+        for (const Json& row : rows) {
+          if (row.value("kind", "") == "lease.transition" && row.value("subject", "") == "short" &&
+              row.dump().find("expired") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(15)))
+      << Get(r(0), "/v1/journal?since=1&limit=1000").body << r(0).Stderr();
+
+  Status restarted = StartReplica(1);
+  ASSERT_TRUE(restarted.ok()) << restarted.message();
+  EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+  Json leases = Get(r(1), "/v1/leases").json();
+  ASSERT_TRUE(leases.is_object() && leases["leases"].is_array()) << leases.dump();
+  ASSERT_EQ(leases["leases"].size(), 1u) << leases.dump();
+  EXPECT_EQ(leases["leases"][0].value("state", ""), "expired") << leases.dump();
+  EXPECT_EQ(leases["leases"][0].value("event", ""), "expiry") << leases.dump();
 }
 
 }  // namespace
