@@ -452,6 +452,34 @@ TEST_F(ReplicaE2ETest, RedisOutageRefusesWritesKeepsRoutingAndConverges) {
   EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
 }
 
+// Two replicas do not pile onto one worker: a decision in flight on r0
+// counts in r1's cost within a few load exchanges, and stops counting once
+// released.
+TEST_F(ReplicaE2ETest, InFlightRouteLoadIsShared) {
+  const Json prompt = {{"model", "llama"}, {"token_ids", Tokens(8, 100)}};
+  auto peer_blocks_on_r1 = [&] {
+    Json decision = Post(r(1), "/v1/route", prompt).json();
+    if (!decision.is_object() || !decision["candidates"].is_array() ||
+        decision["candidates"].empty()) {
+      return int64_t{-1};
+    }
+    const int64_t blocks =
+        decision["candidates"][0]["load"].value("peer_in_flight_blocks", int64_t{-1});
+    // Release r1's own probe, so only r0's decision is in flight.
+    (void)Post(r(1), "/v1/route/" + decision.value("decision_id", "") + "/done", Json::object());
+    return blocks;
+  };
+  Json held = Post(r(0), "/v1/route", prompt).json();
+  const std::string held_id = held.value("decision_id", "");
+  ASSERT_FALSE(held_id.empty()) << held.dump();
+  int64_t seen = -1;
+  EXPECT_TRUE(WaitFor([&] { return (seen = peer_blocks_on_r1()) > 0; }, seconds(10)))
+      << "r1 never saw r0's in-flight load (last " << seen << ")";
+  ASSERT_EQ(Post(r(0), "/v1/route/" + held_id + "/done", Json::object()).status, 200);
+  EXPECT_TRUE(WaitFor([&] { return (seen = peer_blocks_on_r1()) == 0; }, seconds(10)))
+      << "r0's released load still counts on r1 (" << seen << ")";
+}
+
 // A replica that was down while a lease expired records nothing of its own
 // at restart (the housekeeper recorded the expiry in the log): it applies
 // the log and rejoins the same chain.
