@@ -181,15 +181,20 @@ Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
   return journal;
 }
 
-Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
-                            std::string_view payload, int64_t time_ms,
-                            std::span<const store::WriteOp> extra) {
-  size_t size = EncodedSize(kind.size(), subject.size(), payload.size());
+Status CheckRowFits(std::string_view kind, std::string_view subject, std::string_view payload) {
+  const size_t size = EncodedSize(kind.size(), subject.size(), payload.size());
   if (size > kMaxRowBytes) {
-    return Status::InvalidArgument("journal: a " + std::string(kind) + " row would be " +
+    return Status::ResourceExhausted("journal: a " + std::string(kind) + " row would be " +
                                    std::to_string(size) + " bytes, over the " +
                                    std::to_string(kMaxRowBytes) + "-byte limit");
   }
+  return Status::Ok();
+}
+
+Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
+                            std::string_view payload, int64_t time_ms,
+                            std::span<const store::WriteOp> extra) {
+  KVGOV_RETURN_IF_ERROR(CheckRowFits(kind, subject, payload));
   for (const store::WriteOp& op : extra) {
     if (op.column == store::Column::kJournal) {
       return Status::InvalidArgument("journal: an appended row's extra ops may not write "

@@ -473,7 +473,7 @@ TEST_F(JournalTest, AppendRefusesJournalOpsAndOversizedRows) {
   EXPECT_EQ(EncodeRow(*row).size(), kMaxRowBytes);
   row = journal->Append("config", "", std::string(kMaxRowBytes - overhead + 1, 'p'), 1);
   ASSERT_FALSE(row.ok());
-  EXPECT_EQ(row.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(row.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(journal->head_seq(), 1u);
   EXPECT_FALSE(MustVerify().first_broken_seq.has_value());
 }

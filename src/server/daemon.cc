@@ -280,6 +280,8 @@ Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
 
 int GovernanceWriteHttpStatus(const Status& status) {
   switch (status.code()) {
+    case StatusCode::kResourceExhausted:
+      return 413;  // the record would not fit a journal row
     case StatusCode::kUnavailable:
     case StatusCode::kIOError:
       return 503;

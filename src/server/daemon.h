@@ -88,8 +88,9 @@ Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
                                       std::string_view subject, std::string_view payload,
                                       std::span<const store::WriteOp> state);
 
-/// The HTTP status for a failed governance write: 503 when the store or
-/// the log cannot take it now, 500 otherwise.
+/// The HTTP status for a failed governance write: 413 when its record is
+/// over the journal's row limit, 503 when the store or the log cannot take
+/// it now, 500 otherwise.
 int GovernanceWriteHttpStatus(const Status& status);
 
 /// Builds the daemon: the tenant secret, metric families, accounting,

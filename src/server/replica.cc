@@ -20,6 +20,13 @@ constexpr auto kReadBlock = std::chrono::milliseconds(500);
 // Rows kept for writers that have not come back for theirs (timed out).
 constexpr size_t kMaxUnclaimedRows = 4096;
 
+// An entry's content that every replica refuses alike (a bad token record,
+// a row over the journal's limit), unlike a failure of this replica's disk.
+bool RefusedByContent(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ||
+         status.code() == StatusCode::kResourceExhausted;
+}
+
 std::string StreamKey(std::string_view prefix) { return std::string(prefix) + ":governance"; }
 std::string ClaimPrefix(std::string_view prefix) { return std::string(prefix) + ":claim:"; }
 std::string LoadPrefix(std::string_view prefix) { return std::string(prefix) + ":load:"; }
@@ -116,6 +123,8 @@ std::string Replica::applied_id() const {
 Result<journal::Row> Replica::Record(std::string_view kind, std::string_view subject,
                                      std::string_view payload,
                                      std::span<const store::WriteOp> state) {
+  // Refused here, not after the append: every replica would refuse the row.
+  if (!kind.empty()) KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(kind, subject, payload));
   LogEntry entry;
   entry.origin = options_.replica_id;
   entry.kind = std::string(kind);
@@ -147,7 +156,7 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
   }
   auto row = own_rows_.find(*appended);
   if (row == own_rows_.end()) return journal::Row{};
-  journal::Row result = std::move(row->second);
+  Result<journal::Row> result = std::move(row->second);
   own_rows_.erase(row);
   return result;
 }
@@ -204,20 +213,21 @@ void Replica::ApplyLoop() {
                    options_.replica_id.c_str(), after.c_str());
     }
     backoff = std::chrono::milliseconds(50);
-    for (const auto& [id, why] : batch->rejected) {
-      // Every replica refuses the same bytes the same way, so skipping keeps
-      // the chains equal; the entry's writer has long been answered.
-      rejected_.fetch_add(1);
-      std::fprintf(stderr, "kvgov replica %s: log entry %s skipped: %s\n",
-                   options_.replica_id.c_str(), id.c_str(), why.ToString().c_str());
-    }
+    // An entry every replica refuses alike (bytes that do not decode, or
+    // content a replica cannot apply: InvalidArgument) is skipped alike, so
+    // the chains stay equal, and never retried (it would wedge the log).
+    for (const auto& [id, why] : batch->rejected) NoteSkipped(id, why);
     for (const LogEntry& entry : batch->entries) {
-      Status applied = Apply(entry);
-      while (!applied.ok()) {
+      while (true) {
+        Status applied = Apply(entry);
+        if (RefusedByContent(applied)) {
+          NoteSkipped(entry.id, applied);
+          applied = Skip(entry, applied);
+        }
+        if (applied.ok()) break;
         std::fprintf(stderr, "kvgov replica %s: log entry %s not applied, retrying: %s\n",
                      options_.replica_id.c_str(), entry.id.c_str(), applied.ToString().c_str());
         if (!WaitFor(std::chrono::milliseconds(1000))) return;
-        applied = Apply(entry);
       }
       after = entry.id;
     }
@@ -240,13 +250,33 @@ Status Replica::AdvanceCursor(const std::string& id) {
   return Status::Ok();
 }
 
+void Replica::NoteSkipped(const std::string& id, const Status& why) {
+  rejected_.fetch_add(1);
+  std::fprintf(stderr, "kvgov replica %s: log entry %s skipped: %s\n",
+               options_.replica_id.c_str(), id.c_str(), why.ToString().c_str());
+}
+
+Status Replica::Skip(const LogEntry& entry, const Status& why) {
+  if (entry.origin == options_.replica_id) {
+    // Its writer learns why instead of a row (before the cursor moves and
+    // wakes it).
+    std::lock_guard lock(mu_);
+    own_rows_.emplace(entry.id, why);
+  }
+  return AdvanceCursor(entry.id);
+}
+
 Status Replica::Apply(const LogEntry& entry) {
   KVGOV_ASSIGN_OR_RETURN(StreamId id, replication::ParseStreamId(entry.id));
+  if (!entry.kind.empty()) {
+    KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(entry.kind, entry.subject, entry.payload));
+  }
   std::vector<store::WriteOp> ops;
   for (const LogWrite& write : entry.writes) {
     if (write.column == kTokensColumn) {
       // Before the cursor moves: a crash in between re-applies the entry,
-      // and a token write is idempotent.
+      // and a token write is idempotent. A record every replica refuses
+      // (InvalidArgument) makes the whole entry skipped.
       KVGOV_RETURN_IF_ERROR(ApplyTokenWrite(options_.token_path, write));
     } else {
       ops.push_back(store::WriteOp{store::Column::kGovernance, write.key, write.value});

@@ -96,9 +96,14 @@ class Replica {
           journal::Journal* journal, store::Store* store, router::Router* router, ApplyHook hook);
 
   void ApplyLoop();
-  // Applies one entry (journal, store, cursor, hook). An entry that cannot
-  // be applied here is retried: skipping it would fork this replica's chain.
+  // Applies one entry (journal, store, cursor, hook). InvalidArgument or
+  // ResourceExhausted for an entry its content makes every replica refuse
+  // (then skipped alike); any other failure is retried, since skipping it
+  // would fork the chain.
   Status Apply(const replication::LogEntry& entry);
+  // Moves the cursor past a refused entry; its writer gets `why`.
+  Status Skip(const replication::LogEntry& entry, const Status& why);
+  void NoteSkipped(const std::string& id, const Status& why);
   Status AdvanceCursor(const std::string& id);
   void HeartbeatLoop();
   bool WaitFor(std::chrono::milliseconds period);  // false once stopping
@@ -116,7 +121,9 @@ class Replica {
   std::condition_variable applied_cv_;
   std::condition_variable stop_cv_;
   replication::StreamId applied_;                         // guarded by mu_
-  std::map<std::string, journal::Row> own_rows_;          // guarded by mu_; by stream id
+  // What this replica's own entries came to, by stream id, until their
+  // writers collect them. Guarded by mu_.
+  std::map<std::string, Result<journal::Row>> own_rows_;
   bool stopping_ = false;                                 // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<bool> housekeeper_{false};

@@ -29,6 +29,7 @@
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
 #include "e2e/wait.h"
+#include "kvgov/replication/governance_log.h"
 #include "replication/redis_server_process.h"
 
 namespace kvgov::testing {
@@ -478,6 +479,42 @@ TEST_F(ReplicaE2ETest, InFlightRouteLoadIsShared) {
   ASSERT_EQ(Post(r(0), "/v1/route/" + held_id + "/done", Json::object()).status, 200);
   EXPECT_TRUE(WaitFor([&] { return (seen = peer_blocks_on_r1()) == 0; }, seconds(10)))
       << "r0's released load still counts on r1 (" << seen << ")";
+}
+
+// A record too large for a journal row is refused before it reaches the
+// log (413). One that reaches the log anyway, from another writer, is
+// skipped by every replica alike, not retried: the log keeps flowing and the
+// chains stay equal.
+TEST_F(ReplicaE2ETest, AnEntryEveryReplicaRefusesIsSkippedNotRetried) {
+  ASSERT_TRUE(JournalHeadsConverge({0, 1, 2}));
+  const std::string before = JournalHead(r(0));
+  const Json huge = {{"model", "llama"},
+                     {"token_ids", Tokens(8, 100)},
+                     {"reason", std::string(1200 * 1024, 'x')}};
+  Reply refused = Post(r(0), "/v1/quarantine", huge);
+  EXPECT_EQ(refused.status, 413) << refused.body.substr(0, 300);
+  EXPECT_NE(refused.body.find("byte limit"), std::string::npos) << refused.body.substr(0, 300);
+
+  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
+  ASSERT_TRUE(endpoint.ok());
+  replication::GovernanceLog log(*endpoint, "kvgov:governance", milliseconds(2000));
+  replication::LogEntry foreign;
+  foreign.origin = "elsewhere";
+  foreign.kind = "quarantine";
+  foreign.subject = "foreign";
+  foreign.payload = std::string(1200 * 1024, 'y');
+  foreign.time_ms = 1;
+  ASSERT_TRUE(log.Append(foreign).ok());
+
+  Reply accepted = Post(r(1), "/v1/quarantine", kQuarantine);
+  ASSERT_EQ(accepted.status, 200) << accepted.body << r(1).Stderr();
+  EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+  EXPECT_NE(JournalHead(r(0)), before);
+  for (int i = 0; i < kReplicas; ++i) {
+    const std::string metrics = Get(r(i), "/metrics").body;
+    EXPECT_NE(metrics.find("kvgov_replica_log_rejected_entries_total 1\n"), std::string::npos)
+        << "r" << i << ":\n" << metrics.substr(0, 200);
+  }
 }
 
 // A replica that was down while a lease expired records nothing of its own

@@ -39,6 +39,11 @@ inline constexpr uint32_t kRowFormatVersion = 1;
 /// The largest encoded row; Append refuses a payload that would exceed it.
 inline constexpr size_t kMaxRowBytes = size_t{1} << 20;
 
+/// ResourceExhausted when a row of these fields would exceed kMaxRowBytes:
+/// the check Append makes first, for a caller that must know before it
+/// commits the row elsewhere (a replica, before its log append).
+Status CheckRowFits(std::string_view kind, std::string_view subject, std::string_view payload);
+
 /// The hash of a row from its other fields (what `hash` must equal).
 std::string RowHash(const Row& row);
 
@@ -59,8 +64,8 @@ class Journal {
 
   /// Appends a row and, in the same atomic store write, `extra` (the state
   /// change the row records), synced before returning. Returns the row.
-  /// InvalidArgument when the row would exceed kMaxRowBytes or an `extra`
-  /// op targets the journal column; the store's error when the write fails,
+  /// ResourceExhausted when the row would exceed kMaxRowBytes;
+  /// InvalidArgument when an `extra` op targets the journal column; the store's error when the write fails,
   /// and then the head does not move.
   Result<Row> Append(std::string_view kind, std::string_view subject, std::string_view payload,
                      int64_t time_ms, std::span<const store::WriteOp> extra = {});
