@@ -102,7 +102,10 @@ WorkerLoad Router::LoadLocked(std::string_view worker,
   if (scraped.has_value()) {
     load.scraped = scraped;
     // The engine's own count includes what kvgov routed there; only the
-    // rest is load kvgov does not already know by its blocks.
+    // rest is load kvgov does not already know by its blocks. With peer
+    // replicas, their routed requests are in the engine's count and in
+    // peer_blocks both: counted twice, bounded by the peers' in-flight
+    // requests (peers publish blocks, not request counts).
     const double reported = scraped->running + scraped->waiting;
     const double unrouted = std::max(0.0, reported - static_cast<double>(load.in_flight_requests));
     load.blocks += weights_.unrouted_request_blocks * unrouted;
