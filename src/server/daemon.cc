@@ -186,7 +186,8 @@ Status RegisterReplicaMetrics(Daemon& daemon) {
   KVGOV_ASSIGN_OR_RETURN(auto* rejected,
                          daemon.metrics.AddCallbackCounter(
                              {"kvgov_replica_log_rejected_entries_total",
-                              "Governance log entries skipped because they did not decode."}));
+                              "Governance log entries skipped by every replica alike: they did "
+                              "not decode, or no replica could apply them."}));
   Daemon* state = &daemon;
   return daemon.metrics
       .RegisterCollector([=](metrics::CollectorSink& sink) {
@@ -384,8 +385,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
           RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {})
               .status();
       !started.ok()) {
-    // Only a replica gets here (a single node's journal failing fails the
-    // start above): it serves on local state until the log returns.
+    // A single node whose journal cannot take the row does not start; a
+    // replica without Redis serves on local state until the log returns.
     if (!replicated) return started;
     std::fprintf(stderr, "kvgov: serve.start not recorded: %s\n", started.ToString().c_str());
   }
