@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "e2e/daemon_process.h"
+#include "e2e/fake_control.h"
 #include "e2e/fake_engine_publisher.h"
 #include "e2e/wait.h"
 
@@ -27,66 +28,16 @@ using std::chrono::milliseconds;
 constexpr int64_t kBlockSize = 4;
 
 
-// An engine's control API on loopback. `on_reset` runs when the reset is
-// accepted; `busy_answers` resets are refused with 400 first (SGLang while
-// requests run).
-class FakeControl {
- public:
-  FakeControl(std::string reset_path, int busy_answers, std::function<void()> on_reset)
-      : busy_left_(busy_answers), on_reset_(std::move(on_reset)) {
-    server_.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.status = 200; });
-    server_.Post(reset_path, [this](const httplib::Request&, httplib::Response& r) {
-      ++calls_;
-      if (busy_left_ > 0) {
-        --busy_left_;
-        r.status = 400;
-        return;
-      }
-      on_reset_();
-      r.status = 200;
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(milliseconds(1));
-  }
-  ~FakeControl() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  int calls() const { return calls_; }
-
- private:
-  httplib::Server server_;
-  std::atomic<int> busy_left_;
-  std::atomic<int> calls_{0};
-  std::function<void()> on_reset_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-std::vector<int64_t> Tokens(size_t count, int64_t start) {
-  std::vector<int64_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), start);
-  return tokens;
-}
-
-std::string EngineArg(const std::string& id, const std::string& kind,
-                      const FakeEnginePublisher& publisher, const FakeControl& control) {
-  return "id=" + id + ",kind=" + kind + ",events=" + publisher.events_endpoint() +
-         ",replay=" + publisher.replay_endpoint() + ",model=llama,block-size=" +
-         std::to_string(kBlockSize) + ",control=" + control.url();
-}
 
 TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
   FakeEnginePublisher vllm(kBlockSize);
   FakeEnginePublisher sglang(kBlockSize);
-  FakeControl vllm_control("/reset_prefix_cache", 0, [&] { vllm.Clear(); });
-  FakeControl sglang_control("/flush_cache", 2, [&] { sglang.Clear(); });
+  FakeControl vllm_control("/reset_prefix_cache", [&] { vllm.Clear(); });
+  FakeControl sglang_control("/flush_cache", [&] { sglang.Clear(); }, /*busy_answers=*/2);
   DaemonProcess daemon;
   ASSERT_TRUE(daemon
-                  .Start({"--engine", EngineArg("w1", "vllm", vllm, vllm_control), "--engine",
-                          EngineArg("w2", "sglang", sglang, sglang_control),
+                  .Start({"--engine", EngineArg("w1", "vllm", vllm, vllm_control, kBlockSize),
+                          "--engine", EngineArg("w2", "sglang", sglang, sglang_control, kBlockSize),
                           "--probe-interval-ms", "50"})
                   .ok())
       << daemon.Stderr();
@@ -171,14 +122,15 @@ TEST(InvalidationE2ETest, LmcacheAndExactSpanWebhookOwners) {
   std::vector<uint64_t> exact_hashes;
   // LMCache's controller clears the instance; the exact-span owner removes
   // precisely the named blocks and publishes BlockRemoved for them.
-  FakeControl lmcache_control("/clear", 0, [&] { lmcache.Clear(); });
-  FakeControl webhook("/evict", 0, [&] { exact.Remove(exact_hashes); });
+  FakeControl lmcache_control("/clear", [&] { lmcache.Clear(); });
+  FakeControl webhook("/evict", [&] { exact.Remove(exact_hashes); });
   DaemonProcess daemon;
   ASSERT_TRUE(daemon
                   .Start({"--engine",
-                          EngineArg("w1", "vllm", lmcache, lmcache_control) + ",connector=lmcache",
+                          EngineArg("w1", "vllm", lmcache, lmcache_control, kBlockSize) +
+                              ",connector=lmcache",
                           "--engine",
-                          EngineArg("w2", "vllm", exact, webhook) +
+                          EngineArg("w2", "vllm", exact, webhook, kBlockSize) +
                               ",connector=webhook,connector-path=/evict",
                           "--probe-interval-ms", "50"})
                   .ok())
@@ -217,10 +169,10 @@ TEST(InvalidationE2ETest, LmcacheAndExactSpanWebhookOwners) {
 
 TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   FakeEnginePublisher vllm(kBlockSize);
-  FakeControl silent("/reset_prefix_cache", 0, [] {});  // says yes, removes nothing
+  FakeControl silent("/reset_prefix_cache", [] {});  // says yes, removes nothing
   DaemonProcess daemon;
   ASSERT_TRUE(daemon
-                  .Start({"--engine", EngineArg("w1", "vllm", vllm, silent),
+                  .Start({"--engine", EngineArg("w1", "vllm", vllm, silent, kBlockSize),
                           "--witness-timeout-ms", "300", "--probe-interval-ms", "50"})
                   .ok());
   ASSERT_TRUE(vllm.WaitForSubscriber(milliseconds(20000)));

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "e2e/daemon_process.h"
+#include "e2e/fake_control.h"
 #include "e2e/fake_engine_publisher.h"
 #include "e2e/wait.h"
 #include "kvgov/replication/governance_log.h"
@@ -43,66 +44,6 @@ using std::chrono::seconds;
 constexpr int64_t kBlockSize = 4;
 constexpr int kReplicas = 3;
 
-// An engine's control API on loopback, counting the reset calls it gets.
-// `on_reset` runs (serialised) when a reset is accepted. DelayFirstReset
-// makes the first reset answer only after a pause, as an engine busy
-// resetting its cache does; it still runs `on_reset` afterwards.
-class FakeControl {
- public:
-  FakeControl(const std::string& reset_path, std::function<void()> on_reset)
-      : on_reset_(std::move(on_reset)) {
-    // Three replicas' probers and dispatches share this server; a delayed
-    // answer must not starve the others.
-    server_.new_task_queue = [] { return new httplib::ThreadPool(16); };
-    server_.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.status = 200; });
-    server_.Post(reset_path, [this](const httplib::Request&, httplib::Response& r) {
-      const int call = ++calls_;
-      if (call == 1 && first_delay_ms_ > 0) {
-        std::this_thread::sleep_for(milliseconds(first_delay_ms_.load()));
-      }
-      {
-        std::lock_guard lock(reset_mu_);
-        on_reset_();
-      }
-      r.status = 200;
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(milliseconds(1));
-  }
-  ~FakeControl() {
-    server_.stop();
-    thread_.join();
-  }
-  FakeControl(const FakeControl&) = delete;
-  FakeControl& operator=(const FakeControl&) = delete;
-
-  void DelayFirstReset(milliseconds delay) { first_delay_ms_ = static_cast<int>(delay.count()); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  int calls() const { return calls_; }
-
- private:
-  httplib::Server server_;
-  std::atomic<int> calls_{0};
-  std::atomic<int> first_delay_ms_{0};
-  std::mutex reset_mu_;  // the publisher is driven by one thread at a time
-  std::function<void()> on_reset_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-std::vector<int64_t> Tokens(size_t count, int64_t start) {
-  std::vector<int64_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), start);
-  return tokens;
-}
-
-std::string EngineArg(const std::string& id, const std::string& kind,
-                      const FakeEnginePublisher& publisher, const FakeControl& control) {
-  return "id=" + id + ",kind=" + kind + ",events=" + publisher.events_endpoint() +
-         ",replay=" + publisher.replay_endpoint() + ",model=llama,block-size=" +
-         std::to_string(kBlockSize) + ",control=" + control.url();
-}
 
 struct Reply {
   int status = 0;  // 0: no HTTP answer (body says why)
@@ -231,9 +172,10 @@ class ReplicaE2ETest : public ::testing::Test {
   // Starts (or restarts, on its data dir) replica i.
   Status StartReplica(int i) {
     return replicas_[i].Start(
-        {"--engine", EngineArg("w1", "vllm", publisher_, control_), "--redis", redis_.url(),
-         "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_, "--replica-id",
-         "r" + std::to_string(i), "--claim-ttl-ms", "1000", "--probe-interval-ms", "50"});
+        {"--engine", EngineArg("w1", "vllm", publisher_, control_, kBlockSize), "--redis",
+         redis_.url(), "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_,
+         "--replica-id", "r" + std::to_string(i), "--claim-ttl-ms", "1000",
+         "--probe-interval-ms", "50"});
   }
 
   DaemonProcess& r(int i) { return replicas_[i]; }
