@@ -107,6 +107,37 @@ std::pair<std::string, std::vector<index::BlockKey>> PersistedSpan(const Daemon&
   }
 }
 
+// Puts a stored lease record back into the lease table and the gate:
+// recovery and the replicated log's apply alike. False for a value that is
+// not a lease record.
+bool RestoreLeaseRecord(Daemon& daemon, std::string_view record) {
+  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("lease")) return false;
+  Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
+  if (!lease.ok()) return false;
+  daemon.leases.Restore(*lease);
+  try {
+    daemon.gate.CoverLease(*lease, json.value("worker", ""),
+                           json.value("keys", std::vector<index::BlockKey>{}));
+  } catch (const Json::exception&) {
+    daemon.gate.CoverLease(*lease, "", {});  // a span that cannot be read pins nothing
+  }
+  return true;
+}
+
+// The blocks a stored quarantine record names. Corruption when it cannot
+// be read: a quarantine must never be quietly dropped.
+Result<std::vector<index::BlockKey>> QuarantineKeys(std::string_view record) {
+  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (json.is_object() && json.contains("keys") && json["keys"].is_array()) {
+    try {
+      return json["keys"].get<std::vector<index::BlockKey>>();
+    } catch (const Json::exception&) {
+    }
+  }
+  return Status::Corruption("quarantine record without a readable keys array");
+}
+
 Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
   return {{"lease_id", lease.lease_id},
           {"state", std::string(ToString(LeaseStateAt(lease, now_ms)))},
@@ -232,21 +263,10 @@ void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entr
     if (write.column != "governance") continue;  // tokens: the replica's own file
     const std::string_view key = write.key;
     if (key.starts_with(kLeasePrefix) && write.value.has_value()) {
-      Json json = Json::parse(*write.value, nullptr, /*allow_exceptions=*/false);
-      if (!json.is_object() || !json.contains("lease")) continue;
-      Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
-      if (!lease.ok()) continue;
-      daemon.leases.Restore(*lease);
-      daemon.gate.CoverLease(*lease, json.value("worker", ""),
-                             json.value("keys", std::vector<index::BlockKey>{}));
+      (void)RestoreLeaseRecord(daemon, *write.value);
     } else if (key.starts_with(kQuarantinePrefix) && write.value.has_value()) {
-      Json json = Json::parse(*write.value, nullptr, /*allow_exceptions=*/false);
-      if (!json.is_object() || !json.contains("keys") || !json["keys"].is_array()) continue;
-      std::vector<index::BlockKey> keys;
-      for (const Json& k : json["keys"]) {
-        if (k.is_number_unsigned()) keys.push_back(k.get<index::BlockKey>());
-      }
-      daemon.gate.Quarantine(keys);
+      Result<std::vector<index::BlockKey>> keys = QuarantineKeys(*write.value);
+      if (keys.ok()) daemon.gate.Quarantine(*keys);
     } else if (key.starts_with("drain/")) {
       (void)daemon.status.SetDraining(key.substr(6), write.value.has_value());
     } else if (key.starts_with("invalidation/") && write.value.has_value()) {
@@ -316,28 +336,28 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
   Status scanned = daemon.store->Scan(
       store::Column::kGovernance, kLeasePrefix, "lease0",
       [&](std::string_view key, std::string_view value) {
-        Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
-        if (!json.is_object() || !json.contains("lease")) {
+        if (!RestoreLeaseRecord(daemon, value)) {
           std::fprintf(stderr, "kvgov: %.*s is not a lease record; skipped\n",
                        static_cast<int>(key.size()), key.data());
-          return true;
         }
-        Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
-        if (!lease.ok()) return true;
-        daemon.leases.Restore(*lease);
-        daemon.gate.CoverLease(*lease, json.value("worker", ""),
-                               json.value("keys", std::vector<index::BlockKey>{}));
         return true;
       });
   KVGOV_RETURN_IF_ERROR(scanned);
   // A quarantine that cannot be read must not be skipped (that would
-  // quietly re-enable credit): it throws, and start-up refuses.
+  // quietly re-enable credit): start-up refuses.
+  Status unreadable;
   KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
       store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
-      [&](std::string_view, std::string_view value) {
-        daemon.gate.Quarantine(Json::parse(value).at("keys").get<std::vector<index::BlockKey>>());
+      [&](std::string_view key, std::string_view value) {
+        Result<std::vector<index::BlockKey>> keys = QuarantineKeys(value);
+        if (!keys.ok()) {
+          unreadable = keys.status().WithContext(std::string(key));
+          return false;
+        }
+        daemon.gate.Quarantine(*keys);
         return true;
       }));
+  KVGOV_RETURN_IF_ERROR(unreadable);
   // A replica leaves expiry to whichever replica keeps house.
   if (!daemon.replicated()) {
     RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kvgov/store/store.h"
+
 namespace kvgov::server {
 namespace {
 
@@ -100,6 +102,26 @@ TEST_F(ServerTest, RequestsRefusedBeforeAnyHandlerGetAJsonError) {
   const std::string long_target = RawExchange(
       (*server)->port(), "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_NE(long_target.find(R"("error")"), std::string::npos) << long_target.substr(0, 300);
+}
+
+// A quarantine kvgov cannot read back must not be dropped quietly (that
+// would give its blocks credit again): start-up refuses, naming it.
+TEST_F(ServerTest, AnUnreadableQuarantineRefusesStartUp) {
+  {
+    ASSERT_TRUE(Server::Start(Options()).ok());  // creates the data dir and store
+  }
+  {
+    Result<std::unique_ptr<store::Store>> store =
+        store::Store::Open((dir_ / "data" / "store").string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const store::WriteOp bad{store::Column::kGovernance, "quarantine/q1", R"({"id":"q1"})"};
+    ASSERT_TRUE((*store)->Write({&bad, 1}, /*sync=*/true).ok());
+  }
+  Result<std::unique_ptr<Server>> server = Server::Start(Options());
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(server.status().message().find("quarantine/q1"), std::string::npos)
+      << server.status().ToString();
 }
 
 TEST_F(ServerTest, WritesReadyFileAndPrivateDataDir) {
