@@ -24,7 +24,7 @@ using internal::Missing;
 using internal::ReadHash;
 using internal::ReadHashList;
 using internal::ReadInt64;
-using internal::ReadInt64List;
+using internal::ReadTokenIds;
 using internal::ReadNumber;
 using internal::ReadOptionalInt64;
 using internal::ReadOptionalString;
@@ -153,7 +153,7 @@ Status CheckExtraKeyCount(size_t keys, size_t blocks, std::string_view where) {
 // ---------------------------------------------------------------------------
 // vLLM and SGLang events.
 
-constexpr FieldNames<11> kStoredFields = {"block_hashes",
+constexpr FieldNames<14> kStoredFields = {"block_hashes",
                                           "parent_block_hash",
                                           "token_ids",
                                           "block_size",
@@ -163,7 +163,10 @@ constexpr FieldNames<11> kStoredFields = {"block_hashes",
                                           "extra_keys",
                                           "group_idx",
                                           "kv_cache_spec_kind",
-                                          "kv_cache_spec_sliding_window"};
+                                          "kv_cache_spec_sliding_window",
+                                          "locality",
+                                          "ownership",
+                                          "session_id"};
 enum StoredField : size_t {
   kBlockHashes,
   kParentBlockHash,
@@ -176,16 +179,27 @@ enum StoredField : size_t {
   kGroupIdx,
   kSpecKind,
   kSpecSlidingWindow,
+  kLocality,
+  kOwnership,
+  kSessionId,
 };
 static_assert(kStoredFields[kParentBlockHash] == "parent_block_hash" &&
-              kStoredFields[kSpecSlidingWindow] == "kv_cache_spec_sliding_window");
-// SGLang's cache_salt: its event hashes are already seeded with the salt
-// (sglang#30827), so the hashes alone keep salted namespaces apart.
+              kStoredFields[kSpecSlidingWindow] == "kv_cache_spec_sliding_window" &&
+              kStoredFields[kSessionId] == "session_id");
+// `cache_salt` is SGLang's (map events, sglang#37482), read by name: it has
+// no position in vLLM's layout.
 constexpr std::array<std::string_view, 2> kStoredKnown = {"type", "cache_salt"};
 
-constexpr FieldNames<3> kRemovedFields = {"block_hashes", "medium", "group_idx"};
-enum RemovedField : size_t { kRemovedHashes, kRemovedMedium, kRemovedGroupIdx };
-static_assert(kRemovedFields[kRemovedGroupIdx] == "group_idx");
+constexpr FieldNames<5> kRemovedFields = {"block_hashes", "medium", "group_idx", "locality",
+                                          "ownership"};
+enum RemovedField : size_t {
+  kRemovedHashes,
+  kRemovedMedium,
+  kRemovedGroupIdx,
+  kRemovedLocality,
+  kRemovedOwnership,
+};
+static_assert(kRemovedFields[kRemovedOwnership] == "ownership");
 constexpr std::array<std::string_view, 1> kTagOnly = {"type"};
 
 Result<std::vector<std::string>> ReadExtraKeys(const msgpack::object* object, size_t blocks,
@@ -210,7 +224,30 @@ Result<std::vector<std::string>> ReadExtraKeys(const msgpack::object* object, si
   return keys;
 }
 
-Result<BlockStored> DecodeStored(const Slots<11>& f, std::string_view where) {
+// SGLang's salted positional events (sglang#30827) carry a metadata map,
+// {"cache_salt": <str>}, where vLLM has lora_name.
+Result<std::string> ReadSglangMetadata(const msgpack::object& metadata, std::string_view where,
+                                       uint64_t& unknown) {
+  constexpr FieldNames<1> kMetadataFields = {"cache_salt"};
+  Slots<1> slots{};
+  KVGOV_RETURN_IF_ERROR(CollectMapFields(metadata, kMetadataFields, {}, slots, unknown, where));
+  return ReadOptionalString(slots[0], Path(where, "cache_salt"));
+}
+
+// An engine that reports the salt and LoRA beside the hashes (SGLang)
+// rather than in extra_keys hashed them all the same: they enter the
+// records' extra keys exactly as vLLM's do, so its blocks key like the
+// routes kvgov salts. Only a chain's first block carries the salt.
+void AddReportedExtraKeys(BlockStored& stored, std::string_view cache_salt) {
+  const bool root = !stored.parent_block_hash.has_value();
+  if (!stored.extra_keys.empty() || stored.block_hashes.empty()) return;
+  if (stored.lora_name.empty() && (cache_salt.empty() || !root)) return;
+  stored.extra_keys.assign(stored.block_hashes.size(), FirstBlockExtraKey(stored.lora_name, ""));
+  if (root) stored.extra_keys[0] = FirstBlockExtraKey(stored.lora_name, cache_salt);
+}
+
+Result<BlockStored> DecodeStored(const Slots<14>& f, const msgpack::object* cache_salt_field,
+                                 std::string_view where, uint64_t& unknown) {
   BlockStored stored;
   if (f[kBlockHashes] == nullptr) return Missing(Path(where, "block_hashes"));
   KVGOV_ASSIGN_OR_RETURN(stored.block_hashes,
@@ -220,28 +257,45 @@ Result<BlockStored> DecodeStored(const Slots<11>& f, std::string_view where) {
                            ReadHash(*f[kParentBlockHash], Path(where, "parent_block_hash")));
   }
   if (f[kTokenIds] == nullptr) return Missing(Path(where, "token_ids"));
-  KVGOV_ASSIGN_OR_RETURN(stored.token_ids, ReadInt64List(*f[kTokenIds], Path(where, "token_ids")));
+  KVGOV_ASSIGN_OR_RETURN(stored.token_ids, ReadTokenIds(*f[kTokenIds], Path(where, "token_ids")));
   if (f[kBlockSize] == nullptr) return Missing(Path(where, "block_size"));
   KVGOV_ASSIGN_OR_RETURN(stored.block_size,
                          ReadBlockSize(*f[kBlockSize], Path(where, "block_size")));
   // lora_id is deprecated in favour of lora_name; checked, not kept.
   KVGOV_RETURN_IF_ERROR(ReadOptionalInt64(f[kLoraId], Path(where, "lora_id")).status());
   KVGOV_ASSIGN_OR_RETURN(stored.medium, ReadOptionalString(f[kMedium], Path(where, "medium")));
-  KVGOV_ASSIGN_OR_RETURN(stored.lora_name,
-                         ReadOptionalString(f[kLoraName], Path(where, "lora_name")));
+  std::string cache_salt;
+  if (f[kLoraName] != nullptr && f[kLoraName]->type == msgpack::type::MAP) {
+    KVGOV_ASSIGN_OR_RETURN(cache_salt,
+                           ReadSglangMetadata(*f[kLoraName], Path(where, "metadata"), unknown));
+  } else {
+    KVGOV_ASSIGN_OR_RETURN(stored.lora_name,
+                           ReadOptionalString(f[kLoraName], Path(where, "lora_name")));
+  }
+  if (cache_salt_field != nullptr) {
+    KVGOV_ASSIGN_OR_RETURN(cache_salt,
+                           ReadOptionalString(cache_salt_field, Path(where, "cache_salt")));
+  }
   KVGOV_ASSIGN_OR_RETURN(stored.extra_keys,
                          ReadExtraKeys(f[kExtraKeys], stored.block_hashes.size(), where));
   KVGOV_ASSIGN_OR_RETURN(stored.group_idx, ReadNonNegative(f[kGroupIdx], Path(where, "group_idx")));
   KVGOV_ASSIGN_OR_RETURN(stored.kv_cache_spec_kind,
                          ReadOptionalString(f[kSpecKind], Path(where, "kv_cache_spec_kind")));
-  KVGOV_RETURN_IF_ERROR(
-      ReadOptionalInt64(f[kSpecSlidingWindow], Path(where, "kv_cache_spec_sliding_window"))
-          .status());
+  KVGOV_ASSIGN_OR_RETURN(
+      stored.kv_cache_spec_sliding_window,
+      ReadNonNegative(f[kSpecSlidingWindow], Path(where, "kv_cache_spec_sliding_window")));
+  KVGOV_ASSIGN_OR_RETURN(stored.locality,
+                         ReadOptionalString(f[kLocality], Path(where, "locality")));
+  // Who owns a shared block and which session stored it say nothing about
+  // residency; checked, not kept.
+  KVGOV_RETURN_IF_ERROR(ReadOptionalString(f[kOwnership], Path(where, "ownership")).status());
+  KVGOV_RETURN_IF_ERROR(ReadOptionalString(f[kSessionId], Path(where, "session_id")).status());
   KVGOV_RETURN_IF_ERROR(CheckTokenCount(stored, where));
+  AddReportedExtraKeys(stored, cache_salt);
   return stored;
 }
 
-Result<BlockRemoved> DecodeRemoved(const Slots<3>& f, std::string_view where) {
+Result<BlockRemoved> DecodeRemoved(const Slots<5>& f, std::string_view where) {
   BlockRemoved removed;
   if (f[kRemovedHashes] == nullptr) return Missing(Path(where, "block_hashes"));
   KVGOV_ASSIGN_OR_RETURN(removed.block_hashes,
@@ -250,6 +304,10 @@ Result<BlockRemoved> DecodeRemoved(const Slots<3>& f, std::string_view where) {
                          ReadOptionalString(f[kRemovedMedium], Path(where, "medium")));
   KVGOV_ASSIGN_OR_RETURN(removed.group_idx,
                          ReadNonNegative(f[kRemovedGroupIdx], Path(where, "group_idx")));
+  KVGOV_ASSIGN_OR_RETURN(removed.locality,
+                         ReadOptionalString(f[kRemovedLocality], Path(where, "locality")));
+  KVGOV_RETURN_IF_ERROR(
+      ReadOptionalString(f[kRemovedOwnership], Path(where, "ownership")).status());
   return removed;
 }
 
@@ -285,13 +343,17 @@ Status DecodeEngineEvent(const msgpack::object& event, std::string_view where,
   const std::string_view type = Bytes(*tag);
   uint64_t& unknown = batch.ignored.unknown_fields;
   if (type == "BlockStored") {
-    Slots<11> slots;
+    Slots<14> slots;
     KVGOV_RETURN_IF_ERROR(
         CollectEventFields(event, kStoredFields, kStoredKnown, slots, unknown, where));
-    KVGOV_ASSIGN_OR_RETURN(BlockStored stored, DecodeStored(slots, where));
+    const msgpack::object* cache_salt = nullptr;
+    if (event.type == msgpack::type::MAP) {
+      KVGOV_ASSIGN_OR_RETURN(cache_salt, FindKey(event, "cache_salt", where));
+    }
+    KVGOV_ASSIGN_OR_RETURN(BlockStored stored, DecodeStored(slots, cache_salt, where, unknown));
     batch.events.emplace_back(std::move(stored));
   } else if (type == "BlockRemoved") {
-    Slots<3> slots;
+    Slots<5> slots;
     KVGOV_RETURN_IF_ERROR(
         CollectEventFields(event, kRemovedFields, kTagOnly, slots, unknown, where));
     KVGOV_ASSIGN_OR_RETURN(BlockRemoved removed, DecodeRemoved(slots, where));
@@ -312,6 +374,7 @@ Status DecodeEngineEvent(const msgpack::object& event, std::string_view where,
 constexpr FieldNames<3> kBatchFields = {"ts", "events", "data_parallel_rank"};
 enum BatchField : size_t { kTs, kEvents, kDpRank };
 static_assert(kBatchFields[kDpRank] == "data_parallel_rank");
+constexpr std::array<std::string_view, 1> kBatchKnown = {"attn_dp_rank"};
 
 Result<EngineEventBatch> DecodeEngineBatchObject(const msgpack::object& root) {
   EngineEventBatch batch;
@@ -324,8 +387,12 @@ Result<EngineEventBatch> DecodeEngineBatchObject(const msgpack::object& root) {
     }
     CollectArrayFields(root, 0, kBatchFields, f, batch.ignored.unknown_fields);
   } else if (root.type == msgpack::type::MAP) {
-    KVGOV_RETURN_IF_ERROR(
-        CollectMapFields(root, kBatchFields, {}, f, batch.ignored.unknown_fields, "batch"));
+    KVGOV_RETURN_IF_ERROR(CollectMapFields(root, kBatchFields, kBatchKnown, f,
+                                           batch.ignored.unknown_fields, "batch"));
+    // SGLang names the rank after its attention data parallelism.
+    if (f[kDpRank] == nullptr) {
+      KVGOV_ASSIGN_OR_RETURN(f[kDpRank], FindKey(root, "attn_dp_rank", "batch"));
+    }
   } else {
     return WrongType("batch", "array or map", root);
   }
@@ -496,7 +563,7 @@ Result<BlockStored> DecodeMooncakeStored(const Slots<15>& f, std::string_view wh
   }
   if (!IsUnset(f[kMcTokenIds])) {
     KVGOV_ASSIGN_OR_RETURN(stored.token_ids,
-                           ReadInt64List(*f[kMcTokenIds], Path(where, "token_ids")));
+                           ReadTokenIds(*f[kMcTokenIds], Path(where, "token_ids")));
     if (stored.block_size == 0) {
       return Status::InvalidArgument(Path(where, "token_ids") +
                                      ": sent without a block_size to check them against");

@@ -177,6 +177,7 @@ TEST(EngineWireGoldenTest, VllmV026MapEventsInPositionalBatch) {
   lora.extra_keys = {R"(["adapter-a",["mm-0",4],{"bin":"01ab"},true,-3])"};
   lora.group_idx = 1;
   lora.kv_cache_spec_kind = "sliding_window";
+  lora.kv_cache_spec_sliding_window = 4096;
   want.events = {salted, lora, BlockRemoved{{11}, "GPU", 0}, AllBlocksCleared{}};
   EXPECT_EQ(Decoded(ReadGolden("vllm_v026_map_events.msgpack")), want);
 }
@@ -598,7 +599,126 @@ TEST(EngineWireSchemaTest, HugeUnsignedTokenIdIsOutOfRange) {
                       p.Array(5).Str("BlockStored").Ints({1}).Nil().Array(1).UInt(1ull << 63);
                       p.Int(1);
                     })),
-                    "events[0].token_ids[0]: int 9223372036854775808 does not fit int64");
+                    "events[0].token_ids[0]: want a token id in 0..2147483647, got "
+                    "9223372036854775808");
+}
+
+// vLLM's token ids are non-negative int32; anything else is a misaligned or
+// forged event, refused naming the element.
+TEST(EngineWireSchemaTest, TokenIdsOutsideInt32AreRefusedNamingTheElement) {
+  ExpectSchemaError(DecodeEngineBatch(OneEventBatch([](Pack& p) {
+                      p.Array(5).Str("BlockStored").Ints({1}).Nil().Ints({7, -1}).Int(2);
+                    })),
+                    "events[0].token_ids[1]: want a token id in 0..2147483647, got -1");
+  ExpectSchemaError(DecodeEngineBatch(OneEventBatch([](Pack& p) {
+                      p.Array(5).Str("BlockStored").Ints({1}).Nil().Ints({2147483648}).Int(1);
+                    })),
+                    "events[0].token_ids[0]: want a token id in 0..2147483647, got 2147483648");
+  Result<EngineEventBatch> at_limit = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Array(5).Str("BlockStored").Ints({1}).Nil().Ints({0, 2147483647}).Int(2);
+  }));
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
+}
+
+// SGLang's EAGLE mode publishes each position as [token, next token].
+TEST(EngineWireSglangTest, EagleBigramTokenIdsKeyByTheirFirstToken) {
+  Result<EngineEventBatch> got = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Map(5).Str("type").Str("BlockStored").Str("block_hashes").Ints({1, 2});
+    p.Str("parent_block_hash").Nil().Str("block_size").Int(2).Str("token_ids").Array(4);
+    for (int64_t t : {10, 11, 12, 13}) p.Array(2).Int(t).Int(t + 1);
+  }));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::get<BlockStored>(got->events.at(0)).token_ids,
+            (std::vector<int64_t>{10, 11, 12, 13}));
+  ExpectSchemaError(DecodeEngineBatch(OneEventBatch([](Pack& p) {
+                      p.Array(5).Str("BlockStored").Ints({1}).Nil().Array(2);
+                      p.Array(2).Int(1).Int(2).Int(3);
+                      p.Int(2);
+                    })),
+                    "events[0].token_ids[1]: want [token, next token] like element 0, got int");
+  ExpectSchemaError(DecodeEngineBatch(OneEventBatch([](Pack& p) {
+                      p.Array(5).Str("BlockStored").Ints({1}).Nil().Array(1);
+                      p.Array(2).Int(1).Int(-2);
+                      p.Int(1);
+                    })),
+                    "events[0].token_ids[0][1]: want a token id in 0..2147483647, got -2");
+}
+
+// SGLang reports the salt beside the hashes; it must key the chain's first
+// block exactly as kvgov's own salted route keys do (FirstBlockExtraKey).
+TEST(EngineWireSglangTest, ReportedCacheSaltEntersTheFirstBlocksExtraKey) {
+  // Map events (sglang#37482): cache_salt and session_id by name.
+  Result<EngineEventBatch> map = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Map(8).Str("type").Str("BlockStored").Str("block_hashes").Ints({1, 2});
+    p.Str("parent_block_hash").Nil().Str("token_ids").Ints({1, 2, 3, 4}).Str("block_size").Int(2);
+    p.Str("medium").Str("GPU").Str("cache_salt").Str("tenant-salt").Str("session_id").Str("s-9");
+  }));
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->ignored.unknown_fields, 0u);
+  EXPECT_EQ(std::get<BlockStored>(map->events.at(0)).extra_keys,
+            (std::vector<std::string>{FirstBlockExtraKey("", "tenant-salt"), ""}));
+  // Positional (sglang#30827): a {"cache_salt"} map where vLLM has lora_name.
+  Result<EngineEventBatch> positional = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Array(8).Str("BlockStored").Ints({1}).Nil().Ints({1, 2}).Int(2).Nil().Str("CPU_PINNED");
+    p.Map(1).Str("cache_salt").Str("tenant-salt");
+  }));
+  ASSERT_TRUE(positional.ok()) << positional.status().ToString();
+  const auto& stored = std::get<BlockStored>(positional->events.at(0));
+  EXPECT_EQ(stored.extra_keys, (std::vector<std::string>{R"(["tenant-salt"])"}));
+  EXPECT_EQ(stored.lora_name, "");
+  EXPECT_EQ(TierForMedium(stored.medium), ResidencyTier::kDRAM);
+  // A continuation's salt is already in its parent's key: no extra key.
+  Result<EngineEventBatch> child = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Map(6).Str("type").Str("BlockStored").Str("block_hashes").Ints({3});
+    p.Str("parent_block_hash").Int(2).Str("token_ids").Ints({5, 6}).Str("block_size").Int(2);
+    p.Str("cache_salt").Str("tenant-salt");
+  }));
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_TRUE(std::get<BlockStored>(child->events.at(0)).extra_keys.empty());
+  // An engine's own extra_keys win over a salt reported beside them.
+  Result<EngineEventBatch> both = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Map(7).Str("type").Str("BlockStored").Str("block_hashes").Ints({1});
+    p.Str("parent_block_hash").Nil().Str("token_ids").Ints({5, 6}).Str("block_size").Int(2);
+    p.Str("extra_keys").Array(1).Array(1).Str("engine-salt").Str("cache_salt").Str("other");
+  }));
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(std::get<BlockStored>(both->events.at(0)).extra_keys,
+            (std::vector<std::string>{R"(["engine-salt"])"}));
+}
+
+TEST(EngineWireSglangTest, MapBatchAttnDpRankIsTheRank) {
+  Pack p;
+  p.Map(3).Str("ts").Float(3).Str("events").Array(0).Str("attn_dp_rank").Int(1);
+  Result<EngineEventBatch> got = DecodeEngineBatch(p.Bytes());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->dp_rank, 1);
+  EXPECT_EQ(got->ignored.unknown_fields, 0u);
+}
+
+// vLLM 0.26's storage tiers (vllm#47923, #48281): locality on stored and
+// removed events, ownership and session_id read and dropped.
+TEST(EngineWireVllmTest, LocalityOwnershipAndSessionAreDecoded) {
+  Result<EngineEventBatch> got = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Array(15).Str("BlockStored").Ints({1}).Nil().Ints({1, 2}).Int(2).Nil().Str("FS").Nil();
+    p.Nil().Int(0).Str("full_attention").Nil().Str("REMOTE").Str("shared").Str("sess-1");
+  }));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& stored = std::get<BlockStored>(got->events.at(0));
+  EXPECT_EQ(stored.locality, "REMOTE");
+  EXPECT_EQ(got->ignored.unknown_fields, 0u);
+  EXPECT_EQ(TierForMedium(stored.medium, stored.locality), ResidencyTier::kRemote);
+  Result<EngineEventBatch> removed = DecodeEngineBatch(OneEventBatch([](Pack& p) {
+    p.Map(5).Str("type").Str("BlockRemoved").Str("block_hashes").Ints({1});
+    p.Str("medium").Str("OBJ").Str("locality").Str("LOCAL").Str("ownership").Nil();
+  }));
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(std::get<BlockRemoved>(removed->events.at(0)),
+            (BlockRemoved{{1}, "OBJ", 0, "LOCAL"}));
+  ExpectSchemaError(DecodeEngineBatch(OneEventBatch([](Pack& p) {
+                      p.Map(3).Str("type").Str("BlockRemoved").Str("block_hashes").Ints({1});
+                      p.Str("locality").Int(1);
+                    })),
+                    "events[0].locality: want str or nil, got int");
 }
 
 // ---------------------------------------------------------------------------
@@ -623,11 +743,13 @@ TEST(EngineWireToleranceTest, UnknownEventTypesAreSkippedAndCounted) {
 TEST(EngineWireToleranceTest, UnknownFieldsAreCountedAtBothLevels) {
   Pack p;
   p.Array(5).Float(2).Array(2);  // 2 extra batch elements
-  p.Array(6)
+  p.Array(8)
       .Str("BlockRemoved")
       .Ints({9})
       .Str("GPU")
       .Int(4)  // block_hashes, medium, group_idx
+      .Str("LOCAL")
+      .Nil()  // locality, ownership
       .Str("reason")
       .Nil();  // 2 extra positional fields
   p.Map(4).Str("type").Str("AllBlocksCleared").Str("scope").Str("all").Str("epoch").Int(3);
@@ -635,7 +757,7 @@ TEST(EngineWireToleranceTest, UnknownFieldsAreCountedAtBothLevels) {
   p.Nil().Str("future").Map(0);
   EngineEventBatch want;
   want.ts = 2;
-  want.events = {BlockRemoved{{9}, "GPU", 4}, AllBlocksCleared{}};
+  want.events = {BlockRemoved{{9}, "GPU", 4, "LOCAL"}, AllBlocksCleared{}};
   want.ignored.unknown_fields = 2 + 2 + 3;
   EXPECT_EQ(Decoded(p.Bytes()), want);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "adapters/msgpack_input.h"
@@ -173,21 +174,50 @@ Result<int64_t> ReadInt64(const msgpack::object& object, std::string_view where)
   return WrongType(where, "int", object);
 }
 
-Result<std::vector<int64_t>> ReadInt64List(const msgpack::object& object, std::string_view where) {
-  if (object.type != msgpack::type::ARRAY) return WrongType(where, "array", object);
-  std::vector<int64_t> values;
-  values.reserve(object.via.array.size);
-  for (uint32_t i = 0; i < object.via.array.size; ++i) {
-    const msgpack::object& element = object.via.array.ptr[i];
-    if (element.type == msgpack::type::POSITIVE_INTEGER &&
-        element.via.u64 <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      values.push_back(static_cast<int64_t>(element.via.u64));
-      continue;
-    }
-    KVGOV_ASSIGN_OR_RETURN(int64_t value, ReadInt64(element, Indexed(where, i)));
-    values.push_back(value);
+namespace {
+
+bool IsTokenId(const msgpack::object& token) {
+  return token.type == msgpack::type::POSITIVE_INTEGER && token.via.u64 <= kMaxTokenId;
+}
+
+Status NotATokenId(const msgpack::object& token, const std::string& where) {
+  const std::string want = "want a token id in 0.." + std::to_string(kMaxTokenId) + ", got ";
+  if (token.type == msgpack::type::NEGATIVE_INTEGER) {
+    return Status::InvalidArgument(where + ": " + want + std::to_string(token.via.i64));
   }
-  return values;
+  if (token.type == msgpack::type::POSITIVE_INTEGER) {
+    return Status::InvalidArgument(where + ": " + want + std::to_string(token.via.u64));
+  }
+  return WrongType(where, "int", token);
+}
+
+}  // namespace
+
+Result<std::vector<int64_t>> ReadTokenIds(const msgpack::object& object, std::string_view where) {
+  if (object.type != msgpack::type::ARRAY) return WrongType(where, "array", object);
+  const std::span<const msgpack::object> elements(object.via.array.ptr, object.via.array.size);
+  const bool bigrams = !elements.empty() && elements[0].type == msgpack::type::ARRAY;
+  std::vector<int64_t> tokens;
+  tokens.reserve(elements.size());
+  for (size_t i = 0; i < elements.size(); ++i) {
+    const msgpack::object* token = &elements[i];
+    if (bigrams) {
+      // SGLang's EAGLE mode: position i is [token i, token i + 1]; the
+      // position's own token is the first.
+      if (token->type != msgpack::type::ARRAY || token->via.array.size != 2) {
+        return WrongType(Indexed(where, i), "[token, next token] like element 0", *token);
+      }
+      if (!IsTokenId(token->via.array.ptr[1])) {
+        return NotATokenId(token->via.array.ptr[1], Indexed(where, i) + "[1]");
+      }
+      token = &token->via.array.ptr[0];
+    }
+    if (!IsTokenId(*token)) {
+      return NotATokenId(*token, bigrams ? Indexed(where, i) + "[0]" : Indexed(where, i));
+    }
+    tokens.push_back(static_cast<int64_t>(token->via.u64));
+  }
+  return tokens;
 }
 
 Result<std::string> ReadString(const msgpack::object& object, std::string_view where) {

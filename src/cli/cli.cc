@@ -51,6 +51,7 @@ struct ServeFlags {
   std::string tenant_secret_file;
   uint64_t snapshot_every_batches = 10000;
   int64_t witness_timeout_ms = 30000;
+  int64_t engine_silence_ms = 30000;
   std::vector<std::string> admit;
   std::string spool_dir;
   std::string redis_url;
@@ -78,6 +79,7 @@ int Serve(const ServeFlags& flags) {
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
   options.witness_timeout_ms = flags.witness_timeout_ms;
+  options.engine_silence_ms = flags.engine_silence_ms;
   options.spool_dir = flags.spool_dir;
   options.redis_url = flags.redis_url;
   options.redis_prefix = flags.redis_prefix;
@@ -227,6 +229,12 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->group(weights);
+  serve->add_option("--route-remote-credit", route.tier_credit[3],
+                    "The same for a block only in a remote tier (an object store, a shared\n"
+                    "file system, another machine's pool), which the engine must fetch first.")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(weights);
   serve->add_option("--route-unrouted-request-blocks", route.unrouted_request_blocks,
                     "Load, in blocks, of each request an engine reports that kvgov did not\n"
                     "route itself.")
@@ -271,6 +279,13 @@ int Run(int argc, char** argv) {
                     "streams have not shown the removal by then.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
+  serve->add_option("--engine-silence-ms", serve_flags.engine_silence_ms,
+                    "An engine whose event stream has been silent this long while its\n"
+                    "scraped metrics show requests running is reported silent\n"
+                    "(kvgov_engine_silent, GET /v1/workers): events not enabled, or its\n"
+                    "publisher died.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
   serve->add_option("--spool-dir", serve_flags.spool_dir,
                     "Ingest complete spool files (*.ndjson) written into this directory,\n"
                     "every 500 ms, then rename each to .done or .rejected\n"

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/transfer_entry.h"
+#include "kvgov/core/json_string.h"
 #include "kvgov/core/kv_transfer.h"
 
 namespace kvgov {
@@ -58,7 +59,7 @@ void LabelEntry(Entry& entry, std::string_view worker, const int64_t* group_idx)
 
 }  // namespace
 
-ResidencyTier TierForMedium(std::string_view medium) {
+ResidencyTier TierForMedium(std::string_view medium, std::string_view locality) {
   struct Row {
     std::string_view medium;
     ResidencyTier tier;
@@ -66,21 +67,48 @@ ResidencyTier TierForMedium(std::string_view medium) {
   // "" is vLLM's and SGLang's GPU default (the field predates offload). An
   // unrecognised medium is never guessed as hbm: over-crediting a CPU or
   // remote tier as GPU residency is exactly the routing bug to avoid.
-  static constexpr std::array<Row, 9> kTable = {{
+  static constexpr std::array<Row, 14> kTable = {{
       {"", ResidencyTier::kHBM},
       {"gpu", ResidencyTier::kHBM},
       {"l1", ResidencyTier::kHBM},
       {"cpu", ResidencyTier::kDRAM},
+      {"cpu_pinned", ResidencyTier::kDRAM},
       {"cpu_tier1", ResidencyTier::kDRAM},
       {"l2", ResidencyTier::kDRAM},
       {"cpu_tier2", ResidencyTier::kDisk},
       {"disk", ResidencyTier::kDisk},
+      {"fs", ResidencyTier::kDisk},
+      {"storage", ResidencyTier::kDisk},
       {"l3", ResidencyTier::kDisk},
+      {"obj", ResidencyTier::kRemote},
+      {"external", ResidencyTier::kRemote},
   }};
+  ResidencyTier tier = ResidencyTier::kUnknown;
   for (const Row& row : kTable) {
-    if (EqualsIgnoreCase(row.medium, medium)) return row.tier;
+    if (EqualsIgnoreCase(row.medium, medium)) {
+      tier = row.tier;
+      break;
+    }
+  }
+  if (locality.empty() || EqualsIgnoreCase(locality, "local")) return tier;
+  // A REMOTE block is reachable from this worker but not held by it: a
+  // shared file system or a peer's pool, never this worker's HBM.
+  if (EqualsIgnoreCase(locality, "remote") && tier != ResidencyTier::kUnknown) {
+    return ResidencyTier::kRemote;
   }
   return ResidencyTier::kUnknown;
+}
+
+std::string FirstBlockExtraKey(std::string_view lora_name, std::string_view cache_salt) {
+  if (lora_name.empty() && cache_salt.empty()) return "";
+  std::string out = "[";
+  if (!lora_name.empty()) AppendJsonString(out, lora_name);
+  if (!cache_salt.empty()) {
+    if (!lora_name.empty()) out += ",";
+    AppendJsonString(out, cache_salt);
+  }
+  out += "]";
+  return out;
 }
 
 std::string_view EngineEventTypeName(const EngineEvent& event) {
@@ -124,7 +152,7 @@ void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
     KVTransfer transfer;
     transfer.direction = KVTransferDirection::kStore;
     transfer.span.tokens = stored->block_size > 0 ? stored->block_size : default_tokens;
-    transfer.span.to_tier = TierForMedium(stored->medium);
+    transfer.span.to_tier = TierForMedium(stored->medium, stored->locality);
     each_block(stored->block_hashes, transfer, &stored->group_idx);
   } else if (const auto* removed = std::get_if<BlockRemoved>(&event)) {
     KVTransfer transfer;
@@ -132,7 +160,7 @@ void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
     transfer.span.tokens = default_tokens;
     // The block left this tier; it now lives nowhere we know of, so
     // to_tier (and with it the residency) stays unknown.
-    transfer.span.from_tier = TierForMedium(removed->medium);
+    transfer.span.from_tier = TierForMedium(removed->medium, removed->locality);
     each_block(removed->block_hashes, transfer, &removed->group_idx);
   } else {
     // One entry stands for every block of every group on the worker: "*" is

@@ -25,10 +25,26 @@ TEST(TierForMediumTest, MapsEveryKnownMediumCaseInsensitively) {
       {"DISK", ResidencyTier::kDisk},      {"disk", ResidencyTier::kDisk},
       {"L1", ResidencyTier::kHBM},         {"l2", ResidencyTier::kDRAM},
       {"L3", ResidencyTier::kDisk},
+      // vLLM's storage tiers (FS, OBJ in 0.26; STORAGE after vllm#48123).
+      {"FS", ResidencyTier::kDisk},        {"STORAGE", ResidencyTier::kDisk},
+      {"OBJ", ResidencyTier::kRemote},
+      // SGLang's StorageMedium (sglang#22894).
+      {"CPU_PINNED", ResidencyTier::kDRAM}, {"EXTERNAL", ResidencyTier::kRemote},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(TierForMedium(c.medium), c.tier) << "medium '" << c.medium << "'";
+    EXPECT_EQ(TierForMedium(c.medium, "LOCAL"), c.tier) << "medium '" << c.medium << "'";
   }
+}
+
+// A REMOTE block is reachable from the worker, not held by it.
+TEST(TierForMediumTest, RemoteLocalityIsNeverThisWorkersTier) {
+  for (const char* medium : {"GPU", "CPU", "FS", "STORAGE", "OBJ", "disk"}) {
+    EXPECT_EQ(TierForMedium(medium, "REMOTE"), ResidencyTier::kRemote) << medium;
+    EXPECT_EQ(TierForMedium(medium, "remote"), ResidencyTier::kRemote) << medium;
+  }
+  EXPECT_EQ(TierForMedium("NVME9", "REMOTE"), ResidencyTier::kUnknown);
+  EXPECT_EQ(TierForMedium("GPU", "ELSEWHERE"), ResidencyTier::kUnknown);
 }
 
 TEST(TierForMediumTest, UnknownMediumIsNeverHBM) {

@@ -6,7 +6,6 @@
 #include <array>
 #include <cstring>
 
-#include "kvgov/core/json_string.h"
 
 namespace kvgov::index {
 namespace {
@@ -96,18 +95,6 @@ std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainName
   std::vector<std::string> extra_keys(blocks, FirstBlockExtraKey(ns.lora_name, ""));
   if (blocks > 0) extra_keys[0] = FirstBlockExtraKey(ns.lora_name, cache_salt);
   return hasher.Chain(ns, tokens, block_size, extra_keys);
-}
-
-std::string FirstBlockExtraKey(std::string_view lora_name, std::string_view cache_salt) {
-  if (lora_name.empty() && cache_salt.empty()) return "";
-  std::string out = "[";
-  if (!lora_name.empty()) AppendJsonString(out, lora_name);
-  if (!cache_salt.empty()) {
-    if (!lora_name.empty()) out += ",";
-    AppendJsonString(out, cache_salt);
-  }
-  out += "]";
-  return out;
 }
 
 }  // namespace kvgov::index

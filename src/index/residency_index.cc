@@ -72,6 +72,18 @@ size_t BestTierSlot(uint16_t tiers) {
   return kIndexedTiers.size() - 1;
 }
 
+// The group a chain's keys are rooted in. Routes ask for group 0's. A
+// full-attention group holds the whole prefix, so route credit comes from
+// it whatever number the engine gave it; any other kind of group (sliding
+// window, mamba, ...) keeps only part of a prefix and is keyed apart, so its
+// evictions never withdraw the full-attention group's credit. An engine that
+// does not report kinds keeps its group numbers (docs/formats/block-keys.md).
+int64_t NamespaceGroup(const BlockStored& stored) {
+  if (stored.kv_cache_spec_kind.empty()) return stored.group_idx;
+  if (stored.kv_cache_spec_kind == "full_attention") return 0;
+  return stored.group_idx + (int64_t{1} << 32);
+}
+
 // Most blocks' lists compare equal to the one before. Most lists are short,
 // where a plain loop beats a call to memcmp; long ones are left to it.
 bool SameList(std::span<const uint32_t> a, std::span<const uint32_t> b) {
@@ -256,13 +268,14 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   holders_->ShrinkIfSparse();
 }
 
-void ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
+bool ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
   auto [at, inserted] = slot.resident.Insert(key, uint16_t{0});
   if (inserted) holders_->Add(key, slot.number);
   const uint16_t tiers = slot.resident.ValueAt(at);
-  if (tiers & TierBit(tier)) return;
+  if (tiers & TierBit(tier)) return false;
   slot.resident.SetValueAt(at, static_cast<uint16_t>(tiers | TierBit(tier)));
   ++slot.blocks[TierSlot(tier)];
+  return true;
 }
 
 bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
@@ -283,7 +296,7 @@ bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyT
 
 ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored) {
   ApplyResult result;
-  const ResidencyTier tier = TierForMedium(stored.medium);
+  const ResidencyTier tier = TierForMedium(stored.medium, stored.locality);
   BlockKey parent = 0;
   if (stored.parent_block_hash.has_value()) {
     const FlatMap<BlockKey>* refs = slot.FindGroup(stored.group_idx);
@@ -297,7 +310,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
     }
     parent = refs->ValueAt(at);
   } else {
-    parent = hasher_.Root(ChainNamespace{slot.model, stored.lora_name, stored.group_idx});
+    parent = hasher_.Root(ChainNamespace{slot.model, stored.lora_name, NamespaceGroup(stored)});
   }
   if (stored.block_hashes.empty()) return result;
   const size_t block_size = static_cast<size_t>(slot.block_size);
@@ -324,8 +337,12 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
       holders_->Prefetch(parent);
     }
     for (size_t i = begin; i < end; ++i) {
-      refs.InsertOrAssign(stored.block_hashes[i], keys[i - begin]);
-      AddTierLocked(slot, keys[i - begin], tier);
+      auto [ref, new_hash] = refs.Insert(stored.block_hashes[i], keys[i - begin]);
+      if (!new_hash) refs.SetValueAt(ref, keys[i - begin]);
+      // The same tokens already resident in this tier under another engine
+      // hash: the engine hashes differently than it did (a hash seed that
+      // changed, PYTHONHASHSEED unset across processes of one engine).
+      if (!AddTierLocked(slot, keys[i - begin], tier) && new_hash) ++result.hash_drift_blocks;
     }
   }
   result.blocks_stored = stored.block_hashes.size();
@@ -335,7 +352,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
 
 ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed) {
   ApplyResult result;
-  const ResidencyTier tier = TierForMedium(removed.medium);
+  const ResidencyTier tier = TierForMedium(removed.medium, removed.locality);
   FlatMap<BlockKey>* refs = slot.FindGroup(removed.group_idx);
   if (refs == nullptr) {
     result.unknown_removals = removed.block_hashes.size();

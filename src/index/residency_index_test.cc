@@ -124,7 +124,7 @@ TEST_F(ResidencyIndexTest, UnknownMediumIsNeverCreditedAsHbm) {
   EXPECT_EQ(result->unknown_medium, 1u);
   EXPECT_EQ(Blocks(index_, "w1", ResidencyTier::kHBM), 0u);
   EXPECT_EQ(Blocks(index_, "w1", ResidencyTier::kUnknown), 1u);
-  EXPECT_EQ(index_.Overlap(Chain(Tokens(1)))[0].by_tier[3], 1u);
+  EXPECT_EQ(index_.Overlap(Chain(Tokens(1)))[0].by_tier[4], 1u);
 }
 
 TEST_F(ResidencyIndexTest, GroupsAreSeparateKeySpaces) {

@@ -605,9 +605,9 @@ TEST_F(IndexSnapshotCorruptionTest, UnknownTierBitsAreRejected) {
   AddRecord(all, 1, 0x1ff, {});
   ASSERT_TRUE(b_.RestoreWorker("w", all.Build()).ok());
   WorkerResidency residency = *b_.Worker("w");
-  // hbm, dram, disk, and unknown counting unknown, numa_far, cxl, remote,
+  // hbm, dram, disk, remote, and unknown counting unknown, numa_far, cxl,
   // provider and recompute.
-  EXPECT_EQ(residency.blocks, (std::array<uint64_t, 4>{1, 1, 1, 6}));
+  EXPECT_EQ(residency.blocks, (std::array<uint64_t, 5>{1, 1, 1, 1, 5}));
 }
 
 TEST_F(IndexSnapshotCorruptionTest, NonCanonicalRecordsAreRejected) {

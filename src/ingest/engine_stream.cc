@@ -1,5 +1,6 @@
 #include "kvgov/ingest/engine_stream.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "kvgov/adapters/engine_wire.h"
@@ -17,7 +18,36 @@ size_t DecodeErrorSlot(std::string_view reason) {
   return StreamStats::kDecodeErrorReasons.size() - 1;
 }
 
+int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Seqs(uint64_t first, uint64_t last) {
+  return first == last ? "batch " + std::to_string(first)
+                       : "batches " + std::to_string(first) + ".." + std::to_string(last);
+}
+
 }  // namespace
+
+std::string_view ToString(StaleReason reason) {
+  switch (reason) {
+    case StaleReason::kNone:
+      return "none";
+    case StaleReason::kGapLost:
+      return "gap_lost";
+    case StaleReason::kReplayRolledOver:
+      return "replay_rolled_over";
+    case StaleReason::kReplayUnanswered:
+      return "replay_unanswered";
+    case StaleReason::kStaleBeforeRestart:
+      return "stale_before_restart";
+  }
+  return "none";
+}
+
+bool IsRecoverable(StaleReason reason) { return reason == StaleReason::kReplayUnanswered; }
 
 EngineStream::EngineStream(std::string worker, EngineKind kind, index::ResidencyIndex* index,
                            ReplaySource* replay, EntrySink sink, StreamDurability* durability)
@@ -27,36 +57,102 @@ EngineStream::EngineStream(std::string worker, EngineKind kind, index::Residency
       replay_(replay),
       sink_(std::move(sink)),
       durability_(durability),
-      first_seq_(kind == EngineKind::kMooncake ? 1 : 0) {}
+      first_seq_(kind == EngineKind::kMooncake ? 1 : 0),
+      now_ms_(SystemNowMs) {
+  stats_.started_ms.store(now_ms_(), std::memory_order_relaxed);
+}
 
 Result<EngineEventBatch> EngineStream::Decode(std::string_view payload) {
   return kind_ == EngineKind::kMooncake ? adapters::DecodeMooncakeEvents(payload)
                                         : adapters::DecodeEngineBatch(payload);
 }
 
-bool EngineStream::ResumePointMatches() {
-  const std::string logged = *resume_digest_;
+bool EngineStream::SameAsLastApplied(std::string_view payload,
+                                     const Result<EngineEventBatch>& batch) const {
+  if (resume_digest_.has_value()) return Sha256Hex(payload) == *resume_digest_;
+  // The same process's batch there is no newer than the last applied one; a
+  // restarted process stamps its batches later. An undecodable batch was
+  // skipped the same way before, so it cannot tell.
+  return !batch.ok() || batch->ts <= last_ts_;
+}
+
+bool EngineStream::CatchUp() {
+  resume_pending_ = false;
+  if (replay_ == nullptr) {
+    resume_digest_.reset();
+    return true;
+  }
+  bool restarted = false;
+  bool current = CatchUpOnce(&restarted);
   resume_digest_.reset();
-  if (replay_ == nullptr || !last_seq_.has_value()) return true;  // nothing to ask
-  std::optional<std::string> engine_copy;
-  const uint64_t at = *last_seq_;
-  (void)replay_->Replay(at, [&](uint64_t seq, std::string_view payload) {
-    if (seq == at && !engine_copy) engine_copy = Sha256Hex(payload);
+  if (restarted) {
+    stats_.restarts.fetch_add(1, std::memory_order_relaxed);
+    std::fprintf(stderr,
+                 "kvgov ingest: worker %s: the engine holds another history than the one kvgov "
+                 "applied up to seq %llu: it restarted; clearing it\n",
+                 worker_.c_str(), static_cast<unsigned long long>(last_seq_.value_or(0)));
+    StartOver();
+    restarted = false;
+    current = CatchUpOnce(&restarted);  // without state: nothing to compare
+  }
+  (current ? stats_.catch_ups_ok : stats_.catch_ups_failed)
+      .fetch_add(1, std::memory_order_relaxed);
+  return current;
+}
+
+bool EngineStream::CatchUpOnce(bool* restarted) {
+  const std::optional<uint64_t> last = last_seq_;
+  const uint64_t first_wanted = last.has_value() ? *last + 1 : first_seq_;
+  uint64_t next = first_wanted;
+  bool checked = !last.has_value();
+  bool answered = false;
+  bool complete = true;
+  // The batch at `last` is asked for too: it shows whether the engine is
+  // still the process whose history was applied.
+  Status status = replay_->Replay(last.value_or(first_seq_), [&](uint64_t seq,
+                                                                 std::string_view payload) {
+    if (*restarted) return;
+    answered = true;
+    Result<EngineEventBatch> batch = Decode(payload);
+    if (!checked && seq == *last) {
+      checked = true;
+      *restarted = !SameAsLastApplied(payload, batch);
+      return;
+    }
+    checked = true;
+    if (seq < next) return;  // applied already
+    if (seq > next) {
+      complete = false;
+      const bool rolled_over = next == first_wanted;
+      MarkStale(rolled_over ? StaleReason::kReplayRolledOver : StaleReason::kGapLost,
+                Seqs(next, seq - 1) +
+                    (rolled_over ? " are no longer in the engine's replay buffer (its oldest is " +
+                                       std::to_string(seq) + ")"
+                                 : " did not come back from replay"));
+      next = seq;
+    }
+    Apply(seq, payload, batch);
+    ++next;
   });
-  // An engine that no longer buffers that far cannot confirm or refute; the
-  // gap repair that follows will find the same and mark the worker stale.
-  return !engine_copy.has_value() || *engine_copy == logged;
+  if (*restarted) return false;
+  if (status.ok() && last.has_value() && !answered) {
+    // A live engine's buffer always holds its newest batch, and kvgov
+    // applied `last` from this engine: nothing at or past it means another
+    // process that has published less.
+    *restarted = true;
+    return false;
+  }
+  if (!status.ok()) {
+    MarkStale(StaleReason::kReplayUnanswered,
+              "catching up from seq " + std::to_string(next) + ": " + status.message());
+    return false;
+  }
+  if (complete && IsRecoverable(stale_)) MarkLive();
+  return complete && stale_ == StaleReason::kNone;
 }
 
 void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
-  if (resume_digest_.has_value() && !ResumePointMatches()) {
-    stats_.restarts.fetch_add(1, std::memory_order_relaxed);
-    std::fprintf(stderr,
-                 "kvgov ingest: worker %s: the engine's batch at seq %llu is not the one kvgov "
-                 "logged: it restarted while kvgov was down; clearing it\n",
-                 worker_.c_str(), static_cast<unsigned long long>(*last_seq_));
-    StartOver();
-  }
+  if (resume_pending_) (void)CatchUp();
   Result<EngineEventBatch> batch = Decode(payload);
   if (last_seq_.has_value() && seq <= *last_seq_) {
     // Behind us: a redelivery, or an engine that restarted and counts from
@@ -72,11 +168,16 @@ void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
     StartOver();
   }
   const uint64_t expected = last_seq_.has_value() ? *last_seq_ + 1 : first_seq_;
+  bool contiguous = true;
   if (seq > expected) {
     stats_.seq_gaps.fetch_add(1, std::memory_order_relaxed);
-    if (!Replay(expected, seq)) MarkStale();
+    std::string why;
+    contiguous = Replay(expected, seq, &why);
+    if (!contiguous) MarkStale(StaleReason::kGapLost, Seqs(expected, seq - 1) + " " + why);
   }
   Apply(seq, payload, batch);
+  // Every batch up to a live one is applied: kvgov is current again.
+  if (contiguous && IsRecoverable(stale_)) MarkLive();
 }
 
 void EngineStream::Reapply(uint64_t seq, std::string_view payload) {
@@ -89,9 +190,14 @@ void EngineStream::Resume(uint64_t last_seq, double last_ts, std::string last_di
   last_seq_ = last_seq;
   last_ts_ = last_ts;
   if (!last_digest.empty()) resume_digest_ = std::move(last_digest);
+  resume_pending_ = true;
   stats_.last_seq.store(static_cast<int64_t>(last_seq), std::memory_order_relaxed);
   std::optional<index::WorkerResidency> worker = index_->Worker(worker_);
-  stale_ = worker.has_value() && worker->state == index::WorkerState::kStale;
+  if (worker.has_value() && worker->state == index::WorkerState::kStale) {
+    MarkStale(StaleReason::kStaleBeforeRestart,
+              "the worker was stale when kvgov stopped; it turns live at the engine's next "
+              "AllBlocksCleared or restart");
+  }
 }
 
 void EngineStream::OnBadFraming(std::string_view detail) {
@@ -100,8 +206,11 @@ void EngineStream::OnBadFraming(std::string_view detail) {
                worker_.c_str(), static_cast<int>(detail.size()), detail.data());
 }
 
-bool EngineStream::Replay(uint64_t start, uint64_t stop) {
-  if (replay_ == nullptr) return false;
+bool EngineStream::Replay(uint64_t start, uint64_t stop, std::string* why) {
+  if (replay_ == nullptr) {
+    *why = "are lost: the engine has no replay socket";
+    return false;
+  }
   uint64_t next = start;
   Status status = replay_->Replay(start, [&](uint64_t seq, std::string_view payload) {
     // Apply in order; anything outside [next, stop) is either already
@@ -113,11 +222,8 @@ bool EngineStream::Replay(uint64_t start, uint64_t stop) {
   const bool complete = next == stop;
   (complete ? stats_.replays_ok : stats_.replays_failed).fetch_add(1, std::memory_order_relaxed);
   if (!complete) {
-    std::fprintf(stderr,
-                 "kvgov ingest: worker %s: replay of seq %llu..%llu got up to %llu (%s)\n",
-                 worker_.c_str(), static_cast<unsigned long long>(start),
-                 static_cast<unsigned long long>(stop - 1), static_cast<unsigned long long>(next),
-                 status.ok() ? "engine no longer buffers that far" : status.ToString().c_str());
+    *why = "did not come back from replay (got up to " + std::to_string(next) + ": " +
+           (status.ok() ? "the engine no longer buffers that far" : status.message()) + ")";
   }
   return complete;
 }
@@ -126,6 +232,7 @@ void EngineStream::Apply(uint64_t seq, std::string_view payload,
                          const Result<EngineEventBatch>& batch) {
   last_seq_ = seq;
   stats_.last_seq.store(static_cast<int64_t>(seq), std::memory_order_relaxed);
+  if (!reapplying_) stats_.last_batch_ms.store(now_ms_(), std::memory_order_relaxed);
   ApplyBatch(seq, batch);
   if (durability_ != nullptr && !reapplying_) durability_->OnApplied(worker_, seq, last_ts_, payload);
 }
@@ -156,13 +263,11 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
     }
     stats_.events[EventTypeSlot(event)].fetch_add(1, std::memory_order_relaxed);
     stats_.orphan_blocks.fetch_add(applied->orphan_blocks, std::memory_order_relaxed);
+    stats_.hash_drift_blocks.fetch_add(applied->hash_drift_blocks, std::memory_order_relaxed);
     stats_.unknown_removals.fetch_add(applied->unknown_removals, std::memory_order_relaxed);
     stats_.unknown_medium_blocks.fetch_add(applied->unknown_medium, std::memory_order_relaxed);
-    if (std::holds_alternative<AllBlocksCleared>(event) && stale_) {
-      // The engine's cache is empty now, so the index is complete again.
-      stale_ = false;
-      (void)index_->SetState(worker_, index::WorkerState::kLive);
-    }
+    // The engine's cache is empty now, so the index is complete again.
+    if (std::holds_alternative<AllBlocksCleared>(event)) MarkLive();
     if (sink_) LowerEngineEventEach(event, worker_, BlockSize(), sink_);
   }
   // Counted after every event of the batch went to the index (applied or
@@ -184,16 +289,30 @@ void EngineStream::StartOver() {
   if (durability_ != nullptr) durability_->OnRestart(worker_);
   last_seq_.reset();
   last_ts_ = 0;
-  if (stale_) {
-    stale_ = false;
-    (void)index_->SetState(worker_, index::WorkerState::kLive);
-  }
+  MarkLive();
 }
 
-void EngineStream::MarkStale() {
-  if (stale_) return;
-  stale_ = true;
+void EngineStream::MarkStale(StaleReason reason, std::string detail) {
+  // A reason that needs a clean point is not masked by a lesser one.
+  if (stale_ != StaleReason::kNone && !IsRecoverable(stale_) && IsRecoverable(reason)) return;
+  std::fprintf(stderr, "kvgov ingest: worker %s is stale (%s): %s\n", worker_.c_str(),
+               std::string(ToString(reason)).c_str(), detail.c_str());
+  const bool was_stale = stale_ != StaleReason::kNone;
+  stale_ = reason;
+  stats_.set_stale_detail(std::move(detail));
+  stats_.stale_reason.store(static_cast<uint8_t>(reason), std::memory_order_relaxed);
+  if (was_stale) return;
+  stats_.stale_since_ms.store(now_ms_(), std::memory_order_relaxed);
   (void)index_->SetState(worker_, index::WorkerState::kStale);
+}
+
+void EngineStream::MarkLive() {
+  if (stale_ == StaleReason::kNone) return;
+  stale_ = StaleReason::kNone;
+  stats_.stale_reason.store(static_cast<uint8_t>(StaleReason::kNone), std::memory_order_relaxed);
+  stats_.stale_since_ms.store(-1, std::memory_order_relaxed);
+  stats_.set_stale_detail("");
+  (void)index_->SetState(worker_, index::WorkerState::kLive);
 }
 
 }  // namespace kvgov::ingest

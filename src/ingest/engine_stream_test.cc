@@ -393,3 +393,113 @@ TEST_F(EngineStreamTest, LoweredRemovalsCarryTheWorkersBlockSize) {
 
 }  // namespace
 }  // namespace kvgov::ingest
+
+namespace kvgov::ingest {
+namespace {
+
+// CatchUp: at every connection, everything after the last applied batch is
+// asked for at once, with the batch at the last seq itself to check that the
+// engine is still the process whose history was applied.
+TEST_F(EngineStreamTest, CatchUpAppliesWhatTheEngineBuffersWithoutALiveBatch) {
+  FakeReplay replay;
+  replay.history[0] = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  replay.history[1] = BatchBuilder(2.0).Stored({2}, uint64_t{1}, 104).Bytes();
+  EngineStream stream = MakeStream(&replay);
+  EXPECT_TRUE(stream.CatchUp());
+  EXPECT_EQ(replay.last_start, 0u);  // without state: from the publisher's first seq
+  EXPECT_EQ(Hbm(), 2u);
+  replay.history[2] = BatchBuilder(3.0).Stored({3}, uint64_t{2}, 108).Bytes();
+  EXPECT_TRUE(stream.CatchUp());
+  EXPECT_EQ(replay.last_start, 1u);  // the last applied seq, to compare it
+  EXPECT_EQ(Hbm(), 3u);
+  EXPECT_EQ(stream.stats().catch_ups_ok.load(), 2u);
+  EXPECT_EQ(stream.stats().seq_gaps.load(), 0u);
+  EXPECT_EQ(stream.stats().restarts.load(), 0u);
+  // Live batches already applied by the catch-up are redeliveries.
+  stream.OnMessage(2, replay.history[2]);
+  EXPECT_EQ(stream.stats().duplicates.load(), 1u);
+}
+
+TEST_F(EngineStreamTest, CatchUpSeesAnEngineThatRestartedByItsBatchAtTheLastSeq) {
+  FakeReplay replay;
+  EngineStream stream = MakeStream(&replay);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  // A new process, later clock, already past seq 1.
+  replay.history[0] = BatchBuilder(90.0).Stored({7}, std::nullopt, 700).Bytes();
+  replay.history[1] = BatchBuilder(91.0).Stored({8}, std::nullopt, 800).Bytes();
+  replay.history[2] = BatchBuilder(92.0).Stored({9}, std::nullopt, 900).Bytes();
+  EXPECT_TRUE(stream.CatchUp());
+  EXPECT_EQ(stream.stats().restarts.load(), 1u);
+  EXPECT_EQ(Hbm(), 3u);  // 7, 8, 9: the old process's blocks are gone
+  EXPECT_EQ(stream.stats().last_seq.load(), 2);
+}
+
+TEST_F(EngineStreamTest, CatchUpWithNothingAtTheLastSeqMeansANewShorterHistory) {
+  FakeReplay replay;
+  EngineStream stream = MakeStream(&replay);
+  for (uint64_t seq = 0; seq < 5; ++seq) {
+    stream.OnMessage(seq, BatchBuilder(1.0 + seq).Stored({seq + 1}, std::nullopt,
+                                                         100 + 4 * seq).Bytes());
+  }
+  replay.history[0] = BatchBuilder(90.0).Stored({7}, std::nullopt, 700).Bytes();
+  EXPECT_TRUE(stream.CatchUp());
+  EXPECT_EQ(stream.stats().restarts.load(), 1u);
+  EXPECT_EQ(Hbm(), 1u);
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+}
+
+TEST_F(EngineStreamTest, CatchUpPastARolledOverBufferIsStaleUntilACleanPoint) {
+  FakeReplay replay;
+  EngineStream stream = MakeStream(&replay);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  replay.history[4] = BatchBuilder(5.0).Stored({5}, std::nullopt, 500).Bytes();
+  EXPECT_FALSE(stream.CatchUp());
+  EXPECT_EQ(State(), index::WorkerState::kStale);
+  EXPECT_EQ(stream.stats().stale(), StaleReason::kReplayRolledOver);
+  EXPECT_EQ(stream.stats().stale_detail(),
+            "batches 1..3 are no longer in the engine's replay buffer (its oldest is 4)");
+  EXPECT_GE(stream.stats().stale_since_ms.load(), 0);
+  EXPECT_EQ(stream.stats().last_seq.load(), 4);
+  // A contiguous live batch does not bring the lost batches back.
+  stream.OnMessage(5, BatchBuilder(6.0).Stored({6}, std::nullopt, 600).Bytes());
+  EXPECT_EQ(State(), index::WorkerState::kStale);
+  stream.OnMessage(6, BatchBuilder(7.0).Cleared().Bytes());
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+  EXPECT_EQ(stream.stats().stale(), StaleReason::kNone);
+  EXPECT_EQ(stream.stats().stale_since_ms.load(), -1);
+  EXPECT_EQ(stream.stats().stale_detail(), "");
+}
+
+TEST_F(EngineStreamTest, AnUnansweredCatchUpIsStaleUntilALiveBatchShowsKvgovCurrent) {
+  FakeReplay replay;
+  EngineStream stream = MakeStream(&replay);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  replay.answer = Status::Unavailable("replay tcp://e:1: no reply within 1000 ms");
+  replay.history.clear();
+  EXPECT_FALSE(stream.CatchUp());
+  EXPECT_EQ(stream.stats().stale(), StaleReason::kReplayUnanswered);
+  EXPECT_EQ(stream.stats().stale_detail(),
+            "catching up from seq 1: replay tcp://e:1: no reply within 1000 ms");
+  EXPECT_EQ(stream.stats().catch_ups_failed.load(), 1u);
+  // The next live batch follows the last applied one: nothing is missing.
+  stream.OnMessage(1, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  EXPECT_EQ(State(), index::WorkerState::kLive);
+  EXPECT_EQ(stream.stats().stale(), StaleReason::kNone);
+}
+
+TEST_F(EngineStreamTest, ALostGapIsNotMaskedByALaterUnansweredCatchUp) {
+  EngineStream stream = MakeStream(nullptr);
+  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(3, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  EXPECT_EQ(stream.stats().stale(), StaleReason::kGapLost);
+  EXPECT_EQ(stream.stats().stale_detail(),
+            "batches 1..2 are lost: the engine has no replay socket");
+  EXPECT_TRUE(stream.CatchUp());  // no replay socket: nothing to ask
+  stream.OnMessage(4, BatchBuilder(3.0).Stored({3}, std::nullopt, 300).Bytes());
+  EXPECT_EQ(stream.stats().stale(), StaleReason::kGapLost);
+  EXPECT_EQ(State(), index::WorkerState::kStale);
+}
+
+}  // namespace
+}  // namespace kvgov::ingest

@@ -333,8 +333,8 @@ TEST_F(RouterTest, CreditIsTheSumOfEachCreditedBlocksTierCredit) {
   ASSERT_TRUE(index_.AddBlocks("w2", std::span(chain).first(7), ResidencyTier::kDisk).ok());
   const std::array<uint8_t, 6> w1_tiers = {0, 0, 0, 1, 1, 1};
 
-  for (const auto& credits : {std::array<double, 4>{1.0, 0.75, 0.5, 0.0},
-                              std::array<double, 4>{0.1, 0.7, 0.3, 0.05}}) {
+  for (const auto& credits : {std::array<double, 5>{1.0, 0.75, 0.5, 0.25, 0.0},
+                              std::array<double, 5>{0.1, 0.7, 0.3, 0.2, 0.05}}) {
     RouteWeights weights = weights_;
     weights.tier_credit = credits;
     for (bool gated : {false, true}) {
@@ -347,7 +347,7 @@ TEST_F(RouterTest, CreditIsTheSumOfEachCreditedBlocksTierCredit) {
       const size_t w1_credited = gated ? 3 : 6;
       const size_t w2_credited = gated ? 3 : 7;
       double w1_expected = 0;
-      std::array<uint64_t, 4> w1_by_tier{};
+      std::array<uint64_t, 5> w1_by_tier{};
       for (size_t i = 0; i < w1_credited; ++i) {
         w1_expected += credits[w1_tiers[i]];
         ++w1_by_tier[w1_tiers[i]];
@@ -361,7 +361,7 @@ TEST_F(RouterTest, CreditIsTheSumOfEachCreditedBlocksTierCredit) {
       EXPECT_EQ(w1.tier_overlap, w1_by_tier);
       EXPECT_EQ(w1.credited_blocks, w1_expected);  // exactly, not nearly
       EXPECT_EQ(w2.overlap_blocks, w2_credited);
-      EXPECT_EQ(w2.tier_overlap, (std::array<uint64_t, 4>{0, 0, w2_credited, 0}));
+      EXPECT_EQ(w2.tier_overlap, (std::array<uint64_t, 5>{0, 0, w2_credited, 0, 0}));
       EXPECT_EQ(w2.credited_blocks, w2_expected);
       EXPECT_EQ(w1.cost, weights.overlap_weight * (8 - w1_expected));
     }

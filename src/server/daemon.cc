@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <set>
 
+#include "server/engine_diagnostics.h"
 #include "server/governance_api.h"
 #include "server/health_prober.h"
 #include "server/http_api.h"
@@ -66,6 +67,44 @@ Status RegisterEngineMetrics(Daemon& daemon) {
                                            "1 while a worker's residency cannot be believed (an "
                                            "unrepaired gap); its blocks then do not count.",
                                            {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* stale_seconds,
+                         registry.AddCallbackGauge(
+                             {"kvgov_worker_stale_seconds",
+                              "How long a worker has been stale, by the reason it went stale "
+                              "(gap_lost, replay_rolled_over, replay_unanswered, "
+                              "stale_before_restart); absent while it is live.",
+                              {"worker", "reason"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* catch_ups,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_catch_ups_total",
+                              "Catch-ups through the replay socket at each connection to the "
+                              "engine, by outcome (ok: kvgov holds every batch the engine "
+                              "published; failed: the worker was marked stale).",
+                              {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* orphans,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_orphan_blocks_total",
+                              "Stored blocks whose parent kvgov never saw (a missed batch or a "
+                              "restarted engine); they are not indexed.",
+                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* drift,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_hash_drift_blocks_total",
+                              "Blocks an engine stored again under a new hash for the same "
+                              "tokens: its hash seed changed (PYTHONHASHSEED unset).",
+                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* silent_seconds,
+                         registry.AddCallbackGauge(
+                             {"kvgov_engine_silent_seconds",
+                              "Seconds since the engine stream's last batch (since kvgov began "
+                              "following it, when it has sent none).",
+                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* silent,
+                         registry.AddCallbackGauge(
+                             {"kvgov_engine_silent",
+                              "1 while the engine stream has been silent for --engine-silence-ms "
+                              "although the engine's scraped metrics show requests running.",
+                              {"worker"}}));
 
   Daemon* state = &daemon;
   return registry
@@ -80,6 +119,7 @@ Status RegisterEngineMetrics(Daemon& daemon) {
           sink.Emit(stale, {worker.id}, worker.state == index::WorkerState::kStale ? 1.0 : 0.0);
         }
         if (!state->ingest) return;
+        const int64_t now_ms = WallClockMillis();
         for (const transport::StreamView& view : state->ingest->Streams()) {
           const ingest::StreamStats& stats = *view.stats;
           const std::string_view worker = view.worker;
@@ -96,6 +136,20 @@ Status RegisterEngineMetrics(Daemon& daemon) {
           sink.Emit(replays, {worker, "failed"}, static_cast<double>(stats.replays_failed.load()));
           sink.Emit(restarts, {worker}, static_cast<double>(stats.restarts.load()));
           sink.Emit(duplicates, {worker}, static_cast<double>(stats.duplicates.load()));
+          sink.Emit(catch_ups, {worker, "ok"}, static_cast<double>(stats.catch_ups_ok.load()));
+          sink.Emit(catch_ups, {worker, "failed"},
+                    static_cast<double>(stats.catch_ups_failed.load()));
+          const EngineDiagnostics diagnosis =
+              DiagnoseEngine(stats, state->router->LoadOf(view.worker).scraped, now_ms,
+                             state->options.engine_silence_ms);
+          sink.Emit(orphans, {worker}, static_cast<double>(diagnosis.orphan_blocks));
+          sink.Emit(drift, {worker}, static_cast<double>(diagnosis.hash_drift_blocks));
+          sink.Emit(silent_seconds, {worker}, static_cast<double>(diagnosis.silent_for_ms) / 1e3);
+          sink.Emit(silent, {worker}, diagnosis.silent_while_busy ? 1.0 : 0.0);
+          if (diagnosis.stale_reason != ingest::StaleReason::kNone) {
+            sink.Emit(stale_seconds, {worker, ingest::ToString(diagnosis.stale_reason)},
+                      static_cast<double>(diagnosis.stale_for_ms) / 1e3);
+          }
         }
       })
       .status();

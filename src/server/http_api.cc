@@ -16,6 +16,7 @@
 #include "kvgov/index/block_key.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/engine_diagnostics.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
 #include "server/replica.h"
@@ -180,6 +181,7 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
     }
   }
   Json workers = Json::array();
+  const int64_t now_ms = WallClockMillis();
   for (const index::WorkerResidency& worker : daemon.index.Workers()) {
     Json row = {{"id", worker.id},
                 {"model", worker.model},
@@ -198,9 +200,12 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
       workers.push_back(std::move(row));
       continue;
     }
-    row["load"] = LoadJson(daemon.router->LoadOf(worker.id));
+    const router::WorkerLoad load = daemon.router->LoadOf(worker.id);
+    row["load"] = LoadJson(load);
     if (auto it = streams.find(worker.id); it != streams.end()) {
       const ingest::StreamStats& stats = *it->second.stats;
+      const EngineDiagnostics diagnosis =
+          DiagnoseEngine(stats, load.scraped, now_ms, daemon.options.engine_silence_ms);
       uint64_t decode_errors = 0;
       for (const auto& count : stats.decode_errors) decode_errors += count.load();
       row["kind"] = std::string(ToString(it->second.kind));
@@ -212,6 +217,19 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
       row["restarts"] = stats.restarts.load();
       row["duplicates"] = stats.duplicates.load();
       row["decode_errors"] = decode_errors;
+      row["catch_ups"] = stats.catch_ups_ok.load() + stats.catch_ups_failed.load();
+      row["catch_ups_failed"] = stats.catch_ups_failed.load();
+      row["last_batch_ms"] = stats.last_batch_ms.load();
+      Json diagnostics = {{"silent_for_ms", diagnosis.silent_for_ms},
+                          {"silent_while_busy", diagnosis.silent_while_busy},
+                          {"orphan_blocks", diagnosis.orphan_blocks},
+                          {"hash_drift_blocks", diagnosis.hash_drift_blocks}};
+      if (diagnosis.stale_reason != ingest::StaleReason::kNone) {
+        diagnostics["stale"] = {{"reason", std::string(ToString(diagnosis.stale_reason))},
+                                {"detail", diagnosis.stale_detail},
+                                {"for_ms", diagnosis.stale_for_ms}};
+      }
+      row["diagnostics"] = std::move(diagnostics);
     }
     workers.push_back(std::move(row));
   }

@@ -91,7 +91,7 @@ PrefillOutcome BlockPool::Prefill(std::span<const int64_t> tokens, std::string_v
     stored.medium = options_.medium;
     if (first == 0 && !cache_salt.empty()) {
       stored.extra_keys.assign(new_blocks, "");
-      stored.extra_keys[0] = index::FirstBlockExtraKey("", cache_salt);
+      stored.extra_keys[0] = FirstBlockExtraKey("", cache_salt);
     }
     outcome.events.emplace_back(std::move(stored));
   }

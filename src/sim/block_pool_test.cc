@@ -65,7 +65,7 @@ TEST(BlockPoolTest, TheSaltSeparatesChainsAndTravelsInTheFirstBlocksExtraKey) {
   const std::vector<int64_t> prompt = Tokens(8);
   const auto salted = std::get<BlockStored>(pool.Prefill(prompt, "salt-a").events.at(0));
   ASSERT_EQ(salted.extra_keys.size(), 2u);
-  EXPECT_EQ(salted.extra_keys[0], index::FirstBlockExtraKey("", "salt-a"));
+  EXPECT_EQ(salted.extra_keys[0], FirstBlockExtraKey("", "salt-a"));
   EXPECT_EQ(salted.extra_keys[1], "");
   EXPECT_EQ(pool.CachedPrefix(prompt, "salt-a"), 2u);
   EXPECT_EQ(pool.CachedPrefix(prompt, "salt-b"), 0u);

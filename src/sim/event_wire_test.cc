@@ -24,6 +24,7 @@ EngineEventBatch SampleBatch() {
   child.block_size = 4;
   child.medium = "CPU";
   child.lora_name = "adapter-a";
+  child.extra_keys = {R"(["adapter-a"])"};
   child.group_idx = 1;
   batch.events = {salted, child,
                   BlockRemoved{.block_hashes = {2, 3}, .medium = "GPU", .group_idx = 0},

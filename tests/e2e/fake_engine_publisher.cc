@@ -40,6 +40,8 @@ FakeEnginePublisher::FakeEnginePublisher(int64_t block_size)
       std::vector<zmq::message_t> request;
       (void)zmq::recv_multipart(*router, std::back_inserter(request));
       if (request.size() != 3 || request[2].size() != 8) continue;  // vLLM's rule
+      ++replay_requests_;
+      if (replay_silent_) continue;
       uint64_t start = 0;
       const auto* bytes = static_cast<const unsigned char*>(request[2].data());
       for (int i = 0; i < 8; ++i) start = (start << 8) | bytes[i];
@@ -136,7 +138,7 @@ std::vector<uint64_t> FakeEnginePublisher::StoreSalted(const std::vector<int64_t
   stored.block_size = block_size_;
   stored.medium = "GPU";
   stored.extra_keys.assign(blocks, "");
-  if (blocks > 0) stored.extra_keys[0] = index::FirstBlockExtraKey("", cache_salt);
+  if (blocks > 0) stored.extra_keys[0] = FirstBlockExtraKey("", cache_salt);
   const std::vector<uint64_t> hashes = stored.block_hashes;
   // Always the map encoding: extra_keys sits past lora_name.
   PublishEvent(std::move(stored), Encoding::kMapEvents);
@@ -167,6 +169,11 @@ void FakeEnginePublisher::Resend(uint64_t seq) {
 }
 
 void FakeEnginePublisher::SendGarbage() { Publish("\xc1\xc1 not msgpack"); }
+
+void FakeEnginePublisher::ForgetBefore(uint64_t seq) {
+  std::lock_guard lock(mu_);
+  history_.erase(history_.begin(), history_.lower_bound(seq));
+}
 
 void FakeEnginePublisher::Restart() {
   std::lock_guard lock(mu_);

@@ -64,6 +64,13 @@ class FakeEnginePublisher {
   /// Forgets everything and starts counting from seq 0, as a restarted
   /// engine does; the replay buffer is emptied too.
   void Restart();
+  /// Drops every batch before `seq` from the replay buffer, as a bounded
+  /// buffer (vLLM's buffer_steps) does once the engine has published more.
+  void ForgetBefore(uint64_t seq);
+  /// While true, replay requests are read and never answered.
+  void set_replay_silent(bool silent) { replay_silent_ = silent; }
+  /// Replay requests received so far, answered or not.
+  int replay_requests() const { return replay_requests_; }
 
   size_t held_blocks() const { return held_.size(); }
   uint64_t next_seq() const { return next_seq_; }
@@ -80,6 +87,8 @@ class FakeEnginePublisher {
   std::string replay_endpoint_;
   std::thread replay_thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> replay_silent_{false};
+  std::atomic<int> replay_requests_{0};
 
   std::mutex mu_;  // guards history_ (read by the replay thread)
   std::map<uint64_t, std::string> history_;

@@ -127,18 +127,6 @@ TEST_F(IngestE2ETest, IndexEqualsWhatThePublisherHolds) {
   EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
 }
 
-TEST_F(IngestE2ETest, LateJoinerReplaysHistoryFromZero) {
-  // The engine published before kvgov started: nothing of it was seen live.
-  std::vector<uint64_t> a = publisher_.Store(std::nullopt, 2, 100);
-  publisher_.Store(a.back(), 2, 108);
-  StartKvgov();
-  ASSERT_TRUE(publisher_.WaitForSubscriber(milliseconds(20000))) << daemon_.Stderr();
-  publisher_.Store(std::nullopt, 1, 500);  // seq 2: reveals the history
-  ASSERT_TRUE(Converged());
-  EXPECT_EQ(Worker()["state"], "live");
-  EXPECT_EQ(Worker()["replays"], 1);
-}
-
 TEST_F(IngestE2ETest, PromtoolAcceptsMetrics) {
   if (!std::filesystem::exists("/usr/bin/promtool")) {
     GTEST_SKIP() << "promtool is not installed (scripts/install-deps.sh installs prometheus)";

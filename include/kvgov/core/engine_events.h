@@ -34,7 +34,9 @@ struct BlockStored {
   std::string medium;  // as sent ("GPU", "CPU", "CPU_TIER1", ...); "" when absent
   std::vector<std::string> extra_keys;
   int64_t group_idx = 0;
-  std::string kv_cache_spec_kind;
+  std::string kv_cache_spec_kind;  // "full_attention", "sliding_window", ...; "" when absent
+  int64_t kv_cache_spec_sliding_window = 0;  // tokens; 0 when absent
+  std::string locality;  // vLLM's "LOCAL" / "REMOTE" as sent; "" when absent
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 
@@ -43,6 +45,7 @@ struct BlockRemoved {
   std::vector<EngineHash> block_hashes;
   std::string medium;
   int64_t group_idx = 0;
+  std::string locality;
   friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
 };
 
@@ -69,10 +72,23 @@ struct EngineEventBatch {
   friend bool operator==(const EngineEventBatch&, const EngineEventBatch&) = default;
 };
 
-/// "GPU" or "" -> hbm; "CPU" and "CPU_TIER1" -> dram; "CPU_TIER2" and "DISK"
-/// -> disk; anything else -> unknown (never credited as hbm). Mooncake's
-/// "L1"/"L2"/"L3" map to hbm/dram/disk. Case-insensitive.
-ResidencyTier TierForMedium(std::string_view medium);
+/// The tier a block on `medium` with `locality` lives in, case-insensitive
+/// (the table and each string's source: docs/formats/engine-events.md §6).
+/// "GPU" or "" -> hbm; host memory ("CPU", "CPU_PINNED", "CPU_TIER1") ->
+/// dram; local storage ("FS", "STORAGE", "DISK", "CPU_TIER2") -> disk;
+/// object stores and external pools ("OBJ", "EXTERNAL") -> remote;
+/// Mooncake's "L1"/"L2"/"L3" -> hbm/dram/disk. Locality "REMOTE" makes any
+/// known medium remote (the bytes are not on this worker); "" and "LOCAL"
+/// leave the medium's tier. Anything else -> unknown, never credited as hbm.
+ResidencyTier TierForMedium(std::string_view medium, std::string_view locality = "");
+
+/// The canonical extra key (§4 of docs/formats/engine-events.md) of a block
+/// hashed with a LoRA name and, on a chain's first block, a cache salt, as
+/// vLLM publishes it: JSON `["<lora>","<salt>"]`, without an element that is
+/// empty; "" when both are. kvgov's route keys and the keys of engines that
+/// report the salt or LoRA outside extra_keys (SGLang) are built with it, so
+/// a tenant's blocks match its routes whichever engine holds them.
+std::string FirstBlockExtraKey(std::string_view lora_name, std::string_view cache_salt);
 
 /// "BlockStored", "BlockRemoved", "AllBlocksCleared".
 std::string_view EngineEventTypeName(const EngineEvent& event);

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kvgov/core/engine_events.h"
+
 namespace kvgov::index {
 
 /// kvgov's own identity for one KV block: a chained hash of the block's
@@ -54,11 +56,5 @@ class BlockKeyHasher {
 std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainNamespace& ns,
                                    std::string_view cache_salt, std::span<const int64_t> tokens,
                                    int64_t block_size);
-
-/// The canonical extra key of a request's first block when it carries a
-/// cache salt (and optionally a LoRA name), matching what vLLM publishes:
-/// JSON `["<lora>", "<salt>"]` without the LoRA element when there is none;
-/// "" when neither is set.
-std::string FirstBlockExtraKey(std::string_view lora_name, std::string_view cache_salt);
 
 }  // namespace kvgov::index

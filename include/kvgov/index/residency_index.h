@@ -25,14 +25,20 @@ enum class WorkerState {
 std::string_view ToString(WorkerState state);
 
 /// The tiers the index counts, in the order they are reported.
-inline constexpr std::array<ResidencyTier, 4> kIndexedTiers = {
-    ResidencyTier::kHBM, ResidencyTier::kDRAM, ResidencyTier::kDisk, ResidencyTier::kUnknown};
+/// Hottest first; a block's best tier is the first of these it is in.
+inline constexpr std::array<ResidencyTier, 5> kIndexedTiers = {
+    ResidencyTier::kHBM, ResidencyTier::kDRAM, ResidencyTier::kDisk, ResidencyTier::kRemote,
+    ResidencyTier::kUnknown};
 
 /// What applying one event did, for counters.
 struct ApplyResult {
   uint64_t blocks_stored = 0;
   uint64_t blocks_removed = 0;
   uint64_t orphan_blocks = 0;     // stored under a parent the index does not know
+  // Stored under a new engine hash while the same key (same tokens, same
+  // parent chain) was already resident in that tier: the engine's hashing
+  // changed. Also counts a block a transport reported before the engine did.
+  uint64_t hash_drift_blocks = 0;
   uint64_t unknown_removals = 0;  // removed hashes the index never saw stored
   uint64_t unknown_medium = 0;    // blocks whose medium mapped to no known tier
 };
@@ -149,7 +155,8 @@ class ResidencyIndex {
   WorkerSlot* FindLocked(std::string_view worker) const;
   // REQUIRES: mu_ held exclusively.
   void RankLocked();  // renumbers every slot's position in by_id_
-  void AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
+  // Returns false when the key already was resident in `tier`.
+  bool AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   bool RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   void ClearLocked(WorkerSlot& slot);
   ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);

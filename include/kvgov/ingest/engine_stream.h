@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +32,19 @@ class ReplaySource {
                             on_batch) = 0;
 };
 
+/// Why a worker's residency cannot be believed. Recoverable reasons clear
+/// once kvgov sees that it has every batch up to a live one; the others only
+/// at a point where the engine's cache is known (AllBlocksCleared, restart).
+enum class StaleReason : uint8_t {
+  kNone,
+  kGapLost,            // batches between two kvgov saw are lost for good
+  kReplayRolledOver,   // the engine's replay buffer no longer reaches back
+  kReplayUnanswered,   // recoverable: the replay socket did not answer
+  kStaleBeforeRestart, // kvgov restarted with the worker already stale
+};
+std::string_view ToString(StaleReason reason);
+bool IsRecoverable(StaleReason reason);
+
 /// Counters of one stream, readable from any thread while the stream runs.
 struct StreamStats {
   static constexpr std::array<std::string_view, 3> kEventTypes = {
@@ -49,12 +63,37 @@ struct StreamStats {
   std::atomic<uint64_t> replays_failed{0};
   std::atomic<uint64_t> restarts{0};
   std::atomic<uint64_t> rejected_events{0};  // decoded but refused by the index
+  std::atomic<uint64_t> catch_ups_ok{0};
+  std::atomic<uint64_t> catch_ups_failed{0};
   std::atomic<uint64_t> orphan_blocks{0};
+  std::atomic<uint64_t> hash_drift_blocks{0};
   std::atomic<uint64_t> unknown_removals{0};
   std::atomic<uint64_t> unknown_medium_blocks{0};
   std::atomic<uint64_t> ignored_fields{0};
   std::atomic<uint64_t> ignored_event_types{0};
   std::atomic<int64_t> last_seq{-1};  // -1 before the first applied batch
+  // kvgov's clock (ms since the epoch) when the stream was created and when
+  // its last batch was applied (-1: none yet): how long an engine has been
+  // silent.
+  std::atomic<int64_t> started_ms{-1};
+  std::atomic<int64_t> last_batch_ms{-1};
+  std::atomic<uint8_t> stale_reason{0};  // a StaleReason
+  std::atomic<int64_t> stale_since_ms{-1};
+
+  StaleReason stale() const { return static_cast<StaleReason>(stale_reason.load()); }
+  /// What exactly is missing, for operators ("batches 4..9 are lost ...").
+  std::string stale_detail() const {
+    std::lock_guard lock(detail_mu_);
+    return stale_detail_;
+  }
+  void set_stale_detail(std::string detail) {
+    std::lock_guard lock(detail_mu_);
+    stale_detail_ = std::move(detail);
+  }
+
+ private:
+  mutable std::mutex detail_mu_;
+  std::string stale_detail_;
 };
 
 /// Receives the envelope entry every applied engine event lowers to.
@@ -92,6 +131,10 @@ class StreamDurability {
 ///    came back in order, then this batch. A gap replay cannot fill marks
 ///    the worker stale; it turns live again at the next AllBlocksCleared or
 ///    restart (points from which the index is known to be complete).
+///  - CatchUp (on every connection to the engine, and on resume) asks the
+///    replay socket for everything after the last applied batch without
+///    waiting for a live batch to reveal a gap: an idle engine's last batch
+///    is not lost across a restart of kvgov. See CatchUp.
 ///  - seq <= last is a duplicate when its batch timestamp is not newer than
 ///    the last applied one, and a restart otherwise: the worker is cleared
 ///    and the stream starts over at this batch.
@@ -113,20 +156,34 @@ class EngineStream {
   /// Installs the observer (before the stream's thread starts).
   void set_observer(EventObserver observer) { observer_ = std::move(observer); }
 
+  /// Replaces the clock (ms since the epoch) stats are stamped with; tests.
+  void set_clock(std::function<int64_t()> now_ms) { now_ms_ = std::move(now_ms); }
+
   /// Recovery after a restart of kvgov: re-applies a batch the durability
   /// layer logged (without logging it again and without sequence checks).
   void Reapply(uint64_t seq, std::string_view payload);
 
   /// Recovery: continue as if batch `last_seq` (timestamp `last_ts`, payload
   /// digest `last_digest` = Sha256Hex of its bytes) was the last one
-  /// applied, so the next live batch past it is a gap repaired by replay.
-  /// The worker's stale flag is taken from the index. Before the first live
-  /// batch is applied, the engine's own batch `last_seq` is fetched from its
-  /// replay socket and compared with `last_digest`: a different batch there
-  /// means the engine restarted while kvgov was down (sequence numbers alone
-  /// cannot show it), and the worker starts over. An empty digest skips the
-  /// check.
+  /// applied. The worker's stale flag is taken from the index. The next
+  /// CatchUp (at the latest, before the first live batch is applied) fetches
+  /// the engine's own batch `last_seq` and compares it with `last_digest`: a
+  /// different batch there means the engine restarted while kvgov was down
+  /// (sequence numbers alone cannot show it), and the worker starts over.
+  /// An empty digest compares by timestamp instead.
   void Resume(uint64_t last_seq, double last_ts, std::string last_digest);
+
+  /// Asks the replay socket for every batch after the last applied one
+  /// (from the publisher's first seq without state) and applies them, so
+  /// kvgov is current even when the engine publishes nothing more. The
+  /// batch at the last applied seq is asked for too and compared with the
+  /// one applied: a different batch there, or none at or past it, means the
+  /// engine restarted, and the worker starts over from the engine's first
+  /// seq. When the answer starts past the next seq (the buffer rolled over)
+  /// the worker goes stale for good; when the socket does not answer it goes
+  /// stale until kvgov is shown current again. Returns true when the stream
+  /// is known to be current. No-op (true) without a replay socket.
+  bool CatchUp();
 
   /// Handles one live message.
   void OnMessage(uint64_t seq, std::string_view payload);
@@ -143,13 +200,17 @@ class EngineStream {
   Result<EngineEventBatch> Decode(std::string_view payload);
   void Apply(uint64_t seq, std::string_view payload, const Result<EngineEventBatch>& batch);
   void ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch);
-  // Replays [start, stop) and reports whether every seq arrived.
-  bool Replay(uint64_t start, uint64_t stop);
+  // Replays [start, stop) and reports whether every seq arrived; if not,
+  // *why says what became of them.
+  bool Replay(uint64_t start, uint64_t stop, std::string* why);
+  // One catch-up round; sets *restarted when the engine holds another
+  // history than the one applied.
+  bool CatchUpOnce(bool* restarted);
+  // Whether the engine's copy of the last applied batch is that batch.
+  bool SameAsLastApplied(std::string_view payload, const Result<EngineEventBatch>& batch) const;
   void StartOver();
-  // Compares the engine's batch at the resume point with the logged one;
-  // false when the engine holds a different batch there.
-  bool ResumePointMatches();
-  void MarkStale();
+  void MarkStale(StaleReason reason, std::string detail);
+  void MarkLive();
   // The worker's block size in the index (0 while it is not registered).
   int64_t BlockSize();
 
@@ -162,13 +223,15 @@ class EngineStream {
   EventObserver observer_;
   const uint64_t first_seq_;  // what the publisher counts from
   bool reapplying_ = false;   // recovery: apply without logging again
+  bool resume_pending_ = false;  // Resume ran and no CatchUp since
   // Recovery: the digest of the last logged batch, to check against the
-  // engine's copy before going on. Cleared once checked.
+  // engine's copy (by CatchUp) before going on. Cleared once checked.
   std::optional<std::string> resume_digest_;
+  std::function<int64_t()> now_ms_;
   StreamStats stats_;
   std::optional<uint64_t> last_seq_;
   double last_ts_ = 0;
-  bool stale_ = false;
+  StaleReason stale_ = StaleReason::kNone;
   int64_t block_size_ = 0;  // cached by BlockSize()
 };
 

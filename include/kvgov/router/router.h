@@ -25,7 +25,7 @@ struct RouteWeights {
   double overlap_weight = 2.0;
   // Credit a resident block earns by its best tier, by index::kIndexedTiers
   // (hbm, dram, disk, unknown): a colder copy saves less than a hot one.
-  std::array<double, index::kIndexedTiers.size()> tier_credit = {1.0, 0.75, 0.5, 0.0};
+  std::array<double, index::kIndexedTiers.size()> tier_credit = {1.0, 0.75, 0.5, 0.25, 0.0};
   // Blocks each request an engine reports (running + waiting) beyond the ones
   // kvgov itself has in flight there adds to the worker's load.
   double unrouted_request_blocks = 16.0;

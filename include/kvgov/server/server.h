@@ -51,6 +51,9 @@ struct ServerOptions {
   // An invalidation whose removals the engines have not shown by then fails
   // with witness_timeout.
   int64_t witness_timeout_ms = 30000;
+  // An engine stream silent this long while the engine's scraped metrics
+  // show requests running is reported silent (events off, publisher dead).
+  int64_t engine_silence_ms = 30000;
   // A spool directory to ingest complete spool files from
   // (docs/formats/spool.md), looked into this often; empty: none.
   std::string spool_dir;

@@ -3,8 +3,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -93,11 +96,36 @@ struct Stream {
   std::thread thread;
 };
 
-void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>& stopping) {
+// A catch-up at the handshake can answer before the engine has taken the
+// subscription, and a batch published in that window reaches neither the
+// replay answer nor this socket. One more catch-up once the subscription has
+// surely arrived closes it, unless a live batch already showed where the
+// stream stands.
+constexpr auto kSettle = std::chrono::milliseconds(300);
+
+uint16_t MonitorEvent(const zmq::message_t& frame) {
+  uint16_t event = 0;
+  if (frame.size() >= sizeof(event)) std::memcpy(&event, frame.data(), sizeof(event));
+  return event;
+}
+
+void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>& stopping,
+               size_t stream_number) {
   zmq::socket_t sub(context, zmq::socket_type::sub);
+  zmq::socket_t monitor(context, zmq::socket_type::pair);
   try {
     sub.set(zmq::sockopt::linger, 0);
     sub.set(zmq::sockopt::subscribe, "");
+    // Every (re)connection to the engine is a point where kvgov may have
+    // missed batches: the monitor tells the stream when one completes.
+    const std::string monitor_endpoint =
+        "inproc://kvgov-ingest-monitor-" + std::to_string(stream_number);
+    if (zmq_socket_monitor(sub.handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
+      throw zmq::error_t();
+    }
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(monitor_endpoint);
     sub.connect(stream.spec.events);
   } catch (const zmq::error_t& error) {
     std::fprintf(stderr, "kvgov ingest: worker %s: cannot subscribe to %s: %s\n",
@@ -105,11 +133,37 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
     return;
   }
   std::vector<zmq::message_t> frames;
+  std::optional<Clock::time_point> settle_at;
+  uint64_t live_messages = 0;
+  uint64_t live_at_catch_up = 0;
+  auto catch_up = [&] {
+    (void)stream.stream->CatchUp();
+    live_at_catch_up = live_messages;
+  };
   while (!stopping.load(std::memory_order_relaxed)) {
     try {
-      std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
-      zmq::poll(items, kPollInterval);
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kPollInterval);
+      if (settle_at) {
+        wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(*settle_at -
+                                                                                 Clock::now()),
+                          std::chrono::milliseconds(0), wait);
+      }
+      std::array<zmq::pollitem_t, 2> items = {{{monitor.handle(), 0, ZMQ_POLLIN, 0},
+                                               {sub.handle(), 0, ZMQ_POLLIN, 0}}};
+      zmq::poll(items, wait);
+      if (items[0].revents & ZMQ_POLLIN) {
+        frames.clear();
+        (void)zmq::recv_multipart(monitor, std::back_inserter(frames));
+        if (!frames.empty() && MonitorEvent(frames[0]) == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+          catch_up();
+          settle_at = Clock::now() + kSettle;
+        }
+      }
+      if (settle_at && Clock::now() >= *settle_at) {
+        settle_at.reset();
+        if (live_messages == live_at_catch_up) catch_up();
+      }
+      if (!(items[1].revents & ZMQ_POLLIN)) continue;
       // Everything already queued is taken without polling again: a poll is
       // a system call, and a stream that keeps up never waits between
       // messages anyway.
@@ -118,6 +172,7 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
         if (!zmq::recv_multipart(sub, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
           break;
         }
+        ++live_messages;
         if (frames.size() != 3 || frames[1].size() != 8) {
           stream.stream->OnBadFraming("want 3 frames [topic, 8-byte seq, payload], got " +
                                       std::to_string(frames.size()) + " frames");
@@ -188,7 +243,9 @@ Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
       KVGOV_RETURN_IF_ERROR(impl_->recover(*stream->stream).WithContext("recovering " + spec.worker));
     }
     Stream* raw = stream.get();
-    raw->thread = std::thread([this, raw] { RunStream(impl_->context, *raw, impl_->stopping); });
+    const size_t number = impl_->streams.size();
+    raw->thread = std::thread(
+        [this, raw, number] { RunStream(impl_->context, *raw, impl_->stopping, number); });
     impl_->streams.push_back(std::move(stream));
   }
   return Status::Ok();
