@@ -40,10 +40,7 @@ Result<std::vector<EngineHash>> ReadHashList(const msgpack::object& object, std:
 /// An int that fits int64.
 Result<int64_t> ReadInt64(const msgpack::object& object, std::string_view where);
 
-/// Token ids are non-negative int32 in every engine's vocabulary.
-inline constexpr uint64_t kMaxTokenId = 2147483647;
-
-/// An array of token ids, each an int in 0..kMaxTokenId; or SGLang's EAGLE
+/// An array of token ids, each an int in 0..kvgov::kMaxTokenId; or SGLang's EAGLE
 /// bigrams, an array of [token, next token] pairs (every element a pair when
 /// the first is), read as the pairs' first tokens. An id out of range is
 /// refused naming its element ("events[0].token_ids[3]").

@@ -67,7 +67,7 @@ TEST(EncodeEventTest, LocationRidesFlatBesideTheRecord) {
   SpanLocation where;
   where.worker = "w2";
   where.from_worker = "w1";
-  where.token_ids = {1, -2, 9223372036854775807};
+  where.token_ids = {1, 0, 2147483647};  // both ends of the token id range
   where.lora_name = "adapter";
   where.cache_salt = "salt";
   where.group_idx = 3;

@@ -1,6 +1,7 @@
 #include "kvgov/codec/governance_api.h"
 
 #include "codec/json_fields.h"
+#include "kvgov/core/engine_events.h"
 
 namespace kvgov::codec_internal {
 
@@ -10,6 +11,7 @@ void SpanFields(auto& v, auto& q) {
   v.Optional("tenant", q.tenant);
   v.Optional("lora_name", q.lora_name);
   v.Optional("token_ids", q.token_ids);
+  v.Validate([&] { return CheckTokenIds(q.token_ids); });
   v.Optional("worker", q.worker);
   v.Optional("block_hash", q.block_hash);
   v.Optional("group_idx", q.group_idx);

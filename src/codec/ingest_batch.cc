@@ -3,6 +3,7 @@
 #include <array>
 
 #include "codec/schemas.h"
+#include "kvgov/core/engine_events.h"
 
 namespace kvgov::codec_internal {
 
@@ -12,6 +13,7 @@ struct Schema<SpanResidency> {
     v.Optional("worker", r.worker);
     v.Optional("from_worker", r.from_worker);
     v.Optional("token_ids", r.token_ids);
+    v.Validate([&] { return CheckTokenIds(r.token_ids); });
     v.Optional("block_hashes", r.block_hashes);
     v.Optional("lora_name", r.lora_name);
     v.Optional("cache_salt", r.cache_salt);

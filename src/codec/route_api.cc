@@ -1,6 +1,7 @@
 #include "kvgov/codec/route_api.h"
 
 #include "codec/json_fields.h"
+#include "kvgov/core/engine_events.h"
 
 namespace kvgov::codec_internal {
 
@@ -11,6 +12,7 @@ struct Schema<router::RouteRequest> {
     v.Expect("model", !r.model.empty(), [] { return std::string("required, got empty"); });
     v.Optional("tenant", r.tenant);
     v.Required("token_ids", r.token_ids);
+    v.Validate([&] { return CheckTokenIds(r.token_ids); });
     v.Optional("lora_name", r.lora_name);
     v.Optional("workers", r.workers);
   }

@@ -111,6 +111,16 @@ std::string FirstBlockExtraKey(std::string_view lora_name, std::string_view cach
   return out;
 }
 
+Status CheckTokenIds(std::span<const int64_t> token_ids, std::string_view field) {
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    if (token_ids[i] >= 0 && token_ids[i] <= kMaxTokenId) continue;
+    return Status::InvalidArgument(std::string(field) + "[" + std::to_string(i) +
+                                   "]: want a token id in 0.." + std::to_string(kMaxTokenId) +
+                                   ", got " + std::to_string(token_ids[i]));
+  }
+  return Status::Ok();
+}
+
 std::string_view EngineEventTypeName(const EngineEvent& event) {
   return std::visit(
       [](const auto& e) -> std::string_view {

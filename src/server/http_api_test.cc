@@ -251,6 +251,47 @@ TEST_F(HttpApiTest, RouteErrors) {
             std::string::npos);
 }
 
+// Token ids are non-negative int32 wherever a span is named: a route, a
+// transport report, a quarantine. The refusal names the element.
+TEST_F(HttpApiTest, TokenIdsOutsideInt32AreRefusedNamingTheElement) {
+  httplib::Result route = client_->Post(
+      "/v1/route", R"({"model":"llama","token_ids":[-1,2]})", "application/json");
+  ASSERT_TRUE(route);
+  EXPECT_EQ(route->status, 400);
+  EXPECT_EQ(Json::parse(route->body)["error"]["message"],
+            "$.token_ids[0]: want a token id in 0..2147483647, got -1")
+      << route->body;
+  httplib::Result too_big = client_->Post(
+      "/v1/route", R"({"model":"llama","token_ids":[1,2147483648]})", "application/json");
+  EXPECT_EQ(too_big->status, 400);
+  EXPECT_NE(too_big->body.find("$.token_ids[1]: want a token id in 0..2147483647, got "
+                               "2147483648"),
+            std::string::npos)
+      << too_big->body;
+  EXPECT_EQ(client_->Post("/v1/route", R"({"model":"llama","token_ids":[0,2147483647]})",
+                          "application/json")
+                ->status,
+            200);
+
+  httplib::Result event = PostEvents(R"({"events":[
+    {"type":"kv_transfer","direction":"offload","span_digest":"s","tokens":4,
+     "to_tier":"dram","from_tier":"hbm","worker":"w1","token_ids":[1,2,-3,4]}]})");
+  ASSERT_TRUE(event);
+  Json answer = Json::parse(event->body);
+  EXPECT_EQ(answer["accepted"], 0) << event->body;
+  EXPECT_EQ(answer["rejected"][0]["error"], "$.events[0].token_ids[2]: want a token id in "
+                                            "0..2147483647, got -3")
+      << event->body;
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["blocks"]["dram"], 0);
+
+  httplib::Result quarantine = client_->Post(
+      "/v1/quarantine", R"({"model":"llama","reason":"x","token_ids":[1,-5]})",
+      "application/json");
+  EXPECT_EQ(quarantine->status, 400);
+  EXPECT_NE(quarantine->body.find("$.token_ids[1]: want a token id"), std::string::npos)
+      << quarantine->body;
+}
+
 TEST_F(HttpApiTest, ConfigReportsTheWeights) {
   Json config = GetJson("/v1/config");
   EXPECT_EQ(config["route"]["overlap_weight"], 2.0);

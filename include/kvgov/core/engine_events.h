@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
 #include "kvgov/core/envelope.h"
+#include "kvgov/core/status.h"
 
 namespace kvgov {
 
@@ -81,6 +83,14 @@ struct EngineEventBatch {
 /// known medium remote (the bytes are not on this worker); "" and "LOCAL"
 /// leave the medium's tier. Anything else -> unknown, never credited as hbm.
 ResidencyTier TierForMedium(std::string_view medium, std::string_view locality = "");
+
+/// Token ids are non-negative int32 in every engine's vocabulary (vLLM,
+/// SGLang, the OpenAI API's token arrays).
+inline constexpr int64_t kMaxTokenId = 2147483647;
+
+/// InvalidArgument "<field>[i]: want a token id in 0..2147483647, got N"
+/// naming the first id out of range; Ok when every one is in range.
+Status CheckTokenIds(std::span<const int64_t> token_ids, std::string_view field = "token_ids");
 
 /// The canonical extra key (§4 of docs/formats/engine-events.md) of a block
 /// hashed with a LoRA name and, on a chain's first block, a cache salt, as
