@@ -43,7 +43,6 @@ std::optional<Gauge> KnownGauge(std::string_view name) {
 struct Series {
   double sum = 0;
   size_t count = 0;
-  std::set<std::string> label_sets;  // canonical form, to refuse a repeated series
 };
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
@@ -124,6 +123,20 @@ class SampleLine {
 
   double value() const { return value_; }
   std::string canonical_labels() const { return CanonicalLabels(labels_); }
+  // The data-parallel rank the series is for: vLLM's `engine` label or
+  // SGLang's `dp_rank`, a decimal below `ranks`; none for any other series.
+  std::optional<size_t> Rank(size_t ranks) const {
+    for (const auto& [label, value] : labels_) {
+      if (label != "engine" && label != "dp_rank") continue;
+      size_t rank = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), rank);
+      if (error == std::errc() && end == value.data() + value.size() && !value.empty() &&
+          rank < ranks) {
+        return rank;
+      }
+    }
+    return std::nullopt;
+  }
   Status Error(const std::string& what) const { return Status::InvalidArgument(where_ + what); }
 
  private:
@@ -210,14 +223,18 @@ class SampleLine {
 
 }  // namespace
 
-Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
-                                       size_t max_bytes) {
+Result<std::vector<ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
+                                                          int64_t now_ms, size_t ranks,
+                                                          size_t max_bytes) {
   if (prometheus_text.size() > max_bytes) {
     return Status::ResourceExhausted("metrics: " + std::to_string(prometheus_text.size()) +
                                      " bytes, over the " + std::to_string(max_bytes) +
                                      "-byte limit");
   }
-  std::array<Series, kGaugeCount> series;
+  if (ranks == 0) return Status::InvalidArgument("metrics: want at least one rank");
+  // Series of each gauge by rank, then those that name no rank (the last).
+  std::vector<std::array<Series, kGaugeCount>> by_rank(ranks + 1);
+  std::array<std::set<std::string>, kGaugeCount> label_sets;  // to refuse a repeated series
   size_t line_number = 0;
   size_t start = 0;
   while (start < prometheus_text.size()) {
@@ -241,36 +258,67 @@ Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t
 
     SampleLine sample(line, pos, line_number, name);
     KVGOV_RETURN_IF_ERROR(sample.Parse());
-    Series& into = series[*gauge];
-    if (!into.label_sets.insert(sample.canonical_labels()).second) {
+    if (!label_sets[*gauge].insert(sample.canonical_labels()).second) {
       return sample.Error("repeats an earlier series with the same labels");
     }
+    // With one rank every series is that rank's, whatever its labels.
+    Series& into = by_rank[ranks == 1 ? 0 : sample.Rank(ranks).value_or(ranks)][*gauge];
     into.sum += sample.value();
     ++into.count;
     if (!std::isfinite(into.sum)) return sample.Error("the sum over its series is not finite");
   }
 
-  auto first_present = [&series](std::initializer_list<Gauge> gauges) -> const Series* {
-    for (Gauge gauge : gauges) {
-      if (series[gauge].count > 0) return &series[gauge];
+  const std::array<Series, kGaugeCount>& unranked = by_rank[ranks];
+  auto present = [&](Gauge gauge) {
+    for (const auto& rank : by_rank) {
+      if (rank[gauge].count > 0) return true;
     }
-    return nullptr;
+    return false;
   };
-  const Series* running = first_present({kVllmRunning, kSglangRunning});
-  const Series* waiting = first_present({kVllmWaiting, kSglangWaiting});
-  const Series* kv_usage = first_present({kVllmKvUsage, kVllmGpuUsage, kSglangTokenUsage});
-  if (running == nullptr && waiting == nullptr && kv_usage == nullptr) {
+  auto first_present = [&](std::initializer_list<Gauge> gauges) -> std::optional<Gauge> {
+    for (Gauge gauge : gauges) {
+      if (present(gauge)) return gauge;
+    }
+    return std::nullopt;
+  };
+  const std::optional<Gauge> running = first_present({kVllmRunning, kSglangRunning});
+  const std::optional<Gauge> waiting = first_present({kVllmWaiting, kSglangWaiting});
+  const std::optional<Gauge> kv_usage =
+      first_present({kVllmKvUsage, kVllmGpuUsage, kSglangTokenUsage});
+  if (!running && !waiting && !kv_usage) {
     return Status::NotFound(
         "metrics: none of the load gauges (vllm:num_requests_running, "
         "vllm:num_requests_waiting, vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc, "
         "sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage) is present");
   }
-  ScrapedLoad load;
-  load.running = running == nullptr ? 0 : running->sum;
-  load.waiting = waiting == nullptr ? 0 : waiting->sum;
-  load.kv_usage = kv_usage == nullptr ? 0 : kv_usage->sum / static_cast<double>(kv_usage->count);
-  load.scraped_at_ms = now_ms;
-  return load;
+  const auto share = static_cast<double>(ranks);
+  // A count a rank's own series report, plus its even share of the series
+  // that name no rank (an engine that does not label them per rank).
+  auto count_of = [&](const std::array<Series, kGaugeCount>& rank, std::optional<Gauge> gauge) {
+    return gauge ? rank[*gauge].sum + unranked[*gauge].sum / share : 0.0;
+  };
+  // A fraction of one rank's cache: its own series' mean, else the mean of
+  // the unlabelled ones.
+  auto fraction_of = [&](const std::array<Series, kGaugeCount>& rank, std::optional<Gauge> gauge) {
+    if (!gauge) return 0.0;
+    const Series& series = rank[*gauge].count > 0 ? rank[*gauge] : unranked[*gauge];
+    return series.count > 0 ? series.sum / static_cast<double>(series.count) : 0.0;
+  };
+  std::vector<ScrapedLoad> loads(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    loads[r].running = count_of(by_rank[r], running);
+    loads[r].waiting = count_of(by_rank[r], waiting);
+    loads[r].kv_usage = fraction_of(by_rank[r], kv_usage);
+    loads[r].scraped_at_ms = now_ms;
+  }
+  return loads;
+}
+
+Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
+                                       size_t max_bytes) {
+  KVGOV_ASSIGN_OR_RETURN(std::vector<ScrapedLoad> loads,
+                         ParseEngineMetricsByRank(prometheus_text, now_ms, 1, max_bytes));
+  return loads.front();
 }
 
 }  // namespace kvgov::router

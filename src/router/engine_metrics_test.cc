@@ -41,6 +41,50 @@ TEST(EngineMetricsTest, SumsVllmGaugesAcrossEnginesAndAveragesKvUsage) {
   EXPECT_EQ(load->scraped_at_ms, 1700);
 }
 
+// A data-parallel engine behind one server: each rank's stream is its own
+// worker, and each gets its own rank's load, not the engine's sum.
+TEST(EngineMetricsTest, ByRankGivesEachRankItsOwnSeries) {
+  Result<std::vector<ScrapedLoad>> loads = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 2);
+  ASSERT_TRUE(loads.ok()) << loads.status().ToString();
+  ASSERT_EQ(loads->size(), 2u);
+  EXPECT_DOUBLE_EQ((*loads)[0].running, 3.0);
+  EXPECT_DOUBLE_EQ((*loads)[0].waiting, 1.0);
+  EXPECT_DOUBLE_EQ((*loads)[0].kv_usage, 0.25);
+  EXPECT_DOUBLE_EQ((*loads)[1].running, 2.0);
+  EXPECT_DOUBLE_EQ((*loads)[1].waiting, 4.0);
+  EXPECT_DOUBLE_EQ((*loads)[1].kv_usage, 0.75);
+  EXPECT_EQ((*loads)[1].scraped_at_ms, 1700);
+  // One rank: the whole engine, as ParseEngineMetrics.
+  Result<std::vector<ScrapedLoad>> one = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_DOUBLE_EQ((*one)[0].running, 5.0);
+}
+
+// SGLang labels its schedulers by dp_rank; a series with no rank label is
+// the engine's as a whole and is shared evenly.
+TEST(EngineMetricsTest, ByRankReadsSglangDpRankAndSharesUnlabelledSeries) {
+  const std::string text =
+      "sglang:num_running_reqs{model_name=\"m\",dp_rank=\"0\",tp_rank=\"0\"} 6\n"
+      "sglang:num_running_reqs{model_name=\"m\",dp_rank=\"1\",tp_rank=\"0\"} 2\n"
+      "sglang:num_queue_reqs{model_name=\"m\"} 4\n"
+      "sglang:token_usage{model_name=\"m\"} 0.5\n";
+  Result<std::vector<ScrapedLoad>> loads = ParseEngineMetricsByRank(text, 1, 2);
+  ASSERT_TRUE(loads.ok()) << loads.status().ToString();
+  EXPECT_DOUBLE_EQ((*loads)[0].running, 6.0);
+  EXPECT_DOUBLE_EQ((*loads)[1].running, 2.0);
+  EXPECT_DOUBLE_EQ((*loads)[0].waiting, 2.0);
+  EXPECT_DOUBLE_EQ((*loads)[1].waiting, 2.0);
+  EXPECT_DOUBLE_EQ((*loads)[0].kv_usage, 0.5);
+  EXPECT_DOUBLE_EQ((*loads)[1].kv_usage, 0.5);
+  // A rank label past the engine's ranks names no rank of it.
+  Result<std::vector<ScrapedLoad>> outside =
+      ParseEngineMetricsByRank("vllm:num_requests_running{engine=\"7\"} 8\n", 1, 2);
+  ASSERT_TRUE(outside.ok());
+  EXPECT_DOUBLE_EQ((*outside)[0].running, 4.0);
+  EXPECT_DOUBLE_EQ((*outside)[1].running, 4.0);
+  EXPECT_EQ(ParseEngineMetricsByRank(text, 1, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EngineMetricsTest, LabelValuesMayHoldEscapedQuotesCommasAndBraces) {
   const std::string text =
       "vllm:num_requests_running{model_name=\"a \\\"b\\\", c} {d=\\\"e\\\"}\",engine=\"0\"} 2\n"

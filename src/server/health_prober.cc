@@ -155,10 +155,12 @@ void HealthProber::ProbeEngine(Target& target) {
           return true;
         });
     if (!metrics) return;
-    Result<router::ScrapedLoad> load = router::ParseEngineMetrics(body, NowMillis(), max_bytes);
-    if (!load.ok()) return;
-    for (const std::string& worker : target.workers) {
-      (void)table_->RecordScrape(worker, *load);
+    // target.workers are the engine's ranks in order.
+    Result<std::vector<router::ScrapedLoad>> loads =
+        router::ParseEngineMetricsByRank(body, NowMillis(), target.workers.size(), max_bytes);
+    if (!loads.ok()) return;
+    for (size_t rank = 0; rank < target.workers.size(); ++rank) {
+      (void)table_->RecordScrape(target.workers[rank], (*loads)[rank]);
     }
   } catch (const std::exception& e) {
     try {

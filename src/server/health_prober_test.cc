@@ -235,7 +235,9 @@ TEST(HealthProberTest, HealthHasHysteresisAndRecovers) {
   EXPECT_EQ(recovered.last_probe_error, "");
 }
 
-TEST(HealthProberTest, DataParallelEngineUpdatesEveryRank) {
+// Each rank's stream is its own worker and gets its rank's own series
+// (vLLM's engine label), not the whole engine's load.
+TEST(HealthProberTest, DataParallelEngineGivesEachRankItsOwnLoad) {
   FakeEngine engine;
   engine.SetMetrics(std::string(kTwoEngineMetrics));
   router::WorkerStatusTable table;
@@ -244,12 +246,12 @@ TEST(HealthProberTest, DataParallelEngineUpdatesEveryRank) {
   HealthProber prober(&table, {Engine("dp", engine.url(), 2)}, FastOptions());
   ASSERT_TRUE(prober.Start().ok());
 
-  for (const std::string worker : {"dp@dp0", "dp@dp1"}) {
+  for (const auto& [worker, running] : {std::pair{"dp@dp0", 3.0}, std::pair{"dp@dp1", 4.0}}) {
     ASSERT_TRUE(WaitFor([&] {
       router::WorkerStatus status = StatusOf(table, worker);
       return status.healthy && status.scraped.has_value();
     })) << worker;
-    EXPECT_DOUBLE_EQ(StatusOf(table, worker).scraped->running, 7.0) << worker;
+    EXPECT_DOUBLE_EQ(StatusOf(table, worker).scraped->running, running) << worker;
   }
 }
 

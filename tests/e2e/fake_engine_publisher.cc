@@ -20,17 +20,21 @@ std::string BigEndian64(uint64_t value) {
 }  // namespace
 
 FakeEnginePublisher::FakeEnginePublisher(int64_t block_size)
+    : FakeEnginePublisher(block_size, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*") {}
+
+FakeEnginePublisher::FakeEnginePublisher(int64_t block_size, const std::string& events_bind,
+                                         const std::string& replay_bind)
     : block_size_(block_size), pub_(context_, zmq::socket_type::xpub), next_hash_(0xF000000000000000) {
   pub_.set(zmq::sockopt::linger, 0);
   // Every subscriber's subscription comes through, not only the first, so
   // a test can wait for each of several kvgov replicas.
   pub_.set(zmq::sockopt::xpub_verbose, 1);
-  pub_.bind("tcp://127.0.0.1:*");
+  pub_.bind(events_bind);
   events_endpoint_ = pub_.get(zmq::sockopt::last_endpoint);
   // The ROUTER is bound here so its endpoint is known before the thread runs.
   auto router = std::make_shared<zmq::socket_t>(context_, zmq::socket_type::router);
   router->set(zmq::sockopt::linger, 0);
-  router->bind("tcp://127.0.0.1:*");
+  router->bind(replay_bind);
   replay_endpoint_ = router->get(zmq::sockopt::last_endpoint);
   replay_thread_ = std::thread([this, router] {
     while (!stopping_) {

@@ -33,6 +33,10 @@ class FakeEnginePublisher {
   enum class Encoding { kMapEvents, kLegacyPositional };
 
   explicit FakeEnginePublisher(int64_t block_size);
+  /// Binds the two sockets to these endpoints (a data-parallel rank's fixed
+  /// ports); throws zmq::error_t when one is taken.
+  FakeEnginePublisher(int64_t block_size, const std::string& events_bind,
+                      const std::string& replay_bind);
   ~FakeEnginePublisher();
 
   std::string events_endpoint() const { return events_endpoint_; }

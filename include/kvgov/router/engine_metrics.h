@@ -39,4 +39,15 @@ namespace kvgov::router {
 Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
                                        size_t max_bytes = 4 << 20);
 
+/// The same, split over an engine's `ranks` data-parallel ranks (element r
+/// is rank r's load), as one /metrics page reports them: a series labelled
+/// with its rank (vLLM's `engine="r"`, SGLang's `dp_rank="r"`, r < ranks) is
+/// that rank's; a series with no such label is the engine's as a whole and
+/// is shared evenly, each rank taking 1/ranks of its counts and its cache
+/// fraction as is. With ranks == 1 this is ParseEngineMetrics. Errors as
+/// there, and InvalidArgument for ranks == 0.
+Result<std::vector<ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
+                                                          int64_t now_ms, size_t ranks,
+                                                          size_t max_bytes = 4 << 20);
+
 }  // namespace kvgov::router
