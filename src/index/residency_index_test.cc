@@ -136,6 +136,48 @@ TEST_F(ResidencyIndexTest, GroupsAreSeparateKeySpaces) {
             1u);
 }
 
+// A hybrid model (vLLM's kv_cache_spec_kind): credit comes from the
+// full-attention group whatever its number; a sliding-window group evicts
+// early, and those evictions never withdraw the full-attention credit.
+TEST_F(ResidencyIndexTest, HybridModelsEarnCreditFromTheFullAttentionGroup) {
+  BlockStored sliding = Stored({1, 2}, std::nullopt, Tokens(2));
+  sliding.group_idx = 0;
+  sliding.kv_cache_spec_kind = "sliding_window";
+  sliding.kv_cache_spec_sliding_window = 4;
+  BlockStored full = Stored({1, 2}, std::nullopt, Tokens(2));
+  full.group_idx = 1;
+  full.kv_cache_spec_kind = "full_attention";
+  ASSERT_TRUE(index_.Apply("w1", sliding).ok());
+  ASSERT_TRUE(index_.Apply("w1", full).ok());
+  ASSERT_EQ(index_.Overlap(Chain(Tokens(2))).size(), 1u);
+  EXPECT_EQ(index_.Overlap(Chain(Tokens(2)))[0].blocks, 2u);
+  // The sliding window drops the first block (same engine hash, its group).
+  Result<ApplyResult> evicted = index_.Apply("w1", BlockRemoved{{1}, "GPU", 0});
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_EQ(evicted->blocks_removed, 1u);
+  EXPECT_EQ(index_.Overlap(Chain(Tokens(2)))[0].blocks, 2u);
+  // The full-attention group's own eviction does withdraw it.
+  ASSERT_TRUE(index_.Apply("w1", BlockRemoved{{2}, "GPU", 1}).ok());
+  EXPECT_EQ(index_.Overlap(Chain(Tokens(2)))[0].blocks, 1u);
+}
+
+// The same tokens stored again under another engine hash: the engine's
+// hashing changed (a hash seed that is not pinned).
+TEST_F(ResidencyIndexTest, TheSameTokensUnderNewHashesAreCountedAsDrift) {
+  ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
+  Result<ApplyResult> again = index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2)));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->hash_drift_blocks, 0u);  // a re-store under the same hashes
+  Result<ApplyResult> drifted = index_.Apply("w1", Stored({71, 72}, std::nullopt, Tokens(2)));
+  ASSERT_TRUE(drifted.ok());
+  EXPECT_EQ(drifted->hash_drift_blocks, 2u);
+  // Another tier of the same block is an offload, not drift.
+  Result<ApplyResult> offloaded =
+      index_.Apply("w1", Stored({81, 82}, std::nullopt, Tokens(2), "CPU"));
+  ASSERT_TRUE(offloaded.ok());
+  EXPECT_EQ(offloaded->hash_drift_blocks, 0u);
+}
+
 TEST_F(ResidencyIndexTest, ClearEmptiesButKeepsTheWorker) {
   ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
   ASSERT_TRUE(index_.Apply("w1", AllBlocksCleared{}).ok());

@@ -31,6 +31,11 @@ class FakeControl {
     // answer must not starve the others.
     server_.new_task_queue = [] { return new httplib::ThreadPool(16); };
     server_.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.status = 200; });
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+      std::lock_guard lock(metrics_mu_);
+      r.status = metrics_.empty() ? 404 : 200;
+      r.set_content(metrics_, "text/plain; version=0.0.4");
+    });
     server_.Post(reset_path, [this](const httplib::Request&, httplib::Response& r) {
       const int call = ++calls_;
       int busy = busy_left_.load();
@@ -63,6 +68,11 @@ class FakeControl {
   void DelayFirstReset(std::chrono::milliseconds delay) {
     first_delay_ms_ = static_cast<int>(delay.count());
   }
+  /// What GET /metrics serves (Prometheus text); 404 while empty.
+  void SetMetrics(std::string text) {
+    std::lock_guard lock(metrics_mu_);
+    metrics_ = std::move(text);
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int calls() const { return calls_; }
 
@@ -72,6 +82,8 @@ class FakeControl {
   std::atomic<int> calls_{0};
   std::atomic<int> first_delay_ms_{0};
   std::mutex reset_mu_;  // the publisher is driven by one thread at a time
+  std::mutex metrics_mu_;  // guards metrics_
+  std::string metrics_;
   std::function<void()> on_reset_;
   int port_ = 0;
   std::thread thread_;

@@ -1,0 +1,92 @@
+// The loud diagnostics, each firing and clearing on a real kvgov: a
+// publisher silent while its engine runs requests, stored blocks whose
+// parent kvgov never saw, and the same tokens under new hashes.
+
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/daemon_process.h"
+#include "e2e/fake_control.h"
+#include "e2e/fake_engine_publisher.h"
+#include "e2e/wait.h"
+
+namespace kvgov::testing {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr int64_t kBlockSize = 4;
+
+class DiagnosticsE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string spec = "id=w1,kind=vllm,events=" + publisher_.events_endpoint() +
+                             ",replay=" + publisher_.replay_endpoint() + ",control=" +
+                             control_.url() + ",model=llama,block-size=" +
+                             std::to_string(kBlockSize);
+    Status started = daemon_.Start(
+        {"--engine", spec, "--engine-silence-ms", "300", "--probe-interval-ms", "50"});
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
+    ASSERT_TRUE(publisher_.WaitForSubscriber(milliseconds(20000))) << daemon_.Stderr();
+  }
+
+  Json Diagnostics() {
+    httplib::Result response = client_->Get("/v1/workers");
+    if (!response || response->status != 200) return Json();
+    return Json::parse(response->body)["workers"][0]["diagnostics"];
+  }
+  bool MetricIs(const std::string& series, const std::string& value) {
+    httplib::Result response = client_->Get("/metrics");
+    return response && response->body.find(series + " " + value + "\n") != std::string::npos;
+  }
+
+  FakeEnginePublisher publisher_{kBlockSize};
+  FakeControl control_{"/reset_prefix_cache", [] {}};
+  DaemonProcess daemon_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(DiagnosticsE2ETest, ASilentPublisherOfABusyEngineFiresAndClears) {
+  // Idle and silent: nothing to say.
+  control_.SetMetrics("vllm:num_requests_running{engine=\"0\"} 0\n");
+  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["silent_for_ms"] >= 300; }));
+  EXPECT_FALSE(Diagnostics()["silent_while_busy"]);
+  // Requests run, no events come: events are off or the publisher died.
+  control_.SetMetrics("vllm:num_requests_running{engine=\"0\"} 2\n");
+  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["silent_while_busy"] == true; }))
+      << Diagnostics().dump() << daemon_.Stderr();
+  EXPECT_TRUE(MetricIs(R"(kvgov_engine_silent{worker="w1"})", "1"));
+  // The engine publishes: cleared.
+  publisher_.Store(std::nullopt, 1, 100);
+  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["silent_while_busy"] == false; }))
+      << Diagnostics().dump();
+  EXPECT_LT(Diagnostics()["silent_for_ms"], 300);
+  EXPECT_TRUE(MetricIs(R"(kvgov_engine_silent{worker="w1"})", "0"));
+  EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
+}
+
+TEST_F(DiagnosticsE2ETest, OrphanBlocksAndHashDriftAreCountedPerWorker) {
+  // A chain under a parent kvgov never saw (a batch it missed).
+  publisher_.Store(uint64_t{0xDEADBEEF}, 2, 100);
+  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["orphan_blocks"] == 2; }))
+      << Diagnostics().dump();
+  EXPECT_TRUE(MetricIs(R"(kvgov_engine_orphan_blocks_total{worker="w1"})", "2"));
+  EXPECT_EQ(Diagnostics()["hash_drift_blocks"], 0);
+
+  // The same tokens again under new hashes: the engine's hash seed moved.
+  publisher_.Store(std::nullopt, 3, 500);
+  publisher_.Store(std::nullopt, 3, 500);
+  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["hash_drift_blocks"] == 3; }))
+      << Diagnostics().dump();
+  EXPECT_TRUE(MetricIs(R"(kvgov_engine_hash_drift_blocks_total{worker="w1"})", "3"));
+  EXPECT_EQ(Diagnostics()["orphan_blocks"], 2);
+  EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
+}
+
+}  // namespace
+}  // namespace kvgov::testing
