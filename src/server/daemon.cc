@@ -388,6 +388,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   daemon->invalidations =
       std::make_unique<InvalidationManager>(daemon.get(), options.witness_timeout_ms);
   InvalidationManager* invalidations = daemon->invalidations.get();
+  // Before the streams start: a removal they catch up on must find its
+  // directive.
+  KVGOV_RETURN_IF_ERROR(invalidations->Recover());
   const auto recovery_started = std::chrono::steady_clock::now();
   StreamStore::RecoveryStats* recovered = &daemon->recovered;
   daemon->ingest = std::make_unique<transport::ZmqIngest>(
@@ -418,7 +421,6 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                    .count());
   KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
   KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
-  KVGOV_RETURN_IF_ERROR(daemon->invalidations->Recover());
   if (replicated) {
     // After the local state is back: the log's newer entries apply over it.
     ReplicaOptions replica;
@@ -444,6 +446,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     if (!replicated) return started;
     std::fprintf(stderr, "kvgov: serve.start not recorded: %s\n", started.ToString().c_str());
   }
+  daemon->invalidations->CallRecoveredOwners();
   daemon->prober = std::make_unique<HealthProber>(
       &daemon->status, options.engines,
       HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});

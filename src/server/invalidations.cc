@@ -1,5 +1,6 @@
 #include "server/invalidations.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,12 @@ namespace kvgov::server {
 namespace {
 
 using Json = nlohmann::json;
+
+// An owner whose call may not have reached it: planned, or dispatched
+// without a recorded answer.
+bool NeedsCall(const OwnerProgress& owner) {
+  return owner.state == "planned" || owner.state == "dispatched";
+}
 
 constexpr std::string_view kDirectivePrefix = "invalidation/";
 constexpr std::string_view kCertificatePrefix = "certificate/";
@@ -320,9 +327,9 @@ void InvalidationManager::Dispatch(const std::string& id) {
   bool any_failed = false;
   for (size_t i = 0; i < directive->owners.size(); ++i) {
     OwnerProgress owner = directive->owners[i];
-    // A replica taking a directive over calls again only the owners whose
-    // removal was not yet witnessed.
-    if (owner.state == "witnessed") continue;
+    // A driver resuming a directive (a restarted kvgov, a replica taking it
+    // over) calls again only the owners it has no acknowledgement from.
+    if (!NeedsCall(owner)) continue;
     const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker);
     ConnectorConfig config;
     if (engine != nullptr) {
@@ -629,6 +636,13 @@ std::map<std::string, uint64_t, std::less<>> InvalidationManager::CountByState()
   return counts;
 }
 
+void InvalidationManager::CallRecoveredOwners() {
+  std::lock_guard lock(mu_);
+  for (std::string& id : to_call_) queue_.emplace_back(std::move(id), false);
+  to_call_.clear();
+  wake_.notify_all();
+}
+
 Status InvalidationManager::Recover() {
   try {
     return RecoverRecords();
@@ -639,26 +653,28 @@ Status InvalidationManager::Recover() {
 }
 
 Status InvalidationManager::RecoverRecords() {
-  std::vector<Directive> interrupted;
+  const int64_t now_ms = WallClockMillis();
   KVGOV_RETURN_IF_ERROR(daemon_->store->Scan(
       store::Column::kGovernance, kDirectivePrefix, "invalidation0",
       [&](std::string_view, std::string_view value) {
         Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
         if (!json.is_object()) return true;
         Directive d = DirectiveFromJson(json);
-        // A single kvgov was the directive's only driver; a replica's
-        // directive lives on with whichever replica claims it next.
-        if (!Finished(d) && !daemon_->replicated()) {
-          d.state = "failed";
-          d.failure = "interrupted_by_restart";
-          interrupted.push_back(d);
-        }
         std::lock_guard lock(mu_);
         SyncGateLocked(nullptr, d);
+        // A single kvgov was the directive's only driver and drives it on:
+        // owners not yet called are called, and every removal still counts
+        // when the engines' streams show it, caught up through replay. A
+        // replica's directive lives on with whichever replica claims it.
+        if (!Finished(d) && !daemon_->replicated()) {
+          d.deadline_ms = std::max(d.deadline_ms, now_ms + witness_timeout_ms_);
+          if (std::any_of(d.owners.begin(), d.owners.end(), NeedsCall)) {
+            to_call_.push_back(d.id);
+          }
+        }
         directives_[d.id] = d;
         return true;
       }));
-  for (const Directive& d : interrupted) KVGOV_RETURN_IF_ERROR(Record(d, "invalidation.failed"));
   return Status::Ok();
 }
 

@@ -43,7 +43,7 @@ struct OwnerProgress {
 /// to each owning engine's control API, witnessed in the engine's own event
 /// stream, then certified. States: planned -> dispatched -> acknowledged ->
 /// witnessed -> certified, or failed with a reason (referee_denied,
-/// owner_unreachable, witness_timeout, interrupted_by_restart).
+/// owner_unreachable, witness_timeout).
 struct Directive {
   std::string id;
   std::string state;
@@ -96,10 +96,17 @@ class InvalidationManager {
   std::map<std::string, uint64_t, std::less<>> CountByState() const;
 
   /// Reads directives back after a restart: finished ones as they were;
-  /// unfinished ones failed (interrupted_by_restart) and journaled, or, for
-  /// a replica, left for whichever replica claims them next. Targets not
-  /// seen gone stay without route credit.
+  /// unfinished ones driven on (owners without an acknowledgement called
+  /// again, removals witnessed from the engines' streams, which catch up
+  /// through replay, within a fresh --witness-timeout-ms), or, for a
+  /// replica, left for whichever replica claims them next. Targets not seen
+  /// gone stay without route credit. Call before the engine streams start,
+  /// so every removal they catch up on finds its directive.
   Status Recover();
+
+  /// Calls the owners Recover found without an acknowledgement; once the
+  /// streams run, so each call's dispatch seq is the stream's.
+  void CallRecoveredOwners();
 
   /// A directive record the replicated governance log carries, applied in
   /// log order on every replica. Ignored for a directive this replica
@@ -139,6 +146,7 @@ class InvalidationManager {
   std::map<std::string, Directive, std::less<>> directives_;  // guarded by mu_
   std::deque<std::pair<std::string, bool>> queue_;  // (id, certify?) guarded by mu_
   std::set<std::string, std::less<>> driving_;      // replicas: claimed here; guarded by mu_
+  std::vector<std::string> to_call_;  // recovered, owners to call; guarded by mu_
   int64_t next_claim_round_ms_ = 0;                 // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::atomic<bool> cancel_{false};

@@ -207,5 +207,69 @@ TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   EXPECT_EQ(route["candidates"][0]["resident_blocks"], 1);
 }
 
+// A directive waiting for its witness survives a crash of kvgov: its owners
+// and their targets come back, the targets still earn no credit, the owner
+// that acknowledged is not called again, and the removal the engine
+// publishes while kvgov is down witnesses it, caught up through replay.
+TEST(InvalidationE2ETest, AWaitingDirectiveSurvivesARestartAndIsWitnessedByTheCatchUp) {
+  FakeEnginePublisher vllm(kBlockSize);
+  FakeControl control("/reset_prefix_cache", [] {});  // accepts, removes nothing yet
+  DaemonProcess daemon;
+  const std::vector<std::string> args = {"--engine",
+                                         EngineArg("w1", "vllm", vllm, control, kBlockSize),
+                                         "--probe-interval-ms", "50", "--witness-timeout-ms",
+                                         "60000"};
+  ASSERT_TRUE(daemon.Start(args).ok()) << daemon.Stderr();
+  ASSERT_TRUE(vllm.WaitForSubscriber(milliseconds(20000)));
+  auto client = std::make_unique<httplib::Client>("127.0.0.1", daemon.port());
+  vllm.Store(std::nullopt, 2, 100);
+  ASSERT_TRUE(WaitFor([&] {
+    Json workers = Json::parse(client->Get("/v1/workers")->body)["workers"];
+    return workers[0]["blocks"]["hbm"] == 2 && workers[0]["health"]["healthy"] == true;
+  }));
+  httplib::Result created = client->Post(
+      "/v1/invalidations",
+      Json({{"model", "llama"}, {"token_ids", Tokens(8, 100)}, {"reason", "poisoned_kv"}}).dump(),
+      "application/json");
+  ASSERT_EQ(created->status, 202) << created->body;
+  const std::string id = Json::parse(created->body)["id"];
+  auto directive = [&] { return Json::parse(client->Get("/v1/invalidations/" + id)->body); };
+  auto credited = [&] {
+    Json decision = Json::parse(
+        client->Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(8, 100)}}).dump(),
+                     "application/json")
+            ->body);
+    return decision["candidates"][0]["overlap_blocks"].get<int64_t>();
+  };
+  ASSERT_TRUE(WaitFor([&] { return directive()["state"] == "acknowledged"; }))
+      << directive().dump();
+  EXPECT_EQ(credited(), 0);
+
+  daemon.Kill();
+  ASSERT_TRUE(daemon.Start(args).ok()) << daemon.Stderr();
+  client = std::make_unique<httplib::Client>("127.0.0.1", daemon.port());
+  Json resumed = directive();
+  EXPECT_EQ(resumed["state"], "acknowledged") << resumed.dump();
+  ASSERT_EQ(resumed["owners"].size(), 1u) << resumed.dump();
+  EXPECT_EQ(resumed["owners"][0]["worker"], "w1");
+  EXPECT_EQ(resumed["owners"][0]["pending"], 2);
+  EXPECT_EQ(resumed["targets"], 2);
+  EXPECT_EQ(credited(), 0);  // resident, but not credited until witnessed
+  ASSERT_EQ(daemon.Stop(), 0) << daemon.Stderr();
+
+  vllm.Clear();  // the engine resets while kvgov is down: nobody hears it live
+  ASSERT_TRUE(daemon.Start(args).ok()) << daemon.Stderr();
+  client = std::make_unique<httplib::Client>("127.0.0.1", daemon.port());
+  Json done;
+  ASSERT_TRUE(WaitFor([&] {
+    done = directive();
+    return done["state"] == "certified" || done["state"] == "failed";
+  })) << done.dump();
+  EXPECT_EQ(done["state"], "certified") << done.dump() << daemon.Stderr();
+  EXPECT_EQ(done["owners"][0]["witness_kind"], "all_blocks_cleared");
+  EXPECT_EQ(control.calls(), 1);  // acknowledged once; never called again
+  EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
+}
+
 }  // namespace
 }  // namespace kvgov::testing
