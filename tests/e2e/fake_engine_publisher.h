@@ -68,6 +68,9 @@ class FakeEnginePublisher {
   /// Forgets everything and starts counting from seq 0, as a restarted
   /// engine does; the replay buffer is emptied too.
   void Restart();
+  /// Publishes a payload built by the test (another engine's wire form)
+  /// under the next seq. The held-block set is not updated.
+  void PublishPayload(std::string payload) { Publish(std::move(payload)); }
   /// Drops every batch before `seq` from the replay buffer, as a bounded
   /// buffer (vLLM's buffer_steps) does once the engine has published more.
   void ForgetBefore(uint64_t seq);
