@@ -77,6 +77,10 @@ inline void CheckStored(const BlockStored& stored, EngineSchema schema) {
                "%zu tokens for %zu blocks of %lld", tokens, blocks,
                static_cast<long long>(stored.block_size));
   }
+  for (int64_t token : stored.token_ids) {
+    FUZZ_CHECK(token >= 0 && token <= kMaxTokenId, "token id %lld out of range",
+               static_cast<long long>(token));
+  }
   FUZZ_CHECK(stored.extra_keys.empty() || stored.extra_keys.size() == blocks,
              "%zu extra keys for %zu blocks", stored.extra_keys.size(), blocks);
   if (schema == EngineSchema::kMooncake && blocks > 0) {
@@ -90,6 +94,9 @@ inline void CheckStored(const BlockStored& stored, EngineSchema schema) {
   FUZZ_CHECK(IsValidUtf8(stored.lora_name), "lora_name is not UTF-8");
   FUZZ_CHECK(IsValidUtf8(stored.medium), "medium is not UTF-8");
   FUZZ_CHECK(IsValidUtf8(stored.kv_cache_spec_kind), "kv_cache_spec_kind is not UTF-8");
+  FUZZ_CHECK(IsValidUtf8(stored.locality), "locality is not UTF-8");
+  FUZZ_CHECK(stored.kv_cache_spec_sliding_window >= 0, "sliding window %lld",
+             static_cast<long long>(stored.kv_cache_spec_sliding_window));
 }
 
 inline void CheckBatch(const EngineEventBatch& batch, EngineSchema schema) {
@@ -103,6 +110,7 @@ inline void CheckBatch(const EngineEventBatch& batch, EngineSchema schema) {
       FUZZ_CHECK(removed->group_idx >= 0, "group_idx %lld",
                  static_cast<long long>(removed->group_idx));
       FUZZ_CHECK(IsValidUtf8(removed->medium), "medium is not UTF-8");
+      FUZZ_CHECK(IsValidUtf8(removed->locality), "locality is not UTF-8");
     }
   }
 }

@@ -182,6 +182,49 @@ TEST(EngineWireGoldenTest, VllmV026MapEventsInPositionalBatch) {
   EXPECT_EQ(Decoded(ReadGolden("vllm_v026_map_events.msgpack")), want);
 }
 
+TEST(EngineWireGoldenTest, VllmStorageTiersWithLocality) {
+  EngineEventBatch want;
+  want.ts = kTs;
+  want.dp_rank = 0;
+  BlockStored remote_fs;
+  remote_fs.block_hashes = {31};
+  remote_fs.token_ids = Tokens(0, 4);
+  remote_fs.block_size = 4;
+  remote_fs.medium = "FS";
+  remote_fs.kv_cache_spec_kind = "full_attention";
+  remote_fs.locality = "REMOTE";
+  BlockStored local_obj;
+  local_obj.block_hashes = {32};
+  local_obj.parent_block_hash = 31;
+  local_obj.token_ids = Tokens(4, 4);
+  local_obj.block_size = 4;
+  local_obj.medium = "OBJ";
+  local_obj.kv_cache_spec_kind = "full_attention";
+  local_obj.locality = "LOCAL";
+  want.events = {remote_fs, local_obj, BlockRemoved{{31}, "FS", 0, "REMOTE"}};
+  EXPECT_EQ(Decoded(ReadGolden("vllm_storage_locality.msgpack")), want);
+}
+
+TEST(EngineWireGoldenTest, SglangSaltedPositionalAndMapEventsWithEagleBigrams) {
+  EngineEventBatch want;
+  want.ts = kTs;
+  want.dp_rank = 1;
+  BlockStored positional;
+  positional.block_hashes = {static_cast<EngineHash>(-5), 6};
+  positional.token_ids = Tokens(10, 4);
+  positional.block_size = 2;
+  positional.medium = "CPU_PINNED";
+  positional.extra_keys = {R"(["tenant-salt"])", ""};
+  BlockStored eagle;
+  eagle.block_hashes = {7};
+  eagle.token_ids = {20, 21};
+  eagle.block_size = 2;
+  eagle.medium = "EXTERNAL";
+  eagle.extra_keys = {R"(["tenant-salt"])"};
+  want.events = {positional, eagle};
+  EXPECT_EQ(Decoded(ReadGolden("sglang_salted_eagle.msgpack")), want);
+}
+
 TEST(EngineWireGoldenTest, MapBatchWithMapEventsCountsWhatItSkips) {
   EngineEventBatch want;
   want.ts = kTs;

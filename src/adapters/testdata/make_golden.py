@@ -228,12 +228,49 @@ def mooncake_list():
     return [removed, cleared]
 
 
+def vllm_storage_locality():
+    # vLLM 0.26 storage tiers (#47923, #48281): FS and OBJ media with
+    # locality on stored and removed events, plus ownership and session_id.
+    return [
+        TS,
+        [
+            {"type": "BlockStored", "block_hashes": [31], "parent_block_hash": None,
+             "token_ids": tokens(0, 4), "block_size": 4, "lora_id": None, "medium": "FS",
+             "lora_name": None, "group_idx": 0, "kv_cache_spec_kind": "full_attention",
+             "locality": "REMOTE", "ownership": "shared", "session_id": "s-1"},
+            ["BlockStored", [32], 31, tokens(4, 4), 4, None, "OBJ", None, None, 0,
+             "full_attention", None, "LOCAL"],
+            {"type": "BlockRemoved", "block_hashes": [31], "medium": "FS", "locality": "REMOTE"},
+        ],
+        0,
+    ]
+
+
+def sglang_salted():
+    # SGLang's salted events in both forms: the #30827 positional metadata map
+    # where vLLM has lora_name, and #37482 map events with cache_salt,
+    # session_id; EAGLE bigram token ids; CPU_PINNED and EXTERNAL media.
+    return [
+        TS,
+        [
+            ["BlockStored", [-5, 6], None, tokens(10, 4), 2, None, "CPU_PINNED",
+             {"cache_salt": "tenant-salt"}],
+            {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None,
+             "token_ids": [[20, 21], [21, 22]], "block_size": 2, "lora_id": None,
+             "medium": "EXTERNAL", "cache_salt": "tenant-salt", "session_id": "sess"},
+        ],
+        1,
+    ]
+
+
 GOLDEN = {
     "vllm_legacy_positional.msgpack": legacy_positional,
     "vllm_v026_map_events.msgpack": vllm_v026,
     "vllm_map_batch_map_events.msgpack": map_outer_map_inner,
     "sglang_cpu_tier1_negative_hash.msgpack": sglang_cpu_tier1,
     "vllm_bytes_hashes.msgpack": bytes_hashes,
+    "vllm_storage_locality.msgpack": vllm_storage_locality,
+    "sglang_salted_eagle.msgpack": sglang_salted,
     "mooncake_batch.msgpack": mooncake_batch,
     "mooncake_single_event.msgpack": mooncake_single,
     "mooncake_event_list.msgpack": mooncake_list,
