@@ -1,6 +1,7 @@
 #include "kvgov/ingest/engine_spec.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <set>
 
 namespace kvgov::ingest {
@@ -123,8 +124,8 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
     } else {
       return Status::InvalidArgument(
           "engine spec: unknown key '" + std::string(key) +
-          "' (want id, kind, events, replay, model, block-size, dp-ranks, control, connector, "
-          "connector-path)");
+          "' (want id, kind, events, replay, model, block-size, pool-blocks, dp-ranks, control, "
+          "connector, connector-path)");
     }
   }
   for (const char* required : {"id", "events", "model"}) {
@@ -145,6 +146,18 @@ Result<std::vector<StreamSpec>> StreamsFor(const EngineSpec& engine) {
   Endpoint replay;
   if (!engine.replay.empty()) {
     KVGOV_ASSIGN_OR_RETURN(replay, ParseTcpEndpoint("replay", engine.replay));
+  }
+  // Rank r binds both sockets at base + r: on one host the two ranges must
+  // not meet (vLLM's usual 5557 and 5558 do at dp-ranks=2), or a rank's
+  // events and another rank's replay would be one port.
+  if (!engine.replay.empty() && events.host == replay.host &&
+      std::abs(events.port - replay.port) < engine.dp_ranks) {
+    return Status::InvalidArgument(
+        "dp-ranks: with " + std::to_string(engine.dp_ranks) + " ranks the events ports " +
+        std::to_string(events.port) + ".." + std::to_string(events.port + engine.dp_ranks - 1) +
+        " and the replay ports " + std::to_string(replay.port) + ".." +
+        std::to_string(replay.port + engine.dp_ranks - 1) +
+        " overlap; put the replay base at least dp-ranks away from the events base");
   }
   std::vector<StreamSpec> streams;
   for (int rank = 0; rank < engine.dp_ranks; ++rank) {

@@ -93,5 +93,27 @@ TEST(EngineSpecTest, RanksListenAtPortPlusRank) {
   EXPECT_EQ(StreamsFor(overflow).status().code(), StatusCode::kInvalidArgument);
 }
 
+// vLLM's usual ports, 5557 and 5558, meet at two ranks: rank 1's events
+// would be rank 0's replay.
+TEST(EngineSpecTest, OverlappingRankPortRangesAreRefused) {
+  EngineSpec overlapping = *ParseEngineSpec(
+      "id=w1,events=tcp://h:5557,replay=tcp://h:5558,model=m,dp-ranks=2");
+  Result<std::vector<StreamSpec>> streams = StreamsFor(overlapping);
+  ASSERT_EQ(streams.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(streams.status().message(),
+            "dp-ranks: with 2 ranks the events ports 5557..5558 and the replay ports "
+            "5558..5559 overlap; put the replay base at least dp-ranks away from the events "
+            "base");
+  EXPECT_TRUE(StreamsFor(*ParseEngineSpec(
+                             "id=w1,events=tcp://h:5557,replay=tcp://h:5558,model=m"))
+                  .ok());
+  EXPECT_TRUE(StreamsFor(*ParseEngineSpec(
+                             "id=w1,events=tcp://h:5557,replay=tcp://h:5559,model=m,dp-ranks=2"))
+                  .ok());
+  EXPECT_TRUE(StreamsFor(*ParseEngineSpec(
+                             "id=w1,events=tcp://a:5557,replay=tcp://b:5558,model=m,dp-ranks=2"))
+                  .ok());
+}
+
 }  // namespace
 }  // namespace kvgov::ingest

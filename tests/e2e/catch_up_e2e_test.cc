@@ -10,8 +10,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "e2e/daemon_process.h"
-#include "e2e/fake_engine_publisher.h"
+#include "e2e/one_engine_test.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -21,31 +20,8 @@ using Json = nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kBlockSize = 4;
-
-class CatchUpE2ETest : public ::testing::Test {
+class CatchUpE2ETest : public OneEngineTest {
  protected:
-  void StartKvgov() {
-    const std::string spec = "id=w1,kind=vllm,events=" + publisher_.events_endpoint() +
-                             ",replay=" + publisher_.replay_endpoint() +
-                             ",model=llama,block-size=" + std::to_string(kBlockSize);
-    Status started = daemon_.Start({"--engine", spec});
-    ASSERT_TRUE(started.ok()) << started.ToString();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
-  }
-
-  Json Worker() {
-    httplib::Result response = client_->Get("/v1/workers");
-    if (!response || response->status != 200) return Json();
-    Json workers = Json::parse(response->body)["workers"];
-    return workers.size() == 1 ? workers[0] : Json();
-  }
-
-  std::string Metrics() {
-    httplib::Result response = client_->Get("/metrics");
-    return response ? response->body : "";
-  }
-
   // kvgov holds exactly what the publisher holds, up to its last seq.
   bool Current() {
     const Json worker = Worker();
@@ -63,10 +39,6 @@ class CatchUpE2ETest : public ::testing::Test {
     ASSERT_TRUE(WaitFor([&] { return Current(); })) << Worker().dump();
     ASSERT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
   }
-
-  FakeEnginePublisher publisher_{kBlockSize};
-  DaemonProcess daemon_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 // The case: the engine publishes once while kvgov is down, then

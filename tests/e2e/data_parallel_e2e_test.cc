@@ -8,11 +8,11 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <random>
 
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/tokens.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -48,12 +48,6 @@ std::vector<std::unique_ptr<FakeEnginePublisher>> BindRanks(int* events_base, in
     }
   }
   return {};
-}
-
-std::vector<int64_t> Tokens(size_t count, int64_t start) {
-  std::vector<int64_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), start);
-  return tokens;
 }
 
 TEST(DataParallelE2ETest, EachRankIsItsOwnStreamAndCandidate) {

@@ -8,9 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "e2e/daemon_process.h"
 #include "e2e/fake_control.h"
-#include "e2e/fake_engine_publisher.h"
+#include "e2e/one_engine_test.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -19,36 +18,20 @@ namespace {
 using Json = nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr int64_t kBlockSize = 4;
-
-class DiagnosticsE2ETest : public ::testing::Test {
+class DiagnosticsE2ETest : public OneEngineTest {
  protected:
   void SetUp() override {
-    const std::string spec = "id=w1,kind=vllm,events=" + publisher_.events_endpoint() +
-                             ",replay=" + publisher_.replay_endpoint() + ",control=" +
-                             control_.url() + ",model=llama,block-size=" +
-                             std::to_string(kBlockSize);
-    Status started = daemon_.Start(
-        {"--engine", spec, "--engine-silence-ms", "300", "--probe-interval-ms", "50"});
-    ASSERT_TRUE(started.ok()) << started.ToString();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
+    StartKvgov({"--engine-silence-ms", "300", "--probe-interval-ms", "50"}, "vllm",
+               ",control=" + control_.url());
     ASSERT_TRUE(publisher_.WaitForSubscriber(milliseconds(20000))) << daemon_.Stderr();
   }
 
-  Json Diagnostics() {
-    httplib::Result response = client_->Get("/v1/workers");
-    if (!response || response->status != 200) return Json();
-    return Json::parse(response->body)["workers"][0]["diagnostics"];
-  }
+  Json Diagnostics() { return Worker()["diagnostics"]; }
   bool MetricIs(const std::string& series, const std::string& value) {
-    httplib::Result response = client_->Get("/metrics");
-    return response && response->body.find(series + " " + value + "\n") != std::string::npos;
+    return Metrics().find(series + " " + value + "\n") != std::string::npos;
   }
 
-  FakeEnginePublisher publisher_{kBlockSize};
   FakeControl control_{"/reset_prefix_cache", [] {}};
-  DaemonProcess daemon_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST_F(DiagnosticsE2ETest, ASilentPublisherOfABusyEngineFiresAndClears) {

@@ -9,11 +9,10 @@
 
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 
-#include "e2e/daemon_process.h"
-#include "e2e/fake_engine_publisher.h"
+#include "e2e/one_engine_test.h"
+#include "e2e/tokens.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -22,13 +21,7 @@ namespace {
 using Json = nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr int64_t kBlockSize = 4;
-
-std::vector<int64_t> Tokens(size_t count, int64_t start) {
-  std::vector<int64_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), start);
-  return tokens;
-}
+constexpr int64_t kBlockSize = OneEngineTest::kBlockSize;
 
 // One BlockStored of one block as the engines put it on the wire.
 struct Store {
@@ -109,15 +102,10 @@ std::string MapBatch(const Store& s, double ts) {
   return std::string(buffer.data(), buffer.size());
 }
 
-class EngineWireE2ETest : public ::testing::Test {
+class EngineWireE2ETest : public OneEngineTest {
  protected:
   void SetUp() override {
-    Status started = daemon_.Start(
-        {"--engine", "id=w1,kind=sglang,events=" + publisher_.events_endpoint() + ",replay=" +
-                         publisher_.replay_endpoint() + ",model=llama,block-size=" +
-                         std::to_string(kBlockSize)});
-    ASSERT_TRUE(started.ok()) << started.ToString();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
+    StartKvgov({}, "sglang");
     ASSERT_TRUE(publisher_.WaitForSubscriber(milliseconds(20000))) << daemon_.Stderr();
   }
 
@@ -125,14 +113,7 @@ class EngineWireE2ETest : public ::testing::Test {
     publisher_.PublishPayload(payload);
     ++published_;
   }
-  bool Applied() {
-    httplib::Result response = client_->Get("/v1/workers");
-    return response &&
-           Json::parse(response->body)["workers"][0]["last_seq"] == published_ - 1;
-  }
-  Json Blocks() {
-    return Json::parse(client_->Get("/v1/workers")->body)["workers"][0]["blocks"];
-  }
+  bool Applied() { return Worker()["last_seq"] == published_ - 1; }
   Json Route(const std::vector<int64_t>& tokens, const std::string& tenant) {
     Json body = {{"model", "llama"}, {"token_ids", tokens}};
     if (!tenant.empty()) body["tenant"] = tenant;
@@ -141,9 +122,6 @@ class EngineWireE2ETest : public ::testing::Test {
     return Json::parse(response->body);
   }
 
-  FakeEnginePublisher publisher_{kBlockSize};
-  DaemonProcess daemon_;
-  std::unique_ptr<httplib::Client> client_;
   int64_t published_ = 0;
 };
 
@@ -167,9 +145,8 @@ TEST_F(EngineWireE2ETest, EveryMediumTheEnginesSendLandsInItsTier) {
     want[tier] = want[tier].get<int>() + 1;
   }
   ASSERT_TRUE(WaitFor([&] { return Applied(); })) << daemon_.Stderr();
-  EXPECT_EQ(Blocks(), want);
-  Json worker = Json::parse(client_->Get("/v1/workers")->body)["workers"][0];
-  EXPECT_EQ(worker["decode_errors"], 0) << daemon_.Stderr();
+  EXPECT_EQ(Worker()["blocks"], want);
+  EXPECT_EQ(Worker()["decode_errors"], 0) << daemon_.Stderr();
 
   // A remote block earns less than a local disk one (0.25 against 0.5).
   const Json on_disk = Route(Tokens(kBlockSize, 700), "")["candidates"][0];

@@ -7,12 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/tokens.h"
 
 namespace kvgov::testing {
 
@@ -88,12 +88,6 @@ class FakeControl {
   int port_ = 0;
   std::thread thread_;
 };
-
-inline std::vector<int64_t> Tokens(size_t count, int64_t start) {
-  std::vector<int64_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), start);
-  return tokens;
-}
 
 /// The --engine spec of a model "llama" engine with this publisher and
 /// control API.

@@ -12,8 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "e2e/daemon_process.h"
-#include "e2e/fake_engine_publisher.h"
+#include "e2e/one_engine_test.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -22,27 +21,8 @@ namespace {
 using Json = nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr int64_t kBlockSize = 4;
-
-
-class IngestE2ETest : public ::testing::Test {
+class IngestE2ETest : public OneEngineTest {
  protected:
-  void StartKvgov() {
-    std::string spec = "id=w1,kind=vllm,events=" + publisher_.events_endpoint() +
-                       ",replay=" + publisher_.replay_endpoint() +
-                       ",model=llama,block-size=" + std::to_string(kBlockSize);
-    Status started = daemon_.Start({"--engine", spec});
-    ASSERT_TRUE(started.ok()) << started.ToString();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
-  }
-
-  Json Worker() {
-    httplib::Result response = client_->Get("/v1/workers");
-    if (!response || response->status != 200) return Json();
-    Json workers = Json::parse(response->body)["workers"];
-    return workers.size() == 1 ? workers[0] : Json();
-  }
-
   // Waits until kvgov has applied everything up to the publisher's last seq
   // and holds exactly the blocks the publisher holds.
   ::testing::AssertionResult Converged() {
@@ -59,10 +39,6 @@ class IngestE2ETest : public ::testing::Test {
            << "want last_seq " << last << " and " << held << " hbm blocks, kvgov has "
            << Worker().dump() << "\n" << daemon_.Stderr();
   }
-
-  FakeEnginePublisher publisher_{kBlockSize};
-  DaemonProcess daemon_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST_F(IngestE2ETest, IndexEqualsWhatThePublisherHolds) {

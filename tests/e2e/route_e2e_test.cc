@@ -9,11 +9,11 @@
 #include <functional>
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <thread>
 
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/tokens.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -24,12 +24,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-
-std::vector<int64_t> Tokens(size_t count, int64_t start) {
-  std::vector<int64_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), start);
-  return tokens;
-}
 
 class RouteE2ETest : public ::testing::Test {
  protected:
