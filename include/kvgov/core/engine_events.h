@@ -38,7 +38,7 @@ struct BlockStored {
   int64_t group_idx = 0;
   std::string kv_cache_spec_kind;  // "full_attention", "sliding_window", ...; "" when absent
   int64_t kv_cache_spec_sliding_window = 0;  // tokens; 0 when absent
-  std::string locality;  // vLLM's "LOCAL" / "REMOTE" as sent; "" when absent
+  std::string locality{};  // vLLM's "LOCAL" / "REMOTE" as sent; "" when absent
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 
@@ -47,7 +47,9 @@ struct BlockRemoved {
   std::vector<EngineHash> block_hashes;
   std::string medium;
   int64_t group_idx = 0;
-  std::string locality;
+  // A default member initializer, so aggregate initialisers that predate
+  // the field need not name it.
+  std::string locality{};
   friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
 };
 

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -133,7 +132,8 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
     return;
   }
   std::vector<zmq::message_t> frames;
-  std::optional<Clock::time_point> settle_at;
+  constexpr Clock::time_point kNoSettle = Clock::time_point::max();
+  Clock::time_point settle_at = kNoSettle;
   uint64_t live_messages = 0;
   uint64_t live_at_catch_up = 0;
   auto catch_up = [&] {
@@ -143,10 +143,10 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
   while (!stopping.load(std::memory_order_relaxed)) {
     try {
       auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kPollInterval);
-      if (settle_at) {
-        wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(*settle_at -
-                                                                                 Clock::now()),
-                          std::chrono::milliseconds(0), wait);
+      if (settle_at != kNoSettle) {
+        wait = std::clamp(
+            std::chrono::duration_cast<std::chrono::milliseconds>(settle_at - Clock::now()),
+            std::chrono::milliseconds(0), wait);
       }
       std::array<zmq::pollitem_t, 2> items = {{{monitor.handle(), 0, ZMQ_POLLIN, 0},
                                                {sub.handle(), 0, ZMQ_POLLIN, 0}}};
@@ -159,8 +159,8 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
           settle_at = Clock::now() + kSettle;
         }
       }
-      if (settle_at && Clock::now() >= *settle_at) {
-        settle_at.reset();
+      if (settle_at != kNoSettle && Clock::now() >= settle_at) {
+        settle_at = kNoSettle;
         if (live_messages == live_at_catch_up) catch_up();
       }
       if (!(items[1].revents & ZMQ_POLLIN)) continue;
