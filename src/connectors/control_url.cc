@@ -1,9 +1,9 @@
-#include "server/control_url.h"
+#include "connectors/control_url.h"
 
 #include <charconv>
 #include <system_error>
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 
 Result<ControlEndpoint> ParseControlUrl(std::string_view url) {
   const std::string got = ", got '" + std::string(url) + "'";
@@ -80,4 +80,4 @@ std::string RequestErrorText(httplib::Error error) {
   }
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors

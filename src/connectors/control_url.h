@@ -7,7 +7,7 @@
 
 #include "kvgov/core/status.h"
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 
 /// Where an engine's (or controller's) HTTP control API listens.
 struct ControlEndpoint {
@@ -28,4 +28,4 @@ Result<ControlEndpoint> ParseControlUrl(std::string_view url);
 /// "read failed or timed out", ...), for attempt records and logs.
 std::string RequestErrorText(httplib::Error error);
 
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors

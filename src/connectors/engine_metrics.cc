@@ -1,4 +1,4 @@
-#include "kvgov/router/engine_metrics.h"
+#include "kvgov/connectors/engine_metrics.h"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvgov::router {
+namespace kvgov::connectors {
 namespace {
 
 // The gauges kvgov reads, in the order of kGaugeNames.
@@ -223,7 +223,7 @@ class SampleLine {
 
 }  // namespace
 
-Result<std::vector<ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
+Result<std::vector<router::ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
                                                           int64_t now_ms, size_t ranks,
                                                           size_t max_bytes) {
   if (prometheus_text.size() > max_bytes) {
@@ -304,7 +304,7 @@ Result<std::vector<ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prome
     const Series& series = rank[*gauge].count > 0 ? rank[*gauge] : unranked[*gauge];
     return series.count > 0 ? series.sum / static_cast<double>(series.count) : 0.0;
   };
-  std::vector<ScrapedLoad> loads(ranks);
+  std::vector<router::ScrapedLoad> loads(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     loads[r].running = count_of(by_rank[r], running);
     loads[r].waiting = count_of(by_rank[r], waiting);
@@ -314,11 +314,11 @@ Result<std::vector<ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prome
   return loads;
 }
 
-Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
+Result<router::ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
                                        size_t max_bytes) {
-  KVGOV_ASSIGN_OR_RETURN(std::vector<ScrapedLoad> loads,
+  KVGOV_ASSIGN_OR_RETURN(std::vector<router::ScrapedLoad> loads,
                          ParseEngineMetricsByRank(prometheus_text, now_ms, 1, max_bytes));
   return loads.front();
 }
 
-}  // namespace kvgov::router
+}  // namespace kvgov::connectors

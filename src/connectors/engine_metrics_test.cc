@@ -1,10 +1,10 @@
-#include "kvgov/router/engine_metrics.h"
+#include "kvgov/connectors/engine_metrics.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace kvgov::router {
+namespace kvgov::connectors {
 namespace {
 
 // What a vLLM server with two data-parallel engines serves, trimmed: HELP and
@@ -33,7 +33,7 @@ python_gc_objects_collected_total{generation="0"} 1234.0
 )";
 
 TEST(EngineMetricsTest, SumsVllmGaugesAcrossEnginesAndAveragesKvUsage) {
-  Result<ScrapedLoad> load = ParseEngineMetrics(kVllmTwoEngines, 1700);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(kVllmTwoEngines, 1700);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_DOUBLE_EQ(load->running, 5.0);
   EXPECT_DOUBLE_EQ(load->waiting, 5.0);
@@ -44,7 +44,7 @@ TEST(EngineMetricsTest, SumsVllmGaugesAcrossEnginesAndAveragesKvUsage) {
 // A data-parallel engine behind one server: each rank's stream is its own
 // worker, and each gets its own rank's load, not the engine's sum.
 TEST(EngineMetricsTest, ByRankGivesEachRankItsOwnSeries) {
-  Result<std::vector<ScrapedLoad>> loads = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 2);
+  Result<std::vector<router::ScrapedLoad>> loads = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 2);
   ASSERT_TRUE(loads.ok()) << loads.status().ToString();
   ASSERT_EQ(loads->size(), 2u);
   EXPECT_DOUBLE_EQ((*loads)[0].running, 3.0);
@@ -55,7 +55,7 @@ TEST(EngineMetricsTest, ByRankGivesEachRankItsOwnSeries) {
   EXPECT_DOUBLE_EQ((*loads)[1].kv_usage, 0.75);
   EXPECT_EQ((*loads)[1].scraped_at_ms, 1700);
   // One rank: the whole engine, as ParseEngineMetrics.
-  Result<std::vector<ScrapedLoad>> one = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 1);
+  Result<std::vector<router::ScrapedLoad>> one = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 1);
   ASSERT_TRUE(one.ok());
   EXPECT_DOUBLE_EQ((*one)[0].running, 5.0);
 }
@@ -68,7 +68,7 @@ TEST(EngineMetricsTest, ByRankReadsSglangDpRankAndSharesUnlabelledSeries) {
       "sglang:num_running_reqs{model_name=\"m\",dp_rank=\"1\",tp_rank=\"0\"} 2\n"
       "sglang:num_queue_reqs{model_name=\"m\"} 4\n"
       "sglang:token_usage{model_name=\"m\"} 0.5\n";
-  Result<std::vector<ScrapedLoad>> loads = ParseEngineMetricsByRank(text, 1, 2);
+  Result<std::vector<router::ScrapedLoad>> loads = ParseEngineMetricsByRank(text, 1, 2);
   ASSERT_TRUE(loads.ok()) << loads.status().ToString();
   EXPECT_DOUBLE_EQ((*loads)[0].running, 6.0);
   EXPECT_DOUBLE_EQ((*loads)[1].running, 2.0);
@@ -77,7 +77,7 @@ TEST(EngineMetricsTest, ByRankReadsSglangDpRankAndSharesUnlabelledSeries) {
   EXPECT_DOUBLE_EQ((*loads)[0].kv_usage, 0.5);
   EXPECT_DOUBLE_EQ((*loads)[1].kv_usage, 0.5);
   // A rank label past the engine's ranks names no rank of it.
-  Result<std::vector<ScrapedLoad>> outside =
+  Result<std::vector<router::ScrapedLoad>> outside =
       ParseEngineMetricsByRank("vllm:num_requests_running{engine=\"7\"} 8\n", 1, 2);
   ASSERT_TRUE(outside.ok());
   EXPECT_DOUBLE_EQ((*outside)[0].running, 4.0);
@@ -91,7 +91,7 @@ TEST(EngineMetricsTest, LabelValuesMayHoldEscapedQuotesCommasAndBraces) {
       "vllm:num_requests_running{model_name=\"back\\\\slash\\nnewline\",engine=\"1\",} 3 "
       "1712345678000\n"
       "vllm:num_requests_waiting { model_name = \"x}\" , engine=\"0\" }\t7\r\n";
-  Result<ScrapedLoad> load = ParseEngineMetrics(text, 0);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(text, 0);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_DOUBLE_EQ(load->running, 5.0);
   EXPECT_DOUBLE_EQ(load->waiting, 7.0);
@@ -109,7 +109,7 @@ sglang:num_queue_reqs{model_name="qwen",tp_rank="0"} 2.0
 sglang:token_usage{model_name="qwen",tp_rank="0"} 0.4
 sglang:gen_throughput{model_name="qwen",tp_rank="0"} 88.5
 )";
-  Result<ScrapedLoad> load = ParseEngineMetrics(kText, 5);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(kText, 5);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_DOUBLE_EQ(load->running, 6.0);
   EXPECT_DOUBLE_EQ(load->waiting, 2.0);
@@ -122,7 +122,7 @@ vllm:num_requests_waiting{model_name="m"} 0.0
 vllm:gpu_cache_usage_perc{model_name="m"} 0.9
 vllm:cpu_cache_usage_perc{model_name="m"} 0.1
 )";
-  Result<ScrapedLoad> load = ParseEngineMetrics(kText, 0);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(kText, 0);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_DOUBLE_EQ(load->kv_usage, 0.9);
 }
@@ -131,14 +131,14 @@ TEST(EngineMetricsTest, NewKvCacheNameWinsOverTheOlderOne) {
   constexpr std::string_view kText = R"(vllm:gpu_cache_usage_perc{model_name="m"} 0.9
 vllm:kv_cache_usage_perc{model_name="m"} 0.3
 )";
-  Result<ScrapedLoad> load = ParseEngineMetrics(kText, 0);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(kText, 0);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_DOUBLE_EQ(load->kv_usage, 0.3);
   EXPECT_DOUBLE_EQ(load->running, 0.0);
 }
 
 TEST(EngineMetricsTest, UnlabelledSeriesAndSpecialSpellingsParse) {
-  Result<ScrapedLoad> load = ParseEngineMetrics(
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(
       "vllm:num_requests_running 1e1\nvllm:num_requests_waiting +2.5\n"
       "  vllm:kv_cache_usage_perc{} .5 -3\n",
       0);
@@ -149,12 +149,12 @@ TEST(EngineMetricsTest, UnlabelledSeriesAndSpecialSpellingsParse) {
 }
 
 TEST(EngineMetricsTest, NoKnownGaugeIsNotFound) {
-  Result<ScrapedLoad> load = ParseEngineMetrics(
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(
       "# HELP x y\nprocess_cpu_seconds_total 1.5\nvllm:num_requests_running_total 3\n", 0);
   ASSERT_FALSE(load.ok());
   EXPECT_EQ(load.status().code(), StatusCode::kNotFound);
 
-  Result<ScrapedLoad> empty = ParseEngineMetrics("", 0);
+  Result<router::ScrapedLoad> empty = ParseEngineMetrics("", 0);
   EXPECT_EQ(empty.status().code(), StatusCode::kNotFound);
 }
 
@@ -164,7 +164,7 @@ other_metric not-a-number
 {"utf8.name", a="b"} 1
 vllm:num_requests_running{model_name="m"} 4
 )";
-  Result<ScrapedLoad> load = ParseEngineMetrics(kText, 0);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(kText, 0);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_DOUBLE_EQ(load->running, 4.0);
 }
@@ -200,7 +200,7 @@ TEST(EngineMetricsTest, MalformedKnownLineIsInvalidArgumentNamingTheLine) {
        "line 2:", "not finite"},
   };
   for (const MalformedCase& c : cases) {
-    Result<ScrapedLoad> load = ParseEngineMetrics(c.text, 0);
+    Result<router::ScrapedLoad> load = ParseEngineMetrics(c.text, 0);
     ASSERT_FALSE(load.ok()) << c.text;
     EXPECT_EQ(load.status().code(), StatusCode::kInvalidArgument) << c.text;
     EXPECT_TRUE(load.status().message().starts_with(c.line))
@@ -211,7 +211,7 @@ TEST(EngineMetricsTest, MalformedKnownLineIsInvalidArgumentNamingTheLine) {
 }
 
 TEST(EngineMetricsTest, MalformedLineOfALowerPriorityNameIsStillAnError) {
-  Result<ScrapedLoad> load = ParseEngineMetrics(
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(
       "vllm:kv_cache_usage_perc 0.1\nvllm:gpu_cache_usage_perc{x=\"\"} oops\n", 0);
   ASSERT_FALSE(load.ok());
   EXPECT_EQ(load.status().code(), StatusCode::kInvalidArgument);
@@ -225,7 +225,7 @@ TEST(EngineMetricsTest, NanAndInfinityAreInvalid) {
         "vllm:num_requests_running{model_name=\"m\"} 1\n"
         "vllm:kv_cache_usage_perc{model_name=\"m\"} " +
         std::string(value) + "\n";
-    Result<ScrapedLoad> load = ParseEngineMetrics(text, 0);
+    Result<router::ScrapedLoad> load = ParseEngineMetrics(text, 0);
     ASSERT_FALSE(load.ok()) << value;
     EXPECT_EQ(load.status().code(), StatusCode::kInvalidArgument) << value;
     EXPECT_NE(load.status().message().find("line 2:"), std::string::npos)
@@ -237,10 +237,10 @@ TEST(EngineMetricsTest, NanAndInfinityAreInvalid) {
 
 TEST(EngineMetricsTest, OverTheSizeLimitIsResourceExhausted) {
   const std::string text = "vllm:num_requests_running 1\n";
-  Result<ScrapedLoad> at_limit = ParseEngineMetrics(text, 0, text.size());
+  Result<router::ScrapedLoad> at_limit = ParseEngineMetrics(text, 0, text.size());
   EXPECT_TRUE(at_limit.ok()) << at_limit.status().ToString();
 
-  Result<ScrapedLoad> over = ParseEngineMetrics(text, 0, text.size() - 1);
+  Result<router::ScrapedLoad> over = ParseEngineMetrics(text, 0, text.size() - 1);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
 
@@ -250,10 +250,10 @@ TEST(EngineMetricsTest, OverTheSizeLimitIsResourceExhausted) {
 
 TEST(EngineMetricsTest, ErrorMessagesCutLongTextShort) {
   const std::string text = "vllm:num_requests_running " + std::string(10000, 'x') + "\n";
-  Result<ScrapedLoad> load = ParseEngineMetrics(text, 0);
+  Result<router::ScrapedLoad> load = ParseEngineMetrics(text, 0);
   ASSERT_FALSE(load.ok());
   EXPECT_LT(load.status().message().size(), 200u) << load.status().message();
 }
 
 }  // namespace
-}  // namespace kvgov::router
+}  // namespace kvgov::connectors

@@ -1,4 +1,4 @@
-#include "server/health_prober.h"
+#include "kvgov/connectors/health_prober.h"
 
 #include <httplib.h>
 
@@ -9,10 +9,10 @@
 #include <system_error>
 #include <utility>
 
-#include "kvgov/router/engine_metrics.h"
-#include "server/control_url.h"
+#include "kvgov/connectors/engine_metrics.h"
+#include "connectors/control_url.h"
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 namespace {
 
 int64_t NowMillis() {
@@ -157,7 +157,7 @@ void HealthProber::ProbeEngine(Target& target) {
     if (!metrics) return;
     // target.workers are the engine's ranks in order.
     Result<std::vector<router::ScrapedLoad>> loads =
-        router::ParseEngineMetricsByRank(body, NowMillis(), target.workers.size(), max_bytes);
+        ParseEngineMetricsByRank(body, NowMillis(), target.workers.size(), max_bytes);
     if (!loads.ok()) return;
     for (size_t rank = 0; rank < target.workers.size(); ++rank) {
       (void)table_->RecordScrape(target.workers[rank], (*loads)[rank]);
@@ -174,4 +174,4 @@ void HealthProber::ProbeEngine(Target& target) {
   }
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors

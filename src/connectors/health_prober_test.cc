@@ -1,4 +1,4 @@
-#include "server/health_prober.h"
+#include "kvgov/connectors/health_prober.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 namespace {
 
 using std::chrono::milliseconds;
@@ -425,4 +425,4 @@ TEST(HealthProberTest, OutcomesForUnregisteredWorkersAreDropped) {
 }
 
 }  // namespace
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors

@@ -1,4 +1,4 @@
-#include "server/invalidation_connector.h"
+#include "kvgov/connectors/invalidation_connector.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 namespace {
 
 using std::chrono::milliseconds;
@@ -503,4 +503,4 @@ TEST(InvalidationConnectorTest, MakeConnectorRefusesBadConfiguration) {
 }
 
 }  // namespace
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors

@@ -10,7 +10,7 @@
 
 #include "server/engine_diagnostics.h"
 #include "server/governance_api.h"
-#include "server/health_prober.h"
+#include "kvgov/connectors/health_prober.h"
 #include "server/http_api.h"
 #include "server/entropy.h"
 #include "server/invalidations.h"
@@ -352,7 +352,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       return Status::InvalidArgument("engine id '" + engine.id + "' is given twice");
     }
   }
-  KVGOV_RETURN_IF_ERROR(HealthProber::Validate(options.engines));
+  KVGOV_RETURN_IF_ERROR(connectors::HealthProber::Validate(options.engines));
   const bool replicated = !options.redis_url.empty();
   if (replicated) KVGOV_RETURN_IF_ERROR(CheckReplicaSecrets(options));
   auto daemon = std::make_unique<Daemon>();
@@ -447,9 +447,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     std::fprintf(stderr, "kvgov: serve.start not recorded: %s\n", started.ToString().c_str());
   }
   daemon->invalidations->CallRecoveredOwners();
-  daemon->prober = std::make_unique<HealthProber>(
+  daemon->prober = std::make_unique<connectors::HealthProber>(
       &daemon->status, options.engines,
-      HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
+      connectors::HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
   KVGOV_RETURN_IF_ERROR(daemon->prober->Start());
   router::Router* router = daemon->router.get();
   Daemon* state = daemon.get();

@@ -19,9 +19,12 @@
 #include "server/periodic_task.h"
 #include "server/stream_store.h"
 
+namespace kvgov::connectors {
+class HealthProber;
+}  // namespace kvgov::connectors
+
 namespace kvgov::server {
 
-class HealthProber;
 class InvalidationManager;
 class Replica;
 class SpoolDirectory;
@@ -65,7 +68,7 @@ struct Daemon {
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
-  std::unique_ptr<HealthProber> prober;
+  std::unique_ptr<connectors::HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;
   std::unique_ptr<PeriodicTask> group_commit;
   std::unique_ptr<SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first

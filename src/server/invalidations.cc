@@ -9,7 +9,7 @@
 #include "kvgov/journal/journal.h"
 #include "server/daemon.h"
 #include "server/entropy.h"
-#include "server/invalidation_connector.h"
+#include "kvgov/connectors/invalidation_connector.h"
 #include "server/replica.h"
 
 namespace kvgov::server {
@@ -331,18 +331,18 @@ void InvalidationManager::Dispatch(const std::string& id) {
     // over) calls again only the owners it has no acknowledgement from.
     if (!NeedsCall(owner)) continue;
     const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker);
-    ConnectorConfig config;
+    connectors::ConnectorConfig config;
     if (engine != nullptr) {
       config.kind =
           engine->connector.empty() ? std::string(ToString(engine->kind)) : engine->connector;
       config.control = engine->control;
       config.webhook_path = engine->connector_path;
     }
-    Result<std::unique_ptr<InvalidationConnector>> connector =
+    Result<std::unique_ptr<connectors::InvalidationConnector>> connector =
         engine == nullptr || engine->control.empty()
-            ? Result<std::unique_ptr<InvalidationConnector>>(Status::FailedPrecondition(
+            ? Result<std::unique_ptr<connectors::InvalidationConnector>>(Status::FailedPrecondition(
                   "worker '" + owner.worker + "' has no control URL to send a directive to"))
-            : MakeConnector(config);
+            : connectors::MakeConnector(config);
     {
       std::lock_guard lock(mu_);
       OwnerProgress& live = directives_[id].owners[i];
@@ -359,13 +359,13 @@ void InvalidationManager::Dispatch(const std::string& id) {
       continue;
     }
     owner.connector = std::string((*connector)->name());
-    EvictionRequest request{owner.worker, {}, directive->reason, id};
+    connectors::EvictionRequest request{owner.worker, {}, directive->reason, id};
     for (index::BlockKey key : owner.pending) {
       char hex[17];
       std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(key));
       request.span_digests.push_back(hex);
     }
-    Result<DispatchResult> result = (*connector)->Dispatch(request, cancel_);
+    Result<connectors::DispatchResult> result = (*connector)->Dispatch(request, cancel_);
     std::lock_guard lock(mu_);
     OwnerProgress& live = directives_[id].owners[i];
     live.connector = owner.connector;

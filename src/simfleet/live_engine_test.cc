@@ -13,7 +13,7 @@
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_spec.h"
-#include "kvgov/router/engine_metrics.h"
+#include "kvgov/connectors/engine_metrics.h"
 #include "kvgov/transport/zmq_ingest.h"
 
 namespace kvgov::simfleet {
@@ -114,7 +114,7 @@ TEST_P(LiveEngineTest, SpeaksVllmsWireAndControlApi) {
   // /metrics is vLLM's, as kvgov's scraper reads it.
   httplib::Result metrics = client.Get("/metrics");
   ASSERT_TRUE(metrics);
-  Result<router::ScrapedLoad> load = router::ParseEngineMetrics(metrics->body, 0);
+  Result<router::ScrapedLoad> load = connectors::ParseEngineMetrics(metrics->body, 0);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_GT(load->kv_usage, 0.0);
 

@@ -7,7 +7,7 @@
 #include "kvgov/core/status.h"
 #include "kvgov/router/worker_status.h"
 
-namespace kvgov::router {
+namespace kvgov::connectors {
 
 /// Reads an engine's load from its /metrics body (Prometheus text exposition
 /// format 0.0.4). Pure: no I/O, no clock; `now_ms` becomes `scraped_at_ms`.
@@ -36,7 +36,7 @@ namespace kvgov::router {
 ///                      negative, a bad timestamp, trailing text). A
 ///                      malformed line of any other metric is skipped.
 ///   NotFound           none of the known gauges has a series.
-Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
+Result<router::ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
                                        size_t max_bytes = 4 << 20);
 
 /// The same, split over an engine's `ranks` data-parallel ranks (element r
@@ -46,8 +46,8 @@ Result<ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t
 /// is shared evenly, each rank taking 1/ranks of its counts and its cache
 /// fraction as is. With ranks == 1 this is ParseEngineMetrics. Errors as
 /// there, and InvalidArgument for ranks == 0.
-Result<std::vector<ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
+Result<std::vector<router::ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
                                                           int64_t now_ms, size_t ranks,
                                                           size_t max_bytes = 4 << 20);
 
-}  // namespace kvgov::router
+}  // namespace kvgov::connectors

@@ -13,7 +13,7 @@
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/router/worker_status.h"
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 
 struct HealthProberOptions {
   int64_t probe_interval_ms = 1000;    // pause between the end of one round and the next
@@ -92,4 +92,4 @@ class HealthProber {
   std::thread thread_;     // guarded by mu_ (moved out by Stop)
 };
 
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors

@@ -10,7 +10,7 @@
 #include "kvgov/core/status.h"
 #include "kvgov/core/vocabulary.h"
 
-namespace kvgov::server {
+namespace kvgov::connectors {
 
 /// How a connector retries a directive the owner did not acknowledge.
 ///
@@ -146,4 +146,4 @@ struct ConnectorConfig {
 /// retry policy outside the ranges RetryPolicy documents.
 Result<std::unique_ptr<InvalidationConnector>> MakeConnector(const ConnectorConfig& config);
 
-}  // namespace kvgov::server
+}  // namespace kvgov::connectors
