@@ -2,7 +2,11 @@
 
 find_program(KVGOV_CCACHE ccache)
 if(KVGOV_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
-  set(CMAKE_CXX_COMPILER_LAUNCHER "${KVGOV_CCACHE}")
+  # Paths under the source tree are hashed relative to it (and the working
+  # directory not at all), so a fresh clone elsewhere, as CI makes, reuses
+  # what this machine compiled before.
+  set(CMAKE_CXX_COMPILER_LAUNCHER
+      "${CMAKE_COMMAND};-E;env;CCACHE_BASEDIR=${CMAKE_SOURCE_DIR};CCACHE_NOHASHDIR=1;${KVGOV_CCACHE}")
 endif()
 
 find_program(KVGOV_MOLD mold)
