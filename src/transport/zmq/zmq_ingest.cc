@@ -99,7 +99,7 @@ struct Stream {
 // subscription, and a batch published in that window reaches neither the
 // replay answer nor this socket. One more catch-up once the subscription has
 // surely arrived closes it, unless a live batch already showed where the
-// stream stands.
+// stream stands (read, or queued to be read).
 constexpr auto kSettle = std::chrono::milliseconds(300);
 
 uint16_t MonitorEvent(const zmq::message_t& frame) {
@@ -161,7 +161,10 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
       }
       if (settle_at != kNoSettle && Clock::now() >= settle_at) {
         settle_at = kNoSettle;
-        if (live_messages == live_at_catch_up) catch_up();
+        // A live batch read or waiting to be read shows where the stream
+        // stands; replaying under it would only redeliver it.
+        const bool live_waiting = (sub.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+        if (live_messages == live_at_catch_up && !live_waiting) catch_up();
       }
       if (!(items[1].revents & ZMQ_POLLIN)) continue;
       // Everything already queued is taken without polling again: a poll is
