@@ -11,7 +11,7 @@
 
 #include "kvgov/auth/tokens.h"
 #include "kvgov/replication/governance_log.h"
-#include "server/replica.h"
+#include "kvgov/replication/replica.h"
 
 namespace kvgov::cli {
 namespace {
@@ -92,7 +92,7 @@ int AppendTokenChange(const TokenFlags& flags, std::string_view kind,
       "tokens", flags.name,
       record ? std::optional<std::string>(auth::EncodeTokenRecord(*record)) : std::nullopt});
   Result<std::string> appended =
-      server::Replica::AppendOnce(flags.redis_url, flags.redis_prefix, entry);
+      replication::Replica::AppendOnce(flags.redis_url, flags.redis_prefix, entry);
   if (!appended.ok()) return Fail(record ? "add" : "revoke", appended.status());
   return 0;
 }

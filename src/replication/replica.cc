@@ -1,16 +1,12 @@
-#include "server/replica.h"
+#include "kvgov/replication/replica.h"
 
 #include <cstdio>
 #include <utility>
 
 #include "kvgov/auth/tokens.h"
 
-namespace kvgov::server {
+namespace kvgov::replication {
 namespace {
-
-using replication::LogEntry;
-using replication::LogWrite;
-using replication::StreamId;
 
 constexpr std::string_view kCursorKey = "replication/applied";
 constexpr std::string_view kGovernanceColumn = "governance";
@@ -47,7 +43,7 @@ Status ApplyTokenWrite(const std::string& token_path, const LogWrite& write) {
 
 }  // namespace
 
-Replica::Replica(ReplicaOptions options, const replication::RedisEndpoint& endpoint,
+Replica::Replica(ReplicaOptions options, const RedisEndpoint& endpoint,
                  journal::Journal* journal, store::Store* store, router::Router* router,
                  ApplyHook hook)
     : options_(std::move(options)),
@@ -63,8 +59,8 @@ Replica::Replica(ReplicaOptions options, const replication::RedisEndpoint& endpo
 Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
                                                 journal::Journal* journal, store::Store* store,
                                                 router::Router* router, ApplyHook hook) {
-  KVGOV_ASSIGN_OR_RETURN(replication::RedisEndpoint endpoint,
-                         replication::ParseRedisUrl(options.redis_url));
+  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint,
+                         ParseRedisUrl(options.redis_url));
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> cursor,
                          store->Get(store::Column::kMeta, std::string(kCursorKey)));
   if (!cursor.has_value() && journal->head_seq() > 0) {
@@ -77,7 +73,7 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
   std::unique_ptr<Replica> replica(
       new Replica(std::move(options), endpoint, journal, store, router, std::move(hook)));
   if (cursor.has_value()) {
-    Result<StreamId> applied = replication::ParseStreamId(*cursor);
+    Result<StreamId> applied = ParseStreamId(*cursor);
     if (!applied.ok()) return applied.status().WithContext("the replica's applied stream id");
     replica->applied_ = *applied;
   }
@@ -91,7 +87,7 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
                  replica->id().c_str(), last.status().ToString().c_str());
     return replica;
   }
-  KVGOV_ASSIGN_OR_RETURN(StreamId target, replication::ParseStreamId(*last));
+  KVGOV_ASSIGN_OR_RETURN(StreamId target, ParseStreamId(*last));
   std::unique_lock lock(replica->mu_);
   if (!replica->applied_cv_.wait_for(lock, replica->options_.catch_up_wait,
                                      [&] { return replica->applied_ >= target; })) {
@@ -146,7 +142,7 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
                                "refused until it returns: " +
                                appended.status().message());
   }
-  KVGOV_ASSIGN_OR_RETURN(StreamId id, replication::ParseStreamId(*appended));
+  KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(*appended));
   std::unique_lock lock(mu_);
   if (!applied_cv_.wait_for(lock, options_.apply_wait,
                             [&] { return stopping_ || applied_ >= id; }) ||
@@ -163,9 +159,9 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
 
 Result<std::string> Replica::AppendOnce(const std::string& redis_url, std::string_view prefix,
                                         const LogEntry& entry) {
-  KVGOV_ASSIGN_OR_RETURN(replication::RedisEndpoint endpoint,
-                         replication::ParseRedisUrl(redis_url));
-  replication::GovernanceLog log(endpoint, StreamKey(prefix), std::chrono::milliseconds(2000));
+  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint,
+                         ParseRedisUrl(redis_url));
+  GovernanceLog log(endpoint, StreamKey(prefix), std::chrono::milliseconds(2000));
   return log.Append(entry);
 }
 
@@ -198,7 +194,7 @@ void Replica::ApplyLoop() {
       std::lock_guard lock(mu_);
       if (stopping_) return;
     }
-    Result<replication::LogBatch> batch = log_.ReadAfter(after, kReadBatch, kReadBlock);
+    Result<LogBatch> batch = log_.ReadAfter(after, kReadBatch, kReadBlock);
     if (!batch.ok()) {
       if (connected_.exchange(false)) {
         std::fprintf(stderr, "kvgov replica %s: lost the governance log: %s\n",
@@ -239,7 +235,7 @@ void Replica::ApplyLoop() {
 }
 
 Status Replica::AdvanceCursor(const std::string& id) {
-  KVGOV_ASSIGN_OR_RETURN(StreamId parsed, replication::ParseStreamId(id));
+  KVGOV_ASSIGN_OR_RETURN(StreamId parsed, ParseStreamId(id));
   const store::WriteOp cursor{store::Column::kMeta, std::string(kCursorKey), id};
   KVGOV_RETURN_IF_ERROR(store_->Write({&cursor, 1}, /*sync=*/true));
   {
@@ -267,7 +263,7 @@ Status Replica::Skip(const LogEntry& entry, const Status& why) {
 }
 
 Status Replica::Apply(const LogEntry& entry) {
-  KVGOV_ASSIGN_OR_RETURN(StreamId id, replication::ParseStreamId(entry.id));
+  KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(entry.id));
   if (!entry.kind.empty()) {
     KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(entry.kind, entry.subject, entry.payload));
   }
@@ -322,4 +318,4 @@ void Replica::HeartbeatLoop() {
   }
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::replication

@@ -14,7 +14,7 @@
 #include "server/http_api.h"
 #include "server/entropy.h"
 #include "server/invalidations.h"
-#include "server/replica.h"
+#include "kvgov/replication/replica.h"
 #include "server/spool_dir.h"
 #include "server/tenant_secret.h"
 
@@ -423,7 +423,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
   if (replicated) {
     // After the local state is back: the log's newer entries apply over it.
-    ReplicaOptions replica;
+    replication::ReplicaOptions replica;
     replica.redis_url = options.redis_url;
     replica.key_prefix = options.redis_prefix;
     replica.replica_id = daemon->options.replica_id;
@@ -432,7 +432,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     Daemon* state = daemon.get();
     KVGOV_ASSIGN_OR_RETURN(
         daemon->replica,
-        Replica::Start(std::move(replica), daemon->journal.get(), daemon->store.get(),
+        replication::Replica::Start(std::move(replica), daemon->journal.get(), daemon->store.get(),
                        daemon->router.get(), [state](const replication::LogEntry& entry) {
                          ApplyReplicatedGovernance(*state, entry);
                        }));

@@ -22,11 +22,13 @@
 namespace kvgov::connectors {
 class HealthProber;
 }  // namespace kvgov::connectors
+namespace kvgov::replication {
+class Replica;
+}  // namespace kvgov::replication
 
 namespace kvgov::server {
 
 class InvalidationManager;
-class Replica;
 class SpoolDirectory;
 
 /// The route call's own metrics.
@@ -61,7 +63,7 @@ struct Daemon {
   AdmissionPolicy admission;
   std::unique_ptr<CacheAccounting> accounting;
   // With --redis: governance writes go through the replicated log.
-  std::unique_ptr<Replica> replica;
+  std::unique_ptr<replication::Replica> replica;
   RouteMetrics route_metrics;
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}

@@ -19,7 +19,7 @@
 #include "server/engine_diagnostics.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
-#include "server/replica.h"
+#include "kvgov/replication/replica.h"
 
 namespace kvgov::server {
 namespace {

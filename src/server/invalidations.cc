@@ -10,7 +10,7 @@
 #include "server/daemon.h"
 #include "server/entropy.h"
 #include "kvgov/connectors/invalidation_connector.h"
-#include "server/replica.h"
+#include "kvgov/replication/replica.h"
 
 namespace kvgov::server {
 namespace {
@@ -561,7 +561,7 @@ void InvalidationManager::Tick(int64_t now_ms) {
 }
 
 void InvalidationManager::TendClaims(int64_t now_ms) {
-  Replica& replica = *daemon_->replica;
+  replication::Replica& replica = *daemon_->replica;
   std::vector<std::string> driven;
   std::vector<std::string> orphans;
   {

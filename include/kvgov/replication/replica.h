@@ -19,7 +19,7 @@
 #include "kvgov/router/router.h"
 #include "kvgov/store/store.h"
 
-namespace kvgov::server {
+namespace kvgov::replication {
 
 struct ReplicaOptions {
   std::string redis_url;
@@ -51,7 +51,7 @@ class Replica {
  public:
   /// Called after an entry's journal row and store writes are durable, on
   /// the applier thread, in stream order.
-  using ApplyHook = std::function<void(const replication::LogEntry&)>;
+  using ApplyHook = std::function<void(const LogEntry&)>;
 
   /// Connects, refuses a data dir whose journal did not come from the log,
   /// and catches up with the log (bounded by catch_up_wait; without Redis
@@ -74,7 +74,7 @@ class Replica {
 
   /// Appends an entry made elsewhere (kvgov token --redis) without waiting.
   static Result<std::string> AppendOnce(const std::string& redis_url, std::string_view prefix,
-                                        const replication::LogEntry& entry);
+                                        const LogEntry& entry);
 
   /// Claims on work that must be done once across the replicas.
   Result<bool> Claim(std::string_view name);
@@ -92,7 +92,7 @@ class Replica {
   void Stop();
 
  private:
-  Replica(ReplicaOptions options, const replication::RedisEndpoint& endpoint,
+  Replica(ReplicaOptions options, const RedisEndpoint& endpoint,
           journal::Journal* journal, store::Store* store, router::Router* router, ApplyHook hook);
 
   void ApplyLoop();
@@ -100,9 +100,9 @@ class Replica {
   // ResourceExhausted for an entry its content makes every replica refuse
   // (then skipped alike); any other failure is retried, since skipping it
   // would fork the chain.
-  Status Apply(const replication::LogEntry& entry);
+  Status Apply(const LogEntry& entry);
   // Moves the cursor past a refused entry; its writer gets `why`.
-  Status Skip(const replication::LogEntry& entry, const Status& why);
+  Status Skip(const LogEntry& entry, const Status& why);
   void NoteSkipped(const std::string& id, const Status& why);
   Status AdvanceCursor(const std::string& id);
   void HeartbeatLoop();
@@ -113,14 +113,14 @@ class Replica {
   store::Store* const store_;
   router::Router* const router_;
   const ApplyHook hook_;
-  replication::GovernanceLog log_;
-  replication::ClaimStore claims_;
-  replication::LoadBoard load_board_;
+  GovernanceLog log_;
+  ClaimStore claims_;
+  LoadBoard load_board_;
 
   mutable std::mutex mu_;
   std::condition_variable applied_cv_;
   std::condition_variable stop_cv_;
-  replication::StreamId applied_;                         // guarded by mu_
+  StreamId applied_;                         // guarded by mu_
   // What this replica's own entries came to, by stream id, until their
   // writers collect them. Guarded by mu_.
   std::map<std::string, Result<journal::Row>> own_rows_;
@@ -132,4 +132,4 @@ class Replica {
   std::thread heartbeat_;
 };
 
-}  // namespace kvgov::server
+}  // namespace kvgov::replication
