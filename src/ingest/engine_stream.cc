@@ -82,6 +82,9 @@ bool EngineStream::CatchUp() {
     resume_digest_.reset();
     return true;
   }
+  // Failed: this catch-up found batches missing or got no answer; a worker
+  // already stale for a lost gap is not a failure of this one.
+  const uint64_t stale_marks = stale_marks_;
   bool restarted = false;
   bool current = CatchUpOnce(&restarted);
   resume_digest_.reset();
@@ -95,7 +98,7 @@ bool EngineStream::CatchUp() {
     restarted = false;
     current = CatchUpOnce(&restarted);  // without state: nothing to compare
   }
-  (current ? stats_.catch_ups_ok : stats_.catch_ups_failed)
+  (stale_marks_ == stale_marks ? stats_.catch_ups_ok : stats_.catch_ups_failed)
       .fetch_add(1, std::memory_order_relaxed);
   return current;
 }
@@ -295,6 +298,7 @@ void EngineStream::StartOver() {
 void EngineStream::MarkStale(StaleReason reason, std::string detail) {
   // A reason that needs a clean point is not masked by a lesser one.
   if (stale_ != StaleReason::kNone && !IsRecoverable(stale_) && IsRecoverable(reason)) return;
+  ++stale_marks_;
   std::fprintf(stderr, "kvgov ingest: worker %s is stale (%s): %s\n", worker_.c_str(),
                std::string(ToString(reason)).c_str(), detail.c_str());
   const bool was_stale = stale_ != StaleReason::kNone;

@@ -122,6 +122,10 @@ TEST_F(CatchUpE2ETest, AnUnansweredReplayIsStaleUntilKvgovIsShownCurrent) {
             std::string::npos)
       << Worker().dump();
   EXPECT_EQ(Worker()["last_seq"], 1);
+  // The settling catch-up gets no answer either; only then does the engine
+  // answer again, so what shows kvgov current is the live batch below.
+  ASSERT_TRUE(WaitForCatchUps(2)) << Worker().dump();
+  EXPECT_EQ(Worker()["catch_ups_failed"], 2);
 
   // The engine answers again; its next live batch reveals seq 2 missing,
   // replay brings it, and every batch up to a live one is in.

@@ -11,6 +11,7 @@
 
 #include "e2e/daemon_process.h"
 #include "e2e/fake_engine_publisher.h"
+#include "e2e/wait.h"
 
 namespace kvgov::testing {
 
@@ -42,6 +43,16 @@ class OneEngineTest : public ::testing::Test {
     if (!response || response->status != 200) return nlohmann::json();
     nlohmann::json workers = nlohmann::json::parse(response->body)["workers"];
     return workers.size() == 1 ? workers[0] : nlohmann::json();
+  }
+
+  /// Waits until kvgov has made `n` catch-ups: 2 after a connection (at the
+  /// handshake and the settling one 300 ms later, made only while nothing
+  /// live has come), so a test's counts do not depend on which came first.
+  bool WaitForCatchUps(int n) {
+    return WaitFor([&] {
+      const nlohmann::json worker = Worker();
+      return !worker.is_null() && worker["catch_ups"] >= n;
+    });
   }
 
   std::string Metrics() {

@@ -46,6 +46,8 @@ std::string_view ToString(StaleReason reason);
 bool IsRecoverable(StaleReason reason);
 
 /// Counters of one stream, readable from any thread while the stream runs.
+/// catch_ups_failed counts the catch-ups that found batches missing or got
+/// no answer (each marked the worker stale); the rest are ok.
 struct StreamStats {
   static constexpr std::array<std::string_view, 3> kEventTypes = {
       "BlockStored", "BlockRemoved", "AllBlocksCleared"};
@@ -232,6 +234,7 @@ class EngineStream {
   std::optional<uint64_t> last_seq_;
   double last_ts_ = 0;
   StaleReason stale_ = StaleReason::kNone;
+  uint64_t stale_marks_ = 0;  // MarkStale calls that took effect
   int64_t block_size_ = 0;  // cached by BlockSize()
 };
 
