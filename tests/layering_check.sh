@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The layering contract, by include: public headers carry no third-party
-# types, and kvgov_core does no I/O and reads no clock or entropy. Tests
-# and benchmarks beside the code may use their frameworks.
+# types; kvgov_core does no I/O and reads no clock or entropy; governance
+# decides without HTTP, JSON or the store; connectors (clients of engines'
+# HTTP APIs) know no index; only the daemon (and the simulated engines of
+# src/simfleet) serve HTTP. Tests and benchmarks beside the code may use
+# their frameworks.
 # Usage: layering_check.sh REPO_ROOT
 set -euo pipefail
 root=${1:?usage: layering_check.sh REPO_ROOT}
@@ -27,6 +30,21 @@ check "kvgov_client (installed, linked by transports) must not include third-par
 check "kvgov_core must do no I/O and read no clock or entropy" \
   '#include *<(fstream|iostream|cstdio|stdio\.h|chrono|ctime|random|thread|filesystem|sys/|unistd\.h|arpa/|netinet/)' \
   "$root/src/core" "$root/include/kvgov/core"
+
+check "governance must not use HTTP, a JSON library or the store" \
+  '#include *[<"](httplib|nlohmann|rocksdb|kvgov/store/|kvgov/codec/)' \
+  "$root/src/governance" "$root/include/kvgov/governance"
+check "connectors must not use the residency index or the store" \
+  '#include *"kvgov/(index|store)/' "$root/src/connectors" "$root/include/kvgov/connectors"
+# The server side of cpp-httplib: only the daemon listens (and the
+# simulated engines, which stand in for vLLM's own server).
+server_side=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" 'httplib::(SSL)?Server' \
+  "$root/src" "$root/apps" 2>/dev/null | grep -vE "^$root/src/(server|simfleet)/" || true)
+if [ -n "$server_side" ]; then
+  echo "layering: only src/server (and src/simfleet's simulated engines) may serve HTTP"
+  echo "$server_side"
+  status=1
+fi
 
 if [ "$status" -eq 0 ]; then
   echo "layering: ok"
