@@ -13,6 +13,8 @@
 #include <mutex>
 #include <thread>
 
+#include "simfleet/replay_responder.h"
+
 namespace kvgov::simfleet {
 namespace {
 
@@ -23,12 +25,6 @@ using Json = nlohmann::json;
 // its bodies are untrusted like any other.
 constexpr size_t kMaxPromptTokens = 1 << 20;
 constexpr size_t kMaxBodyBytes = 32 << 20;
-
-std::string BigEndian64(uint64_t value) {
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>(value >> (56 - 8 * i));
-  return bytes;
-}
 
 void SendError(httplib::Response& response, int status, const std::string& message) {
   // OpenAI's error shape, which vLLM's server also uses.
@@ -89,33 +85,16 @@ struct LiveEngine::Impl {
       std::array<zmq::pollitem_t, 1> items = {{{router.handle(), 0, ZMQ_POLLIN, 0}}};
       zmq::poll(items, std::chrono::milliseconds(50));
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> request;
-      if (!zmq::recv_multipart(router, std::back_inserter(request), zmq::recv_flags::dontwait)) {
-        continue;
-      }
-      if (request.size() != 3 || request[2].size() != 8) continue;  // vLLM's rule
-      uint64_t start = 0;
-      const auto* bytes = static_cast<const unsigned char*>(request[2].data());
-      for (int i = 0; i < 8; ++i) start = (start << 8) | bytes[i];
+      std::optional<ReplayRequest> request = ReadReplayRequest(router);
+      if (!request) continue;
       std::vector<std::pair<uint64_t, std::string>> batches;
       {
         std::lock_guard history_lock(history_mu);
         for (const auto& entry : history) {
-          if (entry.first >= start) batches.push_back(entry);
+          if (entry.first >= request->start_seq) batches.push_back(entry);
         }
       }
-      const std::string identity = request[0].to_string();
-      for (const auto& [seq, payload] : batches) {
-        const std::string seq_bytes = BigEndian64(seq);
-        std::array<zmq::const_buffer, 5> reply = {zmq::buffer(identity), zmq::const_buffer("", 0),
-                                                  zmq::buffer(topic), zmq::buffer(seq_bytes),
-                                                  zmq::buffer(payload)};
-        (void)zmq::send_multipart(router, reply);
-      }
-      const std::string end_marker = BigEndian64(~uint64_t{0});
-      std::array<zmq::const_buffer, 4> end = {zmq::buffer(identity), zmq::const_buffer("", 0),
-                                              zmq::buffer(end_marker), zmq::const_buffer("", 0)};
-      (void)zmq::send_multipart(router, end);
+      AnswerReplay(router, *request, topic, batches);
     }
   }
 

@@ -7,17 +7,10 @@
 
 #include "kvgov/index/block_key.h"
 #include "kvgov/sim/event_wire.h"
+#include "simfleet/replay_responder.h"
 
 namespace kvgov::testing {
-namespace {
-
-std::string BigEndian64(uint64_t value) {
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(value >> (56 - 8 * i));
-  return bytes;
-}
-
-}  // namespace
+using simfleet::BigEndian64;
 
 FakeEnginePublisher::FakeEnginePublisher(int64_t block_size)
     : FakeEnginePublisher(block_size, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*") {}
@@ -41,34 +34,18 @@ FakeEnginePublisher::FakeEnginePublisher(int64_t block_size, const std::string& 
       std::array<zmq::pollitem_t, 1> items = {{{router->handle(), 0, ZMQ_POLLIN, 0}}};
       zmq::poll(items, std::chrono::milliseconds(50));
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> request;
-      (void)zmq::recv_multipart(*router, std::back_inserter(request));
-      if (request.size() != 3 || request[2].size() != 8) continue;  // vLLM's rule
+      std::optional<simfleet::ReplayRequest> request = simfleet::ReadReplayRequest(*router);
+      if (!request) continue;
       ++replay_requests_;
       if (replay_silent_) continue;
-      uint64_t start = 0;
-      const auto* bytes = static_cast<const unsigned char*>(request[2].data());
-      for (int i = 0; i < 8; ++i) start = (start << 8) | bytes[i];
       std::vector<std::pair<uint64_t, std::string>> batches;
       {
         std::lock_guard lock(mu_);
-        for (auto it = history_.lower_bound(start); it != history_.end(); ++it) {
+        for (auto it = history_.lower_bound(request->start_seq); it != history_.end(); ++it) {
           batches.emplace_back(it->first, it->second);
         }
       }
-      const std::string identity = request[0].to_string();
-      for (const auto& [seq, payload] : batches) {
-        // Replies carry the topic, as vLLM >= 0.26 sends them.
-        const std::string seq_bytes = BigEndian64(seq);
-        std::array<zmq::const_buffer, 5> reply = {zmq::buffer(identity), zmq::const_buffer("", 0),
-                                                  zmq::str_buffer("kv@fake"),
-                                                  zmq::buffer(seq_bytes), zmq::buffer(payload)};
-        zmq::send_multipart(*router, reply);
-      }
-      const std::string end_marker = BigEndian64(~uint64_t{0});
-      std::array<zmq::const_buffer, 4> end = {zmq::buffer(identity), zmq::const_buffer("", 0),
-                                              zmq::buffer(end_marker), zmq::const_buffer("", 0)};
-      zmq::send_multipart(*router, end);
+      simfleet::AnswerReplay(*router, *request, "kv@fake", batches);
     }
   });
 }
