@@ -1,11 +1,6 @@
 #include "kvgov/simfleet/loadgen.h"
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <fcntl.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,10 +13,10 @@
 #include <random>
 #include <thread>
 
+#include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "simfleet/http_json.h"
 
-extern char** environ;
 
 namespace kvgov::simfleet {
 namespace {
@@ -34,68 +29,6 @@ constexpr int kGroups = 64;
 constexpr int64_t kGroupTokens = 1024;
 constexpr int64_t kQuestionTokens = 256;
 constexpr int kQuarantinedGroups = 8;  // bounded, so quarantine state stays bounded
-
-// The daemon under load, in its own process; killed if still running when
-// this goes out of scope.
-class Child {
- public:
-  static Result<Child> Spawn(const std::vector<std::string>& args, const std::string& log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    const int error = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (error != 0) return Status::IOError("cannot start " + args[0] + ": " + std::strerror(error));
-    return Child(pid);
-  }
-  Child(Child&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
-  Child& operator=(Child&&) = delete;
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  pid_t pid() const { return pid_; }
-  bool Running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-  // SIGTERM, then the exit code (or -signal); SIGKILL after `grace`.
-  int Terminate(std::chrono::seconds grace) {
-    if (pid_ <= 0) return -1;
-    ::kill(pid_, SIGTERM);
-    const Clock::time_point deadline = Clock::now() + grace;
-    int status = 0;
-    while (Clock::now() < deadline) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return -SIGKILL;
-  }
-
- private:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  pid_t pid_;
-};
 
 int64_t RssKib(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
@@ -174,7 +107,9 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
     args.push_back(engine->EngineSpec());
   }
   const std::string log = options.data_dir + ".log";
-  KVGOV_ASSIGN_OR_RETURN(Child daemon, Child::Spawn(args, log));
+  // The daemon under load, in its own process; killed if still running when
+  // this returns.
+  KVGOV_ASSIGN_OR_RETURN(ChildProcess daemon, ChildProcess::Spawn(args, log));
   int port = 0;
   const Clock::time_point ready_deadline = Clock::now() + std::chrono::seconds(30);
   while (port <= 0 && Clock::now() < ready_deadline) {

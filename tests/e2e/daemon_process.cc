@@ -1,8 +1,5 @@
 #include "e2e/daemon_process.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -19,33 +16,11 @@ constexpr auto kReadyTimeout = std::chrono::seconds(20);
 constexpr auto kStopGrace = std::chrono::seconds(10);
 constexpr auto kPollInterval = milliseconds(10);
 
-// fork + exec with stdout/stderr sent to `output_path`.
-pid_t Spawn(const std::vector<std::string>& args, const std::filesystem::path& output_path) {
-  std::vector<char*> argv;
-  std::string binary = KVGOV_BINARY;
-  argv.push_back(binary.data());
-  std::vector<std::string> copies = args;
-  for (std::string& arg : copies) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      ::close(fd);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int DecodeWaitStatus(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return -WTERMSIG(status);
-  return -1;
+// `kvgov ARGS...`, stdout and stderr to `output_path`.
+Result<simfleet::ChildProcess> SpawnKvgov(std::vector<std::string> args,
+                                          const std::filesystem::path& output_path) {
+  args.insert(args.begin(), KVGOV_BINARY);
+  return simfleet::ChildProcess::Spawn(args, output_path.string());
 }
 
 std::string ReadFile(const std::filesystem::path& path) {
@@ -81,15 +56,12 @@ Status DaemonProcess::Start(const std::vector<std::string>& extra_args,
                                    "--data-dir",  (dir_ / "data").string(),
                                    "--ready-file", ready.string()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  pid_ = Spawn(args, dir_ / "output.log");
-  if (pid_ < 0) return Status::Unavailable("fork failed");
+  KVGOV_ASSIGN_OR_RETURN(child_, SpawnKvgov(args, dir_ / "output.log"));
 
   const auto deadline = steady_clock::now() + kReadyTimeout;
   while (steady_clock::now() < deadline) {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return Status::Unavailable("kvgov exited with " + std::to_string(DecodeWaitStatus(status)) +
+    if (!child_.Running()) {
+      return Status::Unavailable("kvgov exited with " + std::to_string(child_.exit_code()) +
                                  " before it was ready: " + Stderr());
     }
     std::ifstream in(ready);
@@ -103,39 +75,24 @@ Status DaemonProcess::Start(const std::vector<std::string>& extra_args,
   return Status::Unavailable("kvgov did not become ready in time: " + Stderr());
 }
 
-void DaemonProcess::Kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
-}
+void DaemonProcess::Kill() { child_.Kill(); }
 
 int DaemonProcess::Stop() {
-  if (pid_ <= 0) return 0;
-  ::kill(pid_, SIGTERM);
-  const auto deadline = steady_clock::now() + kStopGrace;
-  int status = 0;
-  while (::waitpid(pid_, &status, WNOHANG) == 0) {
-    if (steady_clock::now() >= deadline) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(kPollInterval);
-  }
-  pid_ = -1;
-  return DecodeWaitStatus(status);
+  if (child_.pid() <= 0) return 0;
+  return child_.Terminate(kStopGrace);
 }
 
 int DaemonProcess::RunToExit(const std::vector<std::string>& args, std::string* output) {
   DaemonProcess scratch;  // for its directory only
   const std::filesystem::path log = scratch.dir_ / "output.log";
-  pid_t pid = Spawn(args, log);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  Result<simfleet::ChildProcess> child = SpawnKvgov(args, log);
+  if (!child.ok()) {
+    *output = child.status().ToString();
+    return -1;
+  }
+  const int code = child->Wait();
   *output = ReadFile(log);
-  return DecodeWaitStatus(status);
+  return code;
 }
 
 }  // namespace kvgov::testing

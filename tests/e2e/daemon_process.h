@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/simfleet/child_process.h"
 
 namespace kvgov::testing {
 
@@ -46,13 +47,13 @@ class DaemonProcess {
   static int RunToExit(const std::vector<std::string>& args, std::string* output);
 
   uint16_t port() const { return port_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   const std::filesystem::path& dir() const { return dir_; }
   std::string Stderr() const;
 
  private:
   std::filesystem::path dir_;
-  pid_t pid_ = -1;
+  simfleet::ChildProcess child_;
   uint16_t port_ = 0;
 };
 
