@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "connectors/closed_port.h"
+
 namespace kvgov::connectors {
 namespace {
 
@@ -120,33 +122,6 @@ class FakeEngine {
   int serve_before_hold_ = 0;
   int held_ = 0;
   int health_requests_ = 0;
-};
-
-// A loopback port bound but not listening: connecting to it is refused, and
-// no one else can take it while the object lives.
-class ClosedPort {
- public:
-  ClosedPort() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-      socklen_t length = sizeof(address);
-      if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-        port_ = ntohs(address.sin_port);
-      }
-    }
-  }
-  ~ClosedPort() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
 };
 
 ingest::EngineSpec Engine(std::string id, std::string control, int dp_ranks = 1) {

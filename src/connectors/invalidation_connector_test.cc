@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "connectors/closed_port.h"
+
 namespace kvgov::connectors {
 namespace {
 
@@ -85,33 +87,6 @@ class FakeOwner {
   int port_ = -1;
   mutable std::mutex mu_;
   std::vector<Seen> seen_;  // guarded by mu_
-};
-
-// A loopback port bound but not listening: connecting to it is refused, and
-// no one else can take it while the object lives.
-class ClosedPort {
- public:
-  ClosedPort() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-      socklen_t length = sizeof(address);
-      if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-        port_ = ntohs(address.sin_port);
-      }
-    }
-  }
-  ~ClosedPort() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
 };
 
 // Polls `done` until it holds or a generous deadline passes.
