@@ -9,8 +9,8 @@
 #include <system_error>
 #include <utility>
 
-#include "kvgov/connectors/engine_metrics.h"
 #include "connectors/control_url.h"
+#include "kvgov/connectors/engine_metrics.h"
 
 namespace kvgov::connectors {
 namespace {

@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <set>
 
-#include "server/engine_diagnostics.h"
-#include "server/governance_api.h"
 #include "kvgov/connectors/health_prober.h"
-#include "server/http_api.h"
-#include "server/entropy.h"
-#include "server/invalidations.h"
 #include "kvgov/replication/replica.h"
+#include "server/engine_diagnostics.h"
+#include "server/entropy.h"
+#include "server/governance_api.h"
+#include "server/http_api.h"
+#include "server/invalidations.h"
 #include "server/spool_dir.h"
 #include "server/tenant_secret.h"
 

@@ -8,18 +8,18 @@
 
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/codec/route_api.h"
+#include "kvgov/core/digest.h"
 #include "kvgov/core/kv_transfer.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/provider_cache.h"
 #include "kvgov/core/tool_result.h"
-#include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
+#include "kvgov/replication/replica.h"
 #include "server/access.h"
 #include "server/daemon.h"
 #include "server/engine_diagnostics.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
-#include "kvgov/replication/replica.h"
 
 namespace kvgov::server {
 namespace {

@@ -5,12 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/cert/certificate.h"
+#include "kvgov/connectors/invalidation_connector.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/journal/journal.h"
+#include "kvgov/replication/replica.h"
 #include "server/daemon.h"
 #include "server/entropy.h"
-#include "kvgov/connectors/invalidation_connector.h"
-#include "kvgov/replication/replica.h"
 
 namespace kvgov::server {
 namespace {

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "kvgov/adapters/engine_wire.h"
+#include "kvgov/connectors/engine_metrics.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_spec.h"
-#include "kvgov/connectors/engine_metrics.h"
 #include "kvgov/transport/zmq_ingest.h"
 
 namespace kvgov::simfleet {
