@@ -52,6 +52,8 @@ TEST_F(CatchUpE2ETest, ABatchPublishedWhileKvgovWasDownIsResidentSoonAfterRestar
   ASSERT_TRUE(WaitFor([&] { return Current(); }, std::chrono::seconds(10)))
       << Worker().dump() << "\n" << daemon_.Stderr();
   const auto caught_up = Clock::now() - restarted;
+  RecordProperty("restart_to_resident_ms",
+                 std::to_string(std::chrono::duration_cast<milliseconds>(caught_up).count()));
   // Start-up (a process, RocksDB, recovery) plus one replay round trip.
   EXPECT_LT(caught_up, std::chrono::seconds(1))
       << std::chrono::duration_cast<milliseconds>(caught_up).count() << " ms";
