@@ -24,11 +24,11 @@ using internal::Missing;
 using internal::ReadHash;
 using internal::ReadHashList;
 using internal::ReadInt64;
-using internal::ReadTokenIds;
 using internal::ReadNumber;
 using internal::ReadOptionalInt64;
 using internal::ReadOptionalString;
 using internal::ReadString;
+using internal::ReadTokenIds;
 using internal::UnpackUntrusted;
 using internal::WrongType;
 
