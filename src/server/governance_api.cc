@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "kvgov/codec/directive_record.h"
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
@@ -432,7 +433,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                                       Status::NotFound("no invalidation '" +
                                                        request.matches[1].str() + "'"));
                    }
-                   SendJson(response, 200, Json::parse(DirectiveJson(*directive)));
+                   SendJson(response, 200, Json::parse(EncodeDirectiveJson(*directive)));
                  }));
   http.Get(R"(/v1/certificates/([0-9a-f]{64}))",
            Guard(daemon, Role::kRead,

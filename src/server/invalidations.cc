@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "kvgov/cert/certificate.h"
+#include "kvgov/codec/directive_record.h"
 #include "kvgov/connectors/invalidation_connector.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/journal/journal.h"
@@ -15,8 +15,6 @@
 namespace kvgov::server {
 namespace {
 
-using Json = nlohmann::json;
-
 // An owner whose call may not have reached it: planned, or dispatched
 // without a recorded answer.
 bool NeedsCall(const OwnerProgress& owner) {
@@ -26,88 +24,11 @@ bool NeedsCall(const OwnerProgress& owner) {
 constexpr std::string_view kDirectivePrefix = "invalidation/";
 constexpr std::string_view kCertificatePrefix = "certificate/";
 
-// `full` adds what only the store and the log need: the targets still
-// pending and the stream seq each owner was dispatched at.
-Json OwnerJson(const OwnerProgress& owner, bool full) {
-  Json json = {{"worker", owner.worker},
-          {"connector", owner.connector},
-          {"scope", owner.scope},
-          {"degraded", owner.degraded},
-          {"degrade_reason", owner.degrade_reason},
-          {"attempts", owner.attempts},
-          {"last_status", owner.last_status},
-          {"last_error", owner.last_error},
-          {"state", owner.state},
-          {"targets", owner.target_count},
-          {"pending", owner.pending.size()},
-          {"whole_worker", owner.whole_worker},
-          {"witness_kind", owner.witness_kind},
-          {"witness_seqs", owner.witness_seqs}};
-  if (full) {
-    json["pending_keys"] = owner.pending;
-    json["dispatch_seq"] = owner.dispatch_seq;
-  }
-  return json;
-}
-
-Json ToJson(const Directive& d, bool full) {
-  Json owners = Json::array();
-  for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner, full));
-  Json json = {{"id", d.id},           {"state", d.state},
-          {"failure", d.failure}, {"reason", d.reason},
-          {"model", d.model},     {"tenant", d.tenant},
-          {"subject", d.subject},
-          {"scope", d.scope},     {"targets", d.target_count},
-          {"owners", owners},     {"certificate_id", d.certificate_id},
-          {"created_ms", d.created_ms}};
-  if (full) json["deadline_ms"] = d.deadline_ms;
-  return json;
-}
-
 bool Finished(const Directive& directive) {
   return directive.state == "certified" || directive.state == "failed";
 }
 
 std::string ClaimName(std::string_view id) { return "directive/" + std::string(id); }
-
-Directive DirectiveFromJson(const Json& json) {
-  Directive d;
-  d.id = json.value("id", "");
-  d.state = json.value("state", "");
-  d.failure = json.value("failure", "");
-  d.reason = json.value("reason", "");
-  d.model = json.value("model", "");
-  d.tenant = json.value("tenant", "");
-  d.subject = json.value("subject", "");
-  d.scope = json.value("scope", "");
-  d.target_count = json.value("targets", uint64_t{0});
-  d.certificate_id = json.value("certificate_id", "");
-  d.created_ms = json.value("created_ms", int64_t{0});
-  d.deadline_ms = json.value("deadline_ms", int64_t{0});
-  // Records written before owners were kept whole have none: they read
-  // back with no owners, as they always did.
-  for (const Json& o : json.value("owners", Json::array())) {
-    if (!o.contains("pending_keys")) continue;
-    OwnerProgress owner;
-    owner.worker = o.value("worker", "");
-    owner.connector = o.value("connector", "");
-    owner.scope = o.value("scope", "");
-    owner.degraded = o.value("degraded", false);
-    owner.degrade_reason = o.value("degrade_reason", "");
-    owner.attempts = o.value("attempts", 0);
-    owner.last_status = o.value("last_status", 0);
-    owner.last_error = o.value("last_error", "");
-    owner.state = o.value("state", "");
-    owner.whole_worker = o.value("whole_worker", false);
-    owner.pending = o.at("pending_keys").get<std::set<index::BlockKey>>();
-    owner.target_count = o.value("targets", uint64_t{0});
-    owner.dispatch_seq = o.value("dispatch_seq", int64_t{-1});
-    owner.witness_seqs = o.value("witness_seqs", std::vector<uint64_t>{});
-    owner.witness_kind = o.value("witness_kind", "");
-    d.owners.push_back(std::move(owner));
-  }
-  return d;
-}
 
 // The engine a worker belongs to ("w1@dp0" -> "w1").
 const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker) {
@@ -128,26 +49,6 @@ int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
 
 }  // namespace
 
-std::string DirectiveJson(const Directive& directive) {
-  return ToJson(directive, /*full=*/false).dump();
-}
-
-std::string DirectiveRecord(const Directive& directive) {
-  return ToJson(directive, /*full=*/true).dump();
-}
-
-Result<Directive> ParseDirectiveRecord(std::string_view record) {
-  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json.contains("id") || !json["id"].is_string()) {
-    return Status::InvalidArgument("directive record: not an object with an id");
-  }
-  try {
-    return DirectiveFromJson(json);
-  } catch (const Json::exception& error) {
-    return Status::InvalidArgument(std::string("directive record: ") + error.what());
-  }
-}
-
 InvalidationManager::InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms)
     : daemon_(daemon), witness_timeout_ms_(witness_timeout_ms), thread_([this] { Run(); }) {}
 
@@ -164,7 +65,7 @@ void InvalidationManager::Stop() {
 }
 
 Status InvalidationManager::Record(const Directive& directive, std::string_view kind) {
-  const std::string record = DirectiveRecord(directive);
+  const std::string record = EncodeDirectiveRecord(directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive.id, record};
   return RecordGovernance(*daemon_, kind, directive.id, record, {&state, 1}).status();
@@ -185,7 +86,7 @@ void InvalidationManager::SyncGateLocked(const Directive* before, const Directiv
 }
 
 void InvalidationManager::ApplyReplicated(std::string_view record) {
-  Result<Directive> directive = ParseDirectiveRecord(record);
+  Result<Directive> directive = DecodeDirectiveRecord(record);
   if (!directive.ok()) {
     std::fprintf(stderr, "kvgov: replicated %s\n", directive.status().ToString().c_str());
     return;
@@ -464,7 +365,7 @@ void InvalidationManager::Certify(const std::string& id) {
   if (!directive || directive->state != "witnessed") return;
   // The journal row recording the witness is the certificate's anchor: the
   // certificate can only exist after the removal was seen and recorded.
-  const std::string record = DirectiveRecord(*directive);
+  const std::string record = EncodeDirectiveRecord(*directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive->id, record};
   Result<journal::Row> anchor =
@@ -512,7 +413,7 @@ void InvalidationManager::Certify(const std::string& id) {
   Directive certified = *directive;
   certified.state = "certified";
   certified.certificate_id = certificate->certificate_id;
-  const std::string certified_record = DirectiveRecord(certified);
+  const std::string certified_record = EncodeDirectiveRecord(certified);
   const std::array<store::WriteOp, 2> ops = {
       store::WriteOp{store::Column::kGovernance,
                      std::string(kCertificatePrefix) + certificate->certificate_id, *encoded},
@@ -644,22 +545,17 @@ void InvalidationManager::CallRecoveredOwners() {
 }
 
 Status InvalidationManager::Recover() {
-  try {
-    return RecoverRecords();
-  } catch (const Json::exception& error) {
-    return Status::Corruption(std::string("invalidation record of the wrong shape: ") +
-                              error.what());
-  }
-}
-
-Status InvalidationManager::RecoverRecords() {
   const int64_t now_ms = WallClockMillis();
+  Status unreadable;
   KVGOV_RETURN_IF_ERROR(daemon_->store->Scan(
       store::Column::kGovernance, kDirectivePrefix, "invalidation0",
-      [&](std::string_view, std::string_view value) {
-        Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
-        if (!json.is_object()) return true;
-        Directive d = DirectiveFromJson(json);
+      [&](std::string_view key, std::string_view value) {
+        Result<Directive> decoded = DecodeDirectiveRecord(value);
+        if (!decoded.ok()) {
+          unreadable = Status::Corruption(std::string(key) + ": " + decoded.status().message());
+          return false;
+        }
+        Directive d = *std::move(decoded);
         std::lock_guard lock(mu_);
         SyncGateLocked(nullptr, d);
         // A single kvgov was the directive's only driver and drives it on:
@@ -675,7 +571,7 @@ Status InvalidationManager::RecoverRecords() {
         directives_[d.id] = d;
         return true;
       }));
-  return Status::Ok();
+  return unreadable;
 }
 
 }  // namespace kvgov::server

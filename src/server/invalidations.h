@@ -14,57 +14,15 @@
 
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/engine_events.h"
+#include "kvgov/governance/directive.h"
 #include "kvgov/index/block_key.h"
 
 namespace kvgov::server {
 
 struct Daemon;
 
-/// One owner's part of a directive.
-struct OwnerProgress {
-  std::string worker;
-  std::string connector;  // vllm, sglang, ... ("" when the owner has none)
-  std::string scope;      // what it did: exact_span or whole_prefix_cache
-  bool degraded = false;
-  std::string degrade_reason;
-  int attempts = 0;
-  int last_status = 0;
-  std::string last_error;
-  std::string state;  // planned, dispatched, acknowledged, witnessed, failed
-  bool whole_worker = false;                // every block of the worker is a target
-  std::set<index::BlockKey> pending;        // targets not yet seen removed
-  uint64_t target_count = 0;
-  int64_t dispatch_seq = -1;                // the worker's stream seq when dispatched
-  std::vector<uint64_t> witness_seqs;       // the event seqs that showed the removal
-  std::string witness_kind;                 // block_removed or all_blocks_cleared
-};
-
-/// An invalidation directive: planned over the residency index, dispatched
-/// to each owning engine's control API, witnessed in the engine's own event
-/// stream, then certified. States: planned -> dispatched -> acknowledged ->
-/// witnessed -> certified, or failed with a reason (referee_denied,
-/// owner_unreachable, witness_timeout).
-struct Directive {
-  std::string id;
-  std::string state;
-  std::string failure;
-  std::string reason;
-  std::string model;
-  std::string tenant;   // whose span, when named by tokens under a tenant; "" otherwise
-  std::string subject;  // 64 hex: what the certificate names
-  std::string scope;    // exact_span or whole_prefix_cache, as asked
-  uint64_t target_count = 0;
-  std::vector<OwnerProgress> owners;
-  std::string certificate_id;
-  int64_t created_ms = 0;
-  int64_t deadline_ms = 0;
-};
-
-/// The whole directive as the store and the replicated log keep it (owners'
-/// pending targets and dispatch seqs included), and back. InvalidArgument
-/// for a record of the wrong shape.
-std::string DirectiveRecord(const Directive& directive);
-Result<Directive> ParseDirectiveRecord(std::string_view record);
+using governance::Directive;
+using governance::OwnerProgress;
 
 /// Runs directives. Every state change is journaled with the directive's
 /// record in one synced write. Targets earn no route credit from the moment
@@ -101,7 +59,8 @@ class InvalidationManager {
   /// through replay, within a fresh --witness-timeout-ms), or, for a
   /// replica, left for whichever replica claims them next. Targets not seen
   /// gone stay without route credit. Call before the engine streams start,
-  /// so every removal they catch up on finds its directive.
+  /// so every removal they catch up on finds its directive. Corruption
+  /// naming its key for a record that does not decode: start-up stops.
   Status Recover();
 
   /// Calls the owners Recover found without an acknowledgement; once the
@@ -116,7 +75,6 @@ class InvalidationManager {
   void Stop();
 
  private:
-  Status RecoverRecords();
   void Run();
   void Dispatch(const std::string& id);
   // Replicas: renews the claims on driven directives, lets go of finished
@@ -153,7 +111,5 @@ class InvalidationManager {
   std::thread thread_;
 };
 
-/// The directive as GET /v1/invalidations/{id} shows it, JSON text.
-std::string DirectiveJson(const Directive& directive);
 
 }  // namespace kvgov::server

@@ -1,0 +1,111 @@
+#include "kvgov/codec/directive_record.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kvgov {
+namespace {
+
+using Json = nlohmann::json;
+using governance::Directive;
+using governance::OwnerProgress;
+
+// `full` adds what only the store and the log need: the targets still
+// pending and the stream seq each owner was dispatched at.
+Json OwnerJson(const OwnerProgress& owner, bool full) {
+  Json json = {{"worker", owner.worker},
+          {"connector", owner.connector},
+          {"scope", owner.scope},
+          {"degraded", owner.degraded},
+          {"degrade_reason", owner.degrade_reason},
+          {"attempts", owner.attempts},
+          {"last_status", owner.last_status},
+          {"last_error", owner.last_error},
+          {"state", owner.state},
+          {"targets", owner.target_count},
+          {"pending", owner.pending.size()},
+          {"whole_worker", owner.whole_worker},
+          {"witness_kind", owner.witness_kind},
+          {"witness_seqs", owner.witness_seqs}};
+  if (full) {
+    json["pending_keys"] = owner.pending;
+    json["dispatch_seq"] = owner.dispatch_seq;
+  }
+  return json;
+}
+
+Json ToJson(const Directive& d, bool full) {
+  Json owners = Json::array();
+  for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner, full));
+  Json json = {{"id", d.id},           {"state", d.state},
+          {"failure", d.failure}, {"reason", d.reason},
+          {"model", d.model},     {"tenant", d.tenant},
+          {"subject", d.subject},
+          {"scope", d.scope},     {"targets", d.target_count},
+          {"owners", owners},     {"certificate_id", d.certificate_id},
+          {"created_ms", d.created_ms}};
+  if (full) json["deadline_ms"] = d.deadline_ms;
+  return json;
+}
+
+Directive DirectiveFromJson(const Json& json) {
+  Directive d;
+  d.id = json.value("id", "");
+  d.state = json.value("state", "");
+  d.failure = json.value("failure", "");
+  d.reason = json.value("reason", "");
+  d.model = json.value("model", "");
+  d.tenant = json.value("tenant", "");
+  d.subject = json.value("subject", "");
+  d.scope = json.value("scope", "");
+  d.target_count = json.value("targets", uint64_t{0});
+  d.certificate_id = json.value("certificate_id", "");
+  d.created_ms = json.value("created_ms", int64_t{0});
+  d.deadline_ms = json.value("deadline_ms", int64_t{0});
+  // Records written before owners were kept whole have none: they read
+  // back with no owners, as they always did.
+  for (const Json& o : json.value("owners", Json::array())) {
+    if (!o.contains("pending_keys")) continue;
+    OwnerProgress owner;
+    owner.worker = o.value("worker", "");
+    owner.connector = o.value("connector", "");
+    owner.scope = o.value("scope", "");
+    owner.degraded = o.value("degraded", false);
+    owner.degrade_reason = o.value("degrade_reason", "");
+    owner.attempts = o.value("attempts", 0);
+    owner.last_status = o.value("last_status", 0);
+    owner.last_error = o.value("last_error", "");
+    owner.state = o.value("state", "");
+    owner.whole_worker = o.value("whole_worker", false);
+    owner.pending = o.at("pending_keys").get<std::set<index::BlockKey>>();
+    owner.target_count = o.value("targets", uint64_t{0});
+    owner.dispatch_seq = o.value("dispatch_seq", int64_t{-1});
+    owner.witness_seqs = o.value("witness_seqs", std::vector<uint64_t>{});
+    owner.witness_kind = o.value("witness_kind", "");
+    d.owners.push_back(std::move(owner));
+  }
+  return d;
+}
+
+}  // namespace
+
+std::string EncodeDirectiveJson(const Directive& directive) {
+  return ToJson(directive, /*full=*/false).dump();
+}
+
+std::string EncodeDirectiveRecord(const Directive& directive) {
+  return ToJson(directive, /*full=*/true).dump();
+}
+
+Result<Directive> DecodeDirectiveRecord(std::string_view record) {
+  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("id") || !json["id"].is_string()) {
+    return Status::InvalidArgument("directive record: not an object with an id");
+  }
+  try {
+    return DirectiveFromJson(json);
+  } catch (const Json::exception& error) {
+    return Status::InvalidArgument(std::string("directive record: ") + error.what());
+  }
+}
+
+}  // namespace kvgov
