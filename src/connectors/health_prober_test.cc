@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "connectors/closed_port.h"
+#include "connectors/test_support.h"
 
 namespace kvgov::connectors {
 namespace {
@@ -139,16 +139,6 @@ HealthProberOptions FastOptions() {
   options.probe_interval_ms = 20;
   options.timeout_ms = 1000;
   return options;
-}
-
-// Polls `done` until it holds or a generous deadline passes.
-bool WaitFor(const std::function<bool()>& done, milliseconds deadline = milliseconds(10000)) {
-  const auto until = steady_clock::now() + deadline;
-  while (steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return done();
 }
 
 router::WorkerStatus StatusOf(const router::WorkerStatusTable& table, const std::string& worker) {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "connectors/closed_port.h"
+#include "connectors/test_support.h"
 
 namespace kvgov::connectors {
 namespace {
@@ -88,16 +88,6 @@ class FakeOwner {
   mutable std::mutex mu_;
   std::vector<Seen> seen_;  // guarded by mu_
 };
-
-// Polls `done` until it holds or a generous deadline passes.
-bool WaitFor(const std::function<bool()>& done, milliseconds deadline = milliseconds(10000)) {
-  const auto until = steady_clock::now() + deadline;
-  while (steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return done();
-}
 
 RetryPolicy Fast(int max_attempts = 5) {
   RetryPolicy retry;

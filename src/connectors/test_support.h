@@ -1,13 +1,17 @@
 #pragma once
 
-// For the connectors' tests: a loopback port bound but not listening.
+// What the connectors' tests share: a loopback port bound but not listening,
+// and a bounded poll.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <functional>
 #include <string>
+#include <thread>
 
 namespace kvgov::connectors {
 
@@ -41,5 +45,16 @@ class ClosedPort {
   int fd_ = -1;
   int port_ = 0;
 };
+
+/// Polls `done` every 2 ms until it holds or `deadline` passes.
+inline bool WaitFor(const std::function<bool()>& done,
+                    std::chrono::milliseconds deadline = std::chrono::milliseconds(10000)) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return done();
+}
 
 }  // namespace kvgov::connectors
