@@ -1,5 +1,8 @@
 #include "kvgov/codec/directive_record.h"
 
+#include <optional>
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 namespace kvgov {
@@ -9,22 +12,27 @@ using Json = nlohmann::json;
 using governance::Directive;
 using governance::OwnerProgress;
 
+// A field whose value is outside its vocabulary; caught at the decoder's edge.
+struct RecordError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // `full` adds what only the store and the log need: the targets still
 // pending and the stream seq each owner was dispatched at.
 Json OwnerJson(const OwnerProgress& owner, bool full) {
   Json json = {{"worker", owner.worker},
           {"connector", owner.connector},
-          {"scope", owner.scope},
+          {"scope", owner.scope ? ToString(*owner.scope) : ""},
           {"degraded", owner.degraded},
           {"degrade_reason", owner.degrade_reason},
           {"attempts", owner.attempts},
           {"last_status", owner.last_status},
           {"last_error", owner.last_error},
-          {"state", owner.state},
+          {"state", ToString(owner.state)},
           {"targets", owner.target_count},
           {"pending", owner.pending.size()},
           {"whole_worker", owner.whole_worker},
-          {"witness_kind", owner.witness_kind},
+          {"witness_kind", owner.witness_kind ? ToString(*owner.witness_kind) : ""},
           {"witness_seqs", owner.witness_seqs}};
   if (full) {
     json["pending_keys"] = owner.pending;
@@ -36,27 +44,44 @@ Json OwnerJson(const OwnerProgress& owner, bool full) {
 Json ToJson(const Directive& d, bool full) {
   Json owners = Json::array();
   for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner, full));
-  Json json = {{"id", d.id},           {"state", d.state},
+  Json json = {{"id", d.id},           {"state", ToString(d.state)},
           {"failure", d.failure}, {"reason", d.reason},
           {"model", d.model},     {"tenant", d.tenant},
           {"subject", d.subject},
-          {"scope", d.scope},     {"targets", d.target_count},
+          {"scope", ToString(d.scope)},     {"targets", d.target_count},
           {"owners", owners},     {"certificate_id", d.certificate_id},
           {"created_ms", d.created_ms}};
   if (full) json["deadline_ms"] = d.deadline_ms;
   return json;
 }
 
+// A closed vocabulary's field; `optional` fields read "" as absent.
+template <typename E>
+E EnumField(const Json& json, const char* field, const std::string& path) {
+  Result<E> value = ParseEnum<E>(json.at(field).get<std::string>());
+  if (!value.ok()) throw RecordError(path + field + ": " + value.status().message());
+  return *value;
+}
+
+template <typename E>
+std::optional<E> OptionalEnumField(const Json& json, const char* field, const std::string& path) {
+  const std::string text = json.value(field, "");
+  if (text.empty()) return std::nullopt;
+  Result<E> value = ParseEnum<E>(text);
+  if (!value.ok()) throw RecordError(path + field + ": " + value.status().message());
+  return *value;
+}
+
 Directive DirectiveFromJson(const Json& json) {
   Directive d;
   d.id = json.value("id", "");
-  d.state = json.value("state", "");
+  d.state = EnumField<governance::DirectiveState>(json, "state", "");
   d.failure = json.value("failure", "");
   d.reason = json.value("reason", "");
   d.model = json.value("model", "");
   d.tenant = json.value("tenant", "");
   d.subject = json.value("subject", "");
-  d.scope = json.value("scope", "");
+  d.scope = EnumField<KVEvictionScope>(json, "scope", "");
   d.target_count = json.value("targets", uint64_t{0});
   d.certificate_id = json.value("certificate_id", "");
   d.created_ms = json.value("created_ms", int64_t{0});
@@ -65,22 +90,23 @@ Directive DirectiveFromJson(const Json& json) {
   // back with no owners, as they always did.
   for (const Json& o : json.value("owners", Json::array())) {
     if (!o.contains("pending_keys")) continue;
+    const std::string path = "owners[" + std::to_string(d.owners.size()) + "].";
     OwnerProgress owner;
     owner.worker = o.value("worker", "");
     owner.connector = o.value("connector", "");
-    owner.scope = o.value("scope", "");
+    owner.scope = OptionalEnumField<KVEvictionScope>(o, "scope", path);
     owner.degraded = o.value("degraded", false);
     owner.degrade_reason = o.value("degrade_reason", "");
     owner.attempts = o.value("attempts", 0);
     owner.last_status = o.value("last_status", 0);
     owner.last_error = o.value("last_error", "");
-    owner.state = o.value("state", "");
+    owner.state = EnumField<governance::OwnerState>(o, "state", path);
     owner.whole_worker = o.value("whole_worker", false);
     owner.pending = o.at("pending_keys").get<std::set<index::BlockKey>>();
     owner.target_count = o.value("targets", uint64_t{0});
     owner.dispatch_seq = o.value("dispatch_seq", int64_t{-1});
     owner.witness_seqs = o.value("witness_seqs", std::vector<uint64_t>{});
-    owner.witness_kind = o.value("witness_kind", "");
+    owner.witness_kind = OptionalEnumField<WitnessKind>(o, "witness_kind", path);
     d.owners.push_back(std::move(owner));
   }
   return d;
@@ -104,6 +130,8 @@ Result<Directive> DecodeDirectiveRecord(std::string_view record) {
   try {
     return DirectiveFromJson(json);
   } catch (const Json::exception& error) {
+    return Status::InvalidArgument(std::string("directive record: ") + error.what());
+  } catch (const RecordError& error) {
     return Status::InvalidArgument(std::string("directive record: ") + error.what());
   }
 }

@@ -44,6 +44,7 @@ TEST(VocabularyTest, EveryTableRoundTrips) {
   ExpectTableRoundTrips<NIXLLeaseState>();
   ExpectTableRoundTrips<NIXLClearKind>();
   ExpectTableRoundTrips<KVEvictionScope>();
+  ExpectTableRoundTrips<WitnessKind>();
   ExpectTableRoundTrips<MooncakeOperation>();
   ExpectTableRoundTrips<LMCacheOperation>();
   ExpectTableRoundTrips<Provider>();

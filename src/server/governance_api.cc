@@ -222,7 +222,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
       return SendError(response, GovernanceWriteHttpStatus(directive.status()),
                        directive.status());
     }
-    answer["invalidation"] = {{"id", directive->id}, {"state", directive->state}};
+    answer["invalidation"] = {{"id", directive->id}, {"state", ToString(directive->state)}};
   }
   SendJson(response, 200, answer);
 }
@@ -418,7 +418,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                                            : GovernanceWriteHttpStatus(directive.status()),
                                        directive.status());
                     }
-                    SendJson(response, 202, {{"id", directive->id}, {"state", directive->state}});
+                    SendJson(response, 202, {{"id", directive->id}, {"state", ToString(directive->state)}});
                   }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
            Guard(daemon, Role::kRead,

@@ -6,7 +6,6 @@
 #include "kvgov/cert/certificate.h"
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/connectors/invalidation_connector.h"
-#include "kvgov/core/digest.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/replication/replica.h"
 #include "server/daemon.h"
@@ -15,18 +14,11 @@
 namespace kvgov::server {
 namespace {
 
-// An owner whose call may not have reached it: planned, or dispatched
-// without a recorded answer.
-bool NeedsCall(const OwnerProgress& owner) {
-  return owner.state == "planned" || owner.state == "dispatched";
-}
+using governance::DirectiveState;
+using governance::OwnerProgress;
 
 constexpr std::string_view kDirectivePrefix = "invalidation/";
 constexpr std::string_view kCertificatePrefix = "certificate/";
-
-bool Finished(const Directive& directive) {
-  return directive.state == "certified" || directive.state == "failed";
-}
 
 std::string ClaimName(std::string_view id) { return "directive/" + std::string(id); }
 
@@ -47,10 +39,26 @@ int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
   return -1;
 }
 
+// The connector that reaches the owner's control API; FailedPrecondition
+// when its engine has none.
+Result<std::unique_ptr<connectors::InvalidationConnector>> ConnectorFor(
+    const Daemon& daemon, std::string_view worker) {
+  const ingest::EngineSpec* engine = EngineOf(daemon, worker);
+  if (engine == nullptr || engine->control.empty()) {
+    return Status::FailedPrecondition("worker '" + std::string(worker) +
+                                      "' has no control URL to send a directive to");
+  }
+  connectors::ConnectorConfig config;
+  config.kind = engine->connector.empty() ? std::string(ToString(engine->kind)) : engine->connector;
+  config.control = engine->control;
+  config.webhook_path = engine->connector_path;
+  return connectors::MakeConnector(config);
+}
+
 }  // namespace
 
 InvalidationManager::InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms)
-    : daemon_(daemon), witness_timeout_ms_(witness_timeout_ms), thread_([this] { Run(); }) {}
+    : daemon_(daemon), lifecycle_(witness_timeout_ms), thread_([this] { Run(); }) {}
 
 InvalidationManager::~InvalidationManager() { Stop(); }
 
@@ -71,18 +79,47 @@ Status InvalidationManager::Record(const Directive& directive, std::string_view 
   return RecordGovernance(*daemon_, kind, directive.id, record, {&state, 1}).status();
 }
 
+void InvalidationManager::RecordOrLog(const Directive& directive, std::string_view kind) {
+  if (Status recorded = Record(directive, kind); !recorded.ok()) {
+    std::fprintf(stderr, "kvgov: directive %s not journaled: %s\n", directive.id.c_str(),
+                 recorded.ToString().c_str());
+  }
+}
+
 bool InvalidationManager::DrivesLocked(std::string_view id) const {
   return !daemon_->replicated() || driving_.contains(id);
 }
 
+void InvalidationManager::SetGateLocked(const std::vector<governance::WorkerTargets>& targets,
+                                        bool pending) {
+  for (const governance::WorkerTargets& target : targets) {
+    daemon_->gate.SetPending(target.worker, target.keys, target.whole_worker, pending);
+  }
+}
+
 void InvalidationManager::SyncGateLocked(const Directive* before, const Directive& after) {
-  if (before != nullptr) ReleaseTargetsLocked(*before);
-  for (const OwnerProgress& owner : after.owners) {
-    std::vector<index::BlockKey> keys(owner.pending.begin(), owner.pending.end());
-    if (!keys.empty() || owner.whole_worker) {
-      daemon_->gate.SetPending(owner.worker, keys, owner.whole_worker, true);
+  if (before != nullptr) SetGateLocked(governance::PendingTargets(*before), false);
+  SetGateLocked(governance::PendingTargets(after), true);
+}
+
+std::optional<std::pair<Directive, std::string>> InvalidationManager::ApplyLocked(
+    const std::string& id, const governance::DirectiveEvent& event, int64_t now_ms,
+    std::vector<Work>* defer) {
+  Directive& directive = directives_.at(id);
+  governance::DirectiveEffects effects = lifecycle_.Apply(directive, event, now_ms);
+  SetGateLocked(effects.hold, true);
+  SetGateLocked(effects.release, false);
+  if (!effects.call.empty() || effects.certify) {
+    Work work{id, std::move(effects.call), effects.certify};
+    if (defer != nullptr) {
+      defer->push_back(std::move(work));
+    } else {
+      queue_.push_back(std::move(work));
+      wake_.notify_all();
     }
   }
+  if (!effects.journal) return std::nullopt;
+  return std::make_pair(directive, std::move(*effects.journal));
 }
 
 void InvalidationManager::ApplyReplicated(std::string_view record) {
@@ -98,22 +135,14 @@ void InvalidationManager::ApplyReplicated(std::string_view record) {
   directives_[directive->id] = std::move(directive).value();
 }
 
-void InvalidationManager::ReleaseTargetsLocked(const Directive& directive) {
-  for (const OwnerProgress& owner : directive.owners) {
-    std::vector<index::BlockKey> keys(owner.pending.begin(), owner.pending.end());
-    daemon_->gate.SetPending(owner.worker, keys, owner.whole_worker, false);
-  }
-}
-
 Result<Directive> InvalidationManager::Create(const InvalidationRequest& request) {
-  Directive directive;
-  KVGOV_ASSIGN_OR_RETURN(directive.id, RandomHexId());
-  directive.reason = request.reason;
-  directive.model = request.model;
-  directive.tenant = request.tenant;
-  directive.created_ms = WallClockMillis();
-  directive.deadline_ms = directive.created_ms + witness_timeout_ms_;
-  directive.scope = request.scope.empty() ? "exact_span" : "whole_prefix_cache";
+  governance::DirectiveDraft draft;
+  KVGOV_ASSIGN_OR_RETURN(draft.id, RandomHexId());
+  draft.reason = request.reason;
+  draft.model = request.model;
+  draft.tenant = request.tenant;
+  draft.scope = request.scope.empty() ? KVEvictionScope::kExactSpan
+                                      : KVEvictionScope::kWholePrefixCache;
 
   std::vector<index::WorkerResidency> workers;
   for (index::WorkerResidency& w : daemon_->index.Workers()) {
@@ -130,49 +159,28 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
     span = index::RequestChain(daemon_->index.hasher(),
                                {request.model, request.lora_name, request.group_idx}, salt,
                                request.token_ids, workers.front().block_size);
-    for (const index::WorkerOverlap& overlap : daemon_->index.Overlap(span)) {
-      OwnerProgress owner;
-      owner.worker = overlap.worker;
-      owner.pending.insert(span.begin(), span.begin() + static_cast<long>(overlap.blocks));
-      directive.owners.push_back(std::move(owner));
-    }
+    draft.owners = governance::OwnersOfSpan(span, daemon_->index.Overlap(span));
   } else if (request.block_hash.has_value()) {
     KVGOV_ASSIGN_OR_RETURN(span, daemon_->index.KeysForEngineHashes(
                                      request.worker, std::span(&*request.block_hash, 1),
                                      request.group_idx));
-    OwnerProgress owner;
-    owner.worker = request.worker;
-    owner.pending.insert(span.begin(), span.end());
-    directive.owners.push_back(std::move(owner));
+    draft.owners.push_back(governance::OwnerOfKeys(request.worker, span));
   } else {
-    for (const index::WorkerResidency& w : workers) {
-      if (request.scope == "worker" && w.id != request.worker) continue;
-      OwnerProgress owner;
-      owner.worker = w.id;
-      owner.whole_worker = true;
-      for (uint64_t blocks : w.blocks) owner.target_count += blocks;
-      directive.owners.push_back(std::move(owner));
+    if (request.scope == "worker") {
+      std::erase_if(workers, [&](const index::WorkerResidency& w) { return w.id != request.worker; });
+      if (workers.empty()) {
+        return Status::NotFound("worker: '" + request.worker + "' does not serve '" +
+                                request.model + "'");
+      }
     }
-    if (request.scope == "worker" && directive.owners.empty()) {
-      return Status::NotFound("worker: '" + request.worker + "' does not serve '" +
-                              request.model + "'");
-    }
+    draft.owners = governance::OwnersOfWorkers(workers);
   }
-  std::string subject_fields = request.model + "|" + request.scope + "|" + request.worker;
-  for (index::BlockKey key : span) subject_fields += "|" + std::to_string(key);
-  directive.subject = DigestFields("kvgov.invalidation.subject.v1", {subject_fields});
-  for (OwnerProgress& owner : directive.owners) {
-    if (!owner.whole_worker) owner.target_count = owner.pending.size();
-    owner.state = "planned";
-    directive.target_count += owner.target_count;
-  }
+  draft.subject = governance::DirectiveSubject(request.model, request.scope, request.worker, span);
+  const int64_t now_ms = WallClockMillis();
+  governance::DirectiveLifecycle::Planned planned = lifecycle_.Plan(std::move(draft), now_ms);
+  const Directive& directive = planned.directive;
 
-  // The referee, run before any call: a target, a final admission, an
-  // admitter. The API caller is the admitter (an authenticated principal
-  // once tokens exist); nothing is ever certified for zero targets.
-  const bool has_target = !directive.owners.empty() && directive.target_count > 0;
-  directive.state = has_target ? "planned" : "failed";
-  if (!has_target) directive.failure = "referee_denied: no resident target";
+  const bool has_target = directive.state == DirectiveState::kPlanned;
   if (daemon_->replica != nullptr && has_target) {
     // Claimed before it is in the log, so no other replica takes it over
     // while its creator is alive.
@@ -185,7 +193,7 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
     std::lock_guard lock(mu_);
     driving_.insert(directive.id);
   }
-  if (Status recorded = Record(directive, "invalidation.planned"); !recorded.ok()) {
+  if (Status recorded = Record(directive, *planned.effects.journal); !recorded.ok()) {
     if (daemon_->replica != nullptr) {
       daemon_->replica->ReleaseClaim(ClaimName(directive.id));
       std::lock_guard lock(mu_);
@@ -194,14 +202,12 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
     return recorded;
   }
   std::lock_guard lock(mu_);
-  if (!has_target) {
-    directives_[directive.id] = directive;
-    return directive;
-  }
-  SyncGateLocked(nullptr, directive);
+  SetGateLocked(planned.effects.hold, true);
   directives_[directive.id] = directive;
-  queue_.emplace_back(directive.id, false);
-  wake_.notify_all();
+  if (!planned.effects.call.empty()) {
+    queue_.push_back({directive.id, std::move(planned.effects.call), false});
+    wake_.notify_all();
+  }
   return directive;
 }
 
@@ -210,159 +216,90 @@ void InvalidationManager::Run() {
   while (true) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
-    auto [id, certify] = queue_.front();
+    Work work = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    if (certify) {
-      Certify(id);
+    if (work.certify) {
+      Certify(work.id);
     } else {
-      Dispatch(id);
+      Dispatch(work);
     }
     lock.lock();
   }
 }
 
-void InvalidationManager::Dispatch(const std::string& id) {
-  std::optional<Directive> directive = Get(id);
+void InvalidationManager::Dispatch(const Work& work) {
+  std::optional<Directive> directive = Get(work.id);
   if (!directive) return;
-  bool any_failed = false;
-  for (size_t i = 0; i < directive->owners.size(); ++i) {
-    OwnerProgress owner = directive->owners[i];
-    // A driver resuming a directive (a restarted kvgov, a replica taking it
-    // over) calls again only the owners it has no acknowledgement from.
-    if (!NeedsCall(owner)) continue;
-    const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker);
-    connectors::ConnectorConfig config;
-    if (engine != nullptr) {
-      config.kind =
-          engine->connector.empty() ? std::string(ToString(engine->kind)) : engine->connector;
-      config.control = engine->control;
-      config.webhook_path = engine->connector_path;
-    }
+  for (size_t i : work.call) {
+    if (i >= directive->owners.size()) continue;
+    const OwnerProgress& owner = directive->owners[i];
     Result<std::unique_ptr<connectors::InvalidationConnector>> connector =
-        engine == nullptr || engine->control.empty()
-            ? Result<std::unique_ptr<connectors::InvalidationConnector>>(Status::FailedPrecondition(
-                  "worker '" + owner.worker + "' has no control URL to send a directive to"))
-            : connectors::MakeConnector(config);
+        ConnectorFor(*daemon_, owner.worker);
+    const int64_t stream_seq = StreamSeq(*daemon_, owner.worker);
     {
       std::lock_guard lock(mu_);
-      OwnerProgress& live = directives_[id].owners[i];
-      live.dispatch_seq = StreamSeq(*daemon_, owner.worker);
-      live.state = "dispatched";
-      directives_[id].state = "dispatched";
+      // Answered meanwhile (a second round for the same owner), or the
+      // directive finished or was witnessed: nothing to call.
+      if (!governance::MayCall(directives_.at(work.id), i)) continue;
+      ApplyLocked(work.id, governance::CallStarted{i, stream_seq}, WallClockMillis());
+      if (!connector.ok()) {
+        ApplyLocked(work.id, governance::CallFailed{i, "", connector.status().message()},
+                    WallClockMillis());
+        continue;
+      }
     }
-    if (!connector.ok()) {
-      std::lock_guard lock(mu_);
-      OwnerProgress& live = directives_[id].owners[i];
-      live.state = "failed";
-      live.last_error = connector.status().message();
-      any_failed = true;
-      continue;
-    }
-    owner.connector = std::string((*connector)->name());
-    connectors::EvictionRequest request{owner.worker, {}, directive->reason, id};
+    connectors::EvictionRequest request{owner.worker, {}, directive->reason, work.id};
     for (index::BlockKey key : owner.pending) {
       char hex[17];
       std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(key));
       request.span_digests.push_back(hex);
     }
     Result<connectors::DispatchResult> result = (*connector)->Dispatch(request, cancel_);
+    const std::string name((*connector)->name());
+    governance::DirectiveEvent answer =
+        result.ok() ? governance::DirectiveEvent(governance::CallAnswered{
+                          i, name, static_cast<int>(result->attempts.size()),
+                          result->attempts.empty() ? 0 : result->attempts.back().http_status,
+                          result->scope, result->degraded, result->degrade_reason})
+                    : governance::DirectiveEvent(
+                          governance::CallFailed{i, name, result.status().message()});
     std::lock_guard lock(mu_);
-    OwnerProgress& live = directives_[id].owners[i];
-    live.connector = owner.connector;
-    if (!result.ok()) {
-      live.state = "failed";
-      live.last_error = result.status().message();
-      any_failed = true;
-      continue;
-    }
-    // Cumulative: a replica taking the directive over adds its own calls.
-    live.attempts += static_cast<int>(result->attempts.size());
-    live.last_status = result->attempts.empty() ? 0 : result->attempts.back().http_status;
-    live.scope = std::string(ToString(result->scope));
-    live.degraded = result->degraded;
-    live.degrade_reason = result->degrade_reason;
-    // A whole-prefix flush clears everything: only AllBlocksCleared (or
-    // every target's removal) witnesses it.
-    if (live.state != "witnessed") live.state = "acknowledged";
+    ApplyLocked(work.id, answer, WallClockMillis());
   }
-  Directive snapshot;
+  std::optional<std::pair<Directive, std::string>> record;
   {
     std::lock_guard lock(mu_);
-    Directive& live = directives_[id];
-    if (any_failed) {
-      live.state = "failed";
-      live.failure = "owner_unreachable";
-    } else if (live.state != "witnessed") {
-      live.state = "acknowledged";
-    }
-    snapshot = live;
+    record = ApplyLocked(work.id, governance::CallsEnded{}, WallClockMillis());
   }
-  if (snapshot.state == "witnessed") return;  // Certify journals it, as the anchor
-  if (Status recorded = Record(snapshot, "invalidation." + snapshot.state); !recorded.ok()) {
-    std::fprintf(stderr, "kvgov: directive %s not journaled: %s\n", id.c_str(),
-                 recorded.ToString().c_str());
-  }
+  if (record) RecordOrLog(record->first, record->second);
 }
 
 void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
                                   const EngineEvent& event) {
-  std::vector<index::BlockKey> removed;
-  const bool cleared = std::holds_alternative<AllBlocksCleared>(event);
+  governance::DirectiveEvent seen;
   if (const auto* block_removed = std::get_if<BlockRemoved>(&event)) {
     // Resolved before the index applies the removal and forgets the hash.
     Result<std::vector<index::BlockKey>> keys = daemon_->index.KeysForEngineHashes(
         worker, block_removed->block_hashes, block_removed->group_idx);
-    if (keys.ok()) removed = *keys;
-  } else if (!cleared) {
+    seen = governance::RemovalSeen{std::string(worker), seq,
+                                   keys.ok() ? *std::move(keys) : std::vector<index::BlockKey>{}};
+  } else if (std::holds_alternative<AllBlocksCleared>(event)) {
+    seen = governance::ClearSeen{std::string(worker), seq};
+  } else {
     return;
   }
+  const int64_t now_ms = WallClockMillis();
   std::lock_guard lock(mu_);
-  for (auto& [id, directive] : directives_) {
-    if (directive.state != "dispatched" && directive.state != "acknowledged") continue;
-    if (!DrivesLocked(id)) continue;
-    bool all_witnessed = true;
-    for (OwnerProgress& owner : directive.owners) {
-      // Only what the engine published after kvgov's call counts as proof.
-      if (owner.worker == worker && owner.state != "witnessed" && owner.state != "failed" &&
-          owner.state != "planned" && static_cast<int64_t>(seq) > owner.dispatch_seq) {
-        std::vector<index::BlockKey> released;
-        if (cleared) {
-          released.assign(owner.pending.begin(), owner.pending.end());
-          owner.pending.clear();
-          owner.witness_kind = "all_blocks_cleared";
-          owner.witness_seqs.push_back(seq);
-          daemon_->gate.SetPending(owner.worker, released, owner.whole_worker, false);
-          owner.whole_worker = false;
-        } else if (!owner.whole_worker) {
-          bool hit = false;
-          for (index::BlockKey key : removed) {
-            if (owner.pending.erase(key) > 0) {
-              released.push_back(key);
-              hit = true;
-            }
-          }
-          if (hit) {
-            owner.witness_kind = "block_removed";
-            owner.witness_seqs.push_back(seq);
-            daemon_->gate.SetPending(owner.worker, released, false, false);
-          }
-        }
-        if (owner.pending.empty() && !owner.whole_worker) owner.state = "witnessed";
-      }
-      all_witnessed &= owner.state == "witnessed";
-    }
-    if (all_witnessed) {
-      directive.state = "witnessed";
-      queue_.emplace_back(id, true);
-      wake_.notify_all();
-    }
+  for (const auto& [id, directive] : directives_) {
+    // Witnessing journals nothing: the certify step journals the anchor.
+    if (DrivesLocked(id)) ApplyLocked(id, seen, now_ms);
   }
 }
 
 void InvalidationManager::Certify(const std::string& id) {
   std::optional<Directive> directive = Get(id);
-  if (!directive || directive->state != "witnessed") return;
+  if (!directive || directive->state != DirectiveState::kWitnessed) return;
   // The journal row recording the witness is the certificate's anchor: the
   // certificate can only exist after the removal was seen and recorded.
   const std::string record = EncodeDirectiveRecord(*directive);
@@ -379,20 +316,16 @@ void InvalidationManager::Certify(const std::string& id) {
   cert::CertificateInput input;
   input.subject = directive->subject;
   input.directive_id = directive->id;
-  input.scope = directive->scope == "exact_span" ? KVEvictionScope::kExactSpan
-                                                 : KVEvictionScope::kWholePrefixCache;
+  input.scope = directive->scope;
   for (const OwnerProgress& owner : directive->owners) {
     cert::CertOwner c;
     c.worker = owner.worker;
     Result<cert::CertConnector> connector = ParseEnum<cert::CertConnector>(owner.connector);
     c.connector = connector.ok() ? *connector : cert::CertConnector::kWebhook;
-    c.scope = owner.scope == "exact_span" ? KVEvictionScope::kExactSpan
-                                          : KVEvictionScope::kWholePrefixCache;
+    c.scope = owner.scope.value_or(KVEvictionScope::kWholePrefixCache);
     c.degraded = owner.degraded;
     c.degrade_reason = owner.degrade_reason;
-    c.witness.kind = owner.witness_kind == "all_blocks_cleared"
-                         ? cert::WitnessKind::kAllBlocksCleared
-                         : cert::WitnessKind::kBlockRemoved;
+    c.witness.kind = owner.witness_kind.value_or(WitnessKind::kBlockRemoved);
     c.witness.event_seqs = owner.witness_seqs;
     input.owners.push_back(std::move(c));
   }
@@ -410,9 +343,9 @@ void InvalidationManager::Certify(const std::string& id) {
   }
   // "certified" becomes visible only once the certificate is stored and
   // journaled: anyone who sees the state can fetch the certificate.
+  const governance::Certified certified_event{certificate->certificate_id};
   Directive certified = *directive;
-  certified.state = "certified";
-  certified.certificate_id = certificate->certificate_id;
+  lifecycle_.Apply(certified, certified_event, input.issued_at_ms);
   const std::string certified_record = EncodeDirectiveRecord(certified);
   const std::array<store::WriteOp, 2> ops = {
       store::WriteOp{store::Column::kGovernance,
@@ -430,9 +363,7 @@ void InvalidationManager::Certify(const std::string& id) {
   }
   {
     std::lock_guard lock(mu_);
-    Directive& live = directives_[id];
-    live.state = "certified";
-    live.certificate_id = certificate->certificate_id;
+    ApplyLocked(id, certified_event, input.issued_at_ms);
   }
   CountCertificate("issued");
 }
@@ -443,22 +374,17 @@ void InvalidationManager::CountCertificate(std::string_view outcome) {
 
 void InvalidationManager::Tick(int64_t now_ms) {
   if (daemon_->replica != nullptr) TendClaims(now_ms);
-  std::vector<Directive> timed_out;
+  std::vector<std::pair<Directive, std::string>> records;
   {
     std::lock_guard lock(mu_);
-    for (auto& [id, directive] : directives_) {
-      if ((directive.state == "dispatched" || directive.state == "acknowledged") &&
-          now_ms >= directive.deadline_ms && DrivesLocked(id)) {
-        directive.state = "failed";
-        directive.failure = "witness_timeout";
-        // The targets stay without route credit: nobody saw them go.
-        timed_out.push_back(directive);
+    for (const auto& [id, directive] : directives_) {
+      if (!DrivesLocked(id)) continue;
+      if (auto record = ApplyLocked(id, governance::Tick{}, now_ms)) {
+        records.push_back(*std::move(record));
       }
     }
   }
-  for (const Directive& directive : timed_out) {
-    (void)Record(directive, "invalidation.failed");
-  }
+  for (const auto& [directive, kind] : records) (void)Record(directive, kind);
 }
 
 void InvalidationManager::TendClaims(int64_t now_ms) {
@@ -474,7 +400,7 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
     for (const auto& [id, directive] : directives_) {
       if (driving_.contains(id)) {
         driven.push_back(id);
-      } else if (!Finished(directive)) {
+      } else if (!governance::IsFinished(directive.state)) {
         // Claimable only once its driver stopped renewing the claim.
         orphans.push_back(id);
       }
@@ -484,7 +410,7 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
     bool finished = false;
     {
       std::lock_guard lock(mu_);
-      finished = Finished(directives_[id]);
+      finished = governance::IsFinished(directives_.at(id).state);
     }
     if (finished) {
       replica.ReleaseClaim(ClaimName(id));
@@ -505,17 +431,15 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
     Result<bool> claimed = replica.Claim(ClaimName(id));
     if (!claimed.ok() || !*claimed) continue;
     std::lock_guard lock(mu_);
-    Directive& directive = directives_[id];
-    if (Finished(directive)) {
+    const Directive& directive = directives_.at(id);
+    if (governance::IsFinished(directive.state)) {
       replica.ReleaseClaim(ClaimName(id));
       continue;
     }
     std::fprintf(stderr, "kvgov replica %s: taking over directive %s (%s)\n",
-                 replica.id().c_str(), id.c_str(), directive.state.c_str());
+                 replica.id().c_str(), id.c_str(), std::string(ToString(directive.state)).c_str());
     driving_.insert(id);
-    directive.deadline_ms = now_ms + witness_timeout_ms_;
-    queue_.emplace_back(id, directive.state == "witnessed");
-    wake_.notify_all();
+    ApplyLocked(id, governance::DriverResumed{}, now_ms);
   }
 }
 
@@ -528,19 +452,18 @@ std::optional<Directive> InvalidationManager::Get(std::string_view id) const {
 
 std::map<std::string, uint64_t, std::less<>> InvalidationManager::CountByState() const {
   std::map<std::string, uint64_t, std::less<>> counts;
-  for (std::string_view state :
-       {"planned", "dispatched", "acknowledged", "witnessed", "certified", "failed"}) {
-    counts.emplace(state, 0);
+  for (const auto& [state, spelling] : EnumSpelling<DirectiveState>::kValues) {
+    counts.emplace(spelling, 0);
   }
   std::lock_guard lock(mu_);
-  for (const auto& [id, directive] : directives_) ++counts[directive.state];
+  for (const auto& [id, directive] : directives_) ++counts[std::string(ToString(directive.state))];
   return counts;
 }
 
 void InvalidationManager::CallRecoveredOwners() {
   std::lock_guard lock(mu_);
-  for (std::string& id : to_call_) queue_.emplace_back(std::move(id), false);
-  to_call_.clear();
+  for (Work& work : recovered_) queue_.push_back(std::move(work));
+  recovered_.clear();
   wake_.notify_all();
 }
 
@@ -555,20 +478,17 @@ Status InvalidationManager::Recover() {
           unreadable = Status::Corruption(std::string(key) + ": " + decoded.status().message());
           return false;
         }
-        Directive d = *std::move(decoded);
+        const std::string id = decoded->id;
         std::lock_guard lock(mu_);
-        SyncGateLocked(nullptr, d);
+        SyncGateLocked(nullptr, *decoded);
+        directives_[id] = *std::move(decoded);
         // A single kvgov was the directive's only driver and drives it on:
         // owners not yet called are called, and every removal still counts
         // when the engines' streams show it, caught up through replay. A
         // replica's directive lives on with whichever replica claims it.
-        if (!Finished(d) && !daemon_->replicated()) {
-          d.deadline_ms = std::max(d.deadline_ms, now_ms + witness_timeout_ms_);
-          if (std::any_of(d.owners.begin(), d.owners.end(), NeedsCall)) {
-            to_call_.push_back(d.id);
-          }
+        if (!daemon_->replicated()) {
+          ApplyLocked(id, governance::DriverResumed{}, now_ms, &recovered_);
         }
-        directives_[d.id] = d;
         return true;
       }));
   return unreadable;

@@ -6,15 +6,18 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/engine_events.h"
 #include "kvgov/governance/directive.h"
+#include "kvgov/governance/directive_lifecycle.h"
 #include "kvgov/index/block_key.h"
 
 namespace kvgov::server {
@@ -22,11 +25,13 @@ namespace kvgov::server {
 struct Daemon;
 
 using governance::Directive;
-using governance::OwnerProgress;
 
-/// Runs directives. Every state change is journaled with the directive's
-/// record in one synced write. Targets earn no route credit from the moment
-/// the directive is planned until they are witnessed gone.
+/// Drives directives through governance::DirectiveLifecycle, which decides
+/// every transition; this performs its effects: it calls the engines'
+/// control APIs (src/connectors), journals each record in one synced write,
+/// mints certificates, holds targets in the gate (no route credit from the
+/// moment a directive is planned until they are witnessed gone) and, for
+/// replicas, claims the directives it drives.
 ///
 /// Thread-safety: one mutex guards the directives; one dispatcher thread
 /// calls the engines and mints certificates (never under the mutex);
@@ -75,8 +80,16 @@ class InvalidationManager {
   void Stop();
 
  private:
+  // What the dispatcher thread does for one directive: call these owners,
+  // or certify.
+  struct Work {
+    std::string id;
+    std::vector<size_t> call;
+    bool certify = false;
+  };
+
   void Run();
-  void Dispatch(const std::string& id);
+  void Dispatch(const Work& work);
   // Replicas: renews the claims on driven directives, lets go of finished
   // ones and those whose claim was lost, and takes over directives whose
   // driver stopped renewing.
@@ -88,23 +101,33 @@ class InvalidationManager {
   // Moves the gate's pending targets from `before` (may be null) to `after`.
   // REQUIRES: mu_ held.
   void SyncGateLocked(const Directive* before, const Directive& after);
+  // Applies `event` to directive `id` and performs the effects that need
+  // no I/O: the gate's holds and the dispatcher's queue (calls and
+  // certification are queued unless `defer` collects them, as Recover does).
+  // Returns the record to journal, if the transition asks for one.
+  // REQUIRES: mu_ held; `id` is known.
+  std::optional<std::pair<Directive, std::string>> ApplyLocked(
+      const std::string& id, const governance::DirectiveEvent& event, int64_t now_ms,
+      std::vector<Work>* defer = nullptr);
   void Certify(const std::string& id);
   // kvgov_certificates_total{outcome}: issued, or failed (minting, storing
   // or journaling the anchor failed; the directive stays witnessed).
   void CountCertificate(std::string_view outcome);
   // Journals the directive's current record. REQUIRES: mu_ not held.
   Status Record(const Directive& directive, std::string_view kind);
+  // Record, with a failure logged: the state stands in memory either way.
+  void RecordOrLog(const Directive& directive, std::string_view kind);
   // REQUIRES: mu_ held.
-  void ReleaseTargetsLocked(const Directive& directive);
+  void SetGateLocked(const std::vector<governance::WorkerTargets>& targets, bool pending);
 
   Daemon* const daemon_;
-  const int64_t witness_timeout_ms_;
+  const governance::DirectiveLifecycle lifecycle_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::map<std::string, Directive, std::less<>> directives_;  // guarded by mu_
-  std::deque<std::pair<std::string, bool>> queue_;  // (id, certify?) guarded by mu_
+  std::deque<Work> queue_;                          // guarded by mu_
   std::set<std::string, std::less<>> driving_;      // replicas: claimed here; guarded by mu_
-  std::vector<std::string> to_call_;  // recovered, owners to call; guarded by mu_
+  std::vector<Work> recovered_;  // what Recover found to do, until the streams run; guarded by mu_
   int64_t next_claim_round_ms_ = 0;                 // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::atomic<bool> cancel_{false};

@@ -42,8 +42,7 @@ inline constexpr size_t kMaxCertificateBytes = size_t{1} << 20;
 /// How kvgov reached the engine that owned the span.
 enum class CertConnector { kVllm, kSglang, kLmcache, kWebhook };
 
-/// What the owner's own event stream showed after kvgov's directive.
-enum class WitnessKind { kBlockRemoved, kAllBlocksCleared };
+using kvgov::WitnessKind;
 
 }  // namespace kvgov::cert
 
@@ -56,13 +55,6 @@ struct EnumSpelling<cert::CertConnector> {
        {cert::CertConnector::kSglang, "sglang"},
        {cert::CertConnector::kLmcache, "lmcache"},
        {cert::CertConnector::kWebhook, "webhook"}});
-};
-template <>
-struct EnumSpelling<cert::WitnessKind> {
-  static constexpr std::string_view kName = "witness kind";
-  static constexpr auto kValues = std::to_array<std::pair<cert::WitnessKind, std::string_view>>(
-      {{cert::WitnessKind::kBlockRemoved, "block_removed"},
-       {cert::WitnessKind::kAllBlocksCleared, "all_blocks_cleared"}});
 };
 }  // namespace kvgov
 

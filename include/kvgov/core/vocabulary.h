@@ -263,6 +263,12 @@ KVGOV_ENUM_SPELLING(KVEvictionScope, "kv eviction scope",
                     {KVEvictionScope::kWholePrefixCache, "whole_prefix_cache"},
                     {KVEvictionScope::kExactSpan, "exact_span"});
 
+/// What an owner's own event stream showed after kvgov's eviction directive:
+/// the named blocks removed, or every block cleared.
+enum class WitnessKind { kBlockRemoved, kAllBlocksCleared };
+KVGOV_ENUM_SPELLING(WitnessKind, "witness kind", {WitnessKind::kBlockRemoved, "block_removed"},
+                    {WitnessKind::kAllBlocksCleared, "all_blocks_cleared"});
+
 /// Mooncake store and transfer-engine operations (seed section 2.2, plus the
 /// store's own put and remove).
 enum class MooncakeOperation { kPut, kRemove, kTransfer, kLookup, kMaterialize };

@@ -1,57 +1,104 @@
 #pragma once
 
-// An invalidation directive's state, as the server drives it and the store,
-// the replicated log and the API carry it (JSON: include/kvgov/codec/
-// directive_record.h). Plain data; the rules that move it between states
-// live with the server for now (docs/adr/0013).
+// An invalidation directive's state, as the store, the replicated log and
+// the API carry it (JSON: include/kvgov/codec/directive_record.h). Plain
+// data; the rules that move it between states are directive_lifecycle.h.
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "kvgov/core/vocabulary.h"
 #include "kvgov/index/block_key.h"
 
 namespace kvgov::governance {
 
+/// planned -> dispatched -> acknowledged -> witnessed -> certified, or
+/// failed with a reason (Directive::failure).
+enum class DirectiveState { kPlanned, kDispatched, kAcknowledged, kWitnessed, kCertified, kFailed };
+
+/// One owner's part: planned -> dispatched (called, no answer recorded yet)
+/// -> acknowledged (answered 2xx) -> witnessed (seen gone), or failed
+/// (unreachable, or no control API). A removal can be witnessed before the
+/// owner's answer arrives.
+enum class OwnerState { kPlanned, kDispatched, kAcknowledged, kWitnessed, kFailed };
+
+/// True for the states a directive never leaves.
+constexpr bool IsFinished(DirectiveState state) {
+  return state == DirectiveState::kCertified || state == DirectiveState::kFailed;
+}
+
 /// One owner's part of a directive.
 struct OwnerProgress {
   std::string worker;
-  std::string connector;  // vllm, sglang, ... ("" when the owner has none)
-  std::string scope;      // what it did: exact_span or whole_prefix_cache
+  std::string connector;  // vllm, sglang, ... ("" until a connector was made for it)
+  std::optional<KVEvictionScope> scope;  // what the owner did, once it answered
   bool degraded = false;
   std::string degrade_reason;
   int attempts = 0;
   int last_status = 0;
   std::string last_error;
-  std::string state;  // planned, dispatched, acknowledged, witnessed, failed
+  OwnerState state = OwnerState::kPlanned;
   bool whole_worker = false;                // every block of the worker is a target
   std::set<index::BlockKey> pending;        // targets not yet seen removed
   uint64_t target_count = 0;
   int64_t dispatch_seq = -1;                // the worker's stream seq when dispatched
   std::vector<uint64_t> witness_seqs;       // the event seqs that showed the removal
-  std::string witness_kind;                 // block_removed or all_blocks_cleared
+  std::optional<WitnessKind> witness_kind;  // the last event that showed one
+
+  friend bool operator==(const OwnerProgress&, const OwnerProgress&) = default;
 };
 
 /// An invalidation directive: planned over the residency index, dispatched
 /// to each owning engine's control API, witnessed in the engine's own event
-/// stream, then certified. States: planned -> dispatched -> acknowledged ->
-/// witnessed -> certified, or failed with a reason (referee_denied,
-/// owner_unreachable, witness_timeout).
+/// stream, then certified. Failure reasons: "referee_denied: ...",
+/// "owner_unreachable", "witness_timeout".
 struct Directive {
   std::string id;
-  std::string state;
+  DirectiveState state = DirectiveState::kPlanned;
   std::string failure;
   std::string reason;
   std::string model;
   std::string tenant;   // whose span, when named by tokens under a tenant; "" otherwise
   std::string subject;  // 64 hex: what the certificate names
-  std::string scope;    // exact_span or whole_prefix_cache, as asked
+  KVEvictionScope scope = KVEvictionScope::kExactSpan;  // as asked
   uint64_t target_count = 0;
   std::vector<OwnerProgress> owners;
   std::string certificate_id;
   int64_t created_ms = 0;
-  int64_t deadline_ms = 0;
+  int64_t deadline_ms = 0;  // witnessed by then, or failed
+
+  friend bool operator==(const Directive&, const Directive&) = default;
 };
 
 }  // namespace kvgov::governance
+
+namespace kvgov {
+template <>
+struct EnumSpelling<governance::DirectiveState> {
+  static constexpr std::string_view kName = "directive state";
+  static constexpr auto kValues =
+      std::to_array<std::pair<governance::DirectiveState, std::string_view>>(
+          {{governance::DirectiveState::kPlanned, "planned"},
+           {governance::DirectiveState::kDispatched, "dispatched"},
+           {governance::DirectiveState::kAcknowledged, "acknowledged"},
+           {governance::DirectiveState::kWitnessed, "witnessed"},
+           {governance::DirectiveState::kCertified, "certified"},
+           {governance::DirectiveState::kFailed, "failed"}});
+};
+template <>
+struct EnumSpelling<governance::OwnerState> {
+  static constexpr std::string_view kName = "directive owner state";
+  static constexpr auto kValues = std::to_array<std::pair<governance::OwnerState, std::string_view>>(
+      {{governance::OwnerState::kPlanned, "planned"},
+       {governance::OwnerState::kDispatched, "dispatched"},
+       {governance::OwnerState::kAcknowledged, "acknowledged"},
+       {governance::OwnerState::kWitnessed, "witnessed"},
+       {governance::OwnerState::kFailed, "failed"}});
+};
+}  // namespace kvgov
