@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codec/json_fields.h"
+
 namespace kvgov {
 namespace {
 
@@ -115,11 +117,11 @@ Directive DirectiveFromJson(const Json& json) {
 }  // namespace
 
 std::string EncodeDirectiveJson(const Directive& directive) {
-  return ToJson(directive, /*full=*/false).dump();
+  return codec_internal::Dump(ToJson(directive, /*full=*/false));
 }
 
 std::string EncodeDirectiveRecord(const Directive& directive) {
-  return ToJson(directive, /*full=*/true).dump();
+  return codec_internal::Dump(ToJson(directive, /*full=*/true));
 }
 
 Result<Directive> DecodeDirectiveRecord(std::string_view record) {

@@ -11,9 +11,7 @@ namespace {
 
 template <typename R>
 std::string Encode(const R& record) {
-  // dump() throws only on invalid UTF-8, which the replace handler writes as
-  // U+FFFD instead, so no exception can leave this function.
-  return ToJson(record).dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  return codec_internal::Dump(ToJson(record));
 }
 
 template <typename R>

@@ -26,6 +26,12 @@
 
 namespace kvgov::codec_internal {
 
+// dump() throws only on invalid UTF-8, which the replace handler writes as
+// U+FFFD instead, so no exception can leave an encoder.
+inline std::string Dump(const nlohmann::json& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
 using json_internal::ChildPath;
 using json_internal::IndexPath;
 using json_internal::Json;

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "kvgov/connectors/health_prober.h"
+#include "kvgov/ingest/engine_diagnostics.h"
 #include "kvgov/replication/replica.h"
-#include "server/engine_diagnostics.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
 #include "server/http_api.h"
@@ -139,9 +139,9 @@ Status RegisterEngineMetrics(Daemon& daemon) {
           sink.Emit(catch_ups, {worker, "ok"}, static_cast<double>(stats.catch_ups_ok.load()));
           sink.Emit(catch_ups, {worker, "failed"},
                     static_cast<double>(stats.catch_ups_failed.load()));
-          const EngineDiagnostics diagnosis =
-              DiagnoseEngine(stats, state->router->LoadOf(view.worker).scraped, now_ms,
-                             state->options.engine_silence_ms);
+          const ingest::EngineDiagnostics diagnosis = ingest::DiagnoseEngine(
+              stats, router::RunningRequests(state->router->LoadOf(view.worker).scraped), now_ms,
+              state->options.engine_silence_ms);
           sink.Emit(orphans, {worker}, static_cast<double>(diagnosis.orphan_blocks));
           sink.Emit(drift, {worker}, static_cast<double>(diagnosis.hash_drift_blocks));
           sink.Emit(silent_seconds, {worker}, static_cast<double>(diagnosis.silent_for_ms) / 1e3);

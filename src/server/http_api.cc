@@ -6,8 +6,11 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kvgov/codec/config_api.h"
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/codec/route_api.h"
+#include "kvgov/codec/workers_api.h"
+#include "kvgov/ingest/engine_diagnostics.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/core/kv_transfer.h"
 #include "kvgov/core/nixl_lease.h"
@@ -17,7 +20,6 @@
 #include "kvgov/replication/replica.h"
 #include "server/access.h"
 #include "server/daemon.h"
-#include "server/engine_diagnostics.h"
 #include "server/entropy.h"
 #include "server/governance_api.h"
 
@@ -145,32 +147,6 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
   SendJson(response, 200, {{"accepted", accepted}, {"rejected", std::move(rejected)}});
 }
 
-Json LoadJson(const router::WorkerLoad& load) {
-  Json json = {{"in_flight_requests", load.in_flight_requests},
-               {"in_flight_blocks", load.in_flight_blocks},
-               {"peer_in_flight_blocks", load.peer_blocks},
-               {"blocks", load.blocks}};
-  if (load.scraped) {
-    json["scraped"] = {{"running", load.scraped->running},
-                       {"waiting", load.scraped->waiting},
-                       {"kv_usage", load.scraped->kv_usage},
-                       {"scraped_at_ms", load.scraped->scraped_at_ms}};
-  }
-  return json;
-}
-
-// {"hbm": x, "dram": x, "disk": x, "unknown": x} from an array in
-// kIndexedTiers order (block counts or credits).
-template <typename T>
-Json TierJson(const std::array<T, index::kIndexedTiers.size()>& counts) {
-  Json json = Json::object();
-  for (size_t i = 0; i < index::kIndexedTiers.size(); ++i) {
-    const ResidencyTier tier = index::kIndexedTiers[i];
-    json[tier == ResidencyTier::kUnknown ? "unknown" : std::string(ToString(tier))] = counts[i];
-  }
-  return json;
-}
-
 // A tenant-bound caller (fleet_view false) sees ids, models and health:
 // block counts and stream statistics are aggregates over every tenant.
 void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet_view) {
@@ -180,60 +156,37 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
       streams.emplace(view.worker, view);
     }
   }
-  Json workers = Json::array();
+  std::vector<WorkerView> views;
   const int64_t now_ms = WallClockMillis();
-  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
-    Json row = {{"id", worker.id},
-                {"model", worker.model},
-                {"block_size", worker.block_size},
-                {"state", std::string(index::ToString(worker.state))}};
-    if (fleet_view) row["blocks"] = TierJson(worker.blocks);
-    if (std::optional<router::WorkerStatus> status = daemon.status.Get(worker.id)) {
-      row["health"] = {{"probed", status->probed},
-                       {"healthy", status->healthy},
-                       {"draining", status->draining},
-                       {"consecutive_failures", status->consecutive_failures},
-                       {"last_probe_ms", status->last_probe_ms},
-                       {"last_probe_error", status->last_probe_error}};
-    }
-    if (!fleet_view) {
-      workers.push_back(std::move(row));
-      continue;
-    }
-    const router::WorkerLoad load = daemon.router->LoadOf(worker.id);
-    row["load"] = LoadJson(load);
-    if (auto it = streams.find(worker.id); it != streams.end()) {
-      const ingest::StreamStats& stats = *it->second.stats;
-      const EngineDiagnostics diagnosis =
-          DiagnoseEngine(stats, load.scraped, now_ms, daemon.options.engine_silence_ms);
-      uint64_t decode_errors = 0;
-      for (const auto& count : stats.decode_errors) decode_errors += count.load();
-      row["kind"] = std::string(ToString(it->second.kind));
-      row["events_endpoint"] = it->second.events;
-      row["last_seq"] = stats.last_seq.load();
-      row["seq_gaps"] = stats.seq_gaps.load();
-      row["replays"] = stats.replays_ok.load() + stats.replays_failed.load();
-      row["replays_failed"] = stats.replays_failed.load();
-      row["restarts"] = stats.restarts.load();
-      row["duplicates"] = stats.duplicates.load();
-      row["decode_errors"] = decode_errors;
-      row["catch_ups"] = stats.catch_ups_ok.load() + stats.catch_ups_failed.load();
-      row["catch_ups_failed"] = stats.catch_ups_failed.load();
-      row["last_batch_ms"] = stats.last_batch_ms.load();
-      Json diagnostics = {{"silent_for_ms", diagnosis.silent_for_ms},
-                          {"silent_while_busy", diagnosis.silent_while_busy},
-                          {"orphan_blocks", diagnosis.orphan_blocks},
-                          {"hash_drift_blocks", diagnosis.hash_drift_blocks}};
-      if (diagnosis.stale_reason != ingest::StaleReason::kNone) {
-        diagnostics["stale"] = {{"reason", std::string(ToString(diagnosis.stale_reason))},
-                                {"detail", diagnosis.stale_detail},
-                                {"for_ms", diagnosis.stale_for_ms}};
+  for (index::WorkerResidency& worker : daemon.index.Workers()) {
+    WorkerView& view = views.emplace_back();
+    view.health = daemon.status.Get(worker.id);
+    view.fleet_view = fleet_view;
+    if (fleet_view) {
+      view.load = daemon.router->LoadOf(worker.id);
+      if (auto it = streams.find(worker.id); it != streams.end()) {
+        const ingest::StreamStats& stats = *it->second.stats;
+        WorkerStreamView& stream = view.stream.emplace();
+        stream.kind = std::string(ToString(it->second.kind));
+        stream.events_endpoint = it->second.events;
+        stream.last_seq = stats.last_seq.load();
+        stream.seq_gaps = stats.seq_gaps.load();
+        stream.replays = stats.replays_ok.load() + stats.replays_failed.load();
+        stream.replays_failed = stats.replays_failed.load();
+        stream.restarts = stats.restarts.load();
+        stream.duplicates = stats.duplicates.load();
+        for (const auto& count : stats.decode_errors) stream.decode_errors += count.load();
+        stream.catch_ups = stats.catch_ups_ok.load() + stats.catch_ups_failed.load();
+        stream.catch_ups_failed = stats.catch_ups_failed.load();
+        stream.last_batch_ms = stats.last_batch_ms.load();
+        stream.diagnostics =
+            ingest::DiagnoseEngine(stats, router::RunningRequests(view.load.scraped), now_ms,
+                                   daemon.options.engine_silence_ms);
       }
-      row["diagnostics"] = std::move(diagnostics);
     }
-    workers.push_back(std::move(row));
+    view.residency = std::move(worker);
   }
-  SendJson(response, 200, {{"workers", std::move(workers)}});
+  SendJsonText(response, 200, EncodeWorkersJson(views));
 }
 
 // The route decision as an envelope event: direction route, source
@@ -252,31 +205,6 @@ Entry RouteEntry(const router::RouteDecision& decision, int64_t block_size) {
   entry.metrics.prefill_tokens_saved = transfer.span.tokens;
   entry.labels["decision_id"] = decision.decision_id;
   return entry;
-}
-
-Json DecisionJson(const router::RouteDecision& decision) {
-  Json candidates = Json::array();
-  for (const router::Candidate& c : decision.candidates) {
-    Json row = {{"worker", c.worker},
-                {"resident_blocks", c.resident_blocks},
-                {"overlap_blocks", c.overlap_blocks},
-                {"tier_overlap", TierJson(c.tier_overlap)},
-                {"credited_blocks", c.credited_blocks},
-                {"load", LoadJson(c.load)},
-                {"cost", c.cost},
-                {"eligible", c.eligible}};
-    if (!c.reason.empty()) row["reason"] = c.reason;
-    candidates.push_back(std::move(row));
-  }
-  return {{"decision_id", decision.decision_id},
-          {"worker", decision.worker},
-          {"cache_salt", decision.cache_salt},
-          {"prompt_blocks", decision.prompt_blocks},
-          {"overlap_blocks", decision.overlap_blocks},
-          {"verdict",
-           {{"kind", std::string(ToString(decision.verdict.kind))},
-            {"reason", std::string(ToString(decision.verdict.reason))}}},
-          {"candidates", std::move(candidates)}};
 }
 
 void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
@@ -321,10 +249,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   if (decision->worker.empty()) {
     count("no_eligible_worker");
-    Json body = DecisionJson(*decision);
-    body["error"] = {{"code", "unavailable"},
-                     {"message", "no eligible worker; each candidate says why"}};
-    SendJson(response, 503, body);
+    SendJsonText(response, 503, EncodeUnroutableDecisionJson(*decision));
     return;
   }
   count("routed");
@@ -334,49 +259,28 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
       static_cast<double>(decision->overlap_blocks));
   daemon.route_metrics.latency->WithLabels({})->Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  SendJson(response, 200, DecisionJson(*decision));
+  SendJsonText(response, 200, EncodeRouteDecisionJson(*decision));
 }
 
-// Null for a single node. The Redis URL is shown without its password.
-Json ReplicaJson(const Daemon& daemon) {
-  if (!daemon.replica) return nullptr;
-  Result<replication::RedisEndpoint> redis = replication::ParseRedisUrl(daemon.options.redis_url);
-  return {{"id", daemon.replica->id()},
-          {"redis", redis.ok() ? redis->Describe() : ""},
-          {"prefix", daemon.options.redis_prefix},
-          {"claim_ttl_ms", daemon.options.claim_ttl_ms},
-          {"log_connected", daemon.replica->connected()},
-          {"housekeeper", daemon.replica->housekeeper()},
-          {"applied_id", daemon.replica->applied_id()}};
-}
-
-Json ConfigJson(const Daemon& daemon) {
-  const router::RouteWeights& w = daemon.router->weights();
-  Json engines = Json::array();
-  for (const ingest::EngineSpec& engine : daemon.options.engines) {
-    engines.push_back({{"id", engine.id},
-                       {"kind", std::string(ToString(engine.kind))},
-                       {"events", engine.events},
-                       {"replay", engine.replay},
-                       {"model", engine.model},
-                       {"block_size", engine.block_size},
-                       {"pool_blocks", engine.pool_blocks},
-                       {"dp_ranks", engine.dp_ranks},
-                       {"control", engine.control}});
+std::string ConfigJson(const Daemon& daemon) {
+  ConfigView config;
+  config.weights = daemon.router->weights();
+  config.probe_interval_ms = daemon.options.probe_interval_ms;
+  config.max_body_bytes = daemon.options.max_body_bytes;
+  config.spool_dir = daemon.options.spool_dir;
+  config.engines = daemon.options.engines;
+  if (daemon.replica) {
+    Result<replication::RedisEndpoint> redis =
+        replication::ParseRedisUrl(daemon.options.redis_url);
+    config.replica = ReplicaConfigView{daemon.replica->id(),
+                                       redis.ok() ? redis->Describe() : "",
+                                       daemon.options.redis_prefix,
+                                       daemon.options.claim_ttl_ms,
+                                       daemon.replica->connected(),
+                                       daemon.replica->housekeeper(),
+                                       daemon.replica->applied_id()};
   }
-  return {{"route",
-           {{"overlap_weight", w.overlap_weight},
-            {"tier_credit", TierJson(w.tier_credit)},
-            {"unrouted_request_blocks", w.unrouted_request_blocks},
-            {"busy_load_blocks", w.busy_load_blocks},
-            {"temperature", w.temperature},
-            {"seed", w.seed},
-            {"decision_ttl_ms", w.decision_ttl_ms}}},
-          {"probe_interval_ms", daemon.options.probe_interval_ms},
-          {"max_body_bytes", daemon.options.max_body_bytes},
-          {"spool_dir", daemon.options.spool_dir},
-          {"replica", ReplicaJson(daemon)},
-          {"engines", std::move(engines)}};
+  return EncodeConfigJson(config);
 }
 
 // A query parameter as an unsigned integer within [min, max].
@@ -426,12 +330,15 @@ void HandleJournal(const Daemon& daemon, const httplib::Request& request,
 
 }  // namespace
 
-std::string DescribeConfig(const Daemon& daemon) { return ConfigJson(daemon).dump(); }
+std::string DescribeConfig(const Daemon& daemon) { return ConfigJson(daemon); }
+
+void SendJsonText(httplib::Response& response, int status, std::string body) {
+  response.status = status;
+  response.set_content(std::move(body), "application/json");
+}
 
 void SendJson(httplib::Response& response, int status, const Json& body) {
-  response.status = status;
-  response.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace),
-                       "application/json");
+  SendJsonText(response, status, body.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 void SendError(httplib::Response& response, int status, const Status& error) {
@@ -509,7 +416,7 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
   http.Get("/v1/config", GuardFleet(daemon, Role::kAdmin,
                                     [&daemon](const httplib::Request&, httplib::Response& response) {
-                                      SendJson(response, 200, ConfigJson(daemon));
+                                      SendJsonText(response, 200, ConfigJson(daemon));
                                     }));
   http.Get("/v1/issuer",
            GuardAny(daemon, Role::kRead, [&daemon](const httplib::Request&,

@@ -45,4 +45,7 @@ bool RequireJsonContentType(const httplib::Request& request, httplib::Response& 
 /// A JSON answer (invalid UTF-8 in strings written as U+FFFD).
 void SendJson(httplib::Response& response, int status, const nlohmann::json& body);
 
+/// A JSON answer a src/codec encoder wrote.
+void SendJsonText(httplib::Response& response, int status, std::string body);
+
 }  // namespace kvgov::server

@@ -1,7 +1,8 @@
 #pragma once
 
-// The body of POST /v1/route (docs/formats/route-api.md).
+// The bodies of POST /v1/route (docs/formats/route-api.md).
 
+#include <string>
 #include <string_view>
 
 #include "kvgov/codec/json_codec.h"
@@ -15,5 +16,13 @@ namespace kvgov {
 /// the field path otherwise).
 Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits);
+
+/// The decision: the chosen worker, the salt, the verdict and every
+/// candidate with its overlap, credit, load, cost and eligibility.
+std::string EncodeRouteDecisionJson(const router::RouteDecision& decision);
+
+/// A decision that found no eligible worker (answered 503): the decision,
+/// each candidate saying why, and {"error": {"code": "unavailable", ...}}.
+std::string EncodeUnroutableDecisionJson(const router::RouteDecision& decision);
 
 }  // namespace kvgov

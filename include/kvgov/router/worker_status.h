@@ -22,6 +22,11 @@ struct ScrapedLoad {
   friend bool operator==(const ScrapedLoad&, const ScrapedLoad&) = default;
 };
 
+/// The requests `scraped` showed running; none when never scraped.
+inline std::optional<double> RunningRequests(const std::optional<ScrapedLoad>& scraped) {
+  return scraped ? std::optional<double>(scraped->running) : std::nullopt;
+}
+
 /// What the router knows of one worker besides its residency.
 struct WorkerStatus {
   std::string id;

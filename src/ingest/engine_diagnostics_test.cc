@@ -1,18 +1,14 @@
-#include "server/engine_diagnostics.h"
+#include "kvgov/ingest/engine_diagnostics.h"
 
 #include <gtest/gtest.h>
 
-namespace kvgov::server {
+namespace kvgov::ingest {
 namespace {
 
-router::ScrapedLoad Running(double requests) {
-  router::ScrapedLoad load;
-  load.running = requests;
-  return load;
-}
+std::optional<double> Running(double requests) { return requests; }
 
 TEST(EngineDiagnosticsTest, SilentWhileBusyNeedsBothSilenceAndRunningRequests) {
-  ingest::StreamStats stats;
+  StreamStats stats;
   stats.started_ms = 1'000;
   // Never published: silent since kvgov began following it.
   EXPECT_EQ(DiagnoseEngine(stats, Running(3), 31'000, 30'000).silent_for_ms, 30'000);
@@ -28,18 +24,18 @@ TEST(EngineDiagnosticsTest, SilentWhileBusyNeedsBothSilenceAndRunningRequests) {
 }
 
 TEST(EngineDiagnosticsTest, StaleCarriesItsReasonDetailAndAge) {
-  ingest::StreamStats stats;
+  StreamStats stats;
   stats.started_ms = 0;
   EngineDiagnostics live = DiagnoseEngine(stats, std::nullopt, 5'000, 30'000);
-  EXPECT_EQ(live.stale_reason, ingest::StaleReason::kNone);
+  EXPECT_EQ(live.stale_reason, StaleReason::kNone);
   EXPECT_EQ(live.stale_for_ms, 0);
-  stats.stale_reason = static_cast<uint8_t>(ingest::StaleReason::kReplayRolledOver);
+  stats.stale_reason = static_cast<uint8_t>(StaleReason::kReplayRolledOver);
   stats.stale_since_ms = 2'000;
   stats.set_stale_detail("batches 3..9 are no longer in the engine's replay buffer");
   stats.orphan_blocks = 4;
   stats.hash_drift_blocks = 2;
   EngineDiagnostics stale = DiagnoseEngine(stats, std::nullopt, 5'000, 30'000);
-  EXPECT_EQ(stale.stale_reason, ingest::StaleReason::kReplayRolledOver);
+  EXPECT_EQ(stale.stale_reason, StaleReason::kReplayRolledOver);
   EXPECT_EQ(stale.stale_for_ms, 3'000);
   EXPECT_EQ(stale.stale_detail, "batches 3..9 are no longer in the engine's replay buffer");
   EXPECT_EQ(stale.orphan_blocks, 4u);
@@ -47,4 +43,4 @@ TEST(EngineDiagnosticsTest, StaleCarriesItsReasonDetailAndAge) {
 }
 
 }  // namespace
-}  // namespace kvgov::server
+}  // namespace kvgov::ingest

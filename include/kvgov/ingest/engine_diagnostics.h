@@ -5,9 +5,8 @@
 #include <string>
 
 #include "kvgov/ingest/engine_stream.h"
-#include "kvgov/router/worker_status.h"
 
-namespace kvgov::server {
+namespace kvgov::ingest {
 
 /// What an operator should hear about one engine stream, worked out when it
 /// is read (GET /v1/workers, /metrics) from the stream's counters, the
@@ -24,15 +23,15 @@ struct EngineDiagnostics {
   bool silent_while_busy = false;
   uint64_t orphan_blocks = 0;      // stored under parents kvgov never saw
   uint64_t hash_drift_blocks = 0;  // the same tokens under new engine hashes
-  ingest::StaleReason stale_reason = ingest::StaleReason::kNone;
+  StaleReason stale_reason = StaleReason::kNone;
   std::string stale_detail;
   int64_t stale_for_ms = 0;  // 0 while live
 };
 
-/// `scraped` is the engine's last scraped load (none without a control
-/// URL: then silence alone is reported, never "while busy").
-EngineDiagnostics DiagnoseEngine(const ingest::StreamStats& stats,
-                                 const std::optional<router::ScrapedLoad>& scraped,
+/// `running_requests` is what the engine's last scraped metrics showed
+/// running (none without a control URL: then silence alone is reported,
+/// never "while busy").
+EngineDiagnostics DiagnoseEngine(const StreamStats& stats, std::optional<double> running_requests,
                                  int64_t now_ms, int64_t silence_threshold_ms);
 
-}  // namespace kvgov::server
+}  // namespace kvgov::ingest

@@ -1,0 +1,77 @@
+#include "kvgov/codec/workers_api.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kvgov/codec/config_api.h"
+
+namespace kvgov {
+namespace {
+
+WorkerView StaleWorker(bool fleet_view) {
+  WorkerView view;
+  view.residency = {"w1", "llama", 16, index::WorkerState::kStale, {}};
+  view.residency.blocks[0] = 9;
+  view.health = router::WorkerStatus{"w1", true, false, 3, 100, "connection refused", false, {}};
+  view.fleet_view = fleet_view;
+  view.load.in_flight_requests = 2;
+  WorkerStreamView& stream = view.stream.emplace();
+  stream.kind = "vllm";
+  stream.last_seq = 41;
+  stream.diagnostics.stale_reason = ingest::StaleReason::kGapLost;
+  stream.diagnostics.stale_detail = "batch 7 never arrived";
+  stream.diagnostics.stale_for_ms = 500;
+  return view;
+}
+
+TEST(WorkersApiTest, TheFleetViewShowsBlocksLoadStreamAndWhyItIsStale) {
+  const WorkerView view = StaleWorker(true);
+  const nlohmann::json json = nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)));
+  const nlohmann::json& row = json["workers"][0];
+  EXPECT_EQ(row["state"], "stale");
+  EXPECT_EQ(row["blocks"]["hbm"], 9);
+  EXPECT_EQ(row["health"]["healthy"], false);
+  EXPECT_EQ(row["health"]["last_probe_error"], "connection refused");
+  EXPECT_EQ(row["load"]["in_flight_requests"], 2);
+  EXPECT_EQ(row["kind"], "vllm");
+  EXPECT_EQ(row["last_seq"], 41);
+  EXPECT_EQ(row["diagnostics"]["stale"]["reason"], "gap_lost");
+  EXPECT_EQ(row["diagnostics"]["stale"]["for_ms"], 500);
+}
+
+// Block counts, load and stream statistics are aggregates over every
+// tenant: a tenant-bound caller sees none of them.
+TEST(WorkersApiTest, ATenantsViewHasIdsModelsStateAndHealthOnly) {
+  const WorkerView view = StaleWorker(false);
+  const nlohmann::json row =
+      nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
+  for (const char* hidden : {"blocks", "load", "kind", "last_seq", "diagnostics"}) {
+    EXPECT_FALSE(row.contains(hidden)) << hidden;
+  }
+  EXPECT_EQ(row["model"], "llama");
+  EXPECT_TRUE(row.contains("health"));
+}
+
+TEST(WorkersApiTest, ALiveStreamHasNoStaleObject) {
+  WorkerView view = StaleWorker(true);
+  view.stream->diagnostics.stale_reason = ingest::StaleReason::kNone;
+  const nlohmann::json row =
+      nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
+  EXPECT_FALSE(row["diagnostics"].contains("stale"));
+}
+
+TEST(ConfigApiTest, ASingleNodeHasANullReplicaAndEveryTiersCredit) {
+  ConfigView config;
+  const nlohmann::json json = nlohmann::json::parse(EncodeConfigJson(config));
+  EXPECT_TRUE(json["replica"].is_null());
+  EXPECT_EQ(json["route"]["tier_credit"]["remote"], 0.25);
+  EXPECT_EQ(json["route"]["tier_credit"]["unknown"], 0.0);
+  EXPECT_TRUE(json["engines"].empty());
+  config.replica = ReplicaConfigView{"r1", "redis://127.0.0.1:6379/0", "kvgov", 3000, true,
+                                     false, "0-1"};
+  EXPECT_EQ(nlohmann::json::parse(EncodeConfigJson(config))["replica"]["claim_ttl_ms"], 3000);
+}
+
+}  // namespace
+}  // namespace kvgov
