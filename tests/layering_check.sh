@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The layering contract, by include: public headers carry no third-party
 # types; kvgov_core does no I/O and reads no clock or entropy; governance
-# decides without HTTP, JSON or the store; connectors (clients of engines'
-# HTTP APIs) know no index; only the daemon (and the simulated engines of
-# src/simfleet) serve HTTP. Tests and benchmarks beside the code may use
+# decides without HTTP, JSON, the store, a clock or a thread; ingest follows
+# streams without the store (kvgov_stream_store, its own library, is the
+# exception) and spool reads files without the index or threads;
+# connectors (clients of engines' HTTP APIs) know no index; only the daemon
+# (and the simulated engines of src/simfleet) serve HTTP. Tests and benchmarks beside the code may use
 # their frameworks.
 # Usage: layering_check.sh REPO_ROOT
 set -euo pipefail
@@ -34,6 +36,18 @@ check "kvgov_core must do no I/O and read no clock or entropy" \
 check "governance must not use HTTP, a JSON library or the store" \
   '#include *[<"](httplib|nlohmann|rocksdb|kvgov/store/|kvgov/codec/)' \
   "$root/src/governance" "$root/include/kvgov/governance"
+check "governance decides by the time it is given: no clock, no thread" \
+  '#include *<(chrono|ctime|thread|condition_variable|random)>' \
+  "$root/src/governance" "$root/include/kvgov/governance"
+ingest_sources=$(find "$root/src/ingest" "$root/include/kvgov/ingest" -name '*.cc' -o -name '*.h' |
+  grep -v '/stream_store\.' || true)
+if [ -n "$ingest_sources" ]; then
+  # shellcheck disable=SC2086
+  check "ingest (but kvgov_stream_store) must not use the store" \
+    '#include *"kvgov/store/' $ingest_sources
+fi
+check "spool must not use the index or threads (the daemon scans it)" \
+  '#include *("kvgov/index/|<thread>)' "$root/src/spool" "$root/include/kvgov/spool"
 check "connectors must not use the residency index or the store" \
   '#include *"kvgov/(index|store)/' "$root/src/connectors" "$root/include/kvgov/connectors"
 # The server side of cpp-httplib: only the daemon listens (and the

@@ -22,7 +22,7 @@
 #include "cli/stop_signals.h"
 #include "cli/token_command.h"
 #include "kvgov/cert/issuer_key.h"
-#include "server/tenant_secret.h"
+#include "kvgov/auth/tenant_secret.h"
 
 #ifndef KVGOV_VERSION
 #error "KVGOV_VERSION must be defined by the build"
@@ -424,7 +424,7 @@ int Run(int argc, char** argv) {
     Result<std::unique_ptr<cert::IssuerKey>> issuer =
         cert::IssuerKey::LoadOrCreate(keygen_issuer_key);
     Result<std::string> secret = issuer.ok()
-                                     ? server::LoadOrCreateTenantSecret(keygen_tenant_secret)
+                                     ? auth::LoadOrCreateTenantSecret(keygen_tenant_secret)
                                      : Result<std::string>(issuer.status());
     if (!secret.ok()) {
       std::fprintf(stderr, "kvgov keygen: %s\n", secret.status().message().c_str());

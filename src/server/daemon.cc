@@ -11,12 +11,12 @@
 #include "kvgov/connectors/health_prober.h"
 #include "kvgov/ingest/engine_diagnostics.h"
 #include "kvgov/replication/replica.h"
-#include "server/entropy.h"
+#include "kvgov/spool/spool_directory.h"
+#include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"
 #include "server/http_api.h"
 #include "server/invalidations.h"
-#include "server/spool_dir.h"
-#include "server/tenant_secret.h"
+#include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {
 namespace {
@@ -275,7 +275,7 @@ Status CheckReplicaSecrets(const ServerOptions& options) {
 Result<std::string> DefaultReplicaId() {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  KVGOV_ASSIGN_OR_RETURN(std::string suffix, RandomHexId());
+  KVGOV_ASSIGN_OR_RETURN(std::string suffix, auth::RandomHexId());
   return std::string(host[0] != '\0' ? host : "kvgov") + "-" + suffix.substr(0, 8);
 }
 
@@ -306,7 +306,8 @@ Daemon::Daemon() = default;
 Daemon::~Daemon() { Stop(); }
 
 void Daemon::Stop() {
-  if (spool) spool->Stop();
+  if (spool) spool->Cancel();
+  if (spool_scans) spool_scans->Stop();
   if (ingest) ingest->Stop();
   // Before the dispatcher: a write it is waiting on returns at once.
   if (replica) replica->Stop();
@@ -364,7 +365,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   const std::string secret_path = options.tenant_secret_file.empty()
                                       ? options.data_dir + "/tenant-salt.key"
                                       : options.tenant_secret_file;
-  KVGOV_ASSIGN_OR_RETURN(daemon->tenant_secret, LoadOrCreateTenantSecret(secret_path));
+  KVGOV_ASSIGN_OR_RETURN(daemon->tenant_secret, auth::LoadOrCreateTenantSecret(secret_path));
   daemon->auth = std::make_unique<auth::Authenticator>(auth::TokenFilePath(options.data_dir),
                                                        !IsLoopbackHost(options.host));
   KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
@@ -374,17 +375,17 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                                            : options.issuer_key_file));
   KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store"));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
-  daemon->stream_store = std::make_unique<StreamStore>(
+  daemon->stream_store = std::make_unique<ingest::StreamStore>(
       daemon->store.get(), &daemon->index, std::max<uint64_t>(1, options.snapshot_every_batches));
-  KVGOV_ASSIGN_OR_RETURN(daemon->accounting, CacheAccounting::Create(&daemon->metrics));
+  KVGOV_ASSIGN_OR_RETURN(daemon->accounting, metrics::CacheAccounting::Create(&daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
   daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status,
                                                     options.route, &daemon->gate);
-  CacheAccounting* accounting = daemon->accounting.get();
-  StreamStore* stream_store = daemon->stream_store.get();
+  metrics::CacheAccounting* accounting = daemon->accounting.get();
+  ingest::StreamStore* stream_store = daemon->stream_store.get();
   daemon->invalidations =
       std::make_unique<InvalidationManager>(daemon.get(), options.witness_timeout_ms);
   InvalidationManager* invalidations = daemon->invalidations.get();
@@ -392,7 +393,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   // directive.
   KVGOV_RETURN_IF_ERROR(invalidations->Recover());
   const auto recovery_started = std::chrono::steady_clock::now();
-  StreamStore::RecoveryStats* recovered = &daemon->recovered;
+  ingest::StreamStore::RecoveryStats* recovered = &daemon->recovered;
   daemon->ingest = std::make_unique<transport::ZmqIngest>(
       &daemon->index, [accounting](const Entry& entry) { accounting->Record(entry); },
       transport::ReplayLimits{}, stream_store,
@@ -476,11 +477,17 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         }
       });
   if (!options.spool_dir.empty()) {
+    Daemon* raw = daemon.get();
     KVGOV_ASSIGN_OR_RETURN(
         daemon->spool,
-        SpoolDirectory::Start(daemon.get(), options.spool_dir,
-                              std::chrono::milliseconds(std::max<int64_t>(
-                                  1, options.spool_interval_ms))));
+        spool::SpoolDirectory::Open(
+            options.spool_dir,
+            [raw](const IngestEvent& event) { return IngestReport(*raw, event); },
+            &daemon->metrics));
+    spool::SpoolDirectory* spool = daemon->spool.get();
+    daemon->spool_scans = std::make_unique<PeriodicTask>(
+        std::chrono::milliseconds(std::max<int64_t>(1, options.spool_interval_ms)),
+        [spool] { spool->Scan(); });
   }
   return daemon;
 }

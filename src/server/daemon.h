@@ -15,9 +15,9 @@
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
-#include "server/cache_accounting.h"
+#include "kvgov/metrics/cache_accounting.h"
 #include "server/periodic_task.h"
-#include "server/stream_store.h"
+#include "kvgov/ingest/stream_store.h"
 
 namespace kvgov::connectors {
 class HealthProber;
@@ -26,10 +26,13 @@ namespace kvgov::replication {
 class Replica;
 }  // namespace kvgov::replication
 
+namespace kvgov::spool {
+class SpoolDirectory;
+}  // namespace kvgov::spool
+
 namespace kvgov::server {
 
 class InvalidationManager;
-class SpoolDirectory;
 
 /// The route call's own metrics.
 struct RouteMetrics {
@@ -52,8 +55,8 @@ struct Daemon {
   std::unique_ptr<cert::IssuerKey> issuer;
   std::unique_ptr<store::Store> store;
   std::unique_ptr<journal::Journal> journal;
-  std::unique_ptr<StreamStore> stream_store;
-  StreamStore::RecoveryStats recovered;  // what start-up brought back
+  std::unique_ptr<ingest::StreamStore> stream_store;
+  ingest::StreamStore::RecoveryStats recovered;  // what start-up brought back
   metrics::Registry metrics;
   index::ResidencyIndex index;
   router::WorkerStatusTable status;
@@ -61,7 +64,7 @@ struct Daemon {
   governance::GovernanceGate gate;
   std::unique_ptr<router::Router> router;
   AdmissionPolicy admission;
-  std::unique_ptr<CacheAccounting> accounting;
+  std::unique_ptr<metrics::CacheAccounting> accounting;
   // With --redis: governance writes go through the replicated log.
   std::unique_ptr<replication::Replica> replica;
   RouteMetrics route_metrics;
@@ -73,7 +76,8 @@ struct Daemon {
   std::unique_ptr<connectors::HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;
   std::unique_ptr<PeriodicTask> group_commit;
-  std::unique_ptr<SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first
+  std::unique_ptr<spool::SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first
+  std::unique_ptr<PeriodicTask> spool_scans;      // scans `spool`; before it in Stop
 
   /// True for one of several replicas (serve --redis), from the start:
   /// recovery runs before `replica` exists and must already act as one.

@@ -12,7 +12,7 @@
 #include "kvgov/index/block_key.h"
 #include "server/access.h"
 #include "server/daemon.h"
-#include "server/entropy.h"
+#include "kvgov/auth/entropy.h"
 #include "server/http_api.h"
 #include "server/invalidations.h"
 
@@ -192,7 +192,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     if (!found.ok()) return SendError(response, 404, found.status());
     keys = *found;
   }
-  Result<std::string> id = RandomHexId();
+  Result<std::string> id = auth::RandomHexId();
   if (!id.ok()) return SendError(response, 500, id.status());
   const Json record = {{"id", *id},          {"model", body->model}, {"tenant", body->tenant},
                        {"reason", body->reason}, {"keys", keys},

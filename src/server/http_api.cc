@@ -20,7 +20,7 @@
 #include "kvgov/replication/replica.h"
 #include "server/access.h"
 #include "server/daemon.h"
-#include "server/entropy.h"
+#include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"
 
 namespace kvgov::server {
@@ -234,7 +234,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   const std::string salt =
       route->tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, route->tenant);
-  Result<std::string> id = RandomHexId();
+  Result<std::string> id = auth::RandomHexId();
   if (!id.ok()) {
     SendError(response, 500, id.status());
     return;

@@ -9,7 +9,7 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/replication/replica.h"
 #include "server/daemon.h"
-#include "server/entropy.h"
+#include "kvgov/auth/entropy.h"
 
 namespace kvgov::server {
 namespace {
@@ -137,7 +137,7 @@ void InvalidationManager::ApplyReplicated(std::string_view record) {
 
 Result<Directive> InvalidationManager::Create(const InvalidationRequest& request) {
   governance::DirectiveDraft draft;
-  KVGOV_ASSIGN_OR_RETURN(draft.id, RandomHexId());
+  KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
   draft.reason = request.reason;
   draft.model = request.model;
   draft.tenant = request.tenant;

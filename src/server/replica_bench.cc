@@ -63,7 +63,7 @@
 #include "kvgov/sim/event_wire.h"
 #include "replication/redis_server_process.h"
 #include "router/route_bench_fleet.h"
-#include "server/tenant_secret.h"
+#include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {
 namespace {
@@ -277,7 +277,7 @@ class Deployment {
     const std::string issuer_key = (root_ / "issuer.key").string();
     const std::string tenant_secret = (root_ / "tenant-secret.key").string();
     KVGOV_RETURN_IF_ERROR(cert::IssuerKey::LoadOrCreate(issuer_key).status());
-    KVGOV_RETURN_IF_ERROR(LoadOrCreateTenantSecret(tenant_secret).status());
+    KVGOV_RETURN_IF_ERROR(auth::LoadOrCreateTenantSecret(tenant_secret).status());
 
     std::vector<ingest::EngineSpec> engines;
     for (int w = 0; w < kWorkers; ++w) {

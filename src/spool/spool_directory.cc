@@ -1,4 +1,4 @@
-#include "server/spool_dir.h"
+#include "kvgov/spool/spool_directory.h"
 
 #include <sys/stat.h>
 
@@ -9,10 +9,8 @@
 #include <vector>
 
 #include "kvgov/spool/spool_reader.h"
-#include "server/daemon.h"
-#include "server/http_api.h"
 
-namespace kvgov::server {
+namespace kvgov::spool {
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,8 +25,8 @@ bool IsComplete(const std::string& name) {
 
 }  // namespace
 
-Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Start(Daemon* daemon, std::string dir,
-                                                              std::chrono::milliseconds interval) {
+Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Open(std::string dir, Sink sink,
+                                                             metrics::Registry* registry) {
   std::error_code error;
   if (!fs::exists(dir, error)) {
     fs::create_directories(dir, error);
@@ -39,19 +37,18 @@ Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Start(Daemon* daemon, st
   if (!fs::is_directory(dir, error)) {
     return Status::IOError("spool dir '" + dir + "': not a directory");
   }
-  std::unique_ptr<SpoolDirectory> spool(new SpoolDirectory(daemon, std::move(dir)));
-  metrics::Registry& registry = daemon->metrics;
+  std::unique_ptr<SpoolDirectory> spool(new SpoolDirectory(std::move(dir), std::move(sink)));
   KVGOV_ASSIGN_OR_RETURN(spool->files_,
-                         registry.AddCounter({"kvgov_spool_files_total",
+                         registry->AddCounter({"kvgov_spool_files_total",
                                               "Spool files ingested, by outcome (done: every "
                                               "line accepted; rejected: at least one not).",
                                               {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(
       spool->lines_,
-      registry.AddCounter(
+      registry->AddCounter(
           {"kvgov_spool_lines_total", "Reports read from spool files, by outcome.", {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(spool->errors_,
-                         registry.AddCounter({"kvgov_spool_errors_total",
+                         registry->AddCounter({"kvgov_spool_errors_total",
                                               "Failures to list the spool directory or to open, "
                                               "read or rename a spool file; a file left in place "
                                               "counts again at every retry."}));
@@ -60,16 +57,7 @@ Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Start(Daemon* daemon, st
   for (std::string_view outcome : {"done", "rejected"}) spool->files_->WithLabels({outcome});
   for (std::string_view outcome : {"accepted", "rejected"}) spool->lines_->WithLabels({outcome});
   spool->errors_->WithLabels({});
-  SpoolDirectory* raw = spool.get();
-  spool->task_ = std::make_unique<PeriodicTask>(interval, [raw] { raw->Scan(); });
   return spool;
-}
-
-SpoolDirectory::~SpoolDirectory() { Stop(); }
-
-void SpoolDirectory::Stop() {
-  stopping_.store(true, std::memory_order_relaxed);
-  if (task_) task_->Stop();
 }
 
 void SpoolDirectory::LogOnce(const std::string& file, const std::string& problem) {
@@ -94,9 +82,9 @@ void SpoolDirectory::Scan() {
   }
   std::sort(ready.begin(), ready.end());
   for (const fs::path& path : ready) {
-    // A started file is finished even when stopping: half a file would be
+    // A started file is finished even when cancelled: half a file would be
     // ingested again, whole, at the next start.
-    if (stopping_.load(std::memory_order_relaxed)) return;
+    if (cancelled_.load(std::memory_order_relaxed)) return;
     // Ingested already, only its rename failed: ingesting it again would
     // apply every line twice.
     if (auto unfinished = unfinished_.find(path.string()); unfinished != unfinished_.end()) {
@@ -137,7 +125,7 @@ bool SpoolDirectory::Finish(const fs::path& path, const Outcome& outcome) {
 
 void SpoolDirectory::IngestFile(const fs::path& path) {
   const std::string name = path.string();
-  Result<std::unique_ptr<spool::SpoolReader>> reader = spool::SpoolReader::Open(name);
+  Result<std::unique_ptr<SpoolReader>> reader = SpoolReader::Open(name);
   // Nothing of it was applied: trying again later is safe.
   if (!reader.ok()) return LogOnce(name, reader.status().message());
   Outcome outcome;
@@ -154,7 +142,7 @@ void SpoolDirectory::IngestFile(const fs::path& path) {
   };
   uint64_t last_line = 0;
   for (;;) {
-    Result<std::optional<spool::SpoolLine>> next = (*reader)->Next();
+    Result<std::optional<SpoolLine>> next = (*reader)->Next();
     if (!next.ok()) {
       // Lines before it were applied, so the file must not be read again;
       // it is finished as rejected, the sidecar saying where reading
@@ -163,9 +151,9 @@ void SpoolDirectory::IngestFile(const fs::path& path) {
       break;
     }
     if (!next->has_value()) break;
-    const spool::SpoolLine& line = **next;
+    const SpoolLine& line = **next;
     last_line = line.number;
-    Status ingested = line.event.ok() ? IngestReport(*daemon_, *line.event) : line.event.status();
+    Status ingested = line.event.ok() ? sink_(*line.event) : line.event.status();
     if (ingested.ok()) {
       ++outcome.accepted;
     } else {
@@ -181,4 +169,4 @@ void SpoolDirectory::IngestFile(const fs::path& path) {
   if (!Finish(path, outcome)) unfinished_.emplace(name, outcome);
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::spool

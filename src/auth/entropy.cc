@@ -1,4 +1,4 @@
-#include "server/entropy.h"
+#include "kvgov/auth/entropy.h"
 
 #include <sys/random.h>
 
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace kvgov::server {
+namespace kvgov::auth {
 
 Status FillRandom(std::span<char> out) {
   size_t filled = 0;
@@ -33,4 +33,4 @@ Result<std::string> RandomHexId() {
   return id;
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::auth

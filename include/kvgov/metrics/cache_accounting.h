@@ -7,7 +7,7 @@
 #include "kvgov/core/status.h"
 #include "kvgov/metrics/registry.h"
 
-namespace kvgov::server {
+namespace kvgov::metrics {
 
 /// Counts every lowered envelope entry, whatever produced it, under its own
 /// source, so a provider's saving never lands in a local counter:
@@ -19,7 +19,7 @@ namespace kvgov::server {
 class CacheAccounting {
  public:
   /// Registers the families. Errors are the registry's (a name taken).
-  static Result<std::unique_ptr<CacheAccounting>> Create(metrics::Registry* registry);
+  static Result<std::unique_ptr<CacheAccounting>> Create(Registry* registry);
 
   /// Folds the entry into its verdict and counts both; returns the verdict.
   LookupVerdict Record(const Entry& entry);
@@ -27,10 +27,10 @@ class CacheAccounting {
  private:
   CacheAccounting() = default;
 
-  metrics::CounterFamily* events_ = nullptr;
-  metrics::CounterFamily* bytes_moved_ = nullptr;
-  metrics::CounterFamily* verdicts_ = nullptr;
-  metrics::CounterFamily* tokens_saved_ = nullptr;
+  CounterFamily* events_ = nullptr;
+  CounterFamily* bytes_moved_ = nullptr;
+  CounterFamily* verdicts_ = nullptr;
+  CounterFamily* tokens_saved_ = nullptr;
 };
 
-}  // namespace kvgov::server
+}  // namespace kvgov::metrics

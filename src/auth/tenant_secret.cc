@@ -1,4 +1,4 @@
-#include "server/tenant_secret.h"
+#include "kvgov/auth/tenant_secret.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "server/entropy.h"
+#include "kvgov/auth/entropy.h"
 
-namespace kvgov::server {
+namespace kvgov::auth {
 namespace {
 
 constexpr size_t kSecretBytes = 32;
@@ -67,4 +67,4 @@ Result<std::string> LoadOrCreateTenantSecret(const std::string& path) {
   return std::string(secret.data(), secret.size());
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::auth

@@ -5,7 +5,7 @@
 
 #include "kvgov/core/status.h"
 
-namespace kvgov::server {
+namespace kvgov::auth {
 
 /// Fills `out` from the kernel's random source (getrandom). IOError if the
 /// kernel refuses.
@@ -15,4 +15,4 @@ Status FillRandom(std::span<char> out);
 /// able to guess (route decisions).
 Result<std::string> RandomHexId();
 
-}  // namespace kvgov::server
+}  // namespace kvgov::auth

@@ -1,9 +1,9 @@
-#include "server/cache_accounting.h"
+#include "kvgov/metrics/cache_accounting.h"
 
 #include "kvgov/core/reuse_ledger.h"
 #include "kvgov/core/verdicts.h"
 
-namespace kvgov::server {
+namespace kvgov::metrics {
 namespace {
 
 std::string_view LabelOr(const Entry& entry, const char* key, std::string_view fallback) {
@@ -17,7 +17,7 @@ std::string_view TierName(ResidencyTier tier) {
 
 }  // namespace
 
-Result<std::unique_ptr<CacheAccounting>> CacheAccounting::Create(metrics::Registry* registry) {
+Result<std::unique_ptr<CacheAccounting>> CacheAccounting::Create(Registry* registry) {
   std::unique_ptr<CacheAccounting> accounting(new CacheAccounting());
   KVGOV_ASSIGN_OR_RETURN(
       accounting->events_,
@@ -67,4 +67,4 @@ LookupVerdict CacheAccounting::Record(const Entry& entry) {
   return verdict;
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::metrics

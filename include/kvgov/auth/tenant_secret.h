@@ -4,7 +4,7 @@
 
 #include "kvgov/core/status.h"
 
-namespace kvgov::server {
+namespace kvgov::auth {
 
 /// The deployment's tenant-salt secret: exactly 32 bytes read from `path`,
 /// or, when the file does not exist, 32 bytes from the kernel's random
@@ -15,4 +15,4 @@ namespace kvgov::server {
 /// is never logged.
 Result<std::string> LoadOrCreateTenantSecret(const std::string& path);
 
-}  // namespace kvgov::server
+}  // namespace kvgov::auth

@@ -10,7 +10,7 @@
 #include "kvgov/ingest/engine_stream.h"
 #include "kvgov/store/store.h"
 
-namespace kvgov::server {
+namespace kvgov::ingest {
 
 /// Makes engine streams' residency durable: every applied batch is logged
 /// (unsynced; the daemon's group commit syncs the WAL), and every
@@ -25,7 +25,7 @@ namespace kvgov::server {
 ///
 /// Thread-safe: stream threads call OnApplied/OnRestart concurrently for
 /// different workers; one mutex guards the per-worker counters.
-class StreamStore : public ingest::StreamDurability {
+class StreamStore : public StreamDurability {
  public:
   StreamStore(store::Store* store, index::ResidencyIndex* index, uint64_t snapshot_every)
       : store_(store), index_(index), snapshot_every_(snapshot_every) {}
@@ -41,7 +41,7 @@ class StreamStore : public ingest::StreamDurability {
     uint64_t snapshot_blocks = 0;
     uint64_t logged_batches = 0;
   };
-  Status Recover(ingest::EngineStream& stream, RecoveryStats* stats);
+  Status Recover(EngineStream& stream, RecoveryStats* stats);
 
   /// Snapshots every worker that has logged batches (clean shutdown), so
   /// the next start does not replay the log. Synced.
@@ -69,4 +69,4 @@ class StreamStore : public ingest::StreamDurability {
   std::map<std::string, Progress, std::less<>> progress_;  // guarded by mu_
 };
 
-}  // namespace kvgov::server
+}  // namespace kvgov::ingest

@@ -1,4 +1,4 @@
-#include "server/stream_store.h"
+#include "kvgov/ingest/stream_store.h"
 
 #include <bit>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include "kvgov/core/digest.h"
 
-namespace kvgov::server {
+namespace kvgov::ingest {
 namespace {
 
 using store::Column;
@@ -125,7 +125,7 @@ Status StreamStore::Snapshot(std::string_view worker, const Progress& progress) 
   return store_->Write(ops, /*sync=*/true);
 }
 
-Status StreamStore::Recover(ingest::EngineStream& stream, RecoveryStats* stats) {
+Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
   const std::string& worker = stream.worker();
   Progress progress;
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> record,
@@ -197,4 +197,4 @@ Status StreamStore::SnapshotAll() {
   return Status::Ok();
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::ingest
