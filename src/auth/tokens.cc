@@ -32,7 +32,8 @@ struct RoleSpelling {
   std::string_view name;
 };
 constexpr RoleSpelling kRoles[] = {
-    {Role::kIngest, "ingest"}, {Role::kRoute, "route"}, {Role::kAdmin, "admin"}, {Role::kRead, "read"}};
+    {Role::kIngest, "ingest"}, {Role::kRoute, "route"}, {Role::kAdmin, "admin"},
+    {Role::kRead, "read"},     {Role::kInfer, "infer"}};
 
 Status CheckName(std::string_view name) {
   if (name.empty() || name.size() > 64) return Status::InvalidArgument("name: want 1-64 bytes");

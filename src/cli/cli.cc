@@ -42,6 +42,10 @@ struct ServeFlags {
   std::string listen = "127.0.0.1:8787";
   std::string data_dir = "./kvgov-data";
   std::string ready_file;
+  std::string gateway_listen;  // "": no gateway
+  std::string gateway_ready_file;
+  int64_t gateway_connect_timeout_ms = 2000;
+  int64_t gateway_first_byte_timeout_ms = 60000;
   std::string tls_cert_file;
   std::string tls_key_file;
   std::vector<std::string> engines;
@@ -69,6 +73,17 @@ int Serve(const ServeFlags& flags) {
     std::fprintf(stderr, "kvgov serve: %s\n", parsed.message().c_str());
     return 2;
   }
+  if (!flags.gateway_listen.empty()) {
+    if (Status parsed = ParseListen(flags.gateway_listen, &options.gateway_host,
+                                    &options.gateway_port);
+        !parsed.ok()) {
+      std::fprintf(stderr, "kvgov serve: --gateway-listen: %s\n", parsed.message().c_str());
+      return 2;
+    }
+  }
+  options.gateway_ready_file = flags.gateway_ready_file;
+  options.gateway_timeouts = {flags.gateway_connect_timeout_ms,
+                              flags.gateway_first_byte_timeout_ms};
   options.data_dir = flags.data_dir;
   options.ready_file = flags.ready_file;
   options.tls_cert_file = flags.tls_cert_file;
@@ -191,6 +206,21 @@ int Run(int argc, char** argv) {
   serve->add_option("--ready-file", serve_flags.ready_file,
                     "Write the bound port to this file once the server accepts\n"
                     "connections (for supervisors and tests that start kvgov on port 0).");
+  serve->add_option("--gateway-listen", serve_flags.gateway_listen,
+                    "HOST:PORT for the OpenAI-compatible gateway (docs/formats/gateway.md),\n"
+                    "a listener of its own beside the control API; off unless given. Its\n"
+                    "callers need a token with the infer role once tokens exist.");
+  serve->add_option("--gateway-ready-file", serve_flags.gateway_ready_file,
+                    "Write the gateway's bound port to this file once it accepts connections.");
+  serve->add_option("--gateway-connect-timeout-ms", serve_flags.gateway_connect_timeout_ms,
+                    "The gateway's connect timeout to an engine.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{600000}));
+  serve->add_option("--gateway-first-byte-timeout-ms", serve_flags.gateway_first_byte_timeout_ms,
+                    "How long the gateway waits for an engine's first byte (and between\n"
+                    "chunks) before it tries the next candidate or answers 504.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
   serve->add_option("--engine", serve_flags.engines,
                     "Follow an engine's KV-event stream (repeatable). Comma-separated key=value:\n"
                     "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"

@@ -28,6 +28,10 @@ std::string_view StatusCodeName(StatusCode code) {
       return "permission_denied";
     case StatusCode::kResourceExhausted:
       return "resource_exhausted";
+    case StatusCode::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case StatusCode::kCancelled:
+      return "cancelled";
     case StatusCode::kInternal:
       return "internal";
   }

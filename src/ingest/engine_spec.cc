@@ -109,6 +109,12 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
                                        std::string(value) + "'");
       }
       engine.control = std::string(value);
+    } else if (key == "openai") {
+      if (!value.starts_with("http://")) {
+        return Status::InvalidArgument("openai: want http://HOST:PORT, got '" +
+                                       std::string(value) + "'");
+      }
+      engine.openai = std::string(value);
     } else if (key == "connector") {
       if (value != "vllm" && value != "sglang" && value != "lmcache" && value != "webhook") {
         return Status::InvalidArgument("connector: want vllm, sglang, lmcache or webhook, got '" +
@@ -125,7 +131,7 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
       return Status::InvalidArgument(
           "engine spec: unknown key '" + std::string(key) +
           "' (want id, kind, events, replay, model, block-size, pool-blocks, dp-ranks, control, "
-          "connector, connector-path)");
+          "openai, connector, connector-path)");
     }
   }
   for (const char* required : {"id", "events", "model"}) {

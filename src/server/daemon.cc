@@ -173,6 +173,13 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                                     "or failed (minting or storing failed; the "
                                                     "directive stays witnessed).",
                                                     {"outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(daemon.gateway_retries,
+                         daemon.metrics.AddCounter(
+                             {"kvgov_gateway_upstream_retries_total",
+                              "Gateway requests tried again on the next candidate because the "
+                              "first engine gave no byte or a 5xx before any byte reached the "
+                              "client."}));
+  daemon.gateway_retries->WithLabels({});
   // Both series exist from the start, so a rate or an alert on failures
   // never sees an absent series.
   daemon.certificates->WithLabels({"issued"});

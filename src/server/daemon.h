@@ -71,6 +71,7 @@ struct Daemon {
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
+  metrics::CounterFamily* gateway_retries = nullptr;    // tries on a second candidate
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;

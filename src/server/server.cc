@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "kvgov/auth/tokens.h"
+#include "kvgov/codec/gateway_api.h"
 #include "server/daemon.h"
+#include "server/gateway.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
@@ -62,11 +64,74 @@ bool IsLoopbackHost(const std::string& host) {
   return false;
 }
 
+namespace {
+
+// A listener: an SSLServer with TLS configured, its pool sized, Nagle off,
+// bodies bounded. InvalidArgument when the TLS files do not load.
+Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& options,
+                                                      const std::string& host) {
+  std::unique_ptr<httplib::Server> http;
+  if (options.tls_cert_file.empty()) {
+    http = std::make_unique<httplib::Server>();
+    if (!IsLoopbackHost(host)) {
+      std::fprintf(stderr,
+                   "kvgov: warning: serving %s without TLS: bearer tokens cross the network in "
+                   "the clear (set --tls-cert and --tls-key)\n",
+                   host.c_str());
+    }
+  } else {
+    auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                    options.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return Status::InvalidArgument("TLS: cannot load certificate '" + options.tls_cert_file +
+                                     "' with key '" + options.tls_key_file +
+                                     "' (both PEM; the key must match the certificate)");
+    }
+    http = std::move(tls);
+  }
+  const int threads = options.http_threads;
+  http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default also sets SO_REUSEPORT, which would let a second
+  // kvgov bind the same port and silently take half the traffic.
+  http->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // httplib writes a response's headers and body with separate sends; under
+  // Nagle the body waits for the client's delayed ACK of the headers, about
+  // 40 ms per answer on Linux.
+  http->set_tcp_nodelay(true);
+  http->set_payload_max_length(options.max_body_bytes);
+  return http;
+}
+
+// Binds `http` to host:port (0: a free port) and starts its accept loop on
+// `thread`. Returns the bound port.
+Result<uint16_t> Listen(httplib::Server& http, const std::string& host, uint16_t port,
+                        std::thread* thread) {
+  const int bound = port == 0 ? http.bind_to_any_port(host)
+                              : (http.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return Status::IOError("cannot listen on " + host + ":" + std::to_string(port) +
+                           " (address in use or not available)");
+  }
+  *thread = std::thread([&http] { http.listen_after_bind(); });
+  // The socket already queues connections; waiting for the accept loop is
+  // for Shutdown, whose stop() is a no-op until the loop runs.
+  while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return static_cast<uint16_t>(bound);
+}
+
+}  // namespace
+
 struct Server::Impl {
   std::unique_ptr<Daemon> daemon;
   std::unique_ptr<httplib::Server> http;  // an SSLServer with TLS configured
   std::thread listener;
   uint16_t port = 0;
+  std::unique_ptr<httplib::Server> gateway;  // --gateway-listen; null without
+  std::thread gateway_listener;
+  uint16_t gateway_port = 0;
   bool stopped = false;
   std::mutex mu;  // guards `stopped`
 };
@@ -76,16 +141,20 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { Shutdown(); }
 
 uint16_t Server::port() const { return impl_->port; }
+uint16_t Server::gateway_port() const { return impl_->gateway_port; }
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
-  const bool loopback = IsLoopbackHost(options.host);
+  const bool gateway = !options.gateway_host.empty();
+  const bool loopback =
+      IsLoopbackHost(options.host) && (!gateway || IsLoopbackHost(options.gateway_host));
   if (!loopback) {
     // Beyond loopback every call needs a token, so there must be one.
     KVGOV_ASSIGN_OR_RETURN(const std::vector<auth::TokenRecord> tokens,
                            auth::LoadTokenFile(auth::TokenFilePath(options.data_dir)));
     if (tokens.empty()) {
       return Status::PermissionDenied(
-          "refusing to listen on '" + options.host +
+          "refusing to listen on '" + (IsLoopbackHost(options.host) ? options.gateway_host
+                                                                     : options.host) +
           "': no bearer token exists, and kvgov serves beyond loopback (127.0.0.1, ::1, "
           "localhost) only with authentication; create one with `kvgov token add NAME --role "
           "ROLE --data-dir " + options.data_dir + "`");
@@ -97,40 +166,12 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(EnsureDataDir(options.data_dir));
 
   auto impl = std::make_unique<Impl>();
-  if (options.tls_cert_file.empty()) {
-    impl->http = std::make_unique<httplib::Server>();
-    if (!loopback) {
-      std::fprintf(stderr,
-                   "kvgov: warning: serving %s without TLS: bearer tokens cross the network in "
-                   "the clear (set --tls-cert and --tls-key)\n",
-                   options.host.c_str());
-    }
-  } else {
-    auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
-                                                    options.tls_key_file.c_str());
-    if (!tls->is_valid()) {
-      return Status::InvalidArgument("TLS: cannot load certificate '" + options.tls_cert_file +
-                                     "' with key '" + options.tls_key_file +
-                                     "' (both PEM; the key must match the certificate)");
-    }
-    impl->http = std::move(tls);
+  KVGOV_ASSIGN_OR_RETURN(impl->http, MakeListener(options, options.host));
+  if (gateway) {
+    KVGOV_ASSIGN_OR_RETURN(impl->gateway, MakeListener(options, options.gateway_host));
   }
   KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
   httplib::Server& http = *impl->http;
-  const int threads = options.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // httplib's default also sets SO_REUSEPORT, which would let a second
-  // kvgov bind the same port and silently take half the traffic.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-
-  // httplib writes a response's headers and body with separate sends; under
-  // Nagle the body waits for the client's delayed ACK of the headers, about
-  // 40 ms per answer on Linux.
-  http.set_tcp_nodelay(true);
-  http.set_payload_max_length(options.max_body_bytes);
   RegisterHttpApi(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
   http.set_error_handler([max_body](const httplib::Request& request,
@@ -172,23 +213,53 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         SendErrorJson(response, 500, "internal", "internal error");
       });
 
-  int bound = options.port == 0 ? http.bind_to_any_port(options.host)
-                                : (http.bind_to_port(options.host, options.port) ? options.port
-                                                                                 : -1);
-  if (bound <= 0) {
-    return Status::IOError("cannot listen on " + options.host + ":" +
-                           std::to_string(options.port) + " (address in use or not available)");
+  if (gateway) {
+    RegisterGateway(*impl->gateway, *impl->daemon);
+    impl->gateway->set_error_handler([max_body](const httplib::Request& request,
+                                                httplib::Response& response) {
+      if (!response.body.empty()) return;
+      const int status = response.status;
+      if (status == 404) {
+        response.set_content(EncodeOpenAIErrorJson("no route for " + request.method + " " +
+                                                       request.path,
+                                                   "invalid_request_error", "", "not_found"),
+                             "application/json");
+      } else if (status == 413) {
+        response.set_content(
+            EncodeOpenAIErrorJson("body: longer than the " + std::to_string(max_body) +
+                                      "-byte limit",
+                                  "invalid_request_error", "", "request_too_large"),
+            "application/json");
+      } else if (status >= 400) {
+        response.set_content(EncodeOpenAIErrorJson("request refused (HTTP " +
+                                                       std::to_string(status) + ")",
+                                                   status >= 500 ? "server_error"
+                                                                 : "invalid_request_error",
+                                                   "", "refused"),
+                             "application/json");
+      }
+    });
+    impl->gateway->set_exception_handler(
+        [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
+          response.status = 500;
+          response.set_content(
+              EncodeOpenAIErrorJson("internal error", "server_error", "", "internal"),
+              "application/json");
+        });
   }
-  impl->port = static_cast<uint16_t>(bound);
-  impl->listener = std::thread([&http] { http.listen_after_bind(); });
-  // The socket already queues connections; waiting for the accept loop is
-  // for Shutdown, whose stop() is a no-op until the loop runs.
-  while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 
+  KVGOV_ASSIGN_OR_RETURN(impl->port, Listen(http, options.host, options.port, &impl->listener));
+  if (gateway) {
+    KVGOV_ASSIGN_OR_RETURN(impl->gateway_port,
+                           Listen(*impl->gateway, options.gateway_host, options.gateway_port,
+                                  &impl->gateway_listener));
+  }
   std::unique_ptr<Server> server(new Server(std::move(impl)));
   if (!options.ready_file.empty()) {
-    Status written = WriteReadyFile(options.ready_file, server->port());
-    if (!written.ok()) return written;
+    KVGOV_RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server->port()));
+  }
+  if (gateway && !options.gateway_ready_file.empty()) {
+    KVGOV_RETURN_IF_ERROR(WriteReadyFile(options.gateway_ready_file, server->gateway_port()));
   }
   return server;
 }
@@ -199,6 +270,8 @@ void Server::Shutdown() {
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
+  if (impl_->gateway) impl_->gateway->stop();
+  if (impl_->gateway_listener.joinable()) impl_->gateway_listener.join();
   impl_->http->stop();
   if (impl_->listener.joinable()) impl_->listener.join();
   impl_->daemon->Stop();

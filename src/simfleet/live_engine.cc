@@ -35,6 +35,73 @@ void SendError(httplib::Response& response, int status, const std::string& messa
       "application/json");
 }
 
+// The toy tokenizer: one id per whitespace-separated word (FNV-1a of its
+// bytes), so equal texts give equal ids and a shared prefix of words a
+// shared prefix of ids. Ids 1-3 are the chat template's markers.
+constexpr int64_t kUserMarker = 1;
+constexpr int64_t kAssistantMarker = 2;
+constexpr int64_t kSystemMarker = 3;
+
+void TokenizeText(std::string_view text, std::vector<int64_t>& out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    if (i == text.size()) break;
+    uint64_t hash = 1469598103934665603ULL;
+    while (i < text.size() && text[i] != ' ') {
+      hash = (hash ^ static_cast<unsigned char>(text[i++])) * 1099511628211ULL;
+    }
+    out.push_back(static_cast<int64_t>(100 + hash % 50000));
+  }
+}
+
+// The fixed chat template: a role marker, then the content, for each
+// message; then the assistant marker when a generation prompt is asked for.
+Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool generation_prompt) {
+  std::vector<int64_t> tokens;
+  for (const Json& message : messages) {
+    if (!message.is_object() || !message.contains("content") || !message["content"].is_string()) {
+      return Status::InvalidArgument("messages: want objects with a string content");
+    }
+    const std::string role = message.value("role", "user");
+    tokens.push_back(role == "system" ? kSystemMarker
+                                      : role == "assistant" ? kAssistantMarker : kUserMarker);
+    TokenizeText(message["content"].get_ref<const std::string&>(), tokens);
+  }
+  if (generation_prompt) tokens.push_back(kAssistantMarker);
+  return tokens;
+}
+
+// The prompt of a completions body (token ids or text) or of a chat or
+// tokenize body (messages).
+Result<std::vector<int64_t>> PromptTokens(const Json& body) {
+  if (const auto messages = body.find("messages"); messages != body.end()) {
+    if (!messages->is_array()) return Status::InvalidArgument("messages: want an array");
+    return ApplyChatTemplate(*messages, body.value("add_generation_prompt", true));
+  }
+  const auto prompt = body.find("prompt");
+  if (prompt == body.end()) return Status::InvalidArgument("prompt: missing");
+  std::vector<int64_t> tokens;
+  if (prompt->is_string()) {
+    TokenizeText(prompt->get_ref<const std::string&>(), tokens);
+    return tokens;
+  }
+  if (!prompt->is_array()) return Status::InvalidArgument("prompt: want token ids or a string");
+  if (prompt->size() > kMaxPromptTokens) {
+    return Status::InvalidArgument("prompt: more than " + std::to_string(kMaxPromptTokens) +
+                                   " tokens");
+  }
+  tokens.reserve(prompt->size());
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const Json& token = (*prompt)[i];
+    if (!token.is_number_integer()) {
+      return Status::InvalidArgument("prompt[" + std::to_string(i) + "]: want an integer");
+    }
+    tokens.push_back(token.get<int64_t>());
+  }
+  return tokens;
+}
+
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -98,32 +165,41 @@ struct LiveEngine::Impl {
     }
   }
 
-  void HandleCompletion(const httplib::Request& request, httplib::Response& response) {
+  void HandleTokenize(const httplib::Request& request, httplib::Response& response) {
     const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(response, 400, "body: not a JSON object");
     }
-    const auto prompt = body.find("prompt");
-    if (prompt == body.end() || !prompt->is_array()) {
-      return SendError(response, 400, "prompt: want an array of token ids");
+    Result<std::vector<int64_t>> tokens = PromptTokens(body);
+    if (!tokens.ok()) return SendError(response, 400, tokens.status().message());
+    response.set_content(
+        Json{{"count", tokens->size()}, {"max_model_len", 131072}, {"tokens", *tokens}}.dump(),
+        "application/json");
+  }
+
+  void HandleCompletion(const httplib::Request& request, httplib::Response& response,
+                        bool chat) {
+    const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(response, 400, "body: not a JSON object");
     }
-    if (prompt->size() > kMaxPromptTokens) {
-      return SendError(response, 400, "prompt: more than " + std::to_string(kMaxPromptTokens) +
-                                           " tokens");
-    }
-    std::vector<int64_t> tokens;
-    tokens.reserve(prompt->size());
-    for (size_t i = 0; i < prompt->size(); ++i) {
-      const Json& token = (*prompt)[i];
-      if (!token.is_number_integer()) {
-        return SendError(response, 400, "prompt[" + std::to_string(i) + "]: want an integer");
-      }
-      tokens.push_back(token.get<int64_t>());
-    }
+    if (chat && !body.contains("messages")) return SendError(response, 400, "messages: missing");
+    Result<std::vector<int64_t>> prompt = PromptTokens(body);
+    if (!prompt.ok()) return SendError(response, 400, prompt.status().message());
+    const std::vector<int64_t>& tokens = *prompt;
     std::string cache_salt;
     if (const auto salt = body.find("cache_salt"); salt != body.end()) {
       if (!salt->is_string()) return SendError(response, 400, "cache_salt: want a string");
       cache_salt = salt->get<std::string>();
+    }
+    const int64_t max_tokens = body.value("max_tokens", int64_t{0});
+    if (max_tokens < 0 || max_tokens > 4096) {
+      return SendError(response, 400, "max_tokens: want 0..4096");
+    }
+    const bool stream = body.value("stream", false);
+    {
+      std::lock_guard lock(received_mu);
+      received_salts.push_back(cache_salt);
     }
 
     sim::PrefillOutcome outcome;
@@ -147,15 +223,26 @@ struct LiveEngine::Impl {
         std::chrono::duration<double>(start - arrived).count() * options.speedup;
     const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
     const int64_t cached_tokens = prompt_tokens - outcome.computed_tokens;
+    const Json usage = {{"prompt_tokens", prompt_tokens},
+                        {"completion_tokens", max_tokens},
+                        {"total_tokens", prompt_tokens + max_tokens},
+                        {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+    const char* object = chat ? "chat.completion" : "text_completion";
+    if (stream) return StreamAnswer(response, body, chat, max_tokens, usage);
+    std::string text;
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      std::this_thread::sleep_for(options.token_interval);
+      text += " tok" + std::to_string(i);
+    }
+    const Json choice = chat ? Json{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", text}}},
+                                    {"finish_reason", "length"}}
+                             : Json{{"index", 0}, {"text", text}, {"finish_reason", "length"}};
     response.set_content(
-        Json{{"object", "text_completion"},
+        Json{{"object", object},
              {"model", options.model},
-             {"choices", {{{"index", 0}, {"text", ""}, {"finish_reason", "length"}}}},
-             {"usage",
-              {{"prompt_tokens", prompt_tokens},
-               {"completion_tokens", 0},
-               {"total_tokens", prompt_tokens},
-               {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}}},
+             {"choices", Json::array({choice})},
+             {"usage", usage},
              // Modeled times (not wall time): what the GPU would have taken.
              {"kvgov_sim",
               {{"engine", options.id},
@@ -166,6 +253,51 @@ struct LiveEngine::Impl {
                {"ttft_s", queue_s + prefill_s}}}}
             .dump(),
         "application/json");
+  }
+
+  // Server-sent events, one chunk a token every token_interval, then the
+  // usage chunk when asked for, then [DONE]. A client that goes away ends
+  // the request (counted), as vLLM aborts it.
+  void StreamAnswer(httplib::Response& response, const Json& body, bool chat, int64_t max_tokens,
+                    const Json& usage) {
+    const bool include_usage =
+        body.contains("stream_options") && body["stream_options"].is_object() &&
+        body["stream_options"].value("include_usage", false);
+    const char* object = chat ? "chat.completion.chunk" : "text_completion";
+    auto chunk = [this, chat, object](const std::string& text, const Json& finish) {
+      const Json choice =
+          chat ? Json{{"index", 0}, {"delta", {{"content", text}}}, {"finish_reason", finish}}
+               : Json{{"index", 0}, {"text", text}, {"finish_reason", finish}};
+      return "data: " +
+             Json{{"object", object}, {"model", options.model}, {"choices", {choice}}}.dump() +
+             "\n\n";
+    };
+    response.set_chunked_content_provider(
+        "text/event-stream",
+        [this, chunk, max_tokens, include_usage, usage, object, next = int64_t{0}](
+            size_t, httplib::DataSink& sink) mutable {
+          std::string event;
+          if (next < max_tokens) {
+            std::this_thread::sleep_for(options.token_interval);
+            event = chunk(" tok" + std::to_string(next), nullptr);
+            ++next;
+          } else {
+            event = chunk("", "length");
+            if (include_usage) {
+              event += "data: " +
+                       Json{{"object", object}, {"choices", Json::array()}, {"usage", usage}}
+                           .dump() +
+                       "\n\n";
+            }
+            event += "data: [DONE]\n\n";
+          }
+          if (!sink.write(event.data(), event.size())) {
+            aborted.fetch_add(1);
+            return false;
+          }
+          if (next >= max_tokens && event.ends_with("[DONE]\n\n")) sink.done();
+          return true;
+        });
   }
 
   void HandleMetrics(httplib::Response& response) {
@@ -203,6 +335,10 @@ struct LiveEngine::Impl {
   Clock::time_point busy_until{};
   std::deque<std::pair<Clock::time_point, Clock::time_point>> queue;  // (start, finish)
   uint64_t next_seq = 0;
+
+  std::mutex received_mu;  // guards received_salts
+  std::vector<std::string> received_salts;  // the cache_salt of every completion, "" for none
+  std::atomic<uint64_t> aborted{0};  // streams whose client went away
 
   std::mutex history_mu;  // guards history; the replay thread reads it
   std::deque<std::pair<uint64_t, std::string>> history;
@@ -259,7 +395,14 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   });
   http.Post("/v1/completions", [self](const httplib::Request& request,
                                       httplib::Response& response) {
-    self->HandleCompletion(request, response);
+    self->HandleCompletion(request, response, /*chat=*/false);
+  });
+  http.Post("/v1/chat/completions", [self](const httplib::Request& request,
+                                           httplib::Response& response) {
+    self->HandleCompletion(request, response, /*chat=*/true);
+  });
+  http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
+    self->HandleTokenize(request, response);
   });
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
@@ -302,6 +445,13 @@ size_t LiveEngine::resident_blocks() const {
   std::lock_guard lock(impl_->mu);
   return impl_->pool.size();
 }
+
+std::vector<std::string> LiveEngine::received_salts() const {
+  std::lock_guard lock(impl_->received_mu);
+  return impl_->received_salts;
+}
+
+uint64_t LiveEngine::aborted_streams() const { return impl_->aborted.load(); }
 
 uint64_t LiveEngine::next_seq() const {
   std::lock_guard lock(impl_->mu);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "e2e/bearer.h"
 #include "e2e/daemon_process.h"
 #include "e2e/wait.h"
 #include "kvgov/simfleet/live_engine.h"
@@ -18,30 +19,6 @@ namespace kvgov::testing {
 namespace {
 
 using Json = nlohmann::json;
-
-// `kvgov token add`; the secret is the output's last line.
-std::string AddToken(const std::string& data_dir, const std::string& name,
-                     const std::vector<std::string>& roles, const std::string& tenant = "") {
-  std::vector<std::string> args = {"token", "add", name, "--data-dir", data_dir};
-  for (const std::string& role : roles) {
-    args.push_back("--role");
-    args.push_back(role);
-  }
-  if (!tenant.empty()) {
-    args.push_back("--tenant");
-    args.push_back(tenant);
-  }
-  std::string output;
-  EXPECT_EQ(DaemonProcess::RunToExit(args, &output), 0) << output;
-  while (!output.empty() && output.back() == '\n') output.pop_back();
-  return output.substr(output.rfind('\n') + 1);
-}
-
-httplib::Headers Bearer(const std::string& secret) {
-  return {{"Authorization", "Bearer " + secret}};
-}
-
-int HttpStatus(const httplib::Result& result) { return result ? result->status : -1; }
 
 TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
   DaemonProcess daemon;

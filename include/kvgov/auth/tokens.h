@@ -17,9 +17,10 @@
 
 namespace kvgov::auth {
 
-enum class Role : uint8_t { kIngest, kRoute, kAdmin, kRead };
+enum class Role : uint8_t { kIngest, kRoute, kAdmin, kRead, kInfer };
 
-/// "ingest", "route", "admin", "read"; InvalidArgument naming the spellings.
+/// "ingest", "route", "admin", "read", "infer"; InvalidArgument naming the
+/// spellings.
 Result<Role> ParseRole(std::string_view role);
 std::string_view ToString(Role role);
 

@@ -19,7 +19,7 @@ namespace kvgov {
 struct WorkerStreamView {
   std::string kind;             // vllm, sglang, mooncake
   std::string events_endpoint;  // the PUB endpoint followed
-  uint64_t last_seq = 0;
+  int64_t last_seq = -1;  // -1 before the first applied batch
   uint64_t seq_gaps = 0;
   uint64_t replays = 0;
   uint64_t replays_failed = 0;

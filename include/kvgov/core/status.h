@@ -22,6 +22,8 @@ enum class StatusCode {
   kUnauthenticated,
   kPermissionDenied,
   kResourceExhausted,
+  kDeadlineExceeded,
+  kCancelled,
   kInternal,
 };
 
@@ -64,6 +66,10 @@ class [[nodiscard]] Status {
   static Status ResourceExhausted(std::string msg) {
     return Status(StatusCode::kResourceExhausted, std::move(msg));
   }
+  static Status DeadlineExceeded(std::string msg) {
+    return Status(StatusCode::kDeadlineExceeded, std::move(msg));
+  }
+  static Status Cancelled(std::string msg) { return Status(StatusCode::kCancelled, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
 
   bool ok() const { return code_ == StatusCode::kOk; }

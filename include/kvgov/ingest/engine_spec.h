@@ -40,6 +40,9 @@ struct EngineSpec {
   int64_t pool_blocks = 0;
   int dp_ranks = 1;
   std::string control;  // http://HOST:PORT of its control API; optional
+  // http://HOST:PORT of its OpenAI server, where the gateway forwards
+  // requests; empty: the control URL (vLLM and SGLang serve both on one port).
+  std::string openai;
   // How invalidations reach it: vllm, sglang, lmcache (an LMCache
   // controller at `control`) or webhook (an exact-span endpoint at
   // control + connector_path). Empty: the engine's kind.
@@ -49,7 +52,7 @@ struct EngineSpec {
 };
 
 /// Parses "id=w1,kind=vllm,events=tcp://h:5557,replay=tcp://h:5558,model=m,
-/// block-size=16,pool-blocks=65536,dp-ranks=1,control=http://h:8000,
+/// block-size=16,pool-blocks=65536,dp-ranks=1,control=http://h:8000,openai=http://h:8000,
 /// connector=webhook,connector-path=/evict". id, events and model are
 /// required. Returns InvalidArgument naming the key at fault: an unknown
 /// key, a repeated key, a value that does not parse, an endpoint that is not

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/connectors/openai_upstream.h"
 #include "kvgov/core/admission.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/router/router.h"
@@ -21,6 +22,14 @@ struct ServerOptions {
   // When set, the bound port is written here (atomically, by rename) once the
   // listener accepts connections, so a supervisor or test can poll for it.
   std::string ready_file;
+  // The OpenAI-compatible gateway (docs/formats/gateway.md): a listener of
+  // its own, on when gateway_host is set (port 0 picks a free one, written
+  // to gateway_ready_file like ready_file). Same TLS and token rules as the
+  // control API.
+  std::string gateway_host;
+  uint16_t gateway_port = 0;
+  std::string gateway_ready_file;
+  connectors::UpstreamTimeouts gateway_timeouts;
   // cpp-httplib serves a kept-alive connection on one pool thread until it
   // has been idle for 5 s, so the pool must cover the clients that keep
   // connections open (routers, gateways) or the rest wait behind them.
@@ -94,6 +103,9 @@ class Server {
 
   /// The port actually bound (useful with port 0).
   uint16_t port() const;
+
+  /// The gateway's port; 0 without a gateway.
+  uint16_t gateway_port() const;
 
   /// Stops accepting, finishes in-flight requests, stops the subscribers,
   /// joins the threads. Idempotent.

@@ -1,10 +1,12 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvgov/core/status.h"
 #include "kvgov/sim/block_pool.h"
@@ -26,6 +28,9 @@ struct LiveEngineOptions {
   double speedup = 1.0;
   size_t replay_batches = 10000;  // vLLM's buffer_steps
   int http_threads = 8;
+  // Wall time between generated tokens (max_tokens in a request; 0 by
+  // default, as the load generator asks for none).
+  std::chrono::milliseconds token_interval{2};
 };
 
 /// One simulated vLLM engine, live on loopback with vLLM's interfaces:
@@ -34,10 +39,16 @@ struct LiveEngineOptions {
 ///    [empty, start_seq] with [topic, seq, payload]... then an end marker;
 ///  - an HTTP server: GET /health, GET /metrics (vllm:num_requests_running,
 ///    vllm:num_requests_waiting, vllm:kv_cache_usage_perc),
-///    POST /reset_prefix_cache (AllBlocksCleared), and POST /v1/completions
-///    taking {"prompt": [token ids], "cache_salt": "..."} that prefills
-///    against the block pool: it waits in a FIFO queue for its modeled
-///    prefill time and answers with OpenAI usage, cached tokens included.
+///    POST /reset_prefix_cache (AllBlocksCleared), POST /v1/completions and
+///    /v1/chat/completions taking a prompt (token ids or text) or messages,
+///    "cache_salt", "max_tokens" and "stream", that prefill against the
+///    block pool: each waits in a FIFO queue for its modeled prefill time,
+///    generates max_tokens tokens one every token_interval (as server-sent
+///    events when streamed, usage last when stream_options.include_usage)
+///    and answers with OpenAI usage, cached tokens included; POST
+///    /tokenize with vLLM's shapes. The tokenizer is a toy (one id per
+///    word) and the chat template fixed (a role marker before each
+///    message, the assistant marker for the generation prompt).
 ///
 /// Thread-safe: HTTP handlers run concurrently; one mutex serialises the
 /// pool, the queue and publishing, so seq order is pool order.
@@ -61,6 +72,11 @@ class LiveEngine {
   /// a rate of their own (the load generator). The outcome carries the
   /// events as published. Thread-safe.
   sim::PrefillOutcome Prefill(std::span<const int64_t> tokens, std::string_view cache_salt);
+
+  /// The cache_salt of every completion received, in order ("" for none).
+  std::vector<std::string> received_salts() const;
+  /// Streams whose client went away before their end.
+  uint64_t aborted_streams() const;
 
   /// Blocks in the pool now, and the seq the next batch will carry.
   size_t resident_blocks() const;

@@ -1,0 +1,350 @@
+// The OpenAI-compatible gateway (docs/formats/gateway.md) against the real
+// binary: two simulated vLLM engines, kvgov following and fronting them,
+// httplib and curl as the clients.
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "connectors/test_support.h"
+#include "e2e/bearer.h"
+#include "e2e/daemon_process.h"
+#include "e2e/tokens.h"
+#include "e2e/wait.h"
+#include "kvgov/simfleet/live_engine.h"
+
+namespace kvgov::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int64_t kBlockSize = 16;
+
+class GatewayE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* id : {"w1", "w2"}) {
+      simfleet::LiveEngineOptions options;
+      options.id = id;
+      options.model = "llama";
+      options.pool.capacity_blocks = 512;
+      options.pool.block_size = kBlockSize;
+      options.speedup = 1000;
+      options.token_interval = std::chrono::milliseconds(20);
+      Result<std::unique_ptr<simfleet::LiveEngine>> engine = simfleet::LiveEngine::Start(options);
+      ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+      engines_.push_back(std::move(engine).value());
+    }
+  }
+
+  // Starts kvgov with the gateway; `engine_keys[i]` is appended to engine
+  // i's spec (",openai=..." to point it elsewhere).
+  void StartKvgov(const std::vector<std::string>& engine_keys = {"", ""}) {
+    const std::string ready = (daemon_.dir() / "gateway-ready").string();
+    std::vector<std::string> args = {"--gateway-listen", "127.0.0.1:0", "--gateway-ready-file",
+                                     ready, "--probe-interval-ms", "50",
+                                     "--gateway-first-byte-timeout-ms", "5000"};
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      args.push_back("--engine");
+      args.push_back(engines_[i]->EngineSpec() + engine_keys[i]);
+    }
+    Status started = daemon_.Start(args);
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    int port = 0;
+    ASSERT_TRUE(WaitFor([&] {
+      std::ifstream in(ready);
+      return static_cast<bool>(in >> port) && port > 0;
+    }));
+    control_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
+    gateway_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    gateway_->set_read_timeout(std::chrono::seconds(10));
+    gateway_port_ = port;
+    // Both engines probed healthy, so both are candidates.
+    std::string last;
+    ASSERT_TRUE(WaitFor([&] {
+      httplib::Result workers = control_->Get("/v1/workers", control_headers_);
+      last = std::to_string(HttpStatus(workers)) + (workers ? workers->body : "");
+      if (!workers || workers->status != 200) return false;
+      int healthy = 0;
+      const Json rows = Json::parse(workers->body);
+      for (const Json& w : rows["workers"]) {
+        healthy += w.contains("health") && w["health"]["healthy"] == true;
+      }
+      return healthy == 2;
+    })) << last;
+  }
+
+  httplib::Result Post(const std::string& path, const Json& body,
+                       const httplib::Headers& headers = {}) {
+    return gateway_->Post(path, headers, body.dump(), "application/json");
+  }
+
+  // A prompt of `words` distinct words, `salt` making it a prompt of its own.
+  static std::string Words(int words, const std::string& salt) {
+    std::string text;
+    for (int i = 0; i < words; ++i) text += salt + std::to_string(i) + " ";
+    return text;
+  }
+
+  size_t Received() const {
+    return engines_[0]->received_salts().size() + engines_[1]->received_salts().size();
+  }
+
+  std::vector<std::unique_ptr<simfleet::LiveEngine>> engines_;
+  DaemonProcess daemon_;
+  httplib::Headers control_headers_;  // a read token, once tokens exist
+  std::unique_ptr<httplib::Client> control_;
+  std::unique_ptr<httplib::Client> gateway_;
+  int gateway_port_ = 0;
+};
+
+TEST_F(GatewayE2ETest, HealthAndModelsNameTheFleetsModels) {
+  StartKvgov();
+  EXPECT_EQ(HttpStatus(gateway_->Get("/health")), 200);
+  httplib::Result models = gateway_->Get("/v1/models");
+  ASSERT_EQ(HttpStatus(models), 200);
+  const Json body = Json::parse(models->body);
+  EXPECT_EQ(body["object"], "list");
+  ASSERT_EQ(body["data"].size(), 1u);
+  EXPECT_EQ(body["data"][0]["id"], "llama");
+  // The control API is not on the gateway's listener, nor the reverse.
+  EXPECT_EQ(HttpStatus(gateway_->Get("/v1/workers")), 404);
+  EXPECT_EQ(HttpStatus(control_->Get("/v1/models")), 404);
+}
+
+// Token ids pass through; the answer is the engine's, usage included, and a
+// repeated prompt is a hit the engine itself reports.
+TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
+  StartKvgov();
+  const Json request = {{"model", "llama"}, {"prompt", Tokens(64, 1000)}, {"max_tokens", 2}};
+  httplib::Result first = Post("/v1/completions", request);
+  ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
+  const Json answer = Json::parse(first->body);
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], 64);
+  EXPECT_EQ(answer["choices"][0]["text"], " tok0 tok1");
+  // Wait until kvgov has the first request's blocks, then ask again: the
+  // router sends it where they are, and the engine reports them cached.
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result workers = control_->Get("/v1/workers");
+    if (!workers) return false;
+    uint64_t blocks = 0;
+    const Json rows = Json::parse(workers->body);
+      for (const Json& w : rows["workers"]) {
+      blocks += w["blocks"]["hbm"].get<uint64_t>();
+    }
+    return blocks >= 4;
+  }));
+  httplib::Result second = Post("/v1/completions", request);
+  ASSERT_EQ(HttpStatus(second), 200);
+  EXPECT_EQ(Json::parse(second->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+}
+
+// Text and chat are tokenized by the engine's own /tokenize: what kvgov
+// routes on is what the engine computes.
+TEST_F(GatewayE2ETest, TextAndChatAreTokenizedByTheEngine) {
+  StartKvgov();
+  httplib::Result text =
+      Post("/v1/completions", {{"model", "llama"}, {"prompt", Words(40, "w")}});
+  ASSERT_EQ(HttpStatus(text), 200) << (text ? text->body : "");
+  EXPECT_EQ(Json::parse(text->body)["usage"]["prompt_tokens"], 40);
+  const Json chat_request = {
+      {"model", "llama"},
+      {"messages", {{{"role", "system"}, {"content", Words(30, "s")}},
+                    {{"role", "user"}, {"content", "hello there"}}}},
+      {"max_tokens", 1}};
+  httplib::Result chat = Post("/v1/chat/completions", chat_request);
+  ASSERT_EQ(HttpStatus(chat), 200) << (chat ? chat->body : "");
+  const Json answer = Json::parse(chat->body);
+  // Two role markers, 32 words, the generation prompt.
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], 35);
+  EXPECT_EQ(answer["object"], "chat.completion");
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], " tok0");
+}
+
+// The first chunk reaches the client while the engine is still generating;
+// curl sees the raw SSE bytes, [DONE] last.
+TEST_F(GatewayE2ETest, StreamsArriveChunkByChunk) {
+  StartKvgov();
+  const Json request = {
+      {"model", "llama"}, {"prompt", Tokens(32, 5000)}, {"max_tokens", 10}, {"stream", true}};
+  std::vector<std::string> chunks;
+  httplib::Request streamed;
+  streamed.method = "POST";
+  streamed.path = "/v1/completions";
+  streamed.body = request.dump();
+  streamed.set_header("Content-Type", "application/json");
+  int status = 0;
+  streamed.response_handler = [&](const httplib::Response& response) {
+    status = response.status;
+    EXPECT_EQ(response.get_header_value("Content-Type"), "text/event-stream");
+    return true;
+  };
+  streamed.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
+    chunks.emplace_back(data, length);
+    return true;
+  };
+  ASSERT_TRUE(gateway_->send(streamed));
+  EXPECT_EQ(status, 200);
+  // One read per token, 20 ms apart: not one buffered answer.
+  EXPECT_GE(chunks.size(), 10u);
+  EXPECT_NE(chunks.front().find("data: {"), std::string::npos);
+  EXPECT_NE(chunks.back().find("data: [DONE]"), std::string::npos);
+
+  const std::string curl = "curl -sN -X POST -H 'Content-Type: application/json' -d '" +
+                           request.dump() + "' http://127.0.0.1:" +
+                           std::to_string(gateway_port_) + "/v1/completions";
+  FILE* pipe = ::popen(curl.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string raw;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) raw.append(buffer, n);
+  ASSERT_EQ(::pclose(pipe), 0);
+  EXPECT_EQ(raw.rfind("data: {", 0), 0u) << raw;
+  EXPECT_NE(raw.find("\"text\":\" tok9\""), std::string::npos) << raw;
+  EXPECT_TRUE(raw.ends_with("data: [DONE]\n\n")) << raw;
+}
+
+// A client that goes away ends the engine's request too.
+TEST_F(GatewayE2ETest, AClientThatGoesAwayAbortsTheEnginesRequest) {
+  StartKvgov();
+  httplib::Request streamed;
+  streamed.method = "POST";
+  streamed.path = "/v1/completions";
+  streamed.body =
+      Json{{"model", "llama"}, {"prompt", Tokens(32, 9000)}, {"max_tokens", 200}, {"stream", true}}
+          .dump();
+  streamed.set_header("Content-Type", "application/json");
+  int received = 0;
+  streamed.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    return ++received < 2;
+  };
+  gateway_->send(streamed);
+  EXPECT_EQ(received, 2);
+  EXPECT_TRUE(WaitFor([&] {
+    return engines_[0]->aborted_streams() + engines_[1]->aborted_streams() == 1;
+  }));
+}
+
+// The tenant's salt, and nobody else's, reaches the engine; a client may not
+// send its own.
+TEST_F(GatewayE2ETest, TheEngineReceivesTheTenantsSaltAndAClientSaltIsRefused) {
+  const std::string a = AddToken(daemon_.data_dir(), "tenant-a", {"infer"}, "tenant-a");
+  const std::string b = AddToken(daemon_.data_dir(), "tenant-b", {"infer"}, "tenant-b");
+  const std::string fleet = AddToken(daemon_.data_dir(), "fleet", {"infer", "read"});
+  const std::string reader = AddToken(daemon_.data_dir(), "reader", {"read"});
+  control_headers_ = Bearer(reader);
+  StartKvgov();
+  const Json request = {{"model", "llama"}, {"prompt", Tokens(32, 100)}};
+  EXPECT_EQ(HttpStatus(Post("/v1/completions", request)), 401);
+  httplib::Result forbidden = Post("/v1/completions", request, Bearer(reader));
+  ASSERT_EQ(HttpStatus(forbidden), 403);
+  EXPECT_EQ(Json::parse(forbidden->body)["error"]["type"], "permission_error");
+  for (const std::string* token : {&a, &a, &b, &fleet}) {
+    ASSERT_EQ(HttpStatus(Post("/v1/completions", request, Bearer(*token))), 200);
+  }
+  std::vector<std::string> salts;
+  for (const auto& engine : engines_) {
+    for (const std::string& salt : engine->received_salts()) salts.push_back(salt);
+  }
+  ASSERT_EQ(salts.size(), 4u);
+  std::map<std::string, int> counts;
+  for (const std::string& salt : salts) ++counts[salt];
+  // a twice under one salt, b under another, the fleet token under none.
+  EXPECT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts[""], 1);
+  std::multiset<int> salted_counts;
+  for (const auto& [salt, count] : counts) {
+    if (salt.empty()) continue;
+    EXPECT_EQ(salt.size(), 32u) << salt;  // router::TenantCacheSalt: 128 bits of hex
+    salted_counts.insert(count);
+  }
+  EXPECT_EQ(salted_counts, (std::multiset<int>{1, 2}));
+
+  Json salted = request;
+  salted["cache_salt"] = "mine";
+  httplib::Result refused = Post("/v1/completions", salted, Bearer(fleet));
+  ASSERT_EQ(HttpStatus(refused), 400);
+  const Json error = Json::parse(refused->body)["error"];
+  EXPECT_EQ(error["param"], "cache_salt");
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_EQ(salts.size(), 4u);
+}
+
+TEST_F(GatewayE2ETest, BadRequestsGetOpenAIErrors) {
+  StartKvgov();
+  httplib::Result unknown = Post("/v1/completions", {{"model", "gpt-9"}, {"prompt", "hi"}});
+  ASSERT_EQ(HttpStatus(unknown), 404);
+  EXPECT_EQ(Json::parse(unknown->body)["error"]["code"], "model_not_found");
+  httplib::Result batch = Post("/v1/completions", {{"model", "llama"}, {"prompt", {"a", "b"}}});
+  ASSERT_EQ(HttpStatus(batch), 400);
+  EXPECT_EQ(Json::parse(batch->body)["error"]["param"], "prompt");
+  httplib::Result garbage = gateway_->Post("/v1/chat/completions", "{", "application/json");
+  ASSERT_EQ(HttpStatus(garbage), 400);
+  EXPECT_TRUE(Json::parse(garbage->body)["error"].contains("message"));
+  EXPECT_EQ(Received(), 0u);
+}
+
+// A drained worker receives nothing through the gateway.
+TEST_F(GatewayE2ETest, ADrainedWorkerReceivesNothing) {
+  StartKvgov();
+  ASSERT_EQ(HttpStatus(control_->Post("/v1/workers/w1/drain", "{}", "application/json")), 200);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(HttpStatus(Post("/v1/completions",
+                              {{"model", "llama"}, {"prompt", Tokens(32, 20000 + i * 100)}})),
+              200);
+  }
+  EXPECT_EQ(engines_[0]->received_salts().size(), 0u);
+  EXPECT_EQ(engines_[1]->received_salts().size(), 4u);
+}
+
+// The engine that holds the prefix cannot be reached: the request goes to
+// the next candidate before any byte reached the client, and is counted.
+TEST_F(GatewayE2ETest, AnUnreachableEngineIsRetriedOnTheNextCandidate) {
+  const std::vector<int64_t> prompt = Tokens(64, 30000);
+  engines_[1]->Prefill(prompt, "");  // w2 holds the prompt: the router prefers it
+  const connectors::ClosedPort closed;
+  StartKvgov({"", ",openai=" + closed.url()});
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result workers = control_->Get("/v1/workers");
+    if (!workers) return false;
+    const Json rows = Json::parse(workers->body);
+      for (const Json& w : rows["workers"]) {
+      if (w["id"] == "w2" && w["blocks"]["hbm"].get<uint64_t>() >= 4) return true;
+    }
+    return false;
+  }));
+  httplib::Result answer = Post("/v1/completions", {{"model", "llama"}, {"prompt", prompt}});
+  ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
+  EXPECT_EQ(engines_[0]->received_salts().size(), 1u);
+  httplib::Result metrics = control_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("kvgov_gateway_upstream_retries_total 1"), std::string::npos);
+}
+
+// No engine can tokenize: 502 with the reason, and nothing is routed.
+TEST_F(GatewayE2ETest, ATokenizerFailureIs502AndNothingIsRouted) {
+  const connectors::ClosedPort closed;
+  const std::string dead = ",openai=" + closed.url();
+  StartKvgov({dead, dead});
+  httplib::Result answer = Post("/v1/completions", {{"model", "llama"}, {"prompt", "hello"}});
+  ASSERT_EQ(HttpStatus(answer), 502);
+  const Json error = Json::parse(answer->body)["error"];
+  EXPECT_EQ(error["code"], "tokenizer_unavailable");
+  EXPECT_NE(error["message"].get<std::string>().find("tokenize"), std::string::npos);
+  EXPECT_EQ(Received(), 0u);
+}
+
+}  // namespace
+}  // namespace kvgov::testing
