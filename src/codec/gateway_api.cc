@@ -38,6 +38,7 @@ Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const Json& json) {
     if (!stream->is_boolean()) return FieldError("stream", "want true or false");
     request.stream = stream->get<bool>();
   }
+  request.ask_usage = request.stream && !json.contains("stream_options");
   Json tokenize = {{"model", request.model}};
   if (endpoint == GatewayEndpoint::kCompletions) {
     auto prompt = json.find("prompt");
@@ -81,15 +82,64 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
   return Decode(endpoint, json);
 }
 
-std::string WithCacheSalt(std::string_view body, std::string_view salt) {
+std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask_usage) {
+  std::string members;
+  if (!salt.empty()) members = "\"cache_salt\":" + codec_internal::Dump(Json(std::string(salt)));
+  if (ask_usage) {
+    members += std::string(members.empty() ? "" : ",") +
+               "\"stream_options\":{\"include_usage\":true}";
+  }
+  if (members.empty()) return std::string(body);
   const size_t open = body.find('{');
   const size_t next = body.find_first_not_of(" \t\r\n", open + 1);
   const bool empty_object = next != std::string_view::npos && body[next] == '}';
   std::string out(body.substr(0, open + 1));
-  out += "\"cache_salt\":" + codec_internal::Dump(Json(std::string(salt)));
+  out += members;
   if (!empty_object) out += ',';
   out += body.substr(open + 1);
   return out;
+}
+
+std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits) {
+  Result<Json> parsed = codec_internal::ParseJson(json, limits);
+  if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
+  auto usage = parsed->find("usage");
+  if (usage == parsed->end() || !usage->is_object()) return std::nullopt;
+  EngineUsage out;
+  if (auto prompt = usage->find("prompt_tokens");
+      prompt != usage->end() && prompt->is_number_integer()) {
+    out.prompt_tokens = prompt->get<int64_t>();
+  }
+  if (auto details = usage->find("prompt_tokens_details");
+      details != usage->end() && details->is_object()) {
+    if (auto cached = details->find("cached_tokens");
+        cached != details->end() && cached->is_number_integer()) {
+      out.cached_tokens = cached->get<int64_t>();
+    }
+  }
+  auto choices = parsed->find("choices");
+  out.usage_only = choices == parsed->end() || (choices->is_array() && choices->empty());
+  return out;
+}
+
+std::vector<std::string> SseSplitter::Push(std::string_view bytes) {
+  buffer_ += bytes;
+  std::vector<std::string> events;
+  size_t start = 0;
+  for (size_t end; (end = buffer_.find("\n\n", start)) != std::string::npos; start = end + 2) {
+    events.push_back(buffer_.substr(start, end + 2 - start));
+  }
+  buffer_.erase(0, start);
+  return events;
+}
+
+std::string_view SseSplitter::Data(std::string_view event) {
+  const size_t at = event.rfind("data:", 0) == 0 ? 0 : event.find("\ndata:");
+  if (at == std::string_view::npos) return "";
+  std::string_view data = event.substr(at == 0 ? 5 : at + 6);
+  data = data.substr(0, data.find('\n'));
+  while (!data.empty() && data.front() == ' ') data.remove_prefix(1);
+  return data;
 }
 
 Result<std::vector<int64_t>> DecodeTokenizeAnswerJson(std::string_view body,

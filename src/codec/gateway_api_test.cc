@@ -70,13 +70,58 @@ TEST(GatewayApiTest, ErrorsNameTheField) {
             StatusCode::kResourceExhausted);
 }
 
-// Exactly one change: every byte the client sent stays where it was.
-TEST(GatewayApiTest, TheSaltIsTheOnlyChange) {
+// Every byte the client sent stays where it was.
+TEST(GatewayApiTest, TheSaltAndTheUsageRequestAreTheOnlyChanges) {
   const std::string body = R"(  {"model":"m", "prompt":[1],"x-unknown":{"a":[1.50]}})";
-  const std::string salted = WithCacheSalt(body, "abc");
-  EXPECT_EQ(salted, R"(  {"cache_salt":"abc","model":"m", "prompt":[1],"x-unknown":{"a":[1.50]}})");
-  EXPECT_EQ(WithCacheSalt("{ }", "s"), R"({"cache_salt":"s" })");
-  EXPECT_EQ(nlohmann::json::parse(WithCacheSalt("{}", "s"))["cache_salt"], "s");
+  EXPECT_EQ(ForwardedBody(body, "abc", false),
+            R"(  {"cache_salt":"abc","model":"m", "prompt":[1],"x-unknown":{"a":[1.50]}})");
+  EXPECT_EQ(ForwardedBody(body, "", false), body);
+  EXPECT_EQ(ForwardedBody(body, "", true),
+            R"(  {"stream_options":{"include_usage":true},"model":"m", "prompt":[1],)"
+            R"("x-unknown":{"a":[1.50]}})");
+  EXPECT_EQ(ForwardedBody("{ }", "s", false), R"({"cache_salt":"s" })");
+  const nlohmann::json both = nlohmann::json::parse(ForwardedBody("{}", "s", true));
+  EXPECT_EQ(both["cache_salt"], "s");
+  EXPECT_EQ(both["stream_options"]["include_usage"], true);
+}
+
+TEST(GatewayApiTest, UsageIsAskedForOnlyWhenTheClientDidNotSayAnything) {
+  EXPECT_TRUE(Completions(R"({"model":"m","prompt":[1],"stream":true})")->ask_usage);
+  EXPECT_FALSE(Completions(R"({"model":"m","prompt":[1]})")->ask_usage);
+  EXPECT_FALSE(Completions(R"({"model":"m","prompt":[1],"stream":true,)"
+                           R"("stream_options":{"include_usage":false}})")
+                   ->ask_usage);
+}
+
+TEST(GatewayApiTest, TheEnginesUsageIsReadFromAnswersAndEvents) {
+  std::optional<EngineUsage> whole = DecodeEngineUsage(
+      R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":64,)"
+      R"("prompt_tokens_details":{"cached_tokens":48}}})",
+      JsonLimits{});
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->prompt_tokens, 64);
+  EXPECT_EQ(whole->cached_tokens, 48);
+  EXPECT_FALSE(whole->usage_only);
+  std::optional<EngineUsage> event =
+      DecodeEngineUsage(R"({"choices":[],"usage":{"prompt_tokens":3}})", JsonLimits{});
+  ASSERT_TRUE(event.has_value());
+  EXPECT_TRUE(event->usage_only);
+  EXPECT_EQ(event->cached_tokens, 0);
+  EXPECT_FALSE(DecodeEngineUsage(R"({"choices":[{"text":"x"}],"usage":null})", JsonLimits{}));
+  EXPECT_FALSE(DecodeEngineUsage("[DONE]", JsonLimits{}));
+}
+
+// Events are whole however the bytes were cut.
+TEST(GatewayApiTest, TheSplitterYieldsWholeEvents) {
+  SseSplitter splitter;
+  EXPECT_TRUE(splitter.Push("data: {\"a\"").empty());
+  std::vector<std::string> events = splitter.Push(":1}\n\ndata: [DONE]\n\nda");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0], "data: {\"a\":1}\n\n");
+  EXPECT_EQ(SseSplitter::Data(events[0]), "{\"a\":1}");
+  EXPECT_EQ(SseSplitter::Data(events[1]), "[DONE]");
+  EXPECT_EQ(SseSplitter::Data("event: x\ndata: y\n\n"), "y");
+  EXPECT_EQ(splitter.Rest(), "da");
 }
 
 TEST(GatewayApiTest, TheTokenizeAnswerIsCheckedLikeAnyUntrustedBody) {

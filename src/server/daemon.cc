@@ -173,13 +173,44 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                                     "or failed (minting or storing failed; the "
                                                     "directive stays witnessed).",
                                                     {"outcome"}}));
-  KVGOV_ASSIGN_OR_RETURN(daemon.gateway_retries,
+  GatewayMetrics& gateway = daemon.gateway_metrics;
+  KVGOV_ASSIGN_OR_RETURN(gateway.retries,
                          daemon.metrics.AddCounter(
                              {"kvgov_gateway_upstream_retries_total",
                               "Gateway requests tried again on the next candidate because the "
                               "first engine gave no byte or a 5xx before any byte reached the "
                               "client."}));
-  daemon.gateway_retries->WithLabels({});
+  gateway.retries->WithLabels({});
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.tokenize_mismatches,
+      daemon.metrics.AddCounter({"kvgov_gateway_tokenize_mismatch_total",
+                                 "Gateway answers whose usage.prompt_tokens differ from the "
+                                 "tokens kvgov routed on, by model.",
+                                 {"model"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.predictions,
+      daemon.metrics.AddCounter({"kvgov_gateway_predictions_total",
+                                 "Gateway answers by how kvgov's predicted overlap compared with "
+                                 "the blocks the engine reported cached: exact, over (predicted "
+                                 "more) or under.",
+                                 {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.predicted_tokens,
+      daemon.metrics.AddCounter({"kvgov_gateway_predicted_tokens_total",
+                                 "Prompt tokens kvgov predicted cached on the chosen worker.",
+                                 {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.cached_tokens,
+      daemon.metrics.AddCounter({"kvgov_gateway_engine_cached_tokens_total",
+                                 "Prompt tokens the engine reported cached "
+                                 "(usage.prompt_tokens_details.cached_tokens).",
+                                 {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.unaccounted,
+      daemon.metrics.AddCounter({"kvgov_gateway_unaccounted_total",
+                                 "Gateway answers that carried no usage (a stream whose client "
+                                 "set stream_options without include_usage, an error)."}));
+  gateway.unaccounted->WithLabels({});
   // Both series exist from the start, so a rate or an alert on failures
   // never sees an absent series.
   daemon.certificates->WithLabels({"issued"});

@@ -41,6 +41,17 @@ struct RouteMetrics {
   metrics::HistogramFamily* latency = nullptr;     // seconds spent deciding
 };
 
+/// The gateway's own metrics: what the engines reported against what kvgov
+/// predicted.
+struct GatewayMetrics {
+  metrics::CounterFamily* retries = nullptr;              // tries on a second candidate
+  metrics::CounterFamily* tokenize_mismatches = nullptr;  // {model}
+  metrics::CounterFamily* predictions = nullptr;          // {worker,outcome}: exact, over, under
+  metrics::CounterFamily* predicted_tokens = nullptr;     // {worker}
+  metrics::CounterFamily* cached_tokens = nullptr;        // {worker}: as the engine reported
+  metrics::CounterFamily* unaccounted = nullptr;          // answers without usage
+};
+
 /// Everything the HTTP handlers work on. Built once by BuildDaemon; each
 /// member is thread-safe on its own. Members are destroyed in reverse
 /// order, so the threads that feed the others (ingest, prober,
@@ -71,7 +82,7 @@ struct Daemon {
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
-  metrics::CounterFamily* gateway_retries = nullptr;    // tries on a second candidate
+  GatewayMetrics gateway_metrics;
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;

@@ -15,6 +15,7 @@
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/connectors/openai_upstream.h"
 #include "server/daemon.h"
+#include "server/http_api.h"
 
 namespace kvgov::server {
 namespace {
@@ -40,6 +41,14 @@ std::optional<auth::Principal> AdmitInfer(Daemon& daemon, const httplib::Request
                     "forbidden");
   }
   return std::nullopt;
+}
+
+// An answer's usage is read with the API's limits: its choices may be as
+// long as the answer.
+JsonLimits UsageLimits() {
+  JsonLimits limits;
+  limits.max_bytes = size_t{64} << 20;
+  return limits;
 }
 
 // "$.prompt[1]: ..." names the field "prompt".
@@ -139,11 +148,50 @@ class Relay {
   Status outcome_;
 };
 
+// What the gateway predicted for a request, to hold against what the
+// engine reports.
+struct Prediction {
+  std::string model;
+  std::string tenant;
+  int64_t routed_tokens = 0;
+  int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
+  int64_t block_size = 1;
+};
+
+// The engine's usage against the prediction: the engine's cached tokens are
+// the ride_engine source's saving (never the prediction), the prediction
+// scored by blocks, the prompt's length checked against the routed tokens.
+void Account(Daemon& daemon, const std::string& worker, const std::string& decision_id,
+             const Prediction& prediction, const std::optional<EngineUsage>& usage) {
+  GatewayMetrics& m = daemon.gateway_metrics;
+  if (!usage) {
+    m.unaccounted->WithLabels({})->Inc();
+    return;
+  }
+  if (usage->prompt_tokens != prediction.routed_tokens) {
+    m.tokenize_mismatches->WithLabels({prediction.model})->Inc();
+  }
+  Entry entry = RouteSavingEntry(decision_id, worker, usage->cached_tokens);
+  entry.labels["model"] = prediction.model;
+  if (!prediction.tenant.empty()) entry.labels["tenant"] = prediction.tenant;
+  daemon.accounting->Record(entry);
+  m.predicted_tokens->WithLabels({worker})->Add(static_cast<double>(prediction.predicted_tokens));
+  m.cached_tokens->WithLabels({worker})->Add(static_cast<double>(usage->cached_tokens));
+  const int64_t predicted_blocks = prediction.predicted_tokens / prediction.block_size;
+  const int64_t cached_blocks = usage->cached_tokens / prediction.block_size;
+  m.predictions
+      ->WithLabels({worker, predicted_blocks == cached_blocks
+                                ? "exact"
+                                : (predicted_blocks > cached_blocks ? "over" : "under")})
+      ->Inc();
+}
+
 // A request forwarded to one worker: the upstream thread and its relay.
 // Destroying it cancels and joins.
 struct Upstream {
   std::string worker;
   std::string decision_id;
+  Prediction prediction;
   Relay relay;
   std::thread thread;
 
@@ -227,7 +275,8 @@ class GatewayHandler {
     const std::string& tenant = caller->tenant;
     const std::string salt =
         tenant.empty() ? "" : router::TenantCacheSalt(daemon_.tenant_secret, tenant);
-    const std::string body = salt.empty() ? request.body : WithCacheSalt(request.body, salt);
+    const std::string body = ForwardedBody(request.body, salt, decoded->ask_usage);
+    const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
     router::RouteRequest route{decoded->model, tenant, std::move(tokens), "", serving};
 
     // One try, and one more on the next candidate when the first engine
@@ -256,6 +305,12 @@ class GatewayHandler {
                                "service_unavailable", "", "no_eligible_worker");
       }
       upstream = StartUpstream(daemon_, decision->worker, decision->decision_id, path_, body);
+      const std::optional<index::WorkerResidency> residency =
+          daemon_.index.Worker(decision->worker);
+      const int64_t block_size = residency ? std::max<int64_t>(1, residency->block_size) : 1;
+      upstream->prediction = {decoded->model, tenant, routed_tokens,
+                              static_cast<int64_t>(decision->overlap_blocks) * block_size,
+                              block_size};
       Status failure;
       const bool head = upstream->relay.WaitForHead(&status, &content_type, &failure);
       if (head && status < 500) break;
@@ -271,17 +326,18 @@ class GatewayHandler {
                                "upstream_error", "",
                                timed_out ? "upstream_timeout" : "upstream_unreachable");
       }
-      if (daemon_.gateway_retries != nullptr) daemon_.gateway_retries->WithLabels({})->Inc();
+      daemon_.gateway_metrics.retries->WithLabels({})->Inc();
       upstream.reset();
     }
-    PassOn(response, std::move(upstream), status, content_type, decoded->stream);
+    PassOn(response, std::move(upstream), status, content_type, decoded->stream,
+           decoded->ask_usage);
   }
 
  private:
   // Passes the engine's answer on: chunk by chunk for a stream, whole
   // otherwise. The decision's load is released when the answer ends.
   void PassOn(httplib::Response& response, std::unique_ptr<Upstream> upstream, int status,
-             const std::string& content_type, bool stream) const {
+             const std::string& content_type, bool stream, bool strip_usage) const {
     Daemon* daemon = &daemon_;
     response.status = status;
     if (!stream) {
@@ -292,6 +348,9 @@ class GatewayHandler {
         for (std::string& chunk : upstream->relay.Next(&finished, &outcome)) body += chunk;
       }
       (void)daemon->router->Done(upstream->decision_id);
+      Account(*daemon, upstream->worker, upstream->decision_id, upstream->prediction,
+              outcome.ok() && status == 200 ? DecodeEngineUsage(body, UsageLimits())
+                                            : std::nullopt);
       if (!outcome.ok()) {
         return SendOpenAIError(response, 502,
                                "the engine's answer broke off: " + outcome.message(),
@@ -301,18 +360,36 @@ class GatewayHandler {
                            content_type.empty() ? "application/json" : content_type);
       return;
     }
-    std::shared_ptr<Upstream> shared(std::move(upstream));
+    struct StreamState {
+      std::unique_ptr<Upstream> upstream;
+      SseSplitter splitter;
+      std::optional<EngineUsage> usage;
+    };
+    auto state = std::make_shared<StreamState>();
+    state->upstream = std::move(upstream);
     response.set_chunked_content_provider(
         content_type.empty() ? "text/event-stream" : content_type,
-        [shared](size_t, httplib::DataSink& sink) {
+        [state, strip_usage](size_t, httplib::DataSink& sink) {
           bool finished = false;
           Status outcome;
-          for (const std::string& chunk : shared->relay.Next(&finished, &outcome)) {
-            // The client went away: stop reading, which closes the engine's
-            // connection so it aborts the request.
-            if (!sink.write(chunk.data(), chunk.size())) return false;
+          for (const std::string& chunk : state->upstream->relay.Next(&finished, &outcome)) {
+            for (const std::string& event : state->splitter.Push(chunk)) {
+              const std::string_view data = SseSplitter::Data(event);
+              if (std::optional<EngineUsage> usage =
+                      data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits())
+                                            : std::nullopt) {
+                state->usage = usage;
+                // The usage chunk the gateway asked for is not the client's.
+                if (strip_usage && usage->usage_only) continue;
+              }
+              // The client went away: stop reading, which closes the
+              // engine's connection so it aborts the request.
+              if (!sink.write(event.data(), event.size())) return false;
+            }
           }
           if (!finished) return true;
+          const std::string rest = state->splitter.Rest();
+          if (!rest.empty()) sink.write(rest.data(), rest.size());
           if (!outcome.ok()) {
             const std::string event = EncodeOpenAIErrorEvent(
                 "the engine's answer broke off: " + outcome.message());
@@ -321,9 +398,12 @@ class GatewayHandler {
           sink.done();
           return true;
         },
-        [shared, daemon](bool) {
-          shared->relay.Cancel();
-          (void)daemon->router->Done(shared->decision_id);
+        [state, daemon](bool) {
+          Upstream& forwarded = *state->upstream;
+          forwarded.relay.Cancel();
+          (void)daemon->router->Done(forwarded.decision_id);
+          Account(*daemon, forwarded.worker, forwarded.decision_id, forwarded.prediction,
+                  state->usage);
         });
   }
 

@@ -189,24 +189,6 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
   SendJsonText(response, 200, EncodeWorkersJson(views));
 }
 
-// The route decision as an envelope event: direction route, source
-// ride_engine, the credited tokens as the prefill it saves.
-Entry RouteEntry(const router::RouteDecision& decision, int64_t block_size) {
-  KVTransfer transfer;
-  transfer.direction = KVTransferDirection::kRoute;
-  transfer.span.span_digest = DigestFields("kvgov.route.v1", {decision.decision_id});
-  transfer.span.tokens = static_cast<int64_t>(decision.overlap_blocks) * block_size;
-  transfer.span.owner = decision.worker;
-  transfer.span.to_tier = decision.overlap_blocks > 0 ? ResidencyTier::kHBM
-                                                      : ResidencyTier::kUnknown;
-  transfer.span.outcome =
-      decision.overlap_blocks > 0 ? KVTransferOutcome::kOk : KVTransferOutcome::kMissed;
-  Entry entry = std::move(FromKVTransfer(transfer)).value();
-  entry.metrics.prefill_tokens_saved = transfer.span.tokens;
-  entry.labels["decision_id"] = decision.decision_id;
-  return entry;
-}
-
 void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
                  const auth::Principal& caller) {
   const auto started = std::chrono::steady_clock::now();
@@ -254,7 +236,9 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   count("routed");
   const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
-  daemon.accounting->Record(RouteEntry(*decision, block_size));
+  daemon.accounting->Record(RouteSavingEntry(
+      decision->decision_id, decision->worker,
+      static_cast<int64_t>(decision->overlap_blocks) * block_size));
   daemon.route_metrics.overlap->WithLabels({})->Observe(
       static_cast<double>(decision->overlap_blocks));
   daemon.route_metrics.latency->WithLabels({})->Observe(
@@ -331,6 +315,23 @@ void HandleJournal(const Daemon& daemon, const httplib::Request& request,
 }  // namespace
 
 std::string DescribeConfig(const Daemon& daemon) { return ConfigJson(daemon); }
+
+Entry RouteSavingEntry(std::string_view decision_id, std::string_view worker,
+                       int64_t saved_tokens) {
+  KVTransfer transfer;
+  transfer.direction = KVTransferDirection::kRoute;
+  transfer.span.span_digest = DigestFields("kvgov.route.v1", {decision_id});
+  transfer.span.tokens = saved_tokens;
+  transfer.span.owner = std::string(worker);
+  transfer.span.to_tier = saved_tokens > 0 ? ResidencyTier::kHBM : ResidencyTier::kUnknown;
+  transfer.span.outcome = saved_tokens > 0 ? KVTransferOutcome::kOk : KVTransferOutcome::kMissed;
+  // A route span always lowers: its digest is set and its counts are not
+  // negative.
+  Entry entry = std::move(FromKVTransfer(transfer)).value();
+  entry.metrics.prefill_tokens_saved = saved_tokens;
+  entry.labels["decision_id"] = std::string(decision_id);
+  return entry;
+}
 
 void SendJsonText(httplib::Response& response, int status, std::string body) {
   response.status = status;

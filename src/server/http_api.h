@@ -1,10 +1,13 @@
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "kvgov/codec/ingest_batch.h"
+#include "kvgov/core/envelope.h"
 #include "kvgov/core/status.h"
 
 namespace httplib {
@@ -44,6 +47,13 @@ bool RequireJsonContentType(const httplib::Request& request, httplib::Response& 
 
 /// A JSON answer (invalid UTF-8 in strings written as U+FFFD).
 void SendJson(httplib::Response& response, int status, const nlohmann::json& body);
+
+/// A routed request as an envelope event: direction route, source
+/// ride_engine (the engine's own cache saved it), `saved_tokens` as the
+/// prefill saved: the credited overlap for /v1/route, the engine's reported
+/// cached tokens for the gateway.
+Entry RouteSavingEntry(std::string_view decision_id, std::string_view worker,
+                       int64_t saved_tokens);
 
 /// A JSON answer a src/codec encoder wrote.
 void SendJsonText(httplib::Response& response, int status, std::string body);

@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -98,6 +99,34 @@ class GatewayE2ETest : public ::testing::Test {
     return text;
   }
 
+  // The value of one sample on the control API's /metrics; -1 when absent.
+  double Metric(const std::string& sample) {
+    httplib::Result metrics = control_->Get("/metrics", control_headers_);
+    if (!metrics) return -1;
+    const size_t at = metrics->body.find("\n" + sample + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(metrics->body.substr(at + sample.size() + 2));
+  }
+
+  // Scored predictions over both workers and every outcome.
+  double Predictions() {
+    double total = 0;
+    for (const char* worker : {"w1", "w2"}) {
+      for (const char* outcome : {"exact", "over", "under"}) {
+        total += std::max(0.0, Metric(std::string("kvgov_gateway_predictions_total{worker=\"") +
+                                      worker + "\",outcome=\"" + outcome + "\"}"));
+      }
+    }
+    return total;
+  }
+
+  // The body of a streamed answer, read whole.
+  std::string StreamBody(const Json& request) {
+    httplib::Result answer = Post("/v1/completions", request);
+    EXPECT_EQ(HttpStatus(answer), 200);
+    return answer ? answer->body : "";
+  }
+
   size_t Received() const {
     return engines_[0]->received_salts().size() + engines_[1]->received_salts().size();
   }
@@ -149,6 +178,44 @@ TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
   httplib::Result second = Post("/v1/completions", request);
   ASSERT_EQ(HttpStatus(second), 200);
   EXPECT_EQ(Json::parse(second->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+
+  // The engine's cached tokens are the ride_engine source's saving, and
+  // kvgov's prediction is scored against them: both answers as predicted.
+  const std::string worker = engines_[0]->received_salts().size() == 2 ? "w1" : "w2";
+  EXPECT_EQ(Metric("kvgov_gateway_engine_cached_tokens_total{worker=\"" + worker + "\"}"), 64);
+  EXPECT_EQ(Metric("kvgov_gateway_predicted_tokens_total{worker=\"" + worker + "\"}"), 64);
+  EXPECT_EQ(Metric("kvgov_gateway_predictions_total{worker=\"" + worker + "\",outcome=\"exact\"}"),
+            2);
+  EXPECT_EQ(Metric("kvgov_prefill_tokens_saved_total{source=\"ride_engine\"}"), 64);
+  EXPECT_EQ(Metric("kvgov_gateway_unaccounted_total"), 0);
+}
+
+// A stream whose client did not ask for usage: the gateway asks the engine
+// for it, accounts it and keeps it from the client; a client that asked
+// gets it.
+TEST_F(GatewayE2ETest, UsageIsAskedForAccountedAndStrippedFromStreams) {
+  StartKvgov();
+  const Json plain = {
+      {"model", "llama"}, {"prompt", Tokens(40, 7000)}, {"max_tokens", 3}, {"stream", true}};
+  const std::string stripped = StreamBody(plain);
+  EXPECT_NE(stripped.find("tok2"), std::string::npos) << stripped;
+  EXPECT_EQ(stripped.find("\"usage\""), std::string::npos) << stripped;
+  EXPECT_TRUE(stripped.ends_with("data: [DONE]\n\n")) << stripped;
+  // Accounted once the stream ended: one scored prediction.
+  EXPECT_TRUE(WaitFor([&] { return Predictions() == 1; }));
+  EXPECT_EQ(Metric("kvgov_gateway_unaccounted_total"), 0);
+  EXPECT_EQ(Metric("kvgov_gateway_tokenize_mismatch_total{model=\"llama\"}"), -1);
+
+  Json asked = plain;
+  asked["stream_options"] = {{"include_usage", true}};
+  const std::string kept = StreamBody(asked);
+  EXPECT_NE(kept.find("\"prompt_tokens\":40"), std::string::npos) << kept;
+
+  Json declined = plain;
+  declined["stream_options"] = {{"include_usage", false}};
+  const std::string none = StreamBody(declined);
+  EXPECT_EQ(none.find("\"usage\""), std::string::npos) << none;
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvgov_gateway_unaccounted_total") == 1; }));
 }
 
 // Text and chat are tokenized by the engine's own /tokenize: what kvgov

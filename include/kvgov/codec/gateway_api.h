@@ -21,6 +21,9 @@ enum class GatewayEndpoint { kCompletions, kChatCompletions };
 struct GatewayRequest {
   std::string model;
   bool stream = false;
+  /// A stream whose client set no stream_options: the gateway asks the
+  /// engine for usage (include_usage) and strips that chunk again.
+  bool ask_usage = false;
   /// The prompt as token ids, when the client sent them.
   std::vector<int64_t> token_ids;
   /// Otherwise the body to POST to the engine's /tokenize.
@@ -32,9 +35,37 @@ struct GatewayRequest {
 Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::string_view body,
                                                 const JsonLimits& limits);
 
-/// `body` (a JSON object) with "cache_salt":"<salt>" as its first member;
-/// every other byte unchanged.
-std::string WithCacheSalt(std::string_view body, std::string_view salt);
+/// `body` (a JSON object) with "cache_salt":"<salt>" (when `salt` is not
+/// empty) and "stream_options":{"include_usage":true} (when `ask_usage`) as
+/// its first members; every other byte unchanged.
+std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask_usage);
+
+/// What an engine reported using: from a whole answer, or from the data of
+/// one SSE event that carries usage.
+struct EngineUsage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens; 0 when absent
+  bool usage_only = false;    // an SSE event with usage and no choices (include_usage's)
+};
+/// Nothing when the JSON carries no usage object (or is not JSON).
+std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits);
+
+/// Splits a stream of server-sent events into whole events. Thread-
+/// compatible.
+class SseSplitter {
+ public:
+  /// Appends bytes; returns the events they completed, each with its
+  /// terminating blank line.
+  std::vector<std::string> Push(std::string_view bytes);
+  /// Whatever is left after the stream ended (an unterminated event).
+  std::string Rest() { return std::move(buffer_); }
+
+  /// The payload of an event's `data:` line ("" when it has none).
+  static std::string_view Data(std::string_view event);
+
+ private:
+  std::string buffer_;
+};
 
 /// The tokens of an engine's /tokenize answer ({"tokens": [...], ...}).
 Result<std::vector<int64_t>> DecodeTokenizeAnswerJson(std::string_view body,
