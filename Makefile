@@ -6,6 +6,7 @@ BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 LISTEN     ?= 127.0.0.1:8787
+GATEWAY    ?= 127.0.0.1:8788
 DATA_DIR   ?= ./kvgov-data
 BENCH_DIR  ?= build-bench
 # Benchmarks left out of `make bench`: the 10 M-block recovery and memory
@@ -30,6 +31,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
+	@bash scripts/install-node-test-deps.sh
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
 bench: deps
@@ -43,7 +45,7 @@ bench: deps
 # The demo: kvgov on $(LISTEN) with a simulated vLLM fleet attached, an agent
 # workload routed through it, then kvgov keeps serving until Ctrl-C.
 run: build
-	$(BUILD_DIR)/apps/kvgov/kvgov demo --listen $(LISTEN) --data-dir $(DATA_DIR)
+	$(BUILD_DIR)/apps/kvgov/kvgov demo --listen $(LISTEN) --gateway-listen $(GATEWAY) --data-dir $(DATA_DIR)
 
 # kvgov alone, following the engines you give it (ENGINES="--engine ...").
 serve: build
@@ -60,6 +62,7 @@ test-asan: deps
 	  -DKVGOV_SANITIZE=address,undefined -DKVGOV_WERROR=$(WERROR) \
 	  > $(ASAN_DIR).configure.log 2>&1 || { cat $(ASAN_DIR).configure.log; exit 1; }
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
+	@bash scripts/install-node-test-deps.sh
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=32 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)

@@ -16,6 +16,8 @@ packages=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
   # test peers and tooling (prometheus brings promtool, which checks /metrics)
   python3-zmq python3-msgpack curl prometheus
+  # the test-only Node clients (tests/node, from the npm registry at test time)
+  nodejs
   # replicas (--redis): the Redis client library, and redis-server for the tests
   libhiredis-dev redis-server
 )

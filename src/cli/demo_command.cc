@@ -14,6 +14,10 @@ namespace {
 
 nlohmann::json ResultJson(const simfleet::DemoResult& result) {
   return {{"kvgov_url", result.kvgov_url},
+          {"gateway_url", result.gateway_url},
+          {"gateway_turn1_prompt_tokens", result.gateway_turn1_prompt_tokens},
+          {"gateway_turn2_prompt_tokens", result.gateway_turn2_prompt_tokens},
+          {"gateway_turn2_cached_tokens", result.gateway_turn2_cached_tokens},
           {"data_dir", result.data_dir},
           {"requests", result.requests},
           {"live_hit_rate", result.live_hit_rate},
@@ -44,6 +48,10 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& flags) {
       "and let a NIXL lease lapse. Then kvgov keeps running until Ctrl-C. `make run` runs it.");
   command->add_option("--listen", flags.listen, "HOST:PORT for kvgov's HTTP API (loopback only).")
       ->capture_default_str();
+  command->add_option("--gateway-listen", flags.gateway_listen,
+                      "HOST:PORT for kvgov's OpenAI-compatible gateway (loopback only; the same "
+                      "host as --listen).")
+      ->capture_default_str();
   command->add_option("--data-dir", flags.data_root,
                       "Root under which the demo makes a fresh data dir (demo-<UTC time>).")
       ->capture_default_str();
@@ -59,6 +67,13 @@ int RunDemo(const DemoFlags& flags) {
   simfleet::DemoOptions options;
   if (Status parsed = ParseListen(flags.listen, &options.host, &options.port); !parsed.ok()) {
     std::fprintf(stderr, "kvgov demo: %s\n", parsed.message().c_str());
+    return 2;
+  }
+  std::string gateway_host;
+  if (Status parsed = ParseListen(flags.gateway_listen, &gateway_host, &options.gateway_port);
+      !parsed.ok() || gateway_host != options.host) {
+    std::fprintf(stderr, "kvgov demo: --gateway-listen: %s\n",
+                 parsed.ok() ? "want the same host as --listen" : parsed.message().c_str());
     return 2;
   }
   options.data_root = flags.data_root;

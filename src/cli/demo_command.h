@@ -10,6 +10,7 @@ namespace kvgov::cli {
 /// Flags of `kvgov demo`.
 struct DemoFlags {
   std::string listen = "127.0.0.1:8787";
+  std::string gateway_listen = "127.0.0.1:8788";
   std::string data_root = "./kvgov-data";
   bool quick = false;
   bool exit_after = false;

@@ -142,6 +142,8 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   serve.data_dir = result.data_dir;
   serve.probe_interval_ms = 200;
   serve.witness_timeout_ms = 15000;
+  serve.gateway_host = options.host;
+  serve.gateway_port = options.gateway_port;
   std::map<std::string, std::string> control_urls;
   for (const auto& engine : impl_->engines) {
     KVGOV_ASSIGN_OR_RETURN(ingest::EngineSpec spec, ingest::ParseEngineSpec(engine->EngineSpec()));
@@ -150,12 +152,15 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   }
   KVGOV_ASSIGN_OR_RETURN(impl_->server, server::Server::Start(serve));
   result.kvgov_url = "http://" + options.host + ":" + std::to_string(impl_->server->port());
+  result.gateway_url =
+      "http://" + options.host + ":" + std::to_string(impl_->server->gateway_port()) + "/v1";
   httplib::Client kvgov(result.kvgov_url);
   TuneForRequests(kvgov);
 
   std::fprintf(out, "kvgov demo: a simulated vLLM fleet, governed by kvgov\n");
   std::fprintf(out, "  kvgov     %s   (data dir %s)\n", result.kvgov_url.c_str(),
                result.data_dir.c_str());
+  std::fprintf(out, "  gateway   %s   (OpenAI-compatible)\n", result.gateway_url.c_str());
   std::fprintf(out,
                "  fleet     %d simulated vLLM engines (sim-0..sim-%d): %zu KV blocks of %lld "
                "tokens each,\n            ZeroMQ KV events + HTTP control, prefill modeled on "
@@ -403,9 +408,65 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                static_cast<unsigned long long>(certificate.anchor.journal_seq),
                certificate_file.c_str(), certificate_file.c_str(), trusted[0].c_str());
   std::fprintf(out, "\n");
-
+  KVGOV_RETURN_IF_ERROR(RunGatewaySession(out, result));
   std::fflush(out);
   return result;
+}
+
+Status Demo::RunGatewaySession(FILE* out, DemoResult& result) {
+  // An agent's two turns as an OpenAI client sends them: the second
+  // re-sends the transcript, so the engine finds its prefix cached.
+  std::string system = "You are a careful agent.";
+  for (int i = 0; i < 64; ++i) system += " rule" + std::to_string(i);
+  Json messages = Json::array({{{"role", "system"}, {"content", system}},
+                               {{"role", "user"}, {"content", "List the open tickets."}}});
+  httplib::Client gateway(result.gateway_url.substr(0, result.gateway_url.size() - 3));
+  TuneForRequests(gateway);
+  httplib::Client kvgov(result.kvgov_url);
+  TuneForRequests(kvgov);
+  // The blocks kvgov has indexed over the fleet: the next turn is routed on
+  // them, so it waits until the engine's events about this one are in.
+  auto indexed_blocks = [&]() -> Result<uint64_t> {
+    KVGOV_ASSIGN_OR_RETURN(Json workers, GetJson(kvgov, "/v1/workers"));
+    uint64_t blocks = 0;
+    for (const Json& worker : workers["workers"]) {
+      for (const auto& [tier, count] : worker["blocks"].items()) blocks += count.get<uint64_t>();
+    }
+    return blocks;
+  };
+  KVGOV_ASSIGN_OR_RETURN(const uint64_t blocks_before, indexed_blocks());
+  std::fprintf(out, "Gateway: an agent's two chat turns through kvgov (tokenized by the engine's "
+                    "own /tokenize, routed by kvgov)\n");
+  for (int turn = 1; turn <= 2; ++turn) {
+    KVGOV_ASSIGN_OR_RETURN(
+        Json answer, PostJson(gateway, "POST /v1/chat/completions", "/v1/chat/completions",
+                              {{"model", kModel}, {"messages", messages}, {"max_tokens", 8}}));
+    const Json usage = answer.value("usage", Json::object());
+    const int64_t prompt = usage.value("prompt_tokens", int64_t{0});
+    const int64_t cached =
+        usage.value("prompt_tokens_details", Json::object()).value("cached_tokens", int64_t{0});
+    (turn == 1 ? result.gateway_turn1_prompt_tokens : result.gateway_turn2_prompt_tokens) = prompt;
+    if (turn == 2) result.gateway_turn2_cached_tokens = cached;
+    std::fprintf(out, "  turn %d    %lld prompt tokens, %lld of them cached (as the engine "
+                      "reported)\n",
+                 turn, static_cast<long long>(prompt), static_cast<long long>(cached));
+    messages.push_back(answer["choices"][0].value("message", Json::object()));
+    messages.push_back({{"role", "user"}, {"content", "Close the first one."}});
+    if (turn == 1) {
+      KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::seconds(10), "the first turn indexed",
+                                      [&]() -> Result<bool> {
+                                        KVGOV_ASSIGN_OR_RETURN(uint64_t blocks, indexed_blocks());
+                                        return blocks > blocks_before;
+                                      }));
+    }
+  }
+  std::fprintf(out,
+               "  try it    curl -s %s/chat/completions -H 'Content-Type: application/json' \\\n"
+               "              -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\","
+               "\"content\":\"hello\"}],\"max_tokens\":8}'\n"
+               "            or any OpenAI client with base_url=%s (stream=true works too)\n\n",
+               result.gateway_url.c_str(), kModel, result.gateway_url.c_str());
+  return Status::Ok();
 }
 
 }  // namespace kvgov::simfleet

@@ -36,7 +36,8 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   const std::string report = (scratch.path() / "report.json").string();
   std::string output;
   const int code = DaemonProcess::RunToExit(
-      {"demo", "--quick", "--exit", "--listen", "127.0.0.1:0", "--data-dir",
+      {"demo", "--quick", "--exit", "--listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0",
+       "--data-dir",
        (scratch.path() / "data").string(), "--report-json", report},
       &output);
   ASSERT_EQ(code, 0) << output;
@@ -59,6 +60,12 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   EXPECT_EQ(figures["lease_verdict_after"], "expired_ttl");
   // A lease never lapses before its TTL.
   EXPECT_GE(figures["lease_expired_after_ms"].get<int64_t>(), 2000);
+  // Through the gateway, the second turn finds the first one's prefix
+  // cached, as the engine itself reports.
+  EXPECT_GT(figures["gateway_turn2_prompt_tokens"].get<int64_t>(),
+            figures["gateway_turn1_prompt_tokens"].get<int64_t>());
+  EXPECT_GE(figures["gateway_turn2_cached_tokens"].get<int64_t>(), 64) << figures.dump(2);
+  EXPECT_NE(output.find("curl -s http://127.0.0.1:"), std::string::npos) << output;
 
   // The certificate the demo saved verifies offline against the stopped
   // daemon's data dir, journal anchor included.

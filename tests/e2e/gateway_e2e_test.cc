@@ -413,5 +413,33 @@ TEST_F(GatewayE2ETest, ATokenizerFailureIs502AndNothingIsRouted) {
   EXPECT_EQ(Received(), 0u);
 }
 
+// The official OpenAI SDK (npm's openai, pinned by tests/node's lockfile),
+// not a client of kvgov's own, against the gateway.
+TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {
+  const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
+  if (!std::filesystem::exists(node_dir / "node_modules" / "openai" / "package.json")) {
+    GTEST_SKIP() << "the OpenAI SDK is not installed in " << node_dir
+                 << ": scripts/install-node-test-deps.sh (run by make test) could not reach the "
+                    "npm registry or find npm";
+  }
+  const std::string sdk = AddToken(daemon_.data_dir(), "sdk", {"infer"});
+  control_headers_ = Bearer(AddToken(daemon_.data_dir(), "reader", {"read"}));
+  StartKvgov();
+  const std::string command = "node " + (node_dir / "openai_sdk_gateway.mjs").string() +
+                              " http://127.0.0.1:" + std::to_string(gateway_port_) + "/v1 " +
+                              sdk + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  ASSERT_EQ(status, 0) << output;
+  const Json seen = Json::parse(output.substr(output.rfind('{')));
+  EXPECT_EQ(seen["ok"], true);
+  EXPECT_GE(seen["chat_chunks"].get<int>(), 6);
+  RecordProperty("openai_sdk", output);
+}
+
 }  // namespace
 }  // namespace kvgov::testing

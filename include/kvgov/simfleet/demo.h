@@ -12,6 +12,8 @@ namespace kvgov::simfleet {
 struct DemoOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8787;  // 0 picks a free port
+  // The OpenAI-compatible gateway, on `host` (0 picks a free port).
+  uint16_t gateway_port = 8788;
   // The demo keeps its state in a fresh directory under this root
   // (demo-<UTC time>), so a rerun starts clean and never touches older data.
   std::string data_root = "./kvgov-data";
@@ -23,7 +25,13 @@ struct DemoOptions {
 /// What the demo saw, for its report and for tests.
 struct DemoResult {
   std::string kvgov_url;
+  std::string gateway_url;  // the OpenAI base URL: http://HOST:PORT/v1
   std::string data_dir;
+  // One agent session's two chat turns through the gateway, as the engine
+  // reported them: the second re-sends the first, so its prefix is cached.
+  int64_t gateway_turn1_prompt_tokens = 0;
+  int64_t gateway_turn2_prompt_tokens = 0;
+  int64_t gateway_turn2_cached_tokens = 0;
   uint64_t requests = 0;
   double live_hit_rate = 0;     // kvgov routing the live fleet
   double live_ttft_p50_s = 0;   // modeled
@@ -63,6 +71,10 @@ class Demo {
   void Stop();
 
  private:
+  // Two chat turns of one agent session through the gateway; their usage
+  // goes into `result` and the report.
+  Status RunGatewaySession(FILE* out, DemoResult& result);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
