@@ -83,10 +83,14 @@ std::vector<std::string> ServingWorkers(const Daemon& daemon, std::string_view m
 }
 
 // One forwarded request's answer on its way from the engine's connection
-// (the upstream thread) to the client's (the handler thread).
+// (the upstream thread) to the client's (the handler thread). At most
+// kMaxQueuedBytes wait in it: a client slower than its engine slows the
+// engine's connection down instead of growing the gateway's memory.
 //
 // Thread-safe: one mutex guards everything.
 class Relay {
+  static constexpr size_t kMaxQueuedBytes = size_t{4} << 20;
+
  public:
   // Upstream side.
   bool Head(int status, std::string_view content_type) {
@@ -98,8 +102,10 @@ class Relay {
     return !cancelled_;
   }
   bool Chunk(std::string_view chunk) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    drained_.wait(lock, [this] { return queued_bytes_ < kMaxQueuedBytes || cancelled_; });
     chunks_.emplace_back(chunk);
+    queued_bytes_ += chunk.size();
     changed_.notify_all();
     return !cancelled_;
   }
@@ -114,6 +120,7 @@ class Relay {
   void Cancel() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
+    drained_.notify_all();
   }
   // Waits for the head or the end. True when the head came.
   bool WaitForHead(int* status, std::string* content_type, Status* failure) {
@@ -131,6 +138,8 @@ class Relay {
     changed_.wait(lock, [this] { return !chunks_.empty() || finished_; });
     std::deque<std::string> out;
     out.swap(chunks_);
+    queued_bytes_ = 0;
+    drained_.notify_all();
     *finished = finished_;
     *outcome = outcome_;
     return out;
@@ -138,7 +147,9 @@ class Relay {
 
  private:
   std::mutex mu_;
-  std::condition_variable changed_;
+  std::condition_variable changed_;  // head, chunk or end arrived
+  std::condition_variable drained_;  // the client side took the chunks, or cancelled
+  size_t queued_bytes_ = 0;
   bool head_ = false;
   int status_ = 0;
   std::string content_type_;
