@@ -46,6 +46,7 @@ struct ServeFlags {
   std::string gateway_ready_file;
   int64_t gateway_connect_timeout_ms = 2000;
   int64_t gateway_first_byte_timeout_ms = 60000;
+  uint64_t gateway_max_in_flight = 0;
   std::string tls_cert_file;
   std::string tls_key_file;
   std::vector<std::string> engines;
@@ -82,6 +83,7 @@ int Serve(const ServeFlags& flags) {
     }
   }
   options.gateway_ready_file = flags.gateway_ready_file;
+  options.gateway_max_in_flight = flags.gateway_max_in_flight;
   options.gateway_timeouts = {flags.gateway_connect_timeout_ms,
                               flags.gateway_first_byte_timeout_ms};
   options.data_dir = flags.data_dir;
@@ -221,6 +223,12 @@ int Run(int argc, char** argv) {
                     "chunks) before it tries the next candidate or answers 504.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  serve->add_option("--gateway-max-in-flight", serve_flags.gateway_max_in_flight,
+                    "Requests the gateway keeps in flight on one worker at most: a busy\n"
+                    "worker is skipped, and with every worker busy the answer is 429 with\n"
+                    "Retry-After. 0: no limit.")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}));
   serve->add_option("--engine", serve_flags.engines,
                     "Follow an engine's KV-event stream (repeatable). Comma-separated key=value:\n"
                     "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"

@@ -265,6 +265,18 @@ class GatewayHandler {
                                  "' is live, healthy and not draining",
                              "service_unavailable", "", "no_eligible_worker");
     }
+    if (const uint64_t limit = daemon_.options.gateway_max_in_flight; limit > 0) {
+      std::erase_if(serving, [&](const std::string& worker) {
+        return daemon_.router->LoadOf(worker).in_flight_requests >= limit;
+      });
+      if (serving.empty()) {
+        response.set_header("Retry-After", "1");
+        return SendOpenAIError(response, 429,
+                               "every worker of '" + decoded->model + "' has " +
+                                   std::to_string(limit) + " requests in flight; retry shortly",
+                               "rate_limit_error", "", "all_workers_busy");
+      }
+    }
     std::vector<int64_t> tokens = std::move(decoded->token_ids);
     if (tokens.empty()) {
       // The engine's own tokenizer and chat template, on a worker that may

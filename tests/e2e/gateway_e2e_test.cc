@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -52,11 +53,13 @@ class GatewayE2ETest : public ::testing::Test {
 
   // Starts kvgov with the gateway; `engine_keys[i]` is appended to engine
   // i's spec (",openai=..." to point it elsewhere).
-  void StartKvgov(const std::vector<std::string>& engine_keys = {"", ""}) {
+  void StartKvgov(const std::vector<std::string>& engine_keys = {"", ""},
+                  const std::vector<std::string>& extra_args = {}) {
     const std::string ready = (daemon_.dir() / "gateway-ready").string();
     std::vector<std::string> args = {"--gateway-listen", "127.0.0.1:0", "--gateway-ready-file",
                                      ready, "--probe-interval-ms", "50",
                                      "--gateway-first-byte-timeout-ms", "5000"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     for (size_t i = 0; i < engines_.size(); ++i) {
       args.push_back("--engine");
       args.push_back(engines_[i]->EngineSpec() + engine_keys[i]);
@@ -411,6 +414,55 @@ TEST_F(GatewayE2ETest, ATokenizerFailureIs502AndNothingIsRouted) {
   EXPECT_EQ(error["code"], "tokenizer_unavailable");
   EXPECT_NE(error["message"].get<std::string>().find("tokenize"), std::string::npos);
   EXPECT_EQ(Received(), 0u);
+}
+
+// With every worker at its in-flight limit the gateway answers 429; a busy
+// worker is skipped while another has room.
+TEST_F(GatewayE2ETest, EveryWorkerBusyIs429WithRetryAfter) {
+  StartKvgov({"", ""}, {"--gateway-max-in-flight", "1"});
+  // Two long streams hold both workers (200 tokens, 20 ms each).
+  std::vector<std::thread> streams;
+  std::atomic<int> started{0};
+  std::atomic<bool> release{false};
+  // One after the other, so the second sees the first in flight and goes
+  // to the other worker.
+  for (int i = 0; i < 2; ++i) {
+    streams.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", gateway_port_);
+      httplib::Request streamed;
+      streamed.method = "POST";
+      streamed.path = "/v1/completions";
+      streamed.body = Json{{"model", "llama"},
+                           {"prompt", Tokens(32, 40000 + i * 1000)},
+                           {"max_tokens", 200},
+                           {"stream", true}}
+                          .dump();
+      streamed.set_header("Content-Type", "application/json");
+      bool counted = false;
+      streamed.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (!counted) started.fetch_add(1);
+        counted = true;
+        return !release.load();
+      };
+      client.send(streamed);
+    });
+    if (!WaitFor([&] { return started.load() == i + 1; })) break;
+  }
+  const bool both_started = started.load() == 2;
+  httplib::Result busy = Post("/v1/completions", {{"model", "llama"}, {"prompt", Tokens(32, 1)}});
+  const int status = HttpStatus(busy);
+  release = true;
+  for (std::thread& stream : streams) stream.join();
+  ASSERT_TRUE(both_started);
+  ASSERT_EQ(status, 429);
+  EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(Json::parse(busy->body)["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(engines_[0]->received_salts().size() + engines_[1]->received_salts().size(), 2u);
+  // Once the streams ended, there is room again.
+  EXPECT_TRUE(WaitFor([&] {
+    return HttpStatus(Post("/v1/completions", {{"model", "llama"}, {"prompt", Tokens(32, 1)}})) ==
+           200;
+  }));
 }
 
 // The official OpenAI SDK (npm's openai, pinned by tests/node's lockfile),

@@ -30,6 +30,10 @@ struct ServerOptions {
   uint16_t gateway_port = 0;
   std::string gateway_ready_file;
   connectors::UpstreamTimeouts gateway_timeouts;
+  // Requests the gateway keeps in flight on one worker at most; a busy
+  // worker is skipped, and with every worker busy the answer is 429.
+  // 0: no limit.
+  uint64_t gateway_max_in_flight = 0;
   // cpp-httplib serves a kept-alive connection on one pool thread until it
   // has been idle for 5 s, so the pool must cover the clients that keep
   // connections open (routers, gateways) or the rest wait behind them.
