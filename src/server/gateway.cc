@@ -67,17 +67,20 @@ std::string OpenAIUrl(const Daemon& daemon, std::string_view worker) {
   return "";
 }
 
-// Workers of `model` the gateway may send to: live, healthy, not draining,
-// with an engine URL. The router still decides among them.
+// A worker the gateway may send to: live, healthy, not draining, with an
+// engine URL. The router still decides among them.
+bool MayServe(const Daemon& daemon, const index::WorkerResidency& worker) {
+  if (worker.state != index::WorkerState::kLive) return false;
+  if (std::optional<router::WorkerStatus> status = daemon.status.Get(worker.id)) {
+    if ((status->probed && !status->healthy) || status->draining) return false;
+  }
+  return !OpenAIUrl(daemon, worker.id).empty();
+}
+
 std::vector<std::string> ServingWorkers(const Daemon& daemon, std::string_view model) {
   std::vector<std::string> out;
   for (const index::WorkerResidency& worker : daemon.index.Workers()) {
-    if (worker.model != model || worker.state != index::WorkerState::kLive) continue;
-    if (std::optional<router::WorkerStatus> status = daemon.status.Get(worker.id)) {
-      if ((status->probed && !status->healthy) || status->draining) continue;
-    }
-    if (OpenAIUrl(daemon, worker.id).empty()) continue;
-    out.push_back(worker.id);
+    if (worker.model == model && MayServe(daemon, worker)) out.push_back(worker.id);
   }
   return out;
 }
@@ -337,12 +340,13 @@ class GatewayHandler {
       Status failure;
       const bool head = upstream->relay.WaitForHead(&status, &content_type, &failure);
       if (head && status < 500) break;
-      // Nothing reached the client: try the next candidate, without this one.
-      (void)daemon_.router->Done(upstream->decision_id);
       std::erase(route.workers, upstream->worker);
       const bool last = attempt == 1 || route.workers.empty();
+      if (last && head) break;  // the engine's own 5xx answer goes to the client
+      // Nothing reached the client: release this try and try the next
+      // candidate, without this one.
+      (void)daemon_.router->Done(upstream->decision_id);
       if (last) {
-        if (head) break;  // the engine's own 5xx answer goes to the client
         upstream.reset();
         const bool timed_out = failure.code() == StatusCode::kDeadlineExceeded;
         return SendOpenAIError(response, timed_out ? 504 : 502, failure.message(),
@@ -443,9 +447,12 @@ void RegisterGateway(httplib::Server& http, Daemon& daemon) {
   });
   http.Get("/v1/models", [&daemon](const httplib::Request& request, httplib::Response& response) {
     if (!AdmitInfer(daemon, request, response)) return;
+    // One pass: a model is listed once one of its workers may serve.
     std::set<std::string> models;
     for (const index::WorkerResidency& worker : daemon.index.Workers()) {
-      if (!ServingWorkers(daemon, worker.model).empty()) models.insert(worker.model);
+      if (!models.contains(worker.model) && MayServe(daemon, worker)) {
+        models.insert(worker.model);
+      }
     }
     const std::vector<std::string> list(models.begin(), models.end());
     response.set_content(EncodeModelsJson(list), "application/json");

@@ -34,6 +34,16 @@ using Json = nlohmann::json;
 
 constexpr int64_t kBlockSize = 16;
 
+// Runs a shell command to completion; its stdout (and what it redirects)
+// goes to `output`. Returns pclose's status: 0 for a clean exit.
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output->append(buffer, n);
+  return ::pclose(pipe);
+}
+
 class GatewayE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -275,12 +285,8 @@ TEST_F(GatewayE2ETest, StreamsArriveChunkByChunk) {
   const std::string curl = "curl -sN -X POST -H 'Content-Type: application/json' -d '" +
                            request.dump() + "' http://127.0.0.1:" +
                            std::to_string(gateway_port_) + "/v1/completions";
-  FILE* pipe = ::popen(curl.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
   std::string raw;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) raw.append(buffer, n);
-  ASSERT_EQ(::pclose(pipe), 0);
+  ASSERT_EQ(RunCommand(curl, &raw), 0) << raw;
   EXPECT_EQ(raw.rfind("data: {", 0), 0u) << raw;
   EXPECT_NE(raw.find("\"text\":\" tok9\""), std::string::npos) << raw;
   EXPECT_TRUE(raw.ends_with("data: [DONE]\n\n")) << raw;
@@ -480,13 +486,8 @@ TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {
   const std::string command = "node " + (node_dir / "openai_sdk_gateway.mjs").string() +
                               " http://127.0.0.1:" + std::to_string(gateway_port_) + "/v1 " +
                               sdk + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
   std::string output;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  ASSERT_EQ(status, 0) << output;
+  ASSERT_EQ(RunCommand(command, &output), 0) << output;
   const Json seen = Json::parse(output.substr(output.rfind('{')));
   EXPECT_EQ(seen["ok"], true);
   EXPECT_GE(seen["chat_chunks"].get<int>(), 6);
