@@ -55,6 +55,16 @@ Json WorkerJson(const WorkerView& view) {
   }
   if (!view.fleet_view) return row;
   row["load"] = codec_internal::LoadJson(view.load);
+  if (view.predictions) {
+    const router::PredictionScore& score = *view.predictions;
+    Json& predictions = row["predictions"] = {{"scored", score.scored()},
+                                              {"exact", score.exact},
+                                              {"over", score.over},
+                                              {"under", score.under},
+                                              {"predicted_tokens", score.predicted_tokens},
+                                              {"engine_cached_tokens", score.engine_cached_tokens}};
+    if (std::optional<double> accuracy = score.accuracy()) predictions["accuracy"] = *accuracy;
+  }
   return view.stream ? StreamJson(*view.stream, std::move(row)) : row;
 }
 

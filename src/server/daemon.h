@@ -10,6 +10,7 @@
 #include "kvgov/index/residency_index.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/metrics/registry.h"
+#include "kvgov/router/prediction_score.h"
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
 #include "kvgov/server/server.h"
@@ -83,6 +84,7 @@ struct Daemon {
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   GatewayMetrics gateway_metrics;
+  router::PredictionScores predictions;  // the gateway's, per worker
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;

@@ -191,13 +191,9 @@ void Account(Daemon& daemon, const std::string& worker, const std::string& decis
   daemon.accounting->Record(entry);
   m.predicted_tokens->WithLabels({worker})->Add(static_cast<double>(prediction.predicted_tokens));
   m.cached_tokens->WithLabels({worker})->Add(static_cast<double>(usage->cached_tokens));
-  const int64_t predicted_blocks = prediction.predicted_tokens / prediction.block_size;
-  const int64_t cached_blocks = usage->cached_tokens / prediction.block_size;
-  m.predictions
-      ->WithLabels({worker, predicted_blocks == cached_blocks
-                                ? "exact"
-                                : (predicted_blocks > cached_blocks ? "over" : "under")})
-      ->Inc();
+  const router::PredictionOutcome outcome = daemon.predictions.Record(
+      worker, prediction.predicted_tokens, usage->cached_tokens, prediction.block_size);
+  m.predictions->WithLabels({worker, std::string(router::ToString(outcome))})->Inc();
 }
 
 // A request forwarded to one worker: the upstream thread and its relay.

@@ -164,6 +164,7 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
     view.fleet_view = fleet_view;
     if (fleet_view) {
       view.load = daemon.router->LoadOf(worker.id);
+      view.predictions = daemon.predictions.Of(worker.id);
       if (auto it = streams.find(worker.id); it != streams.end()) {
         const ingest::StreamStats& stats = *it->second.stats;
         WorkerStreamView& stream = view.stream.emplace();

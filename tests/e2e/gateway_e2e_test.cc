@@ -201,6 +201,21 @@ TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
             2);
   EXPECT_EQ(Metric("kvgov_prefill_tokens_saved_total{source=\"ride_engine\"}"), 64);
   EXPECT_EQ(Metric("kvgov_gateway_unaccounted_total"), 0);
+  // The same tally, per worker, on /v1/workers.
+  httplib::Result workers = control_->Get("/v1/workers");
+  ASSERT_EQ(HttpStatus(workers), 200);
+  const Json rows = Json::parse(workers->body);
+  for (const Json& row : rows["workers"]) {
+    if (row["id"] != worker) {
+      EXPECT_FALSE(row.contains("predictions")) << row.dump();
+      continue;
+    }
+    const Json& predictions = row["predictions"];
+    EXPECT_EQ(predictions["scored"], 2);
+    EXPECT_EQ(predictions["exact"], 2);
+    EXPECT_EQ(predictions["accuracy"], 1.0);
+    EXPECT_EQ(predictions["engine_cached_tokens"], 64);
+  }
 }
 
 // A stream whose client did not ask for usage: the gateway asks the engine
@@ -383,6 +398,34 @@ TEST_F(GatewayE2ETest, ADrainedWorkerReceivesNothing) {
   }
   EXPECT_EQ(engines_[0]->received_salts().size(), 0u);
   EXPECT_EQ(engines_[1]->received_salts().size(), 4u);
+}
+
+// A quarantined span earns no credit through the gateway: the next request
+// for it is routed as if no worker held it.
+TEST_F(GatewayE2ETest, AQuarantinedSpanEarnsNoCredit) {
+  const std::vector<int64_t> prompt = Tokens(64, 40000);
+  engines_[0]->Prefill(prompt, "");
+  StartKvgov();
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result workers = control_->Get("/v1/workers");
+    if (!workers) return false;
+    const Json rows = Json::parse(workers->body);
+    return rows["workers"][0]["blocks"]["hbm"] == 4;
+  }));
+  const Json request = {{"model", "llama"}, {"prompt", prompt}, {"max_tokens", 1}};
+  ASSERT_EQ(HttpStatus(Post("/v1/completions", request)), 200);
+  auto predicted = [&] {
+    return std::max(0.0, Metric("kvgov_gateway_predicted_tokens_total{worker=\"w1\"}")) +
+           std::max(0.0, Metric("kvgov_gateway_predicted_tokens_total{worker=\"w2\"}"));
+  };
+  EXPECT_TRUE(WaitFor([&] { return predicted() == 64; }));
+
+  const Json quarantine = {{"model", "llama"}, {"token_ids", prompt}, {"reason", "poisoned"}};
+  ASSERT_EQ(HttpStatus(control_->Post("/v1/quarantine", quarantine.dump(), "application/json")),
+            200);
+  ASSERT_EQ(HttpStatus(Post("/v1/completions", request)), 200);
+  ASSERT_TRUE(WaitFor([&] { return Predictions() == 2; }));
+  EXPECT_EQ(predicted(), 64);  // nothing credited the second time
 }
 
 // The engine that holds the prefix cannot be reached: the request goes to

@@ -9,6 +9,7 @@
 
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_diagnostics.h"
+#include "kvgov/router/prediction_score.h"
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
 
@@ -41,6 +42,8 @@ struct WorkerView {
   bool fleet_view = false;
   router::WorkerLoad load;                 // fleet view only
   std::optional<WorkerStreamView> stream;  // fleet view, workers that follow a stream
+  // Fleet view, workers the gateway has scored a prediction on.
+  std::optional<router::PredictionScore> predictions;
 };
 
 /// {"workers": [...]}.
