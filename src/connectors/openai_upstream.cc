@@ -32,14 +32,18 @@ std::string Excerpt(std::string_view body) {
 
 }  // namespace
 
-Result<std::vector<int64_t>> Tokenize(const std::string& base_url, std::string_view body,
-                                      const UpstreamTimeouts& timeouts) {
+std::string_view TokenizePath(ingest::EngineKind kind) {
+  return kind == ingest::EngineKind::kSglang ? "/v1/tokenize" : "/tokenize";
+}
+
+Result<std::vector<int64_t>> Tokenize(const std::string& base_url, ingest::EngineKind kind,
+                                      std::string_view body, const UpstreamTimeouts& timeouts) {
   KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<httplib::Client> client, ClientFor(base_url, timeouts));
   std::string answer;
   bool too_long = false;
   httplib::Request request;
   request.method = "POST";
-  request.path = "/tokenize";
+  request.path = std::string(TokenizePath(kind));
   request.body = std::string(body);
   request.set_header("Content-Type", "application/json");
   request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
@@ -56,10 +60,11 @@ Result<std::vector<int64_t>> Tokenize(const std::string& base_url, std::string_v
                                      std::to_string(kMaxTokenizeAnswerBytes) + " bytes");
   }
   if (!result) {
-    return Status::Unavailable("tokenize at " + base_url + ": " + RequestErrorText(result.error()));
+    return Status::Unavailable("tokenize at " + base_url + request.path + ": " +
+                               RequestErrorText(result.error()));
   }
   if (result->status != 200) {
-    return Status::Unavailable("tokenize at " + base_url + ": HTTP " +
+    return Status::Unavailable("tokenize at " + base_url + request.path + ": HTTP " +
                                std::to_string(result->status) + ": " + Excerpt(answer));
   }
   JsonLimits limits;

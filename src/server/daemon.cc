@@ -188,6 +188,13 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                  "tokens kvgov routed on, by model.",
                                  {"model"}}));
   KVGOV_ASSIGN_OR_RETURN(
+      gateway.tokenize_failures,
+      daemon.metrics.AddCounter({"kvgov_gateway_tokenize_failures_total",
+                                 "Gateway requests answered 502 because no engine of the model "
+                                 "could tokenize them (unreachable, or a tokenizer that lacks "
+                                 "the request's form, e.g. chat on an older SGLang), by model.",
+                                 {"model"}}));
+  KVGOV_ASSIGN_OR_RETURN(
       gateway.predictions,
       daemon.metrics.AddCounter({"kvgov_gateway_predictions_total",
                                  "Gateway answers by how kvgov's predicted overlap compared with "

@@ -47,6 +47,7 @@ struct RouteMetrics {
 struct GatewayMetrics {
   metrics::CounterFamily* retries = nullptr;              // tries on a second candidate
   metrics::CounterFamily* tokenize_mismatches = nullptr;  // {model}
+  metrics::CounterFamily* tokenize_failures = nullptr;    // {model}: answered 502
   metrics::CounterFamily* predictions = nullptr;          // {worker,outcome}: exact, over, under
   metrics::CounterFamily* predicted_tokens = nullptr;     // {worker}
   metrics::CounterFamily* cached_tokens = nullptr;        // {worker}: as the engine reported

@@ -58,13 +58,21 @@ std::string ParamOf(std::string_view message) {
   return std::string(message.substr(2, end == std::string_view::npos ? end : end - 2));
 }
 
-// The engine URL the gateway forwards to.
-std::string OpenAIUrl(const Daemon& daemon, std::string_view worker) {
+// The engine a worker ("id" or "id@dp_rank") belongs to; null for a worker
+// no --engine names (one that only reports over HTTP).
+const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker) {
   const std::string_view engine_id = worker.substr(0, worker.find('@'));
   for (const ingest::EngineSpec& engine : daemon.options.engines) {
-    if (engine.id == engine_id) return engine.openai.empty() ? engine.control : engine.openai;
+    if (engine.id == engine_id) return &engine;
   }
-  return "";
+  return nullptr;
+}
+
+// The engine URL the gateway forwards to.
+std::string OpenAIUrl(const Daemon& daemon, std::string_view worker) {
+  const ingest::EngineSpec* engine = EngineOf(daemon, worker);
+  if (engine == nullptr) return "";
+  return engine->openai.empty() ? engine->control : engine->openai;
 }
 
 // A worker the gateway may send to: live, healthy, not draining, with an
@@ -282,11 +290,13 @@ class GatewayHandler {
       // serve the request; a second one when the first cannot answer.
       Result<std::vector<int64_t>> tokenized = Status::Unavailable("no worker tried");
       for (size_t i = 0; i < serving.size() && i < 2; ++i) {
-        tokenized = connectors::Tokenize(OpenAIUrl(daemon_, serving[i]), decoded->tokenize_body,
-                                         daemon_.options.gateway_timeouts);
+        tokenized = connectors::Tokenize(OpenAIUrl(daemon_, serving[i]),
+                                         EngineOf(daemon_, serving[i])->kind,
+                                         decoded->tokenize_body, daemon_.options.gateway_timeouts);
         if (tokenized.ok() || tokenized.status().code() != StatusCode::kUnavailable) break;
       }
       if (!tokenized.ok()) {
+        daemon_.gateway_metrics.tokenize_failures->WithLabels({decoded->model})->Inc();
         return SendOpenAIError(response, 502,
                                "the engine could not tokenize the request: " +
                                    tokenized.status().message(),

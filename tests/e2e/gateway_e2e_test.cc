@@ -463,6 +463,7 @@ TEST_F(GatewayE2ETest, ATokenizerFailureIs502AndNothingIsRouted) {
   EXPECT_EQ(error["code"], "tokenizer_unavailable");
   EXPECT_NE(error["message"].get<std::string>().find("tokenize"), std::string::npos);
   EXPECT_EQ(Received(), 0u);
+  EXPECT_EQ(Metric("kvgov_gateway_tokenize_failures_total{model=\"llama\"}"), 1);
 }
 
 // With every worker at its in-flight limit the gateway answers 429; a busy

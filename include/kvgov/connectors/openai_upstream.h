@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/ingest/engine_spec.h"
 
 namespace kvgov::connectors {
 
@@ -18,12 +19,18 @@ struct UpstreamTimeouts {
   int64_t first_byte_ms = 60000;   // > 0; also the longest pause between chunks
 };
 
-/// POSTs `body` to the engine's /tokenize and returns its tokens, read with
-/// limits. Unavailable when the engine cannot be reached or does not answer
-/// 200 (the status and the start of its body named), InvalidArgument for
-/// an answer that is not a tokenize answer. Never throws.
-Result<std::vector<int64_t>> Tokenize(const std::string& base_url, std::string_view body,
-                                      const UpstreamTimeouts& timeouts);
+/// Where an engine of `kind` tokenizes: vLLM's POST /tokenize, SGLang's
+/// POST /v1/tokenize. Both take {"model","prompt"} or {"model","messages",
+/// ...} and answer {"tokens","count","max_model_len"}.
+std::string_view TokenizePath(ingest::EngineKind kind);
+
+/// POSTs `body` to the engine's tokenizer (TokenizePath) and returns its
+/// tokens, read with limits. Unavailable when the engine cannot be reached
+/// or does not answer 200 (the status and the start of its body named),
+/// InvalidArgument for an answer that is not a tokenize answer,
+/// ResourceExhausted for one over 64 MiB. Never throws.
+Result<std::vector<int64_t>> Tokenize(const std::string& base_url, ingest::EngineKind kind,
+                                      std::string_view body, const UpstreamTimeouts& timeouts);
 
 /// What reached the gateway of one forwarded request.
 struct UpstreamAnswer {
