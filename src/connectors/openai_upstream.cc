@@ -8,20 +8,11 @@
 namespace kvgov::connectors {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // A tokenize answer is the prompt's ids, 8-12 bytes each: 64 MiB is far past
 // any context window.
 constexpr size_t kMaxTokenizeAnswerBytes = size_t{64} << 20;
-
-Result<std::unique_ptr<httplib::Client>> ClientFor(const std::string& base_url,
-                                                   const UpstreamTimeouts& timeouts) {
-  KVGOV_ASSIGN_OR_RETURN(ControlEndpoint endpoint, ParseControlUrl(base_url));
-  auto client = std::make_unique<httplib::Client>(endpoint.host, endpoint.port);
-  client->set_connection_timeout(std::chrono::milliseconds(timeouts.connect_ms));
-  client->set_read_timeout(std::chrono::milliseconds(timeouts.first_byte_ms));
-  client->set_write_timeout(std::chrono::milliseconds(timeouts.connect_ms));
-  client->set_keep_alive(false);
-  return client;
-}
 
 // The start of an answer's body, printable ASCII only, for an error text.
 std::string Excerpt(std::string_view body) {
@@ -32,81 +23,158 @@ std::string Excerpt(std::string_view body) {
 
 }  // namespace
 
+struct UpstreamConnections::Connection {
+  std::unique_ptr<httplib::Client> client;
+  Clock::time_point idle_since;
+};
+
 std::string_view TokenizePath(ingest::EngineKind kind) {
   return kind == ingest::EngineKind::kSglang ? "/v1/tokenize" : "/tokenize";
 }
 
-Result<std::vector<int64_t>> Tokenize(const std::string& base_url, ingest::EngineKind kind,
-                                      std::string_view body, const UpstreamTimeouts& timeouts) {
-  KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<httplib::Client> client, ClientFor(base_url, timeouts));
-  std::string answer;
-  bool too_long = false;
-  httplib::Request request;
-  request.method = "POST";
-  request.path = std::string(TokenizePath(kind));
-  request.body = std::string(body);
-  request.set_header("Content-Type", "application/json");
-  request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
-    if (answer.size() + length > kMaxTokenizeAnswerBytes) {
-      too_long = true;
-      return false;
+UpstreamConnections::UpstreamConnections(UpstreamTimeouts timeouts) : timeouts_(timeouts) {}
+
+UpstreamConnections::~UpstreamConnections() = default;
+
+Result<std::unique_ptr<UpstreamConnections::Connection>> UpstreamConnections::Take(
+    const std::string& base_url, bool* kept) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = idle_.find(base_url); it != idle_.end()) {
+      std::deque<std::unique_ptr<Connection>>& idle = it->second;
+      const Clock::time_point oldest = Clock::now() - kMaxIdle;
+      while (!idle.empty() && idle.front()->idle_since < oldest) idle.pop_front();
+      if (!idle.empty()) {
+        std::unique_ptr<Connection> connection = std::move(idle.back());
+        idle.pop_back();
+        *kept = true;
+        return connection;
+      }
     }
-    answer.append(data, length);
-    return true;
-  };
-  httplib::Result result = client->send(request);
-  if (too_long) {
-    return Status::ResourceExhausted("tokenize: the engine's answer is longer than " +
-                                     std::to_string(kMaxTokenizeAnswerBytes) + " bytes");
   }
-  if (!result) {
-    return Status::Unavailable("tokenize at " + base_url + request.path + ": " +
-                               RequestErrorText(result.error()));
-  }
-  if (result->status != 200) {
-    return Status::Unavailable("tokenize at " + base_url + request.path + ": HTTP " +
-                               std::to_string(result->status) + ": " + Excerpt(answer));
-  }
-  JsonLimits limits;
-  limits.max_bytes = kMaxTokenizeAnswerBytes;
-  limits.max_array_items = kMaxTokenizeAnswerBytes;
-  return DecodeTokenizeAnswerJson(answer, limits);
+  *kept = false;
+  KVGOV_ASSIGN_OR_RETURN(ControlEndpoint endpoint, ParseControlUrl(base_url));
+  auto connection = std::make_unique<Connection>();
+  connection->client = std::make_unique<httplib::Client>(endpoint.host, endpoint.port);
+  httplib::Client& client = *connection->client;
+  client.set_connection_timeout(std::chrono::milliseconds(timeouts_.connect_ms));
+  client.set_read_timeout(std::chrono::milliseconds(timeouts_.first_byte_ms));
+  client.set_write_timeout(std::chrono::milliseconds(timeouts_.connect_ms));
+  client.set_keep_alive(true);
+  // The request goes out as headers then body: without this the body waits
+  // for the engine's ACK of the headers.
+  client.set_tcp_nodelay(true);
+  return connection;
 }
 
-Status Forward(const std::string& base_url, const std::string& path, std::string body,
-               const UpstreamTimeouts& timeouts,
-               const std::function<bool(int status, std::string_view content_type)>& on_head,
-               const std::function<bool(std::string_view chunk)>& on_chunk,
-               UpstreamAnswer* answer) {
-  *answer = {};
-  KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<httplib::Client> client, ClientFor(base_url, timeouts));
-  bool stopped = false;
-  httplib::Request request;
-  request.method = "POST";
-  request.path = path;
-  request.body = std::move(body);
-  request.set_header("Content-Type", "application/json");
-  request.response_handler = [&](const httplib::Response& response) {
-    answer->head_seen = true;
-    answer->status = response.status;
-    answer->content_type = response.get_header_value("Content-Type");
-    stopped = !on_head(response.status, answer->content_type);
-    return !stopped;
-  };
-  request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
-    stopped = !on_chunk(std::string_view(data, length));
-    return !stopped;
-  };
-  httplib::Result result = client->send(request);
-  if (stopped) return Status::Cancelled("the gateway stopped reading");
-  if (result) return Status::Ok();
-  const httplib::Error error = result.error();
-  const std::string what = path + " at " + base_url + ": " + RequestErrorText(error);
-  if (error == httplib::Error::Read && !answer->head_seen) {
-    return Status::DeadlineExceeded(what + " (no answer within " +
-                                    std::to_string(timeouts.first_byte_ms) + " ms)");
+void UpstreamConnections::Keep(const std::string& base_url,
+                               std::unique_ptr<Connection> connection) {
+  connection->idle_since = Clock::now();
+  const Clock::time_point oldest = connection->idle_since - kMaxIdle;
+  std::lock_guard lock(mu_);
+  std::deque<std::unique_ptr<Connection>>& idle = idle_[base_url];
+  while (!idle.empty() && (idle.size() >= kMaxIdlePerEngine || idle.front()->idle_since < oldest)) {
+    idle.pop_front();
   }
-  return Status::Unavailable(what);
+  idle.push_back(std::move(connection));
+}
+
+void UpstreamConnections::CloseIdle() {
+  std::lock_guard lock(mu_);
+  idle_.clear();
+}
+
+Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& base_url,
+                                                           ingest::EngineKind kind,
+                                                           std::string_view body) {
+  const std::string path(TokenizePath(kind));
+  for (int attempt = 0;; ++attempt) {
+    bool kept = false;
+    KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> connection, Take(base_url, &kept));
+    std::string answer;
+    bool too_long = false;
+    httplib::Request request;
+    request.method = "POST";
+    request.path = path;
+    request.body = std::string(body);
+    request.set_header("Content-Type", "application/json");
+    request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
+      if (answer.size() + length > kMaxTokenizeAnswerBytes) {
+        too_long = true;
+        return false;
+      }
+      answer.append(data, length);
+      return true;
+    };
+    httplib::Result result = connection->client->send(request);
+    if (too_long) {
+      return Status::ResourceExhausted("tokenize: the engine's answer is longer than " +
+                                       std::to_string(kMaxTokenizeAnswerBytes) + " bytes");
+    }
+    if (!result) {
+      if (kept && attempt == 0) continue;  // the engine closed the kept connection
+      return Status::Unavailable("tokenize at " + base_url + path + ": " +
+                                 RequestErrorText(result.error()));
+    }
+    Keep(base_url, std::move(connection));
+    if (result->status != 200) {
+      return Status::Unavailable("tokenize at " + base_url + path + ": HTTP " +
+                                 std::to_string(result->status) + ": " + Excerpt(answer));
+    }
+    JsonLimits limits;
+    limits.max_bytes = kMaxTokenizeAnswerBytes;
+    limits.max_array_items = kMaxTokenizeAnswerBytes;
+    return DecodeTokenizeAnswerJson(answer, limits);
+  }
+}
+
+Status UpstreamConnections::Forward(
+    const std::string& base_url, const std::string& path, const std::string& body,
+    const std::function<bool(int status, std::string_view content_type)>& on_head,
+    const std::function<bool(std::string_view chunk)>& on_chunk, UpstreamAnswer* answer) {
+  for (int attempt = 0;; ++attempt) {
+    *answer = {};
+    bool kept = false;
+    KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> connection, Take(base_url, &kept));
+    bool stopped = false;
+    httplib::Request request;
+    request.method = "POST";
+    request.path = path;
+    request.body = body;
+    request.set_header("Content-Type", "application/json");
+    request.response_handler = [&](const httplib::Response& response) {
+      answer->head_seen = true;
+      answer->status = response.status;
+      answer->content_type = response.get_header_value("Content-Type");
+      stopped = !on_head(response.status, answer->content_type);
+      return !stopped;
+    };
+    request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
+      stopped = !on_chunk(std::string_view(data, length));
+      return !stopped;
+    };
+    const Clock::time_point sent = Clock::now();
+    httplib::Result result = connection->client->send(request);
+    // A connection left mid-answer is dropped with this one; only one read
+    // to its end is kept.
+    if (stopped) return Status::Cancelled("the gateway stopped reading");
+    if (result) {
+      Keep(base_url, std::move(connection));
+      return Status::Ok();
+    }
+    const httplib::Error error = result.error();
+    const bool timed_out =
+        Clock::now() - sent >= std::chrono::milliseconds(timeouts_.first_byte_ms);
+    // The engine closed the kept connection while it was idle: nothing was
+    // answered, so the request goes once more on a new one.
+    if (kept && attempt == 0 && !answer->head_seen && !timed_out) continue;
+    const std::string what = path + " at " + base_url + ": " + RequestErrorText(error);
+    if (error == httplib::Error::Read && !answer->head_seen && timed_out) {
+      return Status::DeadlineExceeded(what + " (no answer within " +
+                                      std::to_string(timeouts_.first_byte_ms) + " ms)");
+    }
+    return Status::Unavailable(what);
+  }
 }
 
 }  // namespace kvgov::connectors

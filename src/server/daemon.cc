@@ -9,6 +9,7 @@
 #include <set>
 
 #include "kvgov/connectors/health_prober.h"
+#include "kvgov/connectors/openai_upstream.h"
 #include "kvgov/ingest/engine_diagnostics.h"
 #include "kvgov/replication/replica.h"
 #include "kvgov/spool/spool_directory.h"
@@ -358,6 +359,7 @@ void Daemon::Stop() {
   if (replica) replica->Stop();
   if (invalidations) invalidations->Stop();
   if (prober) prober->Stop();
+  if (upstreams) upstreams->CloseIdle();
   if (housekeeping) housekeeping->Stop();
   if (group_commit) group_commit->Stop();
   if (stream_store) {
@@ -493,6 +495,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     std::fprintf(stderr, "kvgov: serve.start not recorded: %s\n", started.ToString().c_str());
   }
   daemon->invalidations->CallRecoveredOwners();
+  daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
   daemon->prober = std::make_unique<connectors::HealthProber>(
       &daemon->status, options.engines,
       connectors::HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});

@@ -22,6 +22,7 @@
 
 namespace kvgov::connectors {
 class HealthProber;
+class UpstreamConnections;
 }  // namespace kvgov::connectors
 namespace kvgov::replication {
 class Replica;
@@ -86,6 +87,7 @@ struct Daemon {
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   GatewayMetrics gateway_metrics;
   router::PredictionScores predictions;  // the gateway's, per worker
+  std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;

@@ -227,11 +227,11 @@ std::unique_ptr<Upstream> StartUpstream(const Daemon& daemon, const std::string&
   upstream->decision_id = decision_id;
   Upstream* raw = upstream.get();
   const std::string url = OpenAIUrl(daemon, worker);
-  const connectors::UpstreamTimeouts timeouts = daemon.options.gateway_timeouts;
-  upstream->thread = std::thread([raw, url, path, body = std::move(body), timeouts]() mutable {
+  connectors::UpstreamConnections* upstreams = daemon.upstreams.get();
+  upstream->thread = std::thread([raw, url, path, body = std::move(body), upstreams] {
     connectors::UpstreamAnswer answer;
-    Status status = connectors::Forward(
-        url, path, std::move(body), timeouts,
+    Status status = upstreams->Forward(
+        url, path, body,
         [raw](int code, std::string_view type) { return raw->relay.Head(code, type); },
         [raw](std::string_view chunk) { return raw->relay.Chunk(chunk); }, &answer);
     raw->relay.Finish(std::move(status));
@@ -290,9 +290,9 @@ class GatewayHandler {
       // serve the request; a second one when the first cannot answer.
       Result<std::vector<int64_t>> tokenized = Status::Unavailable("no worker tried");
       for (size_t i = 0; i < serving.size() && i < 2; ++i) {
-        tokenized = connectors::Tokenize(OpenAIUrl(daemon_, serving[i]),
-                                         EngineOf(daemon_, serving[i])->kind,
-                                         decoded->tokenize_body, daemon_.options.gateway_timeouts);
+        tokenized = daemon_.upstreams->Tokenize(OpenAIUrl(daemon_, serving[i]),
+                                                EngineOf(daemon_, serving[i])->kind,
+                                                decoded->tokenize_body);
         if (tokenized.ok() || tokenized.status().code() != StatusCode::kUnavailable) break;
       }
       if (!tokenized.ok()) {

@@ -16,6 +16,7 @@
 
 #include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
+#include "kvgov/server/http_listener.h"
 #include "server/daemon.h"
 #include "server/gateway.h"
 #include "server/http_api.h"
@@ -91,12 +92,6 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
   }
   const int threads = options.http_threads;
   http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // httplib's default also sets SO_REUSEPORT, which would let a second
-  // kvgov bind the same port and silently take half the traffic.
-  http->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   // httplib writes a response's headers and body with separate sends; under
   // Nagle the body waits for the client's delayed ACK of the headers, about
   // 40 ms per answer on Linux.
@@ -109,17 +104,12 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
 // `thread`. Returns the bound port.
 Result<uint16_t> Listen(httplib::Server& http, const std::string& host, uint16_t port,
                         std::thread* thread) {
-  const int bound = port == 0 ? http.bind_to_any_port(host)
-                              : (http.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    return Status::IOError("cannot listen on " + host + ":" + std::to_string(port) +
-                           " (address in use or not available)");
-  }
+  KVGOV_ASSIGN_OR_RETURN(const uint16_t bound, BindListener(http, host, port));
   *thread = std::thread([&http] { http.listen_after_bind(); });
   // The socket already queues connections; waiting for the accept loop is
   // for Shutdown, whose stop() is a no-op until the loop runs.
   while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return static_cast<uint16_t>(bound);
+  return bound;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -49,6 +50,31 @@ TEST_F(ServerTest, HealthzAnswersOnAnEphemeralPort) {
   EXPECT_EQ(response->status, 200);
   EXPECT_EQ(response->body, R"({"status":"ok"})");
   EXPECT_EQ(response->get_header_value("Content-Type"), "application/json");
+}
+
+// cpp-httplib listens with an accept queue of 5; a burst of more
+// concurrent connects than that, while every pool thread is busy, had the
+// kernel reset the ones it dropped. The queue is widened, as `ss` reads it
+// (iproute2: Send-Q of a listening socket is its backlog).
+TEST_F(ServerTest, TheListenersAcceptQueueIsWide) {
+  ServerOptions options = Options();
+  options.gateway_host = "127.0.0.1";
+  Result<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  for (const uint16_t port : {(*server)->port(), (*server)->gateway_port()}) {
+    const std::string command = "ss -Hltn 'sport = :" + std::to_string(port) + "' 2>/dev/null";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    char line[512] = {};
+    const bool read = std::fgets(line, sizeof(line), pipe) != nullptr;
+    const int exit = ::pclose(pipe);
+    if (!read && exit != 0) GTEST_SKIP() << "ss (iproute2) is not available to read the backlog";
+    ASSERT_TRUE(read) << "ss shows no listener on port " << port;
+    char state[32] = {};
+    unsigned long queued = 0, backlog = 0;
+    ASSERT_EQ(std::sscanf(line, "%31s %lu %lu", state, &queued, &backlog), 3) << line;
+    EXPECT_GE(backlog, 128u) << line;
+  }
 }
 
 TEST_F(ServerTest, UnknownRouteIsAJsonNotFoundNamingTheRoute) {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kvgov/server/http_listener.h"
 #include "simfleet/replay_responder.h"
 
 namespace kvgov::simfleet {
@@ -408,11 +409,11 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
         SendError(response, 500, "internal error");
       });
-  impl->http_port = http.bind_to_any_port(options.host);
-  if (impl->http_port <= 0) {
-    return Status::IOError("simulated engine " + options.id + ": cannot listen on " +
-                           options.host);
+  Result<uint16_t> bound = server::BindListener(http, options.host, 0);
+  if (!bound.ok()) {
+    return Status::IOError("simulated engine " + options.id + ": " + bound.status().message());
   }
+  impl->http_port = *bound;
   impl->http_thread = std::thread([&http] { http.listen_after_bind(); });
   while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl->replay_thread = std::thread([self] { self->ServeReplay(); });

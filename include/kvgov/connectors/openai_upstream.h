@@ -3,8 +3,13 @@
 // The gateway's client of an engine's own OpenAI server
 // (docs/formats/gateway.md): its tokenizer and the forwarded request.
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,14 +29,6 @@ struct UpstreamTimeouts {
 /// ...} and answer {"tokens","count","max_model_len"}.
 std::string_view TokenizePath(ingest::EngineKind kind);
 
-/// POSTs `body` to the engine's tokenizer (TokenizePath) and returns its
-/// tokens, read with limits. Unavailable when the engine cannot be reached
-/// or does not answer 200 (the status and the start of its body named),
-/// InvalidArgument for an answer that is not a tokenize answer,
-/// ResourceExhausted for one over 64 MiB. Never throws.
-Result<std::vector<int64_t>> Tokenize(const std::string& base_url, ingest::EngineKind kind,
-                                      std::string_view body, const UpstreamTimeouts& timeouts);
-
 /// What reached the gateway of one forwarded request.
 struct UpstreamAnswer {
   bool head_seen = false;  // the engine answered with a status line
@@ -39,19 +36,64 @@ struct UpstreamAnswer {
   std::string content_type;
 };
 
-/// Forwards `body` to `base_url` + `path` and streams the answer:
-/// `on_head(status, content_type)` once, then `on_chunk` for every piece of
-/// the body as it arrives. Either returning false stops reading and closes
-/// the connection (the engine sees the client go and aborts the request).
-/// Returns OK when the body ended; Unavailable when the connection failed
-/// (before the head: `answer.head_seen` is false, and the request may be
-/// retried elsewhere), DeadlineExceeded when no byte came within the
-/// first-byte timeout, Cancelled when a callback stopped it. Thread-safe:
-/// each call has its own connection.
-Status Forward(const std::string& base_url, const std::string& path, std::string body,
-               const UpstreamTimeouts& timeouts,
-               const std::function<bool(int status, std::string_view content_type)>& on_head,
-               const std::function<bool(std::string_view chunk)>& on_chunk,
-               UpstreamAnswer* answer);
+/// The gateway's connections to the engines' OpenAI servers. A connection
+/// whose answer was read to its end is kept for the next request to the
+/// same engine (at most kMaxIdlePerEngine of them, each for at most
+/// kMaxIdle, below the engines' own keep-alive timeouts), so a forwarded
+/// request costs no connect. The cap is small because a thread-per-
+/// connection server (cpp-httplib, as the simulated engines) holds a thread
+/// for every open connection; vLLM's and SGLang's asyncio servers do not. A
+/// kept connection the engine has closed meanwhile fails before any answer;
+/// the request is then sent once more on a new connection.
+///
+/// Thread-safe: one mutex guards the idle connections; each connection is
+/// used by one request at a time.
+class UpstreamConnections {
+ public:
+  static constexpr std::chrono::milliseconds kMaxIdle{2000};
+  static constexpr size_t kMaxIdlePerEngine = 8;
+
+  explicit UpstreamConnections(UpstreamTimeouts timeouts);
+  ~UpstreamConnections();
+  UpstreamConnections(const UpstreamConnections&) = delete;
+  UpstreamConnections& operator=(const UpstreamConnections&) = delete;
+
+  /// POSTs `body` to the engine's tokenizer (TokenizePath) and returns its
+  /// tokens, read with limits. Unavailable when the engine cannot be
+  /// reached or does not answer 200 (the status and the start of its body
+  /// named), InvalidArgument for an answer that is not a tokenize answer,
+  /// ResourceExhausted for one over 64 MiB. Never throws.
+  Result<std::vector<int64_t>> Tokenize(const std::string& base_url, ingest::EngineKind kind,
+                                        std::string_view body);
+
+  /// Forwards `body` to `base_url` + `path` and streams the answer:
+  /// `on_head(status, content_type)` once, then `on_chunk` for every piece
+  /// of the body as it arrives. Either returning false stops reading and
+  /// closes the connection (the engine sees the client go and aborts the
+  /// request). Returns OK when the body ended; Unavailable when the
+  /// connection failed (before the head: `answer.head_seen` is false, and
+  /// the request may be retried elsewhere), DeadlineExceeded when no byte
+  /// came within the first-byte timeout, Cancelled when a callback stopped
+  /// it.
+  Status Forward(const std::string& base_url, const std::string& path, const std::string& body,
+                 const std::function<bool(int status, std::string_view content_type)>& on_head,
+                 const std::function<bool(std::string_view chunk)>& on_chunk,
+                 UpstreamAnswer* answer);
+
+  /// Closes every kept connection (an engine stopping waits for its open
+  /// connections). Requests in flight keep theirs.
+  void CloseIdle();
+
+ private:
+  struct Connection;
+  // A kept connection to `base_url` (`*kept` true) or a new one.
+  Result<std::unique_ptr<Connection>> Take(const std::string& base_url, bool* kept);
+  void Keep(const std::string& base_url, std::unique_ptr<Connection> connection);
+
+  const UpstreamTimeouts timeouts_;
+  std::mutex mu_;
+  // Per engine URL, oldest first.
+  std::map<std::string, std::deque<std::unique_ptr<Connection>>, std::less<>> idle_;
+};
 
 }  // namespace kvgov::connectors

@@ -1,0 +1,392 @@
+// The gateway against calling the engine directly, side by side in one run:
+// two simulated vLLM engines (simfleet::LiveEngine, their prefill wait
+// divided away so the engine answers at once), the real daemon in process
+// with its gateway on port 0, and the same httplib client sending the same
+// token-id completion straight to the engine and through the gateway.
+//   cmake --build build-bench --target kvgov_gateway_bench
+//   build-bench/src/server/kvgov_gateway_bench
+//
+// - TTFB: request sent to first body byte of a streamed completion, the
+//   direct and gateway calls alternating; the tokenize call (a text prompt
+//   on the engine's /tokenize) timed on its own, since a token-id prompt
+//   skips it.
+// - Throughput: 8 client threads, each with a kept-alive connection,
+//   sending non-streamed completions for a fixed time, direct and gateway
+//   alternating rounds.
+// - Memory: heap (mallinfo2) and resident set growth while 24 long streams
+//   are open, through the gateway minus the same streams direct, per
+//   stream.
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvgov/ingest/engine_spec.h"
+#include "kvgov/server/server.h"
+#include "kvgov/simfleet/live_engine.h"
+#include "router/route_bench_fleet.h"
+
+namespace kvgov::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+constexpr int kPromptTokens = 512;
+
+double Micros(Clock::duration elapsed) {
+  return std::chrono::duration<double, std::micro>(elapsed).count();
+}
+
+// Two engines, kvgov following and fronting them, a data dir removed at
+// the end.
+class GatewayFleet {
+ public:
+  // `token_interval` paces every generated token (0: as fast as it can).
+  Status Start(std::chrono::milliseconds token_interval) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvgov_gateway_bench_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    ServerOptions options;
+    options.port = 0;
+    options.data_dir = (dir_ / "data").string();
+    options.gateway_host = "127.0.0.1";
+    options.gateway_port = 0;
+    for (const char* id : {"w1", "w2"}) {
+      simfleet::LiveEngineOptions engine_options;
+      engine_options.id = id;
+      engine_options.model = "llama";
+      engine_options.pool.capacity_blocks = 4096;
+      engine_options.pool.block_size = 16;
+      engine_options.speedup = 1e9;
+      engine_options.token_interval = token_interval;
+      engine_options.http_threads = 32;
+      KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<simfleet::LiveEngine> engine,
+                             simfleet::LiveEngine::Start(engine_options));
+      KVGOV_ASSIGN_OR_RETURN(ingest::EngineSpec spec, ingest::ParseEngineSpec(engine->EngineSpec()));
+      options.engines.push_back(std::move(spec));
+      engines_.push_back(std::move(engine));
+    }
+    KVGOV_ASSIGN_OR_RETURN(server_, Server::Start(options));
+    return Status::Ok();
+  }
+  ~GatewayFleet() {
+    // The daemon first: an engine stopping waits for the gateway's kept
+    // connections to it.
+    if (server_) server_->Shutdown();
+    server_.reset();
+    for (auto& engine : engines_) engine->Stop();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  int gateway_port() const { return server_->gateway_port(); }
+  simfleet::LiveEngine& engine(size_t i) { return *engines_[i]; }
+
+  // The engine the gateway sends `prompt` to, once a first request has
+  // stored it there and kvgov has seen the blocks.
+  Result<size_t> Warm(const std::string& body) {
+    httplib::Client gateway("127.0.0.1", gateway_port());
+    httplib::Result first = gateway.Post("/v1/completions", body, "application/json");
+    if (!first || first->status != 200) return Status::Unavailable("warm-up request failed");
+    const size_t holder = engines_[0]->received_salts().empty() ? 1 : 0;
+    httplib::Client control("127.0.0.1", server_->port());
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline) {
+      httplib::Result workers = control.Get("/v1/workers");
+      if (workers && workers->status == 200) {
+        const Json rows = Json::parse(workers->body, nullptr, /*allow_exceptions=*/false);
+        uint64_t blocks = 0;
+        if (rows.is_object()) {
+          for (const Json& row : rows["workers"]) blocks += row.value(Json::json_pointer("/blocks/hbm"), uint64_t{0});
+        }
+        if (blocks >= kPromptTokens / 16) return holder;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return Status::DeadlineExceeded("kvgov never saw the warm-up prompt's blocks");
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<simfleet::LiveEngine>> engines_;
+  std::unique_ptr<Server> server_;
+};
+
+std::pair<std::string, int> HostPort(const std::string& url) {
+  const size_t colon = url.rfind(':');
+  return {url.substr(url.find("//") + 2, colon - url.find("//") - 2),
+          std::stoi(url.substr(colon + 1))};
+}
+
+std::string CompletionBody(bool stream, int max_tokens, int64_t first_token = 1000) {
+  std::vector<int64_t> prompt(kPromptTokens);
+  for (int i = 0; i < kPromptTokens; ++i) prompt[i] = first_token + i;
+  return Json{{"model", "llama"}, {"prompt", prompt}, {"max_tokens", max_tokens},
+              {"stream", stream}}
+      .dump();
+}
+
+// Microseconds from sending a streamed completion to its first body byte;
+// the rest is read to the end. Negative on failure.
+double TimeToFirstByte(httplib::Client& client, const std::string& path, const std::string& body) {
+  httplib::Request request;
+  request.method = "POST";
+  request.path = path;
+  request.body = body;
+  request.set_header("Content-Type", "application/json");
+  Clock::time_point first{};
+  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    if (first == Clock::time_point{}) first = Clock::now();
+    return true;
+  };
+  const auto sent = Clock::now();
+  httplib::Result result = client.send(request);
+  if (!result || result->status != 200 || first == Clock::time_point{}) return -1;
+  return Micros(first - sent);
+}
+
+std::unique_ptr<httplib::Client> KeptAlive(const std::string& host, int port) {
+  auto client = std::make_unique<httplib::Client>(host, port);
+  client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);
+  client->set_read_timeout(30, 0);
+  return client;
+}
+
+void BM_GatewayTtfbVsDirect(benchmark::State& state) {
+  GatewayFleet fleet;
+  if (Status started = fleet.Start(std::chrono::milliseconds(0)); !started.ok()) {
+    state.SkipWithError(started.ToString().c_str());
+    return;
+  }
+  const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/4);
+  Result<size_t> holder = fleet.Warm(body);
+  if (!holder.ok()) {
+    state.SkipWithError(holder.status().ToString().c_str());
+    return;
+  }
+  const auto [engine_host, engine_port] = HostPort(fleet.engine(*holder).control_url());
+  std::unique_ptr<httplib::Client> direct = KeptAlive(engine_host, engine_port);
+  std::unique_ptr<httplib::Client> gateway = KeptAlive("127.0.0.1", fleet.gateway_port());
+
+  std::string text;
+  for (int i = 0; i < kPromptTokens; ++i) text += "word" + std::to_string(i) + " ";
+  const std::string tokenize = Json{{"model", "llama"}, {"prompt", text}}.dump();
+
+  std::vector<double> direct_us, gateway_us, tokenize_us;
+  for (int i = 0; i < 50; ++i) {
+    (void)TimeToFirstByte(*direct, "/v1/completions", body);
+    (void)TimeToFirstByte(*gateway, "/v1/completions", body);
+  }
+  bool gateway_first = false;
+  for (auto _ : state) {
+    double via_direct = 0, via_gateway = 0;
+    // Alternating which goes first, so neither always runs on warmer caches.
+    if (gateway_first) via_gateway = TimeToFirstByte(*gateway, "/v1/completions", body);
+    via_direct = TimeToFirstByte(*direct, "/v1/completions", body);
+    if (!gateway_first) via_gateway = TimeToFirstByte(*gateway, "/v1/completions", body);
+    gateway_first = !gateway_first;
+    const auto tokenize_started = Clock::now();
+    httplib::Result tokenized = direct->Post("/tokenize", tokenize, "application/json");
+    const double via_tokenize = Micros(Clock::now() - tokenize_started);
+    if (via_direct < 0 || via_gateway < 0 || !tokenized || tokenized->status != 200) {
+      state.SkipWithError("a request failed");
+      break;
+    }
+    direct_us.push_back(via_direct);
+    gateway_us.push_back(via_gateway);
+    tokenize_us.push_back(via_tokenize);
+    state.SetIterationTime(via_gateway / 1e6);
+  }
+  if (state.error_occurred()) return;
+  const double direct_p50 = bench::Percentile(direct_us, 0.50);
+  const double direct_p99 = bench::Percentile(direct_us, 0.99);
+  const double gateway_p50 = bench::Percentile(gateway_us, 0.50);
+  const double gateway_p99 = bench::Percentile(gateway_us, 0.99);
+  state.counters["direct_ttfb_p50_us"] = direct_p50;
+  state.counters["direct_ttfb_p99_us"] = direct_p99;
+  state.counters["gateway_ttfb_p50_us"] = gateway_p50;
+  state.counters["gateway_ttfb_p99_us"] = gateway_p99;
+  state.counters["added_ttfb_p50_us"] = gateway_p50 - direct_p50;
+  state.counters["added_ttfb_p99_us"] = gateway_p99 - direct_p99;
+  state.counters["tokenize_p50_us"] = bench::Percentile(tokenize_us, 0.50);
+  state.counters["tokenize_p99_us"] = bench::Percentile(tokenize_us, 0.99);
+}
+BENCHMARK(BM_GatewayTtfbVsDirect)->Iterations(2000)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Completed requests in `duration` from `clients` threads, each on its own
+// kept-alive connection to host:port.
+double RequestsPerSecond(const std::string& host, int port, const std::string& body, int clients,
+                         std::chrono::milliseconds duration, std::atomic<bool>* failed) {
+  std::atomic<uint64_t> done{0};
+  std::vector<std::thread> threads;
+  const auto until = Clock::now() + duration;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      std::unique_ptr<httplib::Client> client = KeptAlive(host, port);
+      while (Clock::now() < until) {
+        httplib::Result result = client->Post("/v1/completions", body, "application/json");
+        if (!result || result->status != 200) {
+          failed->store(true);
+          return;
+        }
+        done.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return static_cast<double>(done.load()) / std::chrono::duration<double>(duration).count();
+}
+
+void BM_GatewayThroughputVsDirect(benchmark::State& state) {
+  constexpr int kClients = 8;
+  constexpr auto kRound = std::chrono::milliseconds(2000);
+  GatewayFleet fleet;
+  if (Status started = fleet.Start(std::chrono::milliseconds(0)); !started.ok()) {
+    state.SkipWithError(started.ToString().c_str());
+    return;
+  }
+  const std::string body = CompletionBody(/*stream=*/false, /*max_tokens=*/4);
+  Result<size_t> holder = fleet.Warm(body);
+  if (!holder.ok()) {
+    state.SkipWithError(holder.status().ToString().c_str());
+    return;
+  }
+  const auto [engine_host, engine_port] = HostPort(fleet.engine(*holder).control_url());
+  std::atomic<bool> failed{false};
+  double direct = 0, gateway = 0;
+  for (auto _ : state) {
+    direct += RequestsPerSecond(engine_host, engine_port, body, kClients, kRound, &failed);
+    gateway += RequestsPerSecond("127.0.0.1", fleet.gateway_port(), body, kClients, kRound, &failed);
+  }
+  if (failed.load()) {
+    state.SkipWithError("a request failed");
+    return;
+  }
+  const double rounds = static_cast<double>(state.iterations());
+  state.counters["direct_req_per_s"] = direct / rounds;
+  state.counters["gateway_req_per_s"] = gateway / rounds;
+  state.counters["ratio_gateway_vs_direct_throughput"] = gateway / direct;
+}
+BENCHMARK(BM_GatewayThroughputVsDirect)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+size_t HeapBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Heap and resident growth while `streams` long streams are open on
+// host:port, measured once every stream has its first chunk.
+struct StreamsFootprint {
+  double heap = 0;
+  double resident = 0;
+};
+Result<StreamsFootprint> OpenStreams(const std::string& host, int port, int streams) {
+  const size_t heap_before = HeapBytes();
+  const size_t resident_before = ResidentBytes();
+  std::atomic<int> started{0};
+  std::atomic<bool> measured{false};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int s = 0; s < streams; ++s) {
+    threads.emplace_back([&, s] {
+      httplib::Client client(host, port);
+      client.set_read_timeout(30, 0);
+      httplib::Request request;
+      request.method = "POST";
+      request.path = "/v1/completions";
+      // The engine's most (4096 tokens, 20 s at 5 ms a token): far longer
+      // than the measurement.
+      request.body = CompletionBody(/*stream=*/true, /*max_tokens=*/4096, 100000 + s * 1000);
+      request.set_header("Content-Type", "application/json");
+      bool counted = false;
+      request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (!counted) {
+          counted = true;
+          started.fetch_add(1);
+        }
+        return !measured.load();  // going away ends the stream
+      };
+      httplib::Result result = client.send(request);
+      if (!counted || (result && result->status != 200)) failed.store(true);
+    });
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (started.load() < streams && !failed.load() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Let each stream settle into its steady state (buffers grown) first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const StreamsFootprint footprint{
+      static_cast<double>(HeapBytes()) - static_cast<double>(heap_before),
+      static_cast<double>(ResidentBytes()) - static_cast<double>(resident_before)};
+  measured.store(true);
+  for (std::thread& thread : threads) thread.join();
+  if (failed.load() || started.load() < streams) {
+    return Status::Unavailable("not every stream started");
+  }
+  return footprint;
+}
+
+void BM_GatewayMemoryPerStream(benchmark::State& state) {
+  constexpr int kStreams = 24;
+  GatewayFleet fleet;
+  // Streams that last: a token every 5 ms until the client goes away.
+  if (Status started = fleet.Start(std::chrono::milliseconds(5)); !started.ok()) {
+    state.SkipWithError(started.ToString().c_str());
+    return;
+  }
+  Result<size_t> holder = fleet.Warm(CompletionBody(/*stream=*/false, /*max_tokens=*/1));
+  if (!holder.ok()) {
+    state.SkipWithError(holder.status().ToString().c_str());
+    return;
+  }
+  const auto [engine_host, engine_port] = HostPort(fleet.engine(*holder).control_url());
+  // Once unmeasured, so the engines' pools and kvgov's index already hold
+  // every stream's prompt when the measured rounds run.
+  if (!OpenStreams(engine_host, engine_port, kStreams).ok() ||
+      !OpenStreams("127.0.0.1", fleet.gateway_port(), kStreams).ok()) {
+    state.SkipWithError("a stream did not start");
+    return;
+  }
+  double heap = 0, resident = 0;
+  for (auto _ : state) {
+    Result<StreamsFootprint> direct = OpenStreams(engine_host, engine_port, kStreams);
+    Result<StreamsFootprint> gateway = OpenStreams("127.0.0.1", fleet.gateway_port(), kStreams);
+    if (!direct.ok() || !gateway.ok()) {
+      state.SkipWithError("a stream did not start");
+      return;
+    }
+    heap += (gateway->heap - direct->heap) / kStreams;
+    resident += (gateway->resident - direct->resident) / kStreams;
+  }
+  const double rounds = static_cast<double>(state.iterations());
+  state.counters["gateway_heap_bytes_per_stream"] = heap / rounds;
+  state.counters["gateway_resident_bytes_per_stream"] = resident / rounds;
+  state.counters["streams"] = kStreams;
+}
+BENCHMARK(BM_GatewayMemoryPerStream)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace kvgov::server
