@@ -33,6 +33,7 @@ RATIOS = {
     "ratio_ingest_vs_decode": ("ingest / decode-only blocks per second", ">= 0.5", lambda r: r >= 0.5),
     "ratio_p99_vs_hash": ("in-process route p99 / prompt hash p50", "< 3", lambda r: r < 3),
     "ratio_http_p99_vs_hash": ("HTTP route p99 / prompt hash p50", None, None),
+    "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second", ">= 0.8", lambda r: r >= 0.8),
 }
 print()
 print("Ratios, each measured side by side within one run:")

@@ -47,6 +47,7 @@ struct ServeFlags {
   int64_t gateway_connect_timeout_ms = 2000;
   int64_t gateway_first_byte_timeout_ms = 60000;
   uint64_t gateway_max_in_flight = 0;
+  int http_threads = 32;
   std::string tls_cert_file;
   std::string tls_key_file;
   std::vector<std::string> engines;
@@ -84,6 +85,7 @@ int Serve(const ServeFlags& flags) {
   }
   options.gateway_ready_file = flags.gateway_ready_file;
   options.gateway_max_in_flight = flags.gateway_max_in_flight;
+  options.http_threads = flags.http_threads;
   options.gateway_timeouts = {flags.gateway_connect_timeout_ms,
                               flags.gateway_first_byte_timeout_ms};
   options.data_dir = flags.data_dir;
@@ -229,6 +231,11 @@ int Run(int argc, char** argv) {
                     "Retry-After. 0: no limit.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}));
+  serve->add_option("--http-threads", serve_flags.http_threads,
+                    "Threads of each listener (control API, gateway). A kept-alive\n"
+                    "connection or a streamed answer holds one for its whole length.")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   serve->add_option("--engine", serve_flags.engines,
                     "Follow an engine's KV-event stream (repeatable). Comma-separated key=value:\n"
                     "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"
