@@ -45,15 +45,6 @@ Status CheckName(std::string_view name) {
   return Status::Ok();
 }
 
-Status CheckTenant(std::string_view tenant) {
-  if (tenant.size() > 128) return Status::InvalidArgument("tenant: longer than 128 bytes");
-  for (char c : tenant) {
-    if (c < 0x21 || c > 0x7e) {
-      return Status::InvalidArgument("tenant: only printable ASCII without spaces is allowed");
-    }
-  }
-  return Status::Ok();
-}
 
 Status CheckRecord(const TokenRecord& record) {
   KVGOV_RETURN_IF_ERROR(CheckName(record.name));
@@ -251,6 +242,16 @@ Result<std::vector<TokenRecord>> LoadLocked(const std::string& path) {
 }
 
 }  // namespace
+
+Status CheckTenant(std::string_view tenant) {
+  if (tenant.size() > 128) return Status::InvalidArgument("tenant: longer than 128 bytes");
+  for (char c : tenant) {
+    if (c < 0x21 || c > 0x7e) {
+      return Status::InvalidArgument("tenant: only printable ASCII without spaces is allowed");
+    }
+  }
+  return Status::Ok();
+}
 
 Result<Role> ParseRole(std::string_view role) {
   for (const RoleSpelling& spelling : kRoles) {

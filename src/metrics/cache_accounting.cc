@@ -41,6 +41,12 @@ Result<std::unique_ptr<CacheAccounting>> CacheAccounting::Create(Registry* regis
                             "Prefill tokens saved, credited only to the source that saved them: "
                             "local sources on servable hits, the provider on its cache reads.",
                             {"source"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      accounting->tokens_saved_by_tenant_,
+      registry->AddCounter({"kvgov_prefill_tokens_saved_by_tenant_total",
+                            "kvgov_prefill_tokens_saved_total by the entry's model and tenant "
+                            "(\"unknown\" and \"none\" when it names neither).",
+                            {"source", "model", "tenant"}}));
   return accounting;
 }
 
@@ -63,6 +69,11 @@ LookupVerdict CacheAccounting::Record(const Entry& entry) {
       ->Inc();
   if (int64_t credited = ReuseLedger::CreditedTokens(entry, verdict); credited > 0) {
     tokens_saved_->WithLabels({source})->Add(credited);
+    const std::string_view model = entry.derivation.model_id.empty()
+                                       ? LabelOr(entry, "model", "unknown")
+                                       : std::string_view(entry.derivation.model_id);
+    tokens_saved_by_tenant_->WithLabels({source, model, LabelOr(entry, "tenant", "none")})
+        ->Add(credited);
   }
   return verdict;
 }

@@ -55,6 +55,35 @@ TEST(CacheAccountingTest, EachEntryCountsUnderItsOwnSource) {
       << text;
 }
 
+// Savings by model and tenant, from the derivation's model or the labels;
+// never blended across sources.
+TEST(CacheAccountingTest, SavingsAreAlsoCountedByModelAndTenant) {
+  Registry registry;
+  Result<std::unique_ptr<CacheAccounting>> accounting = CacheAccounting::Create(&registry);
+  ASSERT_TRUE(accounting.ok()) << accounting.status().ToString();
+  ProviderCache cache;
+  cache.model_id = "gpt";
+  cache.cached_tokens = 100;
+  cache.prompt_tokens = 400;
+  cache.serializer_id = "chat-v1";
+  Result<Entry> provider = FromProviderCache(cache);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  provider->labels["tenant"] = "acme";
+  (*accounting)->Record(*provider);
+  provider->labels.erase("tenant");
+  (*accounting)->Record(*provider);
+
+  const std::string text = registry.Render();
+  const std::string source(ToString(provider->source));
+  const std::string by_model = "kvgov_prefill_tokens_saved_by_tenant_total{source=\"" + source +
+                               "\",model=\"" + provider->derivation.model_id + "\",tenant=";
+  EXPECT_NE(text.find(by_model + "\"acme\"} 100"), std::string::npos) << text;
+  EXPECT_NE(text.find(by_model + "\"none\"} 100"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvgov_prefill_tokens_saved_total{source=\"" + source + "\"} 200"),
+            std::string::npos)
+      << text;
+}
+
 TEST(CacheAccountingTest, RegisteringTwiceIsRefusedByTheRegistry) {
   Registry registry;
   ASSERT_TRUE(CacheAccounting::Create(&registry).ok());

@@ -12,8 +12,10 @@
 #include <thread>
 
 #include "kvgov/auth/entropy.h"
+#include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/connectors/openai_upstream.h"
+#include "server/access.h"
 #include "server/daemon.h"
 #include "server/http_api.h"
 
@@ -49,6 +51,30 @@ JsonLimits UsageLimits() {
   JsonLimits limits;
   limits.max_bytes = size_t{64} << 20;
   return limits;
+}
+
+// The header a fleet-wide caller (no token, or a token bound to no tenant)
+// names the tenant it sends for, as /v1/route's "tenant" field does: a
+// front end that authenticates end users itself.
+constexpr const char* kTenantHeader = "X-Kvgov-Tenant";
+
+// The tenant the request is served for: the caller's, or the one the
+// header names when the caller may name one. Otherwise the 400 or 403 is
+// answered.
+std::optional<std::string> TenantOf(const auth::Principal& caller,
+                                    const httplib::Request& request,
+                                    httplib::Response& response) {
+  std::string tenant = request.get_header_value(kTenantHeader);
+  if (Status valid = auth::CheckTenant(tenant); !valid.ok()) {
+    SendOpenAIError(response, 400, std::string(kTenantHeader) + ": " + valid.message(),
+                    "invalid_request_error", "", "invalid_value");
+    return std::nullopt;
+  }
+  if (Status fits = FitToCaller(caller, /*names_span_by_tokens=*/true, tenant); !fits.ok()) {
+    SendOpenAIError(response, 403, fits.message(), "permission_error", "", "forbidden");
+    return std::nullopt;
+  }
+  return tenant;
 }
 
 // "$.prompt[1]: ..." names the field "prompt".
@@ -247,6 +273,8 @@ class GatewayHandler {
   void operator()(const httplib::Request& request, httplib::Response& response) const {
     std::optional<auth::Principal> caller = AdmitInfer(daemon_, request, response);
     if (!caller) return;
+    const std::optional<std::string> tenant = TenantOf(*caller, request, response);
+    if (!tenant) return;
     JsonLimits limits;
     limits.max_bytes = daemon_.options.max_body_bytes;
     Result<GatewayRequest> decoded = DecodeGatewayRequestJson(endpoint_, request.body, limits);
@@ -304,12 +332,11 @@ class GatewayHandler {
       }
       tokens = *std::move(tokenized);
     }
-    const std::string& tenant = caller->tenant;
     const std::string salt =
-        tenant.empty() ? "" : router::TenantCacheSalt(daemon_.tenant_secret, tenant);
+        tenant->empty() ? "" : router::TenantCacheSalt(daemon_.tenant_secret, *tenant);
     const std::string body = ForwardedBody(request.body, salt, decoded->ask_usage);
     const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
-    router::RouteRequest route{decoded->model, tenant, std::move(tokens), "", serving};
+    router::RouteRequest route{decoded->model, *tenant, std::move(tokens), "", serving};
 
     // One try, and one more on the next candidate when the first engine
     // gave no byte or a 5xx head.
@@ -340,7 +367,7 @@ class GatewayHandler {
       const std::optional<index::WorkerResidency> residency =
           daemon_.index.Worker(decision->worker);
       const int64_t block_size = residency ? std::max<int64_t>(1, residency->block_size) : 1;
-      upstream->prediction = {decoded->model, tenant, routed_tokens,
+      upstream->prediction = {decoded->model, *tenant, routed_tokens,
                               static_cast<int64_t>(decision->overlap_blocks) * block_size,
                               block_size};
       Status failure;

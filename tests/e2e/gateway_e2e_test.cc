@@ -370,7 +370,30 @@ TEST_F(GatewayE2ETest, TheEngineReceivesTheTenantsSaltAndAClientSaltIsRefused) {
   const Json error = Json::parse(refused->body)["error"];
   EXPECT_EQ(error["param"], "cache_salt");
   EXPECT_EQ(error["type"], "invalid_request_error");
-  EXPECT_EQ(salts.size(), 4u);
+
+  // A fleet-wide caller names the tenant it sends for (a front end that
+  // authenticates its users itself): that tenant's salt, as a-bound gets.
+  httplib::Headers for_a = Bearer(fleet);
+  for_a.emplace("X-Kvgov-Tenant", "tenant-a");
+  ASSERT_EQ(HttpStatus(Post("/v1/completions", request, for_a)), 200);
+  // A tenant-bound token cannot speak for another tenant; a bad name is 400.
+  httplib::Headers b_for_a = Bearer(b);
+  b_for_a.emplace("X-Kvgov-Tenant", "tenant-a");
+  httplib::Result crossed = Post("/v1/completions", request, b_for_a);
+  ASSERT_EQ(HttpStatus(crossed), 403);
+  EXPECT_NE(Json::parse(crossed->body)["error"]["message"].get<std::string>().find("tenant-b"),
+            std::string::npos);
+  httplib::Headers spaced = Bearer(fleet);
+  spaced.emplace("X-Kvgov-Tenant", "tenant a");
+  EXPECT_EQ(HttpStatus(Post("/v1/completions", request, spaced)), 400);
+  std::map<std::string, int> after;
+  for (const auto& engine : engines_) {
+    for (const std::string& salt : engine->received_salts()) ++after[salt];
+  }
+  ASSERT_EQ(after.size(), 3u);  // no new salt
+  for (const auto& [salt, count] : counts) {
+    EXPECT_EQ(after[salt], count + (count == 2 ? 1 : 0)) << salt;  // a's third
+  }
 }
 
 TEST_F(GatewayE2ETest, BadRequestsGetOpenAIErrors) {

@@ -38,6 +38,10 @@ struct TokenRecord {
 /// <data_dir>/tokens.json.
 std::string TokenFilePath(std::string_view data_dir);
 
+/// A tenant name: at most 128 bytes of printable ASCII without spaces.
+/// InvalidArgument ("tenant: ...") otherwise.
+Status CheckTenant(std::string_view tenant);
+
 /// Reads the token file strictly. A missing file is no tokens; anything
 /// malformed is InvalidArgument naming the path and field
 /// ("tokens.json: $.tokens[1].roles[0]: ..."); over 1 MiB is

@@ -15,6 +15,9 @@ namespace kvgov::metrics {
 ///   kvgov_bytes_moved_total{source,from_tier,to_tier}
 ///   kvgov_lookup_verdicts_total{source,kind,reason}
 ///   kvgov_prefill_tokens_saved_total{source}
+///   kvgov_prefill_tokens_saved_by_tenant_total{source,model,tenant}
+///     (the same savings by the entry's model, derivation.model_id or its
+///     "model" label, else "unknown", and its "tenant" label, else "none")
 /// Thread-safe (the registry's own guarantees).
 class CacheAccounting {
  public:
@@ -31,6 +34,7 @@ class CacheAccounting {
   CounterFamily* bytes_moved_ = nullptr;
   CounterFamily* verdicts_ = nullptr;
   CounterFamily* tokens_saved_ = nullptr;
+  CounterFamily* tokens_saved_by_tenant_ = nullptr;
 };
 
 }  // namespace kvgov::metrics
