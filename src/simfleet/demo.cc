@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +83,60 @@ Status PollUntil(std::chrono::milliseconds timeout, const std::string& what, Att
   }
   return Status::Unavailable(what + ": not within " + std::to_string(timeout.count()) + " ms" +
                              (last.ok() ? "" : "; last error: " + last.message()));
+}
+
+// The samples of one family in a Prometheus text exposition, by their
+// label set as written ("{a=\"x\",b=\"y\"}").
+std::map<std::string, double> Samples(std::string_view exposition, std::string_view family) {
+  std::map<std::string, double> out;
+  size_t at = 0;
+  while (at < exposition.size()) {
+    size_t end = exposition.find('\n', at);
+    if (end == std::string_view::npos) end = exposition.size();
+    const std::string_view line = exposition.substr(at, end - at);
+    at = end + 1;
+    if (!line.starts_with(family) || line.size() <= family.size()) continue;
+    const char next = line[family.size()];
+    if (next != '{' && next != ' ') continue;  // another family sharing the prefix
+    const size_t space = line.rfind(' ');
+    out[std::string(line.substr(family.size(), space - family.size()))] =
+        std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
+  }
+  return out;
+}
+
+// The value of `label` in a label set as Samples keys it; "" when absent.
+std::string LabelValue(std::string_view labels, std::string_view label) {
+  const std::string key = std::string(label) + "=\"";
+  const size_t start = labels.find(key);
+  if (start == std::string_view::npos) return "";
+  const size_t begin = start + key.size();
+  return std::string(labels.substr(begin, labels.find('"', begin) - begin));
+}
+
+// What the gateway saw: each worker's scored predictions (GET /v1/workers),
+// prompt-token mismatches and the ride_engine saving by tenant (/metrics).
+Status ReadGatewayFigures(httplib::Client& kvgov, DemoResult& result) {
+  KVGOV_ASSIGN_OR_RETURN(Json workers, GetJson(kvgov, "/v1/workers"));
+  for (const Json& worker : workers["workers"]) {
+    if (!worker.contains("predictions")) continue;
+    const Json& predictions = worker["predictions"];
+    result.gateway_predictions_scored += predictions.value("scored", uint64_t{0});
+    result.gateway_predictions_exact += predictions.value("exact", uint64_t{0});
+    result.gateway_predicted_tokens += predictions.value("predicted_tokens", int64_t{0});
+    result.gateway_engine_cached_tokens += predictions.value("engine_cached_tokens", int64_t{0});
+  }
+  httplib::Result metrics = kvgov.Get("/metrics");
+  if (!metrics || metrics->status != 200) return Status::Unavailable("GET /metrics failed");
+  for (const auto& [labels, value] : Samples(metrics->body, "kvgov_gateway_tokenize_mismatch_total")) {
+    result.gateway_tokenize_mismatches += value;
+  }
+  for (const auto& [labels, value] :
+       Samples(metrics->body, "kvgov_prefill_tokens_saved_by_tenant_total")) {
+    if (LabelValue(labels, "source") != "ride_engine") continue;
+    result.gateway_saved_tokens_by_tenant[LabelValue(labels, "tenant")] += value;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -186,9 +242,10 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
     return healthy == impl_->engines.size();
   }));
 
-  // Route the workload live.
+  // Send the workload live, through the gateway.
   DriveOptions drive;
   drive.kvgov_url = result.kvgov_url;
+  drive.gateway_url = result.gateway_url.substr(0, result.gateway_url.size() - 3);  // no /v1
   drive.model = kModel;
   drive.speedup = plan.speedup;
   uint64_t next_line = 0;
@@ -198,12 +255,12 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                                 : static_cast<double>(progress.hit_blocks) /
                                       static_cast<double>(progress.prompt_blocks);
     if (tty) {
-      std::fprintf(out, "\r  routing   %llu/%llu requests through kvgov, hit rate %s, errors %llu ",
+      std::fprintf(out, "\r  sending   %llu/%llu requests through the gateway, hit rate %s, errors %llu ",
                    static_cast<unsigned long long>(progress.done),
                    static_cast<unsigned long long>(progress.total), Percent(hit_rate).c_str(),
                    static_cast<unsigned long long>(progress.errors));
     } else if (progress.done >= next_line) {
-      std::fprintf(out, "  routing   %llu/%llu requests through kvgov, hit rate %s, errors %llu\n",
+      std::fprintf(out, "  sending   %llu/%llu requests through the gateway, hit rate %s, errors %llu\n",
                    static_cast<unsigned long long>(progress.done),
                    static_cast<unsigned long long>(progress.total), Percent(hit_rate).c_str(),
                    static_cast<unsigned long long>(progress.errors));
@@ -213,9 +270,26 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   };
   const Clock::time_point drive_start = Clock::now();
   KVGOV_ASSIGN_OR_RETURN(DriveReport live, DriveThroughKvgov(trace, control_urls, drive));
-  std::fprintf(out, "%s  routed    %llu requests in %.1f s wall (%.0fx faster than modeled)\n\n",
+  std::fprintf(out, "%s  answered  %llu requests in %.1f s wall (%.0fx faster than modeled)\n",
                tty ? "\n" : "", static_cast<unsigned long long>(live.report.requests),
                Seconds(Clock::now() - drive_start), plan.speedup);
+  KVGOV_RETURN_IF_ERROR(ReadGatewayFigures(kvgov, result));
+  std::fprintf(out,
+               "  gateway   kvgov predicted %lld cached prompt tokens, the engines reported %lld; "
+               "exact on %llu of %llu answers\n"
+               "            prompt tokens as the engines counted them = tokens routed on, "
+               "mismatches: %.0f\n",
+               static_cast<long long>(result.gateway_predicted_tokens),
+               static_cast<long long>(result.gateway_engine_cached_tokens),
+               static_cast<unsigned long long>(result.gateway_predictions_exact),
+               static_cast<unsigned long long>(result.gateway_predictions_scored),
+               result.gateway_tokenize_mismatches);
+  std::string savings;
+  for (const auto& [tenant, tokens] : result.gateway_saved_tokens_by_tenant) {
+    savings += (savings.empty() ? "" : ", ") + tenant + " " + std::to_string(std::llround(tokens));
+  }
+  std::fprintf(out, "            ride_engine saving (engine-reported cached tokens) by tenant: %s\n\n",
+               savings.empty() ? "none" : savings.c_str());
   if (live.errors > 0) {
     std::fprintf(out, "  %llu requests failed; the first: %s\n\n",
                  static_cast<unsigned long long>(live.errors), live.first_error.c_str());
@@ -462,10 +536,15 @@ Status Demo::RunGatewaySession(FILE* out, DemoResult& result) {
   }
   std::fprintf(out,
                "  try it    curl -s %s/chat/completions -H 'Content-Type: application/json' \\\n"
+               "              -H 'X-Kvgov-Tenant: tenant-0' \\\n"
                "              -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\","
                "\"content\":\"hello\"}],\"max_tokens\":8}'\n"
-               "            or any OpenAI client with base_url=%s (stream=true works too)\n\n",
-               result.gateway_url.c_str(), kModel, result.gateway_url.c_str());
+               "            or any OpenAI client (stream=True works too), e.g. Python's:\n"
+               "              from openai import OpenAI\n"
+               "              client = OpenAI(base_url=\"%s\", api_key=\"unused-on-loopback\")\n"
+               "              client.chat.completions.create(model=\"%s\", max_tokens=8,\n"
+               "                  messages=[{\"role\": \"user\", \"content\": \"hello\"}])\n\n",
+               result.gateway_url.c_str(), kModel, result.gateway_url.c_str(), kModel);
   return Status::Ok();
 }
 

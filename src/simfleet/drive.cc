@@ -33,22 +33,70 @@ struct Counters {
   }
 };
 
-// One gateway connection set: kvgov plus every engine, kept alive.
-class Gateway {
+// The engine's answer as a request outcome: its modeled times and hits
+// (the simulated engine's kvgov_sim block) and its cached tokens.
+Result<sim::RequestOutcome> OutcomeOf(const Json& answer, const std::string& what,
+                                      const sim::SimRequest& request,
+                                      const std::map<std::string, size_t>& engine_numbers) {
+  const Json& sim = answer.contains("kvgov_sim") ? answer["kvgov_sim"] : Json();
+  if (!sim.is_object()) return Status::Unavailable(what + ": no kvgov_sim block");
+  auto engine = engine_numbers.find(sim.value("engine", ""));
+  if (engine == engine_numbers.end()) {
+    return Status::Unavailable(what + ": answered by \"" + sim.value("engine", "") +
+                               "\", which is not a simulated engine");
+  }
+  sim::RequestOutcome outcome;
+  outcome.engine = engine->second;
+  outcome.prompt_blocks = sim.value("prompt_blocks", uint64_t{0});
+  outcome.hit_blocks = sim.value("hit_blocks", uint64_t{0});
+  outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
+  const Json usage = answer.value("usage", Json::object());
+  const Json details = usage.value("prompt_tokens_details", Json::object());
+  outcome.computed_tokens =
+      outcome.prompt_tokens - (details.is_object() ? details.value("cached_tokens", int64_t{0}) : 0);
+  outcome.prefill_s = sim.value("prefill_s", 0.0);
+  outcome.ttft_s = sim.value("ttft_s", 0.0);
+  return outcome;
+}
+
+// One driving thread's connections, kept alive: kvgov (its control API, or
+// its gateway) and, without the gateway, every engine.
+class Sender {
  public:
-  Gateway(const DriveOptions& options, const std::map<std::string, std::string>& engines)
-      : options_(options), kvgov_(options.kvgov_url) {
+  Sender(const DriveOptions& options, const std::map<std::string, std::string>& engines)
+      : options_(options),
+        kvgov_(options.gateway_url.empty() ? options.kvgov_url : options.gateway_url) {
     TuneForRequests(kvgov_);
+    kvgov_.set_read_timeout(std::chrono::seconds(600));  // a deep modeled queue
+    if (!options.gateway_url.empty()) return;
     for (const auto& [worker, url] : engines) {
       auto client = std::make_unique<httplib::Client>(url);
       TuneForRequests(*client);
-      client->set_read_timeout(std::chrono::seconds(600));  // a deep modeled queue
+      client->set_read_timeout(std::chrono::seconds(600));
       engines_.emplace(worker, std::move(client));
     }
   }
 
   Result<sim::RequestOutcome> Send(const sim::SimRequest& request,
                                    const std::map<std::string, size_t>& engine_numbers) {
+    return options_.gateway_url.empty() ? SendRouted(request, engine_numbers)
+                                        : SendThroughGateway(request, engine_numbers);
+  }
+
+ private:
+  Result<sim::RequestOutcome> SendThroughGateway(
+      const sim::SimRequest& request, const std::map<std::string, size_t>& engine_numbers) {
+    const Json completion = {
+        {"model", options_.model}, {"prompt", request.tokens}, {"max_tokens", 1}};
+    httplib::Headers headers;
+    if (!request.tenant.empty()) headers.emplace("X-Kvgov-Tenant", request.tenant);
+    KVGOV_ASSIGN_OR_RETURN(Json answer, PostJson(kvgov_, "POST gateway /v1/completions",
+                                                 "/v1/completions", completion, headers));
+    return OutcomeOf(answer, "POST gateway /v1/completions", request, engine_numbers);
+  }
+
+  Result<sim::RequestOutcome> SendRouted(const sim::SimRequest& request,
+                                         const std::map<std::string, size_t>& engine_numbers) {
     Json route = {{"model", options_.model}, {"token_ids", request.tokens}};
     if (!request.tenant.empty()) route["tenant"] = request.tenant;
     KVGOV_ASSIGN_OR_RETURN(Json decision, PostJson(kvgov_, "POST /v1/route", "/v1/route", route));
@@ -63,30 +111,14 @@ class Gateway {
                        {"prompt", request.tokens},
                        {"max_tokens", 1},
                        {"cache_salt", decision.value("cache_salt", "")}};
-    Result<Json> answer =
-        PostJson(*engine->second, "POST " + worker + " /v1/completions", "/v1/completions",
-                 completion);
+    const std::string what = "POST " + worker + " /v1/completions";
+    Result<Json> answer = PostJson(*engine->second, what, "/v1/completions", completion);
     // Release the decision whatever the engine said: its load is gone.
     (void)kvgov_.Post("/v1/route/" + decision_id + "/done", "", "application/json");
     KVGOV_RETURN_IF_ERROR(answer.status());
-    const Json& sim = (*answer)["kvgov_sim"];
-    if (!sim.is_object()) {
-      return Status::Unavailable("POST " + worker + " /v1/completions: no kvgov_sim block");
-    }
-    sim::RequestOutcome outcome;
-    outcome.engine = engine_numbers.at(worker);
-    outcome.prompt_blocks = sim.value("prompt_blocks", uint64_t{0});
-    outcome.hit_blocks = sim.value("hit_blocks", uint64_t{0});
-    outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
-    outcome.computed_tokens =
-        outcome.prompt_tokens -
-        (*answer)["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
-    outcome.prefill_s = sim.value("prefill_s", 0.0);
-    outcome.ttft_s = sim.value("ttft_s", 0.0);
-    return outcome;
+    return OutcomeOf(*answer, what, request, engine_numbers);
   }
 
- private:
   const DriveOptions& options_;
   httplib::Client kvgov_;
   std::map<std::string, std::unique_ptr<httplib::Client>> engines_;
@@ -109,13 +141,13 @@ Result<DriveReport> DriveThroughKvgov(std::span<const sim::SimRequest> trace,
   std::atomic<size_t> next{0};
   const Clock::time_point start = Clock::now();
   auto work = [&] {
-    Gateway gateway(options, engines);
+    Sender sender(options, engines);
     for (size_t i = next.fetch_add(1); i < trace.size(); i = next.fetch_add(1)) {
       const sim::SimRequest& request = trace[i];
       std::this_thread::sleep_until(
           start + std::chrono::duration_cast<Clock::duration>(
                       std::chrono::duration<double>(request.arrival_s / options.speedup)));
-      Result<sim::RequestOutcome> outcome = gateway.Send(request, engine_numbers);
+      Result<sim::RequestOutcome> outcome = sender.Send(request, engine_numbers);
       if (outcome.ok()) {
         counters.prompt_blocks.fetch_add(outcome->prompt_blocks);
         counters.hit_blocks.fetch_add(outcome->hit_blocks);

@@ -24,8 +24,9 @@ void TuneForRequests(httplib::Client& client) {
 }
 
 Result<nlohmann::json> PostJson(httplib::Client& client, const std::string& what,
-                                const std::string& path, const nlohmann::json& body) {
-  return ParseAnswer(client.Post(path, body.dump(), "application/json"), what);
+                                const std::string& path, const nlohmann::json& body,
+                                const httplib::Headers& headers) {
+  return ParseAnswer(client.Post(path, headers, body.dump(), "application/json"), what);
 }
 
 Result<nlohmann::json> GetJson(httplib::Client& client, const std::string& path) {

@@ -17,11 +17,12 @@ namespace kvgov::simfleet {
 /// ACK of its headers (about 40 ms per call on Linux).
 void TuneForRequests(httplib::Client& client);
 
-/// POSTs `body` and parses the answer, which must be a JSON object with a
-/// 2xx status; otherwise Unavailable naming `what`, the status and the
-/// start of the body.
+/// POSTs `body` (with `headers`) and parses the answer, which must be a
+/// JSON object with a 2xx status; otherwise Unavailable naming `what`, the
+/// status and the start of the body.
 Result<nlohmann::json> PostJson(httplib::Client& client, const std::string& what,
-                                const std::string& path, const nlohmann::json& body);
+                                const std::string& path, const nlohmann::json& body,
+                                const httplib::Headers& headers = {});
 
 /// GETs `path`, with the same rules.
 Result<nlohmann::json> GetJson(httplib::Client& client, const std::string& path);

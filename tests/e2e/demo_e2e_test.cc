@@ -47,6 +47,20 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   std::ifstream file(report);
   const Json figures = Json::parse(file);
   EXPECT_EQ(figures["requests"], 45);
+  // Every request went through the gateway, which scored each prediction
+  // against the engine's report and accounted each tenant's saving.
+  EXPECT_EQ(figures["gateway_predictions_scored"], 45) << figures.dump(2);
+  EXPECT_GE(figures["gateway_predictions_exact"].get<uint64_t>(), 40u) << figures.dump(2);
+  EXPECT_GT(figures["gateway_engine_cached_tokens"].get<int64_t>(), 0);
+  EXPECT_EQ(figures["gateway_tokenize_mismatches"], 0);
+  const Json& saved = figures["gateway_saved_tokens_by_tenant"];
+  ASSERT_EQ(saved.size(), 3u) << saved.dump();
+  double saved_total = 0;
+  for (const char* tenant : {"tenant-0", "tenant-1", "tenant-2"}) {
+    EXPECT_GT(saved.value(tenant, 0.0), 0.0) << tenant << " " << saved.dump();
+    saved_total += saved.value(tenant, 0.0);
+  }
+  EXPECT_EQ(saved_total, figures["gateway_engine_cached_tokens"].get<double>());
   // kv-aware placement beats round-robin on the same trace and engines.
   EXPECT_GT(figures["live_hit_rate"].get<double>(),
             figures["round_robin_hit_rate"].get<double>() + 0.05)

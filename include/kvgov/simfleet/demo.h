@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,15 @@ struct DemoResult {
   int64_t gateway_turn2_prompt_tokens = 0;
   int64_t gateway_turn2_cached_tokens = 0;
   uint64_t requests = 0;
+  // What the gateway saw of the workload (every request went through it):
+  // its predictions against the engines' reports, prompt-token parity, and
+  // the ride_engine saving by tenant, as kvgov accounted them.
+  uint64_t gateway_predictions_scored = 0;
+  uint64_t gateway_predictions_exact = 0;
+  int64_t gateway_predicted_tokens = 0;
+  int64_t gateway_engine_cached_tokens = 0;
+  double gateway_tokenize_mismatches = 0;
+  std::map<std::string, double> gateway_saved_tokens_by_tenant;
   double live_hit_rate = 0;     // kvgov routing the live fleet
   double live_ttft_p50_s = 0;   // modeled
   double live_ttft_p90_s = 0;
@@ -51,7 +61,8 @@ struct DemoResult {
 };
 
 /// `kvgov demo`: a simulated vLLM fleet, kvgov serving it in this process,
-/// and a multi-tenant agent workload driven through kvgov's /v1/route; then
+/// and a multi-tenant agent workload sent through kvgov's gateway as an
+/// OpenAI client sends it (the tenant in X-Kvgov-Tenant); then
 /// one quarantine with its invalidation certified and verified, and one
 /// NIXL lease lapsing. The fleet and kvgov keep running until Stop.
 ///
