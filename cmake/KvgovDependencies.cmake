@@ -4,6 +4,8 @@
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
+# simdjson::simdjson: the gateway's request-body parser (ADR 0016).
+find_package(simdjson CONFIG REQUIRED)
 find_package(CLI11 REQUIRED)
 # msgpack-cxx is header-only; target msgpackc-cxx. Found here, at the top,
 # because imported targets are directory-scoped and both the adapters and

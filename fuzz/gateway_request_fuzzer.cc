@@ -6,7 +6,12 @@
 // token ids in range or a tokenize body that is a JSON object naming the
 // same model; the forwarded body is the client's JSON with exactly the
 // inserted members added; small limits only ever refuse; the splitter loses
-// and invents no byte.
+// and invents no byte. And differentially: the simdjson decoder and the
+// nlohmann one it replaced (ADR 0016, kept as the oracle) accept the same
+// bodies and decode them alike, except that simdjson refuses an integer
+// past 64 bits that nlohmann read as a double. (Which error a body with
+// two faults gets may differ: nlohmann stops at the first fault while
+// parsing, simdjson parses the whole body first.)
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codec/gateway_request_oracle.h"
 #include "json_check.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/core/engine_events.h"
@@ -24,6 +30,32 @@ namespace {
 bool SameRequest(const GatewayRequest& a, const GatewayRequest& b) {
   return a.model == b.model && a.stream == b.stream && a.ask_usage == b.ask_usage &&
          a.token_ids == b.token_ids && a.tokenize_body == b.tokenize_body;
+}
+
+// The same request, the tokenize body compared as JSON: the two decoders
+// print its numbers and strings each their own way.
+bool SameAsOracle(const GatewayRequest& a, const GatewayRequest& b) {
+  const auto tokenize = [](const std::string& body) {
+    return body.empty() ? nlohmann::json() : nlohmann::json::parse(body, nullptr, false);
+  };
+  return a.model == b.model && a.stream == b.stream && a.ask_usage == b.ask_usage &&
+         a.token_ids == b.token_ids && tokenize(a.tokenize_body) == tokenize(b.tokenize_body);
+}
+
+void CheckAgainstOracle(GatewayEndpoint endpoint, std::string_view text,
+                        const Result<GatewayRequest>& decoded, const JsonLimits& limits) {
+  const Result<GatewayRequest> oracle =
+      codec_testing::DecodeGatewayRequestWithNlohmann(endpoint, text, limits);
+  if (decoded.ok() && oracle.ok()) {
+    FUZZ_CHECK(SameAsOracle(*decoded, *oracle), "decoded unlike the oracle");
+    return;
+  }
+  if (decoded.ok() == oracle.ok()) return;
+  const bool wide_integer = !decoded.ok() && decoded.status().message().find("64 bits") !=
+                                                 std::string::npos;
+  FUZZ_CHECK(wide_integer, "simdjson %s, the oracle %s",
+             decoded.ok() ? "accepted" : Describe(decoded.status()).c_str(),
+             oracle.ok() ? "accepted" : Describe(oracle.status()).c_str());
 }
 
 void CheckRequest(const GatewayRequest& request, std::string_view text) {
@@ -88,6 +120,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (!bounded.ok()) CheckJsonFailure(bounded.status(), text, small);
     CheckLimitsAgree(full, bounded, SameRequest);
+    CheckAgainstOracle(endpoint, text, full, defaults);
+    CheckAgainstOracle(endpoint, text, bounded, small);
   }
   const Result<std::vector<int64_t>> tokens = DecodeTokenizeAnswerJson(text, defaults);
   if (tokens.ok()) FUZZ_CHECK(CheckTokenIds(*tokens).ok(), "a tokenized id out of range");

@@ -12,7 +12,7 @@ packages=(
   # fuzzing (make fuzz): clang, and libFuzzer with the sanitizer runtimes
   clang libclang-rt-14-dev
   # libraries
-  nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
+  nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
   # test peers and tooling (prometheus brings promtool, which checks /metrics)
   python3-zmq python3-msgpack curl prometheus

@@ -24,7 +24,7 @@ check() {  # check DESCRIPTION PATTERN PATH...
   fi
 }
 
-third_party='#include *[<"](nlohmann|httplib|zmq|zmq_addon|msgpack|rocksdb|sodium|openssl|CLI|hiredis|benchmark|gtest|gmock)'
+third_party='#include *[<"](nlohmann|simdjson|httplib|zmq|zmq_addon|msgpack|rocksdb|sodium|openssl|CLI|hiredis|benchmark|gtest|gmock)'
 check "public headers must not include third-party headers" "$third_party" "$root/include"
 check "kvgov_core must not include third-party headers" "$third_party" "$root/src/core"
 check "kvgov_client (installed, linked by transports) must not include third-party headers" \

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 
+#include <map>
+#include <new>
+#include <vector>
+
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "codec/json_fields.h"
+#include "json/bounded_json.h"
 #include "kvgov/core/engine_events.h"
 
 namespace kvgov {
@@ -18,59 +24,153 @@ Status FieldError(std::string_view field, std::string_view problem) {
 
 // The chat fields vLLM's chat completions hand to the chat template, which
 // the tokenizer must see too for the tokens to be the engine's.
-constexpr const char* kChatTemplateFields[] = {"add_generation_prompt", "continue_final_message",
-                                               "chat_template", "chat_template_kwargs", "tools"};
+constexpr std::string_view kChatTemplateFields[] = {
+    "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
+    "tools"};
 
-Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const Json& json) {
-  if (!json.is_object()) return Status::InvalidArgument("$: want a JSON object");
+// Where the structure walk is, for the path of an error: each open
+// container's key (objects) or index (arrays).
+struct PathFrame {
+  std::string_view key;
+  size_t index = 0;
+  bool array = false;
+};
+
+std::string PathOf(const std::vector<PathFrame>& frames) {
+  std::string path = "$";
+  for (const PathFrame& frame : frames) {
+    path = frame.array ? json_internal::IndexPath(path, frame.index)
+                       : json_internal::ChildPath(path, frame.key);
+  }
+  return path;
+}
+
+// What the bounded nlohmann parser refuses while it parses, checked over
+// the parsed document: an array over the item limit, a repeated key. The
+// depth limit is simdjson's own (the parser's max_depth).
+Status CheckStructure(const simdjson::dom::element& element, const JsonLimits& limits,
+                      std::vector<PathFrame>& frames) {
+  if (element.is_array()) {
+    const simdjson::dom::array array = element.get_array().value_unsafe();
+    frames.push_back({{}, 0, true});
+    for (const simdjson::dom::element item : array) {
+      if (frames.back().index >= limits.max_array_items) {
+        frames.pop_back();
+        return Status::ResourceExhausted(PathOf(frames) + ": array has more than " +
+                                         std::to_string(limits.max_array_items) + " items");
+      }
+      KVGOV_RETURN_IF_ERROR(CheckStructure(item, limits, frames));
+      ++frames.back().index;
+    }
+    frames.pop_back();
+  } else if (element.is_object()) {
+    const simdjson::dom::object object = element.get_object().value_unsafe();
+    // Most objects have a handful of keys: a linear scan beats a set.
+    std::vector<std::string_view> keys;
+    frames.push_back({});
+    for (const simdjson::dom::key_value_pair field : object) {
+      frames.back().key = field.key;
+      if (std::find(keys.begin(), keys.end(), field.key) != keys.end()) {
+        return json_internal::PathError(PathOf(frames), "duplicate key");
+      }
+      keys.push_back(field.key);
+      KVGOV_RETURN_IF_ERROR(CheckStructure(field.value, limits, frames));
+    }
+    frames.pop_back();
+  }
+  return Status::Ok();
+}
+
+// A JSON value as compact text, for the tokenize body.
+std::string Minified(const simdjson::dom::element& element) {
+  return simdjson::minify(element);
+}
+
+Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const simdjson::dom::element& root) {
+  if (!root.is_object()) return Status::InvalidArgument("$: want a JSON object");
+  const simdjson::dom::object json = root.get_object().value_unsafe();
   GatewayRequest request;
-  auto model = json.find("model");
-  if (model == json.end()) return FieldError("model", "missing required field");
-  if (!model->is_string() || model->get_ref<const std::string&>().empty()) {
+  simdjson::dom::element model;
+  if (json["model"].get(model) != simdjson::SUCCESS) {
+    return FieldError("model", "missing required field");
+  }
+  std::string_view model_name;
+  if (model.get(model_name) != simdjson::SUCCESS || model_name.empty()) {
     return FieldError("model", "want a non-empty string");
   }
-  request.model = model->get<std::string>();
-  if (json.contains("cache_salt")) {
+  request.model = std::string(model_name);
+  if (json["cache_salt"].error() == simdjson::SUCCESS) {
     return FieldError("cache_salt",
                       "set by kvgov from the caller's tenant; a client may not send one");
   }
-  if (auto stream = json.find("stream"); stream != json.end() && !stream->is_null()) {
-    if (!stream->is_boolean()) return FieldError("stream", "want true or false");
-    request.stream = stream->get<bool>();
+  if (simdjson::dom::element stream; json["stream"].get(stream) == simdjson::SUCCESS &&
+                                     !stream.is_null()) {
+    if (stream.get(request.stream) != simdjson::SUCCESS) {
+      return FieldError("stream", "want true or false");
+    }
   }
-  request.ask_usage = request.stream && !json.contains("stream_options");
-  Json tokenize = {{"model", request.model}};
+  request.ask_usage = request.stream && json["stream_options"].error() != simdjson::SUCCESS;
+  // {"model":...,...}: the members in key order, as nlohmann's objects
+  // print them, so the body does not depend on the client's member order.
+  std::map<std::string_view, std::string> tokenize = {{"model", Minified(model)}};
   if (endpoint == GatewayEndpoint::kCompletions) {
-    auto prompt = json.find("prompt");
-    if (prompt == json.end()) return FieldError("prompt", "missing required field");
-    if (prompt->is_string()) {
-      tokenize["prompt"] = *prompt;
-    } else if (prompt->is_array() && !prompt->empty() &&
-               std::all_of(prompt->begin(), prompt->end(),
-                           [](const Json& id) { return id.is_number_integer(); })) {
-      for (const Json& id : *prompt) request.token_ids.push_back(id.get<int64_t>());
+    simdjson::dom::element prompt;
+    if (json["prompt"].get(prompt) != simdjson::SUCCESS) {
+      return FieldError("prompt", "missing required field");
+    }
+    if (prompt.is_string()) {
+      tokenize["prompt"] = Minified(prompt);
+    } else if (prompt.is_array()) {
+      const simdjson::dom::array ids = prompt.get_array().value_unsafe();
+      const bool all_integers =
+          std::all_of(ids.begin(), ids.end(), [](const simdjson::dom::element& id) {
+            return id.is_int64() || id.is_uint64();
+          });
+      if (ids.size() == 0) {
+        return FieldError("prompt", "want a string or a non-empty array of token ids");
+      }
+      if (!all_integers) {
+        return FieldError("prompt",
+                          "a batch of prompts is not supported by the gateway; send one request "
+                          "per prompt");
+      }
+      request.token_ids.reserve(ids.size());
+      for (const simdjson::dom::element id : ids) {
+        // An id past int64 reads as negative, as nlohmann's would: refused.
+        request.token_ids.push_back(id.is_int64()
+                                        ? id.get_int64().value_unsafe()
+                                        : static_cast<int64_t>(id.get_uint64().value_unsafe()));
+      }
       KVGOV_RETURN_IF_ERROR(CheckTokenIds(request.token_ids, "$.prompt"));
       return request;
-    } else if (prompt->is_array() && !prompt->empty()) {
-      return FieldError("prompt",
-                        "a batch of prompts is not supported by the gateway; send one request "
-                        "per prompt");
     } else {
       return FieldError("prompt", "want a string or a non-empty array of token ids");
     }
   } else {
-    auto messages = json.find("messages");
-    if (messages == json.end()) return FieldError("messages", "missing required field");
-    if (!messages->is_array() || messages->empty()) {
+    simdjson::dom::element messages;
+    if (json["messages"].get(messages) != simdjson::SUCCESS) {
+      return FieldError("messages", "missing required field");
+    }
+    if (!messages.is_array() || messages.get_array().value_unsafe().size() == 0) {
       return FieldError("messages", "want a non-empty array");
     }
-    tokenize["messages"] = *messages;
-    tokenize["add_generation_prompt"] = true;
-    for (const char* field : kChatTemplateFields) {
-      if (auto it = json.find(field); it != json.end()) tokenize[field] = *it;
+    tokenize["messages"] = Minified(messages);
+    tokenize["add_generation_prompt"] = "true";
+    for (const std::string_view field : kChatTemplateFields) {
+      if (simdjson::dom::element value; json[field].get(value) == simdjson::SUCCESS) {
+        tokenize[field] = Minified(value);
+      }
     }
   }
-  request.tokenize_body = codec_internal::Dump(tokenize);
+  std::string body = "{";
+  for (const auto& [key, value] : tokenize) {
+    if (body.size() > 1) body += ',';
+    body += '"';
+    body += key;  // one of the names above: nothing to escape
+    body += "\":";
+    body += value;
+  }
+  request.tokenize_body = body + "}";
   return request;
 }
 
@@ -78,8 +178,48 @@ Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const Json& json) {
 
 Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::string_view body,
                                                 const JsonLimits& limits) {
-  KVGOV_ASSIGN_OR_RETURN(Json json, codec_internal::ParseJson(body, limits));
-  return Decode(endpoint, json);
+  if (body.size() > limits.max_bytes) {
+    return Status::ResourceExhausted("$: body is " + std::to_string(body.size()) +
+                                     " bytes, over the limit of " +
+                                     std::to_string(limits.max_bytes));
+  }
+  // simdjson reads ahead of the last byte: the body is copied into padded
+  // memory, and the parser sized for it (a parser per call: its buffers
+  // would otherwise stay at the largest body each handler thread saw).
+  try {
+    const simdjson::padded_string padded(body);
+    simdjson::dom::parser parser;
+    // simdjson counts the document itself as a level: max_depth + 1 lets
+    // max_depth nested containers through, as the limit means.
+    if (parser.allocate(std::max<size_t>(body.size(), 1), limits.max_depth + 1) !=
+        simdjson::SUCCESS) {
+      return Status::ResourceExhausted("$: no memory to parse a body of " +
+                                       std::to_string(body.size()) + " bytes");
+    }
+    simdjson::dom::element root;
+    const simdjson::error_code parsed = parser.parse(padded).get(root);
+    if (parsed == simdjson::DEPTH_ERROR) {
+      return Status::ResourceExhausted("$: nesting deeper than " +
+                                       std::to_string(limits.max_depth));
+    }
+    if (parsed == simdjson::NUMBER_ERROR) {
+      // simdjson keeps integers to 64 bits; nlohmann read larger ones as
+      // doubles. No OpenAI field takes one.
+      return json_internal::PathError(
+          "$", "malformed JSON: a number that is not JSON, out of a double's range, or an "
+               "integer that does not fit in 64 bits");
+    }
+    if (parsed != simdjson::SUCCESS) {
+      return json_internal::PathError("$", std::string("malformed JSON: ") +
+                                               simdjson::error_message(parsed));
+    }
+    std::vector<PathFrame> frames;
+    KVGOV_RETURN_IF_ERROR(CheckStructure(root, limits, frames));
+    return Decode(endpoint, root);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("$: no memory to parse a body of " +
+                                     std::to_string(body.size()) + " bytes");
+  }
 }
 
 std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask_usage) {

@@ -1,5 +1,7 @@
 #include "kvgov/codec/gateway_api.h"
 
+#include "codec/gateway_request_oracle.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -146,3 +148,89 @@ TEST(GatewayApiTest, ErrorsHaveOpenAIsShape) {
 
 }  // namespace
 }  // namespace kvgov
+
+namespace kvgov::codec_testing {
+namespace {
+
+// The same decoded request, the tokenize body compared as JSON (the
+// decoders print numbers and strings their own way).
+bool SameRequest(const GatewayRequest& a, const GatewayRequest& b) {
+  const auto tokenize = [](const std::string& body) {
+    return body.empty() ? nlohmann::json() : nlohmann::json::parse(body);
+  };
+  return a.model == b.model && a.stream == b.stream && a.ask_usage == b.ask_usage &&
+         a.token_ids == b.token_ids && tokenize(a.tokenize_body) == tokenize(b.tokenize_body);
+}
+
+// simdjson (ADR 0016) and the nlohmann decoder it replaced accept and
+// refuse the same bodies, with the same codes, and decode them alike.
+TEST(GatewayRequestDecoderTest, AgreesWithTheDecoderItReplaced) {
+  const std::string deep_32 = std::string(31, '[') + "1" + std::string(31, ']');
+  const std::string deep_33 = std::string(32, '[') + "1" + std::string(32, ']');
+  const std::vector<std::string> bodies = {
+      R"({"model":"m","prompt":[1,2,3],"stream":true})",
+      R"({"model":"m","prompt":"a \"quoted\" \u00e9 text","stream":null})",
+      R"({"model":"m","prompt":[1],"x":)" + deep_32 + "}",
+      R"({"model":"m","prompt":[1],"x":)" + deep_33 + "}",
+      R"({"model":"m","prompt":[1],"model":"n"})",
+      R"({"model":"m","prompt":[1],"x":{"a":1,"a":2}})",
+      R"({"model":"m","prompt":[1,2147483648]})",
+      R"({"model":"m","prompt":[1,18446744073709551615]})",
+      R"({"model":"m","prompt":[1.0]})",
+      R"({"model":"m","prompt":[]})",
+      R"({"model":"m","prompt":"x","stream":1})",
+      R"({"model":"m","prompt":"\ud83d\ude00"})",
+      R"({"model":"m","prompt":"x","stream_options":{"include_usage":false},"stream":true})",
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"t":1.5e3}],)"
+      R"("add_generation_prompt":false,"chat_template_kwargs":{"k":[true,null]}})",
+      R"({"model":"m","messages":{"role":"user"}})",
+      R"({"model":"m","prompt":[1]} trailing)",
+      R"({"model":"m","prompt":[1],})",
+      "",
+      "  ",
+      R"({"model":"m","prompt":[1],"big":1e999})",
+      R"({"model":"m","prompt":[-0]})",
+      R"({"model":"m","prompt":[0,-0.0]})",
+      R"({"model":"m","prompt":[123456789012345678901234]})",
+  };
+  JsonLimits small;
+  small.max_array_items = 2;
+  small.max_depth = 4;
+  for (const JsonLimits& limits : {JsonLimits{}, small}) {
+    for (const std::string& body : bodies) {
+      for (GatewayEndpoint endpoint :
+           {GatewayEndpoint::kCompletions, GatewayEndpoint::kChatCompletions}) {
+        const Result<GatewayRequest> now = DecodeGatewayRequestJson(endpoint, body, limits);
+        const Result<GatewayRequest> before =
+            DecodeGatewayRequestWithNlohmann(endpoint, body, limits);
+        ASSERT_EQ(now.ok(), before.ok())
+            << body << "\n now: " << now.status().ToString()
+            << "\n before: " << before.status().ToString();
+        if (now.ok()) {
+          EXPECT_TRUE(SameRequest(*now, *before)) << body;
+        } else {
+          EXPECT_EQ(now.status().code(), before.status().code())
+              << body << "\n now: " << now.status().ToString()
+              << "\n before: " << before.status().ToString();
+          EXPECT_TRUE(now.status().message().starts_with("$")) << now.status().ToString();
+        }
+      }
+    }
+  }
+}
+
+// Where they differ, by design: simdjson keeps integers to 64 bits, so a
+// body with a larger one anywhere is refused, naming why, where nlohmann
+// read it as a double. No OpenAI field takes one.
+TEST(GatewayRequestDecoderTest, AnIntegerPast64BitsIsRefusedWithItsReason) {
+  const std::string body = R"({"model":"m","prompt":[1],"seed":123456789012345678901234})";
+  EXPECT_TRUE(DecodeGatewayRequestWithNlohmann(GatewayEndpoint::kCompletions, body, JsonLimits{})
+                  .ok());
+  const Result<GatewayRequest> now =
+      DecodeGatewayRequestJson(GatewayEndpoint::kCompletions, body, JsonLimits{});
+  ASSERT_EQ(now.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(now.status().message().find("64 bits"), std::string::npos) << now.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvgov::codec_testing

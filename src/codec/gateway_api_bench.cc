@@ -1,0 +1,99 @@
+// The gateway's request-body decoder (simdjson since ADR 0016) against the
+// bounded nlohmann decoder it replaced (kept as the tests' oracle), on the
+// same bodies in the same run: a token-id completion of 512 and 8,192
+// tokens, and a chat of 16 messages. The ratio is the old decoder's time
+// over the new one's.
+//   cmake --build build-bench --target kvgov_codec_bench
+//   build-bench/src/codec/kvgov_codec_bench
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "codec/gateway_request_oracle.h"
+#include "kvgov/codec/gateway_api.h"
+
+namespace kvgov {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A completion of `tokens` token ids among the fields an SDK sends.
+std::string CompletionBody(int64_t tokens) {
+  std::vector<int64_t> prompt(static_cast<size_t>(tokens));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = 1000 + static_cast<int64_t>(i * 7919 % 120000);
+  return nlohmann::json{{"model", "llama"},     {"prompt", prompt}, {"max_tokens", 64},
+                        {"temperature", 0.7},   {"stream", true},   {"logprobs", nullptr},
+                        {"user", "bench-user"}, {"n", 1}}
+      .dump();
+}
+
+// A chat of 16 messages of about 60 words each, with a tool.
+std::string ChatBody() {
+  nlohmann::json messages = nlohmann::json::array();
+  for (int m = 0; m < 16; ++m) {
+    std::string content;
+    for (int w = 0; w < 60; ++w) content += "word" + std::to_string(m * 60 + w) + " ";
+    messages.push_back({{"role", m % 2 == 0 ? "user" : "assistant"}, {"content", content}});
+  }
+  return nlohmann::json{{"model", "llama"},
+                        {"messages", messages},
+                        {"tools",
+                         {{{"type", "function"},
+                           {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
+                        {"stream", true}}
+      .dump();
+}
+
+using Decoder = Result<GatewayRequest> (*)(GatewayEndpoint, std::string_view, const JsonLimits&);
+
+double DecodeMicros(Decoder decode, GatewayEndpoint endpoint, const std::string& body,
+                    const JsonLimits& limits, bool* ok) {
+  const auto started = Clock::now();
+  Result<GatewayRequest> decoded = decode(endpoint, body, limits);
+  const double micros = std::chrono::duration<double, std::micro>(Clock::now() - started).count();
+  *ok = *ok && decoded.ok();
+  benchmark::DoNotOptimize(decoded);
+  return micros;
+}
+
+// Both decoders on `body`, alternating call by call; the iteration time is
+// the new decoder's.
+void DecodeSideBySide(benchmark::State& state, GatewayEndpoint endpoint, const std::string& body) {
+  JsonLimits limits;
+  limits.max_bytes = size_t{8} << 20;
+  double simdjson_us = 0, nlohmann_us = 0;
+  bool ok = true;
+  for (auto _ : state) {
+    const double fast = DecodeMicros(&DecodeGatewayRequestJson, endpoint, body, limits, &ok);
+    nlohmann_us += DecodeMicros(&codec_testing::DecodeGatewayRequestWithNlohmann, endpoint, body,
+                                limits, &ok);
+    simdjson_us += fast;
+    state.SetIterationTime(fast / 1e6);
+  }
+  if (!ok) {
+    state.SkipWithError("a decoder refused the body");
+    return;
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["body_bytes"] = static_cast<double>(body.size());
+  state.counters["simdjson_us"] = simdjson_us / n;
+  state.counters["nlohmann_us"] = nlohmann_us / n;
+  state.counters["ratio_nlohmann_vs_simdjson"] = nlohmann_us / simdjson_us;
+}
+
+void BM_DecodeCompletion(benchmark::State& state) {
+  DecodeSideBySide(state, GatewayEndpoint::kCompletions, CompletionBody(state.range(0)));
+}
+BENCHMARK(BM_DecodeCompletion)->Arg(512)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_DecodeChat(benchmark::State& state) {
+  DecodeSideBySide(state, GatewayEndpoint::kChatCompletions, ChatBody());
+}
+BENCHMARK(BM_DecodeChat)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kvgov
