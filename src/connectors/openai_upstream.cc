@@ -79,6 +79,14 @@ void UpstreamConnections::Keep(const std::string& base_url,
   idle.push_back(std::move(connection));
 }
 
+bool UpstreamConnections::TimedOut(Clock::time_point sent) const {
+  return Clock::now() - sent >= std::chrono::milliseconds(timeouts_.first_byte_ms);
+}
+
+bool UpstreamConnections::ClosedWhileKept(bool kept, int attempt, Clock::time_point sent) const {
+  return kept && attempt == 0 && !TimedOut(sent);
+}
+
 void UpstreamConnections::CloseIdle() {
   std::lock_guard lock(mu_);
   idle_.clear();
@@ -106,13 +114,14 @@ Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& ba
       answer.append(data, length);
       return true;
     };
+    const Clock::time_point sent = Clock::now();
     httplib::Result result = connection->client->send(request);
     if (too_long) {
       return Status::ResourceExhausted("tokenize: the engine's answer is longer than " +
                                        std::to_string(kMaxTokenizeAnswerBytes) + " bytes");
     }
     if (!result) {
-      if (kept && attempt == 0) continue;  // the engine closed the kept connection
+      if (ClosedWhileKept(kept, attempt, sent)) continue;
       return Status::Unavailable("tokenize at " + base_url + path + ": " +
                                  RequestErrorText(result.error()));
     }
@@ -163,13 +172,9 @@ Status UpstreamConnections::Forward(
       return Status::Ok();
     }
     const httplib::Error error = result.error();
-    const bool timed_out =
-        Clock::now() - sent >= std::chrono::milliseconds(timeouts_.first_byte_ms);
-    // The engine closed the kept connection while it was idle: nothing was
-    // answered, so the request goes once more on a new one.
-    if (kept && attempt == 0 && !answer->head_seen && !timed_out) continue;
+    if (!answer->head_seen && ClosedWhileKept(kept, attempt, sent)) continue;
     const std::string what = path + " at " + base_url + ": " + RequestErrorText(error);
-    if (error == httplib::Error::Read && !answer->head_seen && timed_out) {
+    if (error == httplib::Error::Read && !answer->head_seen && TimedOut(sent)) {
       return Status::DeadlineExceeded(what + " (no answer within " +
                                       std::to_string(timeouts_.first_byte_ms) + " ms)");
     }

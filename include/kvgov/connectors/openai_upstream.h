@@ -89,6 +89,12 @@ class UpstreamConnections {
   // A kept connection to `base_url` (`*kept` true) or a new one.
   Result<std::unique_ptr<Connection>> Take(const std::string& base_url, bool* kept);
   void Keep(const std::string& base_url, std::unique_ptr<Connection> connection);
+  // No answer within the first-byte timeout of `sent`.
+  bool TimedOut(std::chrono::steady_clock::time_point sent) const;
+  // A first try on a kept connection that failed before its timeout: the
+  // engine had closed the connection while it sat idle, so nothing was
+  // answered and the request may go once more on a new connection.
+  bool ClosedWhileKept(bool kept, int attempt, std::chrono::steady_clock::time_point sent) const;
 
   const UpstreamTimeouts timeouts_;
   std::mutex mu_;
