@@ -192,6 +192,7 @@ TEST(GatewayRequestDecoderTest, AgreesWithTheDecoderItReplaced) {
       R"({"model":"m","prompt":[-0]})",
       R"({"model":"m","prompt":[0,-0.0]})",
       R"({"model":"m","prompt":[123456789012345678901234]})",
+      std::string(R"({"model":"m","prompt":[1]})") + '\0' + "  ",
   };
   JsonLimits small;
   small.max_array_items = 2;

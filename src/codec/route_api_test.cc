@@ -30,6 +30,10 @@ TEST(RouteApiTest, ErrorsNameTheField) {
   EXPECT_EQ(message(R"({"model":"m","token_ids":[1],"cache_salt":"x"})"),
             "$.cache_salt: unknown field");
   EXPECT_EQ(message(R"({"model":"m","token_ids":["a"]})").rfind("$.token_ids[0]: ", 0), 0u);
+  // nlohmann would stop at a NUL and ignore the rest; the body is refused.
+  using namespace std::string_literals;
+  EXPECT_EQ(message(R"({"model":"m","token_ids":[1]})"s + '\0' + "}}garbage"),
+            "$: malformed JSON: a NUL byte at offset 29");
 }
 
 router::RouteDecision TwoCandidates() {

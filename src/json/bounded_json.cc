@@ -117,6 +117,12 @@ Result<Json> ParseJson(std::string_view text, const ParseLimits& limits) {
                                      std::to_string(text.size()) + " bytes, over the limit of " +
                                      std::to_string(limits.max_bytes));
   }
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores
+  // whatever follows it; JSON allows no raw NUL anywhere (in a string it
+  // must be escaped), so a body with one is refused whole.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return PathError("$", "malformed JSON: a NUL byte at offset " + std::to_string(nul));
+  }
   ParseGuard guard(limits);
   try {
     return Json::parse(text.begin(), text.end(),
