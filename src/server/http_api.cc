@@ -149,6 +149,33 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
 
 // A tenant-bound caller (fleet_view false) sees ids, models and health:
 // block counts and stream statistics are aggregates over every tenant.
+// Registers a POST that takes no body, so that `curl -X POST URL` works:
+// cpp-httplib otherwise reads a POST's body before routing and, with
+// neither Content-Length nor chunked encoding, refuses it as malformed. A
+// body that is sent anyway is read (up to the body limit) and ignored, so a
+// kept-alive connection stays in step.
+void PostWithoutBody(httplib::Server& http, const std::string& pattern, size_t max_body_bytes,
+                     Handler handler) {
+  http.Post(pattern, [max_body_bytes, handler = std::move(handler)](
+                         const httplib::Request& request, httplib::Response& response,
+                         const httplib::ContentReader& read_body) {
+    if (request.has_header("Content-Length") || request.has_header("Transfer-Encoding")) {
+      size_t length = 0;
+      const bool read = read_body([&](const char*, size_t n) {
+        length += n;
+        return length <= max_body_bytes;
+      });
+      if (!read) {
+        return SendError(response, 413,
+                         Status::ResourceExhausted("the body is over the limit of " +
+                                                   std::to_string(max_body_bytes) +
+                                                   " bytes; this route takes none"));
+      }
+    }
+    handler(request, response);
+  });
+}
+
 void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet_view) {
   std::map<std::string, transport::StreamView> streams;
   if (daemon.ingest) {
@@ -384,7 +411,7 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                          const auth::Principal& caller) {
                                  HandleRoute(daemon, request, response, caller);
                                }));
-  http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
+  PostWithoutBody(http, R"(/v1/route/([0-9a-f]{32})/done)", daemon.options.max_body_bytes,
             Guard(daemon, Role::kRoute,
                   [&daemon](const httplib::Request& request, httplib::Response& response,
                             const auth::Principal& caller) {
@@ -414,7 +441,8 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
       SendJson(response, 200, payload);
     });
   };
-  http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(true));
+  PostWithoutBody(http, R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)",
+                  daemon.options.max_body_bytes, set_drain(true));
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
   http.Get("/v1/config", GuardFleet(daemon, Role::kAdmin,
                                     [&daemon](const httplib::Request&, httplib::Response& response) {
