@@ -435,21 +435,40 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    }
                    SendJson(response, 200, Json::parse(EncodeDirectiveJson(*directive)));
                  }));
-  http.Get(R"(/v1/certificates/([0-9a-f]{64}))",
+  // By its id, or a unique prefix of at least 8 hex digits (what the demo
+  // and the logs print).
+  http.Get(R"(/v1/certificates/([0-9a-f]{8,64}))",
            Guard(daemon, Role::kRead,
                  [&daemon](const httplib::Request& request, httplib::Response& response,
                            const auth::Principal& caller) {
-                   const std::string id = request.matches[1].str();
-                   Result<std::optional<std::string>> certificate =
-                       daemon.store->Get(store::Column::kGovernance, "certificate/" + id);
-                   if (!certificate.ok()) return SendError(response, 500, certificate.status());
-                   if (!certificate->has_value() ||
-                       !VisibleTo(caller, CertificateTenant(daemon, **certificate))) {
+                   const std::string prefix = request.matches[1].str();
+                   const std::string begin = "certificate/" + prefix;
+                   // Every key with the prefix sorts before prefix + 'g'.
+                   std::vector<std::string> found;
+                   Status scanned = daemon.store->Scan(
+                       store::Column::kGovernance, begin, begin + "g",
+                       [&](std::string_view, std::string_view value) {
+                         // Another tenant's certificate is not there for
+                         // this caller, ambiguity included.
+                         if (VisibleTo(caller, CertificateTenant(daemon, value))) {
+                           found.emplace_back(value);
+                         }
+                         return found.size() < 2;
+                       });
+                   if (!scanned.ok()) return SendError(response, 500, scanned);
+                   if (found.empty()) {
                      return SendError(response, 404,
-                                      Status::NotFound("no certificate '" + id + "'"));
+                                      Status::NotFound("no certificate '" + prefix + "'"));
+                   }
+                   if (found.size() > 1) {
+                     return SendError(response, 400,
+                                      Status::InvalidArgument(
+                                          "'" + prefix +
+                                          "' is the prefix of more than one certificate; give "
+                                          "more of the id"));
                    }
                    response.status = 200;
-                   response.set_content(**certificate, "application/json");
+                   response.set_content(found.front(), "application/json");
                  }));
   http.Get("/v1/leases",
            Guard(daemon, Role::kRead,

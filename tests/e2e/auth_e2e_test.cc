@@ -240,6 +240,8 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   EXPECT_EQ(status, 200);
   Get(b_, "/v1/certificates/" + certificate, &status);
   EXPECT_EQ(status, 404);
+  Get(b_, "/v1/certificates/" + certificate.substr(0, 8), &status);  // nor by prefix
+  EXPECT_EQ(status, 404);
   Post(b_, "/v1/invalidations", {{"model", "llama"}, {"scope", "model"}, {"reason", "x"}},
        &status);
   EXPECT_EQ(status, 403);

@@ -78,6 +78,11 @@ TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
   const std::string cert_id = directive["certificate_id"];
   httplib::Result certificate = client.Get("/v1/certificates/" + cert_id);
   ASSERT_EQ(certificate->status, 200);
+  // The 16-digit prefix the demo prints finds it too; 7 digits are too few.
+  httplib::Result by_prefix = client.Get("/v1/certificates/" + cert_id.substr(0, 16));
+  ASSERT_EQ(by_prefix->status, 200);
+  EXPECT_EQ(by_prefix->body, certificate->body);
+  EXPECT_EQ(client.Get("/v1/certificates/" + cert_id.substr(0, 7))->status, 404);
   const std::string issuer_key = Json::parse(client.Get("/v1/issuer")->body)["public_key"];
   // The governance metrics count it (docs/formats/governance-api.md).
   const std::string metrics = client.Get("/metrics")->body;
