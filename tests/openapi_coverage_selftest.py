@@ -107,7 +107,7 @@ def main():
 
         # The server's id regex changes; the spec's pattern must follow.
         server, spec = fresh()
-        edit(os.path.join(server, "governance_api.cc"), "/v1/certificates/([0-9a-f]{64})",
+        edit(os.path.join(server, "governance_api.cc"), "/v1/certificates/([0-9a-f]{8,64})",
              "/v1/certificates/([0-9a-f]{40})")
         expect("a changed id regex fails", 1,
                "parameter 'id' of /v1/certificates/{id}", server, spec)

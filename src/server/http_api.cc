@@ -149,16 +149,15 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
 
 // A tenant-bound caller (fleet_view false) sees ids, models and health:
 // block counts and stream statistics are aggregates over every tenant.
-// Registers a POST that takes no body, so that `curl -X POST URL` works:
-// cpp-httplib otherwise reads a POST's body before routing and, with
+// The handler of a POST that takes no body, so that `curl -X POST URL`
+// works: cpp-httplib otherwise reads a POST's body before routing and, with
 // neither Content-Length nor chunked encoding, refuses it as malformed. A
 // body that is sent anyway is read (up to the body limit) and ignored, so a
 // kept-alive connection stays in step.
-void PostWithoutBody(httplib::Server& http, const std::string& pattern, size_t max_body_bytes,
-                     Handler handler) {
-  http.Post(pattern, [max_body_bytes, handler = std::move(handler)](
-                         const httplib::Request& request, httplib::Response& response,
-                         const httplib::ContentReader& read_body) {
+httplib::Server::HandlerWithContentReader WithoutBody(size_t max_body_bytes, Handler handler) {
+  return [max_body_bytes, handler = std::move(handler)](const httplib::Request& request,
+                                                        httplib::Response& response,
+                                                        const httplib::ContentReader& read_body) {
     if (request.has_header("Content-Length") || request.has_header("Transfer-Encoding")) {
       size_t length = 0;
       const bool read = read_body([&](const char*, size_t n) {
@@ -173,7 +172,7 @@ void PostWithoutBody(httplib::Server& http, const std::string& pattern, size_t m
       }
     }
     handler(request, response);
-  });
+  };
 }
 
 void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet_view) {
@@ -411,15 +410,15 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                          const auth::Principal& caller) {
                                  HandleRoute(daemon, request, response, caller);
                                }));
-  PostWithoutBody(http, R"(/v1/route/([0-9a-f]{32})/done)", daemon.options.max_body_bytes,
-            Guard(daemon, Role::kRoute,
+  http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
+            WithoutBody(daemon.options.max_body_bytes, Guard(daemon, Role::kRoute,
                   [&daemon](const httplib::Request& request, httplib::Response& response,
                             const auth::Principal& caller) {
                        Status released =
                            daemon.router->Done(request.matches[1].str(), caller.tenant);
                        if (!released.ok()) return SendError(response, 404, released);
                        SendJson(response, 200, {{"released", true}});
-                     }));
+                     })));
   auto set_drain = [&daemon](bool draining) {
     return GuardFleet(daemon, Role::kAdmin, [&daemon, draining](const httplib::Request& request,
                                                                 httplib::Response& response) {
@@ -441,8 +440,8 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
       SendJson(response, 200, payload);
     });
   };
-  PostWithoutBody(http, R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)",
-                  daemon.options.max_body_bytes, set_drain(true));
+  http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)",
+            WithoutBody(daemon.options.max_body_bytes, set_drain(true)));
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
   http.Get("/v1/config", GuardFleet(daemon, Role::kAdmin,
                                     [&daemon](const httplib::Request&, httplib::Response& response) {
