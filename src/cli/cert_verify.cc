@@ -98,13 +98,7 @@ Status CheckAnchor(const cert::DeletionCertificate& certificate, const std::stri
   }
   Result<std::unique_ptr<store::Store>> opened = store::Store::Open(store_dir);
   if (!opened.ok()) {
-    std::string why = "cannot open " + store_dir + ": " + opened.status().ToString();
-    if (opened.status().code() == StatusCode::kIOError) {
-      why +=
-          " (a kvgov daemon running on this data dir holds the store's lock: stop it, or "
-          "verify against a copy of the data dir)";
-    }
-    return Status::Unavailable(why);
+    return Status::Unavailable("cannot open " + store_dir + ": " + opened.status().ToString());
   }
   const store::Store& store = **opened;
 

@@ -412,7 +412,9 @@ int Run(int argc, char** argv) {
 
   std::string journal_data_dir = "./kvgov-data";
   CLI::App* journal = app.add_subcommand(
-      "journal", "Inspect the audit journal of a kvgov data dir (kvgov need not be running).");
+      "journal",
+      "Inspect the audit journal of a kvgov data dir. It opens the store, which a running\n"
+      "kvgov holds: stop kvgov first, or point --data-dir at a copy.");
   journal->require_subcommand(1);
   CLI::App* verify = journal->add_subcommand(
       "verify",

@@ -321,7 +321,12 @@ class RocksStore final : public Store {
     rocksdb::Env* env = rocksdb::Env::Default();
     rocksdb::FileLock* lock = nullptr;
     rocksdb::Status locked = env->LockFile(dir_ + "/LOCK", &lock);
-    if (!locked.ok()) return FromRocks(locked, "store " + dir_ + ": lock");
+    if (!locked.ok()) {
+      return Status::IOError("store " + dir_ +
+                             " is in use: another process (a kvgov daemon on this data dir?) "
+                             "holds its lock; stop it, or point at a copy of the data dir (" +
+                             locked.ToString() + ")");
+    }
     Status checked = CheckExistingLocked();
     rocksdb::Status unlocked = env->UnlockFile(lock);
     KVGOV_RETURN_IF_ERROR(checked);

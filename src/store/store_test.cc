@@ -266,6 +266,12 @@ TEST_F(StoreTest, SecondOpenOfOneDirectoryFailsOnTheLock) {
   EXPECT_EQ(second.status().code(), StatusCode::kIOError) << second.status().ToString();
   EXPECT_NE(second.status().message().find("LOCK"), std::string::npos)
       << second.status().ToString();
+  // Whoever opens it (serve, journal verify, cert verify) says why.
+  EXPECT_NE(second.status().message().find("is in use: another process (a kvgov daemon on this "
+                                           "data dir?) holds its lock; stop it, or point at a "
+                                           "copy of the data dir"),
+            std::string::npos)
+      << second.status().ToString();
 
   // The first store still works, and the directory opens once it is closed.
   ASSERT_TRUE(Put(*first, Column::kGovernance, "k", "v").ok());
