@@ -42,7 +42,9 @@ Json WorkerJson(const WorkerView& view) {
   Json row = {{"id", worker.id},
               {"model", worker.model},
               {"block_size", worker.block_size},
-              {"state", index::ToString(worker.state)}};
+              {"state", view.waiting_for_events_ms >= 0 ? "waiting_for_events"
+                                                         : index::ToString(worker.state)}};
+  if (view.waiting_for_events_ms >= 0) row["waiting_for_events_ms"] = view.waiting_for_events_ms;
   if (view.fleet_view) row["blocks"] = codec_internal::TierJson(worker.blocks);
   if (view.health) {
     const router::WorkerStatus& status = *view.health;

@@ -53,6 +53,25 @@ TEST(WorkersApiTest, ATenantsViewHasIdsModelsStateAndHealthOnly) {
   EXPECT_TRUE(row.contains("health"));
 }
 
+// An engine kvgov follows that has published nothing yet is not "live".
+TEST(WorkersApiTest, AWorkerWithoutEventsYetIsWaitingForThem) {
+  for (bool fleet_view : {true, false}) {
+    WorkerView view = StaleWorker(fleet_view);
+    view.residency.state = index::WorkerState::kLive;
+    view.waiting_for_events_ms = 1200;
+    const nlohmann::json row =
+        nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
+    EXPECT_EQ(row["state"], "waiting_for_events");
+    EXPECT_EQ(row["waiting_for_events_ms"], 1200);
+  }
+  WorkerView published = StaleWorker(true);
+  published.residency.state = index::WorkerState::kLive;
+  const nlohmann::json row =
+      nlohmann::json::parse(EncodeWorkersJson(std::span(&published, 1)))["workers"][0];
+  EXPECT_EQ(row["state"], "live");
+  EXPECT_FALSE(row.contains("waiting_for_events_ms"));
+}
+
 TEST(WorkersApiTest, ALiveStreamHasNoStaleObject) {
   WorkerView view = StaleWorker(true);
   view.stream->diagnostics.stale_reason = ingest::StaleReason::kNone;

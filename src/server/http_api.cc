@@ -188,6 +188,14 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
     WorkerView& view = views.emplace_back();
     view.health = daemon.status.Get(worker.id);
     view.fleet_view = fleet_view;
+    if (auto it = streams.find(worker.id);
+        it != streams.end() && worker.state == index::WorkerState::kLive &&
+        it->second.stats->last_seq.load() < 0) {
+      view.waiting_for_events_ms =
+          ingest::DiagnoseEngine(*it->second.stats, std::nullopt, now_ms,
+                                 daemon.options.engine_silence_ms)
+              .silent_for_ms;
+    }
     if (fleet_view) {
       view.load = daemon.router->LoadOf(worker.id);
       view.predictions = daemon.predictions.Of(worker.id);

@@ -170,6 +170,14 @@ TEST_F(GatewayE2ETest, HealthAndModelsNameTheFleetsModels) {
 // repeated prompt is a hit the engine itself reports.
 TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
   StartKvgov();
+  // Neither engine has published yet: they are waiting for events, not live.
+  {
+    const Json rows = Json::parse(control_->Get("/v1/workers")->body);
+    for (const Json& w : rows["workers"]) {
+      EXPECT_EQ(w["state"], "waiting_for_events") << w.dump();
+      EXPECT_GE(w["waiting_for_events_ms"].get<int64_t>(), 0) << w.dump();
+    }
+  }
   const Json request = {{"model", "llama"}, {"prompt", Tokens(64, 1000)}, {"max_tokens", 2}};
   httplib::Result first = Post("/v1/completions", request);
   ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
@@ -201,7 +209,8 @@ TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
             2);
   EXPECT_EQ(Metric("kvgov_prefill_tokens_saved_total{source=\"ride_engine\"}"), 64);
   EXPECT_EQ(Metric("kvgov_gateway_unaccounted_total"), 0);
-  // The same tally, per worker, on /v1/workers.
+  // The same tally, per worker, on /v1/workers; the engine that published
+  // is live now.
   httplib::Result workers = control_->Get("/v1/workers");
   ASSERT_EQ(HttpStatus(workers), 200);
   const Json rows = Json::parse(workers->body);
@@ -210,6 +219,7 @@ TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
       EXPECT_FALSE(row.contains("predictions")) << row.dump();
       continue;
     }
+    EXPECT_EQ(row["state"], "live");
     const Json& predictions = row["predictions"];
     EXPECT_EQ(predictions["scored"], 2);
     EXPECT_EQ(predictions["exact"], 2);

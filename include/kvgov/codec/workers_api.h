@@ -39,6 +39,10 @@ struct WorkerStreamView {
 struct WorkerView {
   index::WorkerResidency residency;
   std::optional<router::WorkerStatus> health;
+  // >= 0: a live worker whose engine stream kvgov follows but which has
+  // published nothing yet, for this long; its state reads
+  // "waiting_for_events" (both views: it is no aggregate).
+  int64_t waiting_for_events_ms = -1;
   bool fleet_view = false;
   router::WorkerLoad load;                 // fleet view only
   std::optional<WorkerStreamView> stream;  // fleet view, workers that follow a stream
