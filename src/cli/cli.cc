@@ -134,7 +134,11 @@ int Serve(const ServeFlags& flags) {
     options.engines.push_back(std::move(engine).value());
   }
 
-  if (flags.print_config) {  // the flags above are checked; nothing starts
+  if (flags.print_config) {  // checked as serve checks them; nothing starts
+    if (Status checked = server::Server::CheckOptions(options); !checked.ok()) {
+      std::fprintf(stderr, "kvgov serve: %s\n", checked.message().c_str());
+      return 2;
+    }
     std::fputs(flags.effective_config.c_str(), stdout);
     return 0;
   }

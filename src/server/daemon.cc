@@ -393,7 +393,7 @@ int GovernanceWriteHttpStatus(const Status& status) {
   }
 }
 
-Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
+Status CheckServerOptions(const ServerOptions& options) {
   std::set<std::string> ids;
   for (const ingest::EngineSpec& engine : options.engines) {
     if (!ids.insert(engine.id).second) {
@@ -401,8 +401,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     }
   }
   KVGOV_RETURN_IF_ERROR(connectors::HealthProber::Validate(options.engines));
+  if (!options.redis_url.empty()) KVGOV_RETURN_IF_ERROR(CheckReplicaSecrets(options));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
+  KVGOV_RETURN_IF_ERROR(CheckServerOptions(options));
   const bool replicated = !options.redis_url.empty();
-  if (replicated) KVGOV_RETURN_IF_ERROR(CheckReplicaSecrets(options));
   auto daemon = std::make_unique<Daemon>();
   daemon->options = options;
   if (replicated && daemon->options.replica_id.empty()) {

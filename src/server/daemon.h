@@ -119,6 +119,9 @@ Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
 /// it now, 500 otherwise.
 int GovernanceWriteHttpStatus(const Status& status);
 
+/// Server::CheckOptions: the checks BuildDaemon makes first.
+Status CheckServerOptions(const ServerOptions& options);
+
 /// Builds the daemon: the tenant secret, metric families, accounting,
 /// engines registered and their subscribers, prober and housekeeping
 /// started.

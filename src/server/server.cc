@@ -133,6 +133,8 @@ Server::~Server() { Shutdown(); }
 uint16_t Server::port() const { return impl_->port; }
 uint16_t Server::gateway_port() const { return impl_->gateway_port; }
 
+Status Server::CheckOptions(const ServerOptions& options) { return CheckServerOptions(options); }
+
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   const bool gateway = !options.gateway_host.empty();
   const bool loopback =

@@ -171,6 +171,11 @@ def main():
         code, _, err = run(binary, "--tls-cert", "a#b", "--print-config")
         if code != 2 or "'#'" not in err:
             raise TestFailure(f"a value the file cannot hold: exit {code}: {err}")
+        # What serve refuses, --print-config refuses too: one id twice.
+        twice = "id=w1,kind=vllm,events=tcp://127.0.0.1:5557,model=m"
+        code, _, err = run(binary, "--engine", twice, "--engine", twice, "--print-config")
+        if code != 2 or "engine id 'w1' is given twice" not in err:
+            raise TestFailure(f"a repeated engine id under --print-config: exit {code}: {err}")
 
         # Files CLI11 would misread are refused, naming the line.
         expect_refused(binary, tmp, "hash", '[serve]\ntls-cert = "/etc/a#b.pem"\n',

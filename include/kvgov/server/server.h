@@ -101,6 +101,11 @@ class Server {
   ///  - IOError when the data dir cannot be created or the port is taken.
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
+  /// The checks of `options` Start makes before it touches anything (a
+  /// repeated engine id, engine specs the prober cannot use, replicas
+  /// without shared keys): what `serve --print-config` checks too.
+  static Status CheckOptions(const ServerOptions& options);
+
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
