@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 
@@ -15,6 +16,17 @@
 
 namespace kvgov::cli {
 namespace {
+
+// Milliseconds since the epoch as ISO-8601 UTC: 2026-12-01T14:30:05.123Z.
+std::string IsoUtc(int64_t ms) {
+  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  const size_t n = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof(text) - n, ".%03lldZ", static_cast<long long>(ms % 1000));
+  return text;
+}
 
 int64_t NowMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -152,17 +164,23 @@ int RunToken(const TokenFlags& flags) {
     std::printf("revoked token '%s'\n", flags.name.c_str());
     return 0;
   }
+  // A missing token file is "no tokens" to the daemon, but a missing data
+  // dir is most likely a mistyped --data-dir: an empty table would hide it.
+  if (std::error_code error; !std::filesystem::is_directory(flags.data_dir, error)) {
+    return Fail("list", Status::NotFound("no data dir '" + flags.data_dir +
+                                         "' (give kvgov's --data-dir)"));
+  }
   Result<std::vector<auth::TokenRecord>> records = auth::LoadTokenFile(path);
   if (!records.ok()) return Fail("list", records.status());
-  std::printf("%-24s %-28s %-20s %s\n", "NAME", "ROLES", "TENANT", "CREATED_MS");
+  std::printf("%-24s %-28s %-20s %s\n", "NAME", "ROLES", "TENANT", "CREATED");
   for (const auth::TokenRecord& record : *records) {
     std::string roles;
     for (auth::Role role : record.roles) {
       roles += (roles.empty() ? "" : ",") + std::string(auth::ToString(role));
     }
-    std::printf("%-24s %-28s %-20s %lld\n", record.name.c_str(), roles.c_str(),
+    std::printf("%-24s %-28s %-20s %s\n", record.name.c_str(), roles.c_str(),
                 record.tenant.empty() ? "(fleet)" : record.tenant.c_str(),
-                static_cast<long long>(record.created_ms));
+                IsoUtc(record.created_ms).c_str());
   }
   return 0;
 }

@@ -56,6 +56,13 @@ TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
             0);
   EXPECT_NE(listed.find("reader"), std::string::npos);
   EXPECT_EQ(listed.find(reader.substr(6)), std::string::npos);  // no secrets
+  EXPECT_NE(listed.find("Z\n"), std::string::npos) << listed;    // ISO-8601 UTC times
+  std::string missing;
+  EXPECT_EQ(DaemonProcess::RunToExit({"token", "list", "--data-dir", daemon.data_dir() + "-typo"},
+                                     &missing),
+            1)
+      << missing;
+  EXPECT_NE(missing.find("no data dir"), std::string::npos) << missing;
 
   std::string revoked;
   ASSERT_EQ(DaemonProcess::RunToExit(
