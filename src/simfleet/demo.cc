@@ -270,7 +270,9 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   };
   const Clock::time_point drive_start = Clock::now();
   KVGOV_ASSIGN_OR_RETURN(DriveReport live, DriveThroughKvgov(trace, control_urls, drive));
-  std::fprintf(out, "%s  answered  %llu requests in %.1f s wall (%.0fx faster than modeled)\n",
+  std::fprintf(out,
+               "%s  answered  %llu requests in %.1f s wall (the engines wait out their modeled "
+               "H200 prefill time %.0fx faster)\n",
                tty ? "\n" : "", static_cast<unsigned long long>(live.report.requests),
                Seconds(Clock::now() - drive_start), plan.speedup);
   KVGOV_RETURN_IF_ERROR(ReadGatewayFigures(kvgov, result));
@@ -311,7 +313,9 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
     }
     compared.push_back(std::move(report));
   }
-  std::fprintf(out, "Routing: the same trace on the same engines\n%s",
+  std::fprintf(out,
+               "Routing: the same trace on the same engines (TTFT modeled; spread = the busiest "
+               "engine's\nprefill time over the mean, 1.00 perfectly even)\n%s",
                sim::FormatReports(compared).c_str());
   const sim::PolicyReport& round_robin = compared[2];
   if (live.report.computed_tokens > 0 && live.report.ttft_p90_s > 0) {
@@ -441,7 +445,11 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
     owners += (owners.empty() ? "" : ", ") + owner.value("worker", "") + " (" +
               owner.value("witness_kind", "") + ")";
   }
-  std::fprintf(out, "  invalidation  %s: %s in %.1f s; owners reset their prefix cache: %s\n",
+  std::fprintf(out,
+               "  invalidation  %s: %s in %.1f s; owners reset their prefix cache: %s\n"
+               "                (vLLM and SGLang cannot drop one span: the reset empties each "
+               "owner's whole prefix\n                cache, every tenant's prompts included, "
+               "which are prefilled again)\n",
                directive_id.c_str(), result.invalidation_state.c_str(),
                Seconds(Clock::now() - opened), owners.c_str());
   if (result.invalidation_state != "certified") {
