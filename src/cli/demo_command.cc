@@ -36,6 +36,7 @@ nlohmann::json ResultJson(const simfleet::DemoResult& result) {
           {"invalidation_state", result.invalidation_state},
           {"certificate_id", result.certificate_id},
           {"certificate_file", result.certificate_file},
+          {"route_example_file", result.route_example_file},
           {"issuer_public_key", result.issuer_public_key},
           {"certificate_verified", result.certificate_verified},
           {"lease_credited_while_active", result.lease_credited_while_active},
@@ -111,9 +112,12 @@ int RunDemo(const DemoFlags& flags) {
   std::printf(
       "kvgov keeps running with the fleet attached (Ctrl-C stops both):\n"
       "  metrics  %s/metrics\n  workers  %s/v1/workers\n  journal  %s/v1/journal\n"
-      "  route    curl -s %s/v1/route -H 'Content-Type: application/json' \\\n"
-      "             -d '{\"model\":\"sim-llama-3-8b\",\"tenant\":\"tenant-1\",\"token_ids\":[1,2,3]}'\n",
-      url.c_str(), url.c_str(), url.c_str(), url.c_str());
+      "  route    curl -s %s/v1/route -H 'Content-Type: application/json' -d @%s\n"
+      "           (tenant-1's first transcript: it hits. The decision holds load on its worker\n"
+      "           until released, curl -s -X POST %s/v1/route/DECISION_ID/done, or until its\n"
+      "           decision_ttl_ms passes)\n",
+      url.c_str(), url.c_str(), url.c_str(), url.c_str(), result->route_example_file.c_str(),
+      url.c_str());
   std::fflush(stdout);
   const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov demo: signal %d, stopping kvgov and the fleet\n", received);

@@ -11,6 +11,13 @@
 namespace kvgov::cli {
 namespace {
 
+// 16 or 2.5, not 16.000000.
+std::string Rate(double per_s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", per_s);
+  return text;
+}
+
 // A workload with the fleet it is meant for; flags override either.
 struct Scenario {
   std::vector<sim::SimRequest> trace;
@@ -39,7 +46,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
                            std::to_string(workload.system_prompt_tokens) + " + " +
                            std::to_string(workload.question_tokens) + " tokens), " +
                            std::to_string(workload.requests) + " requests at " +
-                           std::to_string(workload.requests_per_s) + "/s";
+                           Rate(workload.requests_per_s) + "/s";
   } else if (flags.workload == "agent") {
     sim::AgentWorkloadOptions workload;
     workload.seed = flags.seed;

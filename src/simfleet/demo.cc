@@ -490,6 +490,16 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                static_cast<unsigned long long>(certificate.anchor.journal_seq),
                certificate_file.c_str(), certificate_file.c_str(), trusted[0].c_str());
   std::fprintf(out, "\n");
+  // A route that hits, for the newcomer's own curl: tenant-1's first
+  // transcript (tenant-0's system prompt was just invalidated).
+  for (const sim::SimRequest& request : trace) {
+    if (request.tenant != "tenant-1") continue;
+    result.route_example_file = result.data_dir + "-route.json";
+    std::ofstream(result.route_example_file)
+        << Json{{"model", kModel}, {"tenant", request.tenant}, {"token_ids", request.tokens}}
+               .dump();
+    break;
+  }
   KVGOV_RETURN_IF_ERROR(RunGatewaySession(out, result));
   std::fflush(out);
   return result;

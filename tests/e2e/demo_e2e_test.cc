@@ -80,6 +80,12 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
             figures["gateway_turn1_prompt_tokens"].get<int64_t>());
   EXPECT_GE(figures["gateway_turn2_cached_tokens"].get<int64_t>(), 64) << figures.dump(2);
   EXPECT_NE(output.find("curl -s http://127.0.0.1:"), std::string::npos) << output;
+  // The route example the demo leaves for a newcomer's curl is a real
+  // transcript, longer than a block, of a tenant still cached.
+  std::ifstream example_file(figures["route_example_file"].get<std::string>());
+  const Json example = Json::parse(example_file);
+  EXPECT_EQ(example["tenant"], "tenant-1");
+  EXPECT_GT(example["token_ids"].size(), 16u);
 
   // The certificate the demo saved verifies offline against the stopped
   // daemon's data dir, journal anchor included.

@@ -53,6 +53,9 @@ struct DemoResult {
   std::string invalidation_state;  // "certified" when it all went through
   std::string certificate_id;
   std::string certificate_file;   // the certificate as served, saved for offline checks
+  // A /v1/route body that hits (tenant-1's first transcript), saved for the
+  // curl line the demo prints when it keeps running.
+  std::string route_example_file;
   std::string issuer_public_key;  // hex, as GET /v1/issuer serves it
   bool certificate_verified = false;  // signature, issuer and journal anchor
   bool lease_credited_while_active = false;
