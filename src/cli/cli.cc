@@ -20,6 +20,7 @@
 #include "cli/simulate_command.h"
 #include "cli/spool_command.h"
 #include "cli/stop_signals.h"
+#include "cli/suggest.h"
 #include "cli/token_command.h"
 #include "kvgov/cert/issuer_key.h"
 #include "kvgov/auth/tenant_secret.h"
@@ -441,6 +442,7 @@ int Run(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     if (code == 0) return 0;  // --help, --version
+    std::fputs(Suggestions(app, argc, argv).c_str(), stderr);
     // A bad value from the file: say where it was written.
     for (const auto& [flag, where] : config_lines) {
       if (std::string_view(error.what()).find(flag + ":") != std::string_view::npos) {
