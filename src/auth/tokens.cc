@@ -369,6 +369,12 @@ Status Authenticator::Load() {
   return Status::Ok();
 }
 
+bool Authenticator::NamesTenant(std::string_view tenant) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(records_.begin(), records_.end(),
+                     [tenant](const TokenRecord& record) { return record.tenant == tenant; });
+}
+
 size_t Authenticator::token_count() const {
   std::lock_guard lock(mu_);
   return records_.size();

@@ -348,6 +348,17 @@ int64_t WallClockMillis() {
       .count();
 }
 
+void TenantsSeen::Note(const std::string& tenant) {
+  if (tenant.empty()) return;
+  std::lock_guard lock(mu_);
+  if (tenants_.size() < kMaxTenants) tenants_.insert(tenant);
+}
+
+bool TenantsSeen::Contains(std::string_view tenant) const {
+  std::lock_guard lock(mu_);
+  return tenants_.size() >= kMaxTenants || tenants_.contains(tenant);
+}
+
 Daemon::Daemon() = default;
 Daemon::~Daemon() { Stop(); }
 

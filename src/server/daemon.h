@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "kvgov/auth/tokens.h"
@@ -55,6 +57,22 @@ struct GatewayMetrics {
   metrics::CounterFamily* unaccounted = nullptr;          // answers without usage
 };
 
+/// The tenants routes have been made for since start, so that a governance
+/// write naming a tenant kvgov has never seen can say so. Bounded: past
+/// kMaxTenants it stops noting (and then warns of nothing it has not seen).
+///
+/// Thread-safe: one mutex.
+class TenantsSeen {
+ public:
+  static constexpr size_t kMaxTenants = 65536;
+  void Note(const std::string& tenant);
+  bool Contains(std::string_view tenant) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string, std::less<>> tenants_;
+};
+
 /// Everything the HTTP handlers work on. Built once by BuildDaemon; each
 /// member is thread-safe on its own. Members are destroyed in reverse
 /// order, so the threads that feed the others (ingest, prober,
@@ -87,6 +105,7 @@ struct Daemon {
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   GatewayMetrics gateway_metrics;
   router::PredictionScores predictions;  // the gateway's, per worker
+  TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;

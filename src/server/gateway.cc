@@ -363,6 +363,7 @@ class GatewayHandler {
         return SendOpenAIError(response, 503, "no eligible worker (" + reasons + ")",
                                "service_unavailable", "", "no_eligible_worker");
       }
+      daemon_.tenants_seen.Note(*tenant);
       upstream = StartUpstream(daemon_, decision->worker, decision->decision_id, path_, body);
       const std::optional<index::WorkerResidency> residency =
           daemon_.index.Worker(decision->worker);

@@ -153,6 +153,27 @@ Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
           {"bytes_moved", lease.bytes_moved}};
 }
 
+// A governance write that names a tenant no token is bound to and no route
+// was made for since start is most likely a typo: it is carried out (the
+// tenant may come later), and the answer says so.
+void WarnOfUnknownTenant(const Daemon& daemon, std::string_view tenant, Json& answer) {
+  if (tenant.empty() || daemon.auth->NamesTenant(tenant) || daemon.tenants_seen.Contains(tenant)) {
+    return;
+  }
+  answer["warning"] = "tenant '" + std::string(tenant.substr(0, 128)) +
+                      "' is unknown to kvgov: no token is bound to it and no route was made for "
+                      "it since start; check the name";
+}
+
+// The longest leading run of `keys` some worker holds.
+uint64_t ResidentBlocks(const Daemon& daemon, std::span<const index::BlockKey> keys) {
+  uint64_t longest = 0;
+  for (const index::WorkerOverlap& overlap : daemon.index.Overlap(keys)) {
+    longest = std::max(longest, overlap.blocks);
+  }
+  return longest;
+}
+
 void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                       httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
@@ -205,7 +226,11 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
   }
   daemon.gate.Quarantine(keys);
-  Json answer = {{"id", *id}, {"blocks", keys.size()}, {"reason", body->reason}};
+  Json answer = {{"id", *id},
+                 {"blocks", keys.size()},
+                 {"resident_blocks", ResidentBlocks(daemon, keys)},
+                 {"reason", body->reason}};
+  WarnOfUnknownTenant(daemon, body->tenant, answer);
   if (body->invalidate) {
     // The same span, evicted from every engine that holds it.
     InvalidationRequest invalidation;
@@ -418,7 +443,11 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                                            : GovernanceWriteHttpStatus(directive.status()),
                                        directive.status());
                     }
-                    SendJson(response, 202, {{"id", directive->id}, {"state", ToString(directive->state)}});
+                    Json answer = {{"id", directive->id},
+                                   {"state", ToString(directive->state)},
+                                   {"owners", directive->owners.size()}};
+                    WarnOfUnknownTenant(daemon, body->tenant, answer);
+                    SendJson(response, 202, answer);
                   }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
            Guard(daemon, Role::kRead,

@@ -270,6 +270,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     return;
   }
   count("routed");
+  daemon.tenants_seen.Note(route->tenant);
   const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
   daemon.accounting->Record(RouteSavingEntry(
       decision->decision_id, decision->worker,

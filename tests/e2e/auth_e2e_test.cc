@@ -211,12 +211,24 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   EXPECT_EQ(status, 400);
 
   // Quarantine: A's is A's alone to see.
-  Post(a_, "/v1/quarantine", {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "test"}},
-       &status);
+  const Json quarantined =
+      Post(a_, "/v1/quarantine", {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "test"}},
+           &status);
   ASSERT_EQ(status, 200);
+  EXPECT_FALSE(quarantined.contains("warning")) << quarantined.dump();  // a token names A
+  EXPECT_TRUE(quarantined.contains("resident_blocks")) << quarantined.dump();
   EXPECT_EQ(Get(a_, "/v1/quarantines")["quarantines"].size(), 1u);
   EXPECT_EQ(Get(b_, "/v1/quarantines")["quarantines"].size(), 0u);
   EXPECT_EQ(Get(fleet_, "/v1/quarantines")["quarantines"].size(), 1u);
+  // A tenant nothing knows of is most likely a typo: done, and said.
+  const Json typo = Post(fleet_, "/v1/quarantine",
+                         {{"model", "llama"}, {"tenant", "tenant-aa"}, {"token_ids", prompt_},
+                          {"reason", "x"}},
+                         &status);
+  ASSERT_EQ(status, 200) << typo.dump();
+  EXPECT_NE(typo.value("warning", "").find("tenant 'tenant-aa' is unknown"), std::string::npos)
+      << typo.dump();
+  EXPECT_EQ(typo["resident_blocks"], 0) << typo.dump();
   Post(b_, "/v1/quarantine",
        {{"model", "llama"}, {"tenant", "tenant-a"}, {"token_ids", prompt_}, {"reason", "x"}},
        &status);

@@ -99,6 +99,8 @@ class Authenticator {
 
   size_t token_count() const;
   bool required() const;
+  /// True when some token is bound to `tenant`.
+  bool NamesTenant(std::string_view tenant) const;
 
   /// The principal behind `authorization` (the header's value) for a call
   /// that needs `role`: Unauthenticated without a bearer token or for one
