@@ -38,6 +38,7 @@ PARAM_NAMES = {
     "workers": "worker",
     "invalidations": "id",
     "certificates": "id",
+    "quarantines": "id",
 }
 
 REGISTRATION = re.compile(r"\bhttp(?:\.|->)(Get|Post|Put|Patch|Delete|Options)\s*\(")

@@ -34,6 +34,14 @@ struct Schema<QuarantineRequest> {
 };
 
 template <>
+struct Schema<QuarantineLiftRequest> {
+  static void Fields(auto& v, auto& q) {
+    v.Required("reason", q.reason);
+    v.Expect("reason", !q.reason.empty(), [] { return std::string("required, got empty"); });
+  }
+};
+
+template <>
 struct Schema<InvalidationRequest> {
   static void Fields(auto& v, auto& q) {
     SpanFields(v, q);
@@ -62,6 +70,11 @@ namespace kvgov {
 Result<QuarantineRequest> DecodeQuarantineRequestJson(std::string_view text,
                                                       const JsonLimits& limits) {
   return codec_internal::DecodeDocument<QuarantineRequest>(text, limits, "governance codec");
+}
+
+Result<QuarantineLiftRequest> DecodeQuarantineLiftRequestJson(std::string_view text,
+                                                              const JsonLimits& limits) {
+  return codec_internal::DecodeDocument<QuarantineLiftRequest>(text, limits, "governance codec");
 }
 
 Result<InvalidationRequest> DecodeInvalidationRequestJson(std::string_view text,

@@ -58,10 +58,30 @@ router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
   return {resident};
 }
 
-void GovernanceGate::Quarantine(std::span<const index::BlockKey> keys) {
+void GovernanceGate::Quarantine(std::string_view id, std::span<const index::BlockKey> keys) {
   std::unique_lock lock(mu_);
-  quarantined_.insert(keys.begin(), keys.end());
+  if (quarantines_.contains(id)) return;
+  std::vector<index::BlockKey>& named = quarantines_[std::string(id)];
+  named.assign(keys.begin(), keys.end());
+  // A key named twice by one quarantine is counted once.
+  std::sort(named.begin(), named.end());
+  named.erase(std::unique(named.begin(), named.end()), named.end());
+  for (index::BlockKey key : named) ++quarantined_[key];
   UpdateHoldsAnything();
+}
+
+bool GovernanceGate::Lift(std::string_view id) {
+  std::unique_lock lock(mu_);
+  auto it = quarantines_.find(id);
+  if (it == quarantines_.end()) return false;
+  for (index::BlockKey key : it->second) {
+    if (auto counted = quarantined_.find(key); counted != quarantined_.end() && --counted->second <= 0) {
+      quarantined_.erase(counted);
+    }
+  }
+  quarantines_.erase(it);
+  UpdateHoldsAnything();
+  return true;
 }
 
 bool GovernanceGate::IsQuarantined(index::BlockKey key) const {

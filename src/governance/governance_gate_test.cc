@@ -10,7 +10,7 @@ TEST(GovernanceGateTest, QuarantineStopsCreditAndEverythingAfterIt) {
   std::vector<index::BlockKey> chain = {1, 2, 3, 4};
   EXPECT_EQ(gate.Creditable("w1", chain, 4, 0).creditable, 4u);
   std::vector<index::BlockKey> poisoned = {2};
-  gate.Quarantine(poisoned);
+  gate.Quarantine("q1", poisoned);
   router::SpanGate::Limit limit = gate.Creditable("w1", chain, 4, 0);
   EXPECT_EQ(limit.creditable, 1u);  // blocks 3 and 4 extend 2: refused too
   EXPECT_EQ(limit.kind, LookupKind::kQuarantine);
@@ -88,7 +88,7 @@ TEST(GovernanceGateTest, QuarantineStopsCreditOnWorkersWithNoOtherRules) {
   GovernanceGate gate;
   std::vector<index::BlockKey> chain = {1, 2, 3};
   std::vector<index::BlockKey> first = {1};
-  gate.Quarantine(first);
+  gate.Quarantine("q1", first);
   for (const char* worker : {"w1", "w2", "never-seen"}) {
     router::SpanGate::Limit limit = gate.Creditable(worker, chain, 3, 0);
     EXPECT_EQ(limit.creditable, 0u) << worker;
@@ -99,9 +99,33 @@ TEST(GovernanceGateTest, QuarantineStopsCreditOnWorkersWithNoOtherRules) {
   // not refuse the ones before it.
   std::vector<index::BlockKey> third = {3};
   GovernanceGate later;
-  later.Quarantine(third);
+  later.Quarantine("q3", third);
   EXPECT_EQ(later.Creditable("w1", chain, 2, 0).creditable, 2u);
   EXPECT_EQ(later.Creditable("w1", chain, 3, 0).creditable, 2u);
+}
+
+// Lifting one quarantine gives credit back only to blocks no other
+// quarantine names; applying one twice (a replica's own write, from the
+// log) is one quarantine.
+TEST(GovernanceGateTest, ALiftedQuarantineLeavesTheOthersInForce) {
+  GovernanceGate gate;
+  const std::vector<index::BlockKey> chain = {1, 2, 3};
+  const std::vector<index::BlockKey> first = {2, 3};
+  const std::vector<index::BlockKey> second = {3};
+  gate.Quarantine("a", first);
+  gate.Quarantine("a", first);
+  gate.Quarantine("b", second);
+  EXPECT_EQ(gate.quarantined_blocks(), 2u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 1u);
+  EXPECT_TRUE(gate.Lift("a"));
+  EXPECT_FALSE(gate.Lift("a"));
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 2u);  // 3 is still b's
+  EXPECT_TRUE(gate.IsQuarantined(3));
+  EXPECT_FALSE(gate.IsQuarantined(2));
+  EXPECT_TRUE(gate.Lift("b"));
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 0).creditable, 3u);
+  EXPECT_EQ(gate.quarantined_blocks(), 0u);
+  EXPECT_FALSE(gate.Lift("never"));
 }
 
 TEST(GovernanceGateTest, PendingCountsPerBlockAndNeverGoBelowZero) {

@@ -225,7 +225,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
       !recorded.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
   }
-  daemon.gate.Quarantine(keys);
+  daemon.gate.Quarantine(*id, keys);
   Json answer = {{"id", *id},
                  {"blocks", keys.size()},
                  {"resident_blocks", ResidentBlocks(daemon, keys)},
@@ -290,9 +290,14 @@ void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entr
     const std::string_view key = write.key;
     if (key.starts_with(kLeasePrefix) && write.value.has_value()) {
       (void)RestoreLeaseRecord(daemon, *write.value);
-    } else if (key.starts_with(kQuarantinePrefix) && write.value.has_value()) {
-      Result<std::vector<index::BlockKey>> keys = QuarantineKeys(*write.value);
-      if (keys.ok()) daemon.gate.Quarantine(*keys);
+    } else if (key.starts_with(kQuarantinePrefix)) {
+      const std::string_view id = key.substr(kQuarantinePrefix.size());
+      if (!write.value.has_value()) {
+        (void)daemon.gate.Lift(id);  // lifted
+      } else if (Result<std::vector<index::BlockKey>> keys = QuarantineKeys(*write.value);
+                 keys.ok()) {
+        daemon.gate.Quarantine(id, *keys);
+      }
     } else if (key.starts_with("drain/")) {
       (void)daemon.status.SetDraining(key.substr(6), write.value.has_value());
     } else if (key.starts_with("invalidation/") && write.value.has_value()) {
@@ -380,7 +385,7 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
           unreadable = keys.status().WithContext(std::string(key));
           return false;
         }
-        daemon.gate.Quarantine(*keys);
+        daemon.gate.Quarantine(key.substr(kQuarantinePrefix.size()), *keys);
         return true;
       }));
   KVGOV_RETURN_IF_ERROR(unreadable);
@@ -398,6 +403,48 @@ namespace {
 // A fleet-wide caller sees everything; a tenant-bound one its tenant's.
 bool VisibleTo(const auth::Principal& caller, std::string_view tenant) {
   return caller.tenant.empty() || caller.tenant == tenant;
+}
+
+// Ends a quarantine: journaled with its reason and the quarantine it ends,
+// then its blocks earn credit again (unless another quarantine names them).
+void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
+                          httplib::Response& response, const auth::Principal& caller) {
+  if (!RequireJsonContentType(request, response)) return;
+  JsonLimits limits;
+  limits.max_bytes = daemon.options.max_body_bytes;
+  Result<QuarantineLiftRequest> body = DecodeQuarantineLiftRequestJson(request.body, limits);
+  if (!body.ok()) {
+    return SendError(response,
+                     body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
+                     body.status());
+  }
+  const std::string id = request.matches[1].str();
+  const std::string key = std::string(kQuarantinePrefix) + id;
+  Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance, key);
+  if (!stored.ok()) return SendError(response, 500, stored.status());
+  const Json record = stored->has_value()
+                          ? Json::parse(**stored, nullptr, /*allow_exceptions=*/false)
+                          : Json();
+  // Another tenant's quarantine answers as an unknown one.
+  if (!record.is_object() || !VisibleTo(caller, record.value("tenant", ""))) {
+    return SendError(response, 404, Status::NotFound("no quarantine '" + id + "' in force"));
+  }
+  const size_t blocks = record.contains("keys") ? record["keys"].size() : 0;
+  const Json payload = {{"id", id},
+                        {"model", record.value("model", "")},
+                        {"tenant", record.value("tenant", "")},
+                        {"blocks", blocks},
+                        {"reason", body->reason},
+                        {"quarantined_for", record.value("reason", "")}};
+  const store::WriteOp state{store::Column::kGovernance, key, std::nullopt};
+  if (Status recorded =
+          RecordGovernance(daemon, "quarantine.lift", id, payload.dump(), {&state, 1}).status();
+      !recorded.ok()) {
+    return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
+  }
+  (void)daemon.gate.Lift(id);  // a replica has lifted it already, from the log
+  SendJson(response, 200, {{"id", id}, {"lifted", true}, {"blocks", blocks},
+                           {"reason", body->reason}});
 }
 
 // The tenant of the directive a stored certificate was minted for.
@@ -519,6 +566,12 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                   [&daemon](const httplib::Request& request, httplib::Response& response,
                             const auth::Principal& caller) {
                     HandleQuarantine(daemon, request, response, caller);
+                  }));
+  http.Post(R"(/v1/quarantines/([0-9a-f]{32})/lift)",
+            Guard(daemon, Role::kAdmin,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    HandleQuarantineLift(daemon, request, response, caller);
                   }));
   http.Get("/v1/quarantines",
            Guard(daemon, Role::kRead,

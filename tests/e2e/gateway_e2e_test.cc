@@ -454,11 +454,35 @@ TEST_F(GatewayE2ETest, AQuarantinedSpanEarnsNoCredit) {
   EXPECT_TRUE(WaitFor([&] { return predicted() == 64; }));
 
   const Json quarantine = {{"model", "llama"}, {"token_ids", prompt}, {"reason", "poisoned"}};
-  ASSERT_EQ(HttpStatus(control_->Post("/v1/quarantine", quarantine.dump(), "application/json")),
-            200);
+  httplib::Result quarantined =
+      control_->Post("/v1/quarantine", quarantine.dump(), "application/json");
+  ASSERT_EQ(HttpStatus(quarantined), 200);
   ASSERT_EQ(HttpStatus(Post("/v1/completions", request)), 200);
   ASSERT_TRUE(WaitFor([&] { return Predictions() == 2; }));
   EXPECT_EQ(predicted(), 64);  // nothing credited the second time
+
+  // Lifted (journaled, with why), the span earns credit again.
+  const std::string id = Json::parse(quarantined->body)["id"];
+  const std::string lift = "/v1/quarantines/" + id + "/lift";
+  EXPECT_EQ(HttpStatus(control_->Post(lift, "{}", "application/json")), 400);  // no reason
+  httplib::Result lifted =
+      control_->Post(lift, Json{{"reason", "a false alarm"}}.dump(), "application/json");
+  ASSERT_EQ(HttpStatus(lifted), 200) << (lifted ? lifted->body : "");
+  EXPECT_EQ(Json::parse(lifted->body)["blocks"], 4);
+  EXPECT_EQ(HttpStatus(control_->Post(lift, Json{{"reason", "again"}}.dump(), "application/json")),
+            404);
+  EXPECT_EQ(Json::parse(control_->Get("/v1/quarantines")->body)["quarantines"].size(), 0u);
+  const Json journal = Json::parse(control_->Get("/v1/journal?limit=100")->body);
+  bool journaled = false;
+  for (const Json& row : journal["rows"]) {
+    journaled |= row.value("kind", "") == "quarantine.lift" && row.value("subject", "") == id;
+  }
+  EXPECT_TRUE(journaled) << journal.dump();
+  // Routed where the span is, to w1 again: the release of the last request
+  // made both workers idle, so credit decides.
+  ASSERT_EQ(HttpStatus(Post("/v1/completions", request)), 200);
+  ASSERT_TRUE(WaitFor([&] { return Predictions() == 3; }));
+  EXPECT_EQ(predicted(), 128);
 }
 
 // The engine that holds the prefix cannot be reached: the request goes to

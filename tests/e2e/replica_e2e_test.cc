@@ -231,6 +231,21 @@ TEST_F(ReplicaE2ETest, OneGovernanceStateAcrossReplicas) {
     EXPECT_TRUE(WaitFor([&] { return ListsQuarantine(r(i), quarantine_id); }, seconds(10)))
         << "r" << i << ": " << Get(r(i), "/v1/quarantines").body << r(i).Stderr();
   }
+  // Lifted on r1, it is lifted on every replica, in its gate too.
+  auto quarantined_blocks = [&](int i) {
+    const std::string metrics = Get(r(i), "/metrics").body;
+    const size_t at = metrics.find("\nkvgov_quarantined_blocks ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + 26));
+  };
+  EXPECT_GT(quarantined_blocks(2), 0);
+  Reply lifted =
+      Post(r(1), "/v1/quarantines/" + quarantine_id + "/lift", {{"reason", "false alarm"}});
+  ASSERT_EQ(lifted.status, 200) << lifted.body << r(1).Stderr();
+  for (int i : {0, 1, 2}) {
+    EXPECT_TRUE(WaitFor([&] { return !ListsQuarantine(r(i), quarantine_id); }, seconds(10)))
+        << "r" << i << ": " << Get(r(i), "/v1/quarantines").body;
+    EXPECT_TRUE(WaitFor([&] { return quarantined_blocks(i) == 0; }, seconds(10))) << "r" << i;
+  }
 
   // A lease reported to r1 is r0's and r2's.
   Reply events = Post(r(1), "/v1/events",

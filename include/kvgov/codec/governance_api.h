@@ -31,6 +31,13 @@ struct QuarantineRequest {
 Result<QuarantineRequest> DecodeQuarantineRequestJson(std::string_view text,
                                                       const JsonLimits& limits);
 
+/// POST /v1/quarantines/{id}/lift: why (required, not empty).
+struct QuarantineLiftRequest {
+  std::string reason;
+};
+Result<QuarantineLiftRequest> DecodeQuarantineLiftRequestJson(std::string_view text,
+                                                              const JsonLimits& limits);
+
 /// POST /v1/invalidations: a span (token ids, or a worker's block), or a
 /// whole scope ("worker" with `worker`, or "model").
 struct InvalidationRequest {

@@ -7,7 +7,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "kvgov/core/nixl_lease.h"
@@ -32,7 +31,13 @@ class GovernanceGate : public router::SpanGate {
   Limit Creditable(std::string_view worker, std::span<const index::BlockKey> chain,
                    size_t resident, int64_t now_ms) const override;
 
-  void Quarantine(std::span<const index::BlockKey> keys);
+  /// Quarantine `id` stops credit for `keys`, on every worker. Applying
+  /// the same id again changes nothing (a replica applies its own writes
+  /// from the log too).
+  void Quarantine(std::string_view id, std::span<const index::BlockKey> keys);
+  /// Ends quarantine `id`: its blocks earn credit again unless another
+  /// quarantine names them. False for an id not in force.
+  bool Lift(std::string_view id);
   bool IsQuarantined(index::BlockKey key) const;
   size_t quarantined_blocks() const;
 
@@ -78,7 +83,9 @@ class GovernanceGate : public router::SpanGate {
   // under mu_ by every write; a route that reads false needs no lock, as if
   // it had run just before the write that will set it.
   std::atomic<bool> holds_anything_{false};
-  std::unordered_set<index::BlockKey> quarantined_;          // guarded by mu_
+  // id -> its keys; key -> how many quarantines in force name it.
+  std::map<std::string, std::vector<index::BlockKey>, std::less<>> quarantines_;  // guarded by mu_
+  std::unordered_map<index::BlockKey, int> quarantined_;                         // guarded by mu_
   std::map<std::string, Lease, std::less<>> leases_;         // guarded by mu_
   std::map<std::string, WorkerRules, std::less<>> workers_;  // guarded by mu_
 };
