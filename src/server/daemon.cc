@@ -17,6 +17,7 @@
 #include "server/governance_api.h"
 #include "server/http_api.h"
 #include "server/invalidations.h"
+#include "server/relay_threads.h"
 #include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {
@@ -512,6 +513,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   }
   daemon->invalidations->CallRecoveredOwners();
   daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
+  daemon->relay_threads = std::make_unique<RelayThreads>();
   daemon->prober = std::make_unique<connectors::HealthProber>(
       &daemon->status, options.engines,
       connectors::HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});

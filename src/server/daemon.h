@@ -37,6 +37,7 @@ class SpoolDirectory;
 namespace kvgov::server {
 
 class InvalidationManager;
+class RelayThreads;
 
 /// The route call's own metrics.
 struct RouteMetrics {
@@ -107,6 +108,7 @@ struct Daemon {
   router::PredictionScores predictions;  // the gateway's, per worker
   TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
+  std::unique_ptr<RelayThreads> relay_threads;  // the gateway's; uses `upstreams`
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "kvgov/auth/entropy.h"
 #include "kvgov/auth/tokens.h"
@@ -18,6 +17,7 @@
 #include "server/access.h"
 #include "server/daemon.h"
 #include "server/http_api.h"
+#include "server/relay_threads.h"
 
 namespace kvgov::server {
 namespace {
@@ -154,6 +154,10 @@ class Relay {
   }
 
   // Client side.
+  void WaitFinished() {
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [this] { return finished_; });
+  }
   void Cancel() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
@@ -230,18 +234,18 @@ void Account(Daemon& daemon, const std::string& worker, const std::string& decis
   m.predictions->WithLabels({worker, std::string(router::ToString(outcome))})->Inc();
 }
 
-// A request forwarded to one worker: the upstream thread and its relay.
-// Destroying it cancels and joins.
+// A request forwarded to one worker, its answer relayed from a thread of
+// the daemon's RelayThreads. Destroying it cancels and waits for that
+// thread to let go of it.
 struct Upstream {
   std::string worker;
   std::string decision_id;
   Prediction prediction;
   Relay relay;
-  std::thread thread;
 
   ~Upstream() {
     relay.Cancel();
-    if (thread.joinable()) thread.join();
+    relay.WaitFinished();
   }
 };
 
@@ -254,12 +258,13 @@ std::unique_ptr<Upstream> StartUpstream(const Daemon& daemon, const std::string&
   Upstream* raw = upstream.get();
   const std::string url = OpenAIUrl(daemon, worker);
   connectors::UpstreamConnections* upstreams = daemon.upstreams.get();
-  upstream->thread = std::thread([raw, url, path, body = std::move(body), upstreams] {
+  daemon.relay_threads->Run([raw, url, path, body = std::move(body), upstreams] {
     connectors::UpstreamAnswer answer;
     Status status = upstreams->Forward(
         url, path, body,
         [raw](int code, std::string_view type) { return raw->relay.Head(code, type); },
         [raw](std::string_view chunk) { return raw->relay.Chunk(chunk); }, &answer);
+    // The last use of `raw`: once finished, the client side may destroy it.
     raw->relay.Finish(std::move(status));
   });
   return upstream;
