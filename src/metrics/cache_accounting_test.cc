@@ -9,6 +9,16 @@
 namespace kvgov::metrics {
 namespace {
 
+// A provider's read of 100 cached tokens of a 400-token prompt.
+Result<Entry> ProviderRead() {
+  ProviderCache cache;
+  cache.model_id = "gpt";
+  cache.cached_tokens = 100;
+  cache.prompt_tokens = 400;
+  cache.serializer_id = "chat-v1";
+  return FromProviderCache(cache);
+}
+
 // A provider's cache read and an engine transfer each count under their
 // own source: a provider's saving never lands in a local counter.
 TEST(CacheAccountingTest, EachEntryCountsUnderItsOwnSource) {
@@ -16,12 +26,7 @@ TEST(CacheAccountingTest, EachEntryCountsUnderItsOwnSource) {
   Result<std::unique_ptr<CacheAccounting>> accounting = CacheAccounting::Create(&registry);
   ASSERT_TRUE(accounting.ok()) << accounting.status().ToString();
 
-  ProviderCache cache;
-  cache.model_id = "gpt";
-  cache.cached_tokens = 100;
-  cache.prompt_tokens = 400;
-  cache.serializer_id = "chat-v1";
-  Result<Entry> provider = FromProviderCache(cache);
+  Result<Entry> provider = ProviderRead();
   ASSERT_TRUE(provider.ok()) << provider.status().ToString();
 
   KVTransfer transfer;
@@ -61,12 +66,7 @@ TEST(CacheAccountingTest, SavingsAreAlsoCountedByModelAndTenant) {
   Registry registry;
   Result<std::unique_ptr<CacheAccounting>> accounting = CacheAccounting::Create(&registry);
   ASSERT_TRUE(accounting.ok()) << accounting.status().ToString();
-  ProviderCache cache;
-  cache.model_id = "gpt";
-  cache.cached_tokens = 100;
-  cache.prompt_tokens = 400;
-  cache.serializer_id = "chat-v1";
-  Result<Entry> provider = FromProviderCache(cache);
+  Result<Entry> provider = ProviderRead();
   ASSERT_TRUE(provider.ok()) << provider.status().ToString();
   provider->labels["tenant"] = "acme";
   (*accounting)->Record(*provider);
