@@ -46,6 +46,10 @@ if [ -n "$ingest_sources" ]; then
   check "ingest (but kvgov_stream_store) must not use the store" \
     '#include *"kvgov/store/' $ingest_sources
 fi
+check "the pure modules (core, index, router, governance) never log: their callers do (ADR 0017)" \
+  '#include *"kvgov/log/' "$root/src/core" "$root/src/index" "$root/src/router" \
+  "$root/src/governance" "$root/include/kvgov/core" "$root/include/kvgov/index" \
+  "$root/include/kvgov/router" "$root/include/kvgov/governance"
 check "spool must not use the index or threads (the daemon scans it)" \
   '#include *("kvgov/index/|<thread>)' "$root/src/spool" "$root/include/kvgov/spool"
 check "connectors must not use the residency index or the store" \

@@ -14,6 +14,7 @@
 
 #include "json/bounded_json.h"
 #include "kvgov/core/digest.h"
+#include "kvgov/log/log.h"
 
 namespace kvgov::auth {
 namespace {
@@ -401,8 +402,10 @@ void Authenticator::RefreshLocked() {
     // Keep the tokens in force: a half-edited file must neither lock every
     // caller out nor let anyone in.
     if (!reported_reload_error_) {
-      std::fprintf(stderr, "kvgov: token file not reloaded, the previous tokens stay: %s\n",
-                   records.status().ToString().c_str());
+      log::Line(log::Level::kError, "tokens.reload_failed")
+          .Field("file", path_)
+          .Field("error", records.status().ToString())
+          .Field("kept", static_cast<uint64_t>(records_.size()));
       reported_reload_error_ = true;
     }
     return;
@@ -410,6 +413,10 @@ void Authenticator::RefreshLocked() {
   reported_reload_error_ = false;
   records_ = std::move(records).value();
   stamp_ = stamp;
+  // A count, never a secret (Load, at start, says nothing: recovery does).
+  log::Line(log::Level::kInfo, "tokens.reload")
+      .Field("file", path_)
+      .Field("tokens", static_cast<uint64_t>(records_.size()));
 }
 
 Result<Principal> Authenticator::Authorize(std::string_view authorization, Role role) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "connectors/control_url.h"
+#include "kvgov/log/log.h"
 #include "kvgov/connectors/engine_metrics.h"
 
 namespace kvgov::connectors {
@@ -141,7 +142,16 @@ void HealthProber::ProbeEngine(Target& target) {
     const int64_t probed_at = NowMillis();
     // NotFound means the worker was removed from the table; nothing to do.
     for (const std::string& worker : target.workers) {
+      const std::optional<router::WorkerStatus> before = table_->Get(worker);
       (void)table_->RecordProbe(worker, ok, probed_at, error);
+      const std::optional<router::WorkerStatus> after = table_->Get(worker);
+      // The first probe and a change of health are an operator's events; a
+      // probe alike to the last one is not.
+      if (before && after && (before->last_probe_ms == 0 || before->healthy != after->healthy)) {
+        log::Line line(after->healthy ? log::Level::kInfo : log::Level::kWarn, "engine.health");
+        line.Field("worker", worker).Field("healthy", after->healthy);
+        if (!after->healthy) line.Field("error", after->last_probe_error);
+      }
     }
     if (!ok || Stopping()) return;
 

@@ -10,6 +10,7 @@
 
 #include "kvgov/connectors/health_prober.h"
 #include "kvgov/connectors/openai_upstream.h"
+#include "kvgov/log/log.h"
 #include "kvgov/ingest/engine_diagnostics.h"
 #include "kvgov/replication/replica.h"
 #include "kvgov/spool/spool_directory.h"
@@ -385,12 +386,20 @@ void Daemon::Stop() {
 Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
                                       std::string_view subject, std::string_view payload,
                                       std::span<const store::WriteOp> state) {
-  if (daemon.replicated()) {
+  Result<journal::Row> row = Status::Unavailable("the governance log is not followed yet");
+  if (!daemon.replicated()) {
+    row = daemon.journal->Append(kind, subject, payload, WallClockMillis(), state);
+  } else if (daemon.replica) {
     // A row appended here and not through the log would fork the chain.
-    if (!daemon.replica) return Status::Unavailable("the governance log is not followed yet");
-    return daemon.replica->Record(kind, subject, payload, state);
+    row = daemon.replica->Record(kind, subject, payload, state);
   }
-  return daemon.journal->Append(kind, subject, payload, WallClockMillis(), state);
+  if (row.ok() && !kind.empty()) {  // a kind-less write is a lease heartbeat: no row
+    log::Line(log::Level::kInfo, "governance.write")
+        .Field("kind", kind)
+        .Field("subject", subject)
+        .Field("seq", row->seq);
+  }
+  return row;
 }
 
 int GovernanceWriteHttpStatus(const Status& status) {
@@ -475,15 +484,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       KVGOV_RETURN_IF_ERROR(daemon->status.Add(stream.worker, !engine.control.empty()));
     }
   }
-  std::fprintf(stderr,
-               "kvgov: recovered %llu resident blocks from snapshots and %llu logged batches, "
-               "journal at seq %llu, in %.1f ms\n",
-               static_cast<unsigned long long>(recovered->snapshot_blocks),
-               static_cast<unsigned long long>(recovered->logged_batches),
-               static_cast<unsigned long long>(daemon->journal->head_seq()),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                         recovery_started)
-                   .count());
+  log::Line(log::Level::kInfo, "recovery.done")
+      .Field("snapshot_blocks", static_cast<uint64_t>(recovered->snapshot_blocks))
+      .Field("logged_batches", static_cast<uint64_t>(recovered->logged_batches))
+      .Field("journal_seq", static_cast<uint64_t>(daemon->journal->head_seq()))
+      .Field("ms", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::steady_clock::now() - recovery_started)
+                                            .count()));
   KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
   KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
   if (replicated) {

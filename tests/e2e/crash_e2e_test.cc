@@ -127,9 +127,9 @@ TEST(CrashE2ETest, KillNineLosesNothingAcknowledged) {
   EXPECT_TRUE(drain_state_ok(worker["health"]["draining"]));
   // The residency came back from the store, not only from the engine.
   const std::string log = daemon.Stderr();
-  const size_t at = log.find("kvgov: recovered ");
+  const size_t at = log.find("event=recovery.done snapshot_blocks=");
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_NE(log.compare(at, 19, "kvgov: recovered 0 "), 0) << log;
+  EXPECT_NE(log.compare(at, 37, "event=recovery.done snapshot_blocks=0"), 0) << log;
   EXPECT_EQ(worker["state"], "live");
 
   Json journal = Json::parse(client.Get("/v1/journal?since=1&limit=1000")->body);

@@ -433,6 +433,48 @@ TEST_F(GatewayE2ETest, ADrainedWorkerReceivesNothing) {
   EXPECT_EQ(engines_[1]->received_salts().size(), 4u);
 }
 
+// The daemon's events, one logfmt line each on stderr (ADR 0017): start-up
+// recovery, each engine's health as it changes, every governance write, a
+// token file reload; never a secret.
+TEST_F(GatewayE2ETest, TheDaemonLogsItsEventsAsLogfmtLines) {
+  StartKvgov();
+  auto logged = [&](const std::string& fragment) {
+    return WaitFor([&] { return daemon_.Stderr().find(fragment) != std::string::npos; });
+  };
+  EXPECT_TRUE(logged(" level=info event=recovery.done snapshot_blocks=0")) << daemon_.Stderr();
+  EXPECT_TRUE(logged("event=engine.health worker=w1 healthy=true")) << daemon_.Stderr();
+
+  const Json quarantine = {{"model", "llama"}, {"token_ids", Tokens(32, 50000)}, {"reason", "x"}};
+  httplib::Result quarantined =
+      control_->Post("/v1/quarantine", quarantine.dump(), "application/json");
+  ASSERT_EQ(HttpStatus(quarantined), 200);
+  const std::string id = Json::parse(quarantined->body)["id"];
+  EXPECT_TRUE(logged("event=governance.write kind=quarantine subject=" + id + " seq="))
+      << daemon_.Stderr();
+
+  engines_[1]->Stop();
+  EXPECT_TRUE(logged("level=warn event=engine.health worker=w2 healthy=false error=\"GET "))
+      << daemon_.Stderr();
+
+  const std::string secret = AddToken(daemon_.data_dir(), "late", {"read"});
+  // Any call has the daemon look at the token file again.
+  EXPECT_TRUE(WaitFor([&] {
+    (void)control_->Get("/v1/workers");
+    return daemon_.Stderr().find("event=tokens.reload") != std::string::npos;
+  })) << daemon_.Stderr();
+  EXPECT_TRUE(logged(" tokens=1")) << daemon_.Stderr();
+
+  const std::string err = daemon_.Stderr();
+  EXPECT_EQ(err.find(secret), std::string::npos);
+  EXPECT_EQ(err.find(secret.substr(6)), std::string::npos);
+  // Every event line is logfmt from its first byte.
+  for (size_t at = err.find("event="); at != std::string::npos; at = err.find("event=", at + 1)) {
+    const size_t line = err.rfind('\n', at);
+    EXPECT_EQ(err.compare(line == std::string::npos ? 0 : line + 1, 3, "ts="), 0)
+        << err.substr(line == std::string::npos ? 0 : line + 1, 120);
+  }
+}
+
 // A quarantined span earns no credit through the gateway: the next request
 // for it is routed as if no worker held it.
 TEST_F(GatewayE2ETest, AQuarantinedSpanEarnsNoCredit) {
