@@ -32,22 +32,12 @@ bool SameRequest(const GatewayRequest& a, const GatewayRequest& b) {
          a.token_ids == b.token_ids && a.tokenize_body == b.tokenize_body;
 }
 
-// The same request, the tokenize body compared as JSON: the two decoders
-// print its numbers and strings each their own way.
-bool SameAsOracle(const GatewayRequest& a, const GatewayRequest& b) {
-  const auto tokenize = [](const std::string& body) {
-    return body.empty() ? nlohmann::json() : nlohmann::json::parse(body, nullptr, false);
-  };
-  return a.model == b.model && a.stream == b.stream && a.ask_usage == b.ask_usage &&
-         a.token_ids == b.token_ids && tokenize(a.tokenize_body) == tokenize(b.tokenize_body);
-}
-
 void CheckAgainstOracle(GatewayEndpoint endpoint, std::string_view text,
                         const Result<GatewayRequest>& decoded, const JsonLimits& limits) {
   const Result<GatewayRequest> oracle =
       codec_testing::DecodeGatewayRequestWithNlohmann(endpoint, text, limits);
   if (decoded.ok() && oracle.ok()) {
-    FUZZ_CHECK(SameAsOracle(*decoded, *oracle), "decoded unlike the oracle");
+    FUZZ_CHECK(codec_testing::SameDecodedRequest(*decoded, *oracle), "decoded unlike the oracle");
     return;
   }
   if (decoded.ok() == oracle.ok()) return;

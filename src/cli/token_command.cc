@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <filesystem>
 
@@ -11,22 +10,12 @@
 #include <optional>
 
 #include "kvgov/auth/tokens.h"
+#include "kvgov/log/log.h"
 #include "kvgov/replication/governance_log.h"
 #include "kvgov/replication/replica.h"
 
 namespace kvgov::cli {
 namespace {
-
-// Milliseconds since the epoch as ISO-8601 UTC: 2026-12-01T14:30:05.123Z.
-std::string IsoUtc(int64_t ms) {
-  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[40];
-  const size_t n = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(text + n, sizeof(text) - n, ".%03lldZ", static_cast<long long>(ms % 1000));
-  return text;
-}
 
 int64_t NowMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -180,7 +169,7 @@ int RunToken(const TokenFlags& flags) {
     }
     std::printf("%-24s %-28s %-20s %s\n", record.name.c_str(), roles.c_str(),
                 record.tenant.empty() ? "(fleet)" : record.tenant.c_str(),
-                IsoUtc(record.created_ms).c_str());
+                log::IsoUtc(record.created_ms).c_str());
   }
   return 0;
 }

@@ -84,4 +84,12 @@ Result<GatewayRequest> DecodeGatewayRequestWithNlohmann(GatewayEndpoint endpoint
 }
 
 
+bool SameDecodedRequest(const GatewayRequest& a, const GatewayRequest& b) {
+  const auto tokenize = [](const std::string& body) {
+    return body.empty() ? Json() : Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  };
+  return a.model == b.model && a.stream == b.stream && a.ask_usage == b.ask_usage &&
+         a.token_ids == b.token_ids && tokenize(a.tokenize_body) == tokenize(b.tokenize_body);
+}
+
 }  // namespace kvgov::codec_testing

@@ -15,4 +15,9 @@ Result<GatewayRequest> DecodeGatewayRequestWithNlohmann(GatewayEndpoint endpoint
                                                         std::string_view body,
                                                         const JsonLimits& limits);
 
+/// The same request from both decoders: every field equal, the tokenize
+/// body compared as JSON (each decoder prints numbers and strings its own
+/// way).
+bool SameDecodedRequest(const GatewayRequest& a, const GatewayRequest& b);
+
 }  // namespace kvgov::codec_testing

@@ -18,19 +18,6 @@ std::string_view LevelName(Level level) {
   return "info";
 }
 
-std::string NowIso() {
-  const auto now = std::chrono::system_clock::now();
-  const int64_t ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[40];
-  const size_t n = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(text + n, sizeof(text) - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return text;
-}
-
 bool Bare(std::string_view value) {
   if (value.empty()) return false;
   for (char c : value) {
@@ -42,6 +29,16 @@ bool Bare(std::string_view value) {
 }
 
 }  // namespace
+
+std::string IsoUtc(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  const size_t n = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof(text) - n, ".%03dZ", static_cast<int>(unix_ms % 1000));
+  return text;
+}
 
 std::string Quoted(std::string_view value) {
   if (Bare(value)) return std::string(value);
@@ -67,7 +64,10 @@ std::string Quoted(std::string_view value) {
 }
 
 Line::Line(Level level, std::string_view event) {
-  text_ = "ts=" + NowIso() + " level=" + std::string(LevelName(level)) +
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  text_ = "ts=" + IsoUtc(now_ms) + " level=" + std::string(LevelName(level)) +
           " event=" + Quoted(event);
 }
 

@@ -16,6 +16,11 @@ TEST(LogTest, ValuesAreBareOrQuotedSoALineIsOneLine) {
   EXPECT_EQ(Quoted(std::string("\x01", 1)), "\"\\x01\"");
 }
 
+TEST(LogTest, TimesAreIsoUtcToTheMillisecond) {
+  EXPECT_EQ(IsoUtc(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(IsoUtc(1764602401123), "2025-12-01T15:20:01.123Z");
+}
+
 TEST(LogTest, ALineHasTimeLevelEventAndFieldsInOrder) {
   std::string text;
   {

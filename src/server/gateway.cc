@@ -95,10 +95,12 @@ const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker
 }
 
 // The engine URL the gateway forwards to.
+std::string OpenAIUrl(const ingest::EngineSpec& engine) {
+  return engine.openai.empty() ? engine.control : engine.openai;
+}
 std::string OpenAIUrl(const Daemon& daemon, std::string_view worker) {
   const ingest::EngineSpec* engine = EngineOf(daemon, worker);
-  if (engine == nullptr) return "";
-  return engine->openai.empty() ? engine->control : engine->openai;
+  return engine == nullptr ? "" : OpenAIUrl(*engine);
 }
 
 // A worker the gateway may send to: live, healthy, not draining, with an
@@ -280,9 +282,8 @@ class GatewayHandler {
     if (!caller) return;
     const std::optional<std::string> tenant = TenantOf(*caller, request, response);
     if (!tenant) return;
-    JsonLimits limits;
-    limits.max_bytes = daemon_.options.max_body_bytes;
-    Result<GatewayRequest> decoded = DecodeGatewayRequestJson(endpoint_, request.body, limits);
+    Result<GatewayRequest> decoded =
+        DecodeGatewayRequestJson(endpoint_, request.body, BodyLimits(daemon_));
     if (!decoded.ok()) {
       const bool too_large = decoded.status().code() == StatusCode::kResourceExhausted;
       return SendOpenAIError(response, too_large ? 413 : 400, decoded.status().message(),
@@ -323,8 +324,9 @@ class GatewayHandler {
       // serve the request; a second one when the first cannot answer.
       Result<std::vector<int64_t>> tokenized = Status::Unavailable("no worker tried");
       for (size_t i = 0; i < serving.size() && i < 2; ++i) {
-        tokenized = daemon_.upstreams->Tokenize(OpenAIUrl(daemon_, serving[i]),
-                                                EngineOf(daemon_, serving[i])->kind,
+        // A serving worker's engine has a URL (MayServe).
+        const ingest::EngineSpec& engine = *EngineOf(daemon_, serving[i]);
+        tokenized = daemon_.upstreams->Tokenize(OpenAIUrl(engine), engine.kind,
                                                 decoded->tokenize_body);
         if (tokenized.ok() || tokenized.status().code() != StatusCode::kUnavailable) break;
       }

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "connectors/control_url.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"
 #include "kvgov/simfleet/live_engine.h"
@@ -56,7 +57,10 @@ double Micros(Clock::duration elapsed) {
 class GatewayFleet {
  public:
   // `token_interval` paces every generated token (0: as fast as it can).
-  Status Start(std::chrono::milliseconds token_interval) {
+  // Once started, `warm_body` is sent through the gateway and the engine
+  // it went to is the one direct calls go to: both paths then find the
+  // prefix cached.
+  Status Start(std::chrono::milliseconds token_interval, const std::string& warm_body) {
     dir_ = std::filesystem::temp_directory_path() /
            ("kvgov_gateway_bench_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
@@ -81,6 +85,8 @@ class GatewayFleet {
       engines_.push_back(std::move(engine));
     }
     KVGOV_ASSIGN_OR_RETURN(server_, Server::Start(options));
+    KVGOV_ASSIGN_OR_RETURN(const size_t holder, Warm(warm_body));
+    KVGOV_ASSIGN_OR_RETURN(direct_, connectors::ParseControlUrl(engines_[holder]->control_url()));
     return Status::Ok();
   }
   ~GatewayFleet() {
@@ -94,9 +100,12 @@ class GatewayFleet {
   }
 
   int gateway_port() const { return server_->gateway_port(); }
-  simfleet::LiveEngine& engine(size_t i) { return *engines_[i]; }
+  // The engine that holds the warm-up prefix, for direct calls.
+  const std::string& direct_host() const { return direct_.host; }
+  int direct_port() const { return direct_.port; }
 
-  // The engine the gateway sends `prompt` to, once a first request has
+ private:
+  // The engine the gateway sends `body` to, once a first request has
   // stored it there and kvgov has seen the blocks.
   Result<size_t> Warm(const std::string& body) {
     httplib::Client gateway("127.0.0.1", gateway_port());
@@ -120,17 +129,11 @@ class GatewayFleet {
     return Status::DeadlineExceeded("kvgov never saw the warm-up prompt's blocks");
   }
 
- private:
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<simfleet::LiveEngine>> engines_;
   std::unique_ptr<Server> server_;
+  connectors::ControlEndpoint direct_;
 };
-
-std::pair<std::string, int> HostPort(const std::string& url) {
-  const size_t colon = url.rfind(':');
-  return {url.substr(url.find("//") + 2, colon - url.find("//") - 2),
-          std::stoi(url.substr(colon + 1))};
-}
 
 std::string CompletionBody(bool stream, int max_tokens, int64_t first_token = 1000) {
   std::vector<int64_t> prompt(kPromptTokens);
@@ -168,19 +171,13 @@ std::unique_ptr<httplib::Client> KeptAlive(const std::string& host, int port) {
 }
 
 void BM_GatewayTtfbVsDirect(benchmark::State& state) {
+  const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/4);
   GatewayFleet fleet;
-  if (Status started = fleet.Start(std::chrono::milliseconds(0)); !started.ok()) {
+  if (Status started = fleet.Start(std::chrono::milliseconds(0), body); !started.ok()) {
     state.SkipWithError(started.ToString().c_str());
     return;
   }
-  const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/4);
-  Result<size_t> holder = fleet.Warm(body);
-  if (!holder.ok()) {
-    state.SkipWithError(holder.status().ToString().c_str());
-    return;
-  }
-  const auto [engine_host, engine_port] = HostPort(fleet.engine(*holder).control_url());
-  std::unique_ptr<httplib::Client> direct = KeptAlive(engine_host, engine_port);
+  std::unique_ptr<httplib::Client> direct = KeptAlive(fleet.direct_host(), fleet.direct_port());
   std::unique_ptr<httplib::Client> gateway = KeptAlive("127.0.0.1", fleet.gateway_port());
 
   std::string text;
@@ -255,22 +252,17 @@ double RequestsPerSecond(const std::string& host, int port, const std::string& b
 void BM_GatewayThroughputVsDirect(benchmark::State& state) {
   constexpr int kClients = 8;
   constexpr auto kRound = std::chrono::milliseconds(2000);
+  const std::string body = CompletionBody(/*stream=*/false, /*max_tokens=*/4);
   GatewayFleet fleet;
-  if (Status started = fleet.Start(std::chrono::milliseconds(0)); !started.ok()) {
+  if (Status started = fleet.Start(std::chrono::milliseconds(0), body); !started.ok()) {
     state.SkipWithError(started.ToString().c_str());
     return;
   }
-  const std::string body = CompletionBody(/*stream=*/false, /*max_tokens=*/4);
-  Result<size_t> holder = fleet.Warm(body);
-  if (!holder.ok()) {
-    state.SkipWithError(holder.status().ToString().c_str());
-    return;
-  }
-  const auto [engine_host, engine_port] = HostPort(fleet.engine(*holder).control_url());
   std::atomic<bool> failed{false};
   double direct = 0, gateway = 0;
   for (auto _ : state) {
-    direct += RequestsPerSecond(engine_host, engine_port, body, kClients, kRound, &failed);
+    direct += RequestsPerSecond(fleet.direct_host(), fleet.direct_port(), body, kClients, kRound,
+                                &failed);
     gateway += RequestsPerSecond("127.0.0.1", fleet.gateway_port(), body, kClients, kRound, &failed);
   }
   if (failed.load()) {
@@ -353,16 +345,14 @@ void BM_GatewayMemoryPerStream(benchmark::State& state) {
   constexpr int kStreams = 24;
   GatewayFleet fleet;
   // Streams that last: a token every 5 ms until the client goes away.
-  if (Status started = fleet.Start(std::chrono::milliseconds(5)); !started.ok()) {
+  if (Status started = fleet.Start(std::chrono::milliseconds(5),
+                                   CompletionBody(/*stream=*/false, /*max_tokens=*/1));
+      !started.ok()) {
     state.SkipWithError(started.ToString().c_str());
     return;
   }
-  Result<size_t> holder = fleet.Warm(CompletionBody(/*stream=*/false, /*max_tokens=*/1));
-  if (!holder.ok()) {
-    state.SkipWithError(holder.status().ToString().c_str());
-    return;
-  }
-  const auto [engine_host, engine_port] = HostPort(fleet.engine(*holder).control_url());
+  const std::string& engine_host = fleet.direct_host();
+  const int engine_port = fleet.direct_port();
   // Once unmeasured, so the engines' pools and kvgov's index already hold
   // every stream's prompt when the measured rounds run.
   if (!OpenStreams(engine_host, engine_port, kStreams).ok() ||

@@ -177,14 +177,8 @@ uint64_t ResidentBlocks(const Daemon& daemon, std::span<const index::BlockKey> k
 void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                       httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  JsonLimits limits;
-  limits.max_bytes = daemon.options.max_body_bytes;
-  Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, limits);
-  if (!body.ok()) {
-    return SendError(response,
-                      body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
-                      body.status());
-  }
+  Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, BodyLimits(daemon));
+  if (!body.ok()) return SendBodyError(response, body.status());
   if (Status fitted = FitToCaller(caller, !body->token_ids.empty(), body->tenant); !fitted.ok()) {
     return SendError(response, 403, fitted);
   }
@@ -410,14 +404,9 @@ bool VisibleTo(const auth::Principal& caller, std::string_view tenant) {
 void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
                           httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  JsonLimits limits;
-  limits.max_bytes = daemon.options.max_body_bytes;
-  Result<QuarantineLiftRequest> body = DecodeQuarantineLiftRequestJson(request.body, limits);
-  if (!body.ok()) {
-    return SendError(response,
-                     body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
-                     body.status());
-  }
+  Result<QuarantineLiftRequest> body =
+      DecodeQuarantineLiftRequestJson(request.body, BodyLimits(daemon));
+  if (!body.ok()) return SendBodyError(response, body.status());
   const std::string id = request.matches[1].str();
   const std::string key = std::string(kQuarantinePrefix) + id;
   Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance, key);
@@ -467,16 +456,9 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                   [&daemon](const httplib::Request& request, httplib::Response& response,
                             const auth::Principal& caller) {
                     if (!RequireJsonContentType(request, response)) return;
-                    JsonLimits limits;
-                    limits.max_bytes = daemon.options.max_body_bytes;
                     Result<InvalidationRequest> body =
-                        DecodeInvalidationRequestJson(request.body, limits);
-                    if (!body.ok()) {
-                      return SendError(
-                          response,
-                          body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
-                          body.status());
-                    }
+                        DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
+                    if (!body.ok()) return SendBodyError(response, body.status());
                     const bool by_tokens = body->scope.empty() && !body->token_ids.empty();
                     if (Status fitted = FitToCaller(caller, by_tokens, body->tenant);
                         !fitted.ok()) {

@@ -120,14 +120,8 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
 
 void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
   if (!RequireJsonContentType(request, response)) return;
-  JsonLimits limits;
-  limits.max_bytes = daemon.options.max_body_bytes;
-  Result<IngestBatch> batch = DecodeIngestBatchJson(request.body, limits);
-  if (!batch.ok()) {
-    SendError(response, batch.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
-              batch.status());
-    return;
-  }
+  Result<IngestBatch> batch = DecodeIngestBatchJson(request.body, BodyLimits(daemon));
+  if (!batch.ok()) return SendBodyError(response, batch.status());
   size_t accepted = 0;
   Json rejected = Json::array();
   for (size_t i = 0; i < batch->events.size(); ++i) {
@@ -188,19 +182,20 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
     WorkerView& view = views.emplace_back();
     view.health = daemon.status.Get(worker.id);
     view.fleet_view = fleet_view;
-    if (auto it = streams.find(worker.id);
-        it != streams.end() && worker.state == index::WorkerState::kLive &&
-        it->second.stats->last_seq.load() < 0) {
-      view.waiting_for_events_ms =
-          ingest::DiagnoseEngine(*it->second.stats, std::nullopt, now_ms,
-                                 daemon.options.engine_silence_ms)
-              .silent_for_ms;
-    }
     if (fleet_view) {
       view.load = daemon.router->LoadOf(worker.id);
       view.predictions = daemon.predictions.Of(worker.id);
-      if (auto it = streams.find(worker.id); it != streams.end()) {
-        const ingest::StreamStats& stats = *it->second.stats;
+    }
+    if (auto it = streams.find(worker.id); it != streams.end()) {
+      const ingest::StreamStats& stats = *it->second.stats;
+      // The scraped load is the fleet view's only: a tenant's view has none.
+      const ingest::EngineDiagnostics diagnostics =
+          ingest::DiagnoseEngine(stats, router::RunningRequests(view.load.scraped), now_ms,
+                                 daemon.options.engine_silence_ms);
+      if (worker.state == index::WorkerState::kLive && stats.last_seq.load() < 0) {
+        view.waiting_for_events_ms = diagnostics.silent_for_ms;
+      }
+      if (fleet_view) {
         WorkerStreamView& stream = view.stream.emplace();
         stream.kind = std::string(ToString(it->second.kind));
         stream.events_endpoint = it->second.events;
@@ -214,9 +209,7 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
         stream.catch_ups = stats.catch_ups_ok.load() + stats.catch_ups_failed.load();
         stream.catch_ups_failed = stats.catch_ups_failed.load();
         stream.last_batch_ms = stats.last_batch_ms.load();
-        stream.diagnostics =
-            ingest::DiagnoseEngine(stats, router::RunningRequests(view.load.scraped), now_ms,
-                                   daemon.options.engine_silence_ms);
+        stream.diagnostics = diagnostics;
       }
     }
     view.residency = std::move(worker);
@@ -234,14 +227,10 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     count("bad_request");
     return;
   }
-  JsonLimits limits;
-  limits.max_bytes = daemon.options.max_body_bytes;
-  Result<router::RouteRequest> route = DecodeRouteRequestJson(request.body, limits);
+  Result<router::RouteRequest> route = DecodeRouteRequestJson(request.body, BodyLimits(daemon));
   if (!route.ok()) {
     count("bad_request");
-    SendError(response, route.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
-              route.status());
-    return;
+    return SendBodyError(response, route.status());
   }
   if (Status fitted = FitToCaller(caller, /*names_span_by_tokens=*/true, route->tenant);
       !fitted.ok()) {
@@ -380,6 +369,16 @@ void SendJson(httplib::Response& response, int status, const Json& body) {
 
 void SendError(httplib::Response& response, int status, const Status& error) {
   SendErrorJson(response, status, StatusCodeName(error.code()), error.message());
+}
+
+JsonLimits BodyLimits(const Daemon& daemon) {
+  JsonLimits limits;
+  limits.max_bytes = daemon.options.max_body_bytes;
+  return limits;
+}
+
+void SendBodyError(httplib::Response& response, const Status& error) {
+  SendError(response, error.code() == StatusCode::kResourceExhausted ? 413 : 400, error);
 }
 
 bool RequireJsonContentType(const httplib::Request& request, httplib::Response& response) {

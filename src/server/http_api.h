@@ -42,6 +42,12 @@ void SendErrorJson(httplib::Response& response, int status, std::string_view cod
 /// The same from a Status: its code's name and its message.
 void SendError(httplib::Response& response, int status, const Status& error);
 
+/// The limits a request body is decoded under: the API's (--max-body-bytes).
+JsonLimits BodyLimits(const Daemon& daemon);
+
+/// A body that did not decode: 413 when it is over a limit, else 400.
+void SendBodyError(httplib::Response& response, const Status& error);
+
 /// True for a JSON body; otherwise answers 415 naming the type sent.
 bool RequireJsonContentType(const httplib::Request& request, httplib::Response& response);
 

@@ -40,4 +40,8 @@ class Line {
 /// `value` as logfmt writes it: bare, or quoted and escaped.
 std::string Quoted(std::string_view value);
 
+/// Milliseconds since the epoch as ISO-8601 UTC, 2026-12-01T15:20:01.123Z:
+/// how a line's ts= reads, and how the command line prints a time.
+std::string IsoUtc(int64_t unix_ms);
+
 }  // namespace kvgov::log
