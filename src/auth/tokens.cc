@@ -334,6 +334,13 @@ Status PutTokenRecord(const std::string& path, const TokenRecord& record) {
 
 std::string EncodeTokenRecord(const TokenRecord& record) { return RecordJson(record).dump(); }
 
+std::string DescribeTokenChange(std::string_view name, const TokenRecord* record) {
+  if (record == nullptr) return Json{{"name", name}}.dump();
+  Json described = RecordJson(*record);
+  described.erase("sha256");
+  return described.dump();
+}
+
 Result<TokenRecord> DecodeTokenRecord(std::string_view text) {
   json_internal::ParseLimits limits;
   limits.max_bytes = 64 * 1024;
@@ -411,12 +418,28 @@ void Authenticator::RefreshLocked() {
     return;
   }
   reported_reload_error_ = false;
+  if (*records != records_) ++generation_;
   records_ = std::move(records).value();
   stamp_ = stamp;
   // A count, never a secret (Load, at start, says nothing: recovery does).
   log::Line(log::Level::kInfo, "tokens.reload")
       .Field("file", path_)
       .Field("tokens", static_cast<uint64_t>(records_.size()));
+}
+
+void Authenticator::Refresh() {
+  std::lock_guard lock(mu_);
+  RefreshLocked();
+}
+
+std::vector<TokenRecord> Authenticator::Records() const {
+  std::lock_guard lock(mu_);
+  return records_;
+}
+
+uint64_t Authenticator::generation() const {
+  std::lock_guard lock(mu_);
+  return generation_;
 }
 
 Result<Principal> Authenticator::Authorize(std::string_view authorization, Role role) {

@@ -40,7 +40,7 @@ class CertVerifyTest : public ::testing::Test {
     ASSERT_TRUE(journal.ok()) << journal.status().ToString();
     for (int i = 1; i <= 3; ++i) {
       Result<journal::Row> row =
-          (*journal)->Append("directive.transition", "dir-" + std::to_string(i),
+          (*journal)->Append("directive.transition", "dir-" + std::to_string(i), {"kvgov", ""},
                              "{\"state\":\"witnessed\"}", 1000 + i);
       ASSERT_TRUE(row.ok()) << row.status().ToString();
       rows_.push_back(*row);

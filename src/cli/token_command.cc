@@ -1,12 +1,12 @@
 #include "cli/token_command.h"
 
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "kvgov/auth/tokens.h"
@@ -70,6 +70,15 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
 
 namespace {
 
+// The journal's actor for a change made with this command: the OS user
+// who ran it (docs/formats/journal.md §2).
+std::string CliActor() {
+  const passwd* user = ::getpwuid(::geteuid());
+  return "cli:" + (user != nullptr && user->pw_name != nullptr
+                       ? std::string(user->pw_name)
+                       : "uid" + std::to_string(::geteuid()));
+}
+
 // A token change for the replicas: one governance log entry whose "tokens"
 // write each replica puts into its own token file
 // (docs/formats/governance-log.md). The journal row names the token, never
@@ -81,14 +90,8 @@ int AppendTokenChange(const TokenFlags& flags, std::string_view kind,
   entry.kind = std::string(kind);
   entry.subject = flags.name;
   entry.time_ms = NowMillis();
-  nlohmann::json payload = {{"name", flags.name}};
-  if (record.has_value()) {
-    nlohmann::json roles = nlohmann::json::array();
-    for (auth::Role role : record->roles) roles.push_back(std::string(auth::ToString(role)));
-    payload["roles"] = std::move(roles);
-    payload["tenant"] = record->tenant;
-  }
-  entry.payload = payload.dump();
+  entry.actor = CliActor();
+  entry.payload = auth::DescribeTokenChange(flags.name, record ? &*record : nullptr);
   entry.writes.push_back(replication::LogWrite{
       "tokens", flags.name,
       record ? std::optional<std::string>(auth::EncodeTokenRecord(*record)) : std::nullopt});

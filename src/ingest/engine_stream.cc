@@ -1,10 +1,10 @@
 #include "kvgov/ingest/engine_stream.h"
 
 #include <chrono>
-#include <cstdio>
 
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/core/digest.h"
+#include "kvgov/log/log.h"
 
 namespace kvgov::ingest {
 namespace {
@@ -90,10 +90,10 @@ bool EngineStream::CatchUp() {
   resume_digest_.reset();
   if (restarted) {
     stats_.restarts.fetch_add(1, std::memory_order_relaxed);
-    std::fprintf(stderr,
-                 "kvgov ingest: worker %s: the engine holds another history than the one kvgov "
-                 "applied up to seq %llu: it restarted; clearing it\n",
-                 worker_.c_str(), static_cast<unsigned long long>(last_seq_.value_or(0)));
+    log::Line(log::Level::kWarn, "stream.restart")
+        .Field("worker", worker_)
+        .Field("after_seq", last_seq_.value_or(0))
+        .Field("detail", "the engine holds another history than the one applied; clearing it");
     StartOver();
     restarted = false;
     current = CatchUpOnce(&restarted);  // without state: nothing to compare
@@ -165,9 +165,11 @@ void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
       return;
     }
     stats_.restarts.fetch_add(1, std::memory_order_relaxed);
-    std::fprintf(stderr, "kvgov ingest: worker %s restarted (seq %llu after %llu); clearing it\n",
-                 worker_.c_str(), static_cast<unsigned long long>(seq),
-                 static_cast<unsigned long long>(*last_seq_));
+    log::Line(log::Level::kWarn, "stream.restart")
+        .Field("worker", worker_)
+        .Field("after_seq", *last_seq_)
+        .Field("seq", seq)
+        .Field("detail", "a newer batch counts from the start again; clearing it");
     StartOver();
   }
   const uint64_t expected = last_seq_.has_value() ? *last_seq_ + 1 : first_seq_;
@@ -205,8 +207,10 @@ void EngineStream::Resume(uint64_t last_seq, double last_ts, std::string last_di
 
 void EngineStream::OnBadFraming(std::string_view detail) {
   stats_.decode_errors[DecodeErrorSlot("bad_framing")].fetch_add(1, std::memory_order_relaxed);
-  std::fprintf(stderr, "kvgov ingest: worker %s: message skipped, bad_framing: %.*s\n",
-               worker_.c_str(), static_cast<int>(detail.size()), detail.data());
+  log::Line(log::Level::kWarn, "stream.message_skipped")
+      .Field("worker", worker_)
+      .Field("reason", "bad_framing")
+      .Field("error", detail);
 }
 
 bool EngineStream::Replay(uint64_t start, uint64_t stop, std::string* why) {
@@ -244,9 +248,11 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
   if (!batch.ok()) {
     std::string_view reason = adapters::DecodeErrorReason(batch.status());
     stats_.decode_errors[DecodeErrorSlot(reason)].fetch_add(1, std::memory_order_relaxed);
-    std::fprintf(stderr, "kvgov ingest: worker %s: seq %llu skipped, %s: %s\n", worker_.c_str(),
-                 static_cast<unsigned long long>(seq), std::string(reason).c_str(),
-                 batch.status().message().c_str());
+    log::Line(log::Level::kWarn, "stream.batch_skipped")
+        .Field("worker", worker_)
+        .Field("seq", seq)
+        .Field("reason", reason)
+        .Field("error", batch.status().message());
     return;
   }
   last_ts_ = std::max(last_ts_, batch->ts);
@@ -258,10 +264,11 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
     Result<index::ApplyResult> applied = index_->Apply(worker_, event);
     if (!applied.ok()) {
       stats_.rejected_events.fetch_add(1, std::memory_order_relaxed);
-      std::fprintf(stderr, "kvgov ingest: worker %s: seq %llu: %s event refused: %s\n",
-                   worker_.c_str(), static_cast<unsigned long long>(seq),
-                   std::string(EngineEventTypeName(event)).c_str(),
-                   applied.status().ToString().c_str());
+      log::Line(log::Level::kWarn, "stream.event_refused")
+          .Field("worker", worker_)
+          .Field("seq", seq)
+          .Field("type", EngineEventTypeName(event))
+          .Field("error", applied.status().ToString());
       continue;
     }
     stats_.events[EventTypeSlot(event)].fetch_add(1, std::memory_order_relaxed);
@@ -299,8 +306,10 @@ void EngineStream::MarkStale(StaleReason reason, std::string detail) {
   // A reason that needs a clean point is not masked by a lesser one.
   if (stale_ != StaleReason::kNone && !IsRecoverable(stale_) && IsRecoverable(reason)) return;
   ++stale_marks_;
-  std::fprintf(stderr, "kvgov ingest: worker %s is stale (%s): %s\n", worker_.c_str(),
-               std::string(ToString(reason)).c_str(), detail.c_str());
+  log::Line(log::Level::kWarn, "stream.stale")
+      .Field("worker", worker_)
+      .Field("reason", ToString(reason))
+      .Field("detail", detail);
   const bool was_stale = stale_ != StaleReason::kNone;
   stale_ = reason;
   stats_.set_stale_detail(std::move(detail));
@@ -312,6 +321,13 @@ void EngineStream::MarkStale(StaleReason reason, std::string detail) {
 
 void EngineStream::MarkLive() {
   if (stale_ == StaleReason::kNone) return;
+  // The gap is repaired, or the engine's cache was cleared or restarted:
+  // the index is complete for this worker again.
+  const int64_t since = stats_.stale_since_ms.load(std::memory_order_relaxed);
+  log::Line(log::Level::kInfo, "stream.live")
+      .Field("worker", worker_)
+      .Field("was", ToString(stale_))
+      .Field("stale_ms", since < 0 ? int64_t{0} : now_ms_() - since);
   stale_ = StaleReason::kNone;
   stats_.stale_reason.store(static_cast<uint8_t>(StaleReason::kNone), std::memory_order_relaxed);
   stats_.stale_since_ms.store(-1, std::memory_order_relaxed);

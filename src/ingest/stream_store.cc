@@ -1,7 +1,7 @@
+#include "kvgov/log/log.h"
 #include "kvgov/ingest/stream_store.h"
 
 #include <bit>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -77,15 +77,17 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
              EncodeDouble(ts) + std::string(payload)};
   Status logged = store_->Write({&op, 1}, /*sync=*/false);
   if (!logged.ok()) {
-    std::fprintf(stderr, "kvgov store: worker %.*s seq %llu not logged: %s\n",
-                 static_cast<int>(worker.size()), worker.data(),
-                 static_cast<unsigned long long>(seq), logged.ToString().c_str());
+log::Line(log::Level::kError, "store.batch_not_logged")
+        .Field("worker", worker)
+        .Field("seq", seq)
+        .Field("error", logged.ToString());
     return;
   }
   if (progress.since_snapshot >= snapshot_every_) {
     if (Status snapped = Snapshot(worker, progress); !snapped.ok()) {
-      std::fprintf(stderr, "kvgov store: worker %.*s snapshot failed: %s\n",
-                   static_cast<int>(worker.size()), worker.data(), snapped.ToString().c_str());
+log::Line(log::Level::kError, "store.snapshot_failed")
+          .Field("worker", worker)
+          .Field("error", snapped.ToString());
     }
   }
 }
@@ -106,8 +108,9 @@ void StreamStore::OnRestart(std::string_view worker) {
   Status snapped = collected.ok() ? Snapshot(worker, progress) : collected;
   if (snapped.ok() && !ops.empty()) snapped = store_->Write(ops, /*sync=*/true);
   if (!snapped.ok()) {
-    std::fprintf(stderr, "kvgov store: worker %.*s restart not recorded: %s\n",
-                 static_cast<int>(worker.size()), worker.data(), snapped.ToString().c_str());
+log::Line(log::Level::kError, "store.restart_not_recorded")
+        .Field("worker", worker)
+        .Field("error", snapped.ToString());
   }
 }
 
@@ -150,8 +153,9 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
       // the snapshot: its keys mean nothing now. Start the worker empty and
       // let the engine's replay (or staleness) take it from there.
       // A new epoch, so the old log is never re-applied on top.
-      std::fprintf(stderr, "kvgov store: snapshot of worker %s dropped: %s\n", worker.c_str(),
-                   restore.message().c_str());
+log::Line(log::Level::kWarn, "store.snapshot_dropped")
+          .Field("worker", worker)
+          .Field("error", restore.message());
       std::lock_guard lock(mu_);
       progress_[worker] = Progress{progress.epoch + 1, false, 0, 0, 0, ""};
       return Status::Ok();

@@ -7,7 +7,10 @@
 namespace kvgov::journal {
 namespace {
 
-constexpr std::string_view kRowDomain = "kvgov.journal.row.v1";
+// Each format hashes under its own domain, so a row cannot be re-read as
+// the other format with the same hash.
+constexpr std::string_view kRowDomainV1 = "kvgov.journal.row.v1";
+constexpr std::string_view kRowDomainV2 = "kvgov.journal.row.v2";
 // Hashes and digests are stored as lowercase hex.
 constexpr size_t kHexHashBytes = 64;
 
@@ -16,8 +19,8 @@ std::string ZeroHash() { return std::string(kHexHashBytes, '0'); }
 
 // Fixed part of an encoded row: version byte, seq, time_ms.
 constexpr size_t kFixedBytes = 1 + 8 + 8;
-// Six length-framed fields, each with a 4-byte length.
-constexpr size_t kFieldCount = 6;
+// Eight length-framed fields (six in format 1), each with a 4-byte length.
+constexpr size_t kFieldCount = 8;
 constexpr size_t kMinRowBytes = kFixedBytes + kFieldCount * 4;
 
 std::string BigEndian(uint64_t value, size_t width) {
@@ -40,8 +43,9 @@ void AppendField(std::string& out, std::string_view field) {
   out += field;
 }
 
-size_t EncodedSize(size_t kind, size_t subject, size_t payload) {
-  return kMinRowBytes + kind + subject + payload + 3 * kHexHashBytes;
+size_t EncodedSize(size_t kind, size_t subject, const Attribution& by, size_t payload) {
+  return kMinRowBytes + kind + subject + by.actor.size() + by.origin.size() + payload +
+         3 * kHexHashBytes;
 }
 
 // Walks an encoded row, naming the offset of whatever is wrong.
@@ -102,18 +106,27 @@ std::string RowHash(const Row& row) {
   std::string version = BigEndian(row.format_version, 4);
   std::string seq = BigEndian(row.seq, 8);
   std::string time = BigEndian(static_cast<uint64_t>(row.time_ms), 8);
-  return DigestFields(kRowDomain, {version, seq, time, row.kind, row.subject,
-                                   row.payload_digest, row.prev_hash});
+  if (row.format_version == 1) {
+    return DigestFields(kRowDomainV1, {version, seq, time, row.kind, row.subject,
+                                       row.payload_digest, row.prev_hash});
+  }
+  return DigestFields(kRowDomainV2, {version, seq, time, row.kind, row.subject, row.actor,
+                                     row.origin, row.payload_digest, row.prev_hash});
 }
 
 std::string EncodeRow(const Row& row) {
   std::string out;
-  out.reserve(EncodedSize(row.kind.size(), row.subject.size(), row.payload.size()));
+  out.reserve(EncodedSize(row.kind.size(), row.subject.size(), {row.actor, row.origin},
+                          row.payload.size()));
   out += static_cast<char>(static_cast<uint8_t>(row.format_version));
   out += BigEndian(row.seq, 8);
   out += BigEndian(static_cast<uint64_t>(row.time_ms), 8);
   AppendField(out, row.kind);
   AppendField(out, row.subject);
+  if (row.format_version != 1) {
+    AppendField(out, row.actor);
+    AppendField(out, row.origin);
+  }
   AppendField(out, row.payload_digest);
   AppendField(out, row.payload);
   AppendField(out, row.prev_hash);
@@ -132,10 +145,10 @@ Result<Row> DecodeRow(std::string_view bytes) {
   std::string_view fixed;
   KVGOV_RETURN_IF_ERROR(reader.Fixed("format version", 1, fixed));
   row.format_version = static_cast<uint8_t>(fixed[0]);
-  if (row.format_version != kRowFormatVersion) {
+  if (row.format_version != 1 && row.format_version != kRowFormatVersion) {
     return Status::Corruption("journal row: format version " +
                               std::to_string(row.format_version) +
-                              " at offset 0, this kvgov reads " +
+                              " at offset 0, this kvgov reads 1 and " +
                               std::to_string(kRowFormatVersion));
   }
   KVGOV_RETURN_IF_ERROR(reader.Fixed("seq", 8, fixed));
@@ -144,6 +157,10 @@ Result<Row> DecodeRow(std::string_view bytes) {
   row.time_ms = static_cast<int64_t>(ReadBigEndian(fixed));
   KVGOV_RETURN_IF_ERROR(reader.Field("kind", row.kind));
   KVGOV_RETURN_IF_ERROR(reader.Field("subject", row.subject));
+  if (row.format_version != 1) {
+    KVGOV_RETURN_IF_ERROR(reader.Field("actor", row.actor));
+    KVGOV_RETURN_IF_ERROR(reader.Field("origin", row.origin));
+  }
   KVGOV_RETURN_IF_ERROR(reader.Field("payload_digest", row.payload_digest));
   KVGOV_RETURN_IF_ERROR(reader.Field("payload", row.payload));
   KVGOV_RETURN_IF_ERROR(reader.Field("prev_hash", row.prev_hash));
@@ -181,8 +198,9 @@ Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
   return journal;
 }
 
-Status CheckRowFits(std::string_view kind, std::string_view subject, std::string_view payload) {
-  const size_t size = EncodedSize(kind.size(), subject.size(), payload.size());
+Status CheckRowFits(std::string_view kind, std::string_view subject, const Attribution& by,
+                    std::string_view payload) {
+  const size_t size = EncodedSize(kind.size(), subject.size(), by, payload.size());
   if (size > kMaxRowBytes) {
     return Status::ResourceExhausted("journal: a " + std::string(kind) + " row would be " +
                                    std::to_string(size) + " bytes, over the " +
@@ -192,9 +210,9 @@ Status CheckRowFits(std::string_view kind, std::string_view subject, std::string
 }
 
 Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
-                            std::string_view payload, int64_t time_ms,
+                            const Attribution& by, std::string_view payload, int64_t time_ms,
                             std::span<const store::WriteOp> extra) {
-  KVGOV_RETURN_IF_ERROR(CheckRowFits(kind, subject, payload));
+  KVGOV_RETURN_IF_ERROR(CheckRowFits(kind, subject, by, payload));
   for (const store::WriteOp& op : extra) {
     if (op.column == store::Column::kJournal) {
       return Status::InvalidArgument("journal: an appended row's extra ops may not write "
@@ -207,6 +225,8 @@ Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
   row.time_ms = time_ms;
   row.kind = kind;
   row.subject = subject;
+  row.actor = by.actor;
+  row.origin = by.origin;
   row.payload = payload;
   row.payload_digest = Sha256Hex(payload);
 

@@ -70,7 +70,7 @@ void BM_JournalAppendSynced(benchmark::State& state) {
   const std::string payload = Payload(static_cast<size_t>(state.range(0)));
   int64_t time_ms = 1700000000000;
   for (auto _ : state) {
-    Result<Row> row = (*journal)->Append("lease.transition", "lease-42", payload, ++time_ms);
+    Result<Row> row = (*journal)->Append("lease.transition", "lease-42", {"token:bench", ""}, payload, ++time_ms);
     if (!row.ok()) {
       state.SkipWithError(row.status().ToString().c_str());
       break;

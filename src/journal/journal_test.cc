@@ -21,10 +21,12 @@ using store::KeyU64;
 using store::WriteOp;
 
 const std::string kZeros(64, '0');
+const Attribution kBy{"token:ops", ""};
 
-// The first row of docs/formats/journal.md's test vectors.
-Row VectorRow() {
+// The first format-1 row of docs/formats/journal.md's test vectors.
+Row VectorRowV1() {
   Row row;
+  row.format_version = 1;
   row.seq = 1;
   row.time_ms = 1700000000000;
   row.kind = "worker.drain";
@@ -36,15 +38,46 @@ Row VectorRow() {
   return row;
 }
 
+// The first row of the format-2 vectors: the same decision, attributed.
+Row VectorRow() {
+  Row row;
+  row.seq = 1;
+  row.time_ms = 1700000000000;
+  row.kind = "worker.drain";
+  row.subject = "w1";
+  row.actor = "token:ops";
+  row.payload = R"({"drain":true})";
+  row.payload_digest = Sha256Hex(row.payload);
+  row.prev_hash = kZeros;
+  row.hash = RowHash(row);
+  return row;
+}
+
 TEST(RowHashTest, MatchesTheDocumentedVectors) {
   Row first = VectorRow();
+  EXPECT_EQ(first.hash, "c0e1bf0a00ab17ce97fbb41b00d5d703a1b8c89c39b33a42fb3aa4d673a60e57");
+  Row second;
+  second.seq = 2;
+  second.time_ms = -5;  // negative times are two's complement
+  second.kind = "config";
+  second.actor = "kvgov";
+  second.origin = "replica-a";
+  second.payload = "{}";
+  second.payload_digest = Sha256Hex(second.payload);
+  second.prev_hash = first.hash;
+  EXPECT_EQ(RowHash(second), "6d3de36469a2e76ecc592da5cef13d6adcbbbbaa9b7274a03bf7a17979638378");
+}
+
+TEST(RowHashTest, MatchesTheDocumentedFormat1Vectors) {
+  Row first = VectorRowV1();
   EXPECT_EQ(first.payload_digest,
             "ab7dfe17550548f605085a61110561061d0e038f359a245bea72927025e071fe");
   EXPECT_EQ(first.hash, "f47d7e76dd59e4a9a93379ded263d26de3d2f0fb26ac6f336338141e5724eb90");
 
   Row second;
+  second.format_version = 1;
   second.seq = 2;
-  second.time_ms = -5;  // negative times are two's complement
+  second.time_ms = -5;
   second.kind = "config";
   second.payload = "{}";
   second.payload_digest = Sha256Hex(second.payload);
@@ -56,7 +89,7 @@ TEST(RowHashTest, EveryHashedFieldMatters) {
   const Row base = VectorRow();
   std::set<std::string> hashes = {RowHash(base)};
   Row r = base;
-  r.format_version = 2;
+  r.format_version = 3;
   hashes.insert(RowHash(r));
   r = base;
   r.seq = 2;
@@ -69,12 +102,19 @@ TEST(RowHashTest, EveryHashedFieldMatters) {
   r.subject = "1";  // same concatenation, different framing
   hashes.insert(RowHash(r));
   r = base;
+  r.actor = "token:op";
+  r.origin = "s";  // same concatenation, different framing
+  hashes.insert(RowHash(r));
+  r = base;
+  r.origin = "replica-a";
+  hashes.insert(RowHash(r));
+  r = base;
   r.payload_digest = Sha256Hex("other");
   hashes.insert(RowHash(r));
   r = base;
   r.prev_hash = std::string(64, '1');
   hashes.insert(RowHash(r));
-  EXPECT_EQ(hashes.size(), 7u);
+  EXPECT_EQ(hashes.size(), 9u);
 
   // The payload is covered through its digest, not directly.
   r = base;
@@ -84,6 +124,27 @@ TEST(RowHashTest, EveryHashedFieldMatters) {
 
 TEST(RowCodecTest, RoundTrips) {
   Row row = VectorRow();
+  std::string bytes = EncodeRow(row);
+  EXPECT_EQ(bytes.size(), 49 + row.kind.size() + row.subject.size() + row.actor.size() +
+                              row.payload.size() + 3 * 64);
+  EXPECT_EQ(bytes[0], '\x02');
+  EXPECT_EQ(bytes.substr(17 + 16 + 6, 4 + 9), std::string("\x00\x00\x00\x09", 4) + "token:ops");
+  EXPECT_EQ(bytes.size(), 278u);
+  EXPECT_EQ(Sha256Hex(bytes), "36a4a42d726a89b855f86fd44e782cf8a533a8b8ee406b54488ea2dbbe2b8950");
+  Result<Row> decoded = DecodeRow(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, row);
+
+  Row empty;
+  empty.time_ms = -1;
+  decoded = DecodeRow(EncodeRow(empty));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, empty);
+}
+
+// A journal begun by an older kvgov keeps its format-1 rows, byte for byte.
+TEST(RowCodecTest, ReadsFormat1Rows) {
+  Row row = VectorRowV1();
   std::string bytes = EncodeRow(row);
   EXPECT_EQ(bytes.size(), 41 + row.kind.size() + row.subject.size() + row.payload.size() + 3 * 64);
   EXPECT_EQ(bytes.substr(0, 17), std::string("\x01"
@@ -96,16 +157,10 @@ TEST(RowCodecTest, RoundTrips) {
   Result<Row> decoded = DecodeRow(bytes);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(*decoded, row);
-
-  Row empty;
-  empty.time_ms = -1;
-  decoded = DecodeRow(EncodeRow(empty));
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(*decoded, empty);
 }
 
 TEST(RowCodecTest, RejectsDamagedRows) {
-  const std::string good = EncodeRow(VectorRow());
+  const std::string good = EncodeRow(VectorRowV1());
   auto expect_corruption = [](std::string_view bytes, std::string_view needle) {
     Result<Row> row = DecodeRow(bytes);
     ASSERT_FALSE(row.ok());
@@ -118,8 +173,8 @@ TEST(RowCodecTest, RejectsDamagedRows) {
   expect_corruption(good.substr(0, 19), "length of kind at offset 17 runs past the end");
 
   std::string bad_version = good;
-  bad_version[0] = 2;
-  expect_corruption(bad_version, "format version 2 at offset 0, this kvgov reads 1");
+  bad_version[0] = 3;
+  expect_corruption(bad_version, "format version 3 at offset 0, this kvgov reads 1 and 2");
 
   // kind's length says 0x7fffffff.
   std::string long_field = good;
@@ -166,7 +221,7 @@ class JournalTest : public ::testing::Test {
   // Appends rows 1..n with distinct kinds, subjects and payloads.
   void AppendRows(Journal& journal, int n) {
     for (int i = 1; i <= n; ++i) {
-      Result<Row> row = journal.Append("kind." + std::to_string(i), "subject-" + std::to_string(i),
+      Result<Row> row = journal.Append("kind." + std::to_string(i), "subject-" + std::to_string(i), kBy,
                                        R"({"i":)" + std::to_string(i) + "}", 1000 + i);
       ASSERT_TRUE(row.ok()) << row.status().ToString();
     }
@@ -211,12 +266,12 @@ TEST_F(JournalTest, EmptyJournal) {
 TEST_F(JournalTest, AppendedRowsChainAndVerify) {
   std::unique_ptr<Journal> journal = OpenJournal();
   ASSERT_NE(journal, nullptr);
-  Result<Row> first = journal->Append("worker.drain", "w1", R"({"drain":true})", 1700000000000);
+  Result<Row> first = journal->Append("worker.drain", "w1", kBy, R"({"drain":true})", 1700000000000);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(*first, VectorRow());  // the documented vector, through Append
 
-  Result<Row> second = journal->Append("lease.transition", "lease-7", R"({"to":"expired"})", 5);
-  Result<Row> third = journal->Append("config", "", "", 6);
+  Result<Row> second = journal->Append("lease.transition", "lease-7", kBy, R"({"to":"expired"})", 5);
+  Result<Row> third = journal->Append("config", "", kBy, "", 6);
   ASSERT_TRUE(second.ok() && third.ok());
   EXPECT_EQ(second->seq, 2u);
   EXPECT_EQ(third->seq, 3u);
@@ -286,7 +341,7 @@ TEST_F(JournalTest, ReopenResumesTheChain) {
   ASSERT_NE(journal, nullptr);
   EXPECT_EQ(journal->head_seq(), 3u);
   EXPECT_EQ(journal->head_hash(), hash_of_3);
-  Result<Row> fourth = journal->Append("config", "after-restart", "{}", 99);
+  Result<Row> fourth = journal->Append("config", "after-restart", kBy, "{}", 99);
   ASSERT_TRUE(fourth.ok());
   EXPECT_EQ(fourth->seq, 4u);
   EXPECT_EQ(fourth->prev_hash, hash_of_3);
@@ -423,7 +478,7 @@ TEST_F(JournalTest, ExtraOpsAreWrittenWithTheRow) {
       {Column::kGovernance, "lease/7", "expired"},
       {Column::kStreams, "w1", KeyU64(42)},
   };
-  Result<Row> row = journal->Append("lease.transition", "lease/7", "{}", 1, extra);
+  Result<Row> row = journal->Append("lease.transition", "lease/7", kBy, "{}", 1, extra);
   ASSERT_TRUE(row.ok()) << row.status().ToString();
   EXPECT_EQ(*store_->Get(Column::kGovernance, "lease/7"), std::optional<std::string>("expired"));
   EXPECT_EQ(*store_->Get(Column::kStreams, "w1"), std::optional<std::string>(KeyU64(42)));
@@ -442,7 +497,7 @@ TEST_F(JournalTest, AFailedWriteWritesNothingAndLeavesTheHead) {
       {Column::kGovernance, "lease/8", "granted"},
       {static_cast<Column>(42), "x", "y"},
   };
-  Result<Row> failed = journal->Append("lease.grant", "lease/8", "{}", 3, extra);
+  Result<Row> failed = journal->Append("lease.grant", "lease/8", kBy, "{}", 3, extra);
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.status().message().find("journal: append seq 3"), std::string::npos)
       << failed.status().ToString();
@@ -451,27 +506,53 @@ TEST_F(JournalTest, AFailedWriteWritesNothingAndLeavesTheHead) {
   EXPECT_FALSE(store_->Get(Column::kJournal, KeyU64(3))->has_value());
   EXPECT_FALSE(store_->Get(Column::kGovernance, "lease/8")->has_value());
 
-  Result<Row> next = journal->Append("lease.grant", "lease/8", "{}", 4);
+  Result<Row> next = journal->Append("lease.grant", "lease/8", kBy, "{}", 4);
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->seq, 3u);
   EXPECT_EQ(next->prev_hash, head);
   EXPECT_FALSE(MustVerify().first_broken_seq.has_value());
 }
 
+// An upgraded kvgov appends format-2 rows after the format-1 rows an older
+// one wrote; the chain runs through both.
+TEST_F(JournalTest, ChainContinuesFromFormat1Rows) {
+  const Row old = VectorRowV1();
+  PutRaw(1, EncodeRow(old));
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->head_hash(), old.hash);
+  Result<Row> next = journal->Append("quarantine", "q1", {"local", ""}, "{}", 7);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->format_version, 2u);
+  EXPECT_EQ(next->prev_hash, old.hash);
+  EXPECT_EQ(StoredRow(2).actor, "local");
+  VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, 2u);
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+
+  // A format-1 row cannot be passed off as format 2: the version is hashed.
+  Row relabelled = StoredRow(1);
+  relabelled.format_version = 2;
+  PutRaw(1, EncodeRow(relabelled));
+  report = MustVerify();
+  ASSERT_TRUE(report.first_broken_seq.has_value());
+  EXPECT_EQ(*report.first_broken_seq, 1u);
+}
+
 TEST_F(JournalTest, AppendRefusesJournalOpsAndOversizedRows) {
   std::unique_ptr<Journal> journal = OpenJournal();
   ASSERT_NE(journal, nullptr);
   std::vector<WriteOp> sneaky = {{Column::kJournal, KeyU64(9), "forged"}};
-  Result<Row> row = journal->Append("config", "", "{}", 1, sneaky);
+  Result<Row> row = journal->Append("config", "", kBy, "{}", 1, sneaky);
   ASSERT_FALSE(row.ok());
   EXPECT_EQ(row.status().code(), StatusCode::kInvalidArgument);
 
   // Exactly at the limit is fine; one byte more is not.
-  const size_t overhead = 41 + 6 + 3 * 64;  // kind "config", empty subject
-  row = journal->Append("config", "", std::string(kMaxRowBytes - overhead, 'p'), 1);
+  const size_t overhead = 49 + 6 + kBy.actor.size() + 3 * 64;  // kind "config", empty subject
+  row = journal->Append("config", "", kBy, std::string(kMaxRowBytes - overhead, 'p'), 1);
   ASSERT_TRUE(row.ok()) << row.status().ToString();
   EXPECT_EQ(EncodeRow(*row).size(), kMaxRowBytes);
-  row = journal->Append("config", "", std::string(kMaxRowBytes - overhead + 1, 'p'), 1);
+  row = journal->Append("config", "", kBy, std::string(kMaxRowBytes - overhead + 1, 'p'), 1);
   ASSERT_FALSE(row.ok());
   EXPECT_EQ(row.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(journal->head_seq(), 1u);
@@ -488,7 +569,7 @@ TEST_F(JournalTest, ConcurrentAppendsMakeOneGaplessChain) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        Result<Row> row = journal->Append("thread." + std::to_string(t), std::to_string(i), "{}",
+        Result<Row> row = journal->Append("thread." + std::to_string(t), std::to_string(i), kBy, "{}",
                                           i, {});
         if (!row.ok()) ++failures;
       }

@@ -176,6 +176,7 @@ Result<LogWrite> DecodeWrite(const Json& value, const std::string& path) {
 // replica: JSON strings must be UTF-8, and columns must be known.
 Status CheckForAppend(const LogEntry& entry) {
   const std::pair<std::string_view, const std::string*> fields[] = {{"origin", &entry.origin},
+                                                                    {"actor", &entry.actor},
                                                                     {"kind", &entry.kind},
                                                                     {"subject", &entry.subject},
                                                                     {"payload", &entry.payload}};
@@ -330,6 +331,7 @@ std::string EncodeLogEntry(const LogEntry& entry) {
   nlohmann::ordered_json object;
   object["v"] = kLogEntryVersion;
   object["origin"] = entry.origin;
+  object["actor"] = entry.actor;
   object["kind"] = entry.kind;
   object["subject"] = entry.subject;
   object["payload"] = entry.payload;
@@ -364,14 +366,16 @@ Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id) {
   // The version first: an entry of another version is reported as such,
   // not as whatever field it happens to have changed.
   KVGOV_ASSIGN_OR_RETURN(int64_t version, IntegerField(value, "v", "v"));
-  if (version != kLogEntryVersion) {
-    return FieldError("v", "version " + std::to_string(version) + " is not supported (want " +
+  if (version != 1 && version != kLogEntryVersion) {
+    return FieldError("v", "version " + std::to_string(version) + " is not supported (want 1 or " +
                                std::to_string(kLogEntryVersion) + ")");
   }
-  static constexpr std::string_view kFields[] = {"v",       "origin",  "kind",  "subject",
-                                                 "payload", "time_ms", "writes"};
+  // Version 1 is version 2 without the actor.
+  static constexpr std::string_view kFields[] = {"v",       "origin",  "actor",  "kind",
+                                                 "subject", "payload", "time_ms", "writes"};
   for (const auto& [key, unused] : value.items()) {
-    if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
+    if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields) ||
+        (version == 1 && key == "actor")) {
       return FieldError(Quoted(key), "unknown field");
     }
   }
@@ -379,6 +383,9 @@ Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id) {
   LogEntry entry;
   entry.id = std::string(id);
   KVGOV_ASSIGN_OR_RETURN(entry.origin, StringField(value, "origin", "origin"));
+  if (version != 1) {
+    KVGOV_ASSIGN_OR_RETURN(entry.actor, StringField(value, "actor", "actor"));
+  }
   KVGOV_ASSIGN_OR_RETURN(entry.kind, StringField(value, "kind", "kind"));
   KVGOV_ASSIGN_OR_RETURN(entry.subject, StringField(value, "subject", "subject"));
   KVGOV_ASSIGN_OR_RETURN(entry.payload, StringField(value, "payload", "payload"));

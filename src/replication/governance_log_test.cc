@@ -23,6 +23,7 @@ constexpr milliseconds kTimeout(2000);
 LogEntry SampleEntry() {
   LogEntry entry;
   entry.origin = "replica-a";
+  entry.actor = "token:ops";
   entry.kind = "worker.drain";
   entry.subject = "w1";
   entry.payload = R"({"reason":"maintenance","note":"é \"quoted\"\n"})";
@@ -38,7 +39,7 @@ LogEntry SampleEntry() {
 TEST(LogEntryCodecTest, RoundTripsEveryField) {
   const LogEntry entry = SampleEntry();
   const std::string encoded = EncodeLogEntry(entry);
-  EXPECT_EQ(encoded.rfind(R"({"v":1,"origin":"replica-a","kind":"worker.drain",)", 0), 0u)
+  EXPECT_EQ(encoded.rfind(R"({"v":2,"origin":"replica-a","actor":"token:ops","kind":"worker.drain",)", 0), 0u)
       << encoded;
   EXPECT_NE(encoded.find(R"({"column":"tokens","key":"gateway","erase":true})"), std::string::npos)
       << encoded;
@@ -58,6 +59,34 @@ TEST(LogEntryCodecTest, RoundTripsEveryField) {
   EXPECT_EQ(*again, heartbeat);
 }
 
+// Entries a version-1 replica appended still apply, without an actor; a
+// version-1 entry that names one is not a version-1 entry.
+TEST(LogEntryCodecTest, ReadsVersion1Entries) {
+  const std::string v1 =
+      R"({"v":1,"origin":"o","kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})";
+  Result<LogEntry> entry = DecodeLogEntry(v1, "1-0");
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  EXPECT_EQ(entry->origin, "o");
+  EXPECT_EQ(entry->actor, "");
+  EXPECT_EQ(entry->kind, "k");
+
+  Result<LogEntry> with_actor = DecodeLogEntry(
+      R"({"v":1,"origin":"o","actor":"local","kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})",
+      "1-0");
+  ASSERT_FALSE(with_actor.ok());
+  EXPECT_EQ(with_actor.status().message(), "'actor': unknown field");
+
+  Result<LogEntry> without_actor = DecodeLogEntry(
+      R"({"v":2,"origin":"o","kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})",
+      "1-0");
+  ASSERT_FALSE(without_actor.ok());
+  EXPECT_EQ(without_actor.status().message(), "actor: missing");
+
+  Result<LogEntry> future = DecodeLogEntry(R"({"v":3})", "1-0");
+  ASSERT_FALSE(future.ok());
+  EXPECT_EQ(future.status().message(), "v: version 3 is not supported (want 1 or 2)");
+}
+
 TEST(LogEntryCodecTest, DecodeErrorsNameTheField) {
   const std::string base = R"("origin":"o","kind":"k","subject":"s","payload":"p","time_ms":1)";
   struct Case {
@@ -72,7 +101,7 @@ TEST(LogEntryCodecTest, DecodeErrorsNameTheField) {
       {"{" + base + R"(,"writes":[]})", "v: missing"},
       {R"({"v":"1",)" + base + R"(,"writes":[]})", "v: want an integer"},
       {R"({"v":1.0,)" + base + R"(,"writes":[]})", "v: want an integer"},
-      {R"({"v":2,)" + base + R"(,"writes":[]})", "v: version 2 is not supported (want 1)"},
+      {R"({"v":9,)" + base + R"(,"writes":[]})", "v: version 9 is not supported (want 1 or 2)"},
       {R"({"v":1,"origin":7,"kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})",
        "origin: want a string"},
       {R"({"v":1,"origin":"o","subject":"s","payload":"p","time_ms":1,"writes":[]})",

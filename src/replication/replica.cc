@@ -1,6 +1,6 @@
+#include "kvgov/log/log.h"
 #include "kvgov/replication/replica.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "kvgov/auth/tokens.h"
@@ -81,18 +81,20 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
   replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
   replica->heartbeat_ = std::thread([r = replica.get()] { r->HeartbeatLoop(); });
   if (!last.ok()) {
-    std::fprintf(stderr,
-                 "kvgov replica %s: the governance log is unreachable (%s); serving on local "
-                 "state, governance writes refused until it returns\n",
-                 replica->id().c_str(), last.status().ToString().c_str());
+log::Line(log::Level::kWarn, "replica.log_unreachable")
+        .Field("replica", replica->id())
+        .Field("error", last.status().ToString())
+        .Field("detail", "serving on local state; governance writes refused until it returns");
     return replica;
   }
   KVGOV_ASSIGN_OR_RETURN(StreamId target, ParseStreamId(*last));
   std::unique_lock lock(replica->mu_);
   if (!replica->applied_cv_.wait_for(lock, replica->options_.catch_up_wait,
                                      [&] { return replica->applied_ >= target; })) {
-    std::fprintf(stderr, "kvgov replica %s: still catching up with the log (at %s of %s)\n",
-                 replica->id().c_str(), replica->applied_.ToString().c_str(), last->c_str());
+log::Line(log::Level::kWarn, "replica.catching_up")
+        .Field("replica", replica->id())
+        .Field("applied", replica->applied_.ToString())
+        .Field("last", *last);
   }
   return replica;
 }
@@ -117,12 +119,14 @@ std::string Replica::applied_id() const {
 }
 
 Result<journal::Row> Replica::Record(std::string_view kind, std::string_view subject,
-                                     std::string_view payload,
+                                     std::string_view actor, std::string_view payload,
                                      std::span<const store::WriteOp> state) {
+  const journal::Attribution by{std::string(actor), options_.replica_id};
   // Refused here, not after the append: every replica would refuse the row.
-  if (!kind.empty()) KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(kind, subject, payload));
+  if (!kind.empty()) KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(kind, subject, by, payload));
   LogEntry entry;
   entry.origin = options_.replica_id;
+  entry.actor = std::string(actor);
   entry.kind = std::string(kind);
   entry.subject = std::string(subject);
   entry.payload = std::string(payload);
@@ -197,16 +201,18 @@ void Replica::ApplyLoop() {
     Result<LogBatch> batch = log_.ReadAfter(after, kReadBatch, kReadBlock);
     if (!batch.ok()) {
       if (connected_.exchange(false)) {
-        std::fprintf(stderr, "kvgov replica %s: lost the governance log: %s\n",
-                     options_.replica_id.c_str(), batch.status().ToString().c_str());
+log::Line(log::Level::kWarn, "replica.log_lost")
+            .Field("replica", options_.replica_id)
+            .Field("error", batch.status().ToString());
       }
       if (!WaitFor(backoff)) return;
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       continue;
     }
     if (!connected_.exchange(true)) {
-      std::fprintf(stderr, "kvgov replica %s: following the governance log from %s\n",
-                   options_.replica_id.c_str(), after.c_str());
+log::Line(log::Level::kInfo, "replica.log_following")
+          .Field("replica", options_.replica_id)
+          .Field("after", after);
     }
     backoff = std::chrono::milliseconds(50);
     // An entry every replica refuses alike (bytes that do not decode, or
@@ -221,8 +227,10 @@ void Replica::ApplyLoop() {
           applied = Skip(entry, applied);
         }
         if (applied.ok()) break;
-        std::fprintf(stderr, "kvgov replica %s: log entry %s not applied, retrying: %s\n",
-                     options_.replica_id.c_str(), entry.id.c_str(), applied.ToString().c_str());
+log::Line(log::Level::kError, "replica.entry_retrying")
+            .Field("replica", options_.replica_id)
+            .Field("entry", entry.id)
+            .Field("error", applied.ToString());
         if (!WaitFor(std::chrono::milliseconds(1000))) return;
       }
       after = entry.id;
@@ -248,8 +256,10 @@ Status Replica::AdvanceCursor(const std::string& id) {
 
 void Replica::NoteSkipped(const std::string& id, const Status& why) {
   rejected_.fetch_add(1);
-  std::fprintf(stderr, "kvgov replica %s: log entry %s skipped: %s\n",
-               options_.replica_id.c_str(), id.c_str(), why.ToString().c_str());
+log::Line(log::Level::kWarn, "replica.entry_skipped")
+      .Field("replica", options_.replica_id)
+      .Field("entry", id)
+      .Field("error", why.ToString());
 }
 
 Status Replica::Skip(const LogEntry& entry, const Status& why) {
@@ -264,8 +274,9 @@ Status Replica::Skip(const LogEntry& entry, const Status& why) {
 
 Status Replica::Apply(const LogEntry& entry) {
   KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(entry.id));
+  const journal::Attribution by{entry.actor, entry.origin};
   if (!entry.kind.empty()) {
-    KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(entry.kind, entry.subject, entry.payload));
+    KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(entry.kind, entry.subject, by, entry.payload));
   }
   std::vector<store::WriteOp> ops;
   for (const LogWrite& write : entry.writes) {
@@ -283,7 +294,7 @@ Status Replica::Apply(const LogEntry& entry) {
   if (entry.kind.empty()) {
     KVGOV_RETURN_IF_ERROR(store_->Write(ops, /*sync=*/true));
   } else {
-    KVGOV_ASSIGN_OR_RETURN(row, journal_->Append(entry.kind, entry.subject, entry.payload,
+    KVGOV_ASSIGN_OR_RETURN(row, journal_->Append(entry.kind, entry.subject, by, entry.payload,
                                                  entry.time_ms, ops));
   }
   if (hook_) hook_(entry);

@@ -36,7 +36,7 @@ Handler Guard(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
   };
 }
 
-Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler) {
+Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
   return Guard(daemon, role,
                [handler = std::move(handler)](const httplib::Request& request,
                                               httplib::Response& response,
@@ -47,8 +47,21 @@ Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler) {
                                         "token '" + caller.token + "' is bound to tenant '" +
                                         caller.tenant + "'; this route is fleet-wide"));
                  }
-                 handler(request, response);
+                 handler(request, response, caller);
                });
+}
+
+Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler) {
+  return GuardFleetWrite(daemon, role,
+                         [handler = std::move(handler)](const httplib::Request& request,
+                                                        httplib::Response& response,
+                                                        const auth::Principal&) {
+                           handler(request, response);
+                         });
+}
+
+std::string ActorOf(const auth::Principal& caller) {
+  return caller.token.empty() ? "local" : "token:" + caller.token;
 }
 
 Handler GuardAny(Daemon& daemon, auth::Role role, Handler handler) {

@@ -32,6 +32,15 @@ Handler Guard(Daemon& daemon, auth::Role role, PrincipalHandler handler);
 /// ingest): a tenant-bound token is refused with 403.
 Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler);
 
+/// GuardFleet for a fleet-wide governance write: the handler gets the
+/// caller, to name it in the journal.
+Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handler);
+
+/// The journal's actor for a caller (docs/formats/journal.md §2):
+/// "token:<name>", or "local" for a loopback call while authentication is
+/// off. Never the token's secret.
+std::string ActorOf(const auth::Principal& caller);
+
 /// The same for routes whose answer is the same for every caller with the
 /// role (the issuer key, releasing a decision by its unguessable id).
 Handler GuardAny(Daemon& daemon, auth::Role role, Handler handler);

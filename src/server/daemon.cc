@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <chrono>
-#include <cstdio>
 #include <set>
 
 #include "kvgov/connectors/health_prober.h"
@@ -377,26 +376,31 @@ void Daemon::Stop() {
   if (group_commit) group_commit->Stop();
   if (stream_store) {
     if (Status snapped = stream_store->SnapshotAll(); !snapped.ok()) {
-      std::fprintf(stderr, "kvgov: shutdown snapshot failed: %s\n", snapped.ToString().c_str());
+log::Line(log::Level::kError, "store.snapshot_failed")
+          .Field("detail", "at shutdown")
+          .Field("error", snapped.ToString());
     }
   }
   if (store) (void)store->SyncWal();
 }
 
-Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
-                                      std::string_view subject, std::string_view payload,
+Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
+                                      std::string_view kind, std::string_view subject,
+                                      std::string_view payload,
                                       std::span<const store::WriteOp> state) {
   Result<journal::Row> row = Status::Unavailable("the governance log is not followed yet");
   if (!daemon.replicated()) {
-    row = daemon.journal->Append(kind, subject, payload, WallClockMillis(), state);
+    row = daemon.journal->Append(kind, subject, {std::string(actor), ""}, payload,
+                                 WallClockMillis(), state);
   } else if (daemon.replica) {
     // A row appended here and not through the log would fork the chain.
-    row = daemon.replica->Record(kind, subject, payload, state);
+    row = daemon.replica->Record(kind, subject, actor, payload, state);
   }
   if (row.ok() && !kind.empty()) {  // a kind-less write is a lease heartbeat: no row
     log::Line(log::Level::kInfo, "governance.write")
         .Field("kind", kind)
         .Field("subject", subject)
+        .Field("actor", actor)
         .Field("seq", row->seq);
   }
   return row;
@@ -510,13 +514,21 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                        }));
   }
   if (Status started =
-          RecordGovernance(*daemon, "serve.start", "config", DescribeConfig(*daemon), {})
+          RecordGovernance(*daemon, kDaemonActor, "serve.start", "config", DescribeConfig(*daemon), {})
               .status();
       !started.ok()) {
     // A single node whose journal cannot take the row does not start; a
     // replica without Redis serves on local state until the log returns.
     if (!replicated) return started;
-    std::fprintf(stderr, "kvgov: serve.start not recorded: %s\n", started.ToString().c_str());
+log::Line(log::Level::kWarn, "governance.write_failed")
+        .Field("kind", "serve.start")
+        .Field("error", started.ToString());
+  }
+  if (!replicated) {
+    // After serve.start: the rows of changes made while kvgov was down
+    // follow the start that found them.
+    KVGOV_ASSIGN_OR_RETURN(daemon->token_audit, TokenAudit::Load(*daemon));
+    KVGOV_RETURN_IF_ERROR(daemon->token_audit->CatchUp(*daemon));
   }
   daemon->invalidations->CallRecoveredOwners();
   daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
@@ -540,13 +552,14 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         }
         state->invalidations->Tick(now);
         state->leases.ForgetEndedBefore(now - 3600 * 1000);
+        if (state->token_audit) state->token_audit->CatchUpOrLog(*state);
       });
   store::Store* store = daemon->store.get();
   daemon->group_commit = std::make_unique<PeriodicTask>(
       std::chrono::milliseconds(std::max<int64_t>(1, options.group_commit_ms)), [store] {
         if (Status synced = store->SyncWal(); !synced.ok()) {
-          std::fprintf(stderr, "kvgov store: group commit failed: %s\n",
-                       synced.ToString().c_str());
+log::Line(log::Level::kError, "store.group_commit_failed")
+              .Field("error", synced.ToString());
         }
       });
   if (!options.spool_dir.empty()) {
@@ -555,7 +568,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         daemon->spool,
         spool::SpoolDirectory::Open(
             options.spool_dir,
-            [raw](const IngestEvent& event) { return IngestReport(*raw, event); },
+            [raw](const IngestEvent& event) { return IngestReport(*raw, event, kSpoolActor); },
             &daemon->metrics));
     spool::SpoolDirectory* spool = daemon->spool.get();
     daemon->spool_scans = std::make_unique<PeriodicTask>(

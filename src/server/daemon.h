@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "kvgov/transport/zmq_ingest.h"
 #include "kvgov/metrics/cache_accounting.h"
 #include "server/periodic_task.h"
+#include "server/token_audit.h"
 #include "kvgov/ingest/stream_store.h"
 
 namespace kvgov::connectors {
@@ -110,6 +112,7 @@ struct Daemon {
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
   std::unique_ptr<RelayThreads> relay_threads;  // the gateway's; uses `upstreams`
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
+  std::optional<TokenAudit> token_audit;  // a single node's; housekeeping's alone after start
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;
@@ -130,10 +133,18 @@ struct Daemon {
 /// write, the state it changes; for a replica, through the replicated log
 /// (Replica::Record), and Unavailable while Redis is unreachable. The
 /// answer to the request that made the change may leave only after this
-/// returns OK. Returns the row.
-Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view kind,
-                                      std::string_view subject, std::string_view payload,
+/// returns OK. Returns the row, which names `actor` (ActorOf, or
+/// kDaemonActor for the daemon's own decisions) and, for a replica, itself.
+Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
+                                      std::string_view kind, std::string_view subject,
+                                      std::string_view payload,
                                       std::span<const store::WriteOp> state);
+
+/// The journal's actor for what kvgov decides itself: a lease's expiry, a
+/// directive's progress, a certificate, the start-up record.
+inline constexpr std::string_view kDaemonActor = "kvgov";
+/// The actor for reports read from the spool directory (kvgov-report).
+inline constexpr std::string_view kSpoolActor = "spool";
 
 /// The HTTP status for a failed governance write: 413 when its record is
 /// over the journal's row limit, 503 when the store or the log cannot take

@@ -3,9 +3,9 @@
 #include <httplib.h>
 
 #include <charconv>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "kvgov/log/log.h"
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/digest.h"
@@ -72,9 +72,9 @@ std::string LeaseRecord(const NIXLLease& lease, std::string_view worker,
       .dump();
 }
 
-Status PersistTransition(Daemon& daemon, const governance::LeaseTransition& transition,
-                         const NIXLLease& lease, std::string_view worker,
-                         const std::vector<index::BlockKey>& keys) {
+Status PersistTransition(Daemon& daemon, std::string_view actor,
+                         const governance::LeaseTransition& transition, const NIXLLease& lease,
+                         std::string_view worker, const std::vector<index::BlockKey>& keys) {
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kLeasePrefix) + lease.lease_id,
                              LeaseRecord(lease, worker, keys)};
@@ -85,7 +85,8 @@ Status PersistTransition(Daemon& daemon, const governance::LeaseTransition& tran
                         {"remote_engine", lease.remote_engine},
                         {"blocks", keys.size()}};
   KVGOV_RETURN_IF_ERROR(
-      RecordGovernance(daemon, "lease.transition", lease.lease_id, payload.dump(), {&state, 1})
+      RecordGovernance(daemon, actor, "lease.transition", lease.lease_id, payload.dump(),
+                       {&state, 1})
           .status());
   daemon.lease_transitions
       ->WithLabels({StateName(transition.from), ToString(transition.to)})
@@ -215,7 +216,8 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
   const store::WriteOp state{store::Column::kGovernance, std::string(kQuarantinePrefix) + *id,
                              record.dump()};
   if (Status recorded =
-          RecordGovernance(daemon, "quarantine", *id, record.dump(), {&state, 1}).status();
+          RecordGovernance(daemon, ActorOf(caller), "quarantine", *id, record.dump(), {&state, 1})
+              .status();
       !recorded.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
   }
@@ -236,7 +238,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     invalidation.block_hash = body->block_hash;
     invalidation.group_idx = body->group_idx;
     invalidation.reason = "quarantine " + *id + ": " + body->reason;
-    Result<Directive> directive = daemon.invalidations->Create(invalidation);
+    Result<Directive> directive = daemon.invalidations->Create(invalidation, ActorOf(caller));
     if (!directive.ok()) {
       return SendError(response, GovernanceWriteHttpStatus(directive.status()),
                        directive.status());
@@ -256,7 +258,8 @@ namespace {
 // replicated log, and made on every replica (this one included) when the
 // log's entry is applied (ApplyReplicatedGovernance), in log order.
 Status ApplyReplicatedLeaseReport(Daemon& daemon, const NIXLLease& report,
-                                  const std::optional<SpanResidency>& residency, int64_t now) {
+                                  const std::optional<SpanResidency>& residency,
+                                  std::string_view actor, int64_t now) {
   Result<governance::LeaseTable::Change> change = daemon.leases.Preview(report, now);
   if (!change.ok()) {
     daemon.lease_rejections->WithLabels({StatusCodeName(change.status().code())})->Inc();
@@ -271,9 +274,9 @@ Status ApplyReplicatedLeaseReport(Daemon& daemon, const NIXLLease& report,
     const store::WriteOp state{store::Column::kGovernance,
                                std::string(kLeasePrefix) + lease.lease_id,
                                LeaseRecord(lease, span.first, span.second)};
-    return RecordGovernance(daemon, "", lease.lease_id, "", {&state, 1}).status();
+    return RecordGovernance(daemon, actor, "", lease.lease_id, "", {&state, 1}).status();
   }
-  return PersistTransition(daemon, *change->transition, lease, span.first, span.second);
+  return PersistTransition(daemon, actor, *change->transition, lease, span.first, span.second);
 }
 
 }  // namespace
@@ -301,9 +304,9 @@ void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entr
 }
 
 Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
-                        const std::optional<SpanResidency>& residency) {
+                        const std::optional<SpanResidency>& residency, std::string_view actor) {
   const int64_t now = WallClockMillis();
-  if (daemon.replica) return ApplyReplicatedLeaseReport(daemon, report, residency, now);
+  if (daemon.replica) return ApplyReplicatedLeaseReport(daemon, report, residency, actor, now);
   Result<std::optional<governance::LeaseTransition>> applied = daemon.leases.Apply(report, now);
   if (!applied.ok()) {
     daemon.lease_rejections->WithLabels({StatusCodeName(applied.status().code())})->Inc();
@@ -326,7 +329,7 @@ Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
                                LeaseRecord(*lease, span.first, span.second)};
     return daemon.store->Write({&state, 1}, /*sync=*/true);
   }
-  return PersistTransition(daemon, **applied, *lease, span.first, span.second);
+  return PersistTransition(daemon, actor, **applied, *lease, span.first, span.second);
 }
 
 void RecordLeaseTransitions(Daemon& daemon,
@@ -336,10 +339,12 @@ void RecordLeaseTransitions(Daemon& daemon,
     if (!lease) continue;
     daemon.gate.UpdateLease(*lease);
     auto [worker, keys] = PersistedSpan(daemon, lease->lease_id);
-    if (Status recorded = PersistTransition(daemon, transition, *lease, worker, keys);
+    if (Status recorded = PersistTransition(daemon, kDaemonActor, transition, *lease, worker, keys);
         !recorded.ok()) {
-      std::fprintf(stderr, "kvgov: lease %s expiry not recorded: %s\n", lease->lease_id.c_str(),
-                   recorded.ToString().c_str());
+log::Line(log::Level::kError, "governance.write_failed")
+          .Field("kind", "lease.transition")
+          .Field("subject", lease->lease_id)
+          .Field("error", recorded.ToString());
     }
   }
 }
@@ -362,8 +367,9 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
       store::Column::kGovernance, kLeasePrefix, "lease0",
       [&](std::string_view key, std::string_view value) {
         if (!RestoreLeaseRecord(daemon, value)) {
-          std::fprintf(stderr, "kvgov: %.*s is not a lease record; skipped\n",
-                       static_cast<int>(key.size()), key.data());
+log::Line(log::Level::kWarn, "recovery.record_skipped")
+              .Field("key", key)
+              .Field("detail", "not a lease record");
         }
         return true;
       });
@@ -427,7 +433,9 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
                         {"quarantined_for", record.value("reason", "")}};
   const store::WriteOp state{store::Column::kGovernance, key, std::nullopt};
   if (Status recorded =
-          RecordGovernance(daemon, "quarantine.lift", id, payload.dump(), {&state, 1}).status();
+          RecordGovernance(daemon, ActorOf(caller), "quarantine.lift", id, payload.dump(),
+                           {&state, 1})
+              .status();
       !recorded.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
   }
@@ -464,7 +472,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                         !fitted.ok()) {
                       return SendError(response, 403, fitted);
                     }
-                    Result<Directive> directive = daemon.invalidations->Create(*body);
+                    Result<Directive> directive = daemon.invalidations->Create(*body, ActorOf(caller));
                     if (!directive.ok()) {
                       return SendError(response,
                                        directive.status().code() == StatusCode::kNotFound

@@ -21,7 +21,7 @@ struct Daemon;
 /// worker, and the transition is counted. Errors are the lease table's,
 /// worded "<field>: <problem>" or naming the lease.
 Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
-                        const std::optional<SpanResidency>& residency);
+                        const std::optional<SpanResidency>& residency, std::string_view actor);
 
 /// Journals, persists and counts transitions the expiry timer found.
 void RecordLeaseTransitions(Daemon& daemon,

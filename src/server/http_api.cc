@@ -77,7 +77,7 @@ Status ApplyTransferResidency(Daemon& daemon, const KVTransfer& transfer,
 
 // Lowers one decoded element and applies what it says. Returns the entry's
 // error, if any, worded "<field>: <problem>".
-Status Ingest(Daemon& daemon, const IngestEvent& event) {
+Status Ingest(Daemon& daemon, const IngestEvent& event, std::string_view actor) {
   Result<Entry> entry = std::visit(
       [&](const auto& record) -> Result<Entry> {
         using R = std::decay_t<decltype(record)>;
@@ -103,7 +103,7 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
   // make the router credit blocks.
   Entry admitted = daemon.admission.Admit(std::move(entry).value());
   if (const auto* lease = std::get_if<NIXLLease>(&event.record)) {
-    KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, *lease, event.residency));
+    KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, *lease, event.residency, actor));
   } else if (event.residency.has_value()) {
     if (admitted.security.taint != Taint::kTrusted) {
       daemon.accounting->Record(admitted);
@@ -118,7 +118,8 @@ Status Ingest(Daemon& daemon, const IngestEvent& event) {
   return Status::Ok();
 }
 
-void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
+void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
+                  const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
   Result<IngestBatch> batch = DecodeIngestBatchJson(request.body, BodyLimits(daemon));
   if (!batch.ok()) return SendBodyError(response, batch.status());
@@ -126,7 +127,7 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
   Json rejected = Json::array();
   for (size_t i = 0; i < batch->events.size(); ++i) {
     const Result<IngestEvent>& event = batch->events[i];
-    Status status = event.ok() ? Ingest(daemon, *event) : event.status();
+    Status status = event.ok() ? Ingest(daemon, *event, ActorOf(caller)) : event.status();
     if (status.ok()) {
       ++accepted;
     } else {
@@ -321,6 +322,9 @@ void HandleJournal(const Daemon& daemon, const httplib::Request& request,
                    {"time_ms", row.time_ms},
                    {"kind", row.kind},
                    {"subject", row.subject},
+                   {"actor", row.actor},
+                   {"origin", row.origin},
+                   {"format_version", row.format_version},
                    {"payload", row.payload},
                    {"payload_digest", row.payload_digest},
                    {"prev_hash", row.prev_hash},
@@ -401,11 +405,12 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200, {{"status", "ok"}});
   });
-  http.Post("/v1/events", GuardFleet(daemon, Role::kIngest,
-                                     [&daemon](const httplib::Request& request,
-                                               httplib::Response& response) {
-                                       HandleEvents(daemon, request, response);
-                                     }));
+  http.Post("/v1/events", GuardFleetWrite(daemon, Role::kIngest,
+                                          [&daemon](const httplib::Request& request,
+                                                    httplib::Response& response,
+                                                    const auth::Principal& caller) {
+                                            HandleEvents(daemon, request, response, caller);
+                                          }));
   http.Get("/v1/workers",
            Guard(daemon, Role::kRead,
                  [&daemon](const httplib::Request&, httplib::Response& response,
@@ -428,8 +433,10 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                        SendJson(response, 200, {{"released", true}});
                      })));
   auto set_drain = [&daemon](bool draining) {
-    return GuardFleet(daemon, Role::kAdmin, [&daemon, draining](const httplib::Request& request,
-                                                                httplib::Response& response) {
+    return GuardFleetWrite(daemon, Role::kAdmin, [&daemon, draining](
+                                                     const httplib::Request& request,
+                                                     httplib::Response& response,
+                                                     const auth::Principal& caller) {
       const std::string worker = request.matches[1].str();
       if (!daemon.status.Get(worker).has_value()) {
         return SendError(response, 404,
@@ -440,8 +447,9 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
       const store::WriteOp state{store::Column::kGovernance, "drain/" + worker,
                                  draining ? std::optional<std::string>("1") : std::nullopt};
       const Json payload = {{"worker", worker}, {"draining", draining}};
-      Status recorded = RecordGovernance(daemon, draining ? "worker.drain" : "worker.undrain",
-                                         worker, payload.dump(), {&state, 1})
+      Status recorded = RecordGovernance(daemon, ActorOf(caller),
+                                         draining ? "worker.drain" : "worker.undrain", worker,
+                                         payload.dump(), {&state, 1})
                             .status();
       if (!recorded.ok()) return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
       (void)daemon.status.SetDraining(worker, draining);
@@ -477,6 +485,8 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
            }));
 }
 
-Status IngestReport(Daemon& daemon, const IngestEvent& event) { return Ingest(daemon, event); }
+Status IngestReport(Daemon& daemon, const IngestEvent& event, std::string_view actor) {
+  return Ingest(daemon, event, actor);
+}
 
 }  // namespace kvgov::server

@@ -28,8 +28,9 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon);
 /// Lowers one decoded POST /v1/events element and applies it: admission,
 /// residency, leases, accounting. The one path every report takes, whether
 /// it came over HTTP or from a spool file. Errors are worded
-/// "<field>: <problem>".
-Status IngestReport(Daemon& daemon, const IngestEvent& event);
+/// "<field>: <problem>". `actor` names the reporter in the journal rows a
+/// lease report makes.
+Status IngestReport(Daemon& daemon, const IngestEvent& event, std::string_view actor);
 
 /// The settings in effect (GET /v1/config's body), as JSON text; the
 /// journal records it at every start.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kvgov/log/log.h"
 #include "kvgov/cert/certificate.h"
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/connectors/invalidation_connector.h"
@@ -72,17 +73,20 @@ void InvalidationManager::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status InvalidationManager::Record(const Directive& directive, std::string_view kind) {
+Status InvalidationManager::Record(const Directive& directive, std::string_view kind,
+                                   std::string_view actor) {
   const std::string record = EncodeDirectiveRecord(directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive.id, record};
-  return RecordGovernance(*daemon_, kind, directive.id, record, {&state, 1}).status();
+  return RecordGovernance(*daemon_, actor, kind, directive.id, record, {&state, 1}).status();
 }
 
 void InvalidationManager::RecordOrLog(const Directive& directive, std::string_view kind) {
-  if (Status recorded = Record(directive, kind); !recorded.ok()) {
-    std::fprintf(stderr, "kvgov: directive %s not journaled: %s\n", directive.id.c_str(),
-                 recorded.ToString().c_str());
+  if (Status recorded = Record(directive, kind, kDaemonActor); !recorded.ok()) {
+log::Line(log::Level::kError, "directive.not_journaled")
+        .Field("directive", directive.id)
+        .Field("kind", kind)
+        .Field("error", recorded.ToString());
   }
 }
 
@@ -125,7 +129,8 @@ std::optional<std::pair<Directive, std::string>> InvalidationManager::ApplyLocke
 void InvalidationManager::ApplyReplicated(std::string_view record) {
   Result<Directive> directive = DecodeDirectiveRecord(record);
   if (!directive.ok()) {
-    std::fprintf(stderr, "kvgov: replicated %s\n", directive.status().ToString().c_str());
+log::Line(log::Level::kError, "directive.replicated_unreadable")
+        .Field("error", directive.status().ToString());
     return;
   }
   std::lock_guard lock(mu_);
@@ -135,7 +140,8 @@ void InvalidationManager::ApplyReplicated(std::string_view record) {
   directives_[directive->id] = std::move(directive).value();
 }
 
-Result<Directive> InvalidationManager::Create(const InvalidationRequest& request) {
+Result<Directive> InvalidationManager::Create(const InvalidationRequest& request,
+                                              std::string_view actor) {
   governance::DirectiveDraft draft;
   KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
   draft.reason = request.reason;
@@ -193,7 +199,7 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
     std::lock_guard lock(mu_);
     driving_.insert(directive.id);
   }
-  if (Status recorded = Record(directive, *planned.effects.journal); !recorded.ok()) {
+  if (Status recorded = Record(directive, *planned.effects.journal, actor); !recorded.ok()) {
     if (daemon_->replica != nullptr) {
       daemon_->replica->ReleaseClaim(ClaimName(directive.id));
       std::lock_guard lock(mu_);
@@ -306,10 +312,13 @@ void InvalidationManager::Certify(const std::string& id) {
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive->id, record};
   Result<journal::Row> anchor =
-      RecordGovernance(*daemon_, "invalidation.witnessed", directive->id, record, {&state, 1});
+      RecordGovernance(*daemon_, kDaemonActor, "invalidation.witnessed", directive->id, record,
+                       {&state, 1});
   if (!anchor.ok()) {
-    std::fprintf(stderr, "kvgov: directive %s witness not journaled: %s\n", id.c_str(),
-                 anchor.status().ToString().c_str());
+log::Line(log::Level::kError, "directive.not_journaled")
+        .Field("directive", id)
+        .Field("kind", "invalidation.witnessed")
+        .Field("error", anchor.status().ToString());
     CountCertificate("failed");
     return;
   }
@@ -336,8 +345,9 @@ void InvalidationManager::Certify(const std::string& id) {
   Result<std::string> encoded = certificate.ok() ? cert::EncodeCertificateJson(*certificate)
                                                  : Result<std::string>(certificate.status());
   if (!encoded.ok()) {
-    std::fprintf(stderr, "kvgov: directive %s not certified: %s\n", id.c_str(),
-                 encoded.status().ToString().c_str());
+log::Line(log::Level::kError, "directive.not_certified")
+        .Field("directive", id)
+        .Field("error", encoded.status().ToString());
     CountCertificate("failed");
     return;
   }
@@ -352,12 +362,13 @@ void InvalidationManager::Certify(const std::string& id) {
                      std::string(kCertificatePrefix) + certificate->certificate_id, *encoded},
       store::WriteOp{store::Column::kGovernance, std::string(kDirectivePrefix) + id,
                      certified_record}};
-  if (Status recorded = RecordGovernance(*daemon_, "certificate", certificate->certificate_id,
-                                         *encoded, ops)
+  if (Status recorded = RecordGovernance(*daemon_, kDaemonActor, "certificate",
+                                         certificate->certificate_id, *encoded, ops)
                             .status();
       !recorded.ok()) {
-    std::fprintf(stderr, "kvgov: certificate for %s not stored: %s\n", id.c_str(),
-                 recorded.ToString().c_str());
+log::Line(log::Level::kError, "directive.not_certified")
+        .Field("directive", id)
+        .Field("error", "certificate not stored: " + recorded.ToString());
     CountCertificate("failed");
     return;
   }
@@ -384,7 +395,7 @@ void InvalidationManager::Tick(int64_t now_ms) {
       }
     }
   }
-  for (const auto& [directive, kind] : records) (void)Record(directive, kind);
+  for (const auto& [directive, kind] : records) (void)Record(directive, kind, kDaemonActor);
 }
 
 void InvalidationManager::TendClaims(int64_t now_ms) {
@@ -421,8 +432,9 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
     Result<bool> renewed = replica.RenewClaim(ClaimName(id));
     if (renewed.ok() && !*renewed) {
       // Another replica took it over: from now on its records are the truth.
-      std::fprintf(stderr, "kvgov replica %s: lost the claim on directive %s\n",
-                   replica.id().c_str(), id.c_str());
+log::Line(log::Level::kWarn, "directive.claim_lost")
+          .Field("replica", replica.id())
+          .Field("directive", id);
       std::lock_guard lock(mu_);
       driving_.erase(id);
     }
@@ -436,8 +448,10 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
       replica.ReleaseClaim(ClaimName(id));
       continue;
     }
-    std::fprintf(stderr, "kvgov replica %s: taking over directive %s (%s)\n",
-                 replica.id().c_str(), id.c_str(), std::string(ToString(directive.state)).c_str());
+log::Line(log::Level::kWarn, "directive.taken_over")
+        .Field("replica", replica.id())
+        .Field("directive", id)
+        .Field("state", ToString(directive.state));
     driving_.insert(id);
     ApplyLocked(id, governance::DriverResumed{}, now_ms);
   }

@@ -43,8 +43,9 @@ class InvalidationManager {
 
   /// Plans, referees and journals a directive and queues it for dispatch.
   /// Returns the planned (or referee-denied) directive; NotFound when the
-  /// model or worker is unknown.
-  Result<Directive> Create(const InvalidationRequest& request);
+  /// model or worker is unknown. The first journal row names `actor`, who
+  /// asked; the rows of its progress name kvgov.
+  Result<Directive> Create(const InvalidationRequest& request, std::string_view actor);
 
   /// An engine event about to be applied on `worker` at batch `seq`.
   void Observe(std::string_view worker, uint64_t seq, const EngineEvent& event);
@@ -114,7 +115,7 @@ class InvalidationManager {
   // or journaling the anchor failed; the directive stays witnessed).
   void CountCertificate(std::string_view outcome);
   // Journals the directive's current record. REQUIRES: mu_ not held.
-  Status Record(const Directive& directive, std::string_view kind);
+  Status Record(const Directive& directive, std::string_view kind, std::string_view actor);
   // Record, with a failure logged: the state stands in memory either way.
   void RecordOrLog(const Directive& directive, std::string_view kind);
   // REQUIRES: mu_ held.

@@ -1,3 +1,4 @@
+#include "kvgov/log/log.h"
 #include "kvgov/server/server.h"
 
 #include <arpa/inet.h>
@@ -7,7 +8,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,10 +75,10 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
   if (options.tls_cert_file.empty()) {
     http = std::make_unique<httplib::Server>();
     if (!IsLoopbackHost(host)) {
-      std::fprintf(stderr,
-                   "kvgov: warning: serving %s without TLS: bearer tokens cross the network in "
-                   "the clear (set --tls-cert and --tls-key)\n",
-                   host.c_str());
+log::Line(log::Level::kWarn, "listen.no_tls")
+          .Field("host", host)
+          .Field("detail",
+                 "bearer tokens cross the network in the clear (set --tls-cert and --tls-key)");
     }
   } else {
     auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),

@@ -1,9 +1,9 @@
+#include "kvgov/log/log.h"
 #include "kvgov/spool/spool_directory.h"
 
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -63,8 +63,10 @@ Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Open(std::string dir, Si
 void SpoolDirectory::LogOnce(const std::string& file, const std::string& problem) {
   errors_->WithLabels({})->Inc();
   if (logged_.insert(file).second) {
-    std::fprintf(stderr, "kvgov: spool %s: %s (left in place; retried every scan)\n", file.c_str(),
-                 problem.c_str());
+log::Line(log::Level::kWarn, "spool.file_failed")
+        .Field("file", file)
+        .Field("error", problem)
+        .Field("detail", "left in place; retried every scan");
   }
 }
 
@@ -116,10 +118,9 @@ bool SpoolDirectory::Finish(const fs::path& path, const Outcome& outcome) {
   }
   files_->WithLabels({outcome.rejected == 0 ? "done" : "rejected"})->Inc();
   logged_.erase(name);
-  std::fprintf(stderr, "kvgov: spool %s: %llu accepted, %llu rejected%s\n", name.c_str(),
-               static_cast<unsigned long long>(outcome.accepted),
-               static_cast<unsigned long long>(outcome.rejected),
-               outcome.rejected == 0 ? "" : (", see " + target + ".errors").c_str());
+  log::Line line(outcome.rejected == 0 ? log::Level::kInfo : log::Level::kWarn, "spool.file_done");
+  line.Field("file", name).Field("accepted", outcome.accepted).Field("rejected", outcome.rejected);
+  if (outcome.rejected != 0) line.Field("errors", target + ".errors");
   return true;
 }
 

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -284,6 +286,106 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   ASSERT_EQ(workers["workers"].size(), 1u);
   EXPECT_FALSE(workers["workers"][0].contains("blocks"));
   EXPECT_TRUE(Get(fleet_, "/v1/workers")["workers"][0].contains("blocks"));
+}
+
+// Every journal row says who made it: the caller's token by name (never its
+// secret), kvgov for its own decisions, and the token file for tokens
+// added or revoked there, at start and while running.
+TEST_F(TenantIsolationE2ETest, EveryJournalRowNamesWhoMadeIt) {
+  httplib::Client engine(engine_->control_url());
+  ASSERT_EQ(HttpStatus(engine.Post("/v1/completions", Json{{"prompt", prompt_}}.dump(),
+                                   "application/json")),
+            200);
+  ASSERT_TRUE(WaitFor([&] { return Route(fleet_).value("overlap_blocks", 0) == 4; },
+                      std::chrono::seconds(10)));
+  int status = 0;
+  const Json quarantined = Post(
+      a_, "/v1/quarantine", {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "q"}}, &status);
+  ASSERT_EQ(status, 200) << quarantined.dump();
+  Post(fleet_, "/v1/quarantines/" + quarantined.value("id", "") + "/lift", {{"reason", "ok"}},
+       &status);
+  ASSERT_EQ(status, 200);
+  Post(fleet_, "/v1/workers/w1/drain", Json::object(), &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_EQ(HttpStatus(client_->Delete("/v1/workers/w1/drain", Bearer(fleet_))), 200);
+  Post(transport_, "/v1/events",
+       {{"events",
+         {{{"type", "nixl_lease"}, {"lease_id", "l9"}, {"event", "create"},
+           {"role", "prefill_pin"}, {"remote_engine", "w1"}, {"ttl_ms", 60000}}}}},
+       &status);
+  ASSERT_EQ(status, 200);
+  // The engine holds the prompt unsalted: the fleet's span.
+  const Json opened = Post(
+      fleet_, "/v1/invalidations", {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "i"}},
+      &status);
+  ASSERT_EQ(status, 202) << opened.dump();
+  Json directive;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        directive = Get(fleet_, "/v1/invalidations/" + opened.value("id", ""));
+        return directive.value("state", "") == "certified";
+      },
+      std::chrono::seconds(15)))
+      << directive.dump();
+  std::string revoked;
+  ASSERT_EQ(DaemonProcess::RunToExit(
+                {"token", "revoke", "tenant-b", "--data-dir", daemon_.data_dir()}, &revoked),
+            0)
+      << revoked;
+
+  // kind -> the actors of its rows.
+  std::map<std::string, std::set<std::string>> actors;
+  Json rows;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        rows = Get(fleet_, "/v1/journal?limit=1000")["rows"];
+        actors.clear();
+        for (const Json& row : rows) actors[row["kind"]].insert(row["actor"]);
+        return actors.contains("token.revoke") && actors.contains("certificate");
+      },
+      std::chrono::seconds(5)))
+      << rows.dump();
+  for (const Json& row : rows) {
+    EXPECT_FALSE(row.value("actor", "").empty()) << row.dump();
+    EXPECT_EQ(row.value("origin", "x"), "") << row.dump();  // a single node
+  }
+  using Actors = std::set<std::string>;
+  EXPECT_EQ(actors["serve.start"], Actors{"kvgov"});
+  EXPECT_EQ(actors["token.add"], Actors{"token-file"});  // the four tokens made before start
+  EXPECT_EQ(actors["token.revoke"], Actors{"token-file"});
+  EXPECT_EQ(actors["quarantine"], Actors{"token:tenant-a"});
+  EXPECT_EQ(actors["quarantine.lift"], Actors{"token:operator"});
+  EXPECT_EQ(actors["worker.drain"], Actors{"token:operator"});
+  EXPECT_EQ(actors["worker.undrain"], Actors{"token:operator"});
+  EXPECT_EQ(actors["lease.transition"], Actors{"token:transport"});
+  EXPECT_EQ(actors["invalidation.planned"], Actors{"token:operator"});
+  EXPECT_EQ(actors["invalidation.witnessed"], Actors{"kvgov"});
+  EXPECT_EQ(actors["certificate"], Actors{"kvgov"});
+  size_t token_adds = 0;
+  for (const Json& row : rows) {
+    if (row["kind"] != "token.add") continue;
+    ++token_adds;
+    const Json payload = Json::parse(row["payload"].get<std::string>());
+    EXPECT_FALSE(payload.contains("sha256")) << payload.dump();
+    EXPECT_TRUE(payload.contains("roles")) << payload.dump();
+  }
+  EXPECT_EQ(token_adds, 4u);
+  for (const std::string& secret : {fleet_, transport_, a_, b_}) {
+    EXPECT_EQ(rows.dump().find(secret.substr(6)), std::string::npos);
+  }
+
+  // A restart journals nothing twice: the recorded token set is durable.
+  ASSERT_EQ(daemon_.Stop(), 0);
+  const std::string late = AddToken(daemon_.data_dir(), "late", {"read"});
+  ASSERT_TRUE(daemon_.Start({"--engine", engine_->EngineSpec()}).ok());
+  client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
+  const Json after = Get(fleet_, "/v1/journal?limit=1000")["rows"];
+  std::vector<std::string> added;
+  for (const Json& row : after) {
+    if (row["kind"] == "token.add") added.push_back(row["subject"]);
+  }
+  EXPECT_EQ(added.size(), 5u) << after.dump();
+  EXPECT_EQ(added.back(), "late");
 }
 
 }  // namespace

@@ -30,6 +30,11 @@ class CatchUpE2ETest : public OneEngineTest {
            worker["blocks"]["hbm"] == publisher_.held_blocks();
   }
 
+  // The daemon's stderr has, or soon has, this line fragment.
+  bool Logged(const std::string& fragment) {
+    return WaitFor([&] { return daemon_.Stderr().find(fragment) != std::string::npos; });
+  }
+
   // kvgov following the publisher, caught up with two batches, then stopped.
   void RunUntilStopped() {
     StartKvgov();
@@ -107,6 +112,11 @@ TEST_F(CatchUpE2ETest, ARolledOverReplayBufferMarksTheWorkerStaleWithTheReason) 
   ASSERT_TRUE(WaitFor([&] { return Worker()["state"] == "live"; })) << Worker().dump();
   EXPECT_FALSE(Worker()["diagnostics"].contains("stale"));
   EXPECT_EQ(Metrics().find("kvgov_worker_stale_seconds{"), std::string::npos);
+  // Both changes are logged, one line each (docs/operations.md).
+  EXPECT_TRUE(Logged("level=warn event=stream.stale worker=w1 reason=replay_rolled_over detail="))
+      << daemon_.Stderr();
+  EXPECT_TRUE(Logged("level=info event=stream.live worker=w1 was=replay_rolled_over stale_ms="))
+      << daemon_.Stderr();
   EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
 }
 
@@ -136,6 +146,8 @@ TEST_F(CatchUpE2ETest, AnUnansweredReplayIsStaleUntilKvgovIsShownCurrent) {
   ASSERT_TRUE(WaitFor([&] { return Current() && Worker()["state"] == "live"; }))
       << Worker().dump() << daemon_.Stderr();
   EXPECT_EQ(Worker()["seq_gaps"], 1);
+  EXPECT_TRUE(Logged("event=stream.stale worker=w1 reason=replay_unanswered")) << daemon_.Stderr();
+  EXPECT_TRUE(Logged("event=stream.live worker=w1 was=replay_unanswered")) << daemon_.Stderr();
   EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
 }
 
@@ -151,6 +163,7 @@ TEST_F(CatchUpE2ETest, AnEngineThatRestartedWhileKvgovWasDownIsClearedAtReconnec
   EXPECT_EQ(Worker()["restarts"], 1);
   EXPECT_EQ(Worker()["blocks"]["hbm"], 1);
   EXPECT_EQ(Worker()["state"], "live");
+  EXPECT_TRUE(Logged("level=warn event=stream.restart worker=w1 after_seq=")) << daemon_.Stderr();
   EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
 }
 

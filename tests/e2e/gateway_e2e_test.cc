@@ -449,7 +449,8 @@ TEST_F(GatewayE2ETest, TheDaemonLogsItsEventsAsLogfmtLines) {
       control_->Post("/v1/quarantine", quarantine.dump(), "application/json");
   ASSERT_EQ(HttpStatus(quarantined), 200);
   const std::string id = Json::parse(quarantined->body)["id"];
-  EXPECT_TRUE(logged("event=governance.write kind=quarantine subject=" + id + " seq="))
+  EXPECT_TRUE(logged("event=governance.write kind=quarantine subject=" + id +
+                     " actor=local seq="))
       << daemon_.Stderr();
 
   engines_[1]->Stop();
@@ -463,6 +464,9 @@ TEST_F(GatewayE2ETest, TheDaemonLogsItsEventsAsLogfmtLines) {
     return daemon_.Stderr().find("event=tokens.reload") != std::string::npos;
   })) << daemon_.Stderr();
   EXPECT_TRUE(logged(" tokens=1")) << daemon_.Stderr();
+  // ... and journals the change, naming the token and never its secret.
+  EXPECT_TRUE(logged("event=governance.write kind=token.add subject=late actor=token-file seq="))
+      << daemon_.Stderr();
 
   const std::string err = daemon_.Stderr();
   EXPECT_EQ(err.find(secret), std::string::npos);

@@ -296,6 +296,20 @@ TEST_F(ReplicaE2ETest, OneGovernanceStateAcrossReplicas) {
       << certificates[0];
 
   EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+  // Each row names who asked and the replica it went through.
+  auto row_of = [&](std::string_view kind, const std::string& secret = "") {
+    const Json page = Get(r(0), "/v1/journal?since=1&limit=1000", secret).json();
+    for (const Json& row : page["rows"]) {
+      if (row["kind"] == kind) return row;
+    }
+    return Json::object();
+  };
+  EXPECT_EQ(row_of("quarantine").value("origin", ""), "r0");
+  EXPECT_EQ(row_of("quarantine").value("actor", ""), "local");
+  EXPECT_EQ(row_of("quarantine.lift").value("origin", ""), "r1");
+  EXPECT_EQ(row_of("lease.transition").value("origin", ""), "r1");
+  EXPECT_EQ(row_of("invalidation.planned").value("origin", ""), "r2");
+  EXPECT_EQ(row_of("certificate").value("actor", ""), "kvgov");
 
   // A token added through the log: every replica starts requiring it.
   std::string output;
@@ -324,6 +338,11 @@ TEST_F(ReplicaE2ETest, OneGovernanceStateAcrossReplicas) {
         << "r" << i << ": without the token " << without.status << " " << without.body
         << "; with it " << with.status << " " << with.body << r(i).Stderr();
   }
+  // Journaled by the command's user, never with the secret.
+  const Json added = row_of("token.add", secret);
+  EXPECT_EQ(added.value("origin", ""), "kvgov-token") << added.dump();
+  EXPECT_EQ(added.value("actor", "").rfind("cli:", 0), 0u) << added.dump();
+  EXPECT_EQ(added.dump().find(secret.substr(6)), std::string::npos);
   // Nobody dispatched the certified directive again meanwhile.
   EXPECT_EQ(control_.calls(), 1);
 }
@@ -344,9 +363,12 @@ TEST_F(ReplicaE2ETest, KilledDispatcherIsTakenOver) {
       << directive.dump() << "\n--- r1:\n" << r(1).Stderr() << "\n--- r2:\n" << r(2).Stderr();
   // The survivor called the owner again, once.
   EXPECT_EQ(control_.calls(), 2) << r(1).Stderr() << r(2).Stderr();
-  const std::string taking_over = "taking over directive " + directive_id;
-  EXPECT_NE((r(1).Stderr() + r(2).Stderr()).find(taking_over), std::string::npos)
-      << r(1).Stderr() << r(2).Stderr();
+  const std::string survivors = r(1).Stderr() + r(2).Stderr();
+  const size_t taken_over = survivors.find("event=directive.taken_over replica=r");
+  ASSERT_NE(taken_over, std::string::npos) << survivors;
+  const std::string line =
+      survivors.substr(taken_over, survivors.find('\n', taken_over) - taken_over);
+  EXPECT_NE(line.find(" directive=" + directive_id + " "), std::string::npos) << line;
 
   const std::string certificate_id = directive.value("certificate_id", "");
   ASSERT_FALSE(certificate_id.empty()) << directive.dump();

@@ -438,20 +438,25 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
 # -- the journal, offline -------------------------------------------------
 
-def journal_row_hash(row: Mapping[str, Any], version: int = 1) -> str:
+def journal_row_hash(row: Mapping[str, Any]) -> str:
     """Recomputes a journal row's ``hash`` (docs/formats/journal.md section 3)
     from a ``GET /v1/journal`` row, so a chain can be checked client-side:
     each row's ``prev_hash`` is its predecessor's ``hash``, and
-    ``payload_digest`` is the SHA-256 of ``payload``.
+    ``payload_digest`` is the SHA-256 of ``payload``. Rows of format 2 hash
+    their ``actor`` and ``origin`` too; rows of format 1 have neither.
     """
     def frame(data: bytes) -> bytes:
         return struct.pack(">Q", len(data)) + data
 
-    h = hashlib.sha256(frame(b"kvgov.journal.row.v1"))
+    version = int(row.get("format_version", 1))
+    if version not in (1, 2):
+        raise ValueError(f"journal row format {version} is not one this client knows (1, 2)")
+    attributed = ("actor", "origin") if version == 2 else ()
+    h = hashlib.sha256(frame(b"kvgov.journal.row.v%d" % version))
     h.update(frame(struct.pack(">I", version)))
     h.update(frame(struct.pack(">Q", row["seq"])))
     h.update(frame(struct.pack(">q", row["time_ms"])))
-    for name in ("kind", "subject", "payload_digest", "prev_hash"):
+    for name in ("kind", "subject", *attributed, "payload_digest", "prev_hash"):
         h.update(frame(str(row[name]).encode()))
     return h.hexdigest()
 

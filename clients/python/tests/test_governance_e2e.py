@@ -95,8 +95,15 @@ class GovernanceTest(DaemonTestCase):
         quarantine = [row for row in rows if row["subject"] == marker["id"]]
         self.assertEqual([row["kind"] for row in quarantine], ["quarantine"])
         self.assertEqual(json.loads(quarantine[0]["payload"])["reason"], "journal test")
-        # A tampered row no longer hashes to itself.
+        # Who did it: a loopback call while no token exists; the daemon's own
+        # start-up row names kvgov; a single node names no replica.
+        self.assertEqual(quarantine[0]["actor"], "local")
+        self.assertEqual(rows[0]["kind"], "serve.start")
+        self.assertEqual(rows[0]["actor"], "kvgov")
+        self.assertTrue(all(row["format_version"] == 2 and row["origin"] == "" for row in rows))
+        # A tampered row no longer hashes to itself, the actor included.
         self.assertNotEqual(journal_row_hash({**rows[0], "kind": "forged"}), rows[0]["hash"])
+        self.assertNotEqual(journal_row_hash({**rows[0], "actor": "token:x"}), rows[0]["hash"])
 
     def test_the_issuer_key_id_is_bound_to_the_key(self) -> None:
         issuer = self.client.issuer()

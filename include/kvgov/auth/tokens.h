@@ -78,6 +78,11 @@ Status PutTokenRecord(const std::string& path, const TokenRecord& record);
 std::string EncodeTokenRecord(const TokenRecord& record);
 Result<TokenRecord> DecodeTokenRecord(std::string_view text);
 
+/// What the journal says of a token (a token.add or token.revoke row's
+/// payload): {"name", "roles", "tenant", "created_ms"} for a record, or
+/// only the name; never the secret's hash.
+std::string DescribeTokenChange(std::string_view name, const TokenRecord* record);
+
 /// Who is calling, once authorized.
 struct Principal {
   std::string token;   // the token's name; "" when authentication is off
@@ -107,6 +112,15 @@ class Authenticator {
   /// that matches no record, PermissionDenied for a token without the role.
   Result<Principal> Authorize(std::string_view authorization, Role role);
 
+  /// Rereads the file if it changed and a recheck is due, as Authorize
+  /// does: for a caller that must see changes while no call comes in.
+  void Refresh();
+
+  /// The tokens in force, and a number that grows with every reload that
+  /// changed them, so a watcher compares numbers, not records.
+  std::vector<TokenRecord> Records() const;
+  uint64_t generation() const;
+
  private:
   struct FileStamp {
     uint64_t inode = 0;
@@ -124,6 +138,7 @@ class Authenticator {
   FileStamp stamp_;
   std::chrono::steady_clock::time_point next_check_{};
   bool reported_reload_error_ = false;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace kvgov::auth

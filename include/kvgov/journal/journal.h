@@ -18,15 +18,26 @@
 
 namespace kvgov::journal {
 
+/// Who made a governance write. The actor's spellings are the writer's
+/// ("token:<name>", "local", "kvgov", ...; docs/formats/journal.md §2);
+/// the journal records them and never a secret.
+struct Attribution {
+  std::string actor;
+  std::string origin;  // the replica the write went through; "" on a single node
+};
+
 /// One row. `hash` covers prev_hash and every other field with
 /// length-prefixed framing (docs/formats/journal.md); rows are never
-/// rewritten.
+/// rewritten. Format 1 rows (written before attribution) have an empty
+/// actor and origin, and neither is hashed.
 struct Row {
-  uint32_t format_version = 1;
+  uint32_t format_version = 2;
   uint64_t seq = 0;            // 1, 2, 3, ... with no holes
   int64_t time_ms = 0;         // wall clock when appended
   std::string kind;            // e.g. "worker.drain", "lease.transition", "config"
   std::string subject;         // what it is about: a worker, lease, directive id
+  std::string actor;           // who made the write (format 2)
+  std::string origin;          // the replica it went through (format 2)
   std::string payload_digest;  // hex SHA-256 of the payload
   std::string payload;         // the decision itself, JSON
   std::string prev_hash;       // hash of row seq-1; 64 zeros for seq 1
@@ -34,15 +45,17 @@ struct Row {
   friend bool operator==(const Row&, const Row&) = default;
 };
 
-/// The row format this build writes and reads (the row's version byte).
-inline constexpr uint32_t kRowFormatVersion = 1;
+/// The row format this build writes (the row's version byte); it reads
+/// format 1 as well, so a journal begun by an older kvgov still verifies.
+inline constexpr uint32_t kRowFormatVersion = 2;
 /// The largest encoded row; Append refuses a payload that would exceed it.
 inline constexpr size_t kMaxRowBytes = size_t{1} << 20;
 
 /// ResourceExhausted when a row of these fields would exceed kMaxRowBytes:
 /// the check Append makes first, for a caller that must know before it
 /// commits the row elsewhere (a replica, before its log append).
-Status CheckRowFits(std::string_view kind, std::string_view subject, std::string_view payload);
+Status CheckRowFits(std::string_view kind, std::string_view subject, const Attribution& by,
+                    std::string_view payload);
 
 /// The hash of a row from its other fields (what `hash` must equal).
 std::string RowHash(const Row& row);
@@ -67,8 +80,9 @@ class Journal {
   /// ResourceExhausted when the row would exceed kMaxRowBytes;
   /// InvalidArgument when an `extra` op targets the journal column; the store's error when the write fails,
   /// and then the head does not move.
-  Result<Row> Append(std::string_view kind, std::string_view subject, std::string_view payload,
-                     int64_t time_ms, std::span<const store::WriteOp> extra = {});
+  Result<Row> Append(std::string_view kind, std::string_view subject, const Attribution& by,
+                     std::string_view payload, int64_t time_ms,
+                     std::span<const store::WriteOp> extra = {});
 
   /// Rows with seq >= since, at most `limit` of them, in order. Corruption
   /// when a stored row does not decode (rows are not re-hashed here: that

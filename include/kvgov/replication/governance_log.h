@@ -32,12 +32,14 @@ struct LogWrite {
 };
 
 /// One governance write. Every replica turns it into the same journal row
-/// (kind, subject, payload, time_ms) and the same state writes; an entry
+/// (kind, subject, actor, origin, payload, time_ms) and the same state
+/// writes; an entry
 /// with an empty kind carries state only (a lease heartbeat) and makes no
 /// row.
 struct LogEntry {
   std::string id;      // the stream id ("1700000000000-0"); not encoded
   std::string origin;  // the replica that appended it
+  std::string actor;   // who asked for the write (journal.md §2); "" in version 1
   std::string kind;
   std::string subject;
   std::string payload;
@@ -49,7 +51,7 @@ struct LogEntry {
 /// The largest encoded entry a replica appends or accepts.
 inline constexpr size_t kMaxLogEntryBytes = size_t{2} << 20;
 /// The entry format this build writes and reads.
-inline constexpr int kLogEntryVersion = 1;
+inline constexpr int kLogEntryVersion = 2;
 
 /// The entry's field value (docs/formats/governance-log.md); `id` is left
 /// out (the stream assigns it).

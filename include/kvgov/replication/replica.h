@@ -68,9 +68,11 @@ class Replica {
   /// the journal row (a default Row for an empty kind). Unavailable when
   /// the log cannot be reached (nothing was written, or the reply was
   /// lost), or when the entry was appended but not applied here within
-  /// apply_wait (the message says which).
+  /// apply_wait (the message says which). The row names `actor` and this
+  /// replica as its origin.
   Result<journal::Row> Record(std::string_view kind, std::string_view subject,
-                              std::string_view payload, std::span<const store::WriteOp> state);
+                              std::string_view actor, std::string_view payload,
+                              std::span<const store::WriteOp> state);
 
   /// Appends an entry made elsewhere (kvgov token --redis) without waiting.
   static Result<std::string> AppendOnce(const std::string& redis_url, std::string_view prefix,

@@ -1,3 +1,4 @@
+#include "kvgov/log/log.h"
 #include "kvgov/transport/zmq_ingest.h"
 
 #include <zmq.hpp>
@@ -5,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -127,8 +127,10 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
     monitor.connect(monitor_endpoint);
     sub.connect(stream.spec.events);
   } catch (const zmq::error_t& error) {
-    std::fprintf(stderr, "kvgov ingest: worker %s: cannot subscribe to %s: %s\n",
-                 stream.spec.worker.c_str(), stream.spec.events.c_str(), error.what());
+log::Line(log::Level::kError, "stream.subscribe_failed")
+        .Field("worker", stream.spec.worker)
+        .Field("endpoint", stream.spec.events)
+        .Field("error", error.what());
     return;
   }
   std::vector<zmq::message_t> frames;
@@ -187,8 +189,9 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
       }
     } catch (const zmq::error_t& error) {
       if (error.num() == ETERM) return;
-      std::fprintf(stderr, "kvgov ingest: worker %s: %s\n", stream.spec.worker.c_str(),
-                   error.what());
+log::Line(log::Level::kError, "stream.socket_error")
+          .Field("worker", stream.spec.worker)
+          .Field("error", error.what());
     }
   }
 }

@@ -1,0 +1,50 @@
+#pragma once
+
+// Internal to kvgov_server: journals the token changes a single node finds
+// in its token file (docs/formats/tokens.md, "The journal"). Replicas need
+// none of this: their token changes arrive as governance log entries,
+// which are journaled rows already.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kvgov/core/status.h"
+
+namespace kvgov::server {
+
+struct Daemon;
+
+/// Compares the tokens in force with the set the journal last recorded
+/// (kept in the governance column under kJournaledTokensKey) and appends a
+/// token.revoke and/or token.add row for each name that differs, each row
+/// with the recorded set it leaves in the same synced write. So a change
+/// made while kvgov was down is journaled at the next start, and a crash
+/// between two rows journals the rest at the next start.
+///
+/// Thread-compatible: called at start, then from the housekeeping thread
+/// only.
+class TokenAudit {
+ public:
+  static constexpr std::string_view kJournaledTokensKey = "tokens/journaled";
+  /// The journal's actor for a change found in the token file: kvgov cannot
+  /// tell who edited it (the file's owner can).
+  static constexpr std::string_view kActor = "token-file";
+
+  /// Loads the recorded set. Corruption when it does not decode.
+  static Result<TokenAudit> Load(const Daemon& daemon);
+
+  /// Journals what changed since the last call (cheap when nothing did).
+  Status CatchUp(Daemon& daemon);
+  /// CatchUp, for a timer that retries: a failure is logged
+  /// (tokens.journal_failed) once until it succeeds again.
+  void CatchUpOrLog(Daemon& daemon);
+
+ private:
+  // name -> the token as the journal describes it (no secret's hash).
+  std::map<std::string, std::string, std::less<>> journaled_;
+  uint64_t seen_generation_ = UINT64_MAX;
+  bool failing_ = false;
+};
+
+}  // namespace kvgov::server
