@@ -27,7 +27,8 @@ Json StreamJson(const WorkerStreamView& stream, Json row) {
   Json diagnostics = {{"silent_for_ms", diagnosis.silent_for_ms},
                       {"silent_while_busy", diagnosis.silent_while_busy},
                       {"orphan_blocks", diagnosis.orphan_blocks},
-                      {"hash_drift_blocks", diagnosis.hash_drift_blocks}};
+                      {"hash_drift_blocks", diagnosis.hash_drift_blocks},
+                      {"salt_blind_blocks", diagnosis.salt_blind_blocks}};
   if (diagnosis.stale_reason != ingest::StaleReason::kNone) {
     diagnostics["stale"] = {{"reason", ToString(diagnosis.stale_reason)},
                             {"detail", diagnosis.stale_detail},
@@ -45,6 +46,7 @@ Json WorkerJson(const WorkerView& view) {
               {"state", view.waiting_for_events_ms >= 0 ? "waiting_for_events"
                                                          : index::ToString(worker.state)}};
   if (view.waiting_for_events_ms >= 0) row["waiting_for_events_ms"] = view.waiting_for_events_ms;
+  row["salts"] = index::ToString(worker.salts);
   if (view.fleet_view) row["blocks"] = codec_internal::TierJson(worker.blocks);
   if (view.health) {
     const router::WorkerStatus& status = *view.health;

@@ -97,4 +97,9 @@ std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainName
   return hasher.Chain(ns, tokens, block_size, extra_keys);
 }
 
+BlockKey ExtraKeylessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,
+                          std::span<const int64_t> first_block_tokens) {
+  return hasher.Next(hasher.Root(ns), first_block_tokens, "");
+}
+
 }  // namespace kvgov::index

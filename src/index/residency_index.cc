@@ -32,6 +32,7 @@
 #include "kvgov/index/residency_index.h"
 
 #include <algorithm>
+#include <deque>
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -101,6 +102,18 @@ std::string_view ToString(WorkerState state) {
   return state == WorkerState::kLive ? "live" : "stale";
 }
 
+std::string_view ToString(SaltReporting salts) {
+  switch (salts) {
+    case SaltReporting::kReported:
+      return "reported";
+    case SaltReporting::kNotReported:
+      return "not_reported";
+    case SaltReporting::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 namespace {
 
 // One KV-cache group's engine hash -> kvgov key map.
@@ -139,6 +152,10 @@ struct ResidencyIndex::WorkerSlot {
   // kvgov key -> tiers it is resident in on this worker (never 0).
   FlatMap<uint16_t> resident;
   std::array<uint64_t, kIndexedTiers.size()> blocks{};
+  SaltReporting salts = SaltReporting::kUnknown;
+  // Unsalted root keys of salted chains sent here (ExpectSaltedRoot), oldest
+  // first; only while `salts` is not kReported.
+  std::deque<BlockKey> salted_roots;
 
   FlatMap<BlockKey>* FindGroup(int64_t group_idx) { return FindIn(engine_groups, group_idx); }
   const FlatMap<BlockKey>* FindGroup(int64_t group_idx) const {
@@ -294,8 +311,40 @@ bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyT
   return true;
 }
 
+// What a BlockStored says of the engine's salt reporting: any extra key
+// shows the engine publishes them, and vLLM's and SGLang's put the salt
+// among them; a chain root without any, keyed as a salted chain sent here
+// would key unsalted, is that chain with its salt dropped. True when the
+// blocks are that chain's and must not be indexed.
+bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) const {
+  if (slot.salts == SaltReporting::kReported) return false;
+  if (std::any_of(stored.extra_keys.begin(), stored.extra_keys.end(),
+                  [](const std::string& key) { return !key.empty(); })) {
+    slot.salts = SaltReporting::kReported;
+    slot.salted_roots.clear();
+    return false;
+  }
+  if (stored.parent_block_hash.has_value() || slot.salted_roots.empty() ||
+      stored.block_hashes.empty()) {
+    return false;
+  }
+  const BlockKey root = ExtraKeylessRoot(
+      hasher_, ChainNamespace{slot.model, stored.lora_name, NamespaceGroup(stored)},
+      std::span(stored.token_ids).first(static_cast<size_t>(slot.block_size)));
+  const auto expected = std::find(slot.salted_roots.begin(), slot.salted_roots.end(), root);
+  if (expected == slot.salted_roots.end()) return false;
+  slot.salted_roots.erase(expected);
+  slot.salts = SaltReporting::kNotReported;
+  return true;
+}
+
 ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored) {
   ApplyResult result;
+  if (NoteSaltReportingLocked(slot, stored)) {
+    // Its children arrive as orphans (their parent was never indexed).
+    result.salt_blind_blocks = stored.block_hashes.size();
+    return result;
+  }
   const ResidencyTier tier = TierForMedium(stored.medium, stored.locality);
   BlockKey parent = 0;
   if (stored.parent_block_hash.has_value()) {
@@ -421,6 +470,16 @@ Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineE
   return ApplyResult{};
 }
 
+Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey unsalted_root) {
+  std::unique_lock lock(mu_);
+  WorkerSlot* slot = FindLocked(worker);
+  if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
+  if (slot->salts == SaltReporting::kReported) return Status::Ok();
+  if (slot->salted_roots.size() >= kMaxSaltedRoots) slot->salted_roots.pop_front();
+  slot->salted_roots.push_back(unsalted_root);
+  return Status::Ok();
+}
+
 Status ResidencyIndex::AddBlocks(std::string_view worker, std::span<const BlockKey> keys,
                                  ResidencyTier tier) {
   std::unique_lock lock(mu_);
@@ -464,7 +523,7 @@ std::vector<WorkerResidency> ResidencyIndex::Workers() const {
   out.reserve(by_id_.size());
   for (uint32_t number : by_id_) {
     const WorkerSlot& slot = *workers_[number];
-    out.push_back({slot.id, slot.model, slot.block_size, slot.state, slot.blocks});
+    out.push_back({slot.id, slot.model, slot.block_size, slot.state, slot.blocks, slot.salts});
   }
   return out;
 }
@@ -473,7 +532,8 @@ std::optional<WorkerResidency> ResidencyIndex::Worker(std::string_view worker) c
   std::shared_lock lock(mu_);
   WorkerSlot* slot = FindLocked(worker);
   if (slot == nullptr) return std::nullopt;
-  return WorkerResidency{slot->id, slot->model, slot->block_size, slot->state, slot->blocks};
+  return WorkerResidency{slot->id,    slot->model,  slot->block_size,
+                         slot->state, slot->blocks, slot->salts};
 }
 
 std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> chain) const {

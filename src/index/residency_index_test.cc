@@ -274,6 +274,67 @@ namespace {
 // its own residency) over random residency: shared and partial prefixes,
 // holes, holder lists built in different orders, mixed and unindexed tiers,
 // stale workers, and workers removed and registered again.
+// An engine that publishes extra keys reports salts; one that sends back a
+// salted request's blocks without them drops the salt, and those blocks
+// are not indexed (they would key as unsalted). ADR 0019.
+TEST_F(ResidencyIndexTest, SaltReportingIsLearnedFromTheEvents) {
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  const std::vector<int64_t> tokens = Tokens(3);
+  const BlockKey root = ExtraKeylessRoot(index_.hasher(), {"llama", "", 0},
+                                         std::span(tokens).first(kBlockSize));
+  EXPECT_EQ(root, Chain(tokens).front());  // what the index would key it as
+
+  // w1 (an older vLLM) returns the salted chain without the salt.
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
+  Result<ApplyResult> applied = index_.Apply("w1", Stored({11, 12, 13}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->salt_blind_blocks, 3u);
+  EXPECT_EQ(applied->blocks_stored, 0u);
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kNotReported);
+  EXPECT_EQ(Blocks(index_, "w1", ResidencyTier::kHBM), 0u);
+  // Its continuation has no indexed parent.
+  applied = index_.Apply("w1", Stored({14}, 13, Tokens(1, 500)));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->orphan_blocks, 1u);
+  // The same tokens unsalted (the expectation is used up) are indexed.
+  applied = index_.Apply("w1", Stored({21, 22, 23}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->blocks_stored, 3u);
+
+  // w2 (a current vLLM) returns it with the salt among its extra keys.
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w2", root).ok());
+  BlockStored salted = Stored({31, 32, 33}, std::nullopt, tokens);
+  salted.extra_keys = {R"(["salt-a"])", "", ""};
+  ASSERT_TRUE(index_.Apply("w2", salted).ok());
+  EXPECT_EQ(index_.Worker("w2")->salts, SaltReporting::kReported);
+  EXPECT_EQ(Blocks(index_, "w2", ResidencyTier::kHBM), 3u);
+  // Reported is evidence enough: unsalted blocks of the same tokens later
+  // are another request's, indexed as they are.
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w2", root).ok());
+  applied = index_.Apply("w2", Stored({41, 42, 43}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->salt_blind_blocks, 0u);
+  EXPECT_EQ(index_.Worker("w2")->salts, SaltReporting::kReported);
+}
+
+TEST_F(ResidencyIndexTest, UnexpectedChainsAndOldExpectationsChangeNothing) {
+  const std::vector<int64_t> salted = Tokens(1, 900);
+  const BlockKey root = ExtraKeylessRoot(index_.hasher(), {"llama", "", 0}, salted);
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
+  // Other chains, without extra keys, say nothing about salts.
+  ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  // The oldest expectation goes once the bound is reached.
+  for (size_t i = 0; i < ResidencyIndex::kMaxSaltedRoots; ++i) {
+    ASSERT_TRUE(index_.ExpectSaltedRoot("w1", 1000 + i).ok());
+  }
+  Result<ApplyResult> applied = index_.Apply("w1", Stored({3}, std::nullopt, salted));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->blocks_stored, 1u);
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  EXPECT_EQ(index_.ExpectSaltedRoot("nobody", root).code(), StatusCode::kNotFound);
+}
+
 TEST(ResidencyIndexOverlapTest, RandomResidencyMatchesTheDefinition) {
   constexpr std::array<ResidencyTier, 6> kTiers = {
       ResidencyTier::kHBM, ResidencyTier::kDRAM,  ResidencyTier::kDisk,

@@ -16,6 +16,7 @@ EngineDiagnostics DiagnoseEngine(const StreamStats& stats, std::optional<double>
                           running_requests.value_or(0) > 0;
   out.orphan_blocks = stats.orphan_blocks.load(std::memory_order_relaxed);
   out.hash_drift_blocks = stats.hash_drift_blocks.load(std::memory_order_relaxed);
+  out.salt_blind_blocks = stats.salt_blind_blocks.load(std::memory_order_relaxed);
   out.stale_reason = stats.stale();
   if (out.stale_reason != StaleReason::kNone) {
     out.stale_detail = stats.stale_detail();

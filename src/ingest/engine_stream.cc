@@ -274,6 +274,7 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
     stats_.events[EventTypeSlot(event)].fetch_add(1, std::memory_order_relaxed);
     stats_.orphan_blocks.fetch_add(applied->orphan_blocks, std::memory_order_relaxed);
     stats_.hash_drift_blocks.fetch_add(applied->hash_drift_blocks, std::memory_order_relaxed);
+    stats_.salt_blind_blocks.fetch_add(applied->salt_blind_blocks, std::memory_order_relaxed);
     stats_.unknown_removals.fetch_add(applied->unknown_removals, std::memory_order_relaxed);
     stats_.unknown_medium_blocks.fetch_add(applied->unknown_medium, std::memory_order_relaxed);
     // The engine's cache is empty now, so the index is complete again.

@@ -224,6 +224,11 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
     } else {
       reason = IneligibleReason(status, worker.state);
     }
+    // A salted request there would key as unsalted (ADR 0019).
+    if (reason == nullptr && !cache_salt.empty() &&
+        worker.salts == index::SaltReporting::kNotReported) {
+      reason = "salt_blind";
+    }
     if (reason == nullptr && weights_.busy_load_blocks > 0 &&
         load.blocks >= weights_.busy_load_blocks) {
       reason = "busy";

@@ -161,6 +161,30 @@ TEST_F(RouterTest, ScrapedLoadCountsOnlyWhatKvgovDidNotRoute) {
   EXPECT_EQ(decision.worker, "w2");  // 48 blocks of load outweigh 8 of prefill
 }
 
+// A worker whose engine drops salts from its events takes no tenant's
+// routes (its blocks would key as unsalted); unsalted routes still go
+// there. ADR 0019.
+TEST_F(RouterTest, SaltBlindWorkersTakeNoTenantRoutes) {
+  const std::vector<int64_t> prompt = Tokens(4);
+  const index::BlockKey root =
+      index::ExtraKeylessRoot(index_.hasher(), {"llama", "", 0},
+                              std::span(prompt).first(kBlockSize));
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
+  BlockStored returned;
+  returned.block_hashes = {7};
+  returned.token_ids.assign(prompt.begin(), prompt.begin() + kBlockSize);
+  returned.block_size = kBlockSize;
+  returned.medium = "GPU";
+  ASSERT_TRUE(index_.Apply("w1", returned).ok());
+  ASSERT_EQ(index_.Worker("w1")->salts, index::SaltReporting::kNotReported);
+
+  RouteDecision tenant = Route(prompt, "salt-a", {"w1"});
+  EXPECT_TRUE(tenant.worker.empty());
+  EXPECT_EQ(CandidateOf(tenant, "w1").reason, "salt_blind");
+  EXPECT_NE(Route(prompt, "salt-a").worker, "w1");
+  EXPECT_EQ(Route(prompt, "", {"w1"}).worker, "w1");
+}
+
 TEST_F(RouterTest, HbmBeatsDramAtEqualLength) {
   std::vector<int64_t> prompt = Tokens(4);
   Hold("w1", prompt, 4, ResidencyTier::kDRAM);

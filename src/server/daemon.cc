@@ -95,6 +95,20 @@ Status RegisterEngineMetrics(Daemon& daemon) {
                               "Blocks an engine stored again under a new hash for the same "
                               "tokens: its hash seed changed (PYTHONHASHSEED unset).",
                               {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* salts,
+                         registry.AddCallbackGauge(
+                             {"kvgov_engine_salts",
+                              "1 for a worker's salt reporting (ADR 0019): reported (its events "
+                              "carry extra keys), not_reported (a salted request came back "
+                              "without the salt: tenant routes avoid it), unknown (no evidence "
+                              "yet); 0 for the other two.",
+                              {"worker", "state"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* salt_blind,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_salt_blind_blocks_total",
+                              "Blocks of a salted request that the engine published without "
+                              "the salt; they are not indexed.",
+                              {"worker"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* silent_seconds,
                          registry.AddCallbackGauge(
                              {"kvgov_engine_silent_seconds",
@@ -119,6 +133,12 @@ Status RegisterEngineMetrics(Daemon& daemon) {
                       static_cast<double>(worker.blocks[i]));
           }
           sink.Emit(stale, {worker.id}, worker.state == index::WorkerState::kStale ? 1.0 : 0.0);
+          for (index::SaltReporting reporting :
+               {index::SaltReporting::kUnknown, index::SaltReporting::kReported,
+                index::SaltReporting::kNotReported}) {
+            sink.Emit(salts, {worker.id, index::ToString(reporting)},
+                      worker.salts == reporting ? 1.0 : 0.0);
+          }
         }
         if (!state->ingest) return;
         const int64_t now_ms = WallClockMillis();
@@ -146,6 +166,7 @@ Status RegisterEngineMetrics(Daemon& daemon) {
               state->options.engine_silence_ms);
           sink.Emit(orphans, {worker}, static_cast<double>(diagnosis.orphan_blocks));
           sink.Emit(drift, {worker}, static_cast<double>(diagnosis.hash_drift_blocks));
+          sink.Emit(salt_blind, {worker}, static_cast<double>(diagnosis.salt_blind_blocks));
           sink.Emit(silent_seconds, {worker}, static_cast<double>(diagnosis.silent_for_ms) / 1e3);
           sink.Emit(silent, {worker}, diagnosis.silent_while_busy ? 1.0 : 0.0);
           if (diagnosis.stale_reason != ingest::StaleReason::kNone) {
@@ -404,6 +425,21 @@ Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
         .Field("seq", row->seq);
   }
   return row;
+}
+
+void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
+                        std::string_view cache_salt, const router::RouteDecision& decision) {
+  if (cache_salt.empty() || decision.worker.empty()) return;
+  const std::optional<index::WorkerResidency> worker = daemon.index.Worker(decision.worker);
+  if (!worker || worker->salts == index::SaltReporting::kReported || worker->block_size <= 0 ||
+      request.token_ids.size() < static_cast<size_t>(worker->block_size)) {
+    return;
+  }
+  (void)daemon.index.ExpectSaltedRoot(
+      decision.worker,
+      index::ExtraKeylessRoot(
+          daemon.index.hasher(), {request.model, request.lora_name, 0},
+          std::span(request.token_ids).first(static_cast<size_t>(worker->block_size))));
 }
 
 int GovernanceWriteHttpStatus(const Status& status) {

@@ -146,6 +146,13 @@ inline constexpr std::string_view kDaemonActor = "kvgov";
 /// The actor for reports read from the spool directory (kvgov-report).
 inline constexpr std::string_view kSpoolActor = "spool";
 
+/// Tells the index that a salted request is going to the decision's
+/// worker, so that an engine dropping the salt from its events is found
+/// out by that request's blocks (ResidencyIndex::ExpectSaltedRoot, ADR
+/// 0019). Nothing for an unsalted route or an engine known to report salts.
+void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
+                        std::string_view cache_salt, const router::RouteDecision& decision);
+
 /// The HTTP status for a failed governance write: 413 when its record is
 /// over the journal's row limit, 503 when the store or the log cannot take
 /// it now, 500 otherwise.

@@ -371,6 +371,7 @@ class GatewayHandler {
                                "service_unavailable", "", "no_eligible_worker");
       }
       daemon_.tenants_seen.Note(*tenant);
+      ExpectSaltedBlocks(daemon_, route, salt, *decision);
       upstream = StartUpstream(daemon_, decision->worker, decision->decision_id, path_, body);
       const std::optional<index::WorkerResidency> residency =
           daemon_.index.Worker(decision->worker);

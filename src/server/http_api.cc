@@ -261,6 +261,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   count("routed");
   daemon.tenants_seen.Note(route->tenant);
+  ExpectSaltedBlocks(daemon, *route, salt, *decision);
   const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
   daemon.accounting->Record(RouteSavingEntry(
       decision->decision_id, decision->worker,

@@ -128,6 +128,11 @@ struct LiveEngine::Impl {
     batch.ts = WallSeconds();
     batch.dp_rank = 0;
     batch.events = std::move(events);
+    if (!options.publishes_extra_keys) {
+      for (EngineEvent& event : batch.events) {
+        if (auto* stored = std::get_if<BlockStored>(&event)) stored->extra_keys.clear();
+      }
+    }
     // The simulator encodes only what its own pool produced, which always
     // encodes; a failure here is a bug worth seeing.
     Result<std::string> payload = sim::EncodeEventBatch(batch, options.encoding);

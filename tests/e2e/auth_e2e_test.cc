@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -190,6 +191,8 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
             200);
   ASSERT_TRUE(WaitFor([&] { return Route(a_).value("overlap_blocks", 0) == 4; },
                       std::chrono::seconds(10)));
+  // The engine's events carried the salt among their extra keys.
+  EXPECT_EQ(Get(fleet_, "/v1/workers")["workers"][0].value("salts", ""), "reported");
 
   // B, same prompt: a different salt and no overlap.
   const Json b_route = Route(b_);
@@ -386,6 +389,75 @@ TEST_F(TenantIsolationE2ETest, EveryJournalRowNamesWhoMadeIt) {
   }
   EXPECT_EQ(added.size(), 5u) << after.dump();
   EXPECT_EQ(added.back(), "late");
+}
+
+// An engine that honours cache_salt but publishes no extra keys (vLLM
+// before extra_keys, vllm#33304): the first salted request's blocks come
+// back unsalted. kvgov says so, indexes none of them (an unsalted route
+// would be credited with blocks the engine will not reuse for it), and
+// sends no tenant's route there again. ADR 0019.
+TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
+  simfleet::LiveEngineOptions options;
+  options.id = "w1";
+  options.model = "llama";
+  options.pool.capacity_blocks = 256;
+  options.pool.block_size = 16;
+  options.speedup = 1000;
+  options.publishes_extra_keys = false;
+  Result<std::unique_ptr<simfleet::LiveEngine>> engine = simfleet::LiveEngine::Start(options);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  DaemonProcess daemon;
+  const std::string fleet = AddToken(daemon.data_dir(), "operator", {"admin", "read", "route"});
+  const std::string tenant = AddToken(daemon.data_dir(), "tenant-a", {"route"}, "tenant-a");
+  ASSERT_TRUE(daemon.Start({"--engine", (*engine)->EngineSpec()}).ok());
+  httplib::Client client("127.0.0.1", daemon.port());
+  auto workers = [&] {
+    httplib::Result answer = client.Get("/v1/workers", Bearer(fleet));
+    return answer && answer->status == 200 ? Json::parse(answer->body)["workers"] : Json::array();
+  };
+  ASSERT_TRUE(WaitFor([&] { return workers().size() == 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(workers()[0].value("salts", ""), "unknown");
+
+  std::vector<int64_t> prompt(64);
+  std::iota(prompt.begin(), prompt.end(), 40000);
+  const Json route = {{"model", "llama"}, {"token_ids", prompt}};
+  httplib::Result first = client.Post("/v1/route", Bearer(tenant), route.dump(), "application/json");
+  ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
+  const Json decision = Json::parse(first->body);
+  ASSERT_EQ(decision.value("worker", ""), "w1");
+  httplib::Client engine_http((*engine)->control_url());
+  ASSERT_EQ(HttpStatus(engine_http.Post(
+                "/v1/completions",
+                Json{{"prompt", prompt}, {"cache_salt", decision["cache_salt"]}}.dump(),
+                "application/json")),
+            200);
+  Json worker;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        worker = workers()[0];
+        return worker.value("salts", "") == "not_reported";
+      },
+      std::chrono::seconds(10)))
+      << worker.dump();
+  EXPECT_EQ(worker["diagnostics"]["salt_blind_blocks"], 4) << worker.dump();
+  EXPECT_EQ(worker["blocks"]["hbm"], 0) << worker.dump();
+
+  // The tenant's next route has nowhere to go, and says why.
+  httplib::Result again = client.Post("/v1/route", Bearer(tenant), route.dump(), "application/json");
+  ASSERT_EQ(HttpStatus(again), 503) << (again ? again->body : "");
+  EXPECT_EQ(Json::parse(again->body)["candidates"][0].value("reason", ""), "salt_blind")
+      << again->body;
+  // An unsalted route of the same prompt is credited nothing: the engine
+  // holds those blocks under the tenant's salt only.
+  httplib::Result unsalted = client.Post("/v1/route", Bearer(fleet), route.dump(), "application/json");
+  ASSERT_EQ(HttpStatus(unsalted), 200) << (unsalted ? unsalted->body : "");
+  EXPECT_EQ(Json::parse(unsalted->body).value("overlap_blocks", -1), 0) << unsalted->body;
+  httplib::Result metrics = client.Get("/metrics", Bearer(fleet));
+  ASSERT_EQ(HttpStatus(metrics), 200);
+  EXPECT_NE(metrics->body.find(R"(kvgov_engine_salts{worker="w1",state="not_reported"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find(R"(kvgov_engine_salt_blind_blocks_total{worker="w1"} 4)"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -24,6 +24,16 @@ enum class WorkerState {
 };
 std::string_view ToString(WorkerState state);
 
+/// Whether a worker's engine reports the cache salt in its events, so that
+/// a tenant's salted blocks key apart from unsalted ones (ADR 0019).
+enum class SaltReporting : uint8_t {
+  kUnknown,      // no evidence yet either way
+  kReported,     // its events carry extra keys (vLLM's extra_keys, SGLang's cache_salt)
+  kNotReported,  // a salted request's blocks came back without the salt
+};
+/// "unknown", "reported", "not_reported".
+std::string_view ToString(SaltReporting salts);
+
 /// The tiers the index counts, in the order they are reported.
 /// Hottest first; a block's best tier is the first of these it is in.
 inline constexpr std::array<ResidencyTier, 5> kIndexedTiers = {
@@ -41,6 +51,10 @@ struct ApplyResult {
   uint64_t hash_drift_blocks = 0;
   uint64_t unknown_removals = 0;  // removed hashes the index never saw stored
   uint64_t unknown_medium = 0;    // blocks whose medium mapped to no known tier
+  // Blocks of a salted request that came back without the salt (the
+  // engine does not report salts): not indexed, since they would key as
+  // unsalted and credit routes the engine will not reuse them for.
+  uint64_t salt_blind_blocks = 0;
 };
 
 /// One worker's view, for /v1/workers and metrics.
@@ -50,6 +64,7 @@ struct WorkerResidency {
   int64_t block_size = 0;
   WorkerState state = WorkerState::kLive;
   std::array<uint64_t, kIndexedTiers.size()> blocks{};  // by kIndexedTiers
+  SaltReporting salts = SaltReporting::kUnknown;
 };
 
 /// How much of a chain one worker holds.
@@ -111,6 +126,16 @@ class ResidencyIndex {
   /// Marks the worker live or stale. NotFound if unknown.
   Status SetState(std::string_view worker, WorkerState state);
 
+  /// A salted request's chain was sent to `worker`; `unsalted_root` is the
+  /// key its first block has when hashed without the salt. Until the
+  /// worker's events show whether it reports salts, a BlockStored chain
+  /// root keyed `unsalted_root` and without extra keys is that request's,
+  /// salt dropped: the worker is marked kNotReported and the blocks are not
+  /// indexed (ApplyResult::salt_blind_blocks). At most kMaxSaltedRoots are
+  /// kept per worker, the oldest dropped first. NotFound if unknown.
+  static constexpr size_t kMaxSaltedRoots = 4096;
+  Status ExpectSaltedRoot(std::string_view worker, BlockKey unsalted_root);
+
   /// kvgov keys of the worker's blocks named by engine hashes, in order;
   /// NotFound naming the first hash the worker does not hold.
   Result<std::vector<BlockKey>> KeysForEngineHashes(std::string_view worker,
@@ -160,6 +185,7 @@ class ResidencyIndex {
   bool RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   void ClearLocked(WorkerSlot& slot);
   ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);
+  bool NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) const;
   ApplyResult ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed);
   // Decodes and checks a snapshot into `out` (a detached slot: no number, in
   // no holder list). Needs no lock: it reads only hasher_.

@@ -23,6 +23,7 @@ struct EngineDiagnostics {
   bool silent_while_busy = false;
   uint64_t orphan_blocks = 0;      // stored under parents kvgov never saw
   uint64_t hash_drift_blocks = 0;  // the same tokens under new engine hashes
+  uint64_t salt_blind_blocks = 0;  // a salted request's, back without the salt
   StaleReason stale_reason = StaleReason::kNone;
   std::string stale_detail;
   int64_t stale_for_ms = 0;  // 0 while live

@@ -69,6 +69,7 @@ struct StreamStats {
   std::atomic<uint64_t> catch_ups_failed{0};
   std::atomic<uint64_t> orphan_blocks{0};
   std::atomic<uint64_t> hash_drift_blocks{0};
+  std::atomic<uint64_t> salt_blind_blocks{0};  // a salted request's, salt dropped: not indexed
   std::atomic<uint64_t> unknown_removals{0};
   std::atomic<uint64_t> unknown_medium_blocks{0};
   std::atomic<uint64_t> ignored_fields{0};

@@ -79,7 +79,8 @@ struct Candidate {
   WorkerLoad load;
   double cost = 0;
   bool eligible = false;
-  std::string reason;  // why not eligible: not_allowed, unhealthy, draining, stale, busy
+  std::string reason;  // why not eligible: not_allowed, unhealthy, draining, stale, busy,
+                       // salt_blind (a tenant's route; the engine does not report salts)
 };
 
 struct RouteDecision {

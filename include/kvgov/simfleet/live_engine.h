@@ -31,6 +31,9 @@ struct LiveEngineOptions {
   // Wall time between generated tokens (max_tokens in a request; 0 by
   // default, as the load generator asks for none).
   std::chrono::milliseconds token_interval{2};
+  // False: the engine honours cache_salt but publishes no extra keys, as
+  // vLLM did before 0.17 (docs/operations.md, "Tenant salts").
+  bool publishes_extra_keys = true;
 };
 
 /// One simulated vLLM engine, live on loopback with vLLM's interfaces:
