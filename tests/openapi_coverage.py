@@ -39,6 +39,7 @@ PARAM_NAMES = {
     "invalidations": "id",
     "certificates": "id",
     "quarantines": "id",
+    "ui": "file",
 }
 
 REGISTRATION = re.compile(r"\bhttp(?:\.|->)(Get|Post|Put|Patch|Delete|Options)\s*\(")

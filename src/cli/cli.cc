@@ -55,6 +55,7 @@ struct ServeFlags {
   size_t max_body_bytes = size_t{8} << 20;
   router::RouteWeights route;
   int64_t probe_interval_ms = 1000;
+  int64_t traffic_interval_ms = 5000;
   std::string tenant_secret_file;
   uint64_t snapshot_every_batches = 10000;
   int64_t witness_timeout_ms = 30000;
@@ -96,6 +97,7 @@ int Serve(const ServeFlags& flags) {
   options.max_body_bytes = flags.max_body_bytes;
   options.route = flags.route;
   options.probe_interval_ms = flags.probe_interval_ms;
+  options.traffic_interval_ms = flags.traffic_interval_ms;
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
   options.witness_timeout_ms = flags.witness_timeout_ms;
@@ -315,6 +317,11 @@ int Run(int argc, char** argv) {
                     "How often engines with a control URL are probed (/health, /metrics).")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
+  serve->add_option("--traffic-interval-ms", serve_flags.traffic_interval_ms,
+                    "The console's traffic charts (GET /v1/traffic) show 15 minutes in\n"
+                    "intervals this long.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{60000}));
   serve->add_option("--snapshot-every-batches", serve_flags.snapshot_every_batches,
                     "Snapshot a worker's residency into the store every this many engine\n"
                     "batches; recovery re-applies only the batches after the last snapshot.")

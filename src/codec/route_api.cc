@@ -19,6 +19,25 @@ struct Schema<router::RouteRequest> {
   }
 };
 
+template <>
+struct Schema<ExplainRequest> {
+  static void Fields(auto& v, auto& r) {
+    v.Required("model", r.route.model);
+    v.Expect("model", !r.route.model.empty(), [] { return std::string("required, got empty"); });
+    v.Optional("tenant", r.route.tenant);
+    v.Optional("token_ids", r.route.token_ids);
+    v.Optional("prompt", r.prompt);
+    v.Validate([&] {
+      if (r.route.token_ids.empty() == r.prompt.empty()) {
+        return Status::InvalidArgument("token_ids: give exactly one of token_ids and prompt");
+      }
+      return CheckTokenIds(r.route.token_ids);
+    });
+    v.Optional("lora_name", r.route.lora_name);
+    v.Optional("workers", r.route.workers);
+  }
+};
+
 nlohmann::json LoadJson(const router::WorkerLoad& load) {
   nlohmann::json json = {{"in_flight_requests", load.in_flight_requests},
                          {"in_flight_blocks", load.in_flight_blocks},
@@ -79,6 +98,10 @@ std::string EncodeUnroutableDecisionJson(const router::RouteDecision& decision) 
 Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits) {
   return codec_internal::DecodeDocument<router::RouteRequest>(text, limits, "route codec");
+}
+
+Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const JsonLimits& limits) {
+  return codec_internal::DecodeDocument<ExplainRequest>(text, limits, "route codec");
 }
 
 }  // namespace kvgov

@@ -69,6 +69,8 @@ LookupVerdict CacheAccounting::Record(const Entry& entry) {
       ->Inc();
   if (int64_t credited = ReuseLedger::CreditedTokens(entry, verdict); credited > 0) {
     tokens_saved_->WithLabels({source})->Add(credited);
+    saved_by_source_[static_cast<size_t>(entry.source)].fetch_add(credited,
+                                                                  std::memory_order_relaxed);
     const std::string_view model = entry.derivation.model_id.empty()
                                        ? LabelOr(entry, "model", "unknown")
                                        : std::string_view(entry.derivation.model_id);
@@ -76,6 +78,11 @@ LookupVerdict CacheAccounting::Record(const Entry& entry) {
         ->Add(credited);
   }
   return verdict;
+}
+
+double CacheAccounting::SavedTokens(Source source) const {
+  return static_cast<double>(
+      saved_by_source_[static_cast<size_t>(source)].load(std::memory_order_relaxed));
 }
 
 }  // namespace kvgov::metrics

@@ -115,6 +115,16 @@ WorkerLoad Router::LoadLocked(std::string_view worker,
 
 Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_view cache_salt,
                                     std::string decision_id, int64_t now_ms) {
+  return Decide(request, cache_salt, std::move(decision_id), now_ms, /*keep=*/true);
+}
+
+Result<RouteDecision> Router::Explain(const RouteRequest& request, std::string_view cache_salt,
+                                      int64_t now_ms) {
+  return Decide(request, cache_salt, "", now_ms, /*keep=*/false);
+}
+
+Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_view cache_salt,
+                                     std::string decision_id, int64_t now_ms, bool keep) {
   if (request.model.empty()) return Status::InvalidArgument("model: required, got empty");
   std::vector<index::WorkerResidency> workers = index_->Workers();  // sorted by id
   std::erase_if(workers, [&](const index::WorkerResidency& worker) {
@@ -294,6 +304,7 @@ Result<RouteDecision> Router::Route(const RouteRequest& request, std::string_vie
   // The load a decision adds is the prefill it leaves the worker to do, in
   // the cost's own unit: a queue of mostly-cached requests costs the next
   // one little, a queue of cold prompts a lot (docs/adr/0008).
+  if (!keep) return decision;
   const double to_prefill = static_cast<double>(decision.prompt_blocks) - chosen->credited_blocks;
   const uint64_t blocks = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(to_prefill)), 1);
   decisions_[decision.decision_id] = InFlight{decision.worker, request.tenant, blocks, now_ms};

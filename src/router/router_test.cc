@@ -185,6 +185,27 @@ TEST_F(RouterTest, SaltBlindWorkersTakeNoTenantRoutes) {
   EXPECT_EQ(Route(prompt, "", {"w1"}).worker, "w1");
 }
 
+// A dry run decides as Route would and leaves no load behind.
+TEST_F(RouterTest, ExplainDecidesAsRouteWouldAndKeepsNoLoad) {
+  const std::vector<int64_t> prompt = Tokens(8);
+  Hold("w2", prompt, 5);
+  RouteRequest request{"llama", "", prompt, "", {}};
+  Result<RouteDecision> explained = router_.Explain(request, "", 1000);
+  ASSERT_TRUE(explained.ok()) << explained.status().ToString();
+  EXPECT_EQ(explained->decision_id, "");
+  EXPECT_EQ(explained->worker, "w2");
+  EXPECT_EQ(router_.LoadOf("w2").in_flight_requests, 0u);
+  const RouteDecision routed = Route(prompt);
+  EXPECT_EQ(routed.worker, explained->worker);
+  EXPECT_EQ(routed.overlap_blocks, explained->overlap_blocks);
+  ASSERT_EQ(routed.candidates.size(), explained->candidates.size());
+  for (size_t i = 0; i < routed.candidates.size(); ++i) {
+    EXPECT_EQ(routed.candidates[i].worker, explained->candidates[i].worker);
+    EXPECT_DOUBLE_EQ(routed.candidates[i].cost, explained->candidates[i].cost);
+  }
+  EXPECT_EQ(router_.LoadOf("w2").in_flight_requests, 1u);  // Route's, not Explain's
+}
+
 TEST_F(RouterTest, HbmBeatsDramAtEqualLength) {
   std::vector<int64_t> prompt = Tokens(4);
   Hold("w1", prompt, 4, ResidencyTier::kDRAM);

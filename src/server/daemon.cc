@@ -370,6 +370,24 @@ int64_t WallClockMillis() {
       .count();
 }
 
+void RouteTotals::Count(const router::RouteDecision& decision) {
+  routes_.fetch_add(1, std::memory_order_relaxed);
+  prompt_blocks_.fetch_add(decision.prompt_blocks, std::memory_order_relaxed);
+  credited_blocks_.fetch_add(decision.overlap_blocks, std::memory_order_relaxed);
+}
+
+metrics::TrafficTotals RouteTotals::Read(const metrics::CacheAccounting& accounting) const {
+  metrics::TrafficTotals totals;
+  totals.routes = routes_.load(std::memory_order_relaxed);
+  totals.prompt_blocks = prompt_blocks_.load(std::memory_order_relaxed);
+  totals.credited_blocks = credited_blocks_.load(std::memory_order_relaxed);
+  for (Source source :
+       {Source::kProvider, Source::kRideEngine, Source::kNative, Source::kToolResult}) {
+    totals.saved_tokens[static_cast<size_t>(source)] = accounting.SavedTokens(source);
+  }
+  return totals;
+}
+
 void TenantsSeen::Note(const std::string& tenant) {
   if (tenant.empty()) return;
   std::lock_guard lock(mu_);
@@ -394,6 +412,7 @@ void Daemon::Stop() {
   if (prober) prober->Stop();
   if (upstreams) upstreams->CloseIdle();
   if (housekeeping) housekeeping->Stop();
+  if (traffic_samples) traffic_samples->Stop();
   if (group_commit) group_commit->Stop();
   if (stream_store) {
     if (Status snapped = stream_store->SnapshotAll(); !snapped.ok()) {
@@ -589,6 +608,14 @@ log::Line(log::Level::kWarn, "governance.write_failed")
         state->invalidations->Tick(now);
         state->leases.ForgetEndedBefore(now - 3600 * 1000);
         if (state->token_audit) state->token_audit->CatchUpOrLog(*state);
+      });
+  const int64_t traffic_interval_ms = std::max<int64_t>(100, options.traffic_interval_ms);
+  daemon->traffic = std::make_unique<metrics::TrafficHistory>(
+      static_cast<size_t>(15 * 60 * 1000 / traffic_interval_ms));
+  daemon->traffic->Sample(WallClockMillis(), daemon->route_totals.Read(*daemon->accounting));
+  daemon->traffic_samples = std::make_unique<PeriodicTask>(
+      std::chrono::milliseconds(traffic_interval_ms), [state] {
+        state->traffic->Sample(WallClockMillis(), state->route_totals.Read(*state->accounting));
       });
   store::Store* store = daemon->store.get();
   daemon->group_commit = std::make_unique<PeriodicTask>(

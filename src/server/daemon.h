@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
 #include "kvgov/metrics/cache_accounting.h"
+#include "kvgov/metrics/traffic_history.h"
 #include "server/periodic_task.h"
 #include "server/token_audit.h"
 #include "kvgov/ingest/stream_store.h"
@@ -58,6 +60,22 @@ struct GatewayMetrics {
   metrics::CounterFamily* predicted_tokens = nullptr;     // {worker}
   metrics::CounterFamily* cached_tokens = nullptr;        // {worker}: as the engine reported
   metrics::CounterFamily* unaccounted = nullptr;          // answers without usage
+};
+
+/// What the routes that chose a worker asked and were credited, since
+/// start: the console's traffic charts sample it (metrics::TrafficHistory).
+///
+/// Thread-safe: atomics.
+class RouteTotals {
+ public:
+  void Count(const router::RouteDecision& decision);
+  /// The totals now, with the accounting's saved tokens by source.
+  metrics::TrafficTotals Read(const metrics::CacheAccounting& accounting) const;
+
+ private:
+  std::atomic<uint64_t> routes_{0};
+  std::atomic<uint64_t> prompt_blocks_{0};
+  std::atomic<uint64_t> credited_blocks_{0};
 };
 
 /// The tenants routes have been made for since start, so that a governance
@@ -109,6 +127,8 @@ struct Daemon {
   GatewayMetrics gateway_metrics;
   router::PredictionScores predictions;  // the gateway's, per worker
   TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
+  RouteTotals route_totals;              // counted by /v1/route and the gateway
+  std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
   std::unique_ptr<RelayThreads> relay_threads;  // the gateway's; uses `upstreams`
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
@@ -117,6 +137,7 @@ struct Daemon {
   std::unique_ptr<connectors::HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;
   std::unique_ptr<PeriodicTask> group_commit;
+  std::unique_ptr<PeriodicTask> traffic_samples;
   std::unique_ptr<spool::SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first
   std::unique_ptr<PeriodicTask> spool_scans;      // scans `spool`; before it in Stop
 

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -372,6 +374,7 @@ class GatewayHandler {
       }
       daemon_.tenants_seen.Note(*tenant);
       ExpectSaltedBlocks(daemon_, route, salt, *decision);
+      daemon_.route_totals.Count(*decision);
       upstream = StartUpstream(daemon_, decision->worker, decision->decision_id, path_, body);
       const std::optional<index::WorkerResidency> residency =
           daemon_.index.Worker(decision->worker);
@@ -482,6 +485,22 @@ class GatewayHandler {
 };
 
 }  // namespace
+
+Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,
+                                            std::string_view prompt) {
+  const std::string body = nlohmann::json{{"model", model}, {"prompt", prompt}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  Result<std::vector<int64_t>> tokens =
+      Status::NotFound("model: no worker with an engine URL serves '" + std::string(model) + "'");
+  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
+    const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
+    if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
+    tokens = daemon.upstreams->Tokenize(OpenAIUrl(*engine), engine->kind, body);
+    // A second engine only when the first could not be reached.
+    if (tokens.ok() || tokens.status().code() != StatusCode::kUnavailable) break;
+  }
+  return tokens;
+}
 
 void RegisterGateway(httplib::Server& http, Daemon& daemon) {
   http.Get("/health", [](const httplib::Request&, httplib::Response& response) {

@@ -3,6 +3,12 @@
 // Internal to kvgov_server: the data plane's listener, an OpenAI-compatible
 // gateway (docs/formats/gateway.md).
 
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/status.h"
+
 namespace httplib {
 class Server;
 }  // namespace httplib
@@ -18,5 +24,12 @@ struct Daemon;
 /// streamed back as it arrives. Handlers run on `http`'s pool; each
 /// forwarded request has one upstream thread of its own.
 void RegisterGateway(httplib::Server& http, Daemon& daemon);
+
+/// The token ids of `prompt`, from the tokenizer of the engine of a worker
+/// serving `model` (what the gateway would do for a completion). NotFound
+/// when no worker with an engine URL serves the model; the engine's error
+/// otherwise.
+Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,
+                                            std::string_view prompt);
 
 }  // namespace kvgov::server

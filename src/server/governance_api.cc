@@ -5,11 +5,13 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
-#include "kvgov/log/log.h"
+#include "kvgov/cert/certificate.h"
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
+#include "kvgov/journal/journal.h"
+#include "kvgov/log/log.h"
 #include "server/access.h"
 #include "server/daemon.h"
 #include "kvgov/auth/entropy.h"
@@ -455,6 +457,88 @@ std::string CertificateTenant(const Daemon& daemon, std::string_view certificate
   return directive ? directive->tenant : "";
 }
 
+constexpr size_t kListedDirectives = 100;
+
+// The stored certificate with this id or unique id prefix that the caller
+// may see: NotFound (another tenant's is not there for it), or
+// InvalidArgument for a prefix of more than one.
+Result<std::string> FindCertificate(const Daemon& daemon, const std::string& prefix,
+                                    const auth::Principal& caller) {
+  const std::string begin = "certificate/" + prefix;
+  std::vector<std::string> found;
+  // Every key with the prefix sorts before prefix + 'g'.
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, begin, begin + "g",
+      [&](std::string_view, std::string_view value) {
+        if (VisibleTo(caller, CertificateTenant(daemon, value))) found.emplace_back(value);
+        return found.size() < 2;
+      }));
+  if (found.empty()) return Status::NotFound("no certificate '" + prefix + "'");
+  if (found.size() > 1) {
+    return Status::InvalidArgument("'" + prefix +
+                                   "' is the prefix of more than one certificate; give more of "
+                                   "the id");
+  }
+  return std::move(found.front());
+}
+
+void SendCertificateError(httplib::Response& response, const Status& error) {
+  switch (error.code()) {
+    case StatusCode::kNotFound:
+      return SendError(response, 404, error);
+    case StatusCode::kInvalidArgument:
+      return SendError(response, 400, error);
+    default:
+      return SendError(response, 500, error);
+  }
+}
+
+// Each check's name, outcome and detail: the certificate's own (schema,
+// fields, id, signature, issuer against this kvgov's key) and its anchor
+// (the journal chain verifies through the anchor row, which matches).
+Json VerifyStoredCertificate(const Daemon& daemon, std::string_view text) {
+  Json checks = Json::array();
+  bool ok = true;
+  auto add = [&](std::string_view name, const Status& status, const std::string& detail) {
+    ok = ok && status.ok();
+    checks.push_back({{"name", name}, {"ok", status.ok()},
+                      {"detail", status.ok() ? detail : status.ToString()}});
+  };
+  Result<cert::DeletionCertificate> parsed = cert::ParseCertificateJson(text);
+  if (!parsed.ok()) {
+    add("parse", parsed.status(), "");
+    return {{"ok", false}, {"checks", std::move(checks)}};
+  }
+  const std::string trusted[] = {daemon.issuer->public_key_hex()};
+  for (const cert::CertificateCheck& check : cert::CheckCertificate(*parsed, trusted)) {
+    add(check.name, check.status,
+        check.name == "issuer" ? "signed by this kvgov's key " + daemon.issuer->key_id() : "holds");
+  }
+  const uint64_t seq = parsed->anchor.journal_seq;
+  Status anchored = Status::Ok();
+  Result<journal::VerifyReport> chain = journal::Verify(*daemon.store);
+  if (!chain.ok()) {
+    anchored = chain.status();
+  } else if (chain->first_broken_seq.has_value() && *chain->first_broken_seq <= seq) {
+    anchored = Status::Corruption("the journal breaks at seq " +
+                                  std::to_string(*chain->first_broken_seq) + ": " +
+                                  chain->problem);
+  } else {
+    Result<std::vector<journal::Row>> rows = daemon.journal->Read(seq, 1);
+    if (!rows.ok()) {
+      anchored = rows.status();
+    } else if (rows->empty() || rows->front().seq != seq) {
+      anchored = Status::NotFound("journal row " + std::to_string(seq) + " is not there");
+    } else {
+      const journal::Row& row = rows->front();
+      anchored = cert::VerifyAnchor(*parsed, row.seq, row.prev_hash, row.hash, row.subject);
+    }
+  }
+  add("anchor", anchored,
+      "journal row " + std::to_string(seq) + " matches, and the chain verifies through it");
+  return {{"ok", ok}, {"certificate_id", parsed->certificate_id}, {"checks", std::move(checks)}};
+}
+
 }  // namespace
 
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
@@ -507,34 +591,37 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
            Guard(daemon, Role::kRead,
                  [&daemon](const httplib::Request& request, httplib::Response& response,
                            const auth::Principal& caller) {
-                   const std::string prefix = request.matches[1].str();
-                   const std::string begin = "certificate/" + prefix;
-                   // Every key with the prefix sorts before prefix + 'g'.
-                   std::vector<std::string> found;
-                   Status scanned = daemon.store->Scan(
-                       store::Column::kGovernance, begin, begin + "g",
-                       [&](std::string_view, std::string_view value) {
-                         // Another tenant's certificate is not there for
-                         // this caller, ambiguity included.
-                         if (VisibleTo(caller, CertificateTenant(daemon, value))) {
-                           found.emplace_back(value);
-                         }
-                         return found.size() < 2;
-                       });
-                   if (!scanned.ok()) return SendError(response, 500, scanned);
-                   if (found.empty()) {
-                     return SendError(response, 404,
-                                      Status::NotFound("no certificate '" + prefix + "'"));
-                   }
-                   if (found.size() > 1) {
-                     return SendError(response, 400,
-                                      Status::InvalidArgument(
-                                          "'" + prefix +
-                                          "' is the prefix of more than one certificate; give "
-                                          "more of the id"));
-                   }
+                   Result<std::string> found =
+                       FindCertificate(daemon, request.matches[1].str(), caller);
+                   if (!found.ok()) return SendCertificateError(response, found.status());
                    response.status = 200;
-                   response.set_content(found.front(), "application/json");
+                   response.set_content(*found, "application/json");
+                 }));
+  // The checks `kvgov cert verify` makes, made here against this kvgov's
+  // own issuer key and journal: for the console, and for a caller that
+  // cannot stop the daemon to read its store.
+  http.Get(R"(/v1/certificates/([0-9a-f]{8,64})/verify)",
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   Result<std::string> found =
+                       FindCertificate(daemon, request.matches[1].str(), caller);
+                   if (!found.ok()) return SendCertificateError(response, found.status());
+                   SendJson(response, 200, VerifyStoredCertificate(daemon, *found));
+                 }));
+  // Newest first; a tenant-bound caller sees its tenant's.
+  http.Get("/v1/invalidations",
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request&, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   Json out = Json::array();
+                   for (const Directive& directive : daemon.invalidations->NewestFirst()) {
+                     if (out.size() == kListedDirectives) break;
+                     if (VisibleTo(caller, directive.tenant)) {
+                       out.push_back(Json::parse(EncodeDirectiveJson(directive)));
+                     }
+                   }
+                   SendJson(response, 200, {{"invalidations", std::move(out)}});
                  }));
   http.Get("/v1/leases",
            Guard(daemon, Role::kRead,

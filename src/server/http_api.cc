@@ -262,6 +262,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   count("routed");
   daemon.tenants_seen.Note(route->tenant);
   ExpectSaltedBlocks(daemon, *route, salt, *decision);
+  daemon.route_totals.Count(*decision);
   const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
   daemon.accounting->Record(RouteSavingEntry(
       decision->decision_id, decision->worker,
@@ -478,6 +479,22 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                        HandleJournal(daemon, request, response);
                                      }));
   RegisterGovernanceApi(http, daemon);
+  // The whole chain, as `kvgov journal verify` checks it, while kvgov runs.
+  http.Get("/v1/journal/verify",
+           GuardFleet(daemon, Role::kRead,
+                      [&daemon](const httplib::Request&, httplib::Response& response) {
+                        Result<journal::VerifyReport> report = journal::Verify(*daemon.store);
+                        if (!report.ok()) return SendError(response, 500, report.status());
+                        Json body = {{"ok", !report->first_broken_seq.has_value()},
+                                     {"rows", report->rows},
+                                     {"head_seq", daemon.journal->head_seq()},
+                                     {"head_hash", daemon.journal->head_hash()}};
+                        if (report->first_broken_seq.has_value()) {
+                          body["first_broken_seq"] = *report->first_broken_seq;
+                          body["problem"] = report->problem;
+                        }
+                        SendJson(response, 200, body);
+                      }));
   http.Get("/metrics",
            GuardFleet(daemon, Role::kRead, [&daemon](const httplib::Request&,
                                                      httplib::Response& response) {

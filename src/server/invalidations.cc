@@ -464,6 +464,19 @@ std::optional<Directive> InvalidationManager::Get(std::string_view id) const {
   return it->second;
 }
 
+std::vector<Directive> InvalidationManager::NewestFirst() const {
+  std::vector<Directive> out;
+  {
+    std::lock_guard lock(mu_);
+    out.reserve(directives_.size());
+    for (const auto& [id, directive] : directives_) out.push_back(directive);
+  }
+  std::sort(out.begin(), out.end(), [](const Directive& a, const Directive& b) {
+    return a.created_ms != b.created_ms ? a.created_ms > b.created_ms : a.id < b.id;
+  });
+  return out;
+}
+
 std::map<std::string, uint64_t, std::less<>> InvalidationManager::CountByState() const {
   std::map<std::string, uint64_t, std::less<>> counts;
   for (const auto& [state, spelling] : EnumSpelling<DirectiveState>::kValues) {

@@ -55,6 +55,9 @@ class InvalidationManager {
 
   std::optional<Directive> Get(std::string_view id) const;
 
+  /// Every directive this kvgov holds, the newest first.
+  std::vector<Directive> NewestFirst() const;
+
   /// How many directives are in each state (every state present, 0 when
   /// none), for the kvgov_invalidations gauge.
   std::map<std::string, uint64_t, std::less<>> CountByState() const;

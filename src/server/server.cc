@@ -17,6 +17,7 @@
 #include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/server/http_listener.h"
+#include "server/console_api.h"
 #include "server/daemon.h"
 #include "server/gateway.h"
 #include "server/http_api.h"
@@ -165,6 +166,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
   httplib::Server& http = *impl->http;
   RegisterHttpApi(http, *impl->daemon);
+  RegisterConsoleApi(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
   http.set_error_handler([max_body](const httplib::Request& request,
                                     httplib::Response& response) {

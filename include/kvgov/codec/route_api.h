@@ -17,6 +17,15 @@ namespace kvgov {
 Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits);
 
+/// POST /v1/route/explain (docs/formats/console.md): /v1/route's body, with
+/// "prompt", text for the model's engine to tokenize, allowed in place of
+/// "token_ids"; exactly one of the two.
+struct ExplainRequest {
+  router::RouteRequest route;
+  std::string prompt;
+};
+Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const JsonLimits& limits);
+
 /// The decision: the chosen worker, the salt, the verdict and every
 /// candidate with its overlap, credit, load, cost and eligibility.
 std::string EncodeRouteDecisionJson(const router::RouteDecision& decision);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <memory>
 
 #include "kvgov/core/envelope.h"
@@ -27,6 +29,10 @@ class CacheAccounting {
   /// Folds the entry into its verdict and counts both; returns the verdict.
   LookupVerdict Record(const Entry& entry);
 
+  /// Prefill tokens saved under `source` since start (the
+  /// kvgov_prefill_tokens_saved_total series).
+  double SavedTokens(Source source) const;
+
  private:
   CacheAccounting() = default;
 
@@ -35,6 +41,8 @@ class CacheAccounting {
   CounterFamily* verdicts_ = nullptr;
   CounterFamily* tokens_saved_ = nullptr;
   CounterFamily* tokens_saved_by_tenant_ = nullptr;
+  // The same as tokens_saved_, by Source, read without making a series.
+  std::array<std::atomic<int64_t>, 4> saved_by_source_{};
 };
 
 }  // namespace kvgov::metrics

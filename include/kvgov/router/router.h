@@ -116,6 +116,11 @@ class Router {
   Result<RouteDecision> Route(const RouteRequest& request, std::string_view cache_salt,
                               std::string decision_id, int64_t now_ms);
 
+  /// The decision Route would make now, without keeping its load: a dry run
+  /// (the console's route explorer). Its decision_id is empty.
+  Result<RouteDecision> Explain(const RouteRequest& request, std::string_view cache_salt,
+                                int64_t now_ms);
+
   /// Releases the load of a decision. NotFound if unknown or released, and
   /// for a caller bound to a tenant (`caller_tenant` not empty) when the
   /// decision is another tenant's: its existence is not the caller's to
@@ -147,6 +152,9 @@ class Router {
     uint64_t blocks = 0;
   };
 
+  // Route, keeping the decision's load only when `keep`.
+  Result<RouteDecision> Decide(const RouteRequest& request, std::string_view cache_salt,
+                               std::string decision_id, int64_t now_ms, bool keep);
   // REQUIRES: mu_ held.
   WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const;
   void ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterator it);

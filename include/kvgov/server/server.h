@@ -71,6 +71,9 @@ struct ServerOptions {
   // (docs/formats/spool.md), looked into this often; empty: none.
   std::string spool_dir;
   int64_t spool_interval_ms = 500;
+  // The console's traffic charts (GET /v1/traffic) keep 15 minutes of
+  // intervals this long.
+  int64_t traffic_interval_ms = 5000;
   // Replicas (docs/adr/0011-replicated-governance-log.md): with a Redis URL,
   // governance writes go through the log on Redis Streams that every
   // replica applies in order. Empty: the single-node embedded system.

@@ -1,0 +1,106 @@
+#include "server/console_api.h"
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kvgov/codec/route_api.h"
+#include "kvgov/console/assets.h"
+#include "server/access.h"
+#include "server/daemon.h"
+#include "server/gateway.h"
+#include "server/http_api.h"
+
+namespace kvgov::server {
+namespace {
+
+using Json = nlohmann::json;
+
+void ServeAsset(const httplib::Request& request, httplib::Response& response) {
+  const std::string path = request.matches.size() > 1 ? request.matches[1].str() : "";
+  std::optional<console::Asset> asset = console::FindAsset(path);
+  if (!asset) {
+    return SendError(response, 404, Status::NotFound("no console file '" + path + "'"));
+  }
+  response.set_header("Content-Security-Policy", std::string(console::kContentSecurityPolicy));
+  response.set_header("X-Content-Type-Options", "nosniff");
+  response.set_header("Referrer-Policy", "no-referrer");
+  response.set_header("Cache-Control", "no-cache");
+  response.set_content(std::string(asset->body), std::string(asset->content_type));
+}
+
+Json TrafficJson(const Daemon& daemon) {
+  Json points = Json::array();
+  for (const metrics::TrafficPoint& point : daemon.traffic->Points()) {
+    Json saved = Json::object();
+    for (Source source :
+         {Source::kProvider, Source::kRideEngine, Source::kNative, Source::kToolResult}) {
+      saved[std::string(ToString(source))] =
+          point.change.saved_tokens[static_cast<size_t>(source)];
+    }
+    points.push_back({{"end_ms", point.end_ms},
+                      {"routes", point.change.routes},
+                      {"prompt_blocks", point.change.prompt_blocks},
+                      {"credited_blocks", point.change.credited_blocks},
+                      {"saved_tokens", std::move(saved)}});
+  }
+  return {{"interval_ms", std::max<int64_t>(100, daemon.options.traffic_interval_ms)},
+          {"points", std::move(points)}};
+}
+
+// POST /v1/route/explain: /v1/route's body, or "prompt" text in place of
+// "token_ids" for the model's engine to tokenize; the decision as
+// /v1/route answers it, kept nowhere.
+void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
+                   const auth::Principal& caller) {
+  if (!RequireJsonContentType(request, response)) return;
+  Result<ExplainRequest> body = DecodeExplainRequestJson(request.body, BodyLimits(daemon));
+  if (!body.ok()) return SendBodyError(response, body.status());
+  router::RouteRequest& route = body->route;
+  if (Status fitted = FitToCaller(caller, /*names_span_by_tokens=*/true, route.tenant);
+      !fitted.ok()) {
+    return SendError(response, 403, fitted);
+  }
+  if (!body->prompt.empty()) {
+    Result<std::vector<int64_t>> tokens = TokenizePrompt(daemon, route.model, body->prompt);
+    if (!tokens.ok()) {
+      return SendError(response, tokens.status().code() == StatusCode::kNotFound ? 404 : 502,
+                       tokens.status());
+    }
+    route.token_ids = *std::move(tokens);
+  }
+  const std::string salt =
+      route.tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, route.tenant);
+  Result<router::RouteDecision> decision = daemon.router->Explain(route, salt, WallClockMillis());
+  if (!decision.ok()) {
+    return SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
+                     decision.status());
+  }
+  SendJsonText(response, decision->worker.empty() ? 503 : 200,
+               decision->worker.empty() ? EncodeUnroutableDecisionJson(*decision)
+                                        : EncodeRouteDecisionJson(*decision));
+}
+
+}  // namespace
+
+void RegisterConsoleApi(httplib::Server& http, Daemon& daemon) {
+  using auth::Role;
+  http.Get("/ui", [](const httplib::Request&, httplib::Response& response) {
+    response.set_redirect("/ui/", 308);
+  });
+  http.Get("/ui/", ServeAsset);
+  http.Get(R"(/ui/([a-z]+\.[a-z]+))", ServeAsset);
+  http.Get("/v1/traffic",
+           GuardFleet(daemon, Role::kRead,
+                      [&daemon](const httplib::Request&, httplib::Response& response) {
+                        SendJson(response, 200, TrafficJson(daemon));
+                      }));
+  http.Post("/v1/route/explain",
+            Guard(daemon, Role::kRoute,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    HandleExplain(daemon, request, response, caller);
+                  }));
+}
+
+}  // namespace kvgov::server
