@@ -16,8 +16,9 @@ packages=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
   # test peers and tooling (prometheus brings promtool, which checks /metrics)
   python3-zmq python3-msgpack curl prometheus
-  # the test-only Node clients (tests/node, from the npm registry at test time)
-  nodejs
+  # the test-only Node clients (tests/node, from the npm registry at test time),
+  # and the browser the console's test drives (puppeteer-core, no download)
+  nodejs chromium
   # replicas (--redis): the Redis client library, and redis-server for the tests
   libhiredis-dev redis-server
 )

@@ -153,8 +153,12 @@ int Serve(const ServeFlags& flags) {
     std::fprintf(stderr, "kvgov serve: %s\n", started.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "kvgov serve: listening on http://%s:%u (data dir %s)\n",
-               options.host.c_str(), (*started)->port(), options.data_dir.c_str());
+  const char* scheme = options.tls_cert_file.empty() ? "http" : "https";
+  std::fprintf(stderr,
+               "kvgov serve: listening on %s://%s:%u (data dir %s); the console is at "
+               "%s://%s:%u/ui/\n",
+               scheme, options.host.c_str(), (*started)->port(), options.data_dir.c_str(), scheme,
+               options.host.c_str(), (*started)->port());
 
   const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov serve: signal %d, shutting down\n", received);

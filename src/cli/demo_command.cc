@@ -111,13 +111,14 @@ int RunDemo(const DemoFlags& flags) {
   const std::string& url = result->kvgov_url;
   std::printf(
       "kvgov keeps running with the fleet attached (Ctrl-C stops both):\n"
+      "  console  %s/ui/  (open it in a browser: the fleet, traffic and governance, live)\n"
       "  metrics  %s/metrics\n  workers  %s/v1/workers\n  journal  %s/v1/journal\n"
       "  route    curl -s %s/v1/route -H 'Content-Type: application/json' -d @%s\n"
       "           (tenant-1's first transcript: it hits. The decision holds load on its worker\n"
       "           until released, curl -s -X POST %s/v1/route/DECISION_ID/done, or until its\n"
       "           decision_ttl_ms passes)\n",
-      url.c_str(), url.c_str(), url.c_str(), url.c_str(), result->route_example_file.c_str(),
-      url.c_str());
+      url.c_str(), url.c_str(), url.c_str(), url.c_str(), url.c_str(),
+      result->route_example_file.c_str(), url.c_str());
   std::fflush(stdout);
   const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov demo: signal %d, stopping kvgov and the fleet\n", received);

@@ -76,9 +76,15 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
     return SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
                      decision.status());
   }
-  SendJsonText(response, decision->worker.empty() ? 503 : 200,
-               decision->worker.empty() ? EncodeUnroutableDecisionJson(*decision)
-                                        : EncodeRouteDecisionJson(*decision));
+  std::string answer = decision->worker.empty() ? EncodeUnroutableDecisionJson(*decision)
+                                                : EncodeRouteDecisionJson(*decision);
+  if (!body->prompt.empty()) {
+    // What the engine made of the prompt, so the caller can route it.
+    Json with_tokens = Json::parse(answer);
+    with_tokens["token_ids"] = route.token_ids;
+    answer = with_tokens.dump();
+  }
+  SendJsonText(response, decision->worker.empty() ? 503 : 200, std::move(answer));
 }
 
 }  // namespace

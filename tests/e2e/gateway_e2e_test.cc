@@ -23,6 +23,7 @@
 #include "connectors/test_support.h"
 #include "e2e/bearer.h"
 #include "e2e/daemon_process.h"
+#include "e2e/run_command.h"
 #include "e2e/tokens.h"
 #include "e2e/wait.h"
 #include "kvgov/simfleet/live_engine.h"
@@ -33,16 +34,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int64_t kBlockSize = 16;
-
-// Runs a shell command to completion; its stdout (and what it redirects)
-// goes to `output`. Returns pclose's status: 0 for a clean exit.
-int RunCommand(const std::string& command, std::string* output) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output->append(buffer, n);
-  return ::pclose(pipe);
-}
 
 class GatewayE2ETest : public ::testing::Test {
  protected:

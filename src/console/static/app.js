@@ -353,7 +353,7 @@ function directiveRow(directive) {
       el("button", { type: "button", onclick: () => downloadCertificate(directive.certificate_id), text: "Download" }))
     : "";
   const owners = (directive.owners || []).map((owner) => owner.worker + " " + owner.state +
-    (owner.attempts ? " (" + owner.attempts + " calls)" : "")).join(", ");
+    (owner.attempts ? " (" + owner.attempts + (owner.attempts === 1 ? " call)" : " calls)") : "")).join(", ");
   return el("tr", { "data-directive": directive.id, "data-state": directive.state },
     el("th", { scope: "row", text: short(directive.id) }),
     el("td", {}, directivePath(directive)),
