@@ -316,7 +316,7 @@ bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyT
 // among them; a chain root without any, keyed as a salted chain sent here
 // would key unsalted, is that chain with its salt dropped. True when the
 // blocks are that chain's and must not be indexed.
-bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) const {
+bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) {
   if (slot.salts == SaltReporting::kReported) return false;
   if (std::any_of(stored.extra_keys.begin(), stored.extra_keys.end(),
                   [](const std::string& key) { return !key.empty(); })) {

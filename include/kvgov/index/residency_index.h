@@ -185,7 +185,7 @@ class ResidencyIndex {
   bool RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   void ClearLocked(WorkerSlot& slot);
   ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);
-  bool NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) const;
+  bool NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored);
   ApplyResult ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed);
   // Decodes and checks a snapshot into `out` (a detached slot: no number, in
   // no holder list). Needs no lock: it reads only hasher_.
