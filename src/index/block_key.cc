@@ -1,5 +1,7 @@
 #include "kvgov/index/block_key.h"
 
+#include "kvgov/core/engine_events.h"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -97,9 +99,9 @@ std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainName
   return hasher.Chain(ns, tokens, block_size, extra_keys);
 }
 
-BlockKey ExtraKeylessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,
-                          std::span<const int64_t> first_block_tokens) {
-  return hasher.Next(hasher.Root(ns), first_block_tokens, "");
+BlockKey SaltlessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,
+                      std::span<const int64_t> first_block_tokens) {
+  return hasher.Next(hasher.Root(ns), first_block_tokens, FirstBlockExtraKey(ns.lora_name, ""));
 }
 
 }  // namespace kvgov::index

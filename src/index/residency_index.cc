@@ -153,9 +153,10 @@ struct ResidencyIndex::WorkerSlot {
   FlatMap<uint16_t> resident;
   std::array<uint64_t, kIndexedTiers.size()> blocks{};
   SaltReporting salts = SaltReporting::kUnknown;
-  // Unsalted root keys of salted chains sent here (ExpectSaltedRoot), oldest
+  // Saltless root keys of salted chains sent here (ExpectSaltedRoot), oldest
   // first; only while `salts` is not kReported.
   std::deque<BlockKey> salted_roots;
+  uint32_t salt_blind_matches = 0;  // expectations matched by a saltless root
 
   FlatMap<BlockKey>* FindGroup(int64_t group_idx) { return FindIn(engine_groups, group_idx); }
   const FlatMap<BlockKey>* FindGroup(int64_t group_idx) const {
@@ -275,6 +276,10 @@ Status ResidencyIndex::SetState(std::string_view worker, WorkerState state) {
 }
 
 void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
+  // A restart may be another engine version: learn its salt reporting again.
+  slot.salts = SaltReporting::kUnknown;
+  slot.salted_roots.clear();
+  slot.salt_blind_matches = 0;
   slot.resident.ForEach([&](BlockKey key, uint16_t) { holders_->Remove(key, slot.number); });
   // Released, not kept for reuse: an engine that clears (a restart) refills
   // gradually, and a table's doubling as it does is cheap beside holding
@@ -316,25 +321,33 @@ bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyT
 // among them; a chain root without any, keyed as a salted chain sent here
 // would key unsalted, is that chain with its salt dropped. True when the
 // blocks are that chain's and must not be indexed.
+//
+// Only a chain root's first extra key is evidence, and only beyond the LoRA
+// name: the adapter writes a LoRA name an engine reports beside the hashes
+// into the extra keys itself (AddReportedExtraKeys), so those prove nothing.
 bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) {
-  if (slot.salts == SaltReporting::kReported) return false;
-  if (std::any_of(stored.extra_keys.begin(), stored.extra_keys.end(),
-                  [](const std::string& key) { return !key.empty(); })) {
+  if (stored.parent_block_hash.has_value() || stored.block_hashes.empty()) return false;
+  const std::string saltless = FirstBlockExtraKey(stored.lora_name, "");
+  const std::string_view first = stored.extra_keys.empty() ? "" : stored.extra_keys.front();
+  if (!first.empty() && first != saltless) {
+    // The engine keys its roots with more than the LoRA name: it reports
+    // salts, whatever an earlier coincidence suggested.
     slot.salts = SaltReporting::kReported;
     slot.salted_roots.clear();
+    slot.salt_blind_matches = 0;
     return false;
   }
-  if (stored.parent_block_hash.has_value() || slot.salted_roots.empty() ||
-      stored.block_hashes.empty()) {
-    return false;
-  }
-  const BlockKey root = ExtraKeylessRoot(
+  if (slot.salts == SaltReporting::kReported || slot.salted_roots.empty()) return false;
+  const BlockKey root = SaltlessRoot(
       hasher_, ChainNamespace{slot.model, stored.lora_name, NamespaceGroup(stored)},
       std::span(stored.token_ids).first(static_cast<size_t>(slot.block_size)));
   const auto expected = std::find(slot.salted_roots.begin(), slot.salted_roots.end(), root);
   if (expected == slot.salted_roots.end()) return false;
   slot.salted_roots.erase(expected);
-  slot.salts = SaltReporting::kNotReported;
+  // One match may be an unsalted request for the same first block that
+  // came in first; two are the engine. Either way these blocks may be the
+  // salted request's, so they are not indexed.
+  if (++slot.salt_blind_matches >= kSaltBlindMatches) slot.salts = SaltReporting::kNotReported;
   return true;
 }
 
@@ -470,13 +483,13 @@ Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineE
   return ApplyResult{};
 }
 
-Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey unsalted_root) {
+Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey saltless_root) {
   std::unique_lock lock(mu_);
   WorkerSlot* slot = FindLocked(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   if (slot->salts == SaltReporting::kReported) return Status::Ok();
   if (slot->salted_roots.size() >= kMaxSaltedRoots) slot->salted_roots.pop_front();
-  slot->salted_roots.push_back(unsalted_root);
+  slot->salted_roots.push_back(saltless_root);
   return Status::Ok();
 }
 

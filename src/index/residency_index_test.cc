@@ -242,6 +242,100 @@ TEST_F(ResidencyIndexTest, AddWorkerValidates) {
   EXPECT_EQ(index_.AddWorker("w3", "llama", 0).code(), StatusCode::kInvalidArgument);
 }
 
+// An engine whose chain roots carry more than the LoRA name in their extra
+// key reports salts; one that returns a salted request's root without it
+// may drop them, and those blocks are not indexed (they would key as
+// unsalted). Two such roots decide. ADR 0019.
+TEST_F(ResidencyIndexTest, SaltReportingIsLearnedFromTheEvents) {
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  const std::vector<int64_t> tokens = Tokens(3);
+  const std::vector<int64_t> other = Tokens(3, 700);
+  auto root_of = [&](const std::vector<int64_t>& chain) {
+    return SaltlessRoot(index_.hasher(), {"llama", "", 0}, std::span(chain).first(kBlockSize));
+  };
+  EXPECT_EQ(root_of(tokens), Chain(tokens).front());  // what the index would key it as
+
+  // w1 (an older vLLM) returns two salted chains without their salts.
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root_of(tokens)).ok());
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root_of(other)).ok());
+  Result<ApplyResult> applied = index_.Apply("w1", Stored({11, 12, 13}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->salt_blind_blocks, 3u);
+  EXPECT_EQ(applied->blocks_stored, 0u);
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);  // one may be a coincidence
+  applied = index_.Apply("w1", Stored({14}, 13, Tokens(1, 500)));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->orphan_blocks, 1u);  // its continuation has no indexed parent
+  applied = index_.Apply("w1", Stored({15, 16, 17}, std::nullopt, other));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->salt_blind_blocks, 3u);
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kNotReported);
+  EXPECT_EQ(Blocks(index_, "w1", ResidencyTier::kHBM), 0u);
+  // The same tokens unsalted (the expectations are used up) are indexed.
+  applied = index_.Apply("w1", Stored({21, 22, 23}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->blocks_stored, 3u);
+  // A restart may be another version: it is learned again.
+  ASSERT_TRUE(index_.ClearWorker("w1").ok());
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+
+  // w2 (a current vLLM) returns it with the salt in its root's extra key.
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w2", root_of(tokens)).ok());
+  BlockStored salted = Stored({31, 32, 33}, std::nullopt, tokens);
+  salted.extra_keys = {R"(["salt-a"])", "", ""};
+  ASSERT_TRUE(index_.Apply("w2", salted).ok());
+  EXPECT_EQ(index_.Worker("w2")->salts, SaltReporting::kReported);
+  EXPECT_EQ(Blocks(index_, "w2", ResidencyTier::kHBM), 3u);
+  // Reported is evidence enough: unsalted blocks of the same tokens later
+  // are another request's, indexed as they are.
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w2", root_of(tokens)).ok());
+  applied = index_.Apply("w2", Stored({41, 42, 43}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->salt_blind_blocks, 0u);
+  EXPECT_EQ(index_.Worker("w2")->salts, SaltReporting::kReported);
+}
+
+// A LoRA name is no evidence of salts: the adapter writes one an engine
+// reports beside the hashes into the extra keys itself.
+TEST_F(ResidencyIndexTest, ALoraNameAloneIsNoEvidenceOfSalts) {
+  const std::vector<int64_t> tokens = Tokens(2);
+  auto lora_stored = [&](std::vector<EngineHash> hashes, std::optional<EngineHash> parent,
+                         std::vector<int64_t> chain) {
+    BlockStored stored = Stored(std::move(hashes), parent, std::move(chain));
+    stored.lora_name = "adapter";
+    stored.extra_keys.assign(stored.block_hashes.size(), FirstBlockExtraKey("adapter", ""));
+    return stored;
+  };
+  ASSERT_TRUE(index_.Apply("w1", lora_stored({1, 2}, std::nullopt, Tokens(2, 900))).ok());
+  ASSERT_TRUE(index_.Apply("w1", lora_stored({3}, 2, Tokens(1, 950))).ok());
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  // A salted LoRA request returned without its salt still matches.
+  const BlockKey root = SaltlessRoot(index_.hasher(), {"llama", "adapter", 0},
+                                     std::span(tokens).first(kBlockSize));
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
+  Result<ApplyResult> applied = index_.Apply("w1", lora_stored({5, 6}, std::nullopt, tokens));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->salt_blind_blocks, 2u);
+}
+
+TEST_F(ResidencyIndexTest, UnexpectedChainsAndOldExpectationsChangeNothing) {
+  const std::vector<int64_t> salted = Tokens(1, 900);
+  const BlockKey root = SaltlessRoot(index_.hasher(), {"llama", "", 0}, salted);
+  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
+  // Other chains, without extra keys, say nothing about salts.
+  ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  // The oldest expectation goes once the bound is reached.
+  for (size_t i = 0; i < ResidencyIndex::kMaxSaltedRoots; ++i) {
+    ASSERT_TRUE(index_.ExpectSaltedRoot("w1", 1000 + i).ok());
+  }
+  Result<ApplyResult> applied = index_.Apply("w1", Stored({3}, std::nullopt, salted));
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->blocks_stored, 1u);
+  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
+  EXPECT_EQ(index_.ExpectSaltedRoot("nobody", root).code(), StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace kvgov::index
 
@@ -274,67 +368,6 @@ namespace {
 // its own residency) over random residency: shared and partial prefixes,
 // holes, holder lists built in different orders, mixed and unindexed tiers,
 // stale workers, and workers removed and registered again.
-// An engine that publishes extra keys reports salts; one that sends back a
-// salted request's blocks without them drops the salt, and those blocks
-// are not indexed (they would key as unsalted). ADR 0019.
-TEST_F(ResidencyIndexTest, SaltReportingIsLearnedFromTheEvents) {
-  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
-  const std::vector<int64_t> tokens = Tokens(3);
-  const BlockKey root = ExtraKeylessRoot(index_.hasher(), {"llama", "", 0},
-                                         std::span(tokens).first(kBlockSize));
-  EXPECT_EQ(root, Chain(tokens).front());  // what the index would key it as
-
-  // w1 (an older vLLM) returns the salted chain without the salt.
-  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
-  Result<ApplyResult> applied = index_.Apply("w1", Stored({11, 12, 13}, std::nullopt, tokens));
-  ASSERT_TRUE(applied.ok());
-  EXPECT_EQ(applied->salt_blind_blocks, 3u);
-  EXPECT_EQ(applied->blocks_stored, 0u);
-  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kNotReported);
-  EXPECT_EQ(Blocks(index_, "w1", ResidencyTier::kHBM), 0u);
-  // Its continuation has no indexed parent.
-  applied = index_.Apply("w1", Stored({14}, 13, Tokens(1, 500)));
-  ASSERT_TRUE(applied.ok());
-  EXPECT_EQ(applied->orphan_blocks, 1u);
-  // The same tokens unsalted (the expectation is used up) are indexed.
-  applied = index_.Apply("w1", Stored({21, 22, 23}, std::nullopt, tokens));
-  ASSERT_TRUE(applied.ok());
-  EXPECT_EQ(applied->blocks_stored, 3u);
-
-  // w2 (a current vLLM) returns it with the salt among its extra keys.
-  ASSERT_TRUE(index_.ExpectSaltedRoot("w2", root).ok());
-  BlockStored salted = Stored({31, 32, 33}, std::nullopt, tokens);
-  salted.extra_keys = {R"(["salt-a"])", "", ""};
-  ASSERT_TRUE(index_.Apply("w2", salted).ok());
-  EXPECT_EQ(index_.Worker("w2")->salts, SaltReporting::kReported);
-  EXPECT_EQ(Blocks(index_, "w2", ResidencyTier::kHBM), 3u);
-  // Reported is evidence enough: unsalted blocks of the same tokens later
-  // are another request's, indexed as they are.
-  ASSERT_TRUE(index_.ExpectSaltedRoot("w2", root).ok());
-  applied = index_.Apply("w2", Stored({41, 42, 43}, std::nullopt, tokens));
-  ASSERT_TRUE(applied.ok());
-  EXPECT_EQ(applied->salt_blind_blocks, 0u);
-  EXPECT_EQ(index_.Worker("w2")->salts, SaltReporting::kReported);
-}
-
-TEST_F(ResidencyIndexTest, UnexpectedChainsAndOldExpectationsChangeNothing) {
-  const std::vector<int64_t> salted = Tokens(1, 900);
-  const BlockKey root = ExtraKeylessRoot(index_.hasher(), {"llama", "", 0}, salted);
-  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
-  // Other chains, without extra keys, say nothing about salts.
-  ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
-  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
-  // The oldest expectation goes once the bound is reached.
-  for (size_t i = 0; i < ResidencyIndex::kMaxSaltedRoots; ++i) {
-    ASSERT_TRUE(index_.ExpectSaltedRoot("w1", 1000 + i).ok());
-  }
-  Result<ApplyResult> applied = index_.Apply("w1", Stored({3}, std::nullopt, salted));
-  ASSERT_TRUE(applied.ok());
-  EXPECT_EQ(applied->blocks_stored, 1u);
-  EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
-  EXPECT_EQ(index_.ExpectSaltedRoot("nobody", root).code(), StatusCode::kNotFound);
-}
-
 TEST(ResidencyIndexOverlapTest, RandomResidencyMatchesTheDefinition) {
   constexpr std::array<ResidencyTier, 6> kTiers = {
       ResidencyTier::kHBM, ResidencyTier::kDRAM,  ResidencyTier::kDisk,

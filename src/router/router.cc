@@ -272,7 +272,9 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   const Candidate* chosen = nullptr;
   if (!decision.candidates.empty() && decision.candidates.front().eligible) {
     chosen = &decision.candidates.front();
-    if (weights_.temperature > 0) {
+    // A dry run shows the best-ranked choice, the one a draw favours most,
+    // and leaves the generator where Route's next draw expects it.
+    if (weights_.temperature > 0 && keep) {
       // Softmax over costs relative to the best, scaled by the prompt so a
       // temperature means the same for short and long prompts.
       const double scale =

@@ -166,16 +166,19 @@ TEST_F(RouterTest, ScrapedLoadCountsOnlyWhatKvgovDidNotRoute) {
 // there. ADR 0019.
 TEST_F(RouterTest, SaltBlindWorkersTakeNoTenantRoutes) {
   const std::vector<int64_t> prompt = Tokens(4);
-  const index::BlockKey root =
-      index::ExtraKeylessRoot(index_.hasher(), {"llama", "", 0},
-                              std::span(prompt).first(kBlockSize));
-  ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
-  BlockStored returned;
-  returned.block_hashes = {7};
-  returned.token_ids.assign(prompt.begin(), prompt.begin() + kBlockSize);
-  returned.block_size = kBlockSize;
-  returned.medium = "GPU";
-  ASSERT_TRUE(index_.Apply("w1", returned).ok());
+  // Two salted requests come back without their salts.
+  for (int64_t start : {1, 500}) {
+    const std::vector<int64_t> first = Tokens(1, start);
+    ASSERT_TRUE(
+        index_.ExpectSaltedRoot("w1", index::SaltlessRoot(index_.hasher(), {"llama", "", 0}, first))
+            .ok());
+    BlockStored returned;
+    returned.block_hashes = {static_cast<EngineHash>(start)};
+    returned.token_ids = first;
+    returned.block_size = kBlockSize;
+    returned.medium = "GPU";
+    ASSERT_TRUE(index_.Apply("w1", returned).ok());
+  }
   ASSERT_EQ(index_.Worker("w1")->salts, index::SaltReporting::kNotReported);
 
   RouteDecision tenant = Route(prompt, "salt-a", {"w1"});

@@ -370,6 +370,14 @@ int64_t WallClockMillis() {
       .count();
 }
 
+Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint64_t head_seq) {
+  std::lock_guard lock(mu_);
+  if (last_.has_value() && last_->first == head_seq) return last_->second;
+  KVGOV_ASSIGN_OR_RETURN(journal::VerifyReport report, journal::Verify(store));
+  last_.emplace(head_seq, report);
+  return report;
+}
+
 void RouteTotals::Count(const router::RouteDecision& decision) {
   routes_.fetch_add(1, std::memory_order_relaxed);
   prompt_blocks_.fetch_add(decision.prompt_blocks, std::memory_order_relaxed);
@@ -448,7 +456,10 @@ Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
 
 void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
                         std::string_view cache_salt, const router::RouteDecision& decision) {
-  if (cache_salt.empty() || decision.worker.empty()) return;
+  // A first block already resident will not be stored again: nothing to
+  // expect, and an expectation left waiting could be met by another
+  // request's unsalted root.
+  if (cache_salt.empty() || decision.worker.empty() || decision.overlap_blocks > 0) return;
   const std::optional<index::WorkerResidency> worker = daemon.index.Worker(decision.worker);
   if (!worker || worker->salts == index::SaltReporting::kReported || worker->block_size <= 0 ||
       request.token_ids.size() < static_cast<size_t>(worker->block_size)) {
@@ -456,7 +467,7 @@ void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
   }
   (void)daemon.index.ExpectSaltedRoot(
       decision.worker,
-      index::ExtraKeylessRoot(
+      index::SaltlessRoot(
           daemon.index.hasher(), {request.model, request.lora_name, 0},
           std::span(request.token_ids).first(static_cast<size_t>(worker->block_size))));
 }

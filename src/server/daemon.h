@@ -78,6 +78,22 @@ class RouteTotals {
   std::atomic<uint64_t> credited_blocks_{0};
 };
 
+/// journal::Verify, remembered for the journal head it verified: the walk
+/// (a hash per row) runs again only once the chain has grown, however
+/// often the console or a caller asks. A store edited under a head that did
+/// not move is found at the next append.
+///
+/// Thread-safe: one mutex, held for the walk, so concurrent callers wait
+/// for one walk rather than each making their own.
+class ChainCheck {
+ public:
+  Result<journal::VerifyReport> Verify(const store::Store& store, uint64_t head_seq);
+
+ private:
+  std::mutex mu_;
+  std::optional<std::pair<uint64_t, journal::VerifyReport>> last_;  // guarded by mu_
+};
+
 /// The tenants routes have been made for since start, so that a governance
 /// write naming a tenant kvgov has never seen can say so. Bounded: past
 /// kMaxTenants it stops noting (and then warns of nothing it has not seen).
@@ -128,6 +144,7 @@ struct Daemon {
   router::PredictionScores predictions;  // the gateway's, per worker
   TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
   RouteTotals route_totals;              // counted by /v1/route and the gateway
+  ChainCheck chain_check;                // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
   std::unique_ptr<RelayThreads> relay_threads;  // the gateway's; uses `upstreams`
@@ -167,10 +184,12 @@ inline constexpr std::string_view kDaemonActor = "kvgov";
 /// The actor for reports read from the spool directory (kvgov-report).
 inline constexpr std::string_view kSpoolActor = "spool";
 
-/// Tells the index that a salted request is going to the decision's
-/// worker, so that an engine dropping the salt from its events is found
-/// out by that request's blocks (ResidencyIndex::ExpectSaltedRoot, ADR
-/// 0019). Nothing for an unsalted route or an engine known to report salts.
+/// Tells the index that the gateway is sending a salted request to the
+/// decision's worker, so that an engine dropping the salt from its events
+/// is found out by that request's blocks (ResidencyIndex::ExpectSaltedRoot,
+/// ADR 0019). Nothing for an unsalted route, a first block already
+/// resident there, or an engine known to report salts. Only for requests
+/// kvgov itself sends: a /v1/route decision may never be sent.
 void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
                         std::string_view cache_salt, const router::RouteDecision& decision);
 

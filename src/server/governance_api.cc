@@ -496,7 +496,7 @@ void SendCertificateError(httplib::Response& response, const Status& error) {
 // Each check's name, outcome and detail: the certificate's own (schema,
 // fields, id, signature, issuer against this kvgov's key) and its anchor
 // (the journal chain verifies through the anchor row, which matches).
-Json VerifyStoredCertificate(const Daemon& daemon, std::string_view text) {
+Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
   Json checks = Json::array();
   bool ok = true;
   auto add = [&](std::string_view name, const Status& status, const std::string& detail) {
@@ -516,7 +516,8 @@ Json VerifyStoredCertificate(const Daemon& daemon, std::string_view text) {
   }
   const uint64_t seq = parsed->anchor.journal_seq;
   Status anchored = Status::Ok();
-  Result<journal::VerifyReport> chain = journal::Verify(*daemon.store);
+  Result<journal::VerifyReport> chain =
+      daemon.chain_check.Verify(*daemon.store, daemon.journal->head_seq());
   if (!chain.ok()) {
     anchored = chain.status();
   } else if (chain->first_broken_seq.has_value() && *chain->first_broken_seq <= seq) {

@@ -261,7 +261,6 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   count("routed");
   daemon.tenants_seen.Note(route->tenant);
-  ExpectSaltedBlocks(daemon, *route, salt, *decision);
   daemon.route_totals.Count(*decision);
   const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
   daemon.accounting->Record(RouteSavingEntry(
@@ -483,7 +482,8 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   http.Get("/v1/journal/verify",
            GuardFleet(daemon, Role::kRead,
                       [&daemon](const httplib::Request&, httplib::Response& response) {
-                        Result<journal::VerifyReport> report = journal::Verify(*daemon.store);
+                        Result<journal::VerifyReport> report = daemon.chain_check.Verify(
+                            *daemon.store, daemon.journal->head_seq());
                         if (!report.ok()) return SendError(response, 500, report.status());
                         Json body = {{"ok", !report->first_broken_seq.has_value()},
                                      {"rows", report->rows},

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvgov/core/digest.h"
 #include "kvgov/log/log.h"
 #include "server/daemon.h"
 
@@ -9,13 +10,23 @@ namespace kvgov::server {
 namespace {
 
 using Json = nlohmann::json;
-using TokenSet = std::map<std::string, std::string, std::less<>>;
 
-std::string EncodeTokenSet(const TokenSet& tokens) { return Json(tokens).dump(); }
+// What the set records of a token: the row's payload, and a fingerprint of
+// its secret's hash (a hash of the hash: it identifies a change of secret
+// and reveals nothing of it) that no row carries.
+std::string Recorded(const auth::TokenRecord& record) {
+  return auth::DescribeTokenChange(record.name, &record) + "\n" +
+         Sha256Hex(record.sha256).substr(0, 16);
+}
+std::string PayloadOf(const std::string& recorded) {
+  return recorded.substr(0, recorded.rfind('\n'));
+}
+
+std::string EncodeTokenSet(const TokenAudit::TokenSet& tokens) { return Json(tokens).dump(); }
 
 // One row, with the set it leaves recorded in the same write.
 Status JournalChange(Daemon& daemon, std::string_view kind, std::string_view name,
-                     const std::string& payload, const TokenSet& after) {
+                     const std::string& payload, const TokenAudit::TokenSet& after) {
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(TokenAudit::kJournaledTokensKey), EncodeTokenSet(after)};
   return RecordGovernance(daemon, TokenAudit::kActor, kind, name, payload, {&state, 1}).status();
@@ -27,6 +38,7 @@ Result<TokenAudit> TokenAudit::Load(const Daemon& daemon) {
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> stored,
                          daemon.store->Get(store::Column::kGovernance, kJournaledTokensKey));
   TokenAudit audit;
+  audit.first_audit_ = !stored.has_value();
   if (!stored.has_value()) return audit;
   const Json value = Json::parse(*stored, nullptr, /*allow_exceptions=*/false);
   if (!value.is_object()) {
@@ -48,10 +60,10 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
   if (generation == seen_generation_) return Status::Ok();
   TokenSet in_force;
   for (const auth::TokenRecord& record : daemon.auth->Records()) {
-    in_force.emplace(record.name, auth::DescribeTokenChange(record.name, &record));
+    in_force.emplace(record.name, Recorded(record));
   }
-  // A token replaced under the same name (an edited file) is a revoke and
-  // an add: the row says what it was and what it is.
+  // A token replaced under the same name (an edited file, a new secret) is
+  // a revoke and an add: the rows say what it was and what it is.
   for (auto it = journaled_.begin(); it != journaled_.end();) {
     const auto now = in_force.find(it->first);
     if (now != in_force.end() && now->second == it->second) {
@@ -64,13 +76,17 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
                                         auth::DescribeTokenChange(it->first, nullptr), after));
     it = journaled_.erase(it);
   }
-  for (const auto& [name, described] : in_force) {
+  // The tokens found by the first audit of a data dir were made before
+  // kvgov journaled tokens: a baseline, not an add at this time.
+  const std::string_view kind = first_audit_ ? "token.baseline" : "token.add";
+  for (const auto& [name, recorded] : in_force) {
     if (journaled_.contains(name)) continue;
     TokenSet after = journaled_;
-    after.emplace(name, described);
-    KVGOV_RETURN_IF_ERROR(JournalChange(daemon, "token.add", name, described, after));
+    after.emplace(name, recorded);
+    KVGOV_RETURN_IF_ERROR(JournalChange(daemon, kind, name, PayloadOf(recorded), after));
     journaled_ = std::move(after);
   }
+  first_audit_ = false;
   seen_generation_ = generation;
   return Status::Ok();
 }

@@ -30,19 +30,24 @@ class TokenAudit {
   /// The journal's actor for a change found in the token file: kvgov cannot
   /// tell who edited it (the file's owner can).
   static constexpr std::string_view kActor = "token-file";
+  /// name -> the row's payload, then "\n" and a fingerprint of the
+  /// secret's hash (the first 16 hex of its SHA-256), which no row carries.
+  using TokenSet = std::map<std::string, std::string, std::less<>>;
 
   /// Loads the recorded set. Corruption when it does not decode.
   static Result<TokenAudit> Load(const Daemon& daemon);
 
   /// Journals what changed since the last call (cheap when nothing did).
+  /// The first audit of a data dir journals the tokens it finds as
+  /// token.baseline rows.
   Status CatchUp(Daemon& daemon);
   /// CatchUp, for a timer that retries: a failure is logged
   /// (tokens.journal_failed) once until it succeeds again.
   void CatchUpOrLog(Daemon& daemon);
 
  private:
-  // name -> the token as the journal describes it (no secret's hash).
-  std::map<std::string, std::string, std::less<>> journaled_;
+  TokenSet journaled_;
+  bool first_audit_ = false;  // no set was ever journaled in this data dir
   uint64_t seen_generation_ = UINT64_MAX;
   bool failing_ = false;
 };

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
@@ -354,7 +355,9 @@ TEST_F(TenantIsolationE2ETest, EveryJournalRowNamesWhoMadeIt) {
   }
   using Actors = std::set<std::string>;
   EXPECT_EQ(actors["serve.start"], Actors{"kvgov"});
-  EXPECT_EQ(actors["token.add"], Actors{"token-file"});  // the four tokens made before start
+  // The four tokens made before the data dir's first start: a baseline.
+  EXPECT_EQ(actors["token.baseline"], Actors{"token-file"});
+  EXPECT_FALSE(actors.contains("token.add"));
   EXPECT_EQ(actors["token.revoke"], Actors{"token-file"});
   EXPECT_EQ(actors["quarantine"], Actors{"token:tenant-a"});
   EXPECT_EQ(actors["quarantine.lift"], Actors{"token:operator"});
@@ -364,38 +367,54 @@ TEST_F(TenantIsolationE2ETest, EveryJournalRowNamesWhoMadeIt) {
   EXPECT_EQ(actors["invalidation.planned"], Actors{"token:operator"});
   EXPECT_EQ(actors["invalidation.witnessed"], Actors{"kvgov"});
   EXPECT_EQ(actors["certificate"], Actors{"kvgov"});
-  size_t token_adds = 0;
+  size_t baseline = 0;
   for (const Json& row : rows) {
-    if (row["kind"] != "token.add") continue;
-    ++token_adds;
+    if (row["kind"] != "token.baseline") continue;
+    ++baseline;
     const Json payload = Json::parse(row["payload"].get<std::string>());
     EXPECT_FALSE(payload.contains("sha256")) << payload.dump();
     EXPECT_TRUE(payload.contains("roles")) << payload.dump();
   }
-  EXPECT_EQ(token_adds, 4u);
+  EXPECT_EQ(baseline, 4u);
   for (const std::string& secret : {fleet_, transport_, a_, b_}) {
     EXPECT_EQ(rows.dump().find(secret.substr(6)), std::string::npos);
   }
 
   // A restart journals nothing twice: the recorded token set is durable.
+  // Made while kvgov was down: a token added, and one's secret replaced by
+  // hand under the same name (a revoke and an add).
   ASSERT_EQ(daemon_.Stop(), 0);
   const std::string late = AddToken(daemon_.data_dir(), "late", {"read"});
+  const std::string token_file = daemon_.data_dir() + "/tokens.json";
+  Json file;
+  {
+    std::ifstream in(token_file);
+    file = Json::parse(in);
+  }
+  for (Json& record : file["tokens"]) {
+    if (record["name"] == "transport") record["sha256"] = std::string(64, 'a');
+  }
+  std::ofstream(token_file, std::ios::trunc) << file.dump(1);
   ASSERT_TRUE(daemon_.Start({"--engine", engine_->EngineSpec()}).ok());
   client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
   const Json after = Get(fleet_, "/v1/journal?limit=1000")["rows"];
-  std::vector<std::string> added;
+  std::vector<std::string> changes;
   for (const Json& row : after) {
-    if (row["kind"] == "token.add") added.push_back(row["subject"]);
+    if (row["kind"] == "token.add" || row["kind"] == "token.revoke") {
+      changes.push_back(row["kind"].get<std::string>() + " " + row["subject"].get<std::string>());
+    }
   }
-  EXPECT_EQ(added.size(), 5u) << after.dump();
-  EXPECT_EQ(added.back(), "late");
+  EXPECT_EQ(changes, (std::vector<std::string>{"token.revoke tenant-b", "token.revoke transport",
+                                               "token.add late", "token.add transport"}))
+      << after.dump();
+  EXPECT_EQ(after.dump().find(std::string(64, 'a')), std::string::npos);  // no hash in a row
 }
 
 // An engine that honours cache_salt but publishes no extra keys (vLLM
-// before extra_keys, vllm#33304): the first salted request's blocks come
-// back unsalted. kvgov says so, indexes none of them (an unsalted route
-// would be credited with blocks the engine will not reuse for it), and
-// sends no tenant's route there again. ADR 0019.
+// before extra_keys, vllm#33304): the salted requests the gateway sends come
+// back unsalted. kvgov says so, indexes none of their blocks (an unsalted
+// route would be credited with blocks the engine will not reuse for it),
+// and sends no tenant's route there again. ADR 0019.
 TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
   simfleet::LiveEngineOptions options;
   options.id = "w1";
@@ -408,29 +427,44 @@ TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   DaemonProcess daemon;
   const std::string fleet = AddToken(daemon.data_dir(), "operator", {"admin", "read", "route"});
-  const std::string tenant = AddToken(daemon.data_dir(), "tenant-a", {"route"}, "tenant-a");
-  ASSERT_TRUE(daemon.Start({"--engine", (*engine)->EngineSpec()}).ok());
+  const std::string tenant =
+      AddToken(daemon.data_dir(), "tenant-a", {"route", "infer"}, "tenant-a");
+  const std::string ready = (daemon.dir() / "gateway-ready").string();
+  ASSERT_TRUE(daemon
+                  .Start({"--engine", (*engine)->EngineSpec(), "--gateway-listen", "127.0.0.1:0",
+                          "--gateway-ready-file", ready, "--probe-interval-ms", "50"})
+                  .ok());
+  int gateway_port = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(ready);
+    return static_cast<bool>(in >> gateway_port) && gateway_port > 0;
+  }));
   httplib::Client client("127.0.0.1", daemon.port());
+  httplib::Client gateway("127.0.0.1", gateway_port);
   auto workers = [&] {
     httplib::Result answer = client.Get("/v1/workers", Bearer(fleet));
     return answer && answer->status == 200 ? Json::parse(answer->body)["workers"] : Json::array();
   };
-  ASSERT_TRUE(WaitFor([&] { return workers().size() == 1; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(WaitFor([&] {
+    const Json listed = workers();
+    return listed.size() == 1 && listed[0]["health"]["healthy"] == true;
+  }));
   EXPECT_EQ(workers()[0].value("salts", ""), "unknown");
 
-  std::vector<int64_t> prompt(64);
-  std::iota(prompt.begin(), prompt.end(), 40000);
-  const Json route = {{"model", "llama"}, {"token_ids", prompt}};
-  httplib::Result first = client.Post("/v1/route", Bearer(tenant), route.dump(), "application/json");
-  ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
-  const Json decision = Json::parse(first->body);
-  ASSERT_EQ(decision.value("worker", ""), "w1");
-  httplib::Client engine_http((*engine)->control_url());
-  ASSERT_EQ(HttpStatus(engine_http.Post(
-                "/v1/completions",
-                Json{{"prompt", prompt}, {"cache_salt", decision["cache_salt"]}}.dump(),
-                "application/json")),
-            200);
+  // Two of the tenant's requests (one could be a coincidence).
+  auto prompt = [](int64_t start) {
+    std::vector<int64_t> tokens(64);
+    std::iota(tokens.begin(), tokens.end(), start);
+    return tokens;
+  };
+  for (int64_t start : {40000, 50000}) {
+    httplib::Result answer = gateway.Post(
+        "/v1/completions", Bearer(tenant),
+        Json{{"model", "llama"}, {"prompt", prompt(start)}, {"max_tokens", 1}}.dump(),
+        "application/json");
+    ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
+  }
+  EXPECT_EQ((*engine)->received_salts().size(), 2u);
   Json worker;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -439,10 +473,11 @@ TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
       },
       std::chrono::seconds(10)))
       << worker.dump();
-  EXPECT_EQ(worker["diagnostics"]["salt_blind_blocks"], 4) << worker.dump();
+  EXPECT_EQ(worker["diagnostics"]["salt_blind_blocks"], 8) << worker.dump();
   EXPECT_EQ(worker["blocks"]["hbm"], 0) << worker.dump();
 
   // The tenant's next route has nowhere to go, and says why.
+  const Json route = {{"model", "llama"}, {"token_ids", prompt(40000)}};
   httplib::Result again = client.Post("/v1/route", Bearer(tenant), route.dump(), "application/json");
   ASSERT_EQ(HttpStatus(again), 503) << (again ? again->body : "");
   EXPECT_EQ(Json::parse(again->body)["candidates"][0].value("reason", ""), "salt_blind")
@@ -456,7 +491,7 @@ TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
   ASSERT_EQ(HttpStatus(metrics), 200);
   EXPECT_NE(metrics->body.find(R"(kvgov_engine_salts{worker="w1",state="not_reported"} 1)"),
             std::string::npos);
-  EXPECT_NE(metrics->body.find(R"(kvgov_engine_salt_blind_blocks_total{worker="w1"} 4)"),
+  EXPECT_NE(metrics->body.find(R"(kvgov_engine_salt_blind_blocks_total{worker="w1"} 8)"),
             std::string::npos);
 }
 

@@ -57,10 +57,10 @@ std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainName
                                    std::string_view cache_salt, std::span<const int64_t> tokens,
                                    int64_t block_size);
 
-/// The key a chain's first block gets from events that carry no extra keys
-/// (an engine that drops the salt and LoRA name from them): what the index
-/// keys a salted request's first block as on such an engine (ADR 0019).
-BlockKey ExtraKeylessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,
-                          std::span<const int64_t> first_block_tokens);
+/// The key a chain's first block gets when hashed without a cache salt (its
+/// extra key the LoRA name's alone): what the index keys a salted request's
+/// first block as on an engine whose events drop the salt (ADR 0019).
+BlockKey SaltlessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,
+                      std::span<const int64_t> first_block_tokens);
 
 }  // namespace kvgov::index

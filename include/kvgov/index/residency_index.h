@@ -52,7 +52,7 @@ struct ApplyResult {
   uint64_t unknown_removals = 0;  // removed hashes the index never saw stored
   uint64_t unknown_medium = 0;    // blocks whose medium mapped to no known tier
   // Blocks of a salted request that came back without the salt (the
-  // engine does not report salts): not indexed, since they would key as
+  // engine may not report salts): not indexed, since they would key as
   // unsalted and credit routes the engine will not reuse them for.
   uint64_t salt_blind_blocks = 0;
 };
@@ -126,15 +126,19 @@ class ResidencyIndex {
   /// Marks the worker live or stale. NotFound if unknown.
   Status SetState(std::string_view worker, WorkerState state);
 
-  /// A salted request's chain was sent to `worker`; `unsalted_root` is the
-  /// key its first block has when hashed without the salt. Until the
-  /// worker's events show whether it reports salts, a BlockStored chain
-  /// root keyed `unsalted_root` and without extra keys is that request's,
-  /// salt dropped: the worker is marked kNotReported and the blocks are not
-  /// indexed (ApplyResult::salt_blind_blocks). At most kMaxSaltedRoots are
-  /// kept per worker, the oldest dropped first. NotFound if unknown.
-  static constexpr size_t kMaxSaltedRoots = 4096;
-  Status ExpectSaltedRoot(std::string_view worker, BlockKey unsalted_root);
+  /// A salted request's chain was sent to `worker`; `saltless_root` is the
+  /// key its first block has when hashed without the salt (SaltlessRoot).
+  /// Until the worker's events show whether it reports salts, a BlockStored
+  /// chain root keyed `saltless_root` whose extra keys hold no more than
+  /// the LoRA name is that request's, salt dropped: its blocks are not
+  /// indexed (ApplyResult::salt_blind_blocks), and at the
+  /// kSaltBlindMatches-th such root the worker is marked kNotReported. A
+  /// root with more in its extra key marks it kReported. At most
+  /// kMaxSaltedRoots are kept per worker, the oldest dropped first; a
+  /// cleared worker (a restart) starts over at kUnknown. NotFound if unknown.
+  static constexpr size_t kMaxSaltedRoots = 256;
+  static constexpr uint32_t kSaltBlindMatches = 2;
+  Status ExpectSaltedRoot(std::string_view worker, BlockKey saltless_root);
 
   /// kvgov keys of the worker's blocks named by engine hashes, in order;
   /// NotFound naming the first hash the worker does not hold.

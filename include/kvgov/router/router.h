@@ -117,7 +117,9 @@ class Router {
                               std::string decision_id, int64_t now_ms);
 
   /// The decision Route would make now, without keeping its load: a dry run
-  /// (the console's route explorer). Its decision_id is empty.
+  /// (the console's route explorer). Its decision_id is empty. With a
+  /// temperature, Route samples among the candidates; Explain names the
+  /// best-ranked one, the likeliest draw, and draws nothing.
   Result<RouteDecision> Explain(const RouteRequest& request, std::string_view cache_salt,
                                 int64_t now_ms);
 
