@@ -190,6 +190,9 @@ try {
   assert.equal(await page.$(`#directives tr[data-directive="${directive.json.id}"]`), null);
   await page.click('#tab-traffic');
   await page.waitForFunction(() => /may not read this view/.test(document.getElementById('error').textContent), WAIT);
+  // Nothing the fleet token read stays on screen for the tenant's.
+  assert.equal(await page.$$eval('#view-traffic polyline', (nodes) => nodes.length), 0);
+  assert.equal(await page.$eval('#traffic-summary', (node) => node.textContent), '');
   seen.tenant_quarantines = listed.length;
   await page.screenshot({ path: path.join(shots, 'tenant.png'), fullPage: true });
 

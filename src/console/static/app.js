@@ -416,15 +416,33 @@ const VIEWS = {
 let current = "fleet";
 let timer = null;
 
+// Empties what a view shows, so nothing read with one token stays on screen
+// after another token (or none) may not read it.
+function clearView(name) {
+  const section = document.getElementById("view-" + name);
+  section.querySelectorAll("tbody, svg, #savings-legend").forEach((node) => node.replaceChildren());
+  section.querySelectorAll('[role="status"]').forEach((node) => {
+    node.replaceChildren();
+    for (const key of Object.keys(node.dataset)) delete node.dataset[key];
+  });
+}
+
 async function refresh() {
   clearTimeout(timer);
   try {
     await VIEWS[current]();
     showError("");
   } catch (error) {
+    clearView(current);
     showError(describeError(error));
   }
   timer = setTimeout(refresh, REFRESH_MS);
+}
+
+function tokenChanged() {
+  for (const name of Object.keys(VIEWS)) clearView(name);
+  showWho();
+  refresh();
 }
 
 function select(name, focus) {
@@ -466,13 +484,11 @@ document.addEventListener("DOMContentLoaded", () => {
     const token = input.value.trim();
     if (token) sessionStorage.setItem(TOKEN_KEY, token);
     input.value = "";
-    showWho();
-    refresh();
+    tokenChanged();
   });
   document.getElementById("forget").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
-    showWho();
-    refresh();
+    tokenChanged();
   });
   document.getElementById("explain").addEventListener("submit", explain);
   document.getElementById("verify-journal").addEventListener("click", verifyJournal);
