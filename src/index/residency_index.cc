@@ -328,7 +328,10 @@ bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyT
 bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) {
   if (stored.parent_block_hash.has_value() || stored.block_hashes.empty()) return false;
   const std::string saltless = FirstBlockExtraKey(stored.lora_name, "");
-  const std::string_view first = stored.extra_keys.empty() ? "" : stored.extra_keys.front();
+  // Both arms string_view: a "" arm would make a temporary std::string.
+  const std::string_view first = stored.extra_keys.empty()
+                                     ? std::string_view()
+                                     : std::string_view(stored.extra_keys.front());
   if (!first.empty() && first != saltless) {
     // The engine keys its roots with more than the LoRA name: it reports
     // salts, whatever an earlier coincidence suggested.

@@ -34,9 +34,16 @@ TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
   const std::string reader = AddToken(daemon.data_dir(), "reader", {"read"});
   const std::string router = AddToken(daemon.data_dir(), "router", {"route"});
   ASSERT_EQ(reader.rfind("kvgov_", 0), 0u) << reader;
-  // The running daemon picks the file up by itself.
-  ASSERT_TRUE(WaitFor([&] { return HttpStatus(client.Get("/v1/workers")) == 401; },
-                      std::chrono::seconds(5)));
+  const std::string route = R"({"model":"m","token_ids":[1,2,3]})";
+  // The running daemon picks the file up by itself, each token within a
+  // reload (a reload may fall between the two additions).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return HttpStatus(client.Get("/v1/workers")) == 401 &&
+               HttpStatus(client.Post("/v1/route", Bearer(router), route, "application/json")) !=
+                   401;
+      },
+      std::chrono::seconds(5)));
   httplib::Result unauthenticated = client.Get("/v1/workers");
   EXPECT_EQ(unauthenticated->get_header_value("WWW-Authenticate"), "Bearer realm=\"kvgov\"");
   EXPECT_EQ(Json::parse(unauthenticated->body)["error"]["code"], "unauthenticated");
@@ -44,7 +51,6 @@ TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
   EXPECT_EQ(HttpStatus(client.Get("/v1/workers", Bearer(reader))), 200);
   EXPECT_EQ(HttpStatus(client.Get("/metrics", Bearer(reader))), 200);
   EXPECT_EQ(HttpStatus(client.Get("/v1/workers", Bearer(reader + "0"))), 401);
-  const std::string route = R"({"model":"m","token_ids":[1,2,3]})";
   httplib::Result lacking = client.Post("/v1/route", Bearer(reader), route, "application/json");
   EXPECT_EQ(HttpStatus(lacking), 403);
   EXPECT_NE(lacking->body.find("lacks the route role"), std::string::npos) << lacking->body;
