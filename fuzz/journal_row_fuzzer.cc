@@ -6,8 +6,9 @@
 //    row encodes back to the very bytes it came from, so no two byte
 //    strings decode to the same row, and a row cut short by one byte no
 //    longer decodes (its framing accounts for every byte);
-//  - a decoded row is of the one format version this build reads, and its
-//    hash (RowHash) can be computed: 64 lowercase hex digits.
+//  - a decoded row is of a format version this build reads (1, or 2 with
+//    the actor and origin), and its hash (RowHash) can be computed: 64
+//    lowercase hex digits.
 
 #include <cstddef>
 #include <cstdint>
@@ -29,8 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                Describe(row.status()).c_str());
     return 0;
   }
-  FUZZ_CHECK(row->format_version == journal::kRowFormatVersion, "format version %u",
-             row->format_version);
+  FUZZ_CHECK(row->format_version == 1 || row->format_version == journal::kRowFormatVersion,
+             "format version %u", row->format_version);
+  FUZZ_CHECK(row->format_version != 1 || (row->actor.empty() && row->origin.empty()),
+             "a format-1 row with an actor or origin");
   FUZZ_CHECK(journal::EncodeRow(*row) == bytes, "EncodeRow(DecodeRow(x)) != x");
   FUZZ_CHECK(!journal::DecodeRow(bytes.substr(0, bytes.size() - 1)).ok(),
              "a row cut short by one byte still decodes");
