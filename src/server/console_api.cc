@@ -33,10 +33,8 @@ Json TrafficJson(const Daemon& daemon) {
   Json points = Json::array();
   for (const metrics::TrafficPoint& point : daemon.traffic->Points()) {
     Json saved = Json::object();
-    for (Source source :
-         {Source::kProvider, Source::kRideEngine, Source::kNative, Source::kToolResult}) {
-      saved[std::string(ToString(source))] =
-          point.change.saved_tokens[static_cast<size_t>(source)];
+    for (const auto& [source, spelling] : EnumSpelling<Source>::kValues) {
+      saved[std::string(spelling)] = point.change.saved_tokens[static_cast<size_t>(source)];
     }
     points.push_back({{"end_ms", point.end_ms},
                       {"routes", point.change.routes},

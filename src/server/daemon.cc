@@ -389,8 +389,7 @@ metrics::TrafficTotals RouteTotals::Read(const metrics::CacheAccounting& account
   totals.routes = routes_.load(std::memory_order_relaxed);
   totals.prompt_blocks = prompt_blocks_.load(std::memory_order_relaxed);
   totals.credited_blocks = credited_blocks_.load(std::memory_order_relaxed);
-  for (Source source :
-       {Source::kProvider, Source::kRideEngine, Source::kNative, Source::kToolResult}) {
+  for (const auto& [source, spelling] : EnumSpelling<Source>::kValues) {
     totals.saved_tokens[static_cast<size_t>(source)] = accounting.SavedTokens(source);
   }
   return totals;

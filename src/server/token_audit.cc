@@ -11,18 +11,17 @@ namespace {
 
 using Json = nlohmann::json;
 
-// What the set records of a token: the row's payload, and a fingerprint of
-// its secret's hash (a hash of the hash: it identifies a change of secret
-// and reveals nothing of it) that no row carries.
-std::string Recorded(const auth::TokenRecord& record) {
-  return auth::DescribeTokenChange(record.name, &record) + "\n" +
-         Sha256Hex(record.sha256).substr(0, 16);
-}
-std::string PayloadOf(const std::string& recorded) {
-  return recorded.substr(0, recorded.rfind('\n'));
+TokenAudit::Recorded RecordOf(const auth::TokenRecord& record) {
+  return {auth::DescribeTokenChange(record.name, &record), Sha256Hex(record.sha256).substr(0, 16)};
 }
 
-std::string EncodeTokenSet(const TokenAudit::TokenSet& tokens) { return Json(tokens).dump(); }
+std::string EncodeTokenSet(const TokenAudit::TokenSet& tokens) {
+  Json out = Json::object();
+  for (const auto& [name, recorded] : tokens) {
+    out[name] = {{"payload", recorded.payload}, {"secret_fingerprint", recorded.secret_fingerprint}};
+  }
+  return out.dump();
+}
 
 // One row, with the set it leaves recorded in the same write.
 Status JournalChange(Daemon& daemon, std::string_view kind, std::string_view name,
@@ -44,12 +43,16 @@ Result<TokenAudit> TokenAudit::Load(const Daemon& daemon) {
   if (!value.is_object()) {
     return Status::Corruption(std::string(kJournaledTokensKey) + ": not a JSON object");
   }
-  for (const auto& [name, described] : value.items()) {
-    if (!described.is_string()) {
+  for (const auto& [name, recorded] : value.items()) {
+    const auto payload = recorded.find("payload");
+    const auto fingerprint = recorded.find("secret_fingerprint");
+    if (!recorded.is_object() || payload == recorded.end() || !payload->is_string() ||
+        fingerprint == recorded.end() || !fingerprint->is_string()) {
       return Status::Corruption(std::string(kJournaledTokensKey) + ": '" + name +
-                                "' is not a string");
+                                "' is not {payload, secret_fingerprint}");
     }
-    audit.journaled_.emplace(name, described.get<std::string>());
+    audit.journaled_.emplace(name, Recorded{payload->get<std::string>(),
+                                            fingerprint->get<std::string>()});
   }
   return audit;
 }
@@ -60,7 +63,7 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
   if (generation == seen_generation_) return Status::Ok();
   TokenSet in_force;
   for (const auth::TokenRecord& record : daemon.auth->Records()) {
-    in_force.emplace(record.name, Recorded(record));
+    in_force.emplace(record.name, RecordOf(record));
   }
   // A token replaced under the same name (an edited file, a new secret) is
   // a revoke and an add: the rows say what it was and what it is.
@@ -83,7 +86,7 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
     if (journaled_.contains(name)) continue;
     TokenSet after = journaled_;
     after.emplace(name, recorded);
-    KVGOV_RETURN_IF_ERROR(JournalChange(daemon, kind, name, PayloadOf(recorded), after));
+    KVGOV_RETURN_IF_ERROR(JournalChange(daemon, kind, name, recorded.payload, after));
     journaled_ = std::move(after);
   }
   first_audit_ = false;

@@ -30,9 +30,15 @@ class TokenAudit {
   /// The journal's actor for a change found in the token file: kvgov cannot
   /// tell who edited it (the file's owner can).
   static constexpr std::string_view kActor = "token-file";
-  /// name -> the row's payload, then "\n" and a fingerprint of the
-  /// secret's hash (the first 16 hex of its SHA-256), which no row carries.
-  using TokenSet = std::map<std::string, std::string, std::less<>>;
+  /// What the set records of a token: the row's payload, and a fingerprint
+  /// of its secret's hash (the first 16 hex of its SHA-256: a change of
+  /// secret shows, nothing of it is revealed), which no row carries.
+  struct Recorded {
+    std::string payload;
+    std::string secret_fingerprint;
+    friend bool operator==(const Recorded&, const Recorded&) = default;
+  };
+  using TokenSet = std::map<std::string, Recorded, std::less<>>;
 
   /// Loads the recorded set. Corruption when it does not decode.
   static Result<TokenAudit> Load(const Daemon& daemon);

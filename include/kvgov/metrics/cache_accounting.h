@@ -42,7 +42,7 @@ class CacheAccounting {
   CounterFamily* tokens_saved_ = nullptr;
   CounterFamily* tokens_saved_by_tenant_ = nullptr;
   // The same as tokens_saved_, by Source, read without making a series.
-  std::array<std::atomic<int64_t>, 4> saved_by_source_{};
+  std::array<std::atomic<int64_t>, EnumSpelling<Source>::kValues.size()> saved_by_source_{};
 };
 
 }  // namespace kvgov::metrics

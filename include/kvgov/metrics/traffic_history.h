@@ -15,7 +15,8 @@
 
 namespace kvgov::metrics {
 
-inline constexpr size_t kSourceCount = 4;  // Source's values, in their order
+/// Source's values, indexed by the enumerator.
+inline constexpr size_t kSourceCount = EnumSpelling<Source>::kValues.size();
 
 /// Cumulative counts since start, or their change over one interval.
 struct TrafficTotals {
