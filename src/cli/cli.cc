@@ -254,7 +254,11 @@ int Run(int argc, char** argv) {
                     "  control=http://HOST:PORT, connector=vllm|sglang|lmcache|webhook and\n"
                     "  connector-path=/PATH (webhook). With dp-ranks=N, rank r is at port+r.\n"
                     "  pool-blocks=N (the engine's KV pool in blocks, per rank) sizes the\n"
-                    "  index's tables up front: faster ingest, ~40 B per pool block at start.");
+                    "  index's tables up front: faster ingest, ~40 B per pool block at start.\n"
+                    "  role=prefill|decode|both (default both) puts the engine in a model's\n"
+                    "  disaggregated pools; a prefill engine takes kv-lease-ms=N (how long it\n"
+                    "  pins a handed-over prompt, default 30000) and, for SGLang,\n"
+                    "  bootstrap-port=N (default 8998).");
   serve->add_option("--tls-cert", serve_flags.tls_cert_file,
                     "PEM certificate (chain) for HTTPS; with --tls-key, kvgov speaks only HTTPS.");
   serve->add_option("--tls-key", serve_flags.tls_key_file, "PEM private key for --tls-cert.");

@@ -127,11 +127,19 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
                                        std::string(value) + "'");
       }
       engine.connector_path = std::string(value);
+    } else if (key == "role") {
+      KVGOV_ASSIGN_OR_RETURN(engine.role, ParseEnum<EngineRole>(value));
+    } else if (key == "kv-lease-ms") {
+      // A day bounds a pin no engine holds that long.
+      KVGOV_ASSIGN_OR_RETURN(engine.kv_lease_ms, ParsePositive(key, value, 86400000));
+    } else if (key == "bootstrap-port") {
+      KVGOV_ASSIGN_OR_RETURN(int64_t port, ParsePositive(key, value, 65535));
+      engine.bootstrap_port = static_cast<int>(port);
     } else {
       return Status::InvalidArgument(
           "engine spec: unknown key '" + std::string(key) +
           "' (want id, kind, events, replay, model, block-size, pool-blocks, dp-ranks, control, "
-          "openai, connector, connector-path)");
+          "openai, connector, connector-path, role, kv-lease-ms, bootstrap-port)");
     }
   }
   for (const char* required : {"id", "events", "model"}) {
@@ -140,6 +148,16 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
     }
   }
   if (engine.model.empty()) return Status::InvalidArgument("model: required, got empty");
+  if (engine.role != EngineRole::kBoth && engine.kind == EngineKind::kMooncake) {
+    return Status::InvalidArgument(
+        "role: a mooncake store serves no requests; want role=both (the default)");
+  }
+  if ((seen.contains("kv-lease-ms") || seen.contains("bootstrap-port")) &&
+      engine.role != EngineRole::kPrefill) {
+    return Status::InvalidArgument(
+        std::string(seen.contains("kv-lease-ms") ? "kv-lease-ms" : "bootstrap-port") +
+        ": only for a prefill engine (role=prefill)");
+  }
   if ((engine.connector == "webhook") != !engine.connector_path.empty()) {
     return Status::InvalidArgument(
         "connector-path: required with connector=webhook, and only with it");

@@ -29,6 +29,19 @@ TEST(EngineSpecTest, ConnectorKeys) {
   EXPECT_EQ(spec->connector_path, "/evict");
 }
 
+TEST(EngineSpecTest, DisaggregationKeys) {
+  Result<EngineSpec> prefill = ParseEngineSpec(
+      "id=p0,kind=sglang,events=tcp://h:1,model=m,role=prefill,kv-lease-ms=300000,"
+      "bootstrap-port=9001");
+  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+  EXPECT_EQ(prefill->role, EngineRole::kPrefill);
+  EXPECT_EQ(prefill->kv_lease_ms, 300000);
+  EXPECT_EQ(prefill->bootstrap_port, 9001);
+  Result<EngineSpec> decode = ParseEngineSpec("id=d0,events=tcp://h:1,model=m,role=decode");
+  ASSERT_TRUE(decode.ok()) << decode.status().ToString();
+  EXPECT_EQ(decode->role, EngineRole::kDecode);
+}
+
 TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
   Result<EngineSpec> spec = ParseEngineSpec("id=w1,events=tcp://h:1,model=m");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -38,6 +51,9 @@ TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
   EXPECT_EQ(spec->dp_ranks, 1);
   EXPECT_TRUE(spec->replay.empty());
   EXPECT_TRUE(spec->control.empty());
+  EXPECT_EQ(spec->role, EngineRole::kBoth);
+  EXPECT_EQ(spec->kv_lease_ms, 30000);  // vLLM's kv_lease_duration
+  EXPECT_EQ(spec->bootstrap_port, 8998);  // SGLang's default
 }
 
 TEST(EngineSpecTest, ErrorsNameTheKeyAtFault) {
@@ -66,6 +82,14 @@ TEST(EngineSpecTest, ErrorsNameTheKeyAtFault) {
            {"id=w1,events=tcp://h:1,model=m,connector=nccl", "connector: want vllm"},
            {"id=w1,events=tcp://h:1,model=m,connector=webhook", "connector-path: required"},
            {"id=w1,events=tcp://h:1,model=m,connector-path=/x", "connector-path: required"},
+           {"id=w1,events=tcp://h:1,model=m,role=router", "unknown engine role 'router'"},
+           {"id=w1,kind=mooncake,events=tcp://h:1,model=m,role=prefill",
+            "role: a mooncake store serves no requests"},
+           {"id=w1,events=tcp://h:1,model=m,role=decode,kv-lease-ms=100",
+            "kv-lease-ms: only for a prefill engine"},
+           {"id=w1,events=tcp://h:1,model=m,bootstrap-port=1", "bootstrap-port: only for"},
+           {"id=w1,events=tcp://h:1,model=m,role=prefill,kv-lease-ms=0",
+            "kv-lease-ms: want an integer"},
        }) {
     Result<EngineSpec> spec = ParseEngineSpec(c.spec);
     ASSERT_FALSE(spec.ok()) << c.spec;

@@ -171,6 +171,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     uint64_t overlap_blocks = 0;
     std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};
     double credited_blocks = 0;
+    uint64_t pulled_blocks = 0;
     uint64_t affinity = 0;
   };
   std::vector<Credit> credits(workers.size());
@@ -226,8 +227,16 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     const WorkerLoad& load = loads[w];
     const double prompt_blocks =
         static_cast<double>(chain_for(worker.block_size)->keys.size());
-    const double cost =
-        weights_.overlap_weight * (prompt_blocks - credits[w].credited_blocks) + load.blocks;
+    // A pinned block a worker lacks is pulled, not computed (decode step).
+    const uint64_t pullable = std::min<uint64_t>(request.pullable_blocks,
+                                                 chain_for(worker.block_size)->keys.size());
+    credits[w].pulled_blocks =
+        pullable > credits[w].overlap_blocks ? pullable - credits[w].overlap_blocks : 0;
+    const double computed =
+        prompt_blocks - std::max(credits[w].credited_blocks, static_cast<double>(pullable));
+    const double cost = weights_.overlap_weight * computed +
+                        weights_.pull_weight * static_cast<double>(credits[w].pulled_blocks) +
+                        load.blocks;
     const char* reason = nullptr;
     if (!allowed.empty() && !allowed.contains(worker.id)) {
       reason = "not_allowed";
@@ -263,6 +272,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     candidate.overlap_blocks = credit.overlap_blocks;
     candidate.tier_overlap = credit.tier_overlap;
     candidate.credited_blocks = credit.credited_blocks;
+    candidate.pulled_blocks = credit.pulled_blocks;
     candidate.load = std::move(loads[key.index]);
     candidate.cost = key.cost;
     candidate.eligible = key.eligible;
@@ -307,7 +317,10 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   // the cost's own unit: a queue of mostly-cached requests costs the next
   // one little, a queue of cold prompts a lot (docs/adr/0008).
   if (!keep) return decision;
-  const double to_prefill = static_cast<double>(decision.prompt_blocks) - chosen->credited_blocks;
+  const double to_prefill =
+      static_cast<double>(decision.prompt_blocks) -
+      std::max(chosen->credited_blocks,
+               static_cast<double>(std::min(request.pullable_blocks, decision.prompt_blocks)));
   const uint64_t blocks = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(to_prefill)), 1);
   decisions_[decision.decision_id] = InFlight{decision.worker, request.tenant, blocks, now_ms};
   Totals& totals = totals_[decision.worker];

@@ -26,6 +26,24 @@ struct kvgov::EnumSpelling<kvgov::ingest::EngineKind> {
 
 namespace kvgov::ingest {
 
+/// What an engine does for a disaggregated model (docs/formats/gateway.md,
+/// "Prefill/decode disaggregation"): computes prompts and hands their KV
+/// over, takes handed-over KV and decodes, or both on its own.
+enum class EngineRole { kBoth, kPrefill, kDecode };
+
+}  // namespace kvgov::ingest
+
+template <>
+struct kvgov::EnumSpelling<kvgov::ingest::EngineRole> {
+  static constexpr std::string_view kName = "engine role";
+  static constexpr auto kValues = std::to_array<std::pair<ingest::EngineRole, std::string_view>>(
+      {{ingest::EngineRole::kBoth, "both"},
+       {ingest::EngineRole::kPrefill, "prefill"},
+       {ingest::EngineRole::kDecode, "decode"}});
+};
+
+namespace kvgov::ingest {
+
 /// One engine kvgov follows, as given by `--engine SPEC` or the config file.
 struct EngineSpec {
   std::string id;
@@ -48,12 +66,22 @@ struct EngineSpec {
   // control + connector_path). Empty: the engine's kind.
   std::string connector;
   std::string connector_path;
+  EngineRole role = EngineRole::kBoth;
+  // A prefill engine's pin: how long it holds a handed-over prompt's blocks
+  // for the decode worker to pull (vLLM's kv_lease_duration, 30 s; SGLang's
+  // bootstrap timeout, 300 s). kvgov's lease of a handoff lives this long
+  // unless the decode worker's first token ends it first.
+  int64_t kv_lease_ms = 30000;
+  // A prefill SGLang engine's bootstrap server port (its
+  // --disaggregation-bootstrap-port).
+  int bootstrap_port = 8998;
   friend bool operator==(const EngineSpec&, const EngineSpec&) = default;
 };
 
 /// Parses "id=w1,kind=vllm,events=tcp://h:5557,replay=tcp://h:5558,model=m,
 /// block-size=16,pool-blocks=65536,dp-ranks=1,control=http://h:8000,openai=http://h:8000,
-/// connector=webhook,connector-path=/evict". id, events and model are
+/// connector=webhook,connector-path=/evict,role=prefill,kv-lease-ms=30000,
+/// bootstrap-port=8998". id, events and model are
 /// required. Returns InvalidArgument naming the key at fault: an unknown
 /// key, a repeated key, a value that does not parse, an endpoint that is not
 /// tcp://HOST:PORT, an id with characters outside [A-Za-z0-9_.-].

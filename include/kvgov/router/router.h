@@ -30,6 +30,10 @@ struct RouteWeights {
   // kvgov itself has in flight there adds to the worker's load.
   double unrouted_request_blocks = 16.0;
   double busy_load_blocks = 0;  // a worker at or above this load is busy; 0: never
+  // Cost of a block a decode worker pulls from a prefill worker's pin
+  // (RouteRequest::pullable_blocks) against 1 per block of prefill: the
+  // transfer of a block is about a tenth of its prefill (docs/adr/0021).
+  double pull_weight = 0.1;
   double temperature = 0;       // 0: lowest cost wins; > 0: softmax sampling
   uint64_t seed = 0;            // of the sampling generator
   int64_t decision_ttl_ms = 60000;  // an unreleased decision releases itself after this
@@ -59,6 +63,12 @@ struct RouteRequest {
   std::vector<int64_t> token_ids;
   std::string lora_name;
   std::vector<std::string> workers;  // allowed ids; empty: every worker
+  // The decode step of a disaggregated request: the prompt's leading blocks
+  // a decode worker can pull from the prefill worker's live pin instead of
+  // computing them, already gated by the caller at the route's clock (0
+  // once the lease is not active or the span is withdrawn). A worker pays
+  // pull_weight for each of them it does not hold itself.
+  uint64_t pullable_blocks = 0;
 };
 
 /// A worker's load as the cost sees it.
@@ -76,6 +86,7 @@ struct Candidate {
   uint64_t overlap_blocks = 0;   // of those, the ones governance lets credit
   std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};  // of overlap_blocks
   double credited_blocks = 0;    // tier-weighted
+  uint64_t pulled_blocks = 0;    // of the request's pullable blocks, those it lacks
   WorkerLoad load;
   double cost = 0;
   bool eligible = false;
@@ -94,7 +105,8 @@ struct RouteDecision {
 };
 
 /// Chooses the worker for a request: the one whose cost — overlap_weight x
-/// the prefill blocks it would still compute, plus its load — is lowest,
+/// the prefill blocks it would still compute, plus pull_weight x the blocks
+/// it would pull from a prefill worker's pin, plus its load — is lowest,
 /// among those eligible. Keeps the in-flight load its decisions add until
 /// they are released.
 ///
