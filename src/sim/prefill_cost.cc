@@ -25,6 +25,15 @@ std::string_view ToString(ModelShape shape) {
   return shape == ModelShape::kLlama3_8B ? "llama-3-8b" : "qwen3-32b";
 }
 
+int64_t KvBytesPerToken(ModelShape shape) {
+  // 32 layers x 8 KV heads x 128 (Llama-3-8B); 64 x 8 x 128 (Qwen3-32B).
+  return shape == ModelShape::kLlama3_8B ? 131072 : 262144;
+}
+
+double TransferSeconds(ModelShape shape, int64_t tokens, double bytes_per_s) {
+  return static_cast<double>(tokens) * static_cast<double>(KvBytesPerToken(shape)) / bytes_per_s;
+}
+
 PrefillCostModel::PrefillCostModel(ModelShape shape)
     : shape_(shape),
       points_(shape == ModelShape::kLlama3_8B ? std::span<const PrefillPoint>(kLlama3_8B)

@@ -16,6 +16,13 @@ enum class ModelShape { kLlama3_8B, kQwen3_32B };
 Result<ModelShape> ParseModelShape(std::string_view name);
 std::string_view ToString(ModelShape shape);
 
+/// Bytes of KV cache one token holds in bf16 (2 x layers x KV heads x head
+/// dim x 2 bytes): what a prefill/decode handoff moves per token.
+int64_t KvBytesPerToken(ModelShape shape);
+
+/// Seconds to move `tokens` tokens of KV over a link of `bytes_per_s`.
+double TransferSeconds(ModelShape shape, int64_t tokens, double bytes_per_s);
+
 /// A measured point: prefilling `tokens` tokens cost `us_per_token` each.
 struct PrefillPoint {
   int64_t tokens;
