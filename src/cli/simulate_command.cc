@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -21,14 +22,31 @@ std::string Rate(double per_s) {
 // A workload with the fleet it is meant for; flags override either.
 struct Scenario {
   std::vector<sim::SimRequest> trace;
-  sim::FleetOptions fleet;
+  sim::FleetOptions fleet;  // colocated
   std::string description;
+  std::optional<sim::FleetSplit> split;  // --disaggregate
 };
 
 Result<Scenario> BuildScenario(const SimulateFlags& flags) {
   Scenario scenario;
   sim::FleetOptions& fleet = scenario.fleet;
   fleet.seed = flags.seed;
+  // The colocated fleet a split is compared with has the same engines.
+  int engines = flags.engines;
+  if (!flags.disaggregate.empty()) {
+    Result<sim::FleetSplit> split = sim::ParseFleetSplit(flags.disaggregate);
+    if (!split.ok()) {
+      return Status::InvalidArgument("--disaggregate: " + split.status().message());
+    }
+    const int total = split->prefill_engines + split->decode_engines;
+    if (flags.engines > 0 && flags.engines != total) {
+      return Status::InvalidArgument("--disaggregate: " + flags.disaggregate + " is " +
+                                     std::to_string(total) + " engines, but --engines is " +
+                                     std::to_string(flags.engines));
+    }
+    engines = total;
+    scenario.split = *split;
+  }
   if (flags.workload == "shared-prefix") {
     // llm-d's 73%-capacity benchmark: 8 pods of Qwen3-32B, 150 groups of a
     // 6k-token system prompt plus a 1.2k-token question.
@@ -36,7 +54,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     workload.seed = flags.seed;
     if (flags.requests > 0) workload.requests = flags.requests;
     if (flags.rate > 0) workload.requests_per_s = flags.rate;
-    fleet.engines = flags.engines > 0 ? flags.engines : 8;
+    fleet.engines = engines > 0 ? engines : 8;
     fleet.shape = sim::ModelShape::kQwen3_32B;
     fleet.capacity_blocks = static_cast<size_t>(std::ceil(
         static_cast<double>(sim::SharedPrefixBlocks(workload, fleet.block_size)) / 0.73 /
@@ -56,7 +74,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
           std::max(1, flags.requests / (workload.tenants * workload.turns));
     }
     if (flags.rate > 0) workload.session_starts_per_s = flags.rate;
-    fleet.engines = flags.engines > 0 ? flags.engines : 4;
+    fleet.engines = engines > 0 ? engines : 4;
     fleet.shape = sim::ModelShape::kLlama3_8B;
     fleet.capacity_blocks = 4096;
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::AgentWorkload(workload));
@@ -96,6 +114,45 @@ nlohmann::json ReportJson(const sim::PolicyReport& report) {
           {"ttft_mean_s", report.ttft_mean_s},
           {"busy_s_per_engine", report.busy_s_per_engine},
           {"load_spread", report.load_spread}};
+}
+
+nlohmann::json DisaggregatedReportJson(const sim::PolicyReport& report) {
+  nlohmann::json out = ReportJson(report);
+  out["pulled_tokens"] = report.pulled_tokens;
+  out["pull_saved_tokens"] = report.pull_saved_tokens;
+  out["transfer_s"] = report.transfer_s;
+  out["link_wait_s"] = report.link_wait_s;
+  return out;
+}
+
+// Every policy on one fleet; 0 with the reports, else the exit code
+// (after the message).
+int RunPolicies(const SimulateFlags& flags, const Scenario& scenario,
+                const sim::FleetOptions& fleet, std::vector<sim::PolicyReport>& reports) {
+  for (const std::string& name : flags.policies) {
+    Result<std::unique_ptr<sim::RoutingPolicy>> policy =
+        sim::MakePolicy(name, fleet, flags.seed, flags.route);
+    if (!policy.ok()) {
+      std::fprintf(stderr, "kvgov simulate: --policy: %s\n", policy.status().message().c_str());
+      return 2;
+    }
+    Result<sim::PolicyReport> report = sim::RunTrace(scenario.trace, fleet, **policy);
+    if (!report.ok()) {
+      std::fprintf(stderr, "kvgov simulate: %s%s: %s\n", name.c_str(),
+                   fleet.disaggregated() ? " (disaggregated)" : "",
+                   report.status().ToString().c_str());
+      return 1;
+    }
+    reports.push_back(std::move(report).value());
+  }
+  return 0;
+}
+
+// "sim-0..sim-3", or "sim-4" for one engine.
+std::string EngineRange(size_t first, size_t count) {
+  std::string out = sim::Fleet::WorkerId(first);
+  if (count > 1) out += ".." + sim::Fleet::WorkerId(first + count - 1);
+  return out;
 }
 
 }  // namespace
@@ -138,6 +195,16 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
                       "kvgov serve).")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  CLI::Option* disaggregate = command->add_option(
+      "--disaggregate", flags.disaggregate,
+      "Also run each policy on the same x+y engines split xPyD (e.g. 2P2D): sim-0.. prefill,\n"
+      "the rest decode, pulling the prompt's KV they lack from the prefill engine (decode\n"
+      "itself is not modeled). Prints the colocated and the disaggregated table.");
+  command->add_option("--link-gbps", flags.link_gbps,
+                      "Each decode engine's link for KV pulls, Gb/s (with --disaggregate).")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(disaggregate);
   return command;
 }
 
@@ -147,23 +214,24 @@ int RunSimulate(const SimulateFlags& flags) {
     std::fprintf(stderr, "kvgov simulate: %s\n", scenario.status().message().c_str());
     return 2;
   }
-  std::vector<sim::PolicyReport> reports;
-  for (const std::string& name : flags.policies) {
-    Result<std::unique_ptr<sim::RoutingPolicy>> policy =
-        sim::MakePolicy(name, scenario->fleet, flags.seed, flags.route);
-    if (!policy.ok()) {
-      std::fprintf(stderr, "kvgov simulate: --policy: %s\n", policy.status().message().c_str());
-      return 2;
-    }
-    Result<sim::PolicyReport> report = sim::RunTrace(scenario->trace, scenario->fleet, **policy);
-    if (!report.ok()) {
-      std::fprintf(stderr, "kvgov simulate: %s: %s\n", name.c_str(),
-                   report.status().ToString().c_str());
-      return 1;
-    }
-    reports.push_back(std::move(report).value());
-  }
   const sim::FleetOptions& fleet = scenario->fleet;
+  std::vector<sim::PolicyReport> reports;
+  if (int code = RunPolicies(flags, *scenario, fleet, reports); code != 0) return code;
+  // The same trace on the same engines, split xPyD.
+  std::optional<sim::FleetOptions> split_fleet;
+  std::vector<sim::PolicyReport> split_reports;
+  std::string split_name;
+  if (scenario->split.has_value()) {
+    split_fleet = fleet;
+    split_fleet->prefill_engines = scenario->split->prefill_engines;
+    split_fleet->decode_engines = scenario->split->decode_engines;
+    split_fleet->link_bytes_per_s = flags.link_gbps * 1e9 / 8;
+    split_name = std::to_string(split_fleet->prefill_engines) + "P" +
+                 std::to_string(split_fleet->decode_engines) + "D";
+    if (int code = RunPolicies(flags, *scenario, *split_fleet, split_reports); code != 0) {
+      return code;
+    }
+  }
   if (flags.json) {
     nlohmann::json out = {{"workload", flags.workload},
                           {"description", scenario->description},
@@ -174,14 +242,38 @@ int RunSimulate(const SimulateFlags& flags) {
                           {"seed", flags.seed},
                           {"policies", nlohmann::json::array()}};
     for (const sim::PolicyReport& report : reports) out["policies"].push_back(ReportJson(report));
+    if (split_fleet.has_value()) {
+      out["disaggregate"] = split_name;
+      out["prefill_engines"] = split_fleet->prefill_engines;
+      out["decode_engines"] = split_fleet->decode_engines;
+      out["link_gbps"] = flags.link_gbps;
+      out["disaggregated"] = nlohmann::json::array();
+      for (const sim::PolicyReport& report : split_reports) {
+        out["disaggregated"].push_back(DisaggregatedReportJson(report));
+      }
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   std::printf("workload %s: %s\n", flags.workload.c_str(), scenario->description.c_str());
-  std::printf("fleet: %d engines x %zu blocks of %lld tokens, prefill modeled on %s (H200)\n\n",
+  std::printf("fleet: %d engines x %zu blocks of %lld tokens, prefill modeled on %s (H200)\n",
               fleet.engines, fleet.capacity_blocks, static_cast<long long>(fleet.block_size),
               std::string(sim::ToString(fleet.shape)).c_str());
-  std::printf("%s", sim::FormatReports(reports).c_str());
+  if (!split_fleet.has_value()) {
+    std::printf("\n%s", sim::FormatReports(reports).c_str());
+    return 0;
+  }
+  const size_t prefill = static_cast<size_t>(split_fleet->prefill_engines);
+  const size_t decode = static_cast<size_t>(split_fleet->decode_engines);
+  std::printf(
+      "disaggregated %s: prefill on %s, decode on %s; each decode engine pulls\n"
+      "the KV it lacks over its own %g Gb/s link, one pull at a time. Decode itself is not\n"
+      "modeled in either fleet: TTFT = prefill queue + prefill (+ link queue + transfer).\n",
+      split_name.c_str(), EngineRange(0, prefill).c_str(), EngineRange(prefill, decode).c_str(),
+      flags.link_gbps);
+  std::printf("\ncolocated, %d engines\n%s", fleet.engines, sim::FormatReports(reports).c_str());
+  std::printf("\ndisaggregated, %s\n%s", split_name.c_str(),
+              sim::FormatReports(split_reports).c_str());
   return 0;
 }
 

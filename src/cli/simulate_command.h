@@ -22,13 +22,17 @@ struct SimulateFlags {
   std::string encoding = "map";
   bool json = false;
   router::RouteWeights route;  // kvgov's policy
+  std::string disaggregate;    // "xPyD": also run an xPyD fleet; "": colocated only
+  double link_gbps = 400;      // each decode engine's link, with --disaggregate
 };
 
 /// Registers `kvgov simulate` on the app; returns the subcommand.
 CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags);
 
 /// Runs it: the workload through a fresh simulated fleet once per policy,
-/// then a table (or JSON) of the results. Returns the exit code.
+/// then a table (or JSON) of the results. With --disaggregate xPyD, each
+/// policy also runs the same trace on an xPyD fleet of the same x+y
+/// engines, reported beside the colocated one. Returns the exit code.
 int RunSimulate(const SimulateFlags& flags);
 
 }  // namespace kvgov::cli

@@ -44,6 +44,12 @@ size_t BlockPool::CachedPrefix(std::span<const int64_t> tokens,
   return cached;
 }
 
+bool BlockPool::Touch(Block& block) {
+  if (block.pins > 0) return false;
+  lru_.splice(lru_.end(), lru_, block.position);
+  return true;
+}
+
 PrefillOutcome BlockPool::Prefill(std::span<const int64_t> tokens, std::string_view cache_salt) {
   const std::vector<EngineHash> hashes = ChainHashes(tokens, cache_salt);
   PrefillOutcome outcome;
@@ -55,27 +61,40 @@ PrefillOutcome BlockPool::Prefill(std::span<const int64_t> tokens, std::string_v
   outcome.computed_tokens = static_cast<int64_t>(tokens.size()) - hit_tokens;
 
   // The hit head becomes recent before anything is evicted, so making room
-  // for the tail never evicts the head it extends.
+  // for the tail never evicts the head it extends. Pinned blocks are not
+  // evictable at all: the room is what neither they nor the head take.
+  size_t hit_unpinned = 0;
   for (size_t i = 0; i < outcome.hit_blocks; ++i) {
-    lru_.splice(lru_.end(), lru_, blocks_.at(hashes[i]));
+    if (Touch(blocks_.at(hashes[i]))) ++hit_unpinned;
   }
   const size_t capacity = options_.capacity_blocks;
-  const size_t room = capacity > outcome.hit_blocks ? capacity - outcome.hit_blocks : 0;
+  const size_t kept = held_.size() + hit_unpinned;
+  const size_t room = capacity > kept ? capacity - kept : 0;
   const size_t new_blocks = std::min(hashes.size() - outcome.hit_blocks, room);
 
   BlockRemoved removed{.block_hashes = {}, .medium = options_.medium, .group_idx = 0};
   for (size_t i = 0; i < new_blocks; ++i) {
-    if (lru_.size() >= capacity) {
-      removed.block_hashes.push_back(lru_.front());
-      blocks_.erase(lru_.front());
+    if (size() >= capacity) {
+      // The room above leaves an unpinned block outside the head here.
+      const EngineHash victim = lru_.front();
+      removed.block_hashes.push_back(victim);
+      free_ids_.push_back(blocks_.at(victim).id);
+      blocks_.erase(victim);
       lru_.pop_front();
     }
     const EngineHash hash = hashes[outcome.hit_blocks + i];
-    blocks_.emplace(hash, lru_.insert(lru_.end(), hash));
+    uint32_t id = next_id_;
+    if (free_ids_.empty()) {
+      ++next_id_;
+    } else {
+      id = free_ids_.back();
+      free_ids_.pop_back();
+    }
+    blocks_.emplace(hash, Block{.position = lru_.insert(lru_.end(), hash), .id = id, .pins = 0});
   }
   // Tail first into the recent end: the head is the last to go.
   const size_t cached = outcome.hit_blocks + new_blocks;
-  for (size_t i = cached; i-- > 0;) lru_.splice(lru_.end(), lru_, blocks_.at(hashes[i]));
+  for (size_t i = cached; i-- > 0;) Touch(blocks_.at(hashes[i]));
 
   if (!removed.block_hashes.empty()) outcome.events.emplace_back(std::move(removed));
   if (new_blocks > 0) {
@@ -98,9 +117,34 @@ PrefillOutcome BlockPool::Prefill(std::span<const int64_t> tokens, std::string_v
   return outcome;
 }
 
+PinnedBlocks BlockPool::Pin(std::span<const int64_t> tokens, std::string_view cache_salt) {
+  const std::vector<EngineHash> hashes = ChainHashes(tokens, cache_salt);
+  PinnedBlocks pinned;
+  for (const EngineHash hash : hashes) {
+    const auto block = blocks_.find(hash);
+    if (block == blocks_.end()) break;
+    if (block->second.pins++ == 0) held_.splice(held_.end(), lru_, block->second.position);
+    pinned.hashes.push_back(hash);
+    pinned.block_ids.push_back(block->second.id);
+  }
+  return pinned;
+}
+
+void BlockPool::Unpin(std::span<const EngineHash> hashes) {
+  // Tail first into the recent end, so the head outlives the tail again.
+  for (size_t i = hashes.size(); i-- > 0;) {
+    const auto block = blocks_.find(hashes[i]);
+    if (block == blocks_.end() || block->second.pins == 0) continue;
+    if (--block->second.pins == 0) lru_.splice(lru_.end(), held_, block->second.position);
+  }
+}
+
 EngineEvent BlockPool::Reset() {
   lru_.clear();
+  held_.clear();
   blocks_.clear();
+  free_ids_.clear();
+  next_id_ = 0;
   return AllBlocksCleared{};
 }
 

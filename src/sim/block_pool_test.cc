@@ -131,5 +131,127 @@ TEST(BlockPoolTest, ResetEmptiesThePool) {
   EXPECT_EQ(pool.Prefill(Tokens(16), "").hit_blocks, 0u);
 }
 
+TEST(BlockPoolTest, PinnedBlocksSurviveEvictionPressure) {
+  BlockPool pool = Pool(4);
+  const std::vector<int64_t> x = Tokens(8, 0);
+  const auto x_stored = std::get<BlockStored>(pool.Prefill(x, "salt").events.at(0));
+  const PinnedBlocks pin = pool.Pin(x, "salt");
+  EXPECT_EQ(pin.hashes, x_stored.block_hashes);
+  ASSERT_EQ(pin.block_ids.size(), 2u);
+  EXPECT_EQ(pool.pinned_blocks(), 2u);
+  // Eight blocks' worth of other prompts through the two free slots: every
+  // eviction takes one of them, none takes x.
+  for (int64_t round = 1; round <= 4; ++round) {
+    PrefillOutcome outcome = pool.Prefill(Tokens(8, 1000 * round), "");
+    EXPECT_EQ(std::get<BlockStored>(outcome.events.back()).block_hashes.size(), 2u);
+    for (const EngineEvent& event : outcome.events) {
+      if (const auto* removed = std::get_if<BlockRemoved>(&event)) {
+        for (EngineHash hash : removed->block_hashes) {
+          EXPECT_NE(hash, x_stored.block_hashes[0]);
+          EXPECT_NE(hash, x_stored.block_hashes[1]);
+        }
+      }
+    }
+    EXPECT_EQ(pool.CachedPrefix(x, "salt"), 2u);
+    EXPECT_EQ(pool.size(), 4u);
+  }
+  EXPECT_EQ(pool.Prefill(x, "salt").hit_blocks, 2u);
+}
+
+TEST(BlockPoolTest, APoolFullOfPinnedBlocksCachesWhatFits) {
+  BlockPool pool = Pool(5);
+  const std::vector<int64_t> x = Tokens(8, 0);
+  const std::vector<int64_t> y = Tokens(8, 1000);
+  pool.Prefill(x, "");
+  pool.Prefill(y, "");
+  pool.Pin(x, "");
+  pool.Pin(y, "");
+  // One free slot: the new prompt caches its head only.
+  PrefillOutcome outcome = pool.Prefill(Tokens(12, 2000), "");
+  EXPECT_EQ(outcome.computed_tokens, 12);
+  ASSERT_EQ(outcome.events.size(), 1u);
+  EXPECT_EQ(std::get<BlockStored>(outcome.events[0]).block_hashes.size(), 1u);
+  // Now every slot is taken, four of them pinned: the next caches only by
+  // evicting that one unpinned block.
+  outcome = pool.Prefill(Tokens(8, 3000), "");
+  ASSERT_EQ(outcome.events.size(), 2u);
+  EXPECT_EQ(std::get<BlockRemoved>(outcome.events[0]).block_hashes.size(), 1u);
+  EXPECT_EQ(std::get<BlockStored>(outcome.events[1]).block_hashes.size(), 1u);
+  pool.Pin(Tokens(8, 3000), "");
+  // Full of pinned blocks: a prefill computes everything and caches nothing.
+  outcome = pool.Prefill(Tokens(8, 4000), "");
+  EXPECT_EQ(outcome.computed_tokens, 8);
+  EXPECT_TRUE(outcome.events.empty());
+  EXPECT_EQ(pool.size(), 5u);
+  EXPECT_EQ(pool.pinned_blocks(), 5u);
+  EXPECT_EQ(pool.CachedPrefix(x, ""), 2u);
+  EXPECT_EQ(pool.CachedPrefix(y, ""), 2u);
+}
+
+TEST(BlockPoolTest, AnUnpinnedBlockStaysCachedAndBecomesEvictableAgain) {
+  BlockPool pool = Pool(4);
+  const std::vector<int64_t> x = Tokens(8, 0);
+  const std::vector<int64_t> y = Tokens(8, 1000);
+  pool.Prefill(x, "");
+  const PinnedBlocks pin = pool.Pin(x, "");
+  pool.Prefill(y, "");  // y is now more recent than x was
+  pool.Unpin(pin.hashes);
+  EXPECT_EQ(pool.pinned_blocks(), 0u);
+  EXPECT_EQ(pool.CachedPrefix(x, ""), 2u);
+  EXPECT_EQ(pool.size(), 4u);
+  // Unpinning returns x to the recent end, so y goes first, then x's tail
+  // before its head.
+  pool.Prefill(Tokens(8, 2000), "");
+  EXPECT_EQ(pool.CachedPrefix(x, ""), 2u);
+  EXPECT_EQ(pool.CachedPrefix(y, ""), 0u);
+  PrefillOutcome outcome = pool.Prefill(Tokens(4, 3000), "");
+  ASSERT_EQ(outcome.events.size(), 2u);
+  EXPECT_EQ(std::get<BlockRemoved>(outcome.events[0]).block_hashes,
+            std::vector<EngineHash>{pin.hashes[1]});
+  EXPECT_EQ(pool.CachedPrefix(x, ""), 1u);
+}
+
+TEST(BlockPoolTest, PinsCountAndEndWithTheirLastUnpin) {
+  BlockPool pool = Pool(2);
+  const std::vector<int64_t> x = Tokens(8, 0);
+  pool.Prefill(x, "");
+  const PinnedBlocks first = pool.Pin(x, "");
+  const PinnedBlocks second = pool.Pin(Tokens(4, 0), "");  // x's head only
+  EXPECT_EQ(second.hashes, std::vector<EngineHash>{first.hashes[0]});
+  pool.Unpin(first.hashes);
+  EXPECT_EQ(pool.pinned_blocks(), 1u);
+  // The tail is evictable again, the head is not.
+  pool.Prefill(Tokens(4, 1000), "");
+  EXPECT_EQ(pool.CachedPrefix(x, ""), 1u);
+  pool.Unpin(second.hashes);
+  pool.Unpin(second.hashes);  // a pin already ended ends nothing
+  EXPECT_EQ(pool.pinned_blocks(), 0u);
+  EXPECT_TRUE(pool.Pin(Tokens(4, 5000), "").hashes.empty());  // not cached: nothing to pin
+}
+
+TEST(BlockPoolTest, BlockIdsAreSlotsOfThePool) {
+  BlockPool pool = Pool(3);
+  pool.Prefill(Tokens(12, 0), "");
+  const PinnedBlocks pin = pool.Pin(Tokens(12, 0), "");
+  EXPECT_EQ(pin.block_ids, (std::vector<uint32_t>{0, 1, 2}));
+  pool.Unpin(pin.hashes);
+  // Evicted blocks give their ids to the blocks that replace them.
+  pool.Prefill(Tokens(8, 1000), "");
+  for (uint32_t id : pool.Pin(Tokens(8, 1000), "").block_ids) EXPECT_LT(id, 3u);
+}
+
+TEST(BlockPoolTest, ResetEndsEveryPin) {
+  BlockPool pool = Pool(16);
+  pool.Prefill(Tokens(16), "");
+  ASSERT_EQ(pool.Pin(Tokens(16), "").hashes.size(), 4u);
+  pool.Reset();
+  EXPECT_EQ(pool.pinned_blocks(), 0u);
+  EXPECT_EQ(pool.size(), 0u);
+  // Cached again, the blocks are evictable: a pool of 16 takes 16 others.
+  pool.Prefill(Tokens(16), "");
+  pool.Prefill(Tokens(64, 1000), "");
+  EXPECT_EQ(pool.CachedPrefix(Tokens(16), ""), 0u);
+}
+
 }  // namespace
 }  // namespace kvgov::sim

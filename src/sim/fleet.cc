@@ -4,7 +4,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
+#include <queue>
+#include <tuple>
 
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
@@ -30,13 +33,43 @@ EngineModel::Served EngineModel::Serve(uint64_t request_id, double arrival_s,
   return served;
 }
 
-std::vector<std::pair<double, uint64_t>> EngineModel::PopFinished(double now_s) {
+namespace {
+
+std::vector<std::pair<double, uint64_t>> PopUntil(std::deque<std::pair<double, uint64_t>>& queue,
+                                                  double now_s) {
   std::vector<std::pair<double, uint64_t>> finished;
-  while (!queue_.empty() && queue_.front().first <= now_s) {
-    finished.push_back(queue_.front());
-    queue_.pop_front();
+  while (!queue.empty() && queue.front().first <= now_s) {
+    finished.push_back(queue.front());
+    queue.pop_front();
   }
   return finished;
+}
+
+}  // namespace
+
+std::vector<std::pair<double, uint64_t>> EngineModel::PopFinished(double now_s) {
+  return PopUntil(queue_, now_s);
+}
+
+EngineModel::Pulled EngineModel::Pull(uint64_t request_id, double ready_s,
+                                      std::span<const int64_t> tokens,
+                                      std::string_view cache_salt, double link_bytes_per_s) {
+  Pulled pulled;
+  // vLLM's decode worker looks the prompt up in its own cache first and
+  // pulls only the rest; once pulled, the blocks are its own cached blocks.
+  pulled.cached = pool_.Prefill(tokens, cache_salt);
+  pulled.pulled_tokens = pulled.cached.computed_tokens;
+  pulled.ready_s = ready_s;
+  pulled.start_s = std::max(ready_s, link_busy_until_s_);
+  pulled.finish_s =
+      pulled.start_s + TransferSeconds(cost_.shape(), pulled.pulled_tokens, link_bytes_per_s);
+  link_busy_until_s_ = pulled.finish_s;
+  transfers_.emplace_back(pulled.finish_s, request_id);
+  return pulled;
+}
+
+std::vector<std::pair<double, uint64_t>> EngineModel::PopTransferred(double now_s) {
+  return PopUntil(transfers_, now_s);
 }
 
 namespace {
@@ -71,23 +104,107 @@ Fleet::Fleet(const FleetOptions& options) : options_(options) {
   }
 }
 
+size_t Fleet::decode_count() const {
+  return disaggregated()
+             ? std::min(size(), static_cast<size_t>(std::max(options_.decode_engines, 0)))
+             : 0;
+}
+
 std::string Fleet::WorkerId(size_t engine) { return "sim-" + std::to_string(engine); }
+
+Status ValidateFleetOptions(const FleetOptions& options) {
+  if (options.engines < 1) {
+    return Status::InvalidArgument("fleet: want at least 1 engine, got " +
+                                   std::to_string(options.engines));
+  }
+  if (!options.disaggregated()) return Status::Ok();
+  if (options.prefill_engines < 1 || options.decode_engines < 1) {
+    return Status::InvalidArgument(
+        "fleet: a disaggregated fleet wants at least 1 prefill and 1 decode engine, got " +
+        std::to_string(options.prefill_engines) + "P" + std::to_string(options.decode_engines) +
+        "D");
+  }
+  if (static_cast<int64_t>(options.prefill_engines) + options.decode_engines != options.engines) {
+    return Status::InvalidArgument("fleet: " + std::to_string(options.prefill_engines) + "P" +
+                                   std::to_string(options.decode_engines) +
+                                   "D does not add up to its " + std::to_string(options.engines) +
+                                   " engines");
+  }
+  // Also false for NaN.
+  if (!(options.link_bytes_per_s > 0)) {
+    return Status::InvalidArgument("fleet: link_bytes_per_s must be positive");
+  }
+  return Status::Ok();
+}
+
+Result<FleetSplit> ParseFleetSplit(std::string_view text) {
+  const std::string quoted = "'" + std::string(text.substr(0, 64)) + "'";
+  // A count (digits, the first not 0, so neither a sign nor a padded
+  // number passes) ending in `tag`; consumes both.
+  std::string_view rest = text;
+  const auto count = [&rest](char tag, int& out) {
+    if (rest.empty() || rest.front() < '1' || rest.front() > '9') return false;
+    const char* const end = rest.data() + rest.size();
+    const auto [next, error] = std::from_chars(rest.data(), end, out);
+    if (error != std::errc() || next == end || *next != tag) return false;
+    rest.remove_prefix(static_cast<size_t>(next - rest.data()) + 1);
+    return true;
+  };
+  FleetSplit split;
+  if (!count('P', split.prefill_engines) || !count('D', split.decode_engines) || !rest.empty()) {
+    return Status::InvalidArgument("want xPyD such as 2P2D, got " + quoted);
+  }
+  if (static_cast<int64_t>(split.prefill_engines) + split.decode_engines > 1024) {
+    return Status::InvalidArgument("want at most 1024 engines in all, got " + quoted);
+  }
+  return split;
+}
 
 std::string Fleet::CacheSalt(std::string_view tenant) const {
   return tenant.empty() ? std::string() : router::TenantCacheSalt(options_.tenant_secret, tenant);
 }
 
+Result<size_t> RoutingPolicy::ChooseDecode(const SimRequest&, std::string_view, const Fleet&,
+                                           size_t, double) {
+  return Status::FailedPrecondition("policy " + std::string(name()) +
+                                    " places colocated fleets only: it has no decode step");
+}
+
 namespace {
+
+// The fleet-wide index range a policy chooses in: the prefill engines (all
+// of a colocated fleet) or the decode engines.
+struct Pool {
+  size_t first = 0;
+  size_t count = 0;
+};
+Pool PrefillPool(const Fleet& fleet) { return {0, fleet.prefill_count()}; }
+Pool DecodePool(const Fleet& fleet) { return {fleet.prefill_count(), fleet.decode_count()}; }
+
+Status EmptyPool(std::string_view policy, std::string_view step) {
+  return Status::FailedPrecondition(std::string(policy) + ": the fleet has no " +
+                                    std::string(step) + " engine");
+}
 
 class RoundRobinPolicy final : public RoutingPolicy {
  public:
   std::string_view name() const override { return "round-robin"; }
   Result<size_t> Choose(const SimRequest&, std::string_view, const Fleet& fleet) override {
-    return next_++ % fleet.size();
+    return Next(PrefillPool(fleet), next_prefill_, "prefill");
+  }
+  Result<size_t> ChooseDecode(const SimRequest&, std::string_view, const Fleet& fleet, size_t,
+                              double) override {
+    return Next(DecodePool(fleet), next_decode_, "decode");
   }
 
  private:
-  size_t next_ = 0;
+  Result<size_t> Next(Pool pool, size_t& next, std::string_view step) const {
+    if (pool.count == 0) return EmptyPool(name(), step);
+    return pool.first + next++ % pool.count;
+  }
+
+  size_t next_prefill_ = 0;
+  size_t next_decode_ = 0;
 };
 
 class RandomPolicy final : public RoutingPolicy {
@@ -95,31 +212,58 @@ class RandomPolicy final : public RoutingPolicy {
   explicit RandomPolicy(uint64_t seed) : state_(seed) {}
   std::string_view name() const override { return "random"; }
   Result<size_t> Choose(const SimRequest&, std::string_view, const Fleet& fleet) override {
-    return MixSeed(state_, counter_++) % fleet.size();
+    const Pool pool = PrefillPool(fleet);
+    if (pool.count == 0) return EmptyPool(name(), "prefill");
+    return pool.first + MixSeed(state_, counter_++) % pool.count;
+  }
+  Result<size_t> ChooseDecode(const SimRequest&, std::string_view, const Fleet& fleet, size_t,
+                              double) override {
+    const Pool pool = DecodePool(fleet);
+    if (pool.count == 0) return EmptyPool(name(), "decode");
+    // A stream of its own, so the prefill draws are those a colocated run
+    // of the same seed makes.
+    return pool.first + MixSeed(~state_, decode_counter_++) % pool.count;
   }
 
  private:
   uint64_t state_;
   uint64_t counter_ = 0;
+  uint64_t decode_counter_ = 0;
 };
 
 class LeastLoadPolicy final : public RoutingPolicy {
  public:
   std::string_view name() const override { return "least-load"; }
   Result<size_t> Choose(const SimRequest&, std::string_view, const Fleet& fleet) override {
-    // Ties rotate, so an idle fleet is not all sent to engine 0 (which
-    // would be prefix-affine by accident).
-    size_t best = rotation_ % fleet.size();
-    for (size_t k = 1; k < fleet.size(); ++k) {
-      const size_t i = (rotation_ + k) % fleet.size();
-      if (fleet.engine(i).outstanding() < fleet.engine(best).outstanding()) best = i;
-    }
-    ++rotation_;
-    return best;
+    return Least(fleet, PrefillPool(fleet), prefill_rotation_, "prefill");
+  }
+  Result<size_t> ChooseDecode(const SimRequest&, std::string_view, const Fleet& fleet, size_t,
+                              double) override {
+    return Least(fleet, DecodePool(fleet), decode_rotation_, "decode");
   }
 
  private:
-  size_t rotation_ = 0;
+  Result<size_t> Least(const Fleet& fleet, Pool pool, size_t& rotation,
+                       std::string_view step) const {
+    if (pool.count == 0) return EmptyPool(name(), step);
+    // A decode engine's load is its pulls; a prefill engine has none, so
+    // one sum serves both pools.
+    const auto load = [&fleet](size_t i) {
+      return fleet.engine(i).outstanding() + fleet.engine(i).outstanding_transfers();
+    };
+    // Ties rotate, so an idle fleet is not all sent to engine 0 (which
+    // would be prefix-affine by accident).
+    size_t best = pool.first + rotation % pool.count;
+    for (size_t k = 1; k < pool.count; ++k) {
+      const size_t i = pool.first + (rotation + k) % pool.count;
+      if (load(i) < load(best)) best = i;
+    }
+    ++rotation;
+    return best;
+  }
+
+  size_t prefill_rotation_ = 0;
+  size_t decode_rotation_ = 0;
 };
 
 class OraclePolicy final : public RoutingPolicy {
@@ -128,19 +272,42 @@ class OraclePolicy final : public RoutingPolicy {
   std::string_view name() const override { return "oracle"; }
   Result<size_t> Choose(const SimRequest& request, std::string_view cache_salt,
                         const Fleet& fleet) override {
-    size_t best = 0;
-    double best_cost = std::numeric_limits<double>::infinity();
-    uint64_t best_affinity = 0;
-    const uint64_t head = HeadSignature(request.tokens, fleet.options().block_size);
     const int64_t prompt = static_cast<int64_t>(request.tokens.size());
-    for (size_t i = 0; i < fleet.size(); ++i) {
-      const EngineModel& engine = fleet.engine(i);
+    return Cheapest(request, fleet, PrefillPool(fleet), "prefill", [&](const EngineModel& engine) {
       const int64_t hit_tokens =
           static_cast<int64_t>(engine.pool().CachedPrefix(request.tokens, cache_salt)) *
           engine.pool().options().block_size;
       const double wait = std::max(0.0, engine.busy_until_s() - request.arrival_s);
-      const double cost =
-          wait + overlap_weight_ * engine.cost().PrefillSeconds(prompt, prompt - hit_tokens);
+      return wait + overlap_weight_ * engine.cost().PrefillSeconds(prompt, prompt - hit_tokens);
+    });
+  }
+
+  Result<size_t> ChooseDecode(const SimRequest& request, std::string_view cache_salt,
+                              const Fleet& fleet, size_t, double ready_s) override {
+    const int64_t prompt = static_cast<int64_t>(request.tokens.size());
+    return Cheapest(request, fleet, DecodePool(fleet), "decode", [&](const EngineModel& engine) {
+      // What the engine lacks is what it pulls, the partial last block
+      // included (it is never cached anywhere).
+      const int64_t held_tokens =
+          static_cast<int64_t>(engine.pool().CachedPrefix(request.tokens, cache_salt)) *
+          engine.pool().options().block_size;
+      const double wait = std::max(0.0, engine.link_busy_until_s() - ready_s);
+      return wait + TransferSeconds(fleet.options().shape, prompt - held_tokens,
+                                    fleet.options().link_bytes_per_s);
+    });
+  }
+
+ private:
+  template <typename Cost>
+  Result<size_t> Cheapest(const SimRequest& request, const Fleet& fleet, Pool pool,
+                          std::string_view step, const Cost& cost_of) const {
+    if (pool.count == 0) return EmptyPool(name(), step);
+    size_t best = pool.first;
+    double best_cost = std::numeric_limits<double>::infinity();
+    uint64_t best_affinity = 0;
+    const uint64_t head = HeadSignature(request.tokens, fleet.options().block_size);
+    for (size_t i = pool.first; i < pool.first + pool.count; ++i) {
+      const double cost = cost_of(fleet.engine(i));
       // Ties go by rendezvous on the prompt's head, as kvgov's do, so the
       // oracle is not handicapped by piling cold prefixes on engine 0.
       const uint64_t affinity = MixSeed(head, i);
@@ -153,19 +320,22 @@ class OraclePolicy final : public RoutingPolicy {
     return best;
   }
 
- private:
   double overlap_weight_;
 };
 
 class KvgovPolicy final : public RoutingPolicy {
  public:
   KvgovPolicy(const FleetOptions& fleet, router::RouteWeights weights)
-      : model_(fleet.model), router_(&index_, &status_, weights) {
+      : model_(fleet.model), block_size_(fleet.block_size), router_(&index_, &status_, weights) {
     for (int i = 0; i < fleet.engines; ++i) {
       const std::string worker = Fleet::WorkerId(static_cast<size_t>(i));
       // Registration of fresh ids in fresh tables cannot fail.
       (void)index_.AddWorker(worker, fleet.model, fleet.block_size);
       (void)status_.Add(worker, /*probed=*/false);
+      // Colocated, both lists stay empty: the route may use every worker.
+      if (fleet.disaggregated()) {
+        (i < fleet.prefill_engines ? prefill_workers_ : decode_workers_).push_back(worker);
+      }
     }
   }
 
@@ -173,22 +343,23 @@ class KvgovPolicy final : public RoutingPolicy {
 
   Result<size_t> Choose(const SimRequest& request, std::string_view cache_salt,
                         const Fleet&) override {
-    router::RouteRequest route;
-    route.model = model_;
-    route.tenant = request.tenant;
-    route.token_ids = request.tokens;
-    const int64_t now_ms = static_cast<int64_t>(std::llround(request.arrival_s * 1000));
-    KVGOV_ASSIGN_OR_RETURN(
-        router::RouteDecision decision,
-        router_.Route(route, cache_salt, std::to_string(request.id), now_ms));
-    if (decision.worker.empty()) {
-      return Status::FailedPrecondition("kvgov found no eligible worker for request " +
-                                        std::to_string(request.id));
-    }
-    size_t engine = 0;
-    const std::string_view digits = std::string_view(decision.worker).substr(4);  // "sim-"
-    std::from_chars(digits.data(), digits.data() + digits.size(), engine);
-    return engine;
+    router::RouteRequest route = RouteOf(request);
+    route.workers = prefill_workers_;
+    return RouteTo(route, cache_salt, PrefillDecision(request.id), request.arrival_s,
+                   "request " + std::to_string(request.id));
+  }
+
+  Result<size_t> ChooseDecode(const SimRequest& request, std::string_view cache_salt,
+                              const Fleet& fleet, size_t, double ready_s) override {
+    if (fleet.decode_count() == 0) return EmptyPool(name(), "decode");
+    router::RouteRequest route = RouteOf(request);
+    route.workers = decode_workers_;
+    // The prefill engine pins every full block of the prompt, and here the
+    // pin never lapses; the partial last block is pulled too, but kvgov's
+    // cost counts whole blocks.
+    route.pullable_blocks = request.tokens.size() / static_cast<size_t>(block_size_);
+    return RouteTo(route, cache_salt, DecodeDecision(request.id), ready_s,
+                   "the decode step of request " + std::to_string(request.id));
   }
 
   Status Observe(size_t engine, std::string_view payload) override {
@@ -200,10 +371,42 @@ class KvgovPolicy final : public RoutingPolicy {
     return Status::Ok();
   }
 
-  void Finished(uint64_t request_id) override { (void)router_.Done(std::to_string(request_id)); }
+  void Finished(uint64_t request_id) override { (void)router_.Done(PrefillDecision(request_id)); }
+  void Transferred(uint64_t request_id) override { (void)router_.Done(DecodeDecision(request_id)); }
 
  private:
+  static std::string PrefillDecision(uint64_t request_id) { return std::to_string(request_id); }
+  static std::string DecodeDecision(uint64_t request_id) {
+    return std::to_string(request_id) + "/decode";
+  }
+
+  router::RouteRequest RouteOf(const SimRequest& request) const {
+    router::RouteRequest route;
+    route.model = model_;
+    route.tenant = request.tenant;
+    route.token_ids = request.tokens;
+    return route;
+  }
+
+  // `what` names the step in errors.
+  Result<size_t> RouteTo(const router::RouteRequest& route, std::string_view cache_salt,
+                         std::string decision_id, double now_s, const std::string& what) {
+    const int64_t now_ms = static_cast<int64_t>(std::llround(now_s * 1000));
+    KVGOV_ASSIGN_OR_RETURN(router::RouteDecision decision,
+                           router_.Route(route, cache_salt, std::move(decision_id), now_ms));
+    if (decision.worker.empty()) {
+      return Status::FailedPrecondition("kvgov found no eligible worker for " + what);
+    }
+    size_t engine = 0;
+    const std::string_view digits = std::string_view(decision.worker).substr(4);  // "sim-"
+    std::from_chars(digits.data(), digits.data() + digits.size(), engine);
+    return engine;
+  }
+
   std::string model_;
+  int64_t block_size_;
+  std::vector<std::string> prefill_workers_;
+  std::vector<std::string> decode_workers_;
   index::ResidencyIndex index_;
   router::WorkerStatusTable status_;
   router::Router router_;
@@ -247,7 +450,7 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
 }
 
 PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes,
-                       size_t engines) {
+                       size_t engines, size_t spread_engines) {
   PolicyReport report;
   report.policy = std::move(policy);
   report.busy_s_per_engine.assign(engines, 0.0);
@@ -263,83 +466,199 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
     if (outcome.engine < engines) report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
     ttfts.push_back(outcome.ttft_s);
     ttft_total += outcome.ttft_s;
+    if (outcome.decode_engine.has_value()) {
+      report.disaggregated = true;
+      report.pulled_tokens += outcome.pulled_tokens;
+      report.pull_saved_tokens += outcome.prompt_tokens - outcome.pulled_tokens;
+      report.transfer_s += outcome.transfer_s;
+      report.link_wait_s += outcome.link_wait_s;
+    }
   }
   std::sort(ttfts.begin(), ttfts.end());
   report.ttft_p50_s = Percentile(ttfts, 0.50);
   report.ttft_p90_s = Percentile(ttfts, 0.90);
   report.ttft_p99_s = Percentile(ttfts, 0.99);
   report.ttft_mean_s = ttfts.empty() ? 0 : ttft_total / static_cast<double>(ttfts.size());
+  const size_t spread = spread_engines == 0 ? engines : std::min(spread_engines, engines);
   double busiest = 0;
   double busy_total = 0;
-  for (double busy : report.busy_s_per_engine) {
-    busiest = std::max(busiest, busy);
-    busy_total += busy;
+  for (size_t i = 0; i < spread; ++i) {
+    busiest = std::max(busiest, report.busy_s_per_engine[i]);
+    busy_total += report.busy_s_per_engine[i];
   }
-  report.load_spread =
-      busy_total > 0 ? busiest / (busy_total / static_cast<double>(engines)) : 0;
+  report.load_spread = busy_total > 0 ? busiest / (busy_total / static_cast<double>(spread)) : 0;
   return report;
+}
+
+namespace {
+
+// A disaggregated request whose prefill is done or under way, waiting for
+// its decode step; the earliest prefill finish first, ties in arrival order.
+struct PendingPull {
+  double ready_s = 0;
+  size_t index = 0;  // in the trace
+  size_t prefill_engine = 0;
+  std::string cache_salt;
+  bool operator>(const PendingPull& other) const {
+    return std::tie(ready_s, index) > std::tie(other.ready_s, other.index);
+  }
+};
+
+Status Publish(RoutingPolicy& policy, size_t engine, double ts, std::vector<EngineEvent> events,
+               WireEncoding encoding) {
+  if (events.empty()) return Status::Ok();
+  EngineEventBatch batch;
+  batch.ts = ts;
+  batch.dp_rank = 0;
+  batch.events = std::move(events);
+  KVGOV_ASSIGN_OR_RETURN(const std::string payload, EncodeEventBatch(batch, encoding));
+  return policy.Observe(engine, payload);
+}
+
+Status OutsidePool(const RoutingPolicy& policy, std::string_view step, size_t engine,
+                   size_t first, size_t count) {
+  return Status::Internal("policy " + std::string(policy.name()) + " chose engine " +
+                          std::to_string(engine) + " for a " + std::string(step) +
+                          " step; the fleet's " + std::string(step) + " engines are " +
+                          std::to_string(first) + ".." + std::to_string(first + count - 1));
+}
+
+}  // namespace
+
+Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
+                                           const FleetOptions& options, RoutingPolicy& policy) {
+  KVGOV_RETURN_IF_ERROR(ValidateFleetOptions(options));
+  Fleet fleet(options);
+  std::vector<RequestOutcome> outcomes(trace.size());
+  std::priority_queue<PendingPull, std::vector<PendingPull>, std::greater<>> pending;
+
+  // Release what finished by `now_s`, in finishing order across the fleet
+  // (a prefill before a pull finishing at the same moment), so a
+  // load-aware policy sees the queues as they are now.
+  const auto release = [&](double now_s) {
+    std::vector<std::tuple<double, int, uint64_t>> finished;
+    for (size_t i = 0; i < fleet.size(); ++i) {
+      EngineModel& engine = fleet.mutable_engine(i);
+      for (const auto& [at, id] : engine.PopFinished(now_s)) finished.emplace_back(at, 0, id);
+      for (const auto& [at, id] : engine.PopTransferred(now_s)) finished.emplace_back(at, 1, id);
+    }
+    std::sort(finished.begin(), finished.end());
+    for (const auto& [at, step, id] : finished) {
+      if (step == 0) {
+        policy.Finished(id);
+      } else {
+        policy.Transferred(id);
+      }
+    }
+  };
+
+  size_t next = 0;
+  while (next < trace.size() || !pending.empty()) {
+    // A prefill that finished by the next arrival hands over first, so the
+    // arrival's choice sees the link it occupies.
+    if (!pending.empty() &&
+        (next == trace.size() || pending.top().ready_s <= trace[next].arrival_s)) {
+      PendingPull pull = pending.top();
+      pending.pop();
+      release(pull.ready_s);
+      const SimRequest& request = trace[pull.index];
+      KVGOV_ASSIGN_OR_RETURN(const size_t engine,
+                             policy.ChooseDecode(request, pull.cache_salt, fleet,
+                                                 pull.prefill_engine, pull.ready_s));
+      if (engine < fleet.prefill_count() || engine >= fleet.size()) {
+        return OutsidePool(policy, "decode", engine, fleet.prefill_count(), fleet.decode_count());
+      }
+      EngineModel::Pulled pulled = fleet.mutable_engine(engine).Pull(
+          request.id, pull.ready_s, request.tokens, pull.cache_salt, options.link_bytes_per_s);
+      KVGOV_RETURN_IF_ERROR(Publish(policy, engine, pull.ready_s,
+                                    std::move(pulled.cached.events), options.encoding));
+      RequestOutcome& outcome = outcomes[pull.index];
+      outcome.decode_engine = engine;
+      outcome.decode_hit_blocks = pulled.cached.hit_blocks;
+      outcome.pulled_tokens = pulled.pulled_tokens;
+      outcome.link_wait_s = pulled.start_s - pulled.ready_s;
+      outcome.transfer_s = pulled.finish_s - pulled.start_s;
+      outcome.ttft_s = pulled.finish_s - request.arrival_s;
+      continue;
+    }
+
+    const SimRequest& request = trace[next];
+    release(request.arrival_s);
+    std::string salt = fleet.CacheSalt(request.tenant);
+    KVGOV_ASSIGN_OR_RETURN(const size_t engine, policy.Choose(request, salt, fleet));
+    if (engine >= fleet.prefill_count()) {
+      if (!fleet.disaggregated()) {
+        return Status::Internal("policy " + std::string(policy.name()) + " chose engine " +
+                                std::to_string(engine) + " of " + std::to_string(fleet.size()));
+      }
+      return OutsidePool(policy, "prefill", engine, 0, fleet.prefill_count());
+    }
+    EngineModel::Served served =
+        fleet.mutable_engine(engine).Serve(request.id, request.arrival_s, request.tokens, salt);
+    KVGOV_RETURN_IF_ERROR(Publish(policy, engine, request.arrival_s,
+                                  std::move(served.prefill.events), options.encoding));
+    RequestOutcome& outcome = outcomes[next];
+    outcome.engine = engine;
+    outcome.prompt_blocks = served.prefill.prompt_blocks;
+    outcome.hit_blocks = served.prefill.hit_blocks;
+    outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
+    outcome.computed_tokens = served.prefill.computed_tokens;
+    outcome.prefill_s = served.finish_s - served.start_s;
+    outcome.ttft_s = served.ttft_s;
+    outcome.queue_s = served.start_s - request.arrival_s;
+    if (fleet.disaggregated()) {
+      pending.push(PendingPull{.ready_s = served.finish_s,
+                               .index = next,
+                               .prefill_engine = engine,
+                               .cache_salt = std::move(salt)});
+    }
+    ++next;
+  }
+  return outcomes;
 }
 
 Result<PolicyReport> RunTrace(std::span<const SimRequest> trace, const FleetOptions& options,
                               RoutingPolicy& policy) {
-  Fleet fleet(options);
-  std::vector<RequestOutcome> outcomes;
-  outcomes.reserve(trace.size());
-  for (const SimRequest& request : trace) {
-    // Release what finished before this arrival, in finishing order across
-    // the fleet, so a load-aware policy sees the queues as they are now.
-    std::vector<std::pair<double, uint64_t>> finished;
-    for (size_t i = 0; i < fleet.size(); ++i) {
-      for (const auto& entry : fleet.mutable_engine(i).PopFinished(request.arrival_s)) {
-        finished.push_back(entry);
-      }
-    }
-    std::sort(finished.begin(), finished.end());
-    for (const auto& entry : finished) policy.Finished(entry.second);
-
-    const std::string salt = fleet.CacheSalt(request.tenant);
-    KVGOV_ASSIGN_OR_RETURN(const size_t engine, policy.Choose(request, salt, fleet));
-    if (engine >= fleet.size()) {
-      return Status::Internal("policy " + std::string(policy.name()) + " chose engine " +
-                              std::to_string(engine) + " of " + std::to_string(fleet.size()));
-    }
-    EngineModel::Served served =
-        fleet.mutable_engine(engine).Serve(request.id, request.arrival_s, request.tokens, salt);
-    if (!served.prefill.events.empty()) {
-      EngineEventBatch batch;
-      batch.ts = request.arrival_s;
-      batch.dp_rank = 0;
-      batch.events = std::move(served.prefill.events);
-      KVGOV_ASSIGN_OR_RETURN(const std::string payload,
-                             EncodeEventBatch(batch, options.encoding));
-      KVGOV_RETURN_IF_ERROR(policy.Observe(engine, payload));
-    }
-    outcomes.push_back(RequestOutcome{
-        .engine = engine,
-        .prompt_blocks = served.prefill.prompt_blocks,
-        .hit_blocks = served.prefill.hit_blocks,
-        .prompt_tokens = static_cast<int64_t>(request.tokens.size()),
-        .computed_tokens = served.prefill.computed_tokens,
-        .prefill_s = served.finish_s - served.start_s,
-        .ttft_s = served.ttft_s,
-    });
-  }
-  return Summarize(std::string(policy.name()), outcomes, fleet.size());
+  KVGOV_ASSIGN_OR_RETURN(const std::vector<RequestOutcome> outcomes,
+                         Replay(trace, options, policy));
+  const size_t engines = static_cast<size_t>(options.engines);
+  PolicyReport report =
+      Summarize(std::string(policy.name()), outcomes, engines,
+                options.disaggregated() ? static_cast<size_t>(options.prefill_engines) : 0);
+  report.disaggregated = options.disaggregated();
+  return report;
 }
 
 std::string FormatReports(std::span<const PolicyReport> reports) {
+  // The decode-side columns only when a report has decode steps, so a
+  // colocated table reads as it always has.
+  const bool disaggregated = std::any_of(reports.begin(), reports.end(),
+                                         [](const PolicyReport& r) { return r.disaggregated; });
   std::string out;
-  char line[256];
-  std::snprintf(line, sizeof(line), "%-18s %9s %9s %14s %10s %10s %10s %7s\n", "policy",
+  char line[384];
+  std::snprintf(line, sizeof(line), "%-18s %9s %9s %14s %10s %10s %10s %7s", "policy",
                 "requests", "hit rate", "prefill tokens", "TTFT p50", "TTFT p90", "TTFT p99",
                 "spread");
   out += line;
+  if (disaggregated) {
+    std::snprintf(line, sizeof(line), " %14s %14s %10s", "pulled tokens", "pull saved",
+                  "transfer");
+    out += line;
+  }
+  out += '\n';
   for (const PolicyReport& r : reports) {
-    std::snprintf(line, sizeof(line), "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f\n",
+    std::snprintf(line, sizeof(line), "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f",
                   r.policy.c_str(), static_cast<unsigned long long>(r.requests),
                   100.0 * r.hit_rate(), static_cast<long long>(r.computed_tokens), r.ttft_p50_s,
                   r.ttft_p90_s, r.ttft_p99_s, r.load_spread);
     out += line;
+    if (disaggregated) {
+      std::snprintf(line, sizeof(line), " %14lld %14lld %9.2fs",
+                    static_cast<long long>(r.pulled_tokens),
+                    static_cast<long long>(r.pull_saved_tokens), r.transfer_s);
+      out += line;
+    }
+    out += '\n';
   }
   return out;
 }

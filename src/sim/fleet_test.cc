@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "kvgov/sim/event_wire.h"
+
 namespace kvgov::sim {
 namespace {
 
@@ -138,6 +140,250 @@ TEST(FleetTest, AnUnknownPolicyIsNamedInTheError) {
   Result<std::unique_ptr<RoutingPolicy>> policy = MakePolicy("fastest", FleetOptions{}, 1);
   ASSERT_FALSE(policy.ok());
   EXPECT_NE(policy.status().message().find("fastest"), std::string::npos);
+}
+
+// The engine of each request, and where the decode step went.
+std::vector<std::pair<size_t, size_t>> Placements(const std::vector<RequestOutcome>& outcomes) {
+  std::vector<std::pair<size_t, size_t>> placed;
+  for (const RequestOutcome& outcome : outcomes) {
+    placed.emplace_back(outcome.engine, outcome.decode_engine.value_or(999));
+  }
+  return placed;
+}
+
+FleetOptions Disaggregated(int prefill, int decode) {
+  FleetOptions fleet;
+  fleet.engines = prefill + decode;
+  fleet.prefill_engines = prefill;
+  fleet.decode_engines = decode;
+  return fleet;
+}
+
+SimRequest Request(uint64_t id, double arrival_s, std::vector<int64_t> tokens) {
+  SimRequest request;
+  request.id = id;
+  request.arrival_s = arrival_s;
+  request.tokens = std::move(tokens);
+  return request;
+}
+
+TEST(FleetTest, ADecodeEnginePullsOnlyWhatItLacksOverAFirstInFirstOutLink) {
+  FleetOptions fleet = Disaggregated(1, 1);
+  // A slow link, so a pull outlasts the next prefill and must queue.
+  fleet.link_bytes_per_s = 1e9;
+  const std::vector<int64_t> prompt = Tokens(256);  // 16 full blocks
+  const std::vector<SimRequest> trace = {
+      Request(0, 0, prompt),
+      Request(1, 1, prompt),       // both engines hold it all
+      Request(2, 2, Tokens(296)),  // the prompt + 40 tokens: 2 new blocks and 8 more
+      Request(3, 3, Tokens(256, 10000)),
+      Request(4, 3, Tokens(256, 20000)),  // queues behind 3 for the prefill, then the link
+  };
+  const PrefillCostModel cost(fleet.shape);
+  const double prefill = cost.PrefillSeconds(256, 256);
+  const double transfer = TransferSeconds(fleet.shape, 256, fleet.link_bytes_per_s);
+  ASSERT_GT(transfer, prefill);  // what makes request 4 wait for the link
+
+  for (const char* name : {"kvgov", "round-robin", "random", "least-load", "oracle"}) {
+    SCOPED_TRACE(name);
+    auto policy = MakePolicy(name, fleet, 1);
+    ASSERT_TRUE(policy.ok());
+    Result<std::vector<RequestOutcome>> outcomes = Replay(trace, fleet, **policy);
+    ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+    ASSERT_EQ(outcomes->size(), 5u);
+    const std::vector<RequestOutcome>& o = *outcomes;
+    for (const RequestOutcome& outcome : o) {
+      EXPECT_EQ(outcome.engine, 0u);
+      EXPECT_EQ(outcome.decode_engine, std::optional<size_t>(1));
+    }
+    // Cold on both: prefill it all, pull it all.
+    EXPECT_EQ(o[0].hit_blocks, 0u);
+    EXPECT_EQ(o[0].pulled_tokens, 256);
+    EXPECT_DOUBLE_EQ(o[0].ttft_s, prefill + transfer);
+    // The same prompt: a hit on the prefill engine, nothing to pull.
+    EXPECT_EQ(o[1].hit_blocks, 16u);
+    EXPECT_EQ(o[1].decode_hit_blocks, 16u);
+    EXPECT_EQ(o[1].pulled_tokens, 0);
+    EXPECT_DOUBLE_EQ(o[1].transfer_s, 0.0);
+    EXPECT_DOUBLE_EQ(o[1].ttft_s, 0.0);
+    // An extension: both compute or pull only its 40 new tokens.
+    EXPECT_EQ(o[2].hit_blocks, 16u);
+    EXPECT_EQ(o[2].computed_tokens, 40);
+    EXPECT_EQ(o[2].decode_hit_blocks, 16u);
+    EXPECT_EQ(o[2].pulled_tokens, 40);
+    EXPECT_NEAR(o[2].ttft_s, cost.PrefillSeconds(296, 40) + TransferSeconds(fleet.shape, 40, 1e9),
+                1e-12);
+    // Two cold prompts at once: 4 waits for 3's prefill, then for 3's pull.
+    EXPECT_NEAR(o[3].ttft_s, prefill + transfer, 1e-9);
+    EXPECT_NEAR(o[4].queue_s, prefill, 1e-9);
+    EXPECT_NEAR(o[4].link_wait_s, transfer - prefill, 1e-9);
+    EXPECT_NEAR(o[4].ttft_s, prefill + prefill + (transfer - prefill) + transfer, 1e-9);
+
+    const PolicyReport report = Summarize(name, o, 2, 1);
+    EXPECT_TRUE(report.disaggregated);
+    EXPECT_EQ(report.pulled_tokens, 256 + 0 + 40 + 256 + 256);
+    EXPECT_EQ(report.pull_saved_tokens, 256 + 256);
+    EXPECT_NEAR(report.transfer_s, TransferSeconds(fleet.shape, 808, 1e9), 1e-9);
+    EXPECT_DOUBLE_EQ(report.load_spread, 1.0);  // over the one prefill engine
+  }
+}
+
+TEST(FleetTest, ADisaggregatedRunIsDeterministicUnderTheSeed) {
+  AgentWorkloadOptions workload;
+  workload.tenants = 2;
+  workload.sessions_per_tenant = 4;
+  workload.turns = 4;
+  Result<std::vector<SimRequest>> trace = AgentWorkload(workload);
+  ASSERT_TRUE(trace.ok());
+  FleetOptions fleet = Disaggregated(2, 2);
+  fleet.capacity_blocks = 2048;
+  for (const char* name : {"kvgov", "round-robin", "random", "least-load", "oracle"}) {
+    SCOPED_TRACE(name);
+    std::vector<std::vector<RequestOutcome>> runs;
+    for (int run = 0; run < 2; ++run) {
+      auto policy = MakePolicy(name, fleet, 7);
+      ASSERT_TRUE(policy.ok());
+      Result<std::vector<RequestOutcome>> outcomes = Replay(*trace, fleet, **policy);
+      ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+      runs.push_back(*std::move(outcomes));
+    }
+    ASSERT_EQ(runs[0].size(), trace->size());
+    EXPECT_EQ(Placements(runs[0]), Placements(runs[1]));
+    int64_t pulled = 0;
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      const RequestOutcome& a = runs[0][i];
+      const RequestOutcome& b = runs[1][i];
+      EXPECT_EQ(a.hit_blocks, b.hit_blocks);
+      EXPECT_EQ(a.pulled_tokens, b.pulled_tokens);
+      EXPECT_EQ(a.ttft_s, b.ttft_s);  // bit for bit
+      ASSERT_TRUE(a.decode_engine.has_value());
+      EXPECT_GE(*a.decode_engine, 2u);
+      EXPECT_LT(a.engine, 2u);
+      pulled += a.pulled_tokens;
+    }
+    EXPECT_GT(pulled, 0);
+  }
+}
+
+TEST(FleetTest, KvgovDecodesWhereThePromptAlreadyIsWhenLoadsAreEqual) {
+  const FleetOptions options = Disaggregated(1, 2);
+  const std::vector<int64_t> prompt = Tokens(512);
+  for (const char* name : {"kvgov", "oracle"}) {
+    SCOPED_TRACE(name);
+    Fleet fleet(options);
+    auto policy = MakePolicy(name, options, 1);
+    ASSERT_TRUE(policy.ok());
+    // Cold everywhere, the rendezvous on the prompt's head picks one...
+    Result<size_t> cold = (*policy)->ChooseDecode(Request(1, 0, prompt), "", fleet, 0, 0.0);
+    ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+    ASSERT_TRUE(*cold == 1 || *cold == 2);
+    (*policy)->Transferred(1);  // ...and releases it: both decode engines idle
+    // The other one pulls the prompt for someone else, its events seen.
+    const size_t other = *cold == 1 ? 2 : 1;
+    EngineModel::Pulled pulled =
+        fleet.mutable_engine(other).Pull(2, 0.0, prompt, "", options.link_bytes_per_s);
+    EngineEventBatch batch;
+    batch.dp_rank = 0;
+    batch.events = std::move(pulled.cached.events);
+    Result<std::string> payload = EncodeEventBatch(batch, options.encoding);
+    ASSERT_TRUE(payload.ok());
+    ASSERT_TRUE((*policy)->Observe(other, *payload).ok());
+    EXPECT_EQ(fleet.mutable_engine(other).PopTransferred(1.0).size(), 1u);
+    // Loads equal again, the engine holding the prompt wins over rendezvous.
+    Result<size_t> warm = (*policy)->ChooseDecode(Request(3, 1, prompt), "", fleet, 0, 1.0);
+    ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+    EXPECT_EQ(*warm, other);
+  }
+}
+
+TEST(FleetTest, RoundRobinAlternatesWithinEachPool) {
+  const FleetOptions fleet = Disaggregated(2, 2);
+  std::vector<SimRequest> trace;
+  for (int i = 0; i < 6; ++i) {
+    trace.push_back(Request(static_cast<uint64_t>(i), i, Tokens(128, 1000 * i)));
+  }
+  auto policy = MakePolicy("round-robin", fleet, 1);
+  ASSERT_TRUE(policy.ok());
+  Result<std::vector<RequestOutcome>> outcomes = Replay(trace, fleet, **policy);
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  const std::vector<std::pair<size_t, size_t>> want = {{0, 2}, {1, 3}, {0, 2},
+                                                       {1, 3}, {0, 2}, {1, 3}};
+  EXPECT_EQ(Placements(*outcomes), want);
+}
+
+TEST(FleetTest, AFleetThatDoesNotSplitIsRefusedByName) {
+  FleetOptions fleet = Disaggregated(2, 1);
+  fleet.engines = 4;
+  Status status = ValidateFleetOptions(fleet);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("2P1D does not add up to its 4 engines"), std::string::npos)
+      << status.message();
+  fleet = Disaggregated(1, 0);
+  EXPECT_EQ(ValidateFleetOptions(fleet).code(), StatusCode::kInvalidArgument);
+  fleet = Disaggregated(1, 1);
+  fleet.link_bytes_per_s = 0;
+  EXPECT_EQ(ValidateFleetOptions(fleet).code(), StatusCode::kInvalidArgument);
+  auto policy = MakePolicy("round-robin", fleet, 1);
+  ASSERT_TRUE(policy.ok());
+  EXPECT_EQ(
+      RunTrace(std::vector<SimRequest>{Request(0, 0, Tokens(32))}, fleet, **policy).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateFleetOptions(FleetOptions{}).ok());
+}
+
+// A policy written before fleets were disaggregated.
+class PrefillOnlyPolicy final : public RoutingPolicy {
+ public:
+  explicit PrefillOnlyPolicy(size_t engine) : engine_(engine) {}
+  std::string_view name() const override { return "prefill-only"; }
+  Result<size_t> Choose(const SimRequest&, std::string_view, const Fleet&) override {
+    return engine_;
+  }
+
+ private:
+  size_t engine_;
+};
+
+TEST(FleetTest, APolicyWithoutADecodeStepOrOutsideItsPoolFailsByName) {
+  const FleetOptions fleet = Disaggregated(1, 1);
+  const std::vector<SimRequest> trace = {Request(0, 0, Tokens(32))};
+  PrefillOnlyPolicy prefill_only(0);
+  Result<std::vector<RequestOutcome>> outcomes = Replay(trace, fleet, prefill_only);
+  ASSERT_FALSE(outcomes.ok());
+  EXPECT_EQ(outcomes.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(outcomes.status().message().find("prefill-only"), std::string::npos);
+  // Engine 1 is the decode engine: no prefill goes there.
+  PrefillOnlyPolicy on_decode(1);
+  outcomes = Replay(trace, fleet, on_decode);
+  ASSERT_FALSE(outcomes.ok());
+  EXPECT_EQ(outcomes.status().code(), StatusCode::kInternal);
+  EXPECT_NE(outcomes.status().message().find("prefill engines are 0..0"), std::string::npos)
+      << outcomes.status().message();
+  // Colocated, the same policy serves as it always has.
+  FleetOptions colocated;
+  colocated.engines = 2;
+  EXPECT_TRUE(Replay(trace, colocated, prefill_only).ok());
+}
+
+TEST(FleetTest, AFleetSplitParsesOnlyxPyD) {
+  Result<FleetSplit> split = ParseFleetSplit("2P2D");
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->prefill_engines, 2);
+  EXPECT_EQ(split->decode_engines, 2);
+  split = ParseFleetSplit("12P3D");
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->prefill_engines, 12);
+  EXPECT_EQ(split->decode_engines, 3);
+  for (const char* bad : {"", "2p2d", "2P", "P2D", "2D2P", "0P2D", "2P0D", "02P2D", "-1P2D",
+                          "+1P2D", "2P2D ", " 2P2D", "2P2Dx", "2.5P2D", "2P2", "99999999999P1D"}) {
+    split = ParseFleetSplit(bad);
+    ASSERT_FALSE(split.ok()) << bad;
+    EXPECT_EQ(split.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(split.status().message(), "want xPyD such as 2P2D, got '" + std::string(bad) + "'");
+  }
+  split = ParseFleetSplit("1000P100D");
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.status().message().find("at most 1024 engines"), std::string::npos);
 }
 
 }  // namespace

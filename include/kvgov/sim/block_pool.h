@@ -34,12 +34,23 @@ struct PrefillOutcome {
   std::vector<EngineEvent> events;
 };
 
+/// The blocks one pin holds, in chain order: their hashes and their block
+/// ids (slots in [0, capacity_blocks), as vLLM's block ids are).
+struct PinnedBlocks {
+  std::vector<EngineHash> hashes;
+  std::vector<uint32_t> block_ids;
+};
+
 /// One engine's paged prefix cache, as vLLM's BlockPool behaves on the wire:
 /// full blocks only, chained hashes under a per-engine seed, the cache salt
 /// mixed into the first block, least-recently-used eviction. A request's
 /// blocks are freed tail first, so a shared head outlives the tails that
-/// extend it, as vLLM's free queue orders them. Blocks are never pinned by
-/// running requests (the simulator models prefill only).
+/// extend it, as vLLM's free queue orders them. Running requests hold no
+/// blocks (the simulator models prefill only), but a pin does: a prefill
+/// engine holds a handed-over prompt's blocks until the decode engine has
+/// pulled them (vLLM's delay-freed blocks). A pinned block is out of the
+/// free queue, so eviction never takes it; when its last pin ends it
+/// returns to the queue's recent end, still cached.
 ///
 /// Not thread-safe: one owner drives it.
 class BlockPool {
@@ -47,26 +58,58 @@ class BlockPool {
   explicit BlockPool(BlockPoolOptions options);
 
   const BlockPoolOptions& options() const { return options_; }
-  size_t size() const { return lru_.size(); }
+  /// Blocks cached, pinned or not.
+  size_t size() const { return lru_.size() + held_.size(); }
+  /// Blocks with at least one pin.
+  size_t pinned_blocks() const { return held_.size(); }
 
   /// Leading full blocks of the prompt the pool holds, without touching
   /// recency (what an oracle may peek at).
   size_t CachedPrefix(std::span<const int64_t> tokens, std::string_view cache_salt) const;
 
   /// Prefills the prompt: counts the cached head, caches the rest (as much
-  /// as fits, evicting the least recently used blocks), refreshes recency.
+  /// as fits: eviction takes the least recently used unpinned blocks and
+  /// never a pinned one, so a pool full of pinned blocks caches nothing
+  /// new), refreshes recency.
   PrefillOutcome Prefill(std::span<const int64_t> tokens, std::string_view cache_salt);
 
-  /// Empties the pool; returns the AllBlocksCleared event to publish.
+  /// Pins the prompt's leading cached full blocks (after a Prefill, every
+  /// block it could cache) and returns them; empty when its first block is
+  /// not cached. Pins count: a block pinned twice needs two Unpins.
+  /// Publishes nothing, as vLLM's delay-free does not.
+  PinnedBlocks Pin(std::span<const int64_t> tokens, std::string_view cache_salt);
+
+  /// Ends one pin of each block: a block whose last pin ends stays cached
+  /// and becomes evictable again (tail first into the recent end, as a
+  /// request's blocks are freed). Publishes nothing. Hashes not cached or
+  /// not pinned are skipped. REQUIRES: no Reset since the Pin (a Reset
+  /// ends every pin, and the same blocks may be cached and pinned again).
+  void Unpin(std::span<const EngineHash> hashes);
+
+  /// Empties the pool, pins included (vLLM refuses a reset while blocks
+  /// are held; the simulator clears them, so an invalidation also ends
+  /// every pending handoff); returns the AllBlocksCleared event to publish.
   EngineEvent Reset();
 
  private:
+  struct Block {
+    std::list<EngineHash>::iterator position;  // in lru_, or in held_ while pinned
+    uint32_t id = 0;
+    uint32_t pins = 0;
+  };
+
   std::vector<EngineHash> ChainHashes(std::span<const int64_t> tokens,
                                       std::string_view cache_salt) const;
+  // Makes an unpinned block the most recent; returns false (and leaves it
+  // where it is) for a pinned one.
+  bool Touch(Block& block);
 
   BlockPoolOptions options_;
-  std::list<EngineHash> lru_;  // front: least recently used
-  std::unordered_map<EngineHash, std::list<EngineHash>::iterator> blocks_;
+  std::list<EngineHash> lru_;   // unpinned blocks; front: least recently used
+  std::list<EngineHash> held_;  // pinned blocks, in no order that matters
+  std::unordered_map<EngineHash, Block> blocks_;
+  std::vector<uint32_t> free_ids_;  // ids of evicted blocks, reused first
+  uint32_t next_id_ = 0;            // the next id never used
 };
 
 }  // namespace kvgov::sim
