@@ -11,7 +11,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "kvgov/server/http_listener.h"
 #include "simfleet/replay_responder.h"
@@ -27,12 +29,17 @@ using Json = nlohmann::json;
 constexpr size_t kMaxPromptTokens = 1 << 20;
 constexpr size_t kMaxBodyBytes = 32 << 20;
 
-void SendError(httplib::Response& response, int status, const std::string& message) {
+// An X-Request-Id longer than this is refused; the engine quotes it back.
+constexpr size_t kMaxRequestIdBytes = 512;
+// And a kv_transfer_params string longer than this.
+constexpr size_t kMaxParamBytes = 1024;
+
+void SendError(httplib::Response& response, int status, const std::string& message,
+               const char* type = "invalid_request_error") {
   // OpenAI's error shape, which vLLM's server also uses.
   response.status = status;
   response.set_content(
-      Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", status}}}}
-          .dump(),
+      Json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(),
       "application/json");
 }
 
@@ -103,6 +110,142 @@ Result<std::vector<int64_t>> PromptTokens(const Json& body) {
   return tokens;
 }
 
+// What a handoff asks of an engine, from a body's kv_transfer_params.
+enum class Handoff {
+  kNone,           // absent, null, or neither flag set: a plain completion
+  kRemoteDecode,   // prefill here, hand the KV over (vLLM's do_remote_decode)
+  kRemotePrefill,  // pull the KV a prefill engine holds, decode here
+};
+
+Result<bool> ParamFlag(const Json& params, const char* name) {
+  const auto flag = params.find(name);
+  if (flag == params.end() || flag->is_null()) return false;
+  if (!flag->is_boolean()) {
+    return Status::InvalidArgument(std::string("kv_transfer_params.") + name +
+                                   ": want a boolean");
+  }
+  return flag->get<bool>();
+}
+
+Result<Handoff> ParseHandoff(const Json& body) {
+  const auto params = body.find("kv_transfer_params");
+  if (params == body.end() || params->is_null()) return Handoff::kNone;
+  if (!params->is_object()) return Status::InvalidArgument("kv_transfer_params: want an object");
+  KVGOV_ASSIGN_OR_RETURN(const bool remote_decode, ParamFlag(*params, "do_remote_decode"));
+  KVGOV_ASSIGN_OR_RETURN(const bool remote_prefill, ParamFlag(*params, "do_remote_prefill"));
+  if (remote_decode && remote_prefill) {
+    return Status::InvalidArgument(
+        "kv_transfer_params: do_remote_decode and do_remote_prefill are both true; want one");
+  }
+  return remote_decode ? Handoff::kRemoteDecode
+                       : remote_prefill ? Handoff::kRemotePrefill : Handoff::kNone;
+}
+
+// Where a decode engine pulls a handed-over prompt from: the fields of a
+// prefill engine's kv_transfer_params that vLLM's decode scheduler
+// requires (without any of them it does not transfer).
+struct RemotePrefill {
+  std::string engine_id;
+  std::string request_id;
+  std::string host;
+  int port = 0;
+};
+
+Result<std::string> ParamString(const Json& params, const char* name) {
+  const std::string field = std::string("kv_transfer_params.") + name;
+  const auto value = params.find(name);
+  if (value == params.end() || value->is_null()) {
+    return Status::InvalidArgument(field + ": required");
+  }
+  if (!value->is_string() || value->get_ref<const std::string&>().empty() ||
+      value->get_ref<const std::string&>().size() > kMaxParamBytes) {
+    return Status::InvalidArgument(field + ": want a string of 1-" +
+                                   std::to_string(kMaxParamBytes) + " bytes");
+  }
+  return value->get<std::string>();
+}
+
+Result<RemotePrefill> ParseRemotePrefill(const Json& params) {
+  RemotePrefill remote;
+  KVGOV_ASSIGN_OR_RETURN(remote.engine_id, ParamString(params, "remote_engine_id"));
+  KVGOV_ASSIGN_OR_RETURN(remote.request_id, ParamString(params, "remote_request_id"));
+  KVGOV_ASSIGN_OR_RETURN(remote.host, ParamString(params, "remote_host"));
+  const auto port = params.find("remote_port");
+  if (port == params.end() || port->is_null()) {
+    return Status::InvalidArgument("kv_transfer_params.remote_port: required");
+  }
+  if (!port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
+    return Status::InvalidArgument("kv_transfer_params.remote_port: want an integer in 1-65535");
+  }
+  remote.port = port->get<int>();
+  const auto block_ids = params.find("remote_block_ids");
+  if (block_ids == params.end() || block_ids->is_null()) {
+    return Status::InvalidArgument("kv_transfer_params.remote_block_ids: required");
+  }
+  // Opaque here: what the prefill engine holds, it says when pulled. The
+  // shape changed across vLLM versions (a flat list, then one per group).
+  if (!block_ids->is_array()) {
+    return Status::InvalidArgument("kv_transfer_params.remote_block_ids: want an array");
+  }
+  return remote;
+}
+
+// The side channel's READ of a handed-over prompt (NIXL's READ plus the
+// notification that frees the prefill engine's blocks): the tokens the
+// prefill engine held. Unavailable, naming the remote request, when the
+// prefill engine does not hold it or cannot be reached.
+Result<int64_t> PullFrom(const RemotePrefill& remote) {
+  const std::string where = "kv_transfer_params: remote request " + remote.request_id;
+  try {
+    httplib::Client client(remote.host, remote.port);
+    // Loopback: a prefill engine that does not answer within these is gone.
+    client.set_connection_timeout(1, 0);
+    client.set_read_timeout(5, 0);
+    client.set_write_timeout(5, 0);
+    const Json read = {{"remote_request_id", remote.request_id},
+                       {"remote_engine_id", remote.engine_id}};
+    httplib::Result result = client.Post("/kvgov_sim/nixl_read", read.dump(), "application/json");
+    if (!result) {
+      return Status::Unavailable(where + ": engine " + remote.engine_id + " at " + remote.host +
+                                 ":" + std::to_string(remote.port) + " is unreachable (" +
+                                 httplib::to_string(result.error()) + ")");
+    }
+    if (result->status == 404) {
+      return Status::Unavailable(where + " is unknown or expired at engine " + remote.engine_id);
+    }
+    const Json answer = Json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+    if (result->status != 200 || !answer.is_object() || !answer.contains("tokens") ||
+        !answer["tokens"].is_number_integer()) {
+      return Status::Unavailable(where + ": engine " + remote.engine_id +
+                                 " answered the read with " + std::to_string(result->status) +
+                                 " and no token count");
+    }
+    return answer["tokens"].get<int64_t>();
+  } catch (const std::exception& error) {
+    return Status::Unavailable(where + ": " + error.what());
+  }
+}
+
+// Printable ASCII without spaces: an X-Request-Id goes back out in JSON
+// and in error text, and nlohmann refuses to dump bytes that are not UTF-8.
+bool PrintableId(std::string_view id) {
+  for (const char c : id) {
+    if (c <= 0x20 || c >= 0x7f) return false;
+  }
+  return !id.empty();
+}
+
+// The spec's role keys; a both engine (the default) has none, and only a
+// prefill engine's pin length is kvgov's business (the parser's rule).
+std::string RoleSpec(const LiveEngineOptions& options) {
+  if (options.role == ingest::EngineRole::kBoth) return "";
+  std::string spec = ",role=" + std::string(ToString(options.role));
+  if (options.role == ingest::EngineRole::kPrefill) {
+    spec += ",kv-lease-ms=" + std::to_string(options.kv_lease.count());
+  }
+  return spec;
+}
+
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -157,6 +300,12 @@ struct LiveEngine::Impl {
     while (!stopping.load()) {
       std::array<zmq::pollitem_t, 1> items = {{{router.handle(), 0, ZMQ_POLLIN, 0}}};
       zmq::poll(items, std::chrono::milliseconds(50));
+      if (pending_handoffs.load() > 0) {
+        // The idle sweep: a lapsed pin is freed within a poll even when no
+        // request comes to free it.
+        std::lock_guard lock(mu);
+        SweepLocked(Clock::now());
+      }
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
       std::optional<ReplayRequest> request = ReadReplayRequest(router);
       if (!request) continue;
@@ -183,6 +332,15 @@ struct LiveEngine::Impl {
         "application/json");
   }
 
+  // A completion body, parsed and checked.
+  struct Completion {
+    bool chat = false;
+    std::vector<int64_t> tokens;
+    std::string cache_salt;
+    int64_t max_tokens = 0;
+    bool stream = false;
+  };
+
   void HandleCompletion(const httplib::Request& request, httplib::Response& response,
                         bool chat) {
     const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
@@ -190,51 +348,282 @@ struct LiveEngine::Impl {
       return SendError(response, 400, "body: not a JSON object");
     }
     if (chat && !body.contains("messages")) return SendError(response, 400, "messages: missing");
+    Completion completion;
+    completion.chat = chat;
     Result<std::vector<int64_t>> prompt = PromptTokens(body);
     if (!prompt.ok()) return SendError(response, 400, prompt.status().message());
-    const std::vector<int64_t>& tokens = *prompt;
-    std::string cache_salt;
+    completion.tokens = std::move(prompt).value();
     if (const auto salt = body.find("cache_salt"); salt != body.end()) {
       if (!salt->is_string()) return SendError(response, 400, "cache_salt: want a string");
-      cache_salt = salt->get<std::string>();
+      completion.cache_salt = salt->get<std::string>();
     }
-    const int64_t max_tokens = body.value("max_tokens", int64_t{0});
-    if (max_tokens < 0 || max_tokens > 4096) {
+    completion.max_tokens = body.value("max_tokens", int64_t{0});
+    if (completion.max_tokens < 0 || completion.max_tokens > 4096) {
       return SendError(response, 400, "max_tokens: want 0..4096");
     }
-    const bool stream = body.value("stream", false);
+    completion.stream = body.value("stream", false);
+
+    Result<Handoff> handoff = ParseHandoff(body);
+    if (!handoff.ok()) return SendError(response, 400, handoff.status().message());
+    // A role refuses the half of a handoff it does not serve: the request
+    // was routed to the wrong pool, which a test or kvgov wants to see.
+    if (*handoff == Handoff::kRemoteDecode && options.role == ingest::EngineRole::kDecode) {
+      return SendError(response, 400,
+                       "kv_transfer_params.do_remote_decode: engine " + options.id +
+                           " is a decode engine (role=decode) and prefills no handoff");
+    }
+    if (*handoff == Handoff::kRemotePrefill && options.role == ingest::EngineRole::kPrefill) {
+      return SendError(response, 400,
+                       "kv_transfer_params.do_remote_prefill: engine " + options.id +
+                           " is a prefill engine (role=prefill) and pulls no handoff");
+    }
+    std::string request_id;
+    if (*handoff == Handoff::kRemoteDecode) {
+      // vLLM's streamed chunks carry no kv_transfer_params, which is why
+      // its proxies ask the prefill leg for one body.
+      if (completion.stream) {
+        return SendError(response, 400, "stream: a remote-decode prefill answers in one body");
+      }
+      request_id = request.get_header_value("X-Request-Id");
+      if (!request_id.empty() &&
+          (request_id.size() > kMaxRequestIdBytes || !PrintableId(request_id))) {
+        return SendError(response, 400,
+                         "X-Request-Id: want 1-" + std::to_string(kMaxRequestIdBytes) +
+                             " printable ASCII bytes");
+      }
+    }
+    std::optional<RemotePrefill> remote;
+    if (*handoff == Handoff::kRemotePrefill) {
+      Result<RemotePrefill> parsed = ParseRemotePrefill(body["kv_transfer_params"]);
+      if (!parsed.ok()) return SendError(response, 400, parsed.status().message());
+      remote = std::move(parsed).value();
+    }
     {
       std::lock_guard lock(received_mu);
-      received_salts.push_back(cache_salt);
+      received_salts.push_back(completion.cache_salt);
     }
+    if (remote) return DecodeHandedOver(response, body, completion, *remote);
+    PrefillAndAnswer(response, body, completion, *handoff == Handoff::kRemoteDecode, request_id);
+  }
 
+  // Prefills the prompt and answers; a handoff also pins the prompt's
+  // blocks for a decode engine and answers with the kv_transfer_params it
+  // pulls them by.
+  void PrefillAndAnswer(httplib::Response& response, const Json& body,
+                        const Completion& completion, bool hand_over,
+                        const std::string& request_id) {
+    const std::vector<int64_t>& tokens = completion.tokens;
     sim::PrefillOutcome outcome;
     double prefill_s = 0;
     Clock::time_point arrived;
     Clock::time_point start;
     Clock::time_point finish;
+    Json transfer_params;
     {
       std::lock_guard lock(mu);
-      outcome = PrefillLocked(tokens, cache_salt);
-      prefill_s = cost.PrefillSeconds(static_cast<int64_t>(tokens.size()), outcome.computed_tokens);
       arrived = Clock::now();
+      SweepLocked(arrived);
+      outcome = PrefillLocked(tokens, completion.cache_salt);
+      prefill_s = cost.PrefillSeconds(static_cast<int64_t>(tokens.size()), outcome.computed_tokens);
       start = std::max(arrived, busy_until);
       finish = start + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(prefill_s / options.speedup));
       busy_until = finish;
       queue.emplace_back(start, finish);
+      // Pinned in the same hold as the prefill, so no other request can
+      // evict the blocks between.
+      if (hand_over) transfer_params = HandOverLocked(completion, request_id, finish);
     }
     std::this_thread::sleep_until(finish);
     const double queue_s =
         std::chrono::duration<double>(start - arrived).count() * options.speedup;
     const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
-    const int64_t cached_tokens = prompt_tokens - outcome.computed_tokens;
+    Json sim = {{"engine", options.id},
+                {"hit_blocks", outcome.hit_blocks},
+                {"prompt_blocks", outcome.prompt_blocks},
+                {"queue_s", queue_s},
+                {"prefill_s", prefill_s},
+                {"ttft_s", queue_s + prefill_s}};
+    Answer(response, body, completion, prompt_tokens - outcome.computed_tokens, std::move(sim),
+           std::move(transfer_params));
+  }
+
+  // Pins a just-prefilled prompt under a fresh remote_request_id until a
+  // decode engine pulls it or kv_lease passes (from the end of the
+  // prefill, as vLLM's lease starts when the request finishes); returns
+  // the kv_transfer_params of vLLM's pull scheduler. REQUIRES: mu held.
+  Json HandOverLocked(const Completion& completion, const std::string& request_id,
+                      Clock::time_point finish) {
+    sim::PinnedBlocks pinned = pool.Pin(completion.tokens, completion.cache_salt);
+    // vLLM's internal id: the external one (X-Request-Id, or a random
+    // uuid) with 8 random hex digits, which is why only the prefill
+    // engine's answer can say it.
+    const std::string base = request_id.empty() ? RandomHexLocked(32) : request_id;
+    std::string id;
+    do {
+      id = base + "-" + RandomHexLocked(8);
+    } while (handoffs.contains(id));
+    const Clock::time_point expires = finish + options.kv_lease;
+    expiries.emplace_back(expires, id);
+    Json block_ids = pinned.block_ids;
+    handoffs.emplace(id, PendingHandoff{.hashes = std::move(pinned.hashes),
+                                        .tokens = static_cast<int64_t>(completion.tokens.size()),
+                                        .expires = expires});
+    pending_handoffs.store(handoffs.size());
+    return Json{{"do_remote_prefill", true},
+                {"do_remote_decode", false},
+                {"remote_engine_id", options.id},
+                {"remote_request_id", id},
+                // One list per KV-cache group; the simulator has one.
+                {"remote_block_ids", Json::array({std::move(block_ids)})},
+                {"remote_host", options.host},
+                {"remote_port", http_port},
+                {"tp_size", 1},
+                {"remote_num_tokens", completion.tokens.size()},
+                {"transfer_mode", "pull"}};
+  }
+
+  // REQUIRES: mu held (the generator is not thread-safe).
+  std::string RandomHexLocked(size_t digits) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(digits);
+    uint64_t bits = 0;
+    for (size_t i = 0; i < digits; ++i) {
+      if (i % 16 == 0) bits = rng();
+      out.push_back(kHex[bits & 0xf]);
+      bits >>= 4;
+    }
+    return out;
+  }
+
+  // Frees the pins whose lease has passed. Expiries are in order (each
+  // prefill finishes after the one before, and the lease is one length),
+  // so this stops at the first live one. REQUIRES: mu held.
+  void SweepLocked(Clock::time_point now) {
+    while (!expiries.empty() && expiries.front().first <= now) {
+      const auto handoff = handoffs.find(expiries.front().second);
+      // A pulled handoff left its expiry behind; only the one it names ends.
+      if (handoff != handoffs.end() && handoff->second.expires == expiries.front().first) {
+        pool.Unpin(handoff->second.hashes);
+        handoffs.erase(handoff);
+      }
+      expiries.pop_front();
+    }
+    pending_handoffs.store(handoffs.size());
+  }
+
+  // The prefill side of a pull: ends the pin and says what it held.
+  void HandleNixlRead(const httplib::Request& request, httplib::Response& response) {
+    const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(response, 400, "body: not a JSON object");
+    }
+    const auto id = body.find("remote_request_id");
+    if (id == body.end() || !id->is_string()) {
+      return SendError(response, 400, "remote_request_id: required, a string");
+    }
+    const std::string& request_id = id->get_ref<const std::string&>();
+    if (const auto engine = body.find("remote_engine_id");
+        engine != body.end() && !engine->is_null()) {
+      // NIXL's handshake checks the engine id: an address that reached the
+      // wrong engine must not read another prompt's blocks.
+      if (!engine->is_string() || engine->get_ref<const std::string&>() != options.id) {
+        return SendError(response, 404,
+                         "remote_engine_id: this is engine " + options.id + ", not " +
+                             (engine->is_string() ? engine->get<std::string>() : engine->dump()),
+                         "not_found_error");
+      }
+    }
+    PendingHandoff pulled;
+    {
+      std::lock_guard lock(mu);
+      SweepLocked(Clock::now());
+      const auto handoff = handoffs.find(request_id);
+      if (handoff == handoffs.end()) {
+        return SendError(response, 404,
+                         "remote_request_id: " + request_id + " is unknown at engine " +
+                             options.id + " (never handed over, already pulled, or its pin "
+                             "lapsed)",
+                         "not_found_error");
+      }
+      pulled = std::move(handoff->second);
+      handoffs.erase(handoff);
+      pending_handoffs.store(handoffs.size());
+      // Unpinned, not removed: vLLM frees the blocks into its prefix cache,
+      // where they stay cached until evicted, so nothing is published.
+      pool.Unpin(pulled.hashes);
+      pulls.fetch_add(1);
+    }
+    response.set_content(Json{{"tokens", pulled.tokens}, {"block_hashes", pulled.hashes}}.dump(),
+                         "application/json");
+  }
+
+  // The decode side of a handoff: waits pull_delay, pulls, caches the
+  // prompt without prefilling it (what it already held is not pulled),
+  // waits the modeled transfer, then answers as a completion does.
+  void DecodeHandedOver(httplib::Response& response, const Json& body,
+                        const Completion& completion, const RemotePrefill& remote) {
+    const Clock::time_point arrived = Clock::now();
+    // Counted as waiting until its KV has arrived, as vLLM's requests in
+    // WAITING_FOR_REMOTE_KVS are.
+    pulling.fetch_add(1);
+    struct Done {
+      std::atomic<int64_t>& count;
+      ~Done() { count.fetch_sub(1); }
+    } done{pulling};
+    std::this_thread::sleep_for(options.pull_delay);
+    Result<int64_t> read = PullFrom(remote);
+    if (!read.ok()) {
+      // vLLM's kv_load_failure_policy=fail: the request fails rather than
+      // prefilling here what the router meant to be prefilled elsewhere.
+      failed.fetch_add(1);
+      return SendError(response, 503, read.status().message(), "server_error");
+    }
+    const std::vector<int64_t>& tokens = completion.tokens;
+    sim::PrefillOutcome outcome;
+    {
+      std::lock_guard lock(mu);
+      SweepLocked(Clock::now());
+      // The pulled blocks land in the pool as a prefill's would, and are
+      // published the same way; their cost is the transfer below.
+      outcome = PrefillLocked(tokens, completion.cache_salt);
+    }
+    const int64_t pulled_tokens = outcome.computed_tokens;
+    const double transfer_s = sim::TransferSeconds(options.shape, pulled_tokens,
+                                                   options.link_bytes_per_s);
+    const Clock::time_point landed = Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(transfer_s / options.speedup)));
+    const double queue_s =
+        std::chrono::duration<double>(landed - arrived).count() * options.speedup;
+    const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
+    Json sim = {{"engine", options.id},
+                {"hit_blocks", outcome.hit_blocks},
+                {"prompt_blocks", outcome.prompt_blocks},
+                {"queue_s", queue_s},
+                {"prefill_s", 0.0},
+                {"pulled_tokens", pulled_tokens},
+                {"transfer_s", transfer_s},
+                {"ttft_s", queue_s + transfer_s}};
+    // Every prompt token was either held or pulled: none was computed here.
+    Answer(response, body, completion, prompt_tokens, std::move(sim), Json());
+  }
+
+  // The answer of a completion once its prompt is in: max_tokens tokens,
+  // streamed or in one body with the modeled times in `sim` and, for a
+  // handoff's prefill, its kv_transfer_params.
+  void Answer(httplib::Response& response, const Json& body, const Completion& completion,
+              int64_t cached_tokens, Json sim, Json transfer_params) {
+    const bool chat = completion.chat;
+    const int64_t max_tokens = completion.max_tokens;
+    const int64_t prompt_tokens = static_cast<int64_t>(completion.tokens.size());
     const Json usage = {{"prompt_tokens", prompt_tokens},
                         {"completion_tokens", max_tokens},
                         {"total_tokens", prompt_tokens + max_tokens},
                         {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
     const char* object = chat ? "chat.completion" : "text_completion";
-    if (stream) return StreamAnswer(response, body, chat, max_tokens, usage);
+    if (completion.stream) return StreamAnswer(response, body, chat, max_tokens, usage);
     std::string text;
     for (int64_t i = 0; i < max_tokens; ++i) {
       std::this_thread::sleep_for(options.token_interval);
@@ -244,21 +633,14 @@ struct LiveEngine::Impl {
                                     {"message", {{"role", "assistant"}, {"content", text}}},
                                     {"finish_reason", "length"}}
                              : Json{{"index", 0}, {"text", text}, {"finish_reason", "length"}};
-    response.set_content(
-        Json{{"object", object},
-             {"model", options.model},
-             {"choices", Json::array({choice})},
-             {"usage", usage},
-             // Modeled times (not wall time): what the GPU would have taken.
-             {"kvgov_sim",
-              {{"engine", options.id},
-               {"hit_blocks", outcome.hit_blocks},
-               {"prompt_blocks", outcome.prompt_blocks},
-               {"queue_s", queue_s},
-               {"prefill_s", prefill_s},
-               {"ttft_s", queue_s + prefill_s}}}}
-            .dump(),
-        "application/json");
+    Json answer = {{"object", object},
+                   {"model", options.model},
+                   {"choices", Json::array({choice})},
+                   {"usage", usage},
+                   // Modeled times (not wall time): what the GPU would have taken.
+                   {"kvgov_sim", std::move(sim)}};
+    if (!transfer_params.is_null()) answer["kv_transfer_params"] = std::move(transfer_params);
+    response.set_content(answer.dump(), "application/json");
   }
 
   // Server-sent events, one chunk a token every token_interval, then the
@@ -315,6 +697,8 @@ struct LiveEngine::Impl {
       const Clock::time_point now = Clock::now();
       while (!queue.empty() && queue.front().second <= now) queue.pop_front();
       for (const auto& [start, finish] : queue) ++(start <= now ? running : waiting);
+      waiting += static_cast<size_t>(std::max<int64_t>(pulling.load(), 0));
+      SweepLocked(now);
       usage = static_cast<double>(pool.size()) /
               static_cast<double>(std::max<size_t>(options.pool.capacity_blocks, 1));
     }
@@ -335,12 +719,27 @@ struct LiveEngine::Impl {
   LiveEngineOptions options;
   std::string topic = "kv@" + options.id;
 
-  mutable std::mutex mu;  // guards pool, busy_until, queue, next_seq, pub
+  // A prompt handed over and not yet pulled: its pinned blocks.
+  struct PendingHandoff {
+    std::vector<EngineHash> hashes;
+    int64_t tokens = 0;
+    Clock::time_point expires;
+  };
+
+  // guards pool, busy_until, queue, next_seq, pub, handoffs, expiries, rng
+  mutable std::mutex mu;
   sim::BlockPool pool;
   sim::PrefillCostModel cost;
   Clock::time_point busy_until{};
   std::deque<std::pair<Clock::time_point, Clock::time_point>> queue;  // (start, finish)
   uint64_t next_seq = 0;
+  std::unordered_map<std::string, PendingHandoff> handoffs;  // by remote_request_id
+  std::deque<std::pair<Clock::time_point, std::string>> expiries;  // in expiry order
+  std::mt19937_64 rng{std::random_device{}()};
+  std::atomic<size_t> pending_handoffs{0};  // handoffs.size(), for the idle sweep
+  std::atomic<uint64_t> pulls{0};   // prefill side: handoffs pulled
+  std::atomic<uint64_t> failed{0};  // decode side: pulls that failed
+  std::atomic<int64_t> pulling{0};  // decode side: handoffs waiting for their KV
 
   std::mutex received_mu;  // guards received_salts
   std::vector<std::string> received_salts;  // the cache_salt of every completion, "" for none
@@ -367,6 +766,20 @@ struct LiveEngine::Impl {
 Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& options) {
   if (!(options.speedup > 0)) {
     return Status::InvalidArgument("simulated engine " + options.id + ": speedup must be > 0");
+  }
+  // The engine spec's bounds for kv-lease-ms (a day at most).
+  if (options.kv_lease <= std::chrono::milliseconds(0) ||
+      options.kv_lease > std::chrono::hours(24)) {
+    return Status::InvalidArgument("simulated engine " + options.id +
+                                   ": kv_lease must be in 1 ms-24 h");
+  }
+  if (!(options.link_bytes_per_s > 0)) {
+    return Status::InvalidArgument("simulated engine " + options.id +
+                                   ": link_bytes_per_s must be > 0");
+  }
+  if (options.pull_delay < std::chrono::milliseconds(0)) {
+    return Status::InvalidArgument("simulated engine " + options.id +
+                                   ": pull_delay must be >= 0");
   }
   auto impl = std::make_unique<Impl>(options);
   try {
@@ -397,6 +810,10 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   http.Post("/reset_prefix_cache", [self](const httplib::Request&, httplib::Response& response) {
     std::lock_guard lock(self->mu);
     self->PublishLocked({self->pool.Reset()});
+    // The pool's pins went with it: no pending handoff can be pulled now.
+    self->handoffs.clear();
+    self->expiries.clear();
+    self->pending_handoffs.store(0);
     response.status = 200;
   });
   http.Post("/v1/completions", [self](const httplib::Request& request,
@@ -409,6 +826,10 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   });
   http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleTokenize(request, response);
+  });
+  http.Post("/kvgov_sim/nixl_read", [self](const httplib::Request& request,
+                                           httplib::Response& response) {
+    self->HandleNixlRead(request, response);
   });
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
@@ -459,6 +880,15 @@ std::vector<std::string> LiveEngine::received_salts() const {
 
 uint64_t LiveEngine::aborted_streams() const { return impl_->aborted.load(); }
 
+uint64_t LiveEngine::pulls() const { return impl_->pulls.load(); }
+uint64_t LiveEngine::failed_pulls() const { return impl_->failed.load(); }
+
+size_t LiveEngine::pinned_blocks() const {
+  std::lock_guard lock(impl_->mu);
+  impl_->SweepLocked(Clock::now());
+  return impl_->pool.pinned_blocks();
+}
+
 uint64_t LiveEngine::next_seq() const {
   std::lock_guard lock(impl_->mu);
   return impl_->next_seq;
@@ -475,7 +905,7 @@ std::string LiveEngine::EngineSpec() const {
   return "id=" + impl_->options.id + ",kind=vllm,events=" + events_endpoint() +
          ",replay=" + replay_endpoint() + ",model=" + impl_->options.model +
          ",block-size=" + std::to_string(impl_->options.pool.block_size) +
-         ",control=" + control_url();
+         ",control=" + control_url() + RoleSpec(impl_->options);
 }
 
 }  // namespace kvgov::simfleet

@@ -193,6 +193,325 @@ TEST(LiveEngineBadInputTest, RefusesAPromptThatIsNotTokenIds) {
   EXPECT_EQ(result->status, 400);
 }
 
+// Disaggregated engines: a prefill engine hands a prompt over, a decode
+// engine pulls it, as vLLM's NixlConnector does through its toy proxy.
+
+std::unique_ptr<LiveEngine> StartRole(const std::string& id, ingest::EngineRole role,
+                                      std::chrono::milliseconds kv_lease = std::chrono::seconds(30),
+                                      std::chrono::milliseconds pull_delay = {}) {
+  LiveEngineOptions options;
+  options.id = id;
+  options.role = role;
+  options.pool.capacity_blocks = 64;
+  options.pool.block_size = 16;
+  options.pool.hash_seed = std::hash<std::string>{}(id);
+  options.speedup = 1000;
+  options.kv_lease = kv_lease;
+  options.pull_delay = pull_delay;
+  Result<std::unique_ptr<LiveEngine>> engine = LiveEngine::Start(options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+int PortOf(const LiveEngine& engine) {
+  const std::string url = engine.control_url();
+  return std::stoi(url.substr(url.rfind(':') + 1));
+}
+
+// What vLLM's toy proxy asks of the prefill leg.
+Json PrefillLeg(const std::vector<int64_t>& prompt) {
+  return Json{{"prompt", prompt},
+              {"max_tokens", 1},
+              {"stream", false},
+              {"kv_transfer_params",
+               {{"do_remote_decode", true},
+                {"do_remote_prefill", false},
+                {"remote_engine_id", nullptr},
+                {"remote_block_ids", nullptr},
+                {"remote_host", nullptr},
+                {"remote_port", nullptr}}}};
+}
+
+// Runs the prefill leg; the kv_transfer_params of its answer.
+Json HandOver(LiveEngine& prefill, const std::vector<int64_t>& prompt,
+              const std::string& request_id = "") {
+  httplib::Client client(prefill.control_url());
+  httplib::Headers headers;
+  if (!request_id.empty()) headers.emplace("X-Request-Id", request_id);
+  httplib::Result result =
+      client.Post("/v1/completions", headers, PrefillLeg(prompt).dump(), "application/json");
+  EXPECT_TRUE(result);
+  if (!result) return Json();
+  EXPECT_EQ(result->status, 200) << result->body;
+  const Json answer = Json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(answer.is_object() && answer.contains("kv_transfer_params")) << result->body;
+  return answer.is_object() ? answer.value("kv_transfer_params", Json()) : Json();
+}
+
+httplib::Result DecodeLeg(LiveEngine& decode, Json body, const Json& params) {
+  body["kv_transfer_params"] = params;
+  httplib::Client client(decode.control_url());
+  return client.Post("/v1/completions", body.dump(), "application/json");
+}
+
+// The data of each server-sent event, in order.
+std::vector<std::string> EventData(const std::string& stream) {
+  std::vector<std::string> data;
+  size_t at = 0;
+  while ((at = stream.find("data: ", at)) != std::string::npos) {
+    const size_t end = stream.find("\n\n", at);
+    data.push_back(stream.substr(at + 6, end == std::string::npos ? end : end - at - 6));
+    at = end == std::string::npos ? stream.size() : end;
+  }
+  return data;
+}
+
+bool IsLowerHex(std::string_view text) {
+  return !text.empty() && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+TEST(LiveEngineDisaggregationTest, HandsAPromptOverFromPrefillToDecode) {
+  std::unique_ptr<LiveEngine> prefill = StartRole("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kDecode);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  zmq::context_t context;
+  zmq::socket_t sub(context, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.connect(decode->events_endpoint());
+  httplib::Client d_client(decode->control_url());
+  // The slow joiner, and a decode engine serving a plain completion
+  // locally: publish until the subscription has landed.
+  std::vector<zmq::message_t> first;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int64_t offset = 0;
+  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
+    Complete(d_client, Tokens(40, offset += 1000));
+    std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
+    zmq::poll(items, std::chrono::milliseconds(50));
+    if (items[0].revents & ZMQ_POLLIN) (void)zmq::recv_multipart(sub, std::back_inserter(first));
+  }
+  ASSERT_FALSE(first.empty());
+
+  // The prefill leg answers with vLLM's pull-scheduler params and pins.
+  const std::vector<int64_t> prompt = Tokens(40, 7);  // two full blocks and 8 tokens
+  const Json params = HandOver(*prefill, prompt, "req-1");
+  ASSERT_TRUE(params.is_object());
+  EXPECT_EQ(params["do_remote_prefill"], true);
+  EXPECT_EQ(params["do_remote_decode"], false);
+  EXPECT_EQ(params["remote_engine_id"], "sim-p");
+  const std::string remote_id = params.value("remote_request_id", "");
+  EXPECT_TRUE(remote_id.starts_with("req-1-") && remote_id.size() == 14 &&
+              IsLowerHex(std::string_view(remote_id).substr(6)))
+      << remote_id;
+  ASSERT_TRUE(params["remote_block_ids"].is_array());
+  ASSERT_EQ(params["remote_block_ids"].size(), 1u);
+  EXPECT_EQ(params["remote_block_ids"][0].size(), 2u);
+  EXPECT_EQ(params["remote_host"], "127.0.0.1");
+  EXPECT_EQ(params["remote_port"], PortOf(*prefill));
+  EXPECT_EQ(params["tp_size"], 1);
+  EXPECT_EQ(params["remote_num_tokens"], 40);
+  EXPECT_EQ(params["transfer_mode"], "pull");
+  EXPECT_EQ(prefill->pinned_blocks(), 2u);
+
+  // The decode leg: the client's own body (streamed) plus those params.
+  httplib::Result answer = DecodeLeg(
+      *decode,
+      Json{{"prompt", prompt},
+           {"max_tokens", 3},
+           {"stream", true},
+           {"stream_options", {{"include_usage", true}}}},
+      params);
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  EXPECT_EQ(answer->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<std::string> events = EventData(answer->body);
+  ASSERT_EQ(events.size(), 6u) << answer->body;  // 3 tokens, the finish, usage, [DONE]
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Json::parse(events[static_cast<size_t>(i)])["choices"][0]["text"],
+              " tok" + std::to_string(i));
+  }
+  const Json usage = Json::parse(events[4])["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 40);
+  EXPECT_EQ(usage["completion_tokens"], 3);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 40);
+  EXPECT_EQ(events[5], "[DONE]");
+
+  // The pull ended the pin; the blocks stay in P's prefix cache.
+  EXPECT_EQ(prefill->pulls(), 1u);
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+  EXPECT_EQ(prefill->resident_blocks(), 2u);
+  EXPECT_EQ(decode->failed_pulls(), 0u);
+
+  // D published the pulled blocks as its own, under its own hashes.
+  bool published = false;
+  while (!published) {
+    std::vector<zmq::message_t> message = Receive(sub);
+    ASSERT_EQ(message.size(), 3u) << "no BlockStored of the pulled prompt";
+    Result<EngineEventBatch> batch = adapters::DecodeEngineBatch(message[2].to_string_view());
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    for (const EngineEvent& event : batch->events) {
+      const auto* stored = std::get_if<BlockStored>(&event);
+      if (stored != nullptr && stored->token_ids == Tokens(32, 7)) published = true;
+    }
+  }
+  // And D holds the prompt: a plain completion of it there hits every block.
+  const Json again = Complete(d_client, prompt);
+  EXPECT_EQ(again["kvgov_sim"]["hit_blocks"], 2);
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+}
+
+TEST(LiveEngineDisaggregationTest, PullsOnlyWhatItDoesNotHoldAndOnlyOnce) {
+  std::unique_ptr<LiveEngine> prefill = StartRole("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kBoth);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  httplib::Client d_client(decode->control_url());
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  Complete(d_client, Tokens(16, 7));  // D already holds the first block
+  const Json params = HandOver(*prefill, prompt);  // no X-Request-Id: a generated one
+  const std::string remote_id = params.value("remote_request_id", "");
+  EXPECT_EQ(remote_id.size(), 32u + 1 + 8) << remote_id;
+
+  const Json body = {{"prompt", prompt}, {"max_tokens", 2}};
+  httplib::Result answer = DecodeLeg(*decode, body, params);
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  const Json decoded = Json::parse(answer->body);
+  EXPECT_EQ(decoded["choices"][0]["text"], " tok0 tok1");
+  EXPECT_EQ(decoded["usage"]["prompt_tokens_details"]["cached_tokens"], 40);
+  EXPECT_EQ(decoded["kvgov_sim"]["pulled_tokens"], 24);
+  EXPECT_DOUBLE_EQ(decoded["kvgov_sim"]["transfer_s"].get<double>(), 24 * 131072 / 50e9);
+  EXPECT_EQ(decoded["kvgov_sim"]["prefill_s"], 0.0);
+  EXPECT_FALSE(decoded.contains("kv_transfer_params"));
+  EXPECT_EQ(prefill->pulls(), 1u);
+
+  // The pin ended with the first pull: the same params again fail, as
+  // vLLM's kv_load_failure_policy=fail does.
+  answer = DecodeLeg(*decode, body, params);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 503);
+  const Json error = Json::parse(answer->body);
+  EXPECT_EQ(error["error"]["message"],
+            "kv_transfer_params: remote request " + remote_id +
+                " is unknown or expired at engine sim-p");
+  EXPECT_EQ(decode->failed_pulls(), 1u);
+  EXPECT_EQ(prefill->pulls(), 1u);
+}
+
+TEST(LiveEngineDisaggregationTest, APinThatLapsedFailsThePull) {
+  std::unique_ptr<LiveEngine> prefill =
+      StartRole("sim-p", ingest::EngineRole::kPrefill, std::chrono::milliseconds(50));
+  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kDecode,
+                                                 std::chrono::seconds(30),
+                                                 std::chrono::milliseconds(200));
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  const Json params = HandOver(*prefill, prompt, "req-lapse");
+  httplib::Result answer = DecodeLeg(*decode, Json{{"prompt", prompt}, {"max_tokens", 1}}, params);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 503);
+  EXPECT_NE(answer->body.find(params.value("remote_request_id", "?")), std::string::npos)
+      << answer->body;
+  EXPECT_EQ(decode->failed_pulls(), 1u);
+  EXPECT_EQ(prefill->pulls(), 0u);
+  // The lapsed pin is freed, its blocks still cached.
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+  EXPECT_EQ(prefill->resident_blocks(), 2u);
+}
+
+TEST(LiveEngineDisaggregationTest, AnUnreachablePrefillEngineFailsThePull) {
+  std::unique_ptr<LiveEngine> prefill = StartRole("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kDecode);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  const Json params = HandOver(*prefill, prompt);
+  prefill->Stop();
+  httplib::Result answer = DecodeLeg(*decode, Json{{"prompt", prompt}, {"max_tokens", 1}}, params);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 503);
+  EXPECT_NE(answer->body.find("unreachable"), std::string::npos) << answer->body;
+  EXPECT_EQ(decode->failed_pulls(), 1u);
+}
+
+TEST(LiveEngineDisaggregationTest, AHandoffMissingAFieldIsRefusedNamingIt) {
+  std::unique_ptr<LiveEngine> prefill = StartRole("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kDecode);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  const Json params = {{"do_remote_prefill", true},
+                       {"do_remote_decode", false},
+                       {"remote_engine_id", "sim-p"},
+                       {"remote_request_id", "req-1-0badc0de"},
+                       {"remote_host", "127.0.0.1"},
+                       {"remote_port", PortOf(*prefill)},
+                       {"remote_block_ids", Json::array({Json::array({0, 1})})}};
+  const Json body = {{"prompt", prompt}, {"max_tokens", 1}};
+  for (const char* field : {"remote_engine_id", "remote_request_id", "remote_host", "remote_port",
+                            "remote_block_ids"}) {
+    Json partial = params;
+    partial.erase(field);
+    httplib::Result answer = DecodeLeg(*decode, body, partial);
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 400) << field;
+    EXPECT_NE(answer->body.find(std::string("kv_transfer_params.") + field + ": required"),
+              std::string::npos)
+        << answer->body;
+  }
+  Json bad_port = params;
+  bad_port["remote_port"] = "8000";
+  httplib::Result answer = DecodeLeg(*decode, body, bad_port);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 400);
+  EXPECT_NE(answer->body.find("kv_transfer_params.remote_port: want an integer"),
+            std::string::npos)
+      << answer->body;
+  EXPECT_EQ(decode->failed_pulls(), 0u);  // refused before any pull
+
+  // The prefill leg answers in one body, and only a prefill engine serves it.
+  httplib::Client p_client(prefill->control_url());
+  Json streamed = PrefillLeg(prompt);
+  streamed["stream"] = true;
+  answer = p_client.Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 400);
+  EXPECT_NE(answer->body.find("stream: a remote-decode prefill answers in one body"),
+            std::string::npos)
+      << answer->body;
+  httplib::Client d_client(decode->control_url());
+  answer = d_client.Post("/v1/completions", PrefillLeg(prompt).dump(), "application/json");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 400);
+  EXPECT_NE(answer->body.find("kv_transfer_params.do_remote_decode"), std::string::npos)
+      << answer->body;
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+}
+
+TEST(LiveEngineDisaggregationTest, TheEngineSpecCarriesTheRole) {
+  std::unique_ptr<LiveEngine> prefill =
+      StartRole("sim-p", ingest::EngineRole::kPrefill, std::chrono::milliseconds(2500));
+  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kDecode);
+  std::unique_ptr<LiveEngine> both = StartRole("sim-b", ingest::EngineRole::kBoth);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  ASSERT_NE(both, nullptr);
+  EXPECT_TRUE(prefill->EngineSpec().ends_with(",role=prefill,kv-lease-ms=2500"))
+      << prefill->EngineSpec();
+  EXPECT_TRUE(decode->EngineSpec().ends_with(",role=decode")) << decode->EngineSpec();
+  EXPECT_EQ(both->EngineSpec().find("role="), std::string::npos) << both->EngineSpec();
+  Result<ingest::EngineSpec> spec = ingest::ParseEngineSpec(prefill->EngineSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->role, ingest::EngineRole::kPrefill);
+  EXPECT_EQ(spec->kv_lease_ms, 2500);
+  spec = ingest::ParseEngineSpec(decode->EngineSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->role, ingest::EngineRole::kDecode);
+  EXPECT_TRUE(ingest::ParseEngineSpec(both->EngineSpec()).ok());
+}
+
 std::string EncodingName(const ::testing::TestParamInfo<sim::WireEncoding>& param) {
   return param.param == sim::WireEncoding::kMap ? "Map" : "LegacyPositional";
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/ingest/engine_spec.h"
 #include "kvgov/sim/block_pool.h"
 #include "kvgov/sim/event_wire.h"
 #include "kvgov/sim/prefill_cost.h"
@@ -34,6 +35,21 @@ struct LiveEngineOptions {
   // False: the engine honours cache_salt but publishes no extra keys, as
   // vLLM did before 0.17 (docs/operations.md, "Tenant salts").
   bool publishes_extra_keys = true;
+
+  // Prefill/decode disaggregation, as vLLM's NixlConnector does it
+  // (docs/formats/simulator.md, "Disaggregated engines"). A prefill engine
+  // hands a prompt over; a decode engine pulls one; both does either.
+  ingest::EngineRole role = ingest::EngineRole::kBoth;
+  // How long a prefill engine holds a handed-over prompt's blocks for the
+  // decode engine to pull (vLLM's kv_lease_duration). Wall time, not
+  // divided by speedup: it is what kvgov's lease of the handoff mirrors.
+  std::chrono::milliseconds kv_lease{30000};
+  // The modeled NIXL link (400 Gb/s RDMA): a pull of N tokens takes
+  // N x KvBytesPerToken(shape) / this, divided by speedup like a prefill.
+  double link_bytes_per_s = 50e9;
+  // Test hook: a decode engine waits this long (wall time) before it
+  // pulls, as if queued, so a test can watch the pin held or let it lapse.
+  std::chrono::milliseconds pull_delay{0};
 };
 
 /// One simulated vLLM engine, live on loopback with vLLM's interfaces:
@@ -52,9 +68,23 @@ struct LiveEngineOptions {
 ///    /tokenize with vLLM's shapes. The tokenizer is a toy (one id per
 ///    word) and the chat template fixed (a role marker before each
 ///    message, the assistant marker for the generation prompt).
+///  - vLLM's NixlConnector handoff, by role. A prefill (or both) engine
+///    takes a completion with kv_transfer_params.do_remote_decode: it
+///    prefills as usual, answers in one body with the kv_transfer_params a
+///    decode engine needs, and pins the prompt's blocks until they are
+///    pulled or kv_lease passes. A decode (or both) engine takes a
+///    completion with kv_transfer_params.do_remote_prefill: it waits
+///    pull_delay, pulls from the prefill engine over POST
+///    /kvgov_sim/nixl_read (which stands in for NIXL's READ and its
+///    notification), caches the prompt without prefilling it, waits the
+///    modeled transfer and decodes; a pull that fails answers 503, as
+///    vLLM's kv_load_failure_policy=fail does. Plain completions are served
+///    locally by every role.
 ///
 /// Thread-safe: HTTP handlers run concurrently; one mutex serialises the
-/// pool, the queue and publishing, so seq order is pool order.
+/// pool, the queue, the pins and publishing, so seq order is pool order.
+/// No handler sleeps or calls another engine while holding it. Lock order:
+/// the main mutex before the replay history's.
 class LiveEngine {
  public:
   /// Binds and starts serving. IOError when a socket cannot be bound.
@@ -84,6 +114,15 @@ class LiveEngine {
   /// Blocks in the pool now, and the seq the next batch will carry.
   size_t resident_blocks() const;
   uint64_t next_seq() const;
+
+  /// Prefill side: handed-over prompts pulled by a decode engine.
+  uint64_t pulls() const;
+  /// Decode side: pulls that failed (the prompt unknown, already pulled,
+  /// its pin lapsed, or the prefill engine unreachable), answered 503.
+  uint64_t failed_pulls() const;
+  /// Prefill side: blocks pinned for a decode engine now, after freeing
+  /// the pins whose lease has passed.
+  size_t pinned_blocks() const;
 
   /// Stops serving and joins every thread. Idempotent.
   void Stop();
