@@ -24,6 +24,11 @@ Status FieldError(std::string_view field, std::string_view problem) {
 
 // The chat fields vLLM's chat completions hand to the chat template, which
 // the tokenizer must see too for the tokens to be the engine's.
+// What the gateway writes into a handoff's legs (NixlPrefillBody,
+// NixlDecodeBody, BootstrapBody).
+constexpr std::string_view kHandoffFields[] = {"kv_transfer_params", "bootstrap_host",
+                                               "bootstrap_port", "bootstrap_room"};
+
 constexpr std::string_view kChatTemplateFields[] = {
     "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
     "tools"};
@@ -102,6 +107,14 @@ Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const simdjson::dom::ele
   if (json["cache_salt"].error() == simdjson::SUCCESS) {
     return FieldError("cache_salt",
                       "set by kvgov from the caller's tenant; a client may not send one");
+  }
+  // A client naming a handoff's peer could point a decode worker at any
+  // host it likes, or at another tenant's pinned KV.
+  for (const std::string_view field : kHandoffFields) {
+    if (json[field].error() == simdjson::SUCCESS) {
+      return FieldError(field, "set by kvgov's gateway for a disaggregated handoff; a client "
+                               "may not send it");
+    }
   }
   if (simdjson::dom::element stream; json["stream"].get(stream) == simdjson::SUCCESS &&
                                      !stream.is_null()) {
@@ -222,14 +235,11 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
   }
 }
 
-std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask_usage) {
-  std::string members;
-  if (!salt.empty()) members = "\"cache_salt\":" + codec_internal::Dump(Json(std::string(salt)));
-  if (ask_usage) {
-    members += std::string(members.empty() ? "" : ",") +
-               "\"stream_options\":{\"include_usage\":true}";
-  }
-  if (members.empty()) return std::string(body);
+namespace {
+
+// `body` (a JSON object) with `members` ("k":v,...) first, every other byte
+// unchanged.
+std::string PrependMembers(std::string_view body, std::string_view members) {
   const size_t open = body.find('{');
   const size_t next = body.find_first_not_of(" \t\r\n", open + 1);
   const bool empty_object = next != std::string_view::npos && body[next] == '}';
@@ -238,6 +248,79 @@ std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask
   if (!empty_object) out += ',';
   out += body.substr(open + 1);
   return out;
+}
+
+}  // namespace
+
+std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask_usage) {
+  std::string members;
+  if (!salt.empty()) members = "\"cache_salt\":" + codec_internal::Dump(Json(std::string(salt)));
+  if (ask_usage) {
+    members += std::string(members.empty() ? "" : ",") +
+               "\"stream_options\":{\"include_usage\":true}";
+  }
+  if (members.empty()) return std::string(body);
+  return PrependMembers(body, members);
+}
+
+namespace {
+
+// The forwarded body as an object, to edit a leg of a handoff. The body
+// already passed DecodeGatewayRequestJson's limits.
+Result<Json> ForwardedObject(std::string_view forwarded) {
+  Json body = Json::parse(forwarded, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return Status::InvalidArgument("$: the forwarded body is not a JSON object");
+  }
+  return body;
+}
+
+}  // namespace
+
+Result<std::string> NixlPrefillBody(std::string_view forwarded) {
+  KVGOV_ASSIGN_OR_RETURN(Json body, ForwardedObject(forwarded));
+  // vLLM's own proxies (toy_proxy_server.py, production-stack's orchestrated
+  // mode): one token, in one body, and no lower bound it could not meet.
+  body["max_tokens"] = 1;
+  if (body.contains("max_completion_tokens")) body["max_completion_tokens"] = 1;
+  body["stream"] = false;
+  body.erase("stream_options");
+  body.erase("min_tokens");
+  body.erase("min_completion_tokens");
+  body["kv_transfer_params"] = {{"do_remote_decode", true},   {"do_remote_prefill", false},
+                                {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
+                                {"remote_host", nullptr},      {"remote_port", nullptr}};
+  return codec_internal::Dump(body);
+}
+
+Result<std::optional<std::string>> DecodeKvTransferParams(std::string_view answer,
+                                                          const JsonLimits& limits) {
+  KVGOV_ASSIGN_OR_RETURN(Json parsed, codec_internal::ParseJson(answer, limits));
+  if (!parsed.is_object()) {
+    return Status::InvalidArgument("$: the prefill answer is not a JSON object");
+  }
+  auto params = parsed.find("kv_transfer_params");
+  if (params == parsed.end() || params->is_null()) return std::optional<std::string>();
+  if (!params->is_object()) {
+    return Status::InvalidArgument("$.kv_transfer_params: want an object");
+  }
+  if (params->empty()) return std::optional<std::string>();
+  return std::optional<std::string>(codec_internal::Dump(*params));
+}
+
+std::string NixlDecodeBody(std::string_view forwarded, std::string_view params) {
+  return PrependMembers(forwarded, "\"kv_transfer_params\":" + std::string(params));
+}
+
+Result<std::string> BootstrapBody(std::string_view forwarded, std::string_view host, int port,
+                                  uint64_t room) {
+  KVGOV_ASSIGN_OR_RETURN(Json body, ForwardedObject(forwarded));
+  // SGLang's router injects these three into the one body both legs get
+  // (sgl-model-gateway pd_router.rs); the room fits in an i64.
+  body["bootstrap_host"] = std::string(host);
+  body["bootstrap_port"] = port;
+  body["bootstrap_room"] = room & static_cast<uint64_t>(INT64_MAX);
+  return codec_internal::Dump(body);
 }
 
 std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits) {

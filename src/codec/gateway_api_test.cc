@@ -87,6 +87,82 @@ TEST(GatewayApiTest, TheSaltAndTheUsageRequestAreTheOnlyChanges) {
   EXPECT_EQ(both["stream_options"]["include_usage"], true);
 }
 
+TEST(GatewayApiTest, AClientMayNotNameAHandoffsPeer) {
+  for (const char* field :
+       {"kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room"}) {
+    const std::string body =
+        std::string(R"({"model":"m","prompt":[1],")") + field + R"(":{"remote_host":"x"}})";
+    EXPECT_EQ(Completions(body).status().message(),
+              std::string("$.") + field +
+                  ": set by kvgov's gateway for a disaggregated handoff; a client may not send it");
+  }
+}
+
+// vLLM's toy proxy: one token, one body, the remote decode asked for.
+TEST(GatewayApiTest, ThePrefillLegAsksForOneTokenAndARemoteDecode) {
+  Result<std::string> leg = NixlPrefillBody(
+      R"({"cache_salt":"s","stream_options":{"include_usage":true},"model":"m","prompt":[1],)"
+      R"("stream":true,"max_tokens":64,"max_completion_tokens":64,"min_tokens":8,)"
+      R"("temperature":0.5})");
+  ASSERT_TRUE(leg.ok()) << leg.status().ToString();
+  const nlohmann::json body = nlohmann::json::parse(*leg);
+  EXPECT_EQ(body["max_tokens"], 1);
+  EXPECT_EQ(body["max_completion_tokens"], 1);
+  EXPECT_EQ(body["stream"], false);
+  EXPECT_FALSE(body.contains("stream_options"));
+  EXPECT_FALSE(body.contains("min_tokens"));
+  EXPECT_EQ(body["cache_salt"], "s");
+  EXPECT_EQ(body["temperature"], 0.5);
+  EXPECT_EQ(body["kv_transfer_params"],
+            nlohmann::json::parse(R"({"do_remote_decode":true,"do_remote_prefill":false,)"
+                                  R"("remote_engine_id":null,"remote_block_ids":null,)"
+                                  R"("remote_host":null,"remote_port":null})"));
+  // A client that set no max_completion_tokens gets none.
+  EXPECT_FALSE(nlohmann::json::parse(*NixlPrefillBody(R"({"model":"m","prompt":[1]})"))
+                   .contains("max_completion_tokens"));
+  EXPECT_EQ(NixlPrefillBody("[1]").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(GatewayApiTest, ThePrefillAnswersParamsGoToTheDecodeLegAsSent) {
+  Result<std::optional<std::string>> params = DecodeKvTransferParams(
+      R"({"choices":[{"text":"x"}],"kv_transfer_params":{"do_remote_prefill":true,)"
+      R"("remote_engine_id":"e1","remote_block_ids":[[1,2]],"remote_host":"10.0.0.1",)"
+      R"("remote_port":5600,"future_field":{"a":1}}})",
+      JsonLimits{});
+  ASSERT_TRUE(params.ok()) << params.status().ToString();
+  ASSERT_TRUE(params->has_value());
+  const std::string leg = NixlDecodeBody(R"({"model":"m","stream":true})", **params);
+  const nlohmann::json body = nlohmann::json::parse(leg);
+  EXPECT_EQ(body["kv_transfer_params"]["remote_block_ids"], nlohmann::json::parse("[[1,2]]"));
+  EXPECT_EQ(body["kv_transfer_params"]["future_field"]["a"], 1);  // opaque: kept
+  EXPECT_EQ(body["stream"], true);
+  EXPECT_TRUE(leg.ends_with(R"("model":"m","stream":true})"));  // the rest byte for byte
+
+  // The engine freed the blocks at once: no params, the decode leg prefills.
+  for (const char* answer : {R"({"choices":[]})", R"({"kv_transfer_params":null})",
+                             R"({"kv_transfer_params":{}})"}) {
+    Result<std::optional<std::string>> none = DecodeKvTransferParams(answer, JsonLimits{});
+    ASSERT_TRUE(none.ok()) << answer;
+    EXPECT_FALSE(none->has_value()) << answer;
+  }
+  EXPECT_EQ(DecodeKvTransferParams(R"({"kv_transfer_params":[1]})", JsonLimits{})
+                .status()
+                .message(),
+            "$.kv_transfer_params: want an object");
+  EXPECT_FALSE(DecodeKvTransferParams("not json", JsonLimits{}).ok());
+}
+
+TEST(GatewayApiTest, SGLangsBootstrapFieldsGoIntoTheOneBody) {
+  Result<std::string> body =
+      BootstrapBody(R"({"model":"m","stream":true})", "10.0.0.7", 8998, ~uint64_t{0});
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  const nlohmann::json json = nlohmann::json::parse(*body);
+  EXPECT_EQ(json["bootstrap_host"], "10.0.0.7");
+  EXPECT_EQ(json["bootstrap_port"], 8998);
+  EXPECT_EQ(json["bootstrap_room"].get<uint64_t>(), uint64_t{INT64_MAX});
+  EXPECT_EQ(json["stream"], true);
+}
+
 TEST(GatewayApiTest, UsageIsAskedForOnlyWhenTheClientDidNotSayAnything) {
   EXPECT_TRUE(Completions(R"({"model":"m","prompt":[1],"stream":true})")->ask_usage);
   EXPECT_FALSE(Completions(R"({"model":"m","prompt":[1]})")->ask_usage);

@@ -106,7 +106,8 @@ NIXLLease FullLease() {
                    .granted_at_ms = 1000,
                    .expires_at_ms = 6000,
                    .ttl_ms = 5000,
-                   .bytes_moved = 123456};
+                   .bytes_moved = 123456,
+                   .witness = NIXLLeaseWitness::kHandoff};
 }
 
 ProviderCache FullProviderCache() {

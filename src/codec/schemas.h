@@ -214,6 +214,7 @@ struct Schema<NIXLLease> {
     v.Optional("expires_at_ms", l.expires_at_ms);
     v.Optional("ttl_ms", l.ttl_ms);
     v.Optional("bytes_moved", l.bytes_moved);
+    v.Optional("witness", l.witness);
   }
 };
 

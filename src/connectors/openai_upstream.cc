@@ -140,7 +140,8 @@ Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& ba
 Status UpstreamConnections::Forward(
     const std::string& base_url, const std::string& path, const std::string& body,
     const std::function<bool(int status, std::string_view content_type)>& on_head,
-    const std::function<bool(std::string_view chunk)>& on_chunk, UpstreamAnswer* answer) {
+    const std::function<bool(std::string_view chunk)>& on_chunk, UpstreamAnswer* answer,
+    std::string_view request_id) {
   for (int attempt = 0;; ++attempt) {
     *answer = {};
     bool kept = false;
@@ -151,6 +152,7 @@ Status UpstreamConnections::Forward(
     request.path = path;
     request.body = body;
     request.set_header("Content-Type", "application/json");
+    if (!request_id.empty()) request.set_header("X-Request-Id", std::string(request_id));
     request.response_handler = [&](const httplib::Response& response) {
       answer->head_seen = true;
       answer->status = response.status;

@@ -40,6 +40,7 @@ TEST(VocabularyTest, EveryTableRoundTrips) {
   ExpectTableRoundTrips<KVTransferDirection>();
   ExpectTableRoundTrips<KVTransferOutcome>();
   ExpectTableRoundTrips<NIXLTransferRole>();
+  ExpectTableRoundTrips<NIXLLeaseWitness>();
   ExpectTableRoundTrips<NIXLLeaseEvent>();
   ExpectTableRoundTrips<NIXLLeaseState>();
   ExpectTableRoundTrips<NIXLClearKind>();

@@ -132,6 +132,7 @@ void GovernanceGate::SetPending(std::string_view worker, std::span<const index::
 
 void GovernanceGate::CoverLease(const NIXLLease& record, std::string_view worker,
                                 std::span<const index::BlockKey> keys) {
+  if (record.witness == NIXLLeaseWitness::kHandoff) return;
   std::unique_lock lock(mu_);
   Lease& lease = leases_[record.lease_id];
   lease.worker = std::string(worker);

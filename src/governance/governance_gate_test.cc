@@ -192,6 +192,28 @@ TEST(GovernanceGateTest, RulesOfOneKindSurviveTheOthersBeingReleased) {
   EXPECT_EQ(gate.Creditable("w1", chain, 4, 500).creditable, 4u);  // active: credits
 }
 
+// The prefill worker keeps the blocks in its prefix cache when the pin
+// ends (vLLM frees them to its free queue, not out of the cache); only its
+// event stream says when they go.
+TEST(GovernanceGateTest, AHandoffsLeaseLeavesThePrefillWorkersCreditAlone) {
+  GovernanceGate gate;
+  std::vector<index::BlockKey> chain = {10, 11, 12};
+  NIXLLease lease;
+  lease.lease_id = "handoff-1";
+  lease.span_digest = "s";
+  lease.expires_at_ms = 1000;
+  lease.witness = NIXLLeaseWitness::kHandoff;
+  gate.CoverLease(lease, "prefill-0", chain);
+  EXPECT_EQ(gate.Creditable("prefill-0", chain, 3, 5000).creditable, 3u);  // expired
+  lease.event = NIXLLeaseEvent::kTransferComplete;
+  gate.UpdateLease(lease);
+  EXPECT_EQ(gate.Creditable("prefill-0", chain, 3, 10).creditable, 3u);
+  // A quarantine still refuses the span, there as everywhere.
+  const std::vector<index::BlockKey> poisoned = {11};
+  gate.Quarantine("q", poisoned);
+  EXPECT_EQ(gate.Creditable("prefill-0", chain, 3, 10).creditable, 1u);
+}
+
 TEST(GovernanceGateTest, TheLastLeaseToCoverABlockDecides) {
   GovernanceGate gate;
   std::vector<index::BlockKey> chain = {1, 2};

@@ -241,6 +241,34 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                  "Gateway answers that carried no usage (a stream whose client "
                                  "set stream_options without include_usage, an error)."}));
   gateway.unaccounted->WithLabels({});
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.handoffs,
+      daemon.metrics.AddCounter({"kvgov_gateway_handoffs_total",
+                                 "Disaggregated gateway requests by how their prefill/decode "
+                                 "handoff ended: completed, unpinned (the prefill answer carried "
+                                 "no KV to pull), prefill_failed, decode_failed, withdrawn (span "
+                                 "quarantined or under invalidation), expired (the pin's lease "
+                                 "ran out first), client_gone.",
+                                 {"outcome"}}));
+  for (const auto& [value, spelling] : EnumSpelling<HandoffOutcome>::kValues) {
+    gateway.handoffs->WithLabels({std::string(spelling)});
+  }
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.handoff_seconds,
+      daemon.metrics.AddHistogram({"kvgov_gateway_handoff_seconds",
+                                   "Time from the prefill worker's answer to the decode worker's "
+                                   "first token (a whole answer's end, when not streamed)."},
+                                  metrics::ExponentialBuckets(1e-3, 2, 16)));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon.lease_grants,
+      daemon.metrics.AddCounter({"kvgov_lease_grants_total",
+                                 "NIXL leases begun, by witness: handoff (kvgov's gateway ran "
+                                 "the handoff and read the pin from the prefill answer) or "
+                                 "reported (a transport or engine reported it).",
+                                 {"witness"}}));
+  for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseWitness>::kValues) {
+    daemon.lease_grants->WithLabels({std::string(spelling)});
+  }
   // Both series exist from the start, so a rate or an alert on failures
   // never sees an absent series.
   daemon.certificates->WithLabels({"issued"});

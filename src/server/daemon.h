@@ -22,6 +22,7 @@
 #include "kvgov/transport/zmq_ingest.h"
 #include "kvgov/metrics/cache_accounting.h"
 #include "kvgov/metrics/traffic_history.h"
+#include "server/handoff.h"
 #include "server/periodic_task.h"
 #include "server/token_audit.h"
 #include "kvgov/ingest/stream_store.h"
@@ -60,6 +61,8 @@ struct GatewayMetrics {
   metrics::CounterFamily* predicted_tokens = nullptr;     // {worker}
   metrics::CounterFamily* cached_tokens = nullptr;        // {worker}: as the engine reported
   metrics::CounterFamily* unaccounted = nullptr;          // answers without usage
+  metrics::CounterFamily* handoffs = nullptr;             // {outcome}: HandoffOutcome
+  metrics::HistogramFamily* handoff_seconds = nullptr;    // prefill answer -> decode first token
 };
 
 /// What the routes that chose a worker asked and were credited, since
@@ -139,11 +142,13 @@ struct Daemon {
   RouteMetrics route_metrics;
   metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
   metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
+  metrics::CounterFamily* lease_grants = nullptr;       // {witness}: handoff, reported
   metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   GatewayMetrics gateway_metrics;
   router::PredictionScores predictions;  // the gateway's, per worker
   TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
   RouteTotals route_totals;              // counted by /v1/route and the gateway
+  HandoffLog handoffs;                   // the gateway's newest, for GET /v1/handoffs
   ChainCheck chain_check;                // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines

@@ -18,17 +18,12 @@
 #include "kvgov/connectors/openai_upstream.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/gateway_upstream.h"
+#include "server/handoff.h"
 #include "server/http_api.h"
-#include "server/relay_threads.h"
 
 namespace kvgov::server {
 namespace {
-
-void SendOpenAIError(httplib::Response& response, int status, std::string_view message,
-                     std::string_view type, std::string_view param, std::string_view code) {
-  response.status = status;
-  response.set_content(EncodeOpenAIErrorJson(message, type, param, code), "application/json");
-}
 
 // The caller, with the infer role; otherwise the 401 or 403 is answered.
 std::optional<auth::Principal> AdmitInfer(Daemon& daemon, const httplib::Request& request,
@@ -45,14 +40,6 @@ std::optional<auth::Principal> AdmitInfer(Daemon& daemon, const httplib::Request
                     "forbidden");
   }
   return std::nullopt;
-}
-
-// An answer's usage is read with the API's limits: its choices may be as
-// long as the answer.
-JsonLimits UsageLimits() {
-  JsonLimits limits;
-  limits.max_bytes = size_t{64} << 20;
-  return limits;
 }
 
 // The header a fleet-wide caller (no token, or a token bound to no tenant)
@@ -86,25 +73,6 @@ std::string ParamOf(std::string_view message) {
   return std::string(message.substr(2, end == std::string_view::npos ? end : end - 2));
 }
 
-// The engine a worker ("id" or "id@dp_rank") belongs to; null for a worker
-// no --engine names (one that only reports over HTTP).
-const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker) {
-  const std::string_view engine_id = worker.substr(0, worker.find('@'));
-  for (const ingest::EngineSpec& engine : daemon.options.engines) {
-    if (engine.id == engine_id) return &engine;
-  }
-  return nullptr;
-}
-
-// The engine URL the gateway forwards to.
-std::string OpenAIUrl(const ingest::EngineSpec& engine) {
-  return engine.openai.empty() ? engine.control : engine.openai;
-}
-std::string OpenAIUrl(const Daemon& daemon, std::string_view worker) {
-  const ingest::EngineSpec* engine = EngineOf(daemon, worker);
-  return engine == nullptr ? "" : OpenAIUrl(*engine);
-}
-
 // A worker the gateway may send to: live, healthy, not draining, with an
 // engine URL. The router still decides among them.
 bool MayServe(const Daemon& daemon, const index::WorkerResidency& worker) {
@@ -121,157 +89,6 @@ std::vector<std::string> ServingWorkers(const Daemon& daemon, std::string_view m
     if (worker.model == model && MayServe(daemon, worker)) out.push_back(worker.id);
   }
   return out;
-}
-
-// One forwarded request's answer on its way from the engine's connection
-// (the upstream thread) to the client's (the handler thread). At most
-// kMaxQueuedBytes wait in it: a client slower than its engine slows the
-// engine's connection down instead of growing the gateway's memory.
-//
-// Thread-safe: one mutex guards everything.
-class Relay {
-  static constexpr size_t kMaxQueuedBytes = size_t{4} << 20;
-
- public:
-  // Upstream side.
-  bool Head(int status, std::string_view content_type) {
-    std::lock_guard lock(mu_);
-    head_ = true;
-    status_ = status;
-    content_type_ = std::string(content_type);
-    changed_.notify_all();
-    return !cancelled_;
-  }
-  bool Chunk(std::string_view chunk) {
-    std::unique_lock lock(mu_);
-    drained_.wait(lock, [this] { return queued_bytes_ < kMaxQueuedBytes || cancelled_; });
-    chunks_.emplace_back(chunk);
-    queued_bytes_ += chunk.size();
-    changed_.notify_all();
-    return !cancelled_;
-  }
-  void Finish(Status status) {
-    std::lock_guard lock(mu_);
-    finished_ = true;
-    outcome_ = std::move(status);
-    changed_.notify_all();
-  }
-
-  // Client side.
-  void WaitFinished() {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [this] { return finished_; });
-  }
-  void Cancel() {
-    std::lock_guard lock(mu_);
-    cancelled_ = true;
-    drained_.notify_all();
-  }
-  // Waits for the head or the end. True when the head came.
-  bool WaitForHead(int* status, std::string* content_type, Status* failure) {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [this] { return head_ || finished_; });
-    *status = status_;
-    *content_type = content_type_;
-    *failure = outcome_;
-    return head_;
-  }
-  // Waits for chunks or the end; returns the chunks, and sets `finished`
-  // and `outcome` once the body has ended.
-  std::deque<std::string> Next(bool* finished, Status* outcome) {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [this] { return !chunks_.empty() || finished_; });
-    std::deque<std::string> out;
-    out.swap(chunks_);
-    queued_bytes_ = 0;
-    drained_.notify_all();
-    *finished = finished_;
-    *outcome = outcome_;
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable changed_;  // head, chunk or end arrived
-  std::condition_variable drained_;  // the client side took the chunks, or cancelled
-  size_t queued_bytes_ = 0;
-  bool head_ = false;
-  int status_ = 0;
-  std::string content_type_;
-  std::deque<std::string> chunks_;
-  bool finished_ = false;
-  bool cancelled_ = false;
-  Status outcome_;
-};
-
-// What the gateway predicted for a request, to hold against what the
-// engine reports.
-struct Prediction {
-  std::string model;
-  std::string tenant;
-  int64_t routed_tokens = 0;
-  int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
-  int64_t block_size = 1;
-};
-
-// The engine's usage against the prediction: the engine's cached tokens are
-// the ride_engine source's saving (never the prediction), the prediction
-// scored by blocks, the prompt's length checked against the routed tokens.
-void Account(Daemon& daemon, const std::string& worker, const std::string& decision_id,
-             const Prediction& prediction, const std::optional<EngineUsage>& usage) {
-  GatewayMetrics& m = daemon.gateway_metrics;
-  if (!usage) {
-    m.unaccounted->WithLabels({})->Inc();
-    return;
-  }
-  if (usage->prompt_tokens != prediction.routed_tokens) {
-    m.tokenize_mismatches->WithLabels({prediction.model})->Inc();
-  }
-  Entry entry = RouteSavingEntry(decision_id, worker, usage->cached_tokens);
-  entry.labels["model"] = prediction.model;
-  if (!prediction.tenant.empty()) entry.labels["tenant"] = prediction.tenant;
-  daemon.accounting->Record(entry);
-  m.predicted_tokens->WithLabels({worker})->Add(static_cast<double>(prediction.predicted_tokens));
-  m.cached_tokens->WithLabels({worker})->Add(static_cast<double>(usage->cached_tokens));
-  const router::PredictionOutcome outcome = daemon.predictions.Record(
-      worker, prediction.predicted_tokens, usage->cached_tokens, prediction.block_size);
-  m.predictions->WithLabels({worker, std::string(router::ToString(outcome))})->Inc();
-}
-
-// A request forwarded to one worker, its answer relayed from a thread of
-// the daemon's RelayThreads. Destroying it cancels and waits for that
-// thread to let go of it.
-struct Upstream {
-  std::string worker;
-  std::string decision_id;
-  Prediction prediction;
-  Relay relay;
-
-  ~Upstream() {
-    relay.Cancel();
-    relay.WaitFinished();
-  }
-};
-
-std::unique_ptr<Upstream> StartUpstream(const Daemon& daemon, const std::string& worker,
-                                        const std::string& decision_id, const std::string& path,
-                                        std::string body) {
-  auto upstream = std::make_unique<Upstream>();
-  upstream->worker = worker;
-  upstream->decision_id = decision_id;
-  Upstream* raw = upstream.get();
-  const std::string url = OpenAIUrl(daemon, worker);
-  connectors::UpstreamConnections* upstreams = daemon.upstreams.get();
-  daemon.relay_threads->Run([raw, url, path, body = std::move(body), upstreams] {
-    connectors::UpstreamAnswer answer;
-    Status status = upstreams->Forward(
-        url, path, body,
-        [raw](int code, std::string_view type) { return raw->relay.Head(code, type); },
-        [raw](std::string_view chunk) { return raw->relay.Chunk(chunk); }, &answer);
-    // The last use of `raw`: once finished, the client side may destroy it.
-    raw->relay.Finish(std::move(status));
-  });
-  return upstream;
 }
 
 class GatewayHandler {
@@ -344,6 +161,31 @@ class GatewayHandler {
     const std::string salt =
         tenant->empty() ? "" : router::TenantCacheSalt(daemon_.tenant_secret, *tenant);
     const std::string body = ForwardedBody(request.body, salt, decoded->ask_usage);
+    if (ServedDisaggregated(daemon_, serving)) {
+      HandoffRequest handoff{.path = path_,
+                             .model = decoded->model,
+                             .tenant = *tenant,
+                             .salt = salt,
+                             .tokens = std::move(tokens),
+                             .body = body,
+                             .stream = decoded->stream,
+                             .strip_usage = decoded->ask_usage,
+                             .prefill_pool = {},
+                             .decode_pool = {}};
+      for (const std::string& worker : serving) {
+        const ingest::EngineRole role = RoleOf(daemon_, worker);
+        if (role != ingest::EngineRole::kDecode) handoff.prefill_pool.push_back(worker);
+        if (role != ingest::EngineRole::kPrefill) handoff.decode_pool.push_back(worker);
+      }
+      if (handoff.prefill_pool.empty() || handoff.decode_pool.empty()) {
+        const char* missing = handoff.prefill_pool.empty() ? "prefill" : "decode";
+        return SendOpenAIError(response, 503,
+                               "no " + std::string(missing) + " worker of '" + decoded->model +
+                                   "' is live, healthy and not draining",
+                               "service_unavailable", "", "no_eligible_worker");
+      }
+      return ServeHandoff(daemon_, std::move(handoff), response);
+    }
     const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
     router::RouteRequest route{decoded->model, *tenant, std::move(tokens), "", serving};
 
@@ -432,44 +274,12 @@ class GatewayHandler {
                            content_type.empty() ? "application/json" : content_type);
       return;
     }
-    struct StreamState {
-      std::unique_ptr<Upstream> upstream;
-      SseSplitter splitter;
-      std::optional<EngineUsage> usage;
-    };
-    auto state = std::make_shared<StreamState>();
+    auto state = std::make_shared<StreamPump>();
     state->upstream = std::move(upstream);
+    state->strip_usage = strip_usage;
     response.set_chunked_content_provider(
         content_type.empty() ? "text/event-stream" : content_type,
-        [state, strip_usage](size_t, httplib::DataSink& sink) {
-          bool finished = false;
-          Status outcome;
-          for (const std::string& chunk : state->upstream->relay.Next(&finished, &outcome)) {
-            for (const std::string& event : state->splitter.Push(chunk)) {
-              const std::string_view data = SseSplitter::Data(event);
-              if (std::optional<EngineUsage> usage =
-                      data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits())
-                                            : std::nullopt) {
-                state->usage = usage;
-                // The usage chunk the gateway asked for is not the client's.
-                if (strip_usage && usage->usage_only) continue;
-              }
-              // The client went away: stop reading, which closes the
-              // engine's connection so it aborts the request.
-              if (!sink.write(event.data(), event.size())) return false;
-            }
-          }
-          if (!finished) return true;
-          const std::string rest = state->splitter.Rest();
-          if (!rest.empty()) sink.write(rest.data(), rest.size());
-          if (!outcome.ok()) {
-            const std::string event = EncodeOpenAIErrorEvent(
-                "the engine's answer broke off: " + outcome.message());
-            sink.write(event.data(), event.size());
-          }
-          sink.done();
-          return true;
-        },
+        [state](size_t, httplib::DataSink& sink) { return state->Pump(sink); },
         [state, daemon](bool) {
           Upstream& forwarded = *state->upstream;
           forwarded.relay.Cancel();

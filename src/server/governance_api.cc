@@ -93,6 +93,9 @@ Status PersistTransition(Daemon& daemon, std::string_view actor,
   daemon.lease_transitions
       ->WithLabels({StateName(transition.from), ToString(transition.to)})
       ->Inc();
+  if (!transition.from.has_value()) {
+    daemon.lease_grants->WithLabels({std::string(ToString(lease.witness))})->Inc();
+  }
   return Status::Ok();
 }
 
@@ -153,7 +156,8 @@ Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
           {"granted_at_ms", lease.granted_at_ms},
           {"expires_at_ms", lease.expires_at_ms},
           {"ttl_ms", lease.ttl_ms},
-          {"bytes_moved", lease.bytes_moved}};
+          {"bytes_moved", lease.bytes_moved},
+          {"witness", std::string(ToString(lease.witness))}};
 }
 
 // A governance write that names a tenant no token is bound to and no route

@@ -103,6 +103,18 @@ Status Ingest(Daemon& daemon, const IngestEvent& event, std::string_view actor) 
   // make the router credit blocks.
   Entry admitted = daemon.admission.Admit(std::move(entry).value());
   if (const auto* lease = std::get_if<NIXLLease>(&event.record)) {
+    // The gateway's own leases are witnessed from the handoff, not told:
+    // a reporter may neither claim that witness nor move such a lease.
+    if (lease->witness != NIXLLeaseWitness::kReported) {
+      return Status::InvalidArgument(
+          "witness: a report's lease is 'reported'; 'handoff' leases are kvgov's gateway's own");
+    }
+    if (std::optional<NIXLLease> known = daemon.leases.Get(lease->lease_id);
+        known && known->witness != NIXLLeaseWitness::kReported) {
+      return Status::PermissionDenied("lease_id: '" + lease->lease_id +
+                                      "' is a handoff kvgov's gateway witnesses; it takes no "
+                                      "reports");
+    }
     KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, *lease, event.residency, actor));
   } else if (event.residency.has_value()) {
     if (admitted.security.taint != Taint::kTrusted) {

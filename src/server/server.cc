@@ -20,6 +20,7 @@
 #include "server/console_api.h"
 #include "server/daemon.h"
 #include "server/gateway.h"
+#include "server/handoff.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
@@ -167,6 +168,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   httplib::Server& http = *impl->http;
   RegisterHttpApi(http, *impl->daemon);
   RegisterConsoleApi(http, *impl->daemon);
+  RegisterHandoffApi(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
   http.set_error_handler([max_body](const httplib::Request& request,
                                     httplib::Response& response) {

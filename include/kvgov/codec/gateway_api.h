@@ -40,6 +40,32 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
 /// its first members; every other byte unchanged.
 std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask_usage);
 
+/// The legs of a prefill/decode handoff (docs/formats/gateway.md,
+/// "Prefill/decode disaggregation"). `forwarded` is a body ForwardedBody
+/// made from one DecodeGatewayRequestJson accepted: a client may send none
+/// of the fields written here.
+///
+/// vLLM's NixlConnector, prefill leg: one token (max_tokens, and
+/// max_completion_tokens when present, set to 1), in one body (stream
+/// false, no stream_options), no min_tokens or min_completion_tokens, and
+/// kv_transfer_params asking for a remote decode.
+Result<std::string> NixlPrefillBody(std::string_view forwarded);
+/// The kv_transfer_params of a prefill answer, as the engine sent them
+/// (opaque: their fields change between vLLM releases); nothing when absent,
+/// null or empty (the engine freed the blocks at once, and the decode leg
+/// prefills itself). InvalidArgument for an answer that is not a JSON
+/// object or params that are not an object.
+Result<std::optional<std::string>> DecodeKvTransferParams(std::string_view answer,
+                                                          const JsonLimits& limits);
+/// The decode leg: `forwarded` with "kv_transfer_params": `params` as its
+/// first member, every other byte unchanged.
+std::string NixlDecodeBody(std::string_view forwarded, std::string_view params);
+/// SGLang's PD protocol: the one body both legs get, with bootstrap_host,
+/// bootstrap_port and bootstrap_room (masked to 63 bits, as SGLang's router
+/// draws it).
+Result<std::string> BootstrapBody(std::string_view forwarded, std::string_view host, int port,
+                                  uint64_t room);
+
 /// What an engine reported using: from a whole answer, or from the data of
 /// one SSE event that carries usage.
 struct EngineUsage {

@@ -74,11 +74,12 @@ class UpstreamConnections {
   /// connection failed (before the head: `answer.head_seen` is false, and
   /// the request may be retried elsewhere), DeadlineExceeded when no byte
   /// came within the first-byte timeout, Cancelled when a callback stopped
-  /// it.
+  /// it. `request_id`, when not empty, is sent as X-Request-Id (the id
+  /// vLLM's engine takes for the request).
   Status Forward(const std::string& base_url, const std::string& path, const std::string& body,
                  const std::function<bool(int status, std::string_view content_type)>& on_head,
                  const std::function<bool(std::string_view chunk)>& on_chunk,
-                 UpstreamAnswer* answer);
+                 UpstreamAnswer* answer, std::string_view request_id = "");
 
   /// Closes every kept connection (an engine stopping waits for its open
   /// connections). Requests in flight keep theirs.

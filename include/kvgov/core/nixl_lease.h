@@ -29,6 +29,9 @@ struct NIXLLease {
   int64_t expires_at_ms = 0;  // <= 0: no expiry clock
   int64_t ttl_ms = 0;         // how far a heartbeat pushes expires_at_ms
   int64_t bytes_moved = 0;
+  // A handoff's lease governs the pull only: the prefill worker's own
+  // prefix cache is what its event stream says (docs/adr/0021).
+  NIXLLeaseWitness witness = NIXLLeaseWitness::kReported;
   friend bool operator==(const NIXLLease&, const NIXLLease&) = default;
 };
 

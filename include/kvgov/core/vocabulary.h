@@ -238,6 +238,14 @@ KVGOV_ENUM_SPELLING(NIXLTransferRole, "nixl role", {NIXLTransferRole::kPrefillPi
                     {NIXLTransferRole::kDecodePull, "decode_pull"},
                     {NIXLTransferRole::kPushWrite, "push_write"});
 
+/// Who saw a NIXL lease begin: a transport or engine that reported it over
+/// the events API, or kvgov's gateway, which ran the handoff itself and
+/// read the pin from the prefill worker's answer.
+enum class NIXLLeaseWitness { kReported, kHandoff };
+KVGOV_ENUM_SPELLING(NIXLLeaseWitness, "nixl lease witness",
+                    {NIXLLeaseWitness::kReported, "reported"},
+                    {NIXLLeaseWitness::kHandoff, "handoff"});
+
 /// An observed event in a NIXL lease's life.
 enum class NIXLLeaseEvent { kCreate, kHeartbeat, kTransferComplete, kExpiry, kAbort };
 KVGOV_ENUM_SPELLING(NIXLLeaseEvent, "nixl lease event", {NIXLLeaseEvent::kCreate, "create"},

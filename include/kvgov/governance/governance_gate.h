@@ -47,7 +47,11 @@ class GovernanceGate : public router::SpanGate {
                   bool whole_worker, bool pending);
 
   /// The blocks `lease` covers on `worker`. The lease's state is judged
-  /// at each route's clock, so an expiry needs no event to take effect.
+  /// at each route's clock, so an expiry needs no event to take effect. A
+  /// lease the gateway witnessed from its own handoff covers nothing here:
+  /// it governs the decode worker's pull (the gateway checks it at the
+  /// handoff's clock), while the prefill worker's prefix cache outlives the
+  /// pin and is what its event stream says (docs/adr/0021).
   void CoverLease(const NIXLLease& lease, std::string_view worker,
                   std::span<const index::BlockKey> keys);
   /// The lease's new record after an event. Unknown leases are ignored.
