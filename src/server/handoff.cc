@@ -472,14 +472,8 @@ class Handoff {
   // token; a whole answer's comes at its end, so an expiry is not judged
   // for one (the pull may long be done).
   bool AwaitFirstToken() {
-    Status failure;
-    const bool head = decode_->relay.WaitForHead(&decode_status_, &decode_content_type_, &failure);
-    if (!head) {
-      EndDecode();
-      return Fail(HandoffOutcome::kDecodeFailed, "the decode worker failed: " + failure.message(),
-                  failure.code() == StatusCode::kDeadlineExceeded ? 504 : 502,
-                  "upstream_unreachable");
-    }
+    // An engine may hold its head back until the first token as well as
+    // send it at once: the pin is watched through both.
     while (!decode_->relay.WaitForChunkOrEnd(kWithdrawalCheck)) {
       if (bootstrap_ && PrefillLegFailed()) {
         EndDecode();
@@ -491,6 +485,13 @@ class Handoff {
         EndDecode();
         return Fail(withdrawn->outcome, withdrawn->reason, 503, "span_withdrawn");
       }
+    }
+    Status failure;
+    if (!decode_->relay.WaitForHead(&decode_status_, &decode_content_type_, &failure)) {
+      EndDecode();
+      return Fail(HandoffOutcome::kDecodeFailed, "the decode worker failed: " + failure.message(),
+                  failure.code() == StatusCode::kDeadlineExceeded ? 504 : 502,
+                  "upstream_unreachable");
     }
     if (decode_status_ >= 400) {
       std::string body;
