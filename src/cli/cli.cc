@@ -301,6 +301,12 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
+  serve->add_option("--route-pull-weight", route.pull_weight,
+                    "Cost of each prompt block a decode worker pulls from a prefill worker's\n"
+                    "pin (a disaggregated model's decode step), against 1 per block of prefill.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
   serve->add_option("--route-busy-load-blocks", route.busy_load_blocks,
                     "A worker whose load reaches this many blocks is busy and not routed to;\n"
                     "0 turns the limit off.")

@@ -37,6 +37,7 @@ std::string EncodeConfigJson(const ConfigView& config) {
                                 {{"overlap_weight", w.overlap_weight},
                                  {"tier_credit", codec_internal::TierJson(w.tier_credit)},
                                  {"unrouted_request_blocks", w.unrouted_request_blocks},
+                                 {"pull_weight", w.pull_weight},
                                  {"busy_load_blocks", w.busy_load_blocks},
                                  {"temperature", w.temperature},
                                  {"seed", w.seed},

@@ -152,6 +152,9 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
     return Status::InvalidArgument(
         "role: a mooncake store serves no requests; want role=both (the default)");
   }
+  if (!seen.contains("kv-lease-ms") && engine.kind == EngineKind::kSglang) {
+    engine.kv_lease_ms = 300000;  // SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT
+  }
   if ((seen.contains("kv-lease-ms") || seen.contains("bootstrap-port")) &&
       engine.role != EngineRole::kPrefill) {
     return Status::InvalidArgument(

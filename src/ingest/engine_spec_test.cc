@@ -40,6 +40,11 @@ TEST(EngineSpecTest, DisaggregationKeys) {
   Result<EngineSpec> decode = ParseEngineSpec("id=d0,events=tcp://h:1,model=m,role=decode");
   ASSERT_TRUE(decode.ok()) << decode.status().ToString();
   EXPECT_EQ(decode->role, EngineRole::kDecode);
+  // Each engine's own pin time when not given.
+  EXPECT_EQ(ParseEngineSpec("id=p,events=tcp://h:1,model=m,role=prefill")->kv_lease_ms, 30000);
+  EXPECT_EQ(
+      ParseEngineSpec("id=p,kind=sglang,events=tcp://h:1,model=m,role=prefill")->kv_lease_ms,
+      300000);
 }
 
 TEST(EngineSpecTest, DefaultsAndOptionalKeys) {

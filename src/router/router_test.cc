@@ -71,6 +71,35 @@ class RouterTest : public ::testing::Test {
   int next_id_ = 0;
 };
 
+// The decode step of a handoff: the pinned blocks cost pull_weight each to
+// a worker that lacks them, instead of their prefill, and nothing to one
+// that holds them.
+TEST_F(RouterTest, PullableBlocksCostTheirPullNotTheirPrefill) {
+  std::vector<int64_t> prompt = Tokens(8);
+  Hold("w2", prompt, 6);
+  RouteRequest request{"llama", "", prompt, "", {}};
+  request.pullable_blocks = 8;
+  Result<RouteDecision> decision = router_.Route(request, "", "decode-1", 1000);
+  ASSERT_TRUE(decision.ok()) << decision.status().ToString();
+  EXPECT_EQ(decision->worker, "w2");
+  const Candidate& w1 = CandidateOf(*decision, "w1");
+  const Candidate& w2 = CandidateOf(*decision, "w2");
+  EXPECT_EQ(w1.pulled_blocks, 8u);
+  EXPECT_EQ(w2.pulled_blocks, 2u);
+  EXPECT_DOUBLE_EQ(w1.cost, weights_.pull_weight * 8);  // nothing left to prefill
+  EXPECT_DOUBLE_EQ(w2.cost, weights_.pull_weight * 2);
+  // The load the decision leaves is the one block of a request with nothing
+  // to prefill.
+  EXPECT_EQ(router_.LoadOf("w2").in_flight_blocks, 1u);
+
+  // A pin shorter than the prompt: the rest is still prefilled.
+  request.pullable_blocks = 4;
+  Result<RouteDecision> partial = router_.Route(request, "", "decode-2", 1000);
+  ASSERT_TRUE(partial.ok());
+  EXPECT_DOUBLE_EQ(CandidateOf(*partial, "w3").cost, 4 + weights_.pull_weight * 4);
+  EXPECT_EQ(CandidateOf(*partial, "w2").pulled_blocks, 0u);
+}
+
 TEST_F(RouterTest, LongerPrefixWinsAtEqualLoad) {
   std::vector<int64_t> prompt = Tokens(8);
   Hold("w1", prompt, 2);

@@ -68,9 +68,10 @@ struct EngineSpec {
   std::string connector_path;
   EngineRole role = EngineRole::kBoth;
   // A prefill engine's pin: how long it holds a handed-over prompt's blocks
-  // for the decode worker to pull (vLLM's kv_lease_duration, 30 s; SGLang's
-  // bootstrap timeout, 300 s). kvgov's lease of a handoff lives this long
-  // unless the decode worker's first token ends it first.
+  // for the decode worker to take. kvgov's lease of a handoff lives this
+  // long unless the decode worker's first token ends it first. Not given:
+  // the engine's default, vLLM's kv_lease_duration (30 s) or SGLang's
+  // bootstrap timeout (300 s).
   int64_t kv_lease_ms = 30000;
   // A prefill SGLang engine's bootstrap server port (its
   // --disaggregation-bootstrap-port).
