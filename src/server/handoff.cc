@@ -285,12 +285,13 @@ class Handoff {
       return true;
     }
     kv_transfer_params_ = **params;
-    return Pin(NIXLTransferRole::kPrefillPin, response);
+    return Pin(NIXLTransferRole::kPrefillPin) || Refuse(response);
   }
 
   // Witnesses the pin as a lease of its own: the prefill worker's span,
-  // its engine's pin time as the TTL.
-  bool Pin(NIXLTransferRole role, httplib::Response& response) {
+  // its engine's pin time as the TTL. False (the failure recorded) when it
+  // cannot be recorded.
+  bool Pin(NIXLTransferRole role) {
     const ingest::EngineSpec* engine = EngineOf(daemon_, record_.prefill_worker);
     NIXLLease lease;
     lease.lease_id = "handoff-" + record_.request_id;
@@ -316,10 +317,9 @@ class Handoff {
     span.cache_salt = request_.salt;
     if (Status pinned = ApplyLeaseReport(daemon_, lease, span, kDaemonActor); !pinned.ok()) {
       // Fail closed: a handoff kvgov cannot witness is not run.
-      Fail(HandoffOutcome::kPrefillFailed,
-           "the handoff's lease could not be recorded: " + pinned.message(), 503,
-           "service_unavailable");
-      return Refuse(response);
+      return Fail(HandoffOutcome::kPrefillFailed,
+                  "the handoff's lease could not be recorded: " + pinned.message(), 503,
+                  "service_unavailable");
     }
     record_.lease_id = lease.lease_id;
     lease_open_ = true;
@@ -450,8 +450,7 @@ class Handoff {
       return false;
     }
     NoteDecodeDecision(*decode);
-    httplib::Response unused;
-    if (!Pin(NIXLTransferRole::kPushWrite, unused)) {
+    if (!Pin(NIXLTransferRole::kPushWrite)) {
       (void)daemon_.router->Done(prefill->decision_id);
       (void)daemon_.router->Done(decode->decision_id);
       return false;
@@ -551,6 +550,7 @@ class Handoff {
         body.clear();
       }
     }
+    record_.prefill_done_ms = WallClockMillis();
     (void)daemon_.router->Done(prefill_->decision_id);
     Account(daemon_, prefill_->worker, prefill_->decision_id, prefill_->prediction,
             body.empty() ? std::nullopt : DecodeEngineUsage(body, UsageLimits()));
