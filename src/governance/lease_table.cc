@@ -62,6 +62,13 @@ std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
 void LeaseTable::Restore(const NIXLLease& lease) {
   std::lock_guard lock(mu_);
   leases_[lease.lease_id] = lease;
+  // An ended lease (by its event: the clock is not read here) is forgotten
+  // like one that ended in this process; its end is not recorded, and it
+  // ended no earlier than its grant.
+  if (lease.event == NIXLLeaseEvent::kTransferComplete || lease.event == NIXLLeaseEvent::kAbort ||
+      lease.event == NIXLLeaseEvent::kExpiry) {
+    ended_at_ms_.emplace(lease.lease_id, lease.granted_at_ms);
+  }
 }
 
 std::optional<NIXLLease> LeaseTable::Get(std::string_view lease_id) const {
@@ -85,16 +92,23 @@ std::map<NIXLLeaseState, uint64_t> LeaseTable::CountByState(int64_t now_ms) cons
   return counts;
 }
 
-void LeaseTable::ForgetEndedBefore(int64_t cutoff_ms) {
+std::vector<std::string> LeaseTable::ForgetEndedBefore(int64_t cutoff_ms,
+                                                       int64_t handoff_cutoff_ms) {
   std::lock_guard lock(mu_);
+  std::vector<std::string> handoffs;
   for (auto it = ended_at_ms_.begin(); it != ended_at_ms_.end();) {
-    if (it->second < cutoff_ms) {
+    auto lease = leases_.find(it->first);
+    const bool handoff =
+        lease != leases_.end() && lease->second.witness == NIXLLeaseWitness::kHandoff;
+    if (it->second < (handoff ? handoff_cutoff_ms : cutoff_ms)) {
+      if (handoff) handoffs.push_back(it->first);
       leases_.erase(it->first);
       it = ended_at_ms_.erase(it);
     } else {
       ++it;
     }
   }
+  return handoffs;
 }
 
 }  // namespace kvgov::governance

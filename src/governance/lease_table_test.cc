@@ -94,9 +94,39 @@ TEST(LeaseTableTest, CountsByStateAndForgetsEndedLeases) {
   std::map<NIXLLeaseState, uint64_t> counts = table.CountByState(20);
   EXPECT_EQ(counts[NIXLLeaseState::kActive], 2u);
   EXPECT_EQ(counts[NIXLLeaseState::kFailed], 1u);
-  table.ForgetEndedBefore(11);
+  table.ForgetEndedBefore(11, 11);
   EXPECT_FALSE(table.Get("b").has_value());
   EXPECT_TRUE(table.Get("a").has_value());
+}
+
+TEST(LeaseTableTest, ARestoredEndedLeaseIsForgottenToo) {
+  LeaseTable table;
+  NIXLLease ended = Report(NIXLLeaseEvent::kTransferComplete);
+  ended.granted_at_ms = 100;
+  table.Restore(ended);
+  NIXLLease active = Report(NIXLLeaseEvent::kCreate);
+  active.lease_id = "still";
+  table.Restore(active);
+  table.ForgetEndedBefore(101, 101);
+  EXPECT_FALSE(table.Get(ended.lease_id).has_value());
+  EXPECT_TRUE(table.Get("still").has_value());
+}
+
+// A handoff's lease, one a request, is forgotten sooner than a reported one.
+TEST(LeaseTableTest, HandoffLeasesAreForgottenByTheirOwnCutoff) {
+  LeaseTable table;
+  for (NIXLLeaseWitness witness : {NIXLLeaseWitness::kReported, NIXLLeaseWitness::kHandoff}) {
+    NIXLLease report = Report(NIXLLeaseEvent::kCreate);
+    report.lease_id = std::string(ToString(witness));
+    report.witness = witness;
+    ASSERT_TRUE(table.Apply(report, 0).ok());
+    report.event = NIXLLeaseEvent::kTransferComplete;
+    ASSERT_TRUE(table.Apply(report, 10).ok());
+  }
+  EXPECT_EQ(table.ForgetEndedBefore(/*cutoff_ms=*/5, /*handoff_cutoff_ms=*/11),
+            std::vector<std::string>{"handoff"});
+  EXPECT_TRUE(table.Get("reported").has_value());
+  EXPECT_FALSE(table.Get("handoff").has_value());
 }
 
 }  // namespace

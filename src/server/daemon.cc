@@ -644,7 +644,7 @@ log::Line(log::Level::kWarn, "governance.write_failed")
           RecordLeaseTransitions(*state, state->leases.ExpireDue(now));
         }
         state->invalidations->Tick(now);
-        state->leases.ForgetEndedBefore(now - 3600 * 1000);
+        ForgetEndedLeases(*state, now);
         if (state->token_audit) state->token_audit->CatchUpOrLog(*state);
       });
   const int64_t traffic_interval_ms = std::max<int64_t>(100, options.traffic_interval_ms);

@@ -355,6 +355,24 @@ log::Line(log::Level::kError, "governance.write_failed")
   }
 }
 
+void ForgetEndedLeases(Daemon& daemon, int64_t now_ms) {
+  const std::vector<std::string> handoffs =
+      daemon.leases.ForgetEndedBefore(now_ms - 3600 * 1000, now_ms - 60 * 1000);
+  if (handoffs.empty()) return;
+  std::vector<store::WriteOp> deletes;
+  deletes.reserve(handoffs.size());
+  for (const std::string& id : handoffs) {
+    deletes.push_back({store::Column::kGovernance, std::string(kLeasePrefix) + id, std::nullopt});
+  }
+  // Not synced: a record a crash brings back is an ended lease, forgotten
+  // again a minute after the restart.
+  if (Status deleted = daemon.store->Write(deletes, /*sync=*/false); !deleted.ok()) {
+    log::Line(log::Level::kError, "store.write_failed")
+        .Field("what", "ended handoff leases")
+        .Field("error", deleted.ToString());
+  }
+}
+
 Status RecoverGovernance(Daemon& daemon) {
   // The records are kvgov's own and RocksDB checksums them, but a record of
   // the wrong shape must still fail start-up with an error, not a throw.

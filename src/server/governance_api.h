@@ -27,6 +27,11 @@ Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
 void RecordLeaseTransitions(Daemon& daemon,
                             const std::vector<governance::LeaseTransition>& transitions);
 
+/// Forgets ended leases (a reported one an hour after it ended, a
+/// handoff's a minute after) and deletes the stored records of the
+/// handoffs' (one a request): the journal keeps their history.
+void ForgetEndedLeases(Daemon& daemon, int64_t now_ms);
+
 /// Restores leases and quarantines from the store at start, then records
 /// the expiry of leases whose time ran out while kvgov was down.
 Status RecoverGovernance(Daemon& daemon);

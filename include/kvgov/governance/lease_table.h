@@ -52,7 +52,9 @@ class LeaseTable {
   /// Records the expiry of every active lease whose time has come.
   std::vector<LeaseTransition> ExpireDue(int64_t now_ms);
 
-  /// Puts back a lease read from the store (recovery); no transition.
+  /// Puts back a lease read from the store (recovery) or another replica's
+  /// log entry; no transition. One ended by its event is forgotten as if
+  /// it had ended at its grant.
   void Restore(const NIXLLease& lease);
 
   std::optional<NIXLLease> Get(std::string_view lease_id) const;
@@ -61,9 +63,12 @@ class LeaseTable {
   /// Leases by state at `now_ms`.
   std::map<NIXLLeaseState, uint64_t> CountByState(int64_t now_ms) const;
 
-  /// Terminal leases are kept for this long after they end, then dropped
-  /// from memory (they stay in the journal).
-  void ForgetEndedBefore(int64_t cutoff_ms);
+  /// Drops from memory the terminal leases that ended before `cutoff_ms`,
+  /// and those the gateway witnessed from a handoff (one a request) that
+  /// ended before `handoff_cutoff_ms`. Returns the handoff leases dropped,
+  /// whose stored records the caller deletes too: their journal rows are
+  /// their history.
+  std::vector<std::string> ForgetEndedBefore(int64_t cutoff_ms, int64_t handoff_cutoff_ms);
 
  private:
   // REQUIRES: mu_ held.
