@@ -225,7 +225,7 @@ class GatewayHandler {
                               static_cast<int64_t>(decision->overlap_blocks) * block_size,
                               block_size};
       Status failure;
-      const bool head = upstream->relay.WaitForHead(&status, &content_type, &failure);
+      const bool head = upstream->relay->WaitForHead(&status, &content_type, &failure);
       if (head && status < 500) break;
       std::erase(route.workers, upstream->worker);
       const bool last = attempt == 1 || route.workers.empty();
@@ -259,7 +259,7 @@ class GatewayHandler {
       bool finished = false;
       Status outcome;
       while (!finished) {
-        for (std::string& chunk : upstream->relay.Next(&finished, &outcome)) body += chunk;
+        for (std::string& chunk : upstream->relay->Next(&finished, &outcome)) body += chunk;
       }
       (void)daemon->router->Done(upstream->decision_id);
       Account(*daemon, upstream->worker, upstream->decision_id, upstream->prediction,
@@ -282,7 +282,7 @@ class GatewayHandler {
         [state](size_t, httplib::DataSink& sink) { return state->Pump(sink); },
         [state, daemon](bool) {
           Upstream& forwarded = *state->upstream;
-          forwarded.relay.Cancel();
+          forwarded.relay->Cancel();
           (void)daemon->router->Done(forwarded.decision_id);
           Account(*daemon, forwarded.worker, forwarded.decision_id, forwarded.prediction,
                   state->usage);

@@ -64,7 +64,7 @@ void Account(Daemon& daemon, const std::string& worker, const std::string& decis
 bool StreamPump::Pump(httplib::DataSink& sink) {
   bool finished = false;
   Status outcome;
-  for (const std::string& chunk : upstream->relay.Next(&finished, &outcome)) {
+  for (const std::string& chunk : upstream->relay->Next(&finished, &outcome)) {
     for (const std::string& event : splitter.Push(chunk)) {
       const std::string_view data = SseSplitter::Data(event);
       if (std::optional<EngineUsage> reported =
@@ -93,18 +93,16 @@ std::unique_ptr<Upstream> StartUpstream(const Daemon& daemon, const std::string&
   auto upstream = std::make_unique<Upstream>();
   upstream->worker = worker;
   upstream->decision_id = decision_id;
-  Upstream* raw = upstream.get();
   const std::string url = OpenAIUrl(daemon, worker);
   connectors::UpstreamConnections* upstreams = daemon.upstreams.get();
-  daemon.relay_threads->Run([raw, url, path, body = std::move(body), request_id = std::move(request_id),
-                             upstreams] {
+  daemon.relay_threads->Run([relay = upstream->relay, url, path, body = std::move(body),
+                             request_id = std::move(request_id), upstreams] {
     connectors::UpstreamAnswer answer;
     Status status = upstreams->Forward(
         url, path, body,
-        [raw](int code, std::string_view type) { return raw->relay.Head(code, type); },
-        [raw](std::string_view chunk) { return raw->relay.Chunk(chunk); }, &answer, request_id);
-    // The last use of `raw`: once finished, the client side may destroy it.
-    raw->relay.Finish(std::move(status));
+        [&relay](int code, std::string_view type) { return relay->Head(code, type); },
+        [&relay](std::string_view chunk) { return relay->Chunk(chunk); }, &answer, request_id);
+    relay->Finish(std::move(status));
   });
   return upstream;
 }

@@ -78,10 +78,6 @@ class Relay {
   }
 
   // Client side.
-  void WaitFinished() {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [this] { return finished_; });
-  }
   void Cancel() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
@@ -147,18 +143,18 @@ void Account(Daemon& daemon, const std::string& worker, const std::string& decis
              const Prediction& prediction, const std::optional<EngineUsage>& usage);
 
 /// A request forwarded to one worker, its answer relayed from a thread of
-/// the daemon's RelayThreads. Destroying it cancels and waits for that
-/// thread to let go of it.
+/// the daemon's RelayThreads, which shares the relay. Destroying it
+/// cancels without waiting: the thread lets the engine's connection go at
+/// its next byte, or at the first-byte timeout when none comes (a decode
+/// worker waiting for KV that will never arrive), and the handler that
+/// gave up has already answered its client.
 struct Upstream {
   std::string worker;
   std::string decision_id;
   Prediction prediction;
-  Relay relay;
+  std::shared_ptr<Relay> relay = std::make_shared<Relay>();
 
-  ~Upstream() {
-    relay.Cancel();
-    relay.WaitFinished();
-  }
+  ~Upstream() { relay->Cancel(); }
 };
 
 /// A streamed answer on its way to the client: each Pump passes on the

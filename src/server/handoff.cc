@@ -92,7 +92,7 @@ class Handoff {
   // decision's load) and records the handoff, once.
   ~Handoff() {
     if (decode_) {
-      decode_->relay.Cancel();
+      decode_->relay->Cancel();
       (void)daemon_.router->Done(decode_->decision_id);
       decode_.reset();
     }
@@ -134,8 +134,12 @@ class Handoff {
       if (!bootstrap_ && !StartDecode()) return false;
       if (AwaitFirstToken()) return true;
       // SGLang's prefill failed before the first token: both legs go again
-      // with a new room, on the next prefill worker.
+      // with a new room, on the next prefill worker, and the failure
+      // recorded is that of the try that follows.
       if (!bootstrap_ || !retry_prefill_) return false;
+      retry_prefill_ = false;
+      record_.outcome = HandoffOutcome::kCompleted;
+      record_.error.clear();
       daemon_.gateway_metrics.retries->WithLabels({})->Inc();
     }
     return false;
@@ -473,7 +477,7 @@ class Handoff {
   bool AwaitFirstToken() {
     // An engine may hold its head back until the first token as well as
     // send it at once: the pin is watched through both.
-    while (!decode_->relay.WaitForChunkOrEnd(kWithdrawalCheck)) {
+    while (!decode_->relay->WaitForChunkOrEnd(kWithdrawalCheck)) {
       if (bootstrap_ && PrefillLegFailed()) {
         EndDecode();
         return false;
@@ -486,7 +490,7 @@ class Handoff {
       }
     }
     Status failure;
-    if (!decode_->relay.WaitForHead(&decode_status_, &decode_content_type_, &failure)) {
+    if (!decode_->relay->WaitForHead(&decode_status_, &decode_content_type_, &failure)) {
       EndDecode();
       return Fail(HandoffOutcome::kDecodeFailed, "the decode worker failed: " + failure.message(),
                   failure.code() == StatusCode::kDeadlineExceeded ? 504 : 502,
@@ -516,7 +520,7 @@ class Handoff {
   // leg waits. True once it failed (no answer, or an error status);
   // `retry_prefill_` then says whether another prefill worker may try.
   bool PrefillLegFailed() {
-    if (!prefill_ || !prefill_->relay.WaitForChunkOrEnd(std::chrono::milliseconds(0))) {
+    if (!prefill_ || !prefill_->relay->WaitForChunkOrEnd(std::chrono::milliseconds(0))) {
       return false;
     }
     int status = 0;
@@ -558,7 +562,7 @@ class Handoff {
   }
 
   void EndDecode() {
-    decode_->relay.Cancel();
+    decode_->relay->Cancel();
     (void)daemon_.router->Done(decode_->decision_id);
     decode_.reset();
   }
@@ -567,11 +571,11 @@ class Handoff {
   static Status ReadWhole(Upstream& upstream, int* status, std::string* content_type,
                           std::string* body) {
     Status failure;
-    if (!upstream.relay.WaitForHead(status, content_type, &failure)) return failure;
+    if (!upstream.relay->WaitForHead(status, content_type, &failure)) return failure;
     bool finished = false;
     Status outcome;
     while (!finished) {
-      for (std::string& chunk : upstream.relay.Next(&finished, &outcome)) *body += chunk;
+      for (std::string& chunk : upstream.relay->Next(&finished, &outcome)) *body += chunk;
     }
     return outcome;
   }
@@ -667,7 +671,7 @@ void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& res
     Status outcome;
     Upstream& decode = handoff->decode();
     while (!finished) {
-      for (std::string& chunk : decode.relay.Next(&finished, &outcome)) body += chunk;
+      for (std::string& chunk : decode.relay->Next(&finished, &outcome)) body += chunk;
     }
     if (!outcome.ok()) {
       return SendOpenAIError(response, 502, "the engine's answer broke off: " + outcome.message(),
@@ -711,7 +715,7 @@ void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& res
       },
       [state, &daemon](bool success) {
         if (state->pump) {
-          state->pump->upstream->relay.Cancel();
+          state->pump->upstream->relay->Cancel();
           (void)daemon.router->Done(state->pump->upstream->decision_id);
           state->pump.reset();
         } else if (!success) {

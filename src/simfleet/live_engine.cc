@@ -5,12 +5,16 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -31,8 +35,11 @@ constexpr size_t kMaxBodyBytes = 32 << 20;
 
 // An X-Request-Id longer than this is refused; the engine quotes it back.
 constexpr size_t kMaxRequestIdBytes = 512;
-// And a kv_transfer_params string longer than this.
+// And a kv_transfer_params string (or a bootstrap_host) longer than this.
 constexpr size_t kMaxParamBytes = 1024;
+// How often an SGLang decode engine asks again for a room its prefill
+// engine does not know yet.
+constexpr std::chrono::milliseconds kBootstrapRetry{10};
 
 void SendError(httplib::Response& response, int status, const std::string& message,
                const char* type = "invalid_request_error") {
@@ -226,6 +233,74 @@ Result<int64_t> PullFrom(const RemotePrefill& remote) {
   }
 }
 
+// SGLang's PD fields: the three sgl-model-gateway injects into the one
+// body both legs get (docs/research/pd-disaggregation-wire.md, section 2).
+constexpr std::array<const char*, 3> kBootstrapFields = {"bootstrap_host", "bootstrap_port",
+                                                         "bootstrap_room"};
+
+// Where a decode engine fetches a room's KV from, and which room.
+struct Bootstrap {
+  std::string host;
+  int port = 0;
+  uint64_t room = 0;
+};
+
+bool HasField(const Json& body, const char* name) {
+  const auto value = body.find(name);
+  return value != body.end() && !value->is_null();
+}
+
+// A room, as SGLang's router draws it: an integer in [0, 2^63).
+Result<uint64_t> ReadRoom(const Json& body) {
+  const auto room = body.find("bootstrap_room");
+  if (room == body.end() || room->is_null()) {
+    return Status::InvalidArgument("bootstrap_room: required");
+  }
+  const bool in_range =
+      room->is_number_unsigned()
+          ? room->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+          : room->is_number_integer() && room->get<int64_t>() >= 0;
+  if (!in_range) {
+    // SGLang also takes one room per element of a batch; the simulator
+    // serves no batches.
+    return Status::InvalidArgument("bootstrap_room: want an integer in 0..2^63-1");
+  }
+  return room->get<uint64_t>();
+}
+
+// The bootstrap fields of a body; nullopt when it carries none of them (a
+// plain completion). All three are required once one is there: SGLang's
+// decode engine needs each to find its prefill engine and room.
+Result<std::optional<Bootstrap>> ParseBootstrap(const Json& body) {
+  if (std::none_of(kBootstrapFields.begin(), kBootstrapFields.end(),
+                   [&](const char* field) { return HasField(body, field); })) {
+    return std::optional<Bootstrap>();
+  }
+  Bootstrap bootstrap;
+  const auto host = body.find("bootstrap_host");
+  if (host == body.end() || host->is_null()) {
+    return Status::InvalidArgument("bootstrap_host: required");
+  }
+  if (!host->is_string() || host->get_ref<const std::string&>().empty() ||
+      host->get_ref<const std::string&>().size() > kMaxParamBytes) {
+    return Status::InvalidArgument("bootstrap_host: want a string of 1-" +
+                                   std::to_string(kMaxParamBytes) + " bytes");
+  }
+  bootstrap.host = host->get<std::string>();
+  const auto port = body.find("bootstrap_port");
+  if (port == body.end() || port->is_null()) {
+    // SGLang's decode engine fills in its own configured port then; the
+    // simulator has none to fill in.
+    return Status::InvalidArgument("bootstrap_port: required");
+  }
+  if (!port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
+    return Status::InvalidArgument("bootstrap_port: want an integer in 1-65535");
+  }
+  bootstrap.port = port->get<int>();
+  KVGOV_ASSIGN_OR_RETURN(bootstrap.room, ReadRoom(body));
+  return std::optional<Bootstrap>(std::move(bootstrap));
+}
+
 // Printable ASCII without spaces: an X-Request-Id goes back out in JSON
 // and in error text, and nlohmann refuses to dump bytes that are not UTF-8.
 bool PrintableId(std::string_view id) {
@@ -237,11 +312,16 @@ bool PrintableId(std::string_view id) {
 
 // The spec's role keys; a both engine (the default) has none, and only a
 // prefill engine's pin length is kvgov's business (the parser's rule).
-std::string RoleSpec(const LiveEngineOptions& options) {
+// An SGLang prefill engine's bootstrap server is its HTTP server here, so
+// its bootstrap-port is its HTTP port.
+std::string RoleSpec(const LiveEngineOptions& options, int http_port) {
   if (options.role == ingest::EngineRole::kBoth) return "";
   std::string spec = ",role=" + std::string(ToString(options.role));
   if (options.role == ingest::EngineRole::kPrefill) {
     spec += ",kv-lease-ms=" + std::to_string(options.kv_lease.count());
+    if (options.kind == ingest::EngineKind::kSglang) {
+      spec += ",bootstrap-port=" + std::to_string(http_port);
+    }
   }
   return spec;
 }
@@ -256,6 +336,19 @@ double WallSeconds() {
 struct LiveEngine::Impl {
   explicit Impl(const LiveEngineOptions& engine_options)
       : options(engine_options), pool(engine_options.pool), cost(engine_options.shape) {}
+
+  // An SGLang room prefilled here and not yet taken by its decode engine:
+  // its pinned blocks. Shared with the prefill request waiting on it, which
+  // learns from it how the room ended.
+  struct PendingRoom {
+    std::vector<EngineHash> hashes;
+    int64_t tokens = 0;
+    Clock::time_point ready;    // the prefill's end: a fetch waits for it
+    Clock::time_point expires;  // kv_lease after that
+    bool fetched = false;       // taken by the decode engine
+    bool ended = false;         // fetched, lapsed, reset or stopped: out of rooms
+    bool reset = false;         // ended by a cache reset, its pin with it
+  };
 
   // Prefills into the pool and publishes what changed. REQUIRES: mu held.
   sim::PrefillOutcome PrefillLocked(std::span<const int64_t> tokens, std::string_view cache_salt) {
@@ -363,6 +456,19 @@ struct LiveEngine::Impl {
     }
     completion.stream = body.value("stream", false);
 
+    if (options.kind == ingest::EngineKind::kSglang) {
+      return HandleSglangCompletion(response, body, std::move(completion));
+    }
+    // A body of SGLang's handoff reaching a vLLM engine was routed by the
+    // wrong protocol: refused, where vLLM would ignore the fields.
+    for (const char* field : kBootstrapFields) {
+      if (HasField(body, field)) {
+        return SendError(response, 400,
+                         std::string(field) + ": engine " + options.id +
+                             " speaks vLLM's NixlConnector handoff (kind=vllm), not SGLang's "
+                             "bootstrap rooms");
+      }
+    }
     Result<Handoff> handoff = ParseHandoff(body);
     if (!handoff.ok()) return SendError(response, 400, handoff.status().message());
     // A role refuses the half of a handoff it does not serve: the request
@@ -398,12 +504,39 @@ struct LiveEngine::Impl {
       if (!parsed.ok()) return SendError(response, 400, parsed.status().message());
       remote = std::move(parsed).value();
     }
-    {
-      std::lock_guard lock(received_mu);
-      received_salts.push_back(completion.cache_salt);
-    }
+    NoteReceived(completion, std::nullopt);
     if (remote) return DecodeHandedOver(response, body, completion, *remote);
     PrefillAndAnswer(response, body, completion, *handoff == Handoff::kRemoteDecode, request_id);
+  }
+
+  void NoteReceived(const Completion& completion, std::optional<uint64_t> room) {
+    std::lock_guard lock(received_mu);
+    received_salts.push_back(completion.cache_salt);
+    last_bootstrap_room = room;
+  }
+
+  // A completion at an SGLang engine: with bootstrap fields, its half of
+  // the handoff by role (a both engine, like SGLang without
+  // --disaggregation-mode, ignores them); without, a plain completion.
+  void HandleSglangCompletion(httplib::Response& response, const Json& body,
+                              Completion completion) {
+    if (HasField(body, "kv_transfer_params")) {
+      return SendError(response, 400,
+                       "kv_transfer_params: engine " + options.id +
+                           " speaks SGLang's bootstrap rooms (kind=sglang), not vLLM's "
+                           "NixlConnector handoff");
+    }
+    Result<std::optional<Bootstrap>> bootstrap = ParseBootstrap(body);
+    if (!bootstrap.ok()) return SendError(response, 400, bootstrap.status().message());
+    NoteReceived(completion, *bootstrap ? std::optional<uint64_t>((*bootstrap)->room)
+                                        : std::nullopt);
+    if (!*bootstrap || options.role == ingest::EngineRole::kBoth) {
+      return PrefillAndAnswer(response, body, completion, /*hand_over=*/false, "");
+    }
+    if (options.role == ingest::EngineRole::kPrefill) {
+      return PrefillForRoom(response, body, std::move(completion), (*bootstrap)->room);
+    }
+    DecodeFromRoom(response, body, completion, **bootstrap);
   }
 
   // Prefills the prompt and answers; a handoff also pins the prompt's
@@ -469,7 +602,7 @@ struct LiveEngine::Impl {
     handoffs.emplace(id, PendingHandoff{.hashes = std::move(pinned.hashes),
                                         .tokens = static_cast<int64_t>(completion.tokens.size()),
                                         .expires = expires});
-    pending_handoffs.store(handoffs.size());
+    pending_handoffs.store(PendingLocked());
     return Json{{"do_remote_prefill", true},
                 {"do_remote_decode", false},
                 {"remote_engine_id", options.id},
@@ -510,7 +643,16 @@ struct LiveEngine::Impl {
       }
       expiries.pop_front();
     }
-    pending_handoffs.store(handoffs.size());
+    // Rooms likewise: each expires kv_lease after its prefill's end.
+    while (!room_expiries.empty() && room_expiries.front().first <= now) {
+      const auto room = rooms.find(room_expiries.front().second);
+      if (room != rooms.end() && room->second->expires == room_expiries.front().first) {
+        const std::shared_ptr<PendingRoom> lapsed = room->second;
+        EndRoomLocked(room_expiries.front().second, *lapsed);
+      }
+      room_expiries.pop_front();
+    }
+    pending_handoffs.store(PendingLocked());
   }
 
   // The prefill side of a pull: ends the pin and says what it held.
@@ -549,7 +691,7 @@ struct LiveEngine::Impl {
       }
       pulled = std::move(handoff->second);
       handoffs.erase(handoff);
-      pending_handoffs.store(handoffs.size());
+      pending_handoffs.store(PendingLocked());
       // Unpinned, not removed: vLLM frees the blocks into its prefix cache,
       // where they stay cached until evicted, so nothing is published.
       pool.Unpin(pulled.hashes);
@@ -580,6 +722,14 @@ struct LiveEngine::Impl {
       failed.fetch_add(1);
       return SendError(response, 503, read.status().message(), "server_error");
     }
+    LandAndAnswer(response, body, completion, arrived);
+  }
+
+  // A decode engine's handed-over prompt, once its KV has come: cached
+  // without prefilling it (what it already held did not move), the modeled
+  // transfer waited out, then answered as a completion is.
+  void LandAndAnswer(httplib::Response& response, const Json& body, const Completion& completion,
+                     Clock::time_point arrived) {
     const std::vector<int64_t>& tokens = completion.tokens;
     sim::PrefillOutcome outcome;
     {
@@ -608,6 +758,246 @@ struct LiveEngine::Impl {
                 {"ttft_s", queue_s + transfer_s}};
     // Every prompt token was either held or pulled: none was computed here.
     Answer(response, body, completion, prompt_tokens, std::move(sim), Json());
+  }
+
+  // SGLang's prefill half: the room registered, the prompt prefilled as
+  // usual and pinned in the same hold (so no other request evicts it
+  // between), then the answer held back until the room's decode engine has
+  // taken the KV, as SGLang finishes a prefill request once its push is
+  // done; a 500 once kv_lease has passed without one (SGLang's bootstrap
+  // timeout, after which it frees the blocks).
+  void PrefillForRoom(httplib::Response& response, const Json& body, Completion completion,
+                      uint64_t room) {
+    const std::vector<int64_t>& tokens = completion.tokens;
+    const std::string name = "bootstrap_room " + std::to_string(room);
+    sim::PrefillOutcome outcome;
+    double prefill_s = 0;
+    Clock::time_point arrived;
+    Clock::time_point start;
+    std::shared_ptr<PendingRoom> pending;
+    {
+      std::lock_guard lock(mu);
+      arrived = Clock::now();
+      SweepLocked(arrived);
+      if (rooms.contains(room)) {
+        // A room is one request's: a second would take the first one's KV.
+        return SendError(response, 400,
+                         "bootstrap_room: " + std::to_string(room) +
+                             " is already pending at engine " + options.id);
+      }
+      // Each pending room holds an HTTP thread until its fetch, which needs
+      // one of its own: one more room than the threads leave for fetches
+      // would wait out its lease for nothing. Refused as a busy engine.
+      if (rooms.size() + 1 >= static_cast<size_t>(options.http_threads)) {
+        return SendError(response, 503,
+                         name + ": engine " + options.id + " has " +
+                             std::to_string(rooms.size()) +
+                             " rooms waiting for their decode engines, as many as its " +
+                             std::to_string(options.http_threads) +
+                             " HTTP threads leave room for",
+                         "server_error");
+      }
+      outcome = PrefillLocked(tokens, completion.cache_salt);
+      prefill_s = cost.PrefillSeconds(static_cast<int64_t>(tokens.size()), outcome.computed_tokens);
+      start = std::max(arrived, busy_until);
+      const Clock::time_point finish =
+          start + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(prefill_s / options.speedup));
+      busy_until = finish;
+      queue.emplace_back(start, finish);
+      sim::PinnedBlocks pinned = pool.Pin(tokens, completion.cache_salt);
+      pending = std::make_shared<PendingRoom>();
+      pending->hashes = std::move(pinned.hashes);
+      pending->tokens = static_cast<int64_t>(tokens.size());
+      pending->ready = finish;
+      pending->expires = finish + options.kv_lease;
+      rooms.emplace(room, pending);
+      room_expiries.emplace_back(pending->expires, room);
+      pending_handoffs.store(PendingLocked());
+    }
+    bool pushed = false;
+    bool reset = false;
+    {
+      std::unique_lock lock(mu);
+      room_cv.wait_until(lock, pending->expires,
+                         [&] { return pending->ended || closing.load(); });
+      // Not taken: the lease has passed (or the engine is stopping), and
+      // the pin ends here if the sweep has not ended it yet.
+      if (!pending->ended) EndRoomLocked(room, *pending);
+      pushed = pending->fetched;
+      reset = pending->reset;
+    }
+    if (!pushed) {
+      if (closing.load()) {
+        return SendError(response, 503, name + ": engine " + options.id + " is stopping",
+                         "server_error");
+      }
+      if (reset) {
+        return SendError(response, 500,
+                         name + ": engine " + options.id +
+                             "'s cache was reset before a decode worker connected",
+                         "server_error");
+      }
+      return SendError(response, 500,
+                       name + ": no decode worker connected within " +
+                           std::to_string(options.kv_lease.count()) + " ms",
+                       "server_error");
+    }
+    const double queue_s =
+        std::chrono::duration<double>(start - arrived).count() * options.speedup;
+    const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
+    Json sim = {{"engine", options.id},
+                {"hit_blocks", outcome.hit_blocks},
+                {"prompt_blocks", outcome.prompt_blocks},
+                {"queue_s", queue_s},
+                {"prefill_s", prefill_s},
+                {"ttft_s", queue_s + prefill_s},
+                {"bootstrap_room", room}};
+    // SGLang's prefill engine generates the first token only; the decode
+    // engine generates the answer.
+    completion.max_tokens = 1;
+    Answer(response, body, completion, prompt_tokens - outcome.computed_tokens, std::move(sim),
+           Json());
+  }
+
+  // Ends a room: its pin, and the wait of its prefill request. REQUIRES: mu
+  // held, `pending` the room's own (a lapsed room's number may be reused).
+  void EndRoomLocked(uint64_t room, PendingRoom& pending) {
+    if (pending.ended) return;
+    if (const auto found = rooms.find(room);
+        found != rooms.end() && found->second.get() == &pending) {
+      rooms.erase(found);
+    }
+    pool.Unpin(pending.hashes);
+    pending.ended = true;
+    pending_handoffs.store(PendingLocked());
+    room_cv.notify_all();
+  }
+
+  // REQUIRES: mu held.
+  size_t PendingLocked() const { return handoffs.size() + rooms.size(); }
+
+  // The prefill side of SGLang's push, asked for by the room's decode
+  // engine: held until the room's prefill is done (the decode engine may
+  // ask while it runs: both legs are sent at once), then the pin ends and
+  // the answer says what was held. 404 while the room is unknown, which
+  // the decode engine takes as "ask again".
+  void HandleBootstrap(const httplib::Request& request, httplib::Response& response) {
+    const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(response, 400, "body: not a JSON object");
+    }
+    Result<uint64_t> room = ReadRoom(body);
+    if (!room.ok()) return SendError(response, 400, room.status().message());
+    const std::string name = "bootstrap_room " + std::to_string(*room);
+    std::vector<EngineHash> hashes;
+    int64_t tokens = 0;
+    {
+      std::unique_lock lock(mu);
+      const Clock::time_point arrived = Clock::now();
+      SweepLocked(arrived);
+      const auto found = rooms.find(*room);
+      if (found == rooms.end()) {
+        return SendError(response, 404,
+                         name + " is unknown at engine " + options.id +
+                             " (not prefilled here yet, already fetched, or its pin lapsed)",
+                         "not_found_error");
+      }
+      const std::shared_ptr<PendingRoom> pending = found->second;
+      // The prefill's end is known from its start: waited for, not
+      // signalled; a room that ends meanwhile (another fetch, the lease,
+      // a reset) or an engine that stops wakes it.
+      room_cv.wait_until(lock, std::min(pending->ready, arrived + options.kv_lease),
+                         [&] { return pending->ended || closing.load(); });
+      if (pending->ended || closing.load() || Clock::now() < pending->ready) {
+        return SendError(response, 404,
+                         name + " is not ready at engine " + options.id +
+                             " (fetched by another request, its pin lapsed, or its prefill "
+                             "did not end within " +
+                             std::to_string(options.kv_lease.count()) + " ms)",
+                         "not_found_error");
+      }
+      hashes = pending->hashes;
+      tokens = pending->tokens;
+      pending->fetched = true;
+      // Unpinned, not removed: SGLang's radix cache keeps the prefix.
+      EndRoomLocked(*room, *pending);
+      pulls.fetch_add(1);
+    }
+    response.set_content(Json{{"tokens", tokens}, {"block_hashes", hashes}}.dump(),
+                         "application/json");
+  }
+
+  // The decode side of SGLang's push: the room's KV from the prefill engine
+  // the body names, asked for again every kBootstrapRetry while that engine
+  // does not know the room (its leg may not have arrived yet) until
+  // `deadline`. Unavailable, naming the room, when it never comes, the
+  // engine stops, or the prefill engine cannot be reached.
+  Result<int64_t> FetchRoom(const Bootstrap& bootstrap, Clock::time_point deadline) {
+    const std::string where = "bootstrap_room " + std::to_string(bootstrap.room);
+    const std::string peer = bootstrap.host + ":" + std::to_string(bootstrap.port);
+    try {
+      httplib::Client client(bootstrap.host, bootstrap.port);
+      // Loopback: a prefill engine that does not connect within this is gone.
+      client.set_connection_timeout(1, 0);
+      client.set_write_timeout(5, 0);
+      const std::string ask = Json{{"bootstrap_room", bootstrap.room}}.dump();
+      for (;;) {
+        // The prefill engine holds a fetch until the room's prefill is
+        // done, for up to its own kv_lease.
+        const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
+        client.set_read_timeout(std::chrono::duration_cast<std::chrono::milliseconds>(left) +
+                                std::chrono::seconds(5));
+        httplib::Result result = client.Post("/kvgov_sim/bootstrap", ask, "application/json");
+        if (!result) {
+          return Status::Unavailable(where + ": the prefill engine at " + peer +
+                                     " is unreachable (" + httplib::to_string(result.error()) +
+                                     ")");
+        }
+        if (result->status == 404) {
+          if (closing.load() || Clock::now() + kBootstrapRetry >= deadline) {
+            return Status::Unavailable(where + ": the prefill engine at " + peer +
+                                       " did not hold the room within " +
+                                       std::to_string(options.kv_lease.count()) + " ms");
+          }
+          std::this_thread::sleep_for(kBootstrapRetry);
+          continue;
+        }
+        const Json answer = Json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+        if (result->status != 200 || !answer.is_object() || !answer.contains("tokens") ||
+            !answer["tokens"].is_number_integer()) {
+          return Status::Unavailable(where + ": the prefill engine at " + peer +
+                                     " answered the fetch with " +
+                                     std::to_string(result->status) + " and no token count");
+        }
+        return answer["tokens"].get<int64_t>();
+      }
+    } catch (const std::exception& error) {
+      return Status::Unavailable(where + ": " + error.what());
+    }
+  }
+
+  // SGLang's decode half: waits pull_delay (as if queued), takes the room's
+  // KV from its prefill engine, then lands and answers it as a pulled
+  // prompt is; a fetch that fails answers 503, as SGLang fails a request
+  // whose transfer failed.
+  void DecodeFromRoom(httplib::Response& response, const Json& body, const Completion& completion,
+                      const Bootstrap& bootstrap) {
+    const Clock::time_point arrived = Clock::now();
+    // Counted as waiting until its KV has arrived, as SGLang's requests in
+    // its prealloc and transfer queues are.
+    pulling.fetch_add(1);
+    struct Done {
+      std::atomic<int64_t>& count;
+      ~Done() { count.fetch_sub(1); }
+    } done{pulling};
+    std::this_thread::sleep_for(options.pull_delay);
+    Result<int64_t> fetched = FetchRoom(bootstrap, Clock::now() + options.kv_lease);
+    if (!fetched.ok()) {
+      failed.fetch_add(1);
+      return SendError(response, 503, fetched.status().message(), "server_error");
+    }
+    LandAndAnswer(response, body, completion, arrived);
   }
 
   // The answer of a completion once its prompt is in: max_tokens tokens,
@@ -688,6 +1078,23 @@ struct LiveEngine::Impl {
         });
   }
 
+  // Empties the pool (AllBlocksCleared). The pool's pins went with it: no
+  // pending handoff can be pulled, nor room fetched, now.
+  void Reset() {
+    std::lock_guard lock(mu);
+    PublishLocked({pool.Reset()});
+    handoffs.clear();
+    expiries.clear();
+    for (auto& entry : rooms) {
+      entry.second->ended = true;
+      entry.second->reset = true;
+    }
+    rooms.clear();
+    room_expiries.clear();
+    pending_handoffs.store(0);
+    room_cv.notify_all();
+  }
+
   void HandleMetrics(httplib::Response& response) {
     size_t running = 0;
     size_t waiting = 0;
@@ -726,7 +1133,8 @@ struct LiveEngine::Impl {
     Clock::time_point expires;
   };
 
-  // guards pool, busy_until, queue, next_seq, pub, handoffs, expiries, rng
+  // guards pool, busy_until, queue, next_seq, pub, handoffs, expiries,
+  // rooms, room_expiries, every PendingRoom, rng
   mutable std::mutex mu;
   sim::BlockPool pool;
   sim::PrefillCostModel cost;
@@ -735,14 +1143,19 @@ struct LiveEngine::Impl {
   uint64_t next_seq = 0;
   std::unordered_map<std::string, PendingHandoff> handoffs;  // by remote_request_id
   std::deque<std::pair<Clock::time_point, std::string>> expiries;  // in expiry order
+  std::unordered_map<uint64_t, std::shared_ptr<PendingRoom>> rooms;  // by bootstrap_room
+  std::deque<std::pair<Clock::time_point, uint64_t>> room_expiries;   // in expiry order
+  std::condition_variable room_cv;  // with mu: a room ended, or the engine is stopping
+  std::atomic<bool> closing{false};  // set under mu, so a room's waiter cannot miss it
   std::mt19937_64 rng{std::random_device{}()};
-  std::atomic<size_t> pending_handoffs{0};  // handoffs.size(), for the idle sweep
-  std::atomic<uint64_t> pulls{0};   // prefill side: handoffs pulled
-  std::atomic<uint64_t> failed{0};  // decode side: pulls that failed
+  std::atomic<size_t> pending_handoffs{0};  // handoffs and rooms, for the idle sweep
+  std::atomic<uint64_t> pulls{0};   // prefill side: handoffs pulled, rooms fetched
+  std::atomic<uint64_t> failed{0};  // decode side: pulls (or room fetches) that failed
   std::atomic<int64_t> pulling{0};  // decode side: handoffs waiting for their KV
 
-  std::mutex received_mu;  // guards received_salts
+  std::mutex received_mu;  // guards received_salts, last_bootstrap_room
   std::vector<std::string> received_salts;  // the cache_salt of every completion, "" for none
+  std::optional<uint64_t> last_bootstrap_room;
   std::atomic<uint64_t> aborted{0};  // streams whose client went away
 
   std::mutex history_mu;  // guards history; the replay thread reads it
@@ -764,6 +1177,17 @@ struct LiveEngine::Impl {
 };
 
 Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& options) {
+  if (options.kind != ingest::EngineKind::kVllm && options.kind != ingest::EngineKind::kSglang) {
+    return Status::InvalidArgument("simulated engine " + options.id +
+                                   ": kind must be vllm or sglang, got " +
+                                   std::string(ToString(options.kind)));
+  }
+  if (options.kind == ingest::EngineKind::kSglang && options.role == ingest::EngineRole::kPrefill &&
+      options.http_threads < 2) {
+    return Status::InvalidArgument("simulated engine " + options.id +
+                                   ": http_threads must be >= 2 for an SGLang prefill engine "
+                                   "(a room's fetch is served beside the request waiting on it)");
+  }
   if (!(options.speedup > 0)) {
     return Status::InvalidArgument("simulated engine " + options.id + ": speedup must be > 0");
   }
@@ -808,14 +1232,17 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
     self->HandleMetrics(response);
   });
   http.Post("/reset_prefix_cache", [self](const httplib::Request&, httplib::Response& response) {
-    std::lock_guard lock(self->mu);
-    self->PublishLocked({self->pool.Reset()});
-    // The pool's pins went with it: no pending handoff can be pulled now.
-    self->handoffs.clear();
-    self->expiries.clear();
-    self->pending_handoffs.store(0);
+    self->Reset();
     response.status = 200;
   });
+  if (options.kind == ingest::EngineKind::kSglang) {
+    // SGLang's whole-cache flush. The real one refuses (400) while requests
+    // run; the simulator always flushes.
+    http.Post("/flush_cache", [self](const httplib::Request&, httplib::Response& response) {
+      self->Reset();
+      response.status = 200;
+    });
+  }
   http.Post("/v1/completions", [self](const httplib::Request& request,
                                       httplib::Response& response) {
     self->HandleCompletion(request, response, /*chat=*/false);
@@ -826,6 +1253,17 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   });
   http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleTokenize(request, response);
+  });
+  if (options.kind == ingest::EngineKind::kSglang) {
+    // SGLang's path for the same shapes (connectors::TokenizePath).
+    http.Post("/v1/tokenize", [self](const httplib::Request& request,
+                                     httplib::Response& response) {
+      self->HandleTokenize(request, response);
+    });
+  }
+  http.Post("/kvgov_sim/bootstrap", [self](const httplib::Request& request,
+                                           httplib::Response& response) {
+    self->HandleBootstrap(request, response);
   });
   http.Post("/kvgov_sim/nixl_read", [self](const httplib::Request& request,
                                            httplib::Response& response) {
@@ -856,6 +1294,13 @@ void LiveEngine::Stop() {
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
+  {
+    // A room's waiters (a prefill held for its push, a fetch held for its
+    // prefill) end now, so the HTTP server's threads can be joined.
+    std::lock_guard lock(impl_->mu);
+    impl_->closing = true;
+  }
+  impl_->room_cv.notify_all();
   impl_->http.stop();
   if (impl_->http_thread.joinable()) impl_->http_thread.join();
   impl_->stopping = true;
@@ -876,6 +1321,11 @@ size_t LiveEngine::resident_blocks() const {
 std::vector<std::string> LiveEngine::received_salts() const {
   std::lock_guard lock(impl_->received_mu);
   return impl_->received_salts;
+}
+
+std::optional<uint64_t> LiveEngine::last_bootstrap_room() const {
+  std::lock_guard lock(impl_->received_mu);
+  return impl_->last_bootstrap_room;
 }
 
 uint64_t LiveEngine::aborted_streams() const { return impl_->aborted.load(); }
@@ -902,10 +1352,11 @@ std::string LiveEngine::control_url() const {
 }
 
 std::string LiveEngine::EngineSpec() const {
-  return "id=" + impl_->options.id + ",kind=vllm,events=" + events_endpoint() +
-         ",replay=" + replay_endpoint() + ",model=" + impl_->options.model +
+  return "id=" + impl_->options.id + ",kind=" + std::string(ToString(impl_->options.kind)) +
+         ",events=" + events_endpoint() + ",replay=" + replay_endpoint() +
+         ",model=" + impl_->options.model +
          ",block-size=" + std::to_string(impl_->options.pool.block_size) +
-         ",control=" + control_url() + RoleSpec(impl_->options);
+         ",control=" + control_url() + RoleSpec(impl_->options, impl_->http_port);
 }
 
 }  // namespace kvgov::simfleet

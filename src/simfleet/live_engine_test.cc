@@ -7,6 +7,8 @@
 #include <zmq_addon.hpp>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <numeric>
 #include <thread>
 
@@ -510,6 +512,428 @@ TEST(LiveEngineDisaggregationTest, TheEngineSpecCarriesTheRole) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->role, ingest::EngineRole::kDecode);
   EXPECT_TRUE(ingest::ParseEngineSpec(both->EngineSpec()).ok());
+}
+
+// SGLang's PD protocol: one body with a bootstrap room to both engines at
+// once, the prefill engine pushing the room's KV to the decode engine
+// (here: the decode engine fetching it over POST /kvgov_sim/bootstrap).
+
+std::unique_ptr<LiveEngine> StartSglang(
+    const std::string& id, ingest::EngineRole role,
+    std::chrono::milliseconds kv_lease = std::chrono::seconds(30),
+    std::chrono::milliseconds pull_delay = {}) {
+  LiveEngineOptions options;
+  options.id = id;
+  options.kind = ingest::EngineKind::kSglang;
+  options.role = role;
+  options.pool.capacity_blocks = 64;
+  options.pool.block_size = 16;
+  options.pool.hash_seed = std::hash<std::string>{}(id);
+  options.speedup = 1000;
+  options.kv_lease = kv_lease;
+  options.pull_delay = pull_delay;
+  Result<std::unique_ptr<LiveEngine>> engine = LiveEngine::Start(options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+// The body sgl-model-gateway sends both legs: the client's, plus the room.
+Json RoomBody(const std::vector<int64_t>& prompt, const LiveEngine& prefill, uint64_t room,
+              int max_tokens, bool stream) {
+  Json body = {{"prompt", prompt},
+               {"max_tokens", max_tokens},
+               {"stream", stream},
+               {"bootstrap_host", "127.0.0.1"},
+               {"bootstrap_port", PortOf(prefill)},
+               {"bootstrap_room", room}};
+  if (stream) body["stream_options"] = {{"include_usage", true}};
+  return body;
+}
+
+httplib::Result PostCompletion(const LiveEngine& engine, const Json& body) {
+  httplib::Client client(engine.control_url());
+  client.set_read_timeout(std::chrono::seconds(10));
+  return client.Post("/v1/completions", body.dump(), "application/json");
+}
+
+// Polls `done` every millisecond for up to 10 s.
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// The waiting requests an engine's /metrics reports.
+int Waiting(const LiveEngine& engine) {
+  httplib::Client client(engine.control_url());
+  httplib::Result metrics = client.Get("/metrics");
+  if (!metrics) return -1;
+  Result<router::ScrapedLoad> load = connectors::ParseEngineMetrics(metrics->body, 0);
+  return load.ok() ? static_cast<int>(load->waiting) : -1;
+}
+
+TEST(LiveEngineSglangTest, TheEngineSpecSaysSglangAndTheBootstrapPort) {
+  std::unique_ptr<LiveEngine> prefill =
+      StartSglang("sim-p", ingest::EngineRole::kPrefill, std::chrono::milliseconds(2500));
+  std::unique_ptr<LiveEngine> decode = StartSglang("sim-d", ingest::EngineRole::kDecode);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  EXPECT_NE(prefill->EngineSpec().find(",kind=sglang,"), std::string::npos)
+      << prefill->EngineSpec();
+  EXPECT_TRUE(prefill->EngineSpec().ends_with(",role=prefill,kv-lease-ms=2500,bootstrap-port=" +
+                                              std::to_string(PortOf(*prefill))))
+      << prefill->EngineSpec();
+  EXPECT_TRUE(decode->EngineSpec().ends_with(",role=decode")) << decode->EngineSpec();
+  Result<ingest::EngineSpec> spec = ingest::ParseEngineSpec(prefill->EngineSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->kind, ingest::EngineKind::kSglang);
+  EXPECT_EQ(spec->kv_lease_ms, 2500);
+  EXPECT_EQ(spec->bootstrap_port, PortOf(*prefill));
+  spec = ingest::ParseEngineSpec(decode->EngineSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->kind, ingest::EngineKind::kSglang);
+
+  // SGLang's tokenizer path, with the shapes of vLLM's.
+  httplib::Client client(prefill->control_url());
+  const std::string ask = Json{{"prompt", "a b c"}}.dump();
+  httplib::Result sglang = client.Post("/v1/tokenize", ask, "application/json");
+  httplib::Result vllm = client.Post("/tokenize", ask, "application/json");
+  ASSERT_TRUE(sglang && vllm);
+  ASSERT_EQ(sglang->status, 200) << sglang->body;
+  EXPECT_EQ(sglang->body, vllm->body);
+  EXPECT_EQ(Json::parse(sglang->body)["count"], 3);
+  std::unique_ptr<LiveEngine> vllm_engine = StartRole("sim-v", ingest::EngineRole::kBoth);
+  ASSERT_NE(vllm_engine, nullptr);
+  httplib::Client v_client(vllm_engine->control_url());
+  EXPECT_EQ(v_client.Post("/v1/tokenize", ask, "application/json")->status, 404);
+  // A mooncake store serves no requests.
+  LiveEngineOptions mooncake;
+  mooncake.kind = ingest::EngineKind::kMooncake;
+  EXPECT_FALSE(LiveEngine::Start(mooncake).ok());
+}
+
+TEST(LiveEngineSglangTest, KvgovsSglangDecoderIndexesWhatTheEngineCaches) {
+  // kvgov decodes kind=sglang with the EventBatch decoder vLLM's streams
+  // use (SGLang's publisher reuses that wire): what the simulator
+  // publishes must index under that kind too.
+  std::unique_ptr<LiveEngine> engine = StartSglang("sim-s", ingest::EngineRole::kBoth);
+  ASSERT_NE(engine, nullptr);
+  Result<ingest::EngineSpec> spec = ingest::ParseEngineSpec(engine->EngineSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->kind, ingest::EngineKind::kSglang);
+  index::ResidencyIndex index;
+  transport::ZmqIngest ingest(&index, [](const Entry&) {});
+  ASSERT_TRUE(ingest.AddEngine(*spec).ok());
+  httplib::Client client(engine->control_url());
+  auto held = [&] {
+    std::optional<index::WorkerResidency> worker = index.Worker("sim-s");
+    return worker.has_value() ? worker->blocks[0] : 0;
+  };
+  uint64_t sent = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (held() == 0 && sent < 12 && std::chrono::steady_clock::now() < deadline) {
+    Complete(client, Tokens(64, 1000 * static_cast<int64_t>(sent++)), "tenant-salt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  while (held() != 4 * sent && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(held(), 4 * sent);
+  EXPECT_GT(sent, 0u);
+  ingest.Stop();
+}
+
+TEST(LiveEngineSglangTest, HandsAPromptOverThroughTheBootstrapRoom) {
+  std::unique_ptr<LiveEngine> prefill = StartSglang("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode =
+      StartSglang("sim-d", ingest::EngineRole::kDecode, std::chrono::seconds(30),
+                  std::chrono::milliseconds(300));
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  zmq::context_t context;
+  zmq::socket_t sub(context, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.connect(decode->events_endpoint());
+  httplib::Client d_client(decode->control_url());
+  // The slow joiner: plain completions, served locally, until it has landed.
+  std::vector<zmq::message_t> first;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int64_t offset = 0;
+  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
+    Complete(d_client, Tokens(40, offset += 1000));
+    std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
+    zmq::poll(items, std::chrono::milliseconds(50));
+    if (items[0].revents & ZMQ_POLLIN) (void)zmq::recv_multipart(sub, std::back_inserter(first));
+  }
+  ASSERT_FALSE(first.empty());
+
+  // Both legs at once, one body, as sgl-model-gateway sends them.
+  const std::vector<int64_t> prompt = Tokens(40, 7);  // two full blocks and 8 tokens
+  const uint64_t room = (uint64_t{1} << 62) + 12345;  // past 2^53: no double on the way
+  const Json body = RoomBody(prompt, *prefill, room, 3, /*stream=*/true);
+  std::future<httplib::Result> prefill_leg =
+      std::async(std::launch::async, [&] { return PostCompletion(*prefill, body); });
+  std::future<httplib::Result> decode_leg =
+      std::async(std::launch::async, [&] { return PostCompletion(*decode, body); });
+  // The prompt's blocks are pinned while the decode engine waits its
+  // pull_delay, and the prefill's answer waits with them.
+  EXPECT_TRUE(Eventually([&] { return prefill->pinned_blocks() == 2; }));
+  httplib::Result prefill_answer = prefill_leg.get();
+  httplib::Result decode_answer = decode_leg.get();
+
+  // The decode engine streams the answer; every prompt token came over.
+  ASSERT_TRUE(decode_answer);
+  ASSERT_EQ(decode_answer->status, 200) << decode_answer->body;
+  EXPECT_EQ(decode_answer->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<std::string> events = EventData(decode_answer->body);
+  ASSERT_EQ(events.size(), 6u) << decode_answer->body;  // 3 tokens, the finish, usage, [DONE]
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Json::parse(events[static_cast<size_t>(i)])["choices"][0]["text"],
+              " tok" + std::to_string(i));
+  }
+  Json usage = Json::parse(events[4])["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 40);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 40);
+  EXPECT_EQ(events[5], "[DONE]");
+
+  // The prefill engine answered once the push was done: one token, as the
+  // body asked, streamed; it computed the whole prompt.
+  ASSERT_TRUE(prefill_answer);
+  ASSERT_EQ(prefill_answer->status, 200) << prefill_answer->body;
+  events = EventData(prefill_answer->body);
+  ASSERT_EQ(events.size(), 4u) << prefill_answer->body;  // 1 token, the finish, usage, [DONE]
+  EXPECT_EQ(Json::parse(events[0])["choices"][0]["text"], " tok0");
+  usage = Json::parse(events[2])["usage"];
+  EXPECT_EQ(usage["completion_tokens"], 1);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+
+  // The fetch ended the pin; the blocks stay in P's cache.
+  EXPECT_EQ(prefill->pulls(), 1u);
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+  EXPECT_EQ(prefill->resident_blocks(), 2u);
+  EXPECT_EQ(decode->failed_pulls(), 0u);
+  EXPECT_EQ(prefill->last_bootstrap_room(), room);
+  EXPECT_EQ(decode->last_bootstrap_room(), room);
+  // The room is gone: a second fetch of it is refused, naming it.
+  httplib::Client p_client(prefill->control_url());
+  httplib::Result again = p_client.Post(
+      "/kvgov_sim/bootstrap", Json{{"bootstrap_room", room}}.dump(), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 404);
+  EXPECT_NE(again->body.find("bootstrap_room " + std::to_string(room)), std::string::npos)
+      << again->body;
+
+  // D published the pushed blocks as its own.
+  bool published = false;
+  while (!published) {
+    std::vector<zmq::message_t> message = Receive(sub);
+    ASSERT_EQ(message.size(), 3u) << "no BlockStored of the pushed prompt";
+    Result<EngineEventBatch> batch = adapters::DecodeEngineBatch(message[2].to_string_view());
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    for (const EngineEvent& event : batch->events) {
+      const auto* stored = std::get_if<BlockStored>(&event);
+      if (stored != nullptr && stored->token_ids == Tokens(32, 7)) published = true;
+    }
+  }
+  const Json plain = Complete(d_client, prompt);
+  EXPECT_EQ(plain["kvgov_sim"]["hit_blocks"], 2);
+}
+
+TEST(LiveEngineSglangTest, ADecodeEngineThatAsksFirstWaitsForTheRoom) {
+  std::unique_ptr<LiveEngine> prefill = StartSglang("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode = StartSglang("sim-d", ingest::EngineRole::kDecode);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  const Json body = RoomBody(prompt, *prefill, 77, 2, /*stream=*/false);
+  std::future<httplib::Result> decode_leg =
+      std::async(std::launch::async, [&] { return PostCompletion(*decode, body); });
+  // The decode leg is asking for a room the prefill engine has not seen.
+  EXPECT_TRUE(Eventually([&] { return Waiting(*decode) == 1; }));
+  httplib::Result prefill_answer = PostCompletion(*prefill, body);
+  httplib::Result decode_answer = decode_leg.get();
+  ASSERT_TRUE(prefill_answer);
+  ASSERT_EQ(prefill_answer->status, 200) << prefill_answer->body;
+  const Json prefilled = Json::parse(prefill_answer->body);
+  EXPECT_EQ(prefilled["choices"][0]["text"], " tok0");  // one token, in one body
+  EXPECT_EQ(prefilled["kvgov_sim"]["bootstrap_room"], 77);
+  ASSERT_TRUE(decode_answer);
+  ASSERT_EQ(decode_answer->status, 200) << decode_answer->body;
+  const Json decoded = Json::parse(decode_answer->body);
+  EXPECT_EQ(decoded["choices"][0]["text"], " tok0 tok1");
+  EXPECT_EQ(decoded["kvgov_sim"]["pulled_tokens"], 40);  // D held none of it
+  EXPECT_EQ(prefill->pulls(), 1u);
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+}
+
+TEST(LiveEngineSglangTest, ARoomNoDecodeEngineTakesLapses) {
+  std::unique_ptr<LiveEngine> prefill =
+      StartSglang("sim-p", ingest::EngineRole::kPrefill, std::chrono::milliseconds(100));
+  ASSERT_NE(prefill, nullptr);
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  httplib::Result answer = PostCompletion(*prefill, RoomBody(prompt, *prefill, 5, 1, false));
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 500);
+  EXPECT_EQ(Json::parse(answer->body)["error"]["message"],
+            "bootstrap_room 5: no decode worker connected within 100 ms");
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+  EXPECT_EQ(prefill->resident_blocks(), 2u);  // freed, still cached
+  EXPECT_EQ(prefill->pulls(), 0u);
+  httplib::Client client(prefill->control_url());
+  answer = client.Post("/kvgov_sim/bootstrap", R"({"bootstrap_room":5})", "application/json");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 404);
+  EXPECT_NE(answer->body.find("bootstrap_room 5 is unknown at engine sim-p"), std::string::npos)
+      << answer->body;
+
+  // SGLang's /flush_cache empties the pool, a room's pin with it.
+  std::unique_ptr<LiveEngine> flushed = StartSglang("sim-f", ingest::EngineRole::kPrefill);
+  ASSERT_NE(flushed, nullptr);
+  std::future<httplib::Result> waiting = std::async(std::launch::async, [&] {
+    return PostCompletion(*flushed, RoomBody(prompt, *flushed, 6, 1, false));
+  });
+  ASSERT_TRUE(Eventually([&] { return flushed->pinned_blocks() == 2; }));
+  httplib::Client f_client(flushed->control_url());
+  ASSERT_EQ(f_client.Post("/flush_cache", "", "application/json")->status, 200);
+  answer = waiting.get();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 500);
+  EXPECT_NE(answer->body.find("bootstrap_room 6: engine sim-f's cache was reset"),
+            std::string::npos)
+      << answer->body;
+  EXPECT_EQ(flushed->resident_blocks(), 0u);
+}
+
+TEST(LiveEngineSglangTest, APrefillEngineTakesNoMoreRoomsThanItsThreadsServe) {
+  LiveEngineOptions options;
+  options.id = "sim-p";
+  options.kind = ingest::EngineKind::kSglang;
+  options.role = ingest::EngineRole::kPrefill;
+  options.pool.capacity_blocks = 64;
+  options.speedup = 1000;
+  options.kv_lease = std::chrono::milliseconds(300);
+  options.http_threads = 1;  // no thread left to serve a fetch
+  EXPECT_FALSE(LiveEngine::Start(options).ok());
+  options.http_threads = 3;  // two rooms, and a thread for their fetches
+  Result<std::unique_ptr<LiveEngine>> started = LiveEngine::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  LiveEngine& prefill = **started;
+  std::vector<std::future<httplib::Result>> waiting;
+  for (uint64_t room = 1; room <= 2; ++room) {
+    const std::vector<int64_t> prompt = Tokens(32, 1000 * static_cast<int64_t>(room));
+    waiting.push_back(std::async(std::launch::async, [&prefill, prompt, room] {
+      return PostCompletion(prefill, RoomBody(prompt, prefill, room, 1, false));
+    }));
+  }
+  ASSERT_TRUE(Eventually([&] { return prefill.pinned_blocks() == 4; }));
+  httplib::Result busy = PostCompletion(prefill, RoomBody(Tokens(32, 5000), prefill, 3, 1, false));
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 503);
+  EXPECT_NE(busy->body.find("bootstrap_room 3: engine sim-p has 2 rooms waiting"),
+            std::string::npos)
+      << busy->body;
+  for (std::future<httplib::Result>& leg : waiting) {
+    httplib::Result lapsed = leg.get();
+    ASSERT_TRUE(lapsed);
+    EXPECT_EQ(lapsed->status, 500) << lapsed->body;
+  }
+}
+
+TEST(LiveEngineSglangTest, ADecodeEngineWhoseRoomNeverComesFails) {
+  std::unique_ptr<LiveEngine> prefill = StartSglang("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode =
+      StartSglang("sim-d", ingest::EngineRole::kDecode, std::chrono::milliseconds(100));
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  const std::vector<int64_t> prompt = Tokens(40, 7);
+  httplib::Result answer = PostCompletion(*decode, RoomBody(prompt, *prefill, 9, 1, false));
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 503);
+  EXPECT_NE(answer->body.find("bootstrap_room 9: the prefill engine at 127.0.0.1:" +
+                              std::to_string(PortOf(*prefill)) +
+                              " did not hold the room within 100 ms"),
+            std::string::npos)
+      << answer->body;
+  EXPECT_EQ(decode->failed_pulls(), 1u);
+  // A prefill engine that cannot be reached fails at once.
+  Json unreachable = RoomBody(prompt, *prefill, 10, 1, false);
+  unreachable["bootstrap_port"] = 1;
+  answer = PostCompletion(*decode, unreachable);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 503);
+  EXPECT_NE(answer->body.find("bootstrap_room 10: the prefill engine at 127.0.0.1:1 is "
+                              "unreachable"),
+            std::string::npos)
+      << answer->body;
+  EXPECT_EQ(decode->failed_pulls(), 2u);
+  EXPECT_EQ(decode->resident_blocks(), 0u);
+}
+
+TEST(LiveEngineSglangTest, BootstrapFieldsMissingOrMistypedAreRefusedNamingThem) {
+  std::unique_ptr<LiveEngine> prefill = StartSglang("sim-p", ingest::EngineRole::kPrefill);
+  std::unique_ptr<LiveEngine> decode = StartSglang("sim-d", ingest::EngineRole::kDecode);
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  const Json body = RoomBody(Tokens(40, 7), *prefill, 3, 1, false);
+  struct Case {
+    const char* field;
+    Json value;  // null: the field left out
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"bootstrap_host", nullptr, "bootstrap_host: required"},
+      {"bootstrap_host", 7, "bootstrap_host: want a string"},
+      {"bootstrap_port", nullptr, "bootstrap_port: required"},
+      {"bootstrap_port", "8998", "bootstrap_port: want an integer in 1-65535"},
+      {"bootstrap_port", 70000, "bootstrap_port: want an integer in 1-65535"},
+      {"bootstrap_room", nullptr, "bootstrap_room: required"},
+      {"bootstrap_room", -1, "bootstrap_room: want an integer in 0..2^63-1"},
+      {"bootstrap_room", Json::array({1, 2}), "bootstrap_room: want an integer"},
+      {"bootstrap_room", 1.5, "bootstrap_room: want an integer"},
+  };
+  for (const LiveEngine* engine : {prefill.get(), decode.get()}) {
+    for (const Case& c : cases) {
+      Json partial = body;
+      if (c.value.is_null()) {
+        partial.erase(c.field);
+      } else {
+        partial[c.field] = c.value;
+      }
+      httplib::Result answer = PostCompletion(*engine, partial);
+      ASSERT_TRUE(answer);
+      EXPECT_EQ(answer->status, 400) << engine->id() << " " << c.field;
+      EXPECT_NE(answer->body.find(c.error), std::string::npos) << answer->body;
+    }
+  }
+  EXPECT_EQ(decode->failed_pulls(), 0u);  // refused before any fetch
+  EXPECT_EQ(prefill->pinned_blocks(), 0u);
+  EXPECT_TRUE(prefill->received_salts().empty());
+
+  // The other protocol's handoff was routed to the wrong kind of engine.
+  Json nixl = {{"prompt", Tokens(40, 7)}, {"kv_transfer_params", {{"do_remote_decode", true}}}};
+  httplib::Result answer = PostCompletion(*prefill, nixl);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 400);
+  EXPECT_NE(answer->body.find("kv_transfer_params: engine sim-p speaks SGLang's bootstrap rooms"),
+            std::string::npos)
+      << answer->body;
+  std::unique_ptr<LiveEngine> vllm = StartRole("sim-v", ingest::EngineRole::kPrefill);
+  ASSERT_NE(vllm, nullptr);
+  answer = PostCompletion(*vllm, body);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 400);
+  EXPECT_NE(answer->body.find("bootstrap_host: engine sim-v speaks vLLM's NixlConnector"),
+            std::string::npos)
+      << answer->body;
+  // A bootstrap room asked for with no room in the body.
+  httplib::Client client(prefill->control_url());
+  answer = client.Post("/kvgov_sim/bootstrap", R"({"room":3})", "application/json");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 400);
+  EXPECT_NE(answer->body.find("bootstrap_room: required"), std::string::npos) << answer->body;
 }
 
 std::string EncodingName(const ::testing::TestParamInfo<sim::WireEncoding>& param) {

@@ -23,6 +23,7 @@
 #include "connectors/test_support.h"
 #include "e2e/bearer.h"
 #include "e2e/daemon_process.h"
+#include "e2e/gateway_daemon.h"
 #include "e2e/run_command.h"
 #include "e2e/tokens.h"
 #include "e2e/wait.h"
@@ -56,39 +57,15 @@ class GatewayE2ETest : public ::testing::Test {
   // i's spec (",openai=..." to point it elsewhere).
   void StartKvgov(const std::vector<std::string>& engine_keys = {"", ""},
                   const std::vector<std::string>& extra_args = {}) {
-    const std::string ready = (daemon_.dir() / "gateway-ready").string();
-    std::vector<std::string> args = {"--gateway-listen", "127.0.0.1:0", "--gateway-ready-file",
-                                     ready, "--probe-interval-ms", "50",
-                                     "--gateway-first-byte-timeout-ms", "5000"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<std::string> specs;
     for (size_t i = 0; i < engines_.size(); ++i) {
-      args.push_back("--engine");
-      args.push_back(engines_[i]->EngineSpec() + engine_keys[i]);
+      specs.push_back(engines_[i]->EngineSpec() + engine_keys[i]);
     }
-    Status started = daemon_.Start(args);
-    ASSERT_TRUE(started.ok()) << started.ToString();
-    int port = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      std::ifstream in(ready);
-      return static_cast<bool>(in >> port) && port > 0;
-    }));
+    gateway_port_ = StartGatewayDaemon(daemon_, specs, extra_args, control_headers_);
+    ASSERT_NE(gateway_port_, 0);
     control_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
-    gateway_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    gateway_ = std::make_unique<httplib::Client>("127.0.0.1", gateway_port_);
     gateway_->set_read_timeout(std::chrono::seconds(10));
-    gateway_port_ = port;
-    // Both engines probed healthy, so both are candidates.
-    std::string last;
-    ASSERT_TRUE(WaitFor([&] {
-      httplib::Result workers = control_->Get("/v1/workers", control_headers_);
-      last = std::to_string(HttpStatus(workers)) + (workers ? workers->body : "");
-      if (!workers || workers->status != 200) return false;
-      int healthy = 0;
-      const Json rows = Json::parse(workers->body);
-      for (const Json& w : rows["workers"]) {
-        healthy += w.contains("health") && w["health"]["healthy"] == true;
-      }
-      return healthy == 2;
-    })) << last;
   }
 
   httplib::Result Post(const std::string& path, const Json& body,

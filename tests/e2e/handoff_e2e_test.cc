@@ -19,6 +19,7 @@
 #include "connectors/test_support.h"
 #include "e2e/bearer.h"
 #include "e2e/daemon_process.h"
+#include "e2e/gateway_daemon.h"
 #include "e2e/run_command.h"
 #include "e2e/tokens.h"
 #include "e2e/wait.h"
@@ -38,6 +39,7 @@ struct EngineShape {
   milliseconds kv_lease{30000};
   milliseconds pull_delay{0};
   double speedup = 1000;
+  ingest::EngineKind kind = ingest::EngineKind::kVllm;
 };
 
 class HandoffE2ETest : public ::testing::Test {
@@ -55,42 +57,20 @@ class HandoffE2ETest : public ::testing::Test {
       options.role = shape.role;
       options.kv_lease = shape.kv_lease;
       options.pull_delay = shape.pull_delay;
+      options.kind = shape.kind;
       Result<std::unique_ptr<simfleet::LiveEngine>> engine = simfleet::LiveEngine::Start(options);
       ASSERT_TRUE(engine.ok()) << engine.status().ToString();
       engines_.push_back(std::move(engine).value());
     }
-    const std::string ready = (daemon_.dir() / "gateway-ready").string();
-    std::vector<std::string> args = {"--gateway-listen",    "127.0.0.1:0",
-                                     "--gateway-ready-file", ready,
-                                     "--probe-interval-ms", "50",
-                                     "--gateway-first-byte-timeout-ms", "5000"};
+    std::vector<std::string> specs;
     for (size_t i = 0; i < engines_.size(); ++i) {
-      args.push_back("--engine");
-      args.push_back(engines_[i]->EngineSpec() + (i < engine_keys.size() ? engine_keys[i] : ""));
+      specs.push_back(engines_[i]->EngineSpec() + (i < engine_keys.size() ? engine_keys[i] : ""));
     }
-    Status started = daemon_.Start(args);
-    ASSERT_TRUE(started.ok()) << started.ToString();
-    int port = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      std::ifstream in(ready);
-      return static_cast<bool>(in >> port) && port > 0;
-    }));
-    gateway_port_ = port;
+    gateway_port_ = StartGatewayDaemon(daemon_, specs, {}, control_headers_);
+    ASSERT_NE(gateway_port_, 0);
     control_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
-    gateway_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    gateway_ = std::make_unique<httplib::Client>("127.0.0.1", gateway_port_);
     gateway_->set_read_timeout(std::chrono::seconds(10));
-    std::string last;
-    ASSERT_TRUE(WaitFor([&] {
-      httplib::Result workers = control_->Get("/v1/workers", control_headers_);
-      last = std::to_string(HttpStatus(workers)) + (workers ? workers->body : "");
-      if (!workers || workers->status != 200) return false;
-      size_t healthy = 0;
-      const Json rows = Json::parse(workers->body);
-      for (const Json& w : rows["workers"]) {
-        healthy += w.contains("health") && w["health"]["healthy"] == true;
-      }
-      return healthy == engines_.size();
-    })) << last;
   }
 
   simfleet::LiveEngine& Engine(const std::string& id) {
@@ -246,28 +226,35 @@ TEST_F(HandoffE2ETest, BothStepsFollowThePrefixAcrossTwoPrefillAndTwoDecodeWorke
               {"p1", ingest::EngineRole::kPrefill},
               {"d0", ingest::EngineRole::kDecode},
               {"d1", ingest::EngineRole::kDecode}});
-  const Json request = Chat(Words(63, "b"), false);  // 65 tokens: four full blocks
-  httplib::Result first = Post(request);
+  const std::string prompt = Words(63, "b");  // 65 tokens: four full blocks
+  httplib::Result first = Post(Chat(prompt, true));
   ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
-  EXPECT_EQ(Json::parse(first->body)["choices"][0]["message"]["content"], " tok0 tok1 tok2 tok3");
+  EXPECT_EQ(StreamedText(first->body), " tok0 tok1 tok2 tok3");
   Json handoffs = Handoffs(1);
   ASSERT_EQ(handoffs.size(), 1u);
   const std::string prefill = handoffs[0]["prefill"]["worker"];
   const std::string decode = handoffs[0]["decode"]["worker"];
   EXPECT_EQ(handoffs[0]["decode"]["pulled_blocks"], 4);
-  // Both workers' events have reached the index: the decode worker holds
-  // the prompt too now.
+  // Both workers' events have reached the index (the decode worker holds
+  // the prompt too now), and no worker carries load (the first request's
+  // decisions released, the engines' scraped queues empty): the prefix
+  // decides.
   ASSERT_TRUE(WaitFor([&] {
     httplib::Result workers = control_->Get("/v1/workers", control_headers_);
     int holding = 0;
+    bool idle = true;
     const Json rows = Json::parse(workers->body);
     for (const Json& w : rows["workers"]) {
       holding += w["blocks"]["hbm"].get<int>() >= 4;
+      idle = idle && w["load"]["blocks"].get<double>() == 0;
     }
-    return holding == 2;
+    return holding == 2 && idle;
   }));
 
-  ASSERT_EQ(HttpStatus(Post(request)), 200);
+  httplib::Result again_answer = Post(Chat(prompt, false));
+  ASSERT_EQ(HttpStatus(again_answer), 200);
+  EXPECT_EQ(Json::parse(again_answer->body)["choices"][0]["message"]["content"],
+            " tok0 tok1 tok2 tok3");
   handoffs = Handoffs(2);
   ASSERT_EQ(handoffs.size(), 2u);
   const Json& again = handoffs[0];  // newest first
@@ -422,6 +409,127 @@ TEST_F(HandoffE2ETest, TheOfficialOpenAIClientWorksThroughADisaggregatedFleet) {
   const Json handoffs = Handoffs(4);
   ASSERT_EQ(handoffs.size(), 4u);
   for (const Json& record : handoffs) EXPECT_EQ(record["outcome"], "completed") << record.dump();
+}
+
+// SGLang's PD protocol: one body with a bootstrap room to the prefill and
+// the decode worker at once; the lease is kvgov's from the dispatch, as the
+// push it witnesses starts then, and the decode worker's first token ends it.
+TEST_F(HandoffE2ETest, SGLangPoolsHandOffThroughTheBootstrapRoom) {
+  constexpr auto kSglang = ingest::EngineKind::kSglang;
+  StartFleet({{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000,
+               kSglang},
+              {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(600), 1000,
+               kSglang}});
+  auto answer = std::async(std::launch::async, [&] { return Post(Chat(Words(40, "s"), true)); });
+  Json lease;
+  ASSERT_TRUE(WaitFor([&] { return !(lease = ActiveHandoffLease()).is_null(); }));
+  // Seen while the decode worker waits its pull_delay: nothing pushed yet.
+  EXPECT_EQ(Engine("p0").pulls(), 0u);
+  EXPECT_EQ(lease["role"], "push_write");
+  EXPECT_EQ(lease["remote_engine"], "p0");
+  EXPECT_EQ(lease["ttl_ms"], 30000);  // the prefill engine's kv-lease-ms
+  EXPECT_EQ(lease["tokens"], 42);     // the role marker, 40 words, the generation prompt
+
+  httplib::Result streamed = answer.get();
+  ASSERT_EQ(HttpStatus(streamed), 200);
+  std::string error;
+  EXPECT_EQ(StreamedText(streamed->body, &error), " tok0 tok1 tok2 tok3");
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(Lease(lease["lease_id"])["state"], "completed");
+  EXPECT_EQ(Engine("p0").pulls(), 1u);
+  EXPECT_EQ(Engine("p0").pinned_blocks(), 0u);
+  EXPECT_EQ(Engine("d0").failed_pulls(), 0u);
+  // One body to each, the room's fields in it: kvgov sent both legs once.
+  EXPECT_EQ(Received("p0"), 1u);
+  EXPECT_EQ(Received("d0"), 1u);
+  ASSERT_TRUE(Engine("p0").last_bootstrap_room().has_value());
+  EXPECT_EQ(Engine("d0").last_bootstrap_room(), Engine("p0").last_bootstrap_room());
+
+  const Json handoffs = Handoffs(1);
+  ASSERT_EQ(handoffs.size(), 1u);
+  const Json& record = handoffs[0];
+  EXPECT_EQ(record["protocol"], "bootstrap");
+  EXPECT_EQ(record["outcome"], "completed") << record.dump();
+  EXPECT_EQ(record["error"], "");
+  EXPECT_EQ(record["prefill"]["worker"], "p0");
+  EXPECT_EQ(record["prefill"]["attempts"], 1);
+  EXPECT_EQ(record["decode"]["worker"], "d0");
+  EXPECT_EQ(record["lease_id"], lease["lease_id"]);
+  EXPECT_GT(record["first_token_ms"].get<int64_t>(), 0);
+  EXPECT_EQ(Metric("kvgov_gateway_handoffs_total{outcome=\"completed\"}"), 1);
+  EXPECT_EQ(Metric("kvgov_lease_grants_total{witness=\"handoff\"}"), 1);
+  EXPECT_EQ(Metric("kvgov_gateway_upstream_retries_total"), 0);
+}
+
+// The prefill worker the router prefers cannot be reached: SGLang's path
+// sends both legs again, with a new room, on the other prefill worker.
+TEST_F(HandoffE2ETest, ASGLangPrefillFailureRedispatchesBothLegsOnce) {
+  constexpr auto kSglang = ingest::EngineKind::kSglang;
+  StartFleet({{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000,
+               kSglang},
+              {"p1", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000,
+               kSglang},
+              {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(0), 1000,
+               kSglang}},
+             {",openai=http://127.0.0.1:1", "", ""});
+  // p0 holds the prompt, so the router tries it first.
+  const std::string content = Words(40, "t");
+  httplib::Client engine("127.0.0.1", std::stoi(Engine("p0").control_url().substr(17)));
+  httplib::Result tokenized = engine.Post(
+      "/v1/tokenize",
+      Json{{"model", "llama"}, {"messages", Chat(content, false)["messages"]}}.dump(),
+      "application/json");
+  ASSERT_EQ(HttpStatus(tokenized), 200);
+  Engine("p0").Prefill(Json::parse(tokenized->body)["tokens"].get<std::vector<int64_t>>(), "");
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result workers = control_->Get("/v1/workers", control_headers_);
+    const Json rows = Json::parse(workers->body);
+    for (const Json& w : rows["workers"]) {
+      if (w["id"] == "p0") return w["blocks"]["hbm"].get<int>() >= 2;
+    }
+    return false;
+  }));
+
+  httplib::Result answer = Post(Chat(content, false));
+  ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
+  EXPECT_EQ(Json::parse(answer->body)["choices"][0]["message"]["content"], " tok0 tok1 tok2 tok3");
+  const Json record = Handoffs(1)[0];
+  EXPECT_EQ(record["protocol"], "bootstrap");
+  EXPECT_EQ(record["prefill"]["worker"], "p1");
+  EXPECT_EQ(record["prefill"]["attempts"], 2);
+  EXPECT_EQ(record["decode"]["worker"], "d0");
+  EXPECT_EQ(record["outcome"], "completed") << record.dump();
+  EXPECT_EQ(record["error"], "") << record.dump();
+  EXPECT_EQ(Lease(record["lease_id"])["state"], "completed");
+  // p0's leg fails at once (nothing listens at its URL), so the second
+  // dispatch need not wait for the first decode leg, which can never get
+  // its KV, to give up: the whole handoff takes far less than the
+  // gateway's first-byte timeout (5000 ms here).
+  EXPECT_LT(record["first_token_ms"].get<int64_t>() - record["started_ms"].get<int64_t>(), 2500)
+      << record.dump();
+  EXPECT_EQ(Metric("kvgov_gateway_upstream_retries_total"), 1);
+  EXPECT_EQ(Metric("kvgov_gateway_handoffs_total{outcome=\"completed\"}"), 1);
+  // Two leases, one per room: the first aborted with its prefill leg.
+  EXPECT_EQ(Metric("kvgov_lease_grants_total{witness=\"handoff\"}"), 2);
+
+  // p0's engine never saw a request (its URL is unreachable); p1 pushed
+  // the second room to d0.
+  EXPECT_EQ(Received("p0"), 0u);
+  EXPECT_EQ(Received("p1"), 1u);
+  EXPECT_EQ(Engine("p1").pulls(), 1u);
+  EXPECT_EQ(Engine("p0").pulls(), 0u);
+  EXPECT_EQ(Engine("p1").pinned_blocks(), 0u);
+  ASSERT_TRUE(Engine("p1").last_bootstrap_room().has_value());
+  // The first decode leg was sent at once with the failing prefill leg and
+  // cancelled when kvgov saw the prefill fail, which may be before its
+  // body reached d0 or after (today's relay sends it either way; one that
+  // closed the connection first would not): d0 received the second leg,
+  // and the first at most once more. A first leg that arrived asks p0's
+  // bootstrap server for a room p0 never had, so it took no KV; d0's one
+  // answer is the second room's.
+  const size_t decode_legs = Received("d0");
+  EXPECT_GE(decode_legs, 1u);
+  EXPECT_LE(decode_legs, 2u);
 }
 
 }  // namespace
