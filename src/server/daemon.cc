@@ -256,8 +256,9 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
   KVGOV_ASSIGN_OR_RETURN(
       gateway.handoff_seconds,
       daemon.metrics.AddHistogram({"kvgov_gateway_handoff_seconds",
-                                   "Time from the prefill worker's answer to the decode worker's "
-                                   "first token (a whole answer's end, when not streamed)."},
+                                   "Time from the prefill worker's answer (SGLang: the dispatch of "
+                                   "both legs) to the decode worker's first token (a whole "
+                                   "answer's arrival, when not streamed)."},
                                   metrics::ExponentialBuckets(1e-3, 2, 16)));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.lease_grants,

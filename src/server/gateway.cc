@@ -5,10 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 

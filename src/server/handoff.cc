@@ -208,7 +208,9 @@ class Handoff {
     }
     daemon_.tenants_seen.Note(request_.tenant);
     ExpectSaltedBlocks(daemon_, route, request_.salt, *decision);
-    daemon_.route_totals.Count(*decision);
+    // The console's traffic counts a request once, by its prefill: the
+    // decode step's credit is what it need not pull, not prefill saved.
+    if (step == "prefill") daemon_.route_totals.Count(*decision);
     return *std::move(decision);
   }
 
