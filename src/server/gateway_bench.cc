@@ -16,6 +16,9 @@
 // - Memory: heap (mallinfo2) and resident set growth while 24 long streams
 //   are open, through the gateway minus the same streams direct, per
 //   stream.
+// - Handoff: TTFB through the gateway of a 1P1D fleet (prefill leg, the
+//   lease journaled, decode leg, the pull) against a colocated fleet of
+//   two, alternating, each engine's modeled work divided away.
 
 #include <malloc.h>
 #include <unistd.h>
@@ -24,6 +27,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -60,18 +64,23 @@ class GatewayFleet {
   // Once started, `warm_body` is sent through the gateway and the engine
   // it went to is the one direct calls go to: both paths then find the
   // prefix cached.
-  Status Start(std::chrono::milliseconds token_interval, const std::string& warm_body) {
+  // `roles` are the two engines': both, or a prefill and a decode engine.
+  Status Start(std::chrono::milliseconds token_interval, const std::string& warm_body,
+               std::array<ingest::EngineRole, 2> roles = {ingest::EngineRole::kBoth,
+                                                          ingest::EngineRole::kBoth}) {
     dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_gateway_bench_" + std::to_string(::getpid()));
+           ("kvgov_gateway_bench_" + std::to_string(::getpid()) + "_" +
+            std::to_string(next_fleet_++));
     std::filesystem::remove_all(dir_);
     ServerOptions options;
     options.port = 0;
     options.data_dir = (dir_ / "data").string();
     options.gateway_host = "127.0.0.1";
     options.gateway_port = 0;
-    for (const char* id : {"w1", "w2"}) {
+    for (int i = 0; i < 2; ++i) {
       simfleet::LiveEngineOptions engine_options;
-      engine_options.id = id;
+      engine_options.id = i == 0 ? "w1" : "w2";
+      engine_options.role = roles[i];
       engine_options.model = "llama";
       engine_options.pool.capacity_blocks = 4096;
       engine_options.pool.block_size = 16;
@@ -129,6 +138,7 @@ class GatewayFleet {
     return Status::DeadlineExceeded("kvgov never saw the warm-up prompt's blocks");
   }
 
+  static inline int next_fleet_ = 0;  // two fleets may run side by side
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<simfleet::LiveEngine>> engines_;
   std::unique_ptr<Server> server_;
@@ -275,6 +285,51 @@ void BM_GatewayThroughputVsDirect(benchmark::State& state) {
   state.counters["ratio_gateway_vs_direct_throughput"] = gateway / direct;
 }
 BENCHMARK(BM_GatewayThroughputVsDirect)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+void BM_HandoffTtfbVsColocated(benchmark::State& state) {
+  const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/4);
+  GatewayFleet colocated;
+  GatewayFleet disaggregated;
+  Status started = colocated.Start(std::chrono::milliseconds(0), body);
+  if (started.ok()) {
+    started = disaggregated.Start(std::chrono::milliseconds(0), body,
+                                  {ingest::EngineRole::kPrefill, ingest::EngineRole::kDecode});
+  }
+  if (!started.ok()) {
+    state.SkipWithError(started.ToString().c_str());
+    return;
+  }
+  std::unique_ptr<httplib::Client> one = KeptAlive("127.0.0.1", colocated.gateway_port());
+  std::unique_ptr<httplib::Client> two = KeptAlive("127.0.0.1", disaggregated.gateway_port());
+  for (int i = 0; i < 20; ++i) {
+    (void)TimeToFirstByte(*one, "/v1/completions", body);
+    (void)TimeToFirstByte(*two, "/v1/completions", body);
+  }
+  std::vector<double> colocated_us, handoff_us;
+  bool handoff_first = false;
+  for (auto _ : state) {
+    double via_colocated = 0, via_handoff = 0;
+    if (handoff_first) via_handoff = TimeToFirstByte(*two, "/v1/completions", body);
+    via_colocated = TimeToFirstByte(*one, "/v1/completions", body);
+    if (!handoff_first) via_handoff = TimeToFirstByte(*two, "/v1/completions", body);
+    handoff_first = !handoff_first;
+    if (via_colocated < 0 || via_handoff < 0) {
+      state.SkipWithError("a request failed");
+      break;
+    }
+    colocated_us.push_back(via_colocated);
+    handoff_us.push_back(via_handoff);
+    state.SetIterationTime(via_handoff / 1e6);
+  }
+  if (state.error_occurred()) return;
+  state.counters["colocated_ttfb_p50_us"] = bench::Percentile(colocated_us, 0.50);
+  state.counters["colocated_ttfb_p99_us"] = bench::Percentile(colocated_us, 0.99);
+  state.counters["handoff_ttfb_p50_us"] = bench::Percentile(handoff_us, 0.50);
+  state.counters["handoff_ttfb_p99_us"] = bench::Percentile(handoff_us, 0.99);
+  state.counters["ratio_handoff_vs_colocated_p50"] =
+      bench::Percentile(handoff_us, 0.50) / bench::Percentile(colocated_us, 0.50);
+}
+BENCHMARK(BM_HandoffTtfbVsColocated)->Iterations(500)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 size_t HeapBytes() {
   const struct mallinfo2 info = mallinfo2();
