@@ -366,6 +366,26 @@ TEST_F(HandoffE2ETest, AFailedPrefillIsRetriedOnAnotherPrefillWorker) {
   EXPECT_EQ(Metric("kvgov_gateway_upstream_retries_total"), 1);
 }
 
+// The decode worker cannot be reached after the prefill pinned the span:
+// the client gets the error, and kvgov ends the lease rather than leave it
+// to its TTL.
+TEST_F(HandoffE2ETest, ADecodeFailureAfterTheHandoffEndsTheLeaseAndSaysWhy) {
+  StartFleet({{"p0", ingest::EngineRole::kPrefill}, {"d0", ingest::EngineRole::kDecode}},
+             {"", ",openai=http://127.0.0.1:1"});
+  httplib::Result answer = Post(Chat(Words(40, "f"), false));
+  ASSERT_EQ(HttpStatus(answer), 502) << (answer ? answer->body : "");
+  const Json error = Json::parse(answer->body)["error"];
+  EXPECT_EQ(error["code"], "upstream_unreachable");
+  EXPECT_NE(error["message"].get<std::string>().find("the decode worker failed"),
+            std::string::npos)
+      << answer->body;
+  const Json record = Handoffs(1)[0];
+  EXPECT_EQ(record["outcome"], "decode_failed");
+  EXPECT_EQ(record["decode"]["worker"], "d0");
+  EXPECT_EQ(Lease(record["lease_id"])["state"], "failed");
+  EXPECT_EQ(Metric("kvgov_gateway_handoffs_total{outcome=\"decode_failed\"}"), 1);
+}
+
 // A leg field from a client is refused: only kvgov names a handoff's peer.
 TEST_F(HandoffE2ETest, AClientMayNotSendKvTransferParams) {
   StartFleet({{"p0", ingest::EngineRole::kPrefill}, {"d0", ingest::EngineRole::kDecode}});
