@@ -12,6 +12,7 @@ using Json = nlohmann::json;
 
 Json StreamJson(const WorkerStreamView& stream, Json row) {
   row["kind"] = stream.kind;
+  row["role"] = stream.role;
   row["events_endpoint"] = stream.events_endpoint;
   row["last_seq"] = stream.last_seq;
   row["seq_gaps"] = stream.seq_gaps;

@@ -211,6 +211,7 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
       if (fleet_view) {
         WorkerStreamView& stream = view.stream.emplace();
         stream.kind = std::string(ToString(it->second.kind));
+        stream.role = std::string(ToString(RoleOf(daemon, worker.id)));
         stream.events_endpoint = it->second.events;
         stream.last_seq = stats.last_seq.load();
         stream.seq_gaps = stats.seq_gaps.load();

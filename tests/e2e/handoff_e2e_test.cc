@@ -181,6 +181,9 @@ TEST_F(HandoffE2ETest, AStreamedChatIsPrefilledOnOneWorkerAndDecodedOnTheOther) 
   EXPECT_EQ(lease["role"], "prefill_pin");
   EXPECT_EQ(lease["ttl_ms"], 30000);  // the prefill engine's kv-lease-ms
   EXPECT_EQ(lease["tokens"], 42);     // the role marker, 40 words, the generation prompt
+  const Json workers = Json::parse(control_->Get("/v1/workers")->body)["workers"];
+  EXPECT_EQ(workers[0]["role"], "decode");  // d0, by id
+  EXPECT_EQ(workers[1]["role"], "prefill");
 
   httplib::Result streamed = answer.get();
   ASSERT_EQ(HttpStatus(streamed), 200);

@@ -19,6 +19,7 @@ namespace kvgov {
 /// what they mean for an operator.
 struct WorkerStreamView {
   std::string kind;             // vllm, sglang, mooncake
+  std::string role;             // both, prefill, decode (the engine spec's)
   std::string events_endpoint;  // the PUB endpoint followed
   int64_t last_seq = -1;  // -1 before the first applied batch
   uint64_t seq_gaps = 0;
