@@ -96,6 +96,7 @@ class Handoff {
       (void)daemon_.router->Done(decode_->decision_id);
       decode_.reset();
     }
+    if (first_token_) Settle();
     if (prefill_) {
       (void)daemon_.router->Done(prefill_->decision_id);
       prefill_.reset();
@@ -143,6 +144,14 @@ class Handoff {
       daemon_.gateway_metrics.retries->WithLabels({})->Inc();
     }
     return false;
+  }
+
+  // After the first token has gone on to the client, off its path: the
+  // lease is released (the transfer is done) and SGLang's prefill answer
+  // read and accounted. Idempotent.
+  void Settle() {
+    if (lease_open_) EndLease(NIXLLeaseEvent::kTransferComplete);
+    if (bootstrap_) FinishPrefillLeg();
   }
 
   // The decode worker's answer, for the client: a head that came with the
@@ -513,8 +522,7 @@ class Handoff {
     record_.first_token_ms = WallClockMillis();
     daemon_.gateway_metrics.handoff_seconds->WithLabels({})->Observe(
         std::chrono::duration<double>(Clock::now() - prefill_answered_).count());
-    if (lease_open_) EndLease(NIXLLeaseEvent::kTransferComplete);
-    if (bootstrap_) FinishPrefillLeg();
+    first_token_ = true;
     return true;
   }
 
@@ -604,6 +612,7 @@ class Handoff {
   std::vector<index::BlockKey> keys_;
   std::string kv_transfer_params_;  // the prefill answer's, opaque
   bool lease_open_ = false;         // created, and no event of ours ended it yet
+  bool first_token_ = false;        // the decode worker's first token came
   Clock::time_point prefill_answered_;
   std::unique_ptr<Upstream> prefill_;  // SGLang's prefill leg, until it answered
   std::unique_ptr<Upstream> decode_;
@@ -683,6 +692,7 @@ void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& res
     response.set_content(std::move(body), handoff->decode_content_type().empty()
                                               ? "application/json"
                                               : handoff->decode_content_type());
+    handoff->Settle();
     return;
   }
   // The decode step runs in the stream's provider: a client gone while the
@@ -712,6 +722,9 @@ void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& res
           state->pump = std::make_unique<StreamPump>();
           state->pump->upstream = state->handoff->TakeDecode();
           state->pump->strip_usage = strip_usage;
+          const bool alive = state->pump->Pump(sink);  // the first token, to the client first
+          state->handoff->Settle();
+          return alive;
         }
         return state->pump->Pump(sink);
       },
