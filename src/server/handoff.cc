@@ -91,11 +91,7 @@ class Handoff {
   // Ends what is still open (a lease no first token released, the decode
   // decision's load) and records the handoff, once.
   ~Handoff() {
-    if (decode_) {
-      decode_->relay->Cancel();
-      (void)daemon_.router->Done(decode_->decision_id);
-      decode_.reset();
-    }
+    if (decode_) EndDecode();
     if (first_token_) Settle();
     if (prefill_) {
       (void)daemon_.router->Done(prefill_->decision_id);
@@ -614,7 +610,7 @@ class Handoff {
   bool lease_open_ = false;         // created, and no event of ours ended it yet
   bool first_token_ = false;        // the decode worker's first token came
   Clock::time_point prefill_answered_;
-  std::unique_ptr<Upstream> prefill_;  // SGLang's prefill leg, until it answered
+  std::unique_ptr<Upstream> prefill_;  // the prefill leg, until its answer is read
   std::unique_ptr<Upstream> decode_;
   std::vector<std::string> prefill_candidates_;  // SGLang: those not yet failed
   bool retry_prefill_ = false;

@@ -331,6 +331,19 @@ double WallSeconds() {
       .count();
 }
 
+// A decode request counted in vllm:num_requests_waiting while its KV has
+// yet to arrive (vLLM's WAITING_FOR_REMOTE_KVS, SGLang's transfer queue).
+class WaitingForKv {
+ public:
+  explicit WaitingForKv(std::atomic<int64_t>& count) : count_(count) { count_.fetch_add(1); }
+  ~WaitingForKv() { count_.fetch_sub(1); }
+  WaitingForKv(const WaitingForKv&) = delete;
+  WaitingForKv& operator=(const WaitingForKv&) = delete;
+
+ private:
+  std::atomic<int64_t>& count_;
+};
+
 }  // namespace
 
 struct LiveEngine::Impl {
@@ -707,13 +720,7 @@ struct LiveEngine::Impl {
   void DecodeHandedOver(httplib::Response& response, const Json& body,
                         const Completion& completion, const RemotePrefill& remote) {
     const Clock::time_point arrived = Clock::now();
-    // Counted as waiting until its KV has arrived, as vLLM's requests in
-    // WAITING_FOR_REMOTE_KVS are.
-    pulling.fetch_add(1);
-    struct Done {
-      std::atomic<int64_t>& count;
-      ~Done() { count.fetch_sub(1); }
-    } done{pulling};
+    const WaitingForKv waiting(pulling);
     std::this_thread::sleep_for(options.pull_delay);
     Result<int64_t> read = PullFrom(remote);
     if (!read.ok()) {
@@ -984,13 +991,7 @@ struct LiveEngine::Impl {
   void DecodeFromRoom(httplib::Response& response, const Json& body, const Completion& completion,
                       const Bootstrap& bootstrap) {
     const Clock::time_point arrived = Clock::now();
-    // Counted as waiting until its KV has arrived, as SGLang's requests in
-    // its prealloc and transfer queues are.
-    pulling.fetch_add(1);
-    struct Done {
-      std::atomic<int64_t>& count;
-      ~Done() { count.fetch_sub(1); }
-    } done{pulling};
+    const WaitingForKv waiting(pulling);
     std::this_thread::sleep_for(options.pull_delay);
     Result<int64_t> fetched = FetchRoom(bootstrap, Clock::now() + options.kv_lease);
     if (!fetched.ok()) {

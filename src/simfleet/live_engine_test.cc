@@ -60,6 +60,21 @@ Json Complete(httplib::Client& client, const std::vector<int64_t>& tokens,
   return Json::parse(result->body);
 }
 
+// The slow joiner: plain completions (each publishes a batch) until the
+// subscription has landed; the first batch it received, empty after 5 s.
+std::vector<zmq::message_t> FirstBatchOnceJoined(zmq::socket_t& sub, httplib::Client& client) {
+  std::vector<zmq::message_t> first;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int64_t offset = 0;
+  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
+    Complete(client, Tokens(40, offset += 1000));
+    std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
+    zmq::poll(items, std::chrono::milliseconds(50));
+    if (items[0].revents & ZMQ_POLLIN) (void)zmq::recv_multipart(sub, std::back_inserter(first));
+  }
+  return first;
+}
+
 // Receives one live message, polling so a lost one fails instead of hanging.
 std::vector<zmq::message_t> Receive(zmq::socket_t& socket) {
   std::vector<zmq::message_t> frames;
@@ -82,15 +97,7 @@ TEST_P(LiveEngineTest, SpeaksVllmsWireAndControlApi) {
   ASSERT_EQ(client.Get("/health")->status, 200);
 
   // The slow joiner: publish until the subscription has landed.
-  std::vector<zmq::message_t> first;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int64_t offset = 0;
-  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
-    Complete(client, Tokens(40, offset += 1000));
-    std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
-    zmq::poll(items, std::chrono::milliseconds(50));
-    if (items[0].revents & ZMQ_POLLIN) (void)zmq::recv_multipart(sub, std::back_inserter(first));
-  }
+  const std::vector<zmq::message_t> first = FirstBatchOnceJoined(sub, client);
   ASSERT_EQ(first.size(), 3u);
   EXPECT_EQ(first[0].to_string(), "kv@sim-7");
   ASSERT_EQ(first[1].size(), 8u);
@@ -284,15 +291,7 @@ TEST(LiveEngineDisaggregationTest, HandsAPromptOverFromPrefillToDecode) {
   httplib::Client d_client(decode->control_url());
   // The slow joiner, and a decode engine serving a plain completion
   // locally: publish until the subscription has landed.
-  std::vector<zmq::message_t> first;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int64_t offset = 0;
-  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
-    Complete(d_client, Tokens(40, offset += 1000));
-    std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
-    zmq::poll(items, std::chrono::milliseconds(50));
-    if (items[0].revents & ZMQ_POLLIN) (void)zmq::recv_multipart(sub, std::back_inserter(first));
-  }
+  const std::vector<zmq::message_t> first = FirstBatchOnceJoined(sub, d_client);
   ASSERT_FALSE(first.empty());
 
   // The prefill leg answers with vLLM's pull-scheduler params and pins.
@@ -659,15 +658,7 @@ TEST(LiveEngineSglangTest, HandsAPromptOverThroughTheBootstrapRoom) {
   sub.connect(decode->events_endpoint());
   httplib::Client d_client(decode->control_url());
   // The slow joiner: plain completions, served locally, until it has landed.
-  std::vector<zmq::message_t> first;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int64_t offset = 0;
-  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
-    Complete(d_client, Tokens(40, offset += 1000));
-    std::array<zmq::pollitem_t, 1> items = {{{sub.handle(), 0, ZMQ_POLLIN, 0}}};
-    zmq::poll(items, std::chrono::milliseconds(50));
-    if (items[0].revents & ZMQ_POLLIN) (void)zmq::recv_multipart(sub, std::back_inserter(first));
-  }
+  const std::vector<zmq::message_t> first = FirstBatchOnceJoined(sub, d_client);
   ASSERT_FALSE(first.empty());
 
   // Both legs at once, one body, as sgl-model-gateway sends them.

@@ -120,6 +120,32 @@ class HandoffE2ETest : public ::testing::Test {
     return text;
   }
 
+  // The chat's prompt as `worker`'s engine tokenizes it (at `path`).
+  std::vector<int64_t> EngineTokens(const std::string& worker, const std::string& content,
+                                    const std::string& path = "/tokenize") {
+    httplib::Client engine(Engine(worker).control_url());
+    httplib::Result tokenized = engine.Post(
+        path, Json{{"model", "llama"}, {"messages", Chat(content, false)["messages"]}}.dump(),
+        "application/json");
+    EXPECT_EQ(HttpStatus(tokenized), 200);
+    if (!tokenized || tokenized->status != 200) return {};
+    return Json::parse(tokenized->body)["tokens"].get<std::vector<int64_t>>();
+  }
+  // Caches `tokens` on `worker`'s engine and waits until kvgov's index has
+  // its full blocks there, so the router prefers that worker.
+  void HoldOn(const std::string& worker, const std::vector<int64_t>& tokens) {
+    Engine(worker).Prefill(tokens, "");
+    const int blocks = static_cast<int>(tokens.size()) / kBlockSize;
+    ASSERT_TRUE(WaitFor([&] {
+      httplib::Result workers = control_->Get("/v1/workers", control_headers_);
+      const Json rows = Json::parse(workers->body);
+      for (const Json& w : rows["workers"]) {
+        if (w["id"] == worker) return w["blocks"]["hbm"].get<int>() >= blocks;
+      }
+      return false;
+    }));
+  }
+
   // The recorded handoffs, newest first, once there are `count`: a
   // streamed answer's handoff is recorded when its stream has been let go,
   // which may be just after the client read its end.
@@ -299,14 +325,8 @@ TEST_F(HandoffE2ETest, AQuarantineDuringTheHandoffFailsIt) {
   auto answer = std::async(std::launch::async, [&] { return Post(Chat(content, true)); });
   Json lease;
   ASSERT_TRUE(WaitFor([&] { return !(lease = ActiveHandoffLease()).is_null(); }));
-  // The prompt's tokens as the engine's tokenizer gives them.
-  httplib::Client engine("127.0.0.1", std::stoi(Engine("p0").control_url().substr(17)));
-  httplib::Result tokenized = engine.Post(
-      "/tokenize", Json{{"model", "llama"}, {"messages", Chat(content, false)["messages"]}}.dump(),
-      "application/json");
-  ASSERT_EQ(HttpStatus(tokenized), 200);
   const Json quarantine = {{"model", "llama"},
-                           {"token_ids", Json::parse(tokenized->body)["tokens"]},
+                           {"token_ids", EngineTokens("p0", content)},
                            {"reason", "poisoned during a handoff"}};
   ASSERT_EQ(HttpStatus(control_->Post("/v1/quarantine", quarantine.dump(), "application/json")),
             200);
@@ -344,22 +364,7 @@ TEST_F(HandoffE2ETest, AFailedPrefillIsRetriedOnAnotherPrefillWorker) {
              {",openai=http://127.0.0.1:1", "", ""});
   // p0 holds the prompt, so the router tries it first.
   const std::string content = Words(40, "r");
-  httplib::Client engine("127.0.0.1", std::stoi(Engine("p0").control_url().substr(17)));
-  const Json tokens = Json::parse(
-      engine
-          .Post("/tokenize",
-                Json{{"model", "llama"}, {"messages", Chat(content, false)["messages"]}}.dump(),
-                "application/json")
-          ->body)["tokens"];
-  Engine("p0").Prefill(tokens.get<std::vector<int64_t>>(), "");
-  ASSERT_TRUE(WaitFor([&] {
-    httplib::Result workers = control_->Get("/v1/workers", control_headers_);
-    const Json rows = Json::parse(workers->body);
-    for (const Json& w : rows["workers"]) {
-      if (w["id"] == "p0") return w["blocks"]["hbm"].get<int>() >= 2;
-    }
-    return false;
-  }));
+  HoldOn("p0", EngineTokens("p0", content));
   httplib::Result answer = Post(Chat(content, false));
   ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
   const Json record = Handoffs(1)[0];
@@ -497,21 +502,7 @@ TEST_F(HandoffE2ETest, ASGLangPrefillFailureRedispatchesBothLegsOnce) {
              {",openai=http://127.0.0.1:1", "", ""});
   // p0 holds the prompt, so the router tries it first.
   const std::string content = Words(40, "t");
-  httplib::Client engine("127.0.0.1", std::stoi(Engine("p0").control_url().substr(17)));
-  httplib::Result tokenized = engine.Post(
-      "/v1/tokenize",
-      Json{{"model", "llama"}, {"messages", Chat(content, false)["messages"]}}.dump(),
-      "application/json");
-  ASSERT_EQ(HttpStatus(tokenized), 200);
-  Engine("p0").Prefill(Json::parse(tokenized->body)["tokens"].get<std::vector<int64_t>>(), "");
-  ASSERT_TRUE(WaitFor([&] {
-    httplib::Result workers = control_->Get("/v1/workers", control_headers_);
-    const Json rows = Json::parse(workers->body);
-    for (const Json& w : rows["workers"]) {
-      if (w["id"] == "p0") return w["blocks"]["hbm"].get<int>() >= 2;
-    }
-    return false;
-  }));
+  HoldOn("p0", EngineTokens("p0", content, "/v1/tokenize"));
 
   httplib::Result answer = Post(Chat(content, false));
   ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
