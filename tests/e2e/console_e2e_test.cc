@@ -15,6 +15,7 @@
 
 #include "e2e/bearer.h"
 #include "e2e/daemon_process.h"
+#include "e2e/gateway_daemon.h"
 #include "e2e/run_command.h"
 #include "e2e/wait.h"
 #include "kvgov/simfleet/live_engine.h"
@@ -36,10 +37,8 @@ std::string PromptWords() {
 
 TEST(ConsoleE2ETest, TheConsoleShowsWhatTheApiSaysInARealBrowser) {
   const fs::path node_dir = KVGOV_NODE_TESTS_DIR;
-  if (!fs::exists(node_dir / "node_modules" / "puppeteer-core" / "package.json")) {
-    GTEST_SKIP() << "puppeteer-core is not installed in " << node_dir
-                 << ": scripts/install-node-test-deps.sh (run by make test) could not reach the "
-                    "npm registry or find npm";
+  if (const std::string missing = NodePackageMissing("puppeteer-core"); !missing.empty()) {
+    GTEST_SKIP() << missing;
   }
   if (!fs::exists(kChromium)) {
     GTEST_SKIP() << kChromium << " is missing: scripts/install-deps.sh installs Debian's "

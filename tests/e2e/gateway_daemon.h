@@ -5,8 +5,10 @@
 
 #include <httplib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 
 #include "connectors/test_support.h"
 #include "e2e/daemon_process.h"
+#include "e2e/run_command.h"
 #include "e2e/wait.h"
 
 namespace kvgov::testing {
@@ -65,6 +68,27 @@ inline int StartGatewayDaemon(DaemonProcess& daemon, const std::vector<std::stri
     return 0;
   }
   return port;
+}
+
+/// Why the npm package `package` cannot be used from tests/node, for a
+/// test to skip with; empty when it is installed.
+inline std::string NodePackageMissing(std::string_view package) {
+  const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
+  if (std::filesystem::exists(node_dir / "node_modules" / package / "package.json")) return "";
+  return std::string(package) + " is not installed in " + node_dir.string() +
+         ": scripts/install-node-test-deps.sh (run by make test) could not reach the npm "
+         "registry or find npm";
+}
+
+/// Runs tests/node/openai_sdk_gateway.mjs (the official OpenAI SDK's checks)
+/// against the gateway at `gateway_port` with `token`; its exit status, and
+/// what it printed in `output` (a JSON line last).
+inline int RunOpenAISdkChecks(int gateway_port, const std::string& token, std::string* output) {
+  const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
+  return RunCommand("node " + (node_dir / "openai_sdk_gateway.mjs").string() +
+                        " http://127.0.0.1:" + std::to_string(gateway_port) + "/v1 " + token +
+                        " 2>&1",
+                    output);
 }
 
 }  // namespace kvgov::testing

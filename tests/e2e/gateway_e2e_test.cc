@@ -589,20 +589,14 @@ TEST_F(GatewayE2ETest, EveryWorkerBusyIs429WithRetryAfter) {
 // The official OpenAI SDK (npm's openai, pinned by tests/node's lockfile),
 // not a client of kvgov's own, against the gateway.
 TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {
-  const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
-  if (!std::filesystem::exists(node_dir / "node_modules" / "openai" / "package.json")) {
-    GTEST_SKIP() << "the OpenAI SDK is not installed in " << node_dir
-                 << ": scripts/install-node-test-deps.sh (run by make test) could not reach the "
-                    "npm registry or find npm";
+  if (const std::string missing = NodePackageMissing("openai"); !missing.empty()) {
+    GTEST_SKIP() << missing;
   }
   const std::string sdk = AddToken(daemon_.data_dir(), "sdk", {"infer"});
   control_headers_ = Bearer(AddToken(daemon_.data_dir(), "reader", {"read"}));
   StartKvgov();
-  const std::string command = "node " + (node_dir / "openai_sdk_gateway.mjs").string() +
-                              " http://127.0.0.1:" + std::to_string(gateway_port_) + "/v1 " +
-                              sdk + " 2>&1";
   std::string output;
-  ASSERT_EQ(RunCommand(command, &output), 0) << output;
+  ASSERT_EQ(RunOpenAISdkChecks(gateway_port_, sdk, &output), 0) << output;
   const Json seen = Json::parse(output.substr(output.rfind('{')));
   EXPECT_EQ(seen["ok"], true);
   EXPECT_GE(seen["chat_chunks"].get<int>(), 6);

@@ -418,20 +418,14 @@ TEST_F(HandoffE2ETest, AClientMayNotSendKvTransferParams) {
 
 // The official OpenAI SDK, unchanged, through a disaggregated fleet.
 TEST_F(HandoffE2ETest, TheOfficialOpenAIClientWorksThroughADisaggregatedFleet) {
-  const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
-  if (!std::filesystem::exists(node_dir / "node_modules" / "openai" / "package.json")) {
-    GTEST_SKIP() << "the OpenAI SDK is not installed in " << node_dir
-                 << ": scripts/install-node-test-deps.sh (run by make test) could not reach the "
-                    "npm registry or find npm";
+  if (const std::string missing = NodePackageMissing("openai"); !missing.empty()) {
+    GTEST_SKIP() << missing;
   }
   const std::string sdk = AddToken(daemon_.data_dir(), "sdk", {"infer"});
   control_headers_ = Bearer(AddToken(daemon_.data_dir(), "reader", {"read"}));
   StartFleet({{"p0", ingest::EngineRole::kPrefill}, {"d0", ingest::EngineRole::kDecode}});
-  const std::string command = "node " + (node_dir / "openai_sdk_gateway.mjs").string() +
-                              " http://127.0.0.1:" + std::to_string(gateway_port_) + "/v1 " +
-                              sdk + " 2>&1";
   std::string output;
-  ASSERT_EQ(RunCommand(command, &output), 0) << output;
+  ASSERT_EQ(RunOpenAISdkChecks(gateway_port_, sdk, &output), 0) << output;
   EXPECT_EQ(Json::parse(output.substr(output.rfind('{')))["ok"], true);
   // Every request the SDK made went through a handoff.
   const Json handoffs = Handoffs(4);
