@@ -204,11 +204,8 @@ class GatewayHandler {
                                "invalid_request_error", "", "invalid_value");
       }
       if (decision->worker.empty()) {
-        std::string reasons;
-        for (const router::Candidate& c : decision->candidates) {
-          reasons += (reasons.empty() ? "" : ", ") + c.worker + ": " + c.reason;
-        }
-        return SendOpenAIError(response, 503, "no eligible worker (" + reasons + ")",
+        return SendOpenAIError(response, 503,
+                               "no eligible worker (" + IneligibleReasons(*decision) + ")",
                                "service_unavailable", "", "no_eligible_worker");
       }
       daemon_.tenants_seen.Note(*tenant);

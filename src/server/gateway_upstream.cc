@@ -29,6 +29,14 @@ const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker
   return nullptr;
 }
 
+std::string IneligibleReasons(const router::RouteDecision& decision) {
+  std::string reasons;
+  for (const router::Candidate& c : decision.candidates) {
+    reasons += (reasons.empty() ? "" : ", ") + c.worker + ": " + c.reason;
+  }
+  return reasons;
+}
+
 std::string OpenAIUrl(const ingest::EngineSpec& engine) {
   return engine.openai.empty() ? engine.control : engine.openai;
 }

@@ -17,6 +17,7 @@
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/core/status.h"
 #include "kvgov/ingest/engine_spec.h"
+#include "kvgov/router/router.h"
 
 namespace httplib {
 class DataSink;
@@ -38,6 +39,10 @@ JsonLimits UsageLimits();
 /// The engine a worker ("id" or "id@dp_rank") belongs to; null for a worker
 /// no --engine names (one that only reports over HTTP).
 const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker);
+
+/// "w1: unhealthy, w2: draining": why each candidate of a decision that
+/// chose no worker was not eligible, for the 503's message.
+std::string IneligibleReasons(const router::RouteDecision& decision);
 
 /// The engine URL the gateway forwards to; "" for a worker without one.
 std::string OpenAIUrl(const ingest::EngineSpec& engine);

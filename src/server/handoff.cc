@@ -92,7 +92,7 @@ class Handoff {
   // decision's load) and records the handoff, once.
   ~Handoff() {
     if (decode_) EndDecode();
-    if (first_token_) Settle();
+    if (record_.first_token_ms > 0) Settle();
     if (prefill_) {
       (void)daemon_.router->Done(prefill_->decision_id);
       prefill_.reset();
@@ -201,10 +201,7 @@ class Handoff {
       return std::nullopt;
     }
     if (decision->worker.empty()) {
-      std::string reasons;
-      for (const router::Candidate& c : decision->candidates) {
-        reasons += (reasons.empty() ? "" : ", ") + c.worker + ": " + c.reason;
-      }
+      const std::string reasons = IneligibleReasons(*decision);
       Fail(failure,
            "no eligible " + std::string(step) + " worker" +
                (reasons.empty() ? std::string() : " (" + reasons + ")"),
@@ -518,7 +515,6 @@ class Handoff {
     record_.first_token_ms = WallClockMillis();
     daemon_.gateway_metrics.handoff_seconds->WithLabels({})->Observe(
         std::chrono::duration<double>(Clock::now() - prefill_answered_).count());
-    first_token_ = true;
     return true;
   }
 
@@ -608,7 +604,6 @@ class Handoff {
   std::vector<index::BlockKey> keys_;
   std::string kv_transfer_params_;  // the prefill answer's, opaque
   bool lease_open_ = false;         // created, and no event of ours ended it yet
-  bool first_token_ = false;        // the decode worker's first token came
   Clock::time_point prefill_answered_;
   std::unique_ptr<Upstream> prefill_;  // the prefill leg, until its answer is read
   std::unique_ptr<Upstream> decode_;
