@@ -2,6 +2,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <string>
@@ -66,6 +70,8 @@ struct ServeFlags {
   std::string redis_prefix = "kvgov";
   std::string replica_id;
   int64_t claim_ttl_ms = 3000;
+  int64_t log_retain_ms = 600000;
+  int64_t snapshot_interval_ms = 30000;
   std::string issuer_key_file;
   bool print_config = false;     // --print-config: print effective_config and exit
   std::string effective_config;  // the merged [serve] section, when print_config
@@ -107,6 +113,8 @@ int Serve(const ServeFlags& flags) {
   options.redis_prefix = flags.redis_prefix;
   options.replica_id = flags.replica_id;
   options.claim_ttl_ms = flags.claim_ttl_ms;
+  options.log_retain_ms = flags.log_retain_ms;
+  options.snapshot_interval_ms = flags.snapshot_interval_ms;
   options.issuer_key_file = flags.issuer_key_file;
   for (const std::string& rule : flags.admit) {
     // OWNER or OWNER=SCOPE (fleet or tenant; tenant by default).
@@ -148,6 +156,13 @@ int Serve(const ServeFlags& flags) {
 
   const sigset_t stop_signals = BlockStopSignals();
 
+  // A replica that lost its id stops as if signalled, and exits 1.
+  static std::atomic<bool> lost_replica{false};
+  options.on_fatal = [](const Status& why) {
+    if (lost_replica.exchange(true)) return;
+    std::fprintf(stderr, "kvgov serve: %s\n", why.ToString().c_str());
+    ::kill(::getpid(), SIGTERM);
+  };
   Result<std::unique_ptr<server::Server>> started = server::Server::Start(options);
   if (!started.ok()) {
     std::fprintf(stderr, "kvgov serve: %s\n", started.status().ToString().c_str());
@@ -163,7 +178,7 @@ int Serve(const ServeFlags& flags) {
   const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov serve: signal %d, shutting down\n", received);
   (*started)->Shutdown();
-  return 0;
+  return lost_replica.load() ? 1 : 0;
 }
 
 int VerifyJournal(const std::string& data_dir) {
@@ -388,6 +403,19 @@ int Run(int argc, char** argv) {
                     "after it stops renewing it; another replica then takes the work over.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{300}, int64_t{600000}))
+      ->group(replicas);
+  serve->add_option("--log-retain-ms", serve_flags.log_retain_ms,
+                    "History the housekeeper keeps in the governance stream below the slowest\n"
+                    "live replica when it trims: a replica away for less catches up from the\n"
+                    "log, a longer one from the snapshot.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{30LL * 24 * 3600 * 1000}))
+      ->group(replicas);
+  serve->add_option("--snapshot-interval-ms", serve_flags.snapshot_interval_ms,
+                    "How often the housekeeper writes the governance snapshot to Redis and\n"
+                    "trims the stream.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{24LL * 3600 * 1000}))
       ->group(replicas);
   serve->add_flag("--print-config", serve_flags.print_config,
                   "Print the effective settings (flags over --config over defaults) as a\n"

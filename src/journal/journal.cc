@@ -1,5 +1,8 @@
 #include "kvgov/journal/journal.h"
 
+#include <algorithm>
+#include <charconv>
+#include <map>
 #include <utility>
 
 #include "kvgov/core/digest.h"
@@ -172,11 +175,89 @@ Result<Row> DecodeRow(std::string_view bytes) {
   return row;
 }
 
+namespace {
+
+constexpr std::string_view kAdoptedPrefix = "journal/adopted/";
+
+bool IsHex64(std::string_view text) {
+  return text.size() == kHexHashBytes && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// "<first_seq> <last_seq> <hash> <source>": the source may hold spaces.
+std::string EncodeAdopted(const AdoptedSpan& span) {
+  return std::to_string(span.first_seq) + " " + std::to_string(span.last_seq) + " " + span.hash +
+         " " + span.source;
+}
+
+bool ParseDecimal(std::string_view text, uint64_t* out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+Result<AdoptedSpan> DecodeAdopted(std::string_view key, std::string_view value) {
+  const Result<uint64_t> at = store::ParseKeyU64(key.substr(kAdoptedPrefix.size()));
+  const auto bad = [&](std::string_view what) {
+    return Status::Corruption("adopted span " + (at.ok() ? std::to_string(*at) : "?") + ": " +
+                              std::string(what));
+  };
+  AdoptedSpan span;
+  const size_t first_end = value.find(' ');
+  const size_t last_end =
+      first_end == std::string_view::npos ? first_end : value.find(' ', first_end + 1);
+  if (last_end == std::string_view::npos || value.size() < last_end + 1 + kHexHashBytes) {
+    return bad("want '<first_seq> <last_seq> <hash> <source>'");
+  }
+  if (!ParseDecimal(value.substr(0, first_end), &span.first_seq) ||
+      !ParseDecimal(value.substr(first_end + 1, last_end - first_end - 1), &span.last_seq)) {
+    return bad("seqs are not decimal numbers");
+  }
+  span.hash = std::string(value.substr(last_end + 1, kHexHashBytes));
+  const std::string_view rest = value.substr(last_end + 1 + kHexHashBytes);
+  if (!rest.empty()) {
+    if (rest.front() != ' ') return bad("no space after the hash");
+    span.source = std::string(rest.substr(1));
+  }
+  if (span.first_seq == 0 || span.last_seq < span.first_seq || !IsHex64(span.hash)) {
+    return bad("seqs or hash out of shape");
+  }
+  return span;
+}
+
+// Every adopted span, by first seq.
+Result<std::map<uint64_t, AdoptedSpan>> AdoptedSpans(const store::Store& store) {
+  std::map<uint64_t, AdoptedSpan> spans;
+  Status bad;
+  KVGOV_RETURN_IF_ERROR(store.Scan(
+      store::Column::kMeta, kAdoptedPrefix, std::string(kAdoptedPrefix.substr(0, 15)) + "0",
+      [&](std::string_view key, std::string_view value) {
+        Result<AdoptedSpan> span = DecodeAdopted(key, value);
+        if (!span.ok()) {
+          bad = span.status();
+          return false;
+        }
+        spans.emplace(span->first_seq, std::move(span).value());
+        return true;
+      }));
+  KVGOV_RETURN_IF_ERROR(bad);
+  return spans;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
   std::unique_ptr<Journal> journal(new Journal(store));
   journal->head_hash_ = ZeroHash();
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> last,
                          store->LastKey(store::Column::kJournal));
+  // An adopted span past the last row is the head (no row appended since).
+  KVGOV_ASSIGN_OR_RETURN(auto spans, AdoptedSpans(*store));
+  if (!spans.empty()) {
+    const AdoptedSpan& newest = spans.rbegin()->second;
+    journal->head_seq_ = newest.last_seq;
+    journal->head_hash_ = newest.hash;
+  }
   if (!last.has_value()) return journal;
 
   Result<uint64_t> seq = store::ParseKeyU64(*last);
@@ -193,9 +274,34 @@ Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
   if (std::string problem = RowProblem(*row); !problem.empty()) {
     return Status::Corruption(where + problem);
   }
-  journal->head_seq_ = row->seq;
-  journal->head_hash_ = row->hash;
+  if (row->seq > journal->head_seq_) {
+    journal->head_seq_ = row->seq;
+    journal->head_hash_ = row->hash;
+  }
   return journal;
+}
+
+Status Journal::AdoptHead(uint64_t seq, std::string_view hash, std::string_view source,
+                          std::span<const store::WriteOp> extra) {
+  if (!IsHex64(hash)) return Status::InvalidArgument("journal: adopted hash is not 64 hex digits");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (seq < head_seq_ || (seq == head_seq_ && hash != head_hash_)) {
+    return Status::FailedPrecondition(
+        "journal: cannot adopt head " + std::to_string(seq) + "/" + std::string(hash) +
+        " over this journal's head " + std::to_string(head_seq_) + "/" + head_hash_ +
+        ": it is not a prefix of that chain");
+  }
+  std::vector<store::WriteOp> ops(extra.begin(), extra.end());
+  if (seq > head_seq_) {
+    const AdoptedSpan span{head_seq_ + 1, seq, std::string(hash), std::string(source)};
+    ops.push_back({store::Column::kMeta,
+                   std::string(kAdoptedPrefix) + store::KeyU64(span.first_seq),
+                   EncodeAdopted(span)});
+  }
+  KVGOV_RETURN_IF_ERROR(store_->Write(ops, /*sync=*/true).WithContext("journal: adopt head"));
+  head_seq_ = seq;
+  head_hash_ = std::string(hash);
+  return Status::Ok();
 }
 
 Status CheckRowFits(std::string_view kind, std::string_view subject, const Attribution& by,
@@ -285,6 +391,20 @@ Result<VerifyReport> Verify(const store::Store& store) {
   VerifyReport report;
   uint64_t expected = 1;
   std::string prev_hash = ZeroHash();
+  Result<std::map<uint64_t, AdoptedSpan>> spans = AdoptedSpans(store);
+  if (!spans.ok()) {
+    report.first_broken_seq = expected;
+    report.problem = spans.status().message();
+    return report;
+  }
+  // Steps over an adopted span that starts where the chain stands.
+  auto cross_adopted = [&] {
+    for (auto span = spans->find(expected); span != spans->end(); span = spans->find(expected)) {
+      report.adopted.push_back(span->second);
+      expected = span->second.last_seq + 1;
+      prev_hash = span->second.hash;
+    }
+  };
   auto broken = [&](uint64_t seq, std::string problem) {
     report.first_broken_seq = seq;
     report.problem = std::move(problem);
@@ -297,6 +417,7 @@ Result<VerifyReport> Verify(const store::Store& store) {
           return broken(expected, "malformed key after row " + std::to_string(expected - 1) +
                                       ": " + key_seq.status().message());
         }
+        if (*key_seq != expected) cross_adopted();
         if (*key_seq != expected) {
           return broken(expected, "seq hole: row " + std::to_string(expected) +
                                       " is missing (the next row is " +
@@ -328,6 +449,7 @@ Result<VerifyReport> Verify(const store::Store& store) {
     return report;
   }
   KVGOV_RETURN_IF_ERROR(scanned);
+  if (!report.first_broken_seq.has_value()) cross_adopted();  // a span after the last row
   return report;
 }
 

@@ -350,6 +350,58 @@ TEST_F(JournalTest, ReopenResumesTheChain) {
   EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
 }
 
+// A replica that rejoins from a snapshot adopts the fleet's head: the rows
+// it never had are an adopted span, which Verify crosses and reports; the
+// next row chains to the adopted hash, and a reopen resumes from it.
+TEST_F(JournalTest, AdoptedHeadIsAReportedSpanTheChainContinuesFrom) {
+  const std::string fleet_hash(64, 'c');
+  {
+    std::unique_ptr<Journal> journal = OpenJournal();
+    ASSERT_NE(journal, nullptr);
+    AppendRows(*journal, 2);
+    const WriteOp extra{Column::kMeta, "cursor", "9-0"};
+    ASSERT_TRUE(journal->AdoptHead(7, fleet_hash, "snapshot 9-0", {&extra, 1}).ok());
+    EXPECT_EQ(journal->head_seq(), 7u);
+    EXPECT_EQ(journal->head_hash(), fleet_hash);
+    EXPECT_EQ(**store_->Get(Column::kMeta, "cursor"), "9-0");
+    // Only forward, and at the head only onto the same chain.
+    EXPECT_EQ(journal->AdoptHead(5, fleet_hash, "older").code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(journal->AdoptHead(7, std::string(64, 'd'), "fork").code(),
+              StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(journal->AdoptHead(7, fleet_hash, "again").ok());
+    EXPECT_EQ(journal->AdoptHead(8, "not-hex", "bad").code(), StatusCode::kInvalidArgument);
+  }
+  // Before any row follows it, the span is the head.
+  VerifyReport before = MustVerify();
+  EXPECT_FALSE(before.first_broken_seq.has_value()) << before.problem;
+  ASSERT_EQ(before.adopted.size(), 1u);
+  EXPECT_EQ(before.adopted[0], (AdoptedSpan{3, 7, fleet_hash, "snapshot 9-0"}));
+
+  OpenStore();
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->head_seq(), 7u);
+  EXPECT_EQ(journal->head_hash(), fleet_hash);
+  Result<Row> eighth = journal->Append("config", "after-rejoin", kBy, "{}", 99);
+  ASSERT_TRUE(eighth.ok()) << eighth.status().ToString();
+  EXPECT_EQ(eighth->seq, 8u);
+  EXPECT_EQ(eighth->prev_hash, fleet_hash);
+  OpenStore();
+  journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->head_seq(), 8u);
+
+  VerifyReport report = MustVerify();
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+  EXPECT_EQ(report.rows, 3u);
+  ASSERT_EQ(report.adopted.size(), 1u);
+  // A hole no span accounts for is still a hole.
+  PutRaw(8, std::nullopt);
+  PutRaw(9, std::string());
+  VerifyReport holed = MustVerify();
+  EXPECT_EQ(holed.first_broken_seq, std::optional<uint64_t>(8));
+}
+
 TEST_F(JournalTest, OpenRefusesAHeadThatDoesNotVerify) {
   {
     std::unique_ptr<Journal> journal = OpenJournal();

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "kvgov/core/digest.h"
 
 namespace kvgov::replication {
 namespace {
@@ -172,9 +175,25 @@ Result<LogWrite> DecodeWrite(const Json& value, const std::string& path) {
   return write;
 }
 
+// A write id is the writer's own choice, compared byte for byte: short
+// printable ASCII keeps it safe in keys and log lines.
+Status CheckWriteId(std::string_view write_id) {
+  if (write_id.empty() || write_id.size() > kMaxWriteIdBytes) {
+    return FieldError("write_id", "want 1 to " + std::to_string(kMaxWriteIdBytes) + " characters");
+  }
+  const bool plain = std::all_of(write_id.begin(), write_id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           c == '-' || c == '_' || c == '.';
+  });
+  if (!plain) return FieldError("write_id", "want letters, digits, '-', '_' or '.' only");
+  return Status::Ok();
+}
+
 // What Append refuses so that every entry it writes decodes on every
-// replica: JSON strings must be UTF-8, and columns must be known.
+// replica: JSON strings must be UTF-8, columns must be known, and the write
+// id must be one a reader accepts.
 Status CheckForAppend(const LogEntry& entry) {
+  KVGOV_RETURN_IF_ERROR(CheckWriteId(entry.write_id));
   const std::pair<std::string_view, const std::string*> fields[] = {{"origin", &entry.origin},
                                                                     {"actor", &entry.actor},
                                                                     {"kind", &entry.kind},
@@ -316,6 +335,110 @@ end
 return 0
 )lua";
 
+// Trims below ARGV[1] and records it as the mark, unless the mark is there
+// already: a housekeeper that was paused must not move it back. Ids are
+// compared as (ms, seq) of decimal strings without leading zeros.
+constexpr std::string_view kTrimScript = R"lua(
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local function id_less(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  if ams ~= bms then return less(ams, bms) end
+  return less(aseq, bseq)
+end
+local mark = redis.call('GET', KEYS[2])
+if mark and not id_less(mark, ARGV[1]) then return 0 end
+redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1])
+return 1
+)lua";
+
+constexpr size_t kSnapshotChunkBytes = size_t{1} << 20;
+constexpr size_t kMaxManifestBytes = 4096;
+
+// SCAN MATCH of `prefix*` until the cursor is 0, leaving out `skip`; each
+// key once, bounded.
+Result<std::set<std::string>> ScanKeys(RedisConnection& connection, const std::string& prefix,
+                                       const std::string& skip) {
+  const std::string pattern = GlobEscape(prefix) + "*";
+  std::set<std::string> keys;  // SCAN may return a key more than once
+  std::string cursor = "0";
+  size_t rounds = 0;
+  do {
+    if (++rounds > kMaxScanRounds) {
+      return Status::ResourceExhausted("SCAN did not finish in " +
+                                       std::to_string(kMaxScanRounds) + " rounds");
+    }
+    KVGOV_ASSIGN_OR_RETURN(RedisReply reply,
+                           connection.Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "100"}));
+    uint64_t unused = 0;
+    if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 2 ||
+        reply.elements[0].type != RedisReply::Type::kString ||
+        !ParseUint64(reply.elements[0].text, &unused) ||
+        reply.elements[1].type != RedisReply::Type::kArray) {
+      return UnexpectedReply("SCAN", "want [cursor, keys]");
+    }
+    cursor = reply.elements[0].text;
+    for (RedisReply& key : reply.elements[1].elements) {
+      if (key.type != RedisReply::Type::kString) return UnexpectedReply("SCAN", "want key strings");
+      if (key.text == skip || !key.text.starts_with(prefix)) continue;
+      keys.insert(std::move(key.text));
+      if (keys.size() > kMaxLoadKeys) {
+        return Status::ResourceExhausted("more than " + std::to_string(kMaxLoadKeys) +
+                                         " keys under " + Quoted(prefix));
+      }
+    }
+  } while (cursor != "0");
+  return keys;
+}
+
+// MGET of `keys` in batches; `each` gets every string value (a key that
+// expired in between answers nil and is left out).
+Status MgetEach(RedisConnection& connection, const std::set<std::string>& keys,
+                const std::function<void(const std::string&)>& each) {
+  std::vector<std::string> args;
+  auto flush = [&]() -> Status {
+    if (args.size() <= 1) return Status::Ok();
+    const size_t asked = args.size() - 1;
+    KVGOV_ASSIGN_OR_RETURN(RedisReply reply, connection.Command(args));
+    args.resize(1);
+    if (reply.type != RedisReply::Type::kArray || reply.elements.size() != asked) {
+      return UnexpectedReply("MGET", "want one value per key");
+    }
+    for (const RedisReply& value : reply.elements) {
+      if (value.type == RedisReply::Type::kString) each(value.text);
+    }
+    return Status::Ok();
+  };
+  args.push_back("MGET");
+  for (const std::string& key : keys) {
+    args.push_back(key);
+    if (args.size() - 1 == kMgetBatch) KVGOV_RETURN_IF_ERROR(flush());
+  }
+  return flush();
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> StringPairs(const Json& object,
+                                                                     std::string_view name) {
+  const auto it = object.find(name);
+  if (it == object.end()) return FieldError(name, "missing");
+  if (!it->is_array()) return FieldError(name, "want an array of [string, string]");
+  std::vector<std::pair<std::string, std::string>> pairs;
+  pairs.reserve(it->size());
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& pair = (*it)[i];
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
+      return FieldError(std::string(name) + "[" + std::to_string(i) + "]",
+                        "want [string, string]");
+    }
+    pairs.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+  }
+  return pairs;
+}
+
 constexpr std::string_view kReleaseScript = R"lua(
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -330,6 +453,7 @@ std::string EncodeLogEntry(const LogEntry& entry) {
   // readable with redis-cli.
   nlohmann::ordered_json object;
   object["v"] = kLogEntryVersion;
+  object["write_id"] = entry.write_id;
   object["origin"] = entry.origin;
   object["actor"] = entry.actor;
   object["kind"] = entry.kind;
@@ -366,22 +490,29 @@ Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id) {
   // The version first: an entry of another version is reported as such,
   // not as whatever field it happens to have changed.
   KVGOV_ASSIGN_OR_RETURN(int64_t version, IntegerField(value, "v", "v"));
-  if (version != 1 && version != kLogEntryVersion) {
-    return FieldError("v", "version " + std::to_string(version) + " is not supported (want 1 or " +
+  if (version < 1 || version > kLogEntryVersion) {
+    return FieldError("v", "version " + std::to_string(version) +
+                               " is not supported (want 1 to " +
                                std::to_string(kLogEntryVersion) + ")");
   }
-  // Version 1 is version 2 without the actor.
-  static constexpr std::string_view kFields[] = {"v",       "origin",  "actor",  "kind",
-                                                 "subject", "payload", "time_ms", "writes"};
+  // Version 2 is version 3 without the write id, version 1 version 2
+  // without the actor.
+  static constexpr std::string_view kFields[] = {"v",       "write_id", "origin",  "actor",
+                                                 "kind",    "subject",  "payload", "time_ms",
+                                                 "writes"};
   for (const auto& [key, unused] : value.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields) ||
-        (version == 1 && key == "actor")) {
+        (version < 3 && key == "write_id") || (version == 1 && key == "actor")) {
       return FieldError(Quoted(key), "unknown field");
     }
   }
 
   LogEntry entry;
   entry.id = std::string(id);
+  if (version >= 3) {
+    KVGOV_ASSIGN_OR_RETURN(entry.write_id, StringField(value, "write_id", "write_id"));
+    KVGOV_RETURN_IF_ERROR(CheckWriteId(entry.write_id));
+  }
   KVGOV_ASSIGN_OR_RETURN(entry.origin, StringField(value, "origin", "origin"));
   if (version != 1) {
     KVGOV_ASSIGN_OR_RETURN(entry.actor, StringField(value, "actor", "actor"));
@@ -510,6 +641,31 @@ Result<std::string> GovernanceLog::LastId() {
   return std::move(raw.front().id);
 }
 
+Result<bool> GovernanceLog::TrimBelow(const StreamId& below) {
+  const std::string args[] = {"EVAL", std::string(kTrimScript), "2", stream_key_,
+                              stream_key_ + ":trimmed", below.ToString()};
+  std::lock_guard<std::mutex> lock(append_mu_);
+  return IntegerAsBool(append_.Command(args), "EVAL");
+}
+
+Result<std::optional<StreamId>> GovernanceLog::TrimmedBelow() {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  KVGOV_ASSIGN_OR_RETURN(RedisReply reply, read_.Command({"GET", stream_key_ + ":trimmed"}));
+  if (reply.type == RedisReply::Type::kNil) return std::optional<StreamId>();
+  if (reply.type != RedisReply::Type::kString) return UnexpectedReply("GET", "want a string");
+  KVGOV_ASSIGN_OR_RETURN(StreamId mark, ParseStreamId(reply.text));
+  return std::optional<StreamId>(mark);
+}
+
+Result<uint64_t> GovernanceLog::Length() {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  KVGOV_ASSIGN_OR_RETURN(RedisReply reply, read_.Command({"XLEN", stream_key_}));
+  if (reply.type != RedisReply::Type::kInteger || reply.integer < 0) {
+    return UnexpectedReply("XLEN", "want a count");
+  }
+  return static_cast<uint64_t>(reply.integer);
+}
+
 ClaimStore::ClaimStore(const RedisEndpoint& endpoint, std::string key_prefix,
                        std::chrono::milliseconds timeout)
     : prefix_(std::move(key_prefix)), connection_(endpoint, timeout) {}
@@ -585,71 +741,209 @@ Status LoadBoard::Publish(const std::map<std::string, uint64_t, std::less<>>& bl
 }
 
 Result<std::map<std::string, uint64_t, std::less<>>> LoadBoard::PeerTotals() {
-  const std::string own_key = prefix_ + replica_id_;
-  const std::string pattern = GlobEscape(prefix_) + "*";
   std::lock_guard<std::mutex> lock(mu_);
-
-  // SCAN may return a key more than once; the set counts each replica once.
-  std::set<std::string> keys;
-  std::string cursor = "0";
-  size_t rounds = 0;
-  do {
-    if (++rounds > kMaxScanRounds) {
-      return Status::ResourceExhausted("load board: SCAN did not finish in " +
-                                       std::to_string(kMaxScanRounds) + " rounds");
-    }
-    KVGOV_ASSIGN_OR_RETURN(RedisReply reply,
-                           connection_.Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "100"}));
-    uint64_t unused = 0;
-    if (reply.type != RedisReply::Type::kArray || reply.elements.size() != 2 ||
-        reply.elements[0].type != RedisReply::Type::kString ||
-        !ParseUint64(reply.elements[0].text, &unused) ||
-        reply.elements[1].type != RedisReply::Type::kArray) {
-      return UnexpectedReply("SCAN", "want [cursor, keys]");
-    }
-    cursor = reply.elements[0].text;
-    for (RedisReply& key : reply.elements[1].elements) {
-      if (key.type != RedisReply::Type::kString) return UnexpectedReply("SCAN", "want key strings");
-      if (key.text == own_key || !key.text.starts_with(prefix_)) continue;
-      keys.insert(std::move(key.text));
-      if (keys.size() > kMaxLoadKeys) {
-        return Status::ResourceExhausted("load board: more than " + std::to_string(kMaxLoadKeys) +
-                                         " load keys");
-      }
-    }
-  } while (cursor != "0");
-
+  KVGOV_ASSIGN_OR_RETURN(std::set<std::string> keys,
+                         ScanKeys(connection_, prefix_, prefix_ + replica_id_));
   std::map<std::string, uint64_t, std::less<>> totals;
-  std::vector<std::string> args;
-  auto flush = [&]() -> Status {
-    if (args.size() <= 1) return Status::Ok();
-    const size_t asked = args.size() - 1;
-    KVGOV_ASSIGN_OR_RETURN(RedisReply reply, connection_.Command(args));
-    args.resize(1);
-    if (reply.type != RedisReply::Type::kArray || reply.elements.size() != asked) {
-      return UnexpectedReply("MGET", "want one value per key");
+  KVGOV_RETURN_IF_ERROR(MgetEach(connection_, keys, [&](const std::string& value) {
+    const auto load = DecodeLoad(value);
+    if (!load.has_value()) return;
+    for (const auto& [worker, blocks] : *load) {
+      uint64_t& total = totals[worker];
+      total = blocks > std::numeric_limits<uint64_t>::max() - total
+                  ? std::numeric_limits<uint64_t>::max()
+                  : total + blocks;
     }
-    for (const RedisReply& value : reply.elements) {
-      // Nil: the key expired between SCAN and MGET; that replica is gone.
-      if (value.type != RedisReply::Type::kString) continue;
-      const auto load = DecodeLoad(value.text);
-      if (!load.has_value()) continue;
-      for (const auto& [worker, blocks] : *load) {
-        uint64_t& total = totals[worker];
-        total = blocks > std::numeric_limits<uint64_t>::max() - total
-                    ? std::numeric_limits<uint64_t>::max()
-                    : total + blocks;
-      }
-    }
-    return Status::Ok();
-  };
-  args.push_back("MGET");
-  for (const std::string& key : keys) {
-    args.push_back(key);
-    if (args.size() - 1 == kMgetBatch) KVGOV_RETURN_IF_ERROR(flush());
-  }
-  KVGOV_RETURN_IF_ERROR(flush());
+  }));
   return totals;
+}
+
+AppliedBoard::AppliedBoard(const RedisEndpoint& endpoint, std::string key_prefix,
+                           std::string replica_id, std::chrono::milliseconds ttl,
+                           std::chrono::milliseconds timeout)
+    : prefix_(std::move(key_prefix)),
+      replica_id_(std::move(replica_id)),
+      ttl_(ttl),
+      connection_(endpoint, timeout) {}
+
+Status AppliedBoard::Publish(const StreamId& applied) {
+  KVGOV_RETURN_IF_ERROR(CheckTtl(ttl_));
+  std::lock_guard<std::mutex> lock(mu_);
+  KVGOV_ASSIGN_OR_RETURN(RedisReply reply,
+                         connection_.Command({"SET", prefix_ + replica_id_, applied.ToString(),
+                                              "PX", std::to_string(ttl_.count())}));
+  if (reply.type != RedisReply::Type::kStatus || reply.text != "OK") {
+    return UnexpectedReply("SET", "want OK");
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<StreamId>> AppliedBoard::Lowest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  KVGOV_ASSIGN_OR_RETURN(std::set<std::string> keys, ScanKeys(connection_, prefix_, ""));
+  std::optional<StreamId> lowest;
+  KVGOV_RETURN_IF_ERROR(MgetEach(connection_, keys, [&](const std::string& value) {
+    // A value that is not an id is not a replica's: it holds nothing back.
+    Result<StreamId> id = ParseStreamId(value);
+    if (id.ok() && (!lowest || *id < *lowest)) lowest = *id;
+  }));
+  return lowest;
+}
+
+std::string EncodeSnapshot(const GovernanceSnapshot& snapshot) {
+  nlohmann::ordered_json object;
+  object["v"] = 1;
+  object["id"] = snapshot.id;
+  object["journal"] = {{"seq", snapshot.journal_seq}, {"hash", snapshot.journal_hash}};
+  auto pairs = [](const std::vector<std::pair<std::string, std::string>>& items) {
+    nlohmann::ordered_json array = nlohmann::ordered_json::array();
+    for (const auto& [key, value] : items) array.push_back({key, value});
+    return array;
+  };
+  object["governance"] = pairs(snapshot.governance);
+  object["tokens"] = pairs(snapshot.tokens);
+  object["write_ids"] = pairs(snapshot.write_ids);
+  return object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+Result<GovernanceSnapshot> DecodeSnapshot(std::string_view bytes) {
+  if (bytes.size() > kMaxSnapshotBytes) {
+    return Status::InvalidArgument("snapshot: " + std::to_string(bytes.size()) +
+                                   " bytes, over the limit of " +
+                                   std::to_string(kMaxSnapshotBytes));
+  }
+  KVGOV_ASSIGN_OR_RETURN(Json value, ParseBounded(bytes, "snapshot"));
+  if (!value.is_object()) return FieldError("snapshot", "want an object");
+  for (const auto& [key, unused] : value.items()) {
+    if (key != "v" && key != "id" && key != "journal" && key != "governance" && key != "tokens" &&
+        key != "write_ids") {
+      return FieldError(Quoted(key), "unknown field");
+    }
+  }
+  KVGOV_ASSIGN_OR_RETURN(int64_t version, IntegerField(value, "v", "v"));
+  if (version != 1) {
+    return FieldError("v", "version " + std::to_string(version) + " is not supported (want 1)");
+  }
+  GovernanceSnapshot snapshot;
+  KVGOV_ASSIGN_OR_RETURN(snapshot.id, StringField(value, "id", "id"));
+  KVGOV_RETURN_IF_ERROR(ParseStreamId(snapshot.id).status().WithContext("id"));
+  const auto journal = value.find("journal");
+  if (journal == value.end() || !journal->is_object()) return FieldError("journal", "want an object");
+  KVGOV_ASSIGN_OR_RETURN(int64_t seq, IntegerField(*journal, "seq", "journal.seq"));
+  if (seq < 0) return FieldError("journal.seq", "negative");
+  snapshot.journal_seq = static_cast<uint64_t>(seq);
+  KVGOV_ASSIGN_OR_RETURN(snapshot.journal_hash, StringField(*journal, "hash", "journal.hash"));
+  KVGOV_ASSIGN_OR_RETURN(snapshot.governance, StringPairs(value, "governance"));
+  KVGOV_ASSIGN_OR_RETURN(snapshot.tokens, StringPairs(value, "tokens"));
+  KVGOV_ASSIGN_OR_RETURN(snapshot.write_ids, StringPairs(value, "write_ids"));
+  return snapshot;
+}
+
+SnapshotStore::SnapshotStore(const RedisEndpoint& endpoint, std::string key_prefix,
+                             std::chrono::milliseconds timeout)
+    : prefix_(std::move(key_prefix)), connection_(endpoint, timeout) {}
+
+namespace {
+
+struct SnapshotManifest {
+  std::string id;
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  std::string sha256;
+};
+
+Result<std::optional<SnapshotManifest>> ReadManifest(RedisConnection& connection,
+                                                     const std::string& key) {
+  KVGOV_ASSIGN_OR_RETURN(RedisReply reply, connection.Command({"GET", key}));
+  if (reply.type == RedisReply::Type::kNil) return std::optional<SnapshotManifest>();
+  if (reply.type != RedisReply::Type::kString) return UnexpectedReply("GET", "want a string");
+  if (reply.text.size() > kMaxManifestBytes) return FieldError("snapshot manifest", "too long");
+  KVGOV_ASSIGN_OR_RETURN(Json json, ParseBounded(reply.text, "snapshot manifest"));
+  if (!json.is_object()) return FieldError("snapshot manifest", "want an object");
+  SnapshotManifest manifest;
+  KVGOV_ASSIGN_OR_RETURN(manifest.id, StringField(json, "id", "snapshot manifest.id"));
+  KVGOV_RETURN_IF_ERROR(ParseStreamId(manifest.id).status().WithContext("snapshot manifest.id"));
+  KVGOV_ASSIGN_OR_RETURN(int64_t chunks, IntegerField(json, "chunks", "snapshot manifest.chunks"));
+  KVGOV_ASSIGN_OR_RETURN(int64_t bytes, IntegerField(json, "bytes", "snapshot manifest.bytes"));
+  if (bytes < 0 || static_cast<uint64_t>(bytes) > kMaxSnapshotBytes) {
+    return FieldError("snapshot manifest.bytes", "out of range");
+  }
+  const uint64_t needed = (static_cast<uint64_t>(bytes) + kSnapshotChunkBytes - 1) /
+                          kSnapshotChunkBytes;
+  if (chunks < 0 || static_cast<uint64_t>(chunks) != needed) {
+    return FieldError("snapshot manifest.chunks", "does not match its bytes");
+  }
+  manifest.chunks = static_cast<uint64_t>(chunks);
+  manifest.bytes = static_cast<uint64_t>(bytes);
+  KVGOV_ASSIGN_OR_RETURN(manifest.sha256, StringField(json, "sha256", "snapshot manifest.sha256"));
+  return std::optional<SnapshotManifest>(std::move(manifest));
+}
+
+std::string ChunkKey(const std::string& prefix, const std::string& id, uint64_t n) {
+  return prefix + ":" + id + ":" + std::to_string(n);
+}
+
+}  // namespace
+
+Status SnapshotStore::Put(const GovernanceSnapshot& snapshot) {
+  const std::string encoded = EncodeSnapshot(snapshot);
+  if (encoded.size() > kMaxSnapshotBytes) {
+    return Status::InvalidArgument("snapshot: " + std::to_string(encoded.size()) +
+                                   " bytes encoded, over the limit of " +
+                                   std::to_string(kMaxSnapshotBytes));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Result<std::optional<SnapshotManifest>> previous = ReadManifest(connection_, prefix_);
+  const uint64_t chunks = (encoded.size() + kSnapshotChunkBytes - 1) / kSnapshotChunkBytes;
+  for (uint64_t n = 0; n < chunks; ++n) {
+    const std::string args[] = {"SET", ChunkKey(prefix_, snapshot.id, n),
+                                encoded.substr(n * kSnapshotChunkBytes, kSnapshotChunkBytes)};
+    KVGOV_ASSIGN_OR_RETURN(RedisReply reply, connection_.Command(args));
+    if (reply.type != RedisReply::Type::kStatus) return UnexpectedReply("SET", "want OK");
+  }
+  const Json manifest = {{"id", snapshot.id},
+                         {"chunks", chunks},
+                         {"bytes", encoded.size()},
+                         {"sha256", Sha256Hex(encoded)}};
+  KVGOV_ASSIGN_OR_RETURN(RedisReply set, connection_.Command({"SET", prefix_, manifest.dump()}));
+  if (set.type != RedisReply::Type::kStatus) return UnexpectedReply("SET", "want OK");
+  // The old chunks go after the switch; a reader still on them sees a
+  // mismatch and reads the new manifest.
+  if (previous.ok() && previous->has_value() && (*previous)->id != snapshot.id) {
+    for (uint64_t n = 0; n < (*previous)->chunks; ++n) {
+      (void)connection_.Command({"DEL", ChunkKey(prefix_, (*previous)->id, n)});
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<GovernanceSnapshot>> SnapshotStore::Get() {
+  std::lock_guard<std::mutex> lock(mu_);
+  KVGOV_ASSIGN_OR_RETURN(std::optional<SnapshotManifest> manifest,
+                         ReadManifest(connection_, prefix_));
+  if (!manifest.has_value()) return std::optional<GovernanceSnapshot>();
+  std::string encoded;
+  encoded.reserve(manifest->bytes);
+  for (uint64_t n = 0; n < manifest->chunks; ++n) {
+    KVGOV_ASSIGN_OR_RETURN(RedisReply chunk,
+                           connection_.Command({"GET", ChunkKey(prefix_, manifest->id, n)}));
+    if (chunk.type != RedisReply::Type::kString ||
+        chunk.text.size() > manifest->bytes - encoded.size()) {
+      return Status::Unavailable("snapshot " + manifest->id + ": chunk " + std::to_string(n) +
+                                 " is missing or too long (replaced while read)");
+    }
+    encoded += chunk.text;
+  }
+  if (encoded.size() != manifest->bytes || Sha256Hex(encoded) != manifest->sha256) {
+    return Status::Unavailable("snapshot " + manifest->id +
+                               ": chunks do not match the manifest (replaced while read)");
+  }
+  KVGOV_ASSIGN_OR_RETURN(GovernanceSnapshot snapshot, DecodeSnapshot(encoded));
+  if (snapshot.id != manifest->id) {
+    return Status::InvalidArgument("snapshot: id " + Quoted(snapshot.id) +
+                                   " is not the manifest's " + Quoted(manifest->id));
+  }
+  return std::optional<GovernanceSnapshot>(std::move(snapshot));
 }
 
 }  // namespace kvgov::replication

@@ -22,6 +22,7 @@ constexpr milliseconds kTimeout(2000);
 
 LogEntry SampleEntry() {
   LogEntry entry;
+  entry.write_id = "w-1";
   entry.origin = "replica-a";
   entry.actor = "token:ops";
   entry.kind = "worker.drain";
@@ -39,7 +40,7 @@ LogEntry SampleEntry() {
 TEST(LogEntryCodecTest, RoundTripsEveryField) {
   const LogEntry entry = SampleEntry();
   const std::string encoded = EncodeLogEntry(entry);
-  EXPECT_EQ(encoded.rfind(R"({"v":2,"origin":"replica-a","actor":"token:ops","kind":"worker.drain",)", 0), 0u)
+  EXPECT_EQ(encoded.rfind(R"({"v":3,"write_id":"w-1","origin":"replica-a","actor":"token:ops","kind":"worker.drain",)", 0), 0u)
       << encoded;
   EXPECT_NE(encoded.find(R"({"column":"tokens","key":"gateway","erase":true})"), std::string::npos)
       << encoded;
@@ -52,6 +53,7 @@ TEST(LogEntryCodecTest, RoundTripsEveryField) {
 
   // A state-only entry (empty kind, no writes) and extreme times survive too.
   LogEntry heartbeat;
+  heartbeat.write_id = "0123456789abcdef0123456789abcdef";
   heartbeat.origin = "r";
   heartbeat.time_ms = std::numeric_limits<int64_t>::min();
   Result<LogEntry> again = DecodeLogEntry(EncodeLogEntry(heartbeat), "");
@@ -82,9 +84,40 @@ TEST(LogEntryCodecTest, ReadsVersion1Entries) {
   ASSERT_FALSE(without_actor.ok());
   EXPECT_EQ(without_actor.status().message(), "actor: missing");
 
-  Result<LogEntry> future = DecodeLogEntry(R"({"v":3})", "1-0");
+  Result<LogEntry> with_write_id = DecodeLogEntry(
+      R"({"v":2,"write_id":"w","origin":"o","actor":"","kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})",
+      "1-0");
+  ASSERT_FALSE(with_write_id.ok());
+  EXPECT_EQ(with_write_id.status().message(), "'write_id': unknown field");
+
+  Result<LogEntry> future = DecodeLogEntry(R"({"v":4})", "1-0");
   ASSERT_FALSE(future.ok());
-  EXPECT_EQ(future.status().message(), "v: version 3 is not supported (want 1 or 2)");
+  EXPECT_EQ(future.status().message(), "v: version 4 is not supported (want 1 to 3)");
+}
+
+// Version 3 carries the writer's write id, which must be a short plain
+// token; a version-2 entry still reads, with no write id (never deduplicated).
+TEST(LogEntryCodecTest, Version3CarriesAWriteId) {
+  Result<LogEntry> v2 = DecodeLogEntry(
+      R"({"v":2,"origin":"o","actor":"a","kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})",
+      "1-0");
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_EQ(v2->write_id, "");
+  const std::string rest =
+      R"("origin":"o","actor":"a","kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})";
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"v":3,)" + rest, "write_id: missing"},
+      {R"({"v":3,"write_id":"",)" + rest, "write_id: want 1 to 64 characters"},
+      {R"({"v":3,"write_id":")" + std::string(65, 'a') + R"(",)" + rest,
+       "write_id: want 1 to 64 characters"},
+      {R"({"v":3,"write_id":"a b",)" + rest, "write_id: want letters, digits, '-', '_' or '.' only"},
+      {R"({"v":3,"write_id":7,)" + rest, "write_id: want a string"},
+  };
+  for (const auto& [text, message] : bad) {
+    Result<LogEntry> decoded = DecodeLogEntry(text, "1-0");
+    ASSERT_FALSE(decoded.ok()) << text;
+    EXPECT_EQ(decoded.status().message(), message) << text;
+  }
 }
 
 TEST(LogEntryCodecTest, DecodeErrorsNameTheField) {
@@ -101,7 +134,7 @@ TEST(LogEntryCodecTest, DecodeErrorsNameTheField) {
       {"{" + base + R"(,"writes":[]})", "v: missing"},
       {R"({"v":"1",)" + base + R"(,"writes":[]})", "v: want an integer"},
       {R"({"v":1.0,)" + base + R"(,"writes":[]})", "v: want an integer"},
-      {R"({"v":9,)" + base + R"(,"writes":[]})", "v: version 9 is not supported (want 1 or 2)"},
+      {R"({"v":9,)" + base + R"(,"writes":[]})", "v: version 9 is not supported (want 1 to 3)"},
       {R"({"v":1,"origin":7,"kind":"k","subject":"s","payload":"p","time_ms":1,"writes":[]})",
        "origin: want a string"},
       {R"({"v":1,"origin":"o","subject":"s","payload":"p","time_ms":1,"writes":[]})",
@@ -328,6 +361,10 @@ TEST_F(ReplicationTest, AppendRefusesWhatReplicasWouldReject) {
   bad_column.writes[1].column = "store";
   EXPECT_EQ(log.Append(bad_column).status().message(), "writes[1].column: unknown column 'store'");
 
+  LogEntry unnamed = SampleEntry();
+  unnamed.write_id.clear();
+  EXPECT_EQ(log.Append(unnamed).status().message(), "write_id: want 1 to 64 characters");
+
   Result<std::string> last = log.LastId();
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(*last, "0-0");  // nothing was appended
@@ -441,6 +478,121 @@ TEST_F(ReplicationTest, ExpiredLoadStopsCounting) {
   } while (totals != Load{{"w1", 3}} && Clock::now() - start < std::chrono::seconds(3));
   EXPECT_EQ(totals, (Load{{"w1", 3}}));
   EXPECT_GE(Clock::now() - start, milliseconds(150));
+}
+
+// The trim deletes what is older than the mark and records the mark in the
+// same script; a mark never moves back (a paused housekeeper waking up with
+// an old bound trims nothing).
+TEST_F(ReplicationTest, TrimDeletesBelowTheMarkAndNeverMovesItBack) {
+  GovernanceLog log(Endpoint(), Prefix() + "governance", kTimeout);
+  Result<std::optional<StreamId>> none = log.TrimmedBelow();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  std::vector<StreamId> ids;
+  for (int i = 0; i < 6; ++i) {
+    Result<std::string> id = log.Append(SampleEntry());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*ParseStreamId(*id));
+  }
+  Result<bool> trimmed = log.TrimBelow(ids[3]);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status().ToString();
+  EXPECT_TRUE(*trimmed);
+  EXPECT_EQ(*log.Length(), 3u);
+  Result<LogBatch> rest = log.ReadAfter("0-0", 10, milliseconds(0));
+  ASSERT_TRUE(rest.ok());
+  ASSERT_EQ(rest->entries.size(), 3u);
+  EXPECT_EQ(rest->entries[0].id, ids[3].ToString());
+  EXPECT_EQ(**log.TrimmedBelow(), ids[3]);
+
+  Result<bool> back = log.TrimBelow(ids[1]);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(*back);
+  EXPECT_EQ(**log.TrimmedBelow(), ids[3]);
+  EXPECT_EQ(*log.Length(), 3u);
+  // Ids compare as numbers, not text: "10-0" is past "9-0".
+  ASSERT_TRUE(*log.TrimBelow(StreamId{ids[5].ms + 1, 0}));
+  EXPECT_EQ(*log.Length(), 0u);
+}
+
+GovernanceSnapshot SampleSnapshot(size_t governance_records, size_t value_bytes) {
+  GovernanceSnapshot snapshot;
+  snapshot.id = "1796000000123-4";
+  snapshot.journal_seq = 77;
+  snapshot.journal_hash = std::string(64, 'a');
+  for (size_t i = 0; i < governance_records; ++i) {
+    snapshot.governance.emplace_back("quarantine/" + std::to_string(i),
+                                     std::string(value_bytes, static_cast<char>('a' + i % 26)));
+  }
+  snapshot.tokens = {{"ops", R"({"name":"ops"})"}};
+  snapshot.write_ids = {{"0123abcd", "1796000000100-0"}};
+  return snapshot;
+}
+
+// A snapshot over one chunk is split and put back whole; a reader sees
+// nothing before the first Put, and the previous snapshot's chunks go.
+TEST_F(ReplicationTest, SnapshotRoundTripsInChunks) {
+  SnapshotStore snapshots(Endpoint(), Prefix() + "snapshot", kTimeout);
+  Result<std::optional<GovernanceSnapshot>> none = snapshots.Get();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+
+  const GovernanceSnapshot big = SampleSnapshot(40, 64 * 1024);  // about 2.5 MiB
+  ASSERT_TRUE(snapshots.Put(big).ok());
+  Result<std::optional<GovernanceSnapshot>> read = snapshots.Get();
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_TRUE(read->has_value());
+  EXPECT_EQ(**read, big);
+
+  GovernanceSnapshot next = SampleSnapshot(1, 10);
+  next.id = "1796000000999-0";
+  ASSERT_TRUE(snapshots.Put(next).ok());
+  EXPECT_EQ(**snapshots.Get(), next);
+  RedisConnection redis(Endpoint(), kTimeout);
+  Result<RedisReply> old_chunk = redis.Command({"EXISTS", Prefix() + "snapshot:" + big.id + ":0"});
+  ASSERT_TRUE(old_chunk.ok());
+  EXPECT_EQ(old_chunk->integer, 0);
+
+  // A chunk that no longer matches the manifest reads as replaced.
+  ASSERT_TRUE(redis.Command({"SET", Prefix() + "snapshot:" + next.id + ":0", "{}"}).ok());
+  EXPECT_EQ(snapshots.Get().status().code(), StatusCode::kUnavailable);
+}
+
+TEST(SnapshotCodecTest, DecodeErrorsNameTheField) {
+  const std::string good = EncodeSnapshot(SampleSnapshot(2, 3));
+  ASSERT_TRUE(DecodeSnapshot(good).ok());
+  const std::pair<std::string, std::string> bad[] = {
+      {"[]", "snapshot: want an object"},
+      {R"({"v":2})", "v: version 2 is not supported (want 1)"},
+      {R"({"v":1,"id":"x"})", "id: stream id 'x': want MS-SEQ, two unsigned 64-bit integers"},
+      {R"({"v":1,"id":"1-0","journal":{"seq":1,"hash":"h"},"governance":[["k"]],"tokens":[],"write_ids":[]})",
+       "governance[0]: want [string, string]"},
+      {R"({"v":1,"id":"1-0","journal":{"seq":1,"hash":"h"},"governance":[],"tokens":[],"write_ids":[],"x":1})",
+       "'x': unknown field"},
+  };
+  for (const auto& [text, message] : bad) {
+    Result<GovernanceSnapshot> decoded = DecodeSnapshot(text);
+    ASSERT_FALSE(decoded.ok()) << text;
+    EXPECT_EQ(decoded.status().message(), message) << text;
+  }
+}
+
+TEST_F(ReplicationTest, AppliedBoardReportsTheLowestLiveReplica) {
+  AppliedBoard a(Endpoint(), Prefix() + "applied:", "a", milliseconds(300), kTimeout);
+  AppliedBoard b(Endpoint(), Prefix() + "applied:", "b", milliseconds(5000), kTimeout);
+  EXPECT_FALSE(a.Lowest()->has_value());
+  ASSERT_TRUE(a.Publish(StreamId{5, 0}).ok());
+  ASSERT_TRUE(b.Publish(StreamId{9, 1}).ok());
+  EXPECT_EQ(**b.Lowest(), (StreamId{5, 0}));
+  // a stops publishing: it no longer holds the trim back.
+  const auto start = Clock::now();
+  std::optional<StreamId> lowest;
+  do {
+    std::this_thread::sleep_for(milliseconds(25));
+    Result<std::optional<StreamId>> now = b.Lowest();
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    lowest = *now;
+  } while (lowest != StreamId{9, 1} && Clock::now() - start < std::chrono::seconds(3));
+  EXPECT_EQ(lowest, (StreamId{9, 1}));
 }
 
 TEST(ReplicationUnavailableTest, EveryCallReportsUnavailableWhileRedisIsDown) {

@@ -1,6 +1,7 @@
 #include "kvgov/replication/redis.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/time.h>
 
@@ -463,6 +464,17 @@ Result<RedisReply> RoundTrip(redisContext* c, const RedisEndpoint& endpoint,
   return Convert(*reply, 0);
 }
 
+// A connection Redis closed while it sat idle (Redis restarted, or timed
+// the client out) looks usable until a command on it fails, and that
+// command's caller would see the failure though Redis is back. Nothing
+// arrives unasked on these connections (no pub/sub), so a socket with
+// anything to read, or a hang-up, is one the peer closed: it is dropped
+// before a command is sent on it.
+bool PeerClosed(const redisContext* c) {
+  pollfd socket{.fd = c->fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+  return poll(&socket, 1, 0) != 0;  // ready, hung up, or poll failed: not usable
+}
+
 }  // namespace
 
 Status RedisConnection::EnsureConnected() {
@@ -516,6 +528,7 @@ Status RedisConnection::EnsureConnected() {
 Result<RedisReply> RedisConnection::Run(std::span<const std::string> args,
                                         std::chrono::milliseconds timeout) {
   if (args.empty()) return Status::InvalidArgument("redis: empty command");
+  if (context_ != nullptr && PeerClosed(context_->c)) context_.reset();
   KVGOV_RETURN_IF_ERROR(EnsureConnected());
   bool broken = false;
   Result<RedisReply> reply = RoundTrip(context_->c, endpoint_, args, timeout, timeout_, &broken);

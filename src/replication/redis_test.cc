@@ -279,5 +279,26 @@ TEST(RedisConnectionRestartTest, UnavailableWhileRedisIsGoneThenReconnects) {
   EXPECT_TRUE(redis.connected());
 }
 
+// A connection Redis dropped while it sat idle (here: Redis restarted in
+// between) is found closed before the next command is sent on it, so that
+// command is the first on a new connection and succeeds: the caller never
+// sees the old connection's failure.
+TEST(RedisConnectionRestartTest, AConnectionClosedWhileIdleIsMadeAnewBeforeTheNextCommand) {
+  RedisServerProcess server;
+  ASSERT_TRUE(server.Start().ok());
+  RedisConnection redis(Endpoint(server), milliseconds(1000));
+  ASSERT_TRUE(redis.Command({"SET", "k", "v"}).ok());
+  server.Kill();
+  ASSERT_TRUE(server.Restart().ok());
+  ASSERT_TRUE(redis.connected());  // it does not know yet
+
+  Result<RedisReply> first = redis.Command({"SET", "k", "again"});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->type, RedisReply::Type::kStatus);
+  Result<RedisReply> read = redis.Command({"GET", "k"});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->text, "again");
+}
+
 }  // namespace
 }  // namespace kvgov::replication

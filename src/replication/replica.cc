@@ -1,14 +1,27 @@
-#include "kvgov/log/log.h"
 #include "kvgov/replication/replica.h"
 
+#include <algorithm>
+#include <set>
 #include <utility>
 
+#include "kvgov/auth/entropy.h"
 #include "kvgov/auth/tokens.h"
+#include "kvgov/log/log.h"
 
 namespace kvgov::replication {
 namespace {
 
 constexpr std::string_view kCursorKey = "replication/applied";
+constexpr std::string_view kInstanceKey = "replication/instance";
+// meta "replication/write/<write id>" -> the stream id it was applied at.
+constexpr std::string_view kWriteIdPrefix = "replication/write/";
+// A write id is remembered this long, by stream time: far longer than a
+// writer retries one append (a second or two), short enough to keep the
+// set small at thousands of writes a second.
+constexpr uint64_t kWriteIdWindowMs = 10 * 60 * 1000;
+// A writer's appends of one entry: the first, and retries after a broken
+// connection, which the write id makes safe.
+constexpr int kAppendAttempts = 3;
 constexpr std::string_view kGovernanceColumn = "governance";
 constexpr std::string_view kTokensColumn = "tokens";
 constexpr size_t kReadBatch = 256;
@@ -23,9 +36,36 @@ bool RefusedByContent(const Status& status) {
          status.code() == StatusCode::kResourceExhausted;
 }
 
+// What a guard returns for its own trouble, not the entry's.
+bool IsLocalFailure(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kIOError ||
+         status.code() == StatusCode::kInternal;
+}
+
 std::string StreamKey(std::string_view prefix) { return std::string(prefix) + ":governance"; }
 std::string ClaimPrefix(std::string_view prefix) { return std::string(prefix) + ":claim:"; }
 std::string LoadPrefix(std::string_view prefix) { return std::string(prefix) + ":load:"; }
+std::string AppliedPrefix(std::string_view prefix) { return std::string(prefix) + ":applied:"; }
+std::string SnapshotKey(std::string_view prefix) { return std::string(prefix) + ":snapshot"; }
+std::string IdClaim(std::string_view replica_id) { return "replica/" + std::string(replica_id); }
+
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The owner of this data dir's replica id claim: made once, kept in the
+// store, so a restart on the same data dir is the same instance.
+Result<std::string> InstanceToken(store::Store* store) {
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> stored,
+                         store->Get(store::Column::kMeta, std::string(kInstanceKey)));
+  if (stored.has_value()) return *stored;
+  KVGOV_ASSIGN_OR_RETURN(std::string made, auth::RandomHexId());
+  const store::WriteOp op{store::Column::kMeta, std::string(kInstanceKey), made};
+  KVGOV_RETURN_IF_ERROR(store->Write({&op, 1}, /*sync=*/true));
+  return made;
+}
 
 // A token write from the log, put into (or taken out of) the token file.
 // Idempotent, so an entry re-applied after a crash changes nothing more.
@@ -43,22 +83,27 @@ Status ApplyTokenWrite(const std::string& token_path, const LogWrite& write) {
 
 }  // namespace
 
-Replica::Replica(ReplicaOptions options, const RedisEndpoint& endpoint,
+Replica::Replica(ReplicaOptions options, const RedisEndpoint& endpoint, std::string instance,
                  journal::Journal* journal, store::Store* store, router::Router* router,
-                 ApplyHook hook)
+                 Hooks hooks)
     : options_(std::move(options)),
+      instance_(std::move(instance)),
       journal_(journal),
       store_(store),
       router_(router),
-      hook_(std::move(hook)),
+      hooks_(std::move(hooks)),
       log_(endpoint, StreamKey(options_.key_prefix), options_.redis_timeout),
       claims_(endpoint, ClaimPrefix(options_.key_prefix), options_.redis_timeout),
       load_board_(endpoint, LoadPrefix(options_.key_prefix), options_.replica_id,
-                  options_.claim_ttl, options_.redis_timeout) {}
+                  options_.claim_ttl, options_.redis_timeout),
+      applied_board_(endpoint, AppliedPrefix(options_.key_prefix), options_.replica_id,
+                     options_.claim_ttl, options_.redis_timeout),
+      snapshots_(endpoint, SnapshotKey(options_.key_prefix), options_.redis_timeout),
+      next_snapshot_(std::chrono::steady_clock::now() + options_.snapshot_interval) {}
 
 Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
                                                 journal::Journal* journal, store::Store* store,
-                                                router::Router* router, ApplyHook hook) {
+                                                router::Router* router, Hooks hooks) {
   KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint,
                          ParseRedisUrl(options.redis_url));
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> cursor,
@@ -70,12 +115,24 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
         " rows that did not come from the governance log; a replica needs a fresh data dir "
         "(or one that has always been a replica)");
   }
-  std::unique_ptr<Replica> replica(
-      new Replica(std::move(options), endpoint, journal, store, router, std::move(hook)));
+  KVGOV_ASSIGN_OR_RETURN(std::string instance, InstanceToken(store));
+  std::unique_ptr<Replica> replica(new Replica(std::move(options), endpoint, std::move(instance),
+                                               journal, store, router, std::move(hooks)));
   if (cursor.has_value()) {
     Result<StreamId> applied = ParseStreamId(*cursor);
     if (!applied.ok()) return applied.status().WithContext("the replica's applied stream id");
     replica->applied_ = *applied;
+  }
+  KVGOV_RETURN_IF_ERROR(replica->LoadWriteIds());
+  // Two processes under one id would share its claims and its rows'
+  // origin: the second is refused while the first is alive.
+  Result<bool> claimed = replica->claims_.Acquire(IdClaim(replica->id()), replica->instance_,
+                                                  replica->options_.claim_ttl);
+  if (claimed.ok() && !*claimed) {
+    return Status::FailedPrecondition(
+        "replica id '" + replica->id() + "' is held by another running kvgov (its claim in Redis "
+        "is renewed every " + std::to_string(replica->options_.claim_ttl.count() / 3) +
+        " ms); give this process its own --replica-id, or stop the other one first");
   }
   Result<std::string> last = replica->log_.LastId();
   replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
@@ -111,6 +168,7 @@ void Replica::Stop() {
   if (applier_.joinable()) applier_.join();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (housekeeper_.exchange(false)) (void)claims_.Release("housekeeper", options_.replica_id);
+  if (!fatal_.load()) (void)claims_.Release(IdClaim(id()), instance_);
 }
 
 std::string Replica::applied_id() const {
@@ -125,21 +183,28 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
   // Refused here, not after the append: every replica would refuse the row.
   if (!kind.empty()) KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(kind, subject, by, payload));
   LogEntry entry;
+  KVGOV_ASSIGN_OR_RETURN(entry.write_id, auth::RandomHexId());
   entry.origin = options_.replica_id;
   entry.actor = std::string(actor);
   entry.kind = std::string(kind);
   entry.subject = std::string(subject);
   entry.payload = std::string(payload);
-  entry.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
+  entry.time_ms = WallClockMs();
   for (const store::WriteOp& op : state) {
     if (op.column != store::Column::kGovernance) {
       return Status::InvalidArgument("a replicated write goes to the governance column only");
     }
     entry.writes.push_back(LogWrite{std::string(kGovernanceColumn), op.key, op.value});
   }
-  Result<std::string> appended = log_.Append(entry);
+  // A failed append either never reached Redis or lost its reply; the
+  // write id makes sending it again safe either way, and the connection it
+  // broke on has been made anew.
+  Result<std::string> appended = Status::Unavailable("not appended");
+  for (int attempt = 1; attempt <= kAppendAttempts; ++attempt) {
+    appended = log_.Append(entry);
+    if (appended.ok() || appended.status().code() == StatusCode::kInvalidArgument) break;
+    if (attempt < kAppendAttempts && !WaitFor(std::chrono::milliseconds(25 * attempt))) break;
+  }
   if (!appended.ok()) {
     if (appended.status().code() == StatusCode::kInvalidArgument) return appended.status();
     return Status::Unavailable("the governance log is unreachable, so governance writes are "
@@ -154,8 +219,13 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
     return Status::Unavailable("appended to the governance log as " + *appended +
                                " but not yet applied here");
   }
-  auto row = own_rows_.find(*appended);
-  if (row == own_rows_.end()) return journal::Row{};
+  auto row = own_rows_.find(entry.write_id);
+  if (row == own_rows_.end()) {
+    // Only a snapshot jumps past an entry without applying it here.
+    return Status::Unavailable("appended to the governance log as " + *appended +
+                               " and applied by the fleet, but this replica installed a "
+                               "snapshot over it, so its outcome is not known here");
+  }
   Result<journal::Row> result = std::move(row->second);
   own_rows_.erase(row);
   return result;
@@ -166,7 +236,16 @@ Result<std::string> Replica::AppendOnce(const std::string& redis_url, std::strin
   KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint,
                          ParseRedisUrl(redis_url));
   GovernanceLog log(endpoint, StreamKey(prefix), std::chrono::milliseconds(2000));
-  return log.Append(entry);
+  LogEntry named = entry;
+  if (named.write_id.empty()) {
+    KVGOV_ASSIGN_OR_RETURN(named.write_id, auth::RandomHexId());
+  }
+  Result<std::string> appended = Status::Unavailable("not appended");
+  for (int attempt = 1; attempt <= kAppendAttempts; ++attempt) {
+    appended = log.Append(named);
+    if (appended.ok() || appended.status().code() != StatusCode::kUnavailable) break;
+  }
+  return appended;
 }
 
 Result<bool> Replica::Claim(std::string_view name) {
@@ -215,6 +294,21 @@ log::Line(log::Level::kInfo, "replica.log_following")
           .Field("after", after);
     }
     backoff = std::chrono::milliseconds(50);
+    // After the read: a trim between the last check and the read would
+    // otherwise put this batch after a hole.
+    Result<bool> missed = MissedHistory();
+    if (!missed.ok()) continue;  // Redis went away between the two: read again
+    if (*missed) {
+      if (Status installed = InstallSnapshot(); !installed.ok()) {
+log::Line(log::Level::kError, "replica.snapshot_install_failed")
+            .Field("replica", options_.replica_id)
+            .Field("error", installed.ToString());
+        if (!WaitFor(std::chrono::milliseconds(1000))) return;
+      }
+      std::lock_guard lock(mu_);
+      after = applied_.ToString();
+      continue;
+    }
     // An entry every replica refuses alike (bytes that do not decode, or
     // content a replica cannot apply: InvalidArgument) is skipped alike, so
     // the chains stay equal, and never retried (it would wedge the log).
@@ -239,6 +333,7 @@ log::Line(log::Level::kError, "replica.entry_retrying")
       // The batch ended on skipped entries: the cursor moves past them too.
       if (Status moved = AdvanceCursor(batch->last_id); moved.ok()) after = batch->last_id;
     }
+    MaybeSnapshotAndTrim();
   }
 }
 
@@ -262,21 +357,103 @@ log::Line(log::Level::kWarn, "replica.entry_skipped")
       .Field("error", why.ToString());
 }
 
-Status Replica::Skip(const LogEntry& entry, const Status& why) {
-  if (entry.origin == options_.replica_id) {
-    // Its writer learns why instead of a row (before the cursor moves and
-    // wakes it).
-    std::lock_guard lock(mu_);
-    own_rows_.emplace(entry.id, why);
+void Replica::SettleOwn(const LogEntry& entry, Result<journal::Row> outcome) {
+  if (entry.origin != options_.replica_id || entry.write_id.empty()) return;
+  std::lock_guard lock(mu_);
+  own_rows_.emplace(entry.write_id, std::move(outcome));
+  while (own_rows_.size() > kMaxUnclaimedRows) own_rows_.erase(own_rows_.begin());
+}
+
+std::vector<store::WriteOp> Replica::WriteIdOps(const LogEntry& entry, const StreamId& id) const {
+  std::vector<store::WriteOp> ops;
+  for (const auto& [at, write_id] : write_id_order_) {
+    if (at.ms + kWriteIdWindowMs >= id.ms) break;
+    ops.push_back({store::Column::kMeta, std::string(kWriteIdPrefix) + write_id, std::nullopt});
   }
-  return AdvanceCursor(entry.id);
+  if (!entry.write_id.empty()) {
+    ops.push_back({store::Column::kMeta, std::string(kWriteIdPrefix) + entry.write_id,
+                   id.ToString()});
+  }
+  return ops;
+}
+
+void Replica::RememberWriteId(const LogEntry& entry, const StreamId& id) {
+  while (!write_id_order_.empty() && write_id_order_.front().first.ms + kWriteIdWindowMs < id.ms) {
+    write_ids_.erase(write_id_order_.front().second);
+    write_id_order_.pop_front();
+  }
+  if (!entry.write_id.empty() && write_ids_.emplace(entry.write_id, id).second) {
+    write_id_order_.emplace_back(id, entry.write_id);
+  }
+}
+
+Status Replica::LoadWriteIds() {
+  std::vector<std::pair<StreamId, std::string>> loaded;
+  const std::string end = std::string(kWriteIdPrefix.substr(0, kWriteIdPrefix.size() - 1)) + "0";
+  Status bad;
+  KVGOV_RETURN_IF_ERROR(store_->Scan(
+      store::Column::kMeta, kWriteIdPrefix, end, [&](std::string_view key, std::string_view value) {
+        Result<StreamId> id = ParseStreamId(value);
+        if (!id.ok()) {
+          bad = id.status().WithContext("stored write id " + std::string(key));
+          return false;
+        }
+        loaded.emplace_back(*id, std::string(key.substr(kWriteIdPrefix.size())));
+        return true;
+      }));
+  KVGOV_RETURN_IF_ERROR(bad);
+  std::sort(loaded.begin(), loaded.end());
+  write_ids_.clear();
+  write_id_order_.clear();
+  for (auto& [id, write_id] : loaded) {
+    write_ids_.emplace(write_id, id);
+    write_id_order_.emplace_back(id, std::move(write_id));
+  }
+  return Status::Ok();
+}
+
+Status Replica::Skip(const LogEntry& entry, const Status& why) {
+  // Its writer learns why instead of a row (before the cursor moves and
+  // wakes it), and a retry of the same write gets the same answer.
+  KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(entry.id));
+  std::vector<store::WriteOp> ops = WriteIdOps(entry, id);
+  ops.push_back({store::Column::kMeta, std::string(kCursorKey), entry.id});
+  KVGOV_RETURN_IF_ERROR(store_->Write(ops, /*sync=*/true));
+  RememberWriteId(entry, id);
+  SettleOwn(entry, why);
+  {
+    std::lock_guard lock(mu_);
+    if (applied_ < id) applied_ = id;
+  }
+  applied_cv_.notify_all();
+  return Status::Ok();
 }
 
 Status Replica::Apply(const LogEntry& entry) {
   KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(entry.id));
+  if (!entry.write_id.empty() && write_ids_.contains(entry.write_id)) {
+    // The same write appended again (its first reply was lost): applied
+    // once; its writer already has the first one's result.
+    duplicates_.fetch_add(1);
+    return AdvanceCursor(entry.id);
+  }
   const journal::Attribution by{entry.actor, entry.origin};
   if (!entry.kind.empty()) {
     KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(entry.kind, entry.subject, by, entry.payload));
+  }
+  if (hooks_.guard) {
+    const Status verdict = hooks_.guard(entry);
+    if (IsLocalFailure(verdict)) return verdict.WithContext("guard");
+    if (!verdict.ok()) {
+      refused_.fetch_add(1);
+log::Line(log::Level::kInfo, "replica.entry_refused")
+          .Field("replica", options_.replica_id)
+          .Field("entry", entry.id)
+          .Field("kind", entry.kind)
+          .Field("subject", entry.subject)
+          .Field("error", verdict.ToString());
+      return Skip(entry, verdict);
+    }
   }
   std::vector<store::WriteOp> ops;
   for (const LogWrite& write : entry.writes) {
@@ -289,6 +466,7 @@ Status Replica::Apply(const LogEntry& entry) {
       ops.push_back(store::WriteOp{store::Column::kGovernance, write.key, write.value});
     }
   }
+  for (store::WriteOp& op : WriteIdOps(entry, id)) ops.push_back(std::move(op));
   ops.push_back(store::WriteOp{store::Column::kMeta, std::string(kCursorKey), entry.id});
   journal::Row row;
   if (entry.kind.empty()) {
@@ -297,17 +475,166 @@ Status Replica::Apply(const LogEntry& entry) {
     KVGOV_ASSIGN_OR_RETURN(row, journal_->Append(entry.kind, entry.subject, by, entry.payload,
                                                  entry.time_ms, ops));
   }
-  if (hook_) hook_(entry);
+  RememberWriteId(entry, id);
+  if (hooks_.apply) hooks_.apply(entry);
+  SettleOwn(entry, std::move(row));
   {
     std::lock_guard lock(mu_);
     applied_ = id;
-    if (entry.origin == options_.replica_id) {
-      own_rows_.emplace(entry.id, std::move(row));
-      while (own_rows_.size() > kMaxUnclaimedRows) own_rows_.erase(own_rows_.begin());
-    }
   }
   applied_cv_.notify_all();
   return Status::Ok();
+}
+
+Result<bool> Replica::MissedHistory() {
+  KVGOV_ASSIGN_OR_RETURN(std::optional<StreamId> trimmed, log_.TrimmedBelow());
+  if (!trimmed.has_value()) return false;
+  std::lock_guard lock(mu_);
+  // Entries older than the mark are gone; this replica needs every entry
+  // after its applied id, so any entry below the mark that it has not
+  // applied may be one of them.
+  return applied_ < *trimmed;
+}
+
+Status Replica::InstallSnapshot() {
+  KVGOV_ASSIGN_OR_RETURN(std::optional<GovernanceSnapshot> found, snapshots_.Get());
+  KVGOV_ASSIGN_OR_RETURN(std::optional<StreamId> trimmed, log_.TrimmedBelow());
+  if (!found.has_value()) {
+    return Status::Unavailable("the log was trimmed past this replica's applied id " +
+                               applied_id() + " but no snapshot is in Redis");
+  }
+  const GovernanceSnapshot& snapshot = *found;
+  KVGOV_ASSIGN_OR_RETURN(StreamId at, ParseStreamId(snapshot.id));
+  // The housekeeper trims below its snapshot only: one older than the mark
+  // cannot bridge the hole (a stale housekeeper's): wait for the next.
+  if (trimmed.has_value() && at < *trimmed) {
+    return Status::Unavailable("snapshot " + snapshot.id + " is older than the trim mark " +
+                               trimmed->ToString());
+  }
+  // Tokens first: idempotent, and a crash before the cursor moves repeats
+  // the whole install.
+  std::set<std::string, std::less<>> token_names;
+  for (const auto& [name, record] : snapshot.tokens) {
+    KVGOV_RETURN_IF_ERROR(ApplyTokenWrite(options_.token_path, LogWrite{"tokens", name, record}));
+    token_names.insert(name);
+  }
+  KVGOV_ASSIGN_OR_RETURN(std::vector<auth::TokenRecord> local,
+                         auth::LoadTokenFile(options_.token_path));
+  for (const auth::TokenRecord& token : local) {
+    if (!token_names.contains(token.name)) {
+      KVGOV_RETURN_IF_ERROR(
+          ApplyTokenWrite(options_.token_path, LogWrite{"tokens", token.name, std::nullopt}));
+    }
+  }
+
+  // The governance column becomes the snapshot's: what it lacks is erased.
+  LogEntry as_entry;
+  as_entry.id = snapshot.id;
+  std::set<std::string, std::less<>> kept;
+  for (const auto& [key, value] : snapshot.governance) kept.insert(key);
+  KVGOV_RETURN_IF_ERROR(store_->Scan(store::Column::kGovernance, "", "",
+                                     [&](std::string_view key, std::string_view) {
+                                       if (!kept.contains(key)) {
+                                         as_entry.writes.push_back(
+                                             {"governance", std::string(key), std::nullopt});
+                                       }
+                                       return true;
+                                     }));
+  for (const auto& [key, value] : snapshot.governance) {
+    as_entry.writes.push_back({"governance", key, value});
+  }
+  std::vector<store::WriteOp> ops;
+  ops.reserve(as_entry.writes.size() + write_ids_.size() + snapshot.write_ids.size() + 1);
+  for (const LogWrite& write : as_entry.writes) {
+    ops.push_back({store::Column::kGovernance, write.key, write.value});
+  }
+  for (const auto& [write_id, unused] : write_ids_) {
+    ops.push_back({store::Column::kMeta, std::string(kWriteIdPrefix) + write_id, std::nullopt});
+  }
+  for (const auto& [write_id, first] : snapshot.write_ids) {
+    KVGOV_RETURN_IF_ERROR(ParseStreamId(first).status().WithContext("snapshot write id"));
+    ops.push_back({store::Column::kMeta, std::string(kWriteIdPrefix) + write_id, first});
+  }
+  ops.push_back({store::Column::kMeta, std::string(kCursorKey), snapshot.id});
+  KVGOV_RETURN_IF_ERROR(journal_->AdoptHead(snapshot.journal_seq, snapshot.journal_hash,
+                                            "snapshot " + snapshot.id, ops));
+  KVGOV_RETURN_IF_ERROR(LoadWriteIds());
+  if (hooks_.apply) hooks_.apply(as_entry);
+  {
+    std::lock_guard lock(mu_);
+    if (applied_ < at) applied_ = at;
+  }
+  applied_cv_.notify_all();
+  snapshot_installs_.fetch_add(1);
+log::Line(log::Level::kWarn, "replica.snapshot_installed")
+      .Field("replica", options_.replica_id)
+      .Field("snapshot", snapshot.id)
+      .Field("journal_seq", snapshot.journal_seq)
+      .Field("records", snapshot.governance.size())
+      .Field("detail", "the log was trimmed past this replica while it was away; the journal "
+                       "rows it missed are on every other replica");
+  return Status::Ok();
+}
+
+Result<GovernanceSnapshot> Replica::TakeSnapshot() {
+  GovernanceSnapshot snapshot;
+  snapshot.id = applied_id();
+  snapshot.journal_seq = journal_->head_seq();
+  snapshot.journal_hash = journal_->head_hash();
+  KVGOV_RETURN_IF_ERROR(store_->Scan(store::Column::kGovernance, "", "",
+                                     [&](std::string_view key, std::string_view value) {
+                                       snapshot.governance.emplace_back(key, value);
+                                       return true;
+                                     }));
+  KVGOV_ASSIGN_OR_RETURN(std::vector<auth::TokenRecord> tokens,
+                         auth::LoadTokenFile(options_.token_path));
+  for (const auth::TokenRecord& token : tokens) {
+    snapshot.tokens.emplace_back(token.name, auth::EncodeTokenRecord(token));
+  }
+  for (const auto& [at, write_id] : write_id_order_) {
+    snapshot.write_ids.emplace_back(write_id, at.ToString());
+  }
+  return snapshot;
+}
+
+void Replica::MaybeSnapshotAndTrim() {
+  if (!housekeeper_.load() || std::chrono::steady_clock::now() < next_snapshot_) return;
+  next_snapshot_ = std::chrono::steady_clock::now() + options_.snapshot_interval;
+  // On the applier thread, between entries: the state is the state as of
+  // the applied id exactly.
+  Result<GovernanceSnapshot> snapshot = TakeSnapshot();
+  if (!snapshot.ok()) {
+log::Line(log::Level::kError, "replica.snapshot_failed")
+        .Field("replica", options_.replica_id)
+        .Field("error", snapshot.status().ToString());
+    return;
+  }
+  const StreamId at = *ParseStreamId(snapshot->id);
+  if (at != snapshot_taken_) {
+    if (Status put = snapshots_.Put(*snapshot); !put.ok()) {
+log::Line(log::Level::kWarn, "replica.snapshot_failed")
+          .Field("replica", options_.replica_id)
+          .Field("error", put.ToString());
+      return;
+    }
+    snapshot_taken_ = at;
+  }
+  // Below the slowest live replica and the snapshot, less the margin: a
+  // live replica never finds a hole, an absent one bridges it with the
+  // snapshot.
+  (void)applied_board_.Publish(at);
+  Result<std::optional<StreamId>> lowest = applied_board_.Lowest();
+  if (!lowest.ok()) return;
+  const StreamId bound = lowest->has_value() ? std::min(**lowest, at) : at;
+  const auto retain = static_cast<uint64_t>(options_.log_retain.count());
+  if (bound.ms <= retain) return;
+  const StreamId below{bound.ms - retain, 0};
+  Result<bool> trimmed = log_.TrimBelow(below);
+  if (!trimmed.ok()) {
+log::Line(log::Level::kWarn, "replica.trim_failed")
+        .Field("replica", options_.replica_id)
+        .Field("error", trimmed.status().ToString());
+  }
 }
 
 void Replica::HeartbeatLoop() {
@@ -323,10 +650,30 @@ void Replica::HeartbeatLoop() {
     }
     if (std::chrono::steady_clock::now() >= next_renew) {
       next_renew = std::chrono::steady_clock::now() + renew_every;
+      KeepReplicaId();
+      if (fatal_.load()) return;
       Result<bool> held = claims_.Acquire("housekeeper", options_.replica_id, options_.claim_ttl);
       housekeeper_.store(held.ok() && *held);
+      (void)applied_board_.Publish(*ParseStreamId(applied_id()));
     }
   }
+}
+
+void Replica::KeepReplicaId() {
+  // Acquire, not Renew: a claim that lapsed while this process was paused
+  // or Redis was away is taken back, unless another process has it now.
+  Result<bool> held = claims_.Acquire(IdClaim(id()), instance_, options_.claim_ttl);
+  if (!held.ok() || *held) return;  // Redis away: renewed when it returns
+  if (fatal_.exchange(true)) return;
+  housekeeper_.store(false);
+  const Status lost = Status::FailedPrecondition(
+      "replica id '" + id() + "' was taken by another kvgov while this one could not renew it "
+      "(paused, or cut off from Redis, for longer than --claim-ttl-ms); this process stops "
+      "serving as that replica");
+log::Line(log::Level::kError, "replica.id_lost")
+      .Field("replica", id())
+      .Field("error", lost.ToString());
+  if (hooks_.fatal) hooks_.fatal(lost);
 }
 
 }  // namespace kvgov::replication

@@ -599,13 +599,21 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     replica.replica_id = daemon->options.replica_id;
     replica.token_path = auth::TokenFilePath(options.data_dir);
     replica.claim_ttl = std::chrono::milliseconds(options.claim_ttl_ms);
+    replica.log_retain = std::chrono::milliseconds(options.log_retain_ms);
+    replica.snapshot_interval = std::chrono::milliseconds(options.snapshot_interval_ms);
     Daemon* state = daemon.get();
+    replication::Replica::Hooks hooks;
+    hooks.apply = [state](const replication::LogEntry& entry) {
+      ApplyReplicatedGovernance(*state, entry);
+    };
+    hooks.guard = [state](const replication::LogEntry& entry) {
+      return GuardReplicatedGovernance(*state, entry);
+    };
+    hooks.fatal = options.on_fatal;
     KVGOV_ASSIGN_OR_RETURN(
         daemon->replica,
         replication::Replica::Start(std::move(replica), daemon->journal.get(), daemon->store.get(),
-                       daemon->router.get(), [state](const replication::LogEntry& entry) {
-                         ApplyReplicatedGovernance(*state, entry);
-                       }));
+                                    daemon->router.get(), std::move(hooks)));
   }
   if (Status started =
           RecordGovernance(*daemon, kDaemonActor, "serve.start", "config", DescribeConfig(*daemon), {})

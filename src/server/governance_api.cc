@@ -309,6 +309,58 @@ void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entr
   }
 }
 
+Status GuardReplicatedGovernance(const Daemon& daemon, const replication::LogEntry& entry) {
+  for (const replication::LogWrite& write : entry.writes) {
+    if (write.column != "governance" || !write.key.starts_with(kLeasePrefix) ||
+        !write.value.has_value()) {
+      continue;
+    }
+    const std::string lease_id = write.key.substr(kLeasePrefix.size());
+    auto decode = [](std::string_view record) -> Result<NIXLLease> {
+      const Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
+      if (!json.is_object() || !json.contains("lease")) {
+        return Status::InvalidArgument("not a lease record");
+      }
+      return DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
+    };
+    Result<NIXLLease> next = decode(*write.value);
+    if (!next.ok()) return next.status().WithContext("lease '" + lease_id + "'");
+    // The record the log left: only the log writes lease records on a
+    // replica, so every replica reads the same one here.
+    Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance,
+                                                                  write.key);
+    if (!stored.ok()) return Status::Unavailable(stored.status().ToString());
+    if (!stored->has_value()) {
+      if (next->event == NIXLLeaseEvent::kCreate) continue;
+      return Status::NotFound("lease '" + lease_id +
+                              "' is not known to the governance log (never created, or "
+                              "forgotten after it ended)");
+    }
+    if (next->event == NIXLLeaseEvent::kCreate) {
+      return Status::AlreadyExists("lease '" + lease_id + "' was already created");
+    }
+    Result<NIXLLease> current = decode(**stored);
+    if (!current.ok()) return current.status().WithContext("stored lease '" + lease_id + "'");
+    // Ended by an event: nothing moves it again, not even a second expiry.
+    if (current->event != NIXLLeaseEvent::kCreate &&
+        current->event != NIXLLeaseEvent::kHeartbeat) {
+      return Status::FailedPrecondition(
+          "lease '" + lease_id + "' is " +
+          std::string(ToString(LeaseStateAt(*current, entry.time_ms))) + "; event '" +
+          std::string(ToString(next->event)) + "' cannot move it (a concurrent write ended it)");
+    }
+    // kvgov's own expiry only ends a lease whose time the log says is up:
+    // a heartbeat applied meanwhile (through another replica) extended it.
+    if (next->event == NIXLLeaseEvent::kExpiry && entry.actor == kDaemonActor &&
+        LeaseStateAt(*current, entry.time_ms) != NIXLLeaseState::kExpired) {
+      return Status::FailedPrecondition("lease '" + lease_id +
+                                        "' is not due: a heartbeat extended it");
+    }
+    KVGOV_RETURN_IF_ERROR(ApplyNIXLLeaseEvent(*current, next->event, entry.time_ms).status());
+  }
+  return Status::Ok();
+}
+
 Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
                         const std::optional<SpanResidency>& residency, std::string_view actor) {
   const int64_t now = WallClockMillis();

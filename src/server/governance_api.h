@@ -42,6 +42,13 @@ Status RecoverGovernance(Daemon& daemon);
 /// twice changes nothing.
 void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entry);
 
+/// The replica's guard (replication::Replica::GuardHook): a lease write
+/// applies only as a legal step of the lease machine from the record the
+/// log left, at the entry's time; so of two conflicting reports two
+/// replicas accepted at once, the first in the log wins and the second is
+/// refused on every replica alike, and its writer answers with why.
+Status GuardReplicatedGovernance(const Daemon& daemon, const replication::LogEntry& entry);
+
 /// GET /v1/leases, POST /v1/quarantine, GET /v1/quarantines.
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon);
 

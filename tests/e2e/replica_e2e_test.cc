@@ -479,6 +479,7 @@ TEST_F(ReplicaE2ETest, AnEntryEveryReplicaRefusesIsSkippedNotRetried) {
   ASSERT_TRUE(endpoint.ok());
   replication::GovernanceLog log(*endpoint, "kvgov:governance", milliseconds(2000));
   replication::LogEntry foreign;
+  foreign.write_id = "foreign-1";
   foreign.origin = "elsewhere";
   foreign.kind = "quarantine";
   foreign.subject = "foreign";

@@ -84,6 +84,16 @@ class Journal {
                      std::string_view payload, int64_t time_ms,
                      std::span<const store::WriteOp> extra = {});
 
+  /// Moves the head to (`seq`, `hash`) without the rows between: a replica
+  /// that rejoins the fleet from a snapshot adopts the fleet's chain head,
+  /// and the rows it never had stay on every replica that applied them.
+  /// Recorded as an adopted span (docs/formats/journal.md §4) that Verify
+  /// accepts and reports, in one synced write with `extra`.
+  /// FailedPrecondition when `seq` is behind the head, or at it with
+  /// another hash (this journal is not a prefix of that chain).
+  Status AdoptHead(uint64_t seq, std::string_view hash, std::string_view source,
+                   std::span<const store::WriteOp> extra = {});
+
   /// Rows with seq >= since, at most `limit` of them, in order. Corruption
   /// when a stored row does not decode (rows are not re-hashed here: that
   /// is Verify's job).
@@ -102,14 +112,25 @@ class Journal {
   std::string head_hash_;  // guarded by mu_
 };
 
+/// Rows this journal never held, whose chain it adopted (AdoptHead).
+struct AdoptedSpan {
+  uint64_t first_seq = 0;
+  uint64_t last_seq = 0;
+  std::string hash;    // the hash of row last_seq, which the next row chains to
+  std::string source;  // where the head came from ("snapshot 1700000000000-0")
+  friend bool operator==(const AdoptedSpan&, const AdoptedSpan&) = default;
+};
+
 /// What `kvgov journal verify` reports.
 struct VerifyReport {
   uint64_t rows = 0;  // rows that verified, before the first broken one
+  std::vector<AdoptedSpan> adopted;  // spans crossed by an adopted head
   std::optional<uint64_t> first_broken_seq;  // the first row that does not verify
   std::string problem;                       // why, naming the field
 };
 
-/// Walks the whole chain: every row decodes, seqs run 1..N without holes,
+/// Walks the whole chain: every row decodes, seqs run 1..N without holes
+/// but the adopted spans,
 /// each prev_hash equals the previous row's hash, each hash and payload
 /// digest recompute. Returns the report (an error only when the store
 /// cannot be read at all).

@@ -38,6 +38,9 @@ struct LogWrite {
 /// row.
 struct LogEntry {
   std::string id;      // the stream id ("1700000000000-0"); not encoded
+  // Chosen by the writer, the same on every retry of one write, so an entry
+  // appended twice (its XADD reply lost) is applied once; "" before version 3.
+  std::string write_id;
   std::string origin;  // the replica that appended it
   std::string actor;   // who asked for the write (journal.md §2); "" in version 1
   std::string kind;
@@ -50,8 +53,10 @@ struct LogEntry {
 
 /// The largest encoded entry a replica appends or accepts.
 inline constexpr size_t kMaxLogEntryBytes = size_t{2} << 20;
-/// The entry format this build writes and reads.
-inline constexpr int kLogEntryVersion = 2;
+/// The entry format this build writes; it reads every version up to it.
+inline constexpr int kLogEntryVersion = 3;
+/// The longest write id an entry may carry.
+inline constexpr size_t kMaxWriteIdBytes = 64;
 
 /// The entry's field value (docs/formats/governance-log.md); `id` is left
 /// out (the stream assigns it).
@@ -99,6 +104,18 @@ class GovernanceLog {
   /// The id of the newest entry ("0-0" when the stream is empty).
   Result<std::string> LastId();
 
+  /// Deletes every entry older than `below` (XTRIM MINID) and, in the same
+  /// script, records `below` as the trim mark `<stream>:trimmed`, so that a
+  /// reader that has not applied up to it knows its next entries would
+  /// follow a hole. The mark never moves back: a `below` not past it
+  /// trims nothing and returns false.
+  Result<bool> TrimBelow(const StreamId& below);
+  /// The trim mark: every entry older than it may be gone. nullopt when the
+  /// stream was never trimmed (or Redis lost the mark with the stream).
+  Result<std::optional<StreamId>> TrimmedBelow();
+  /// The number of entries in the stream (XLEN).
+  Result<uint64_t> Length();
+
  private:
   const std::string stream_key_;
   const std::chrono::milliseconds timeout_;  // a blocking read waits block + timeout_
@@ -131,6 +148,75 @@ class ClaimStore {
 
  private:
   const std::string prefix_;
+  std::mutex mu_;
+  RedisConnection connection_;  // guarded by mu_
+};
+
+/// The governance state every replica holds, as of one log entry: what a
+/// replica that was away longer than the stream's history installs instead
+/// of the entries it missed (docs/formats/governance-log.md, "Snapshot").
+struct GovernanceSnapshot {
+  std::string id;             // the last entry applied into it
+  uint64_t journal_seq = 0;   // the journal's head after that entry
+  std::string journal_hash;
+  // Every record of the store's governance column, by key.
+  std::vector<std::pair<std::string, std::string>> governance;
+  // The token file: name -> encoded token record.
+  std::vector<std::pair<std::string, std::string>> tokens;
+  // The write ids still deduplicated after that entry: write id -> the
+  // stream id it was first applied at.
+  std::vector<std::pair<std::string, std::string>> write_ids;
+  friend bool operator==(const GovernanceSnapshot&, const GovernanceSnapshot&) = default;
+};
+
+/// The largest snapshot a replica writes or reads, encoded.
+inline constexpr size_t kMaxSnapshotBytes = size_t{512} << 20;
+
+std::string EncodeSnapshot(const GovernanceSnapshot& snapshot);
+/// InvalidArgument naming the field at fault.
+Result<GovernanceSnapshot> DecodeSnapshot(std::string_view bytes);
+
+/// The newest governance snapshot in Redis: chunks of at most 1 MiB under
+/// `<prefix>:snapshot:<id>:<n>` and a manifest `<prefix>:snapshot` naming
+/// them with their SHA-256, written after them, so a reader sees the old
+/// snapshot or the new one whole. Thread-safe (one connection behind a
+/// mutex).
+class SnapshotStore {
+ public:
+  SnapshotStore(const RedisEndpoint& endpoint, std::string key_prefix,
+                std::chrono::milliseconds timeout);
+
+  /// Replaces the snapshot (the previous one's chunks are deleted after).
+  /// InvalidArgument when it is over kMaxSnapshotBytes encoded.
+  Status Put(const GovernanceSnapshot& snapshot);
+  /// The snapshot, or nullopt when there is none. Unavailable when its
+  /// chunks do not match the manifest (it was replaced under the read: read
+  /// again); InvalidArgument when it does not decode.
+  Result<std::optional<GovernanceSnapshot>> Get();
+
+ private:
+  const std::string prefix_;  // "<prefix>:snapshot"
+  std::mutex mu_;
+  RedisConnection connection_;  // guarded by mu_
+};
+
+/// Each live replica's applied stream id, under a key that expires (`ttl`):
+/// the housekeeper trims the log below the lowest one. Thread-safe (one
+/// connection behind a mutex).
+class AppliedBoard {
+ public:
+  AppliedBoard(const RedisEndpoint& endpoint, std::string key_prefix, std::string replica_id,
+               std::chrono::milliseconds ttl, std::chrono::milliseconds timeout);
+
+  Status Publish(const StreamId& applied);
+  /// The lowest applied id any live replica published, this one included;
+  /// nullopt when none did.
+  Result<std::optional<StreamId>> Lowest();
+
+ private:
+  const std::string prefix_;
+  const std::string replica_id_;
+  const std::chrono::milliseconds ttl_;
   std::mutex mu_;
   RedisConnection connection_;  // guarded by mu_
 };

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,6 +35,12 @@ struct ReplicaOptions {
   std::chrono::milliseconds load_interval{100};
   // How long Start waits to catch up with the log before serving.
   std::chrono::milliseconds catch_up_wait{30000};
+  // How much history the housekeeper keeps below the slowest live replica
+  // (and below the snapshot) when it trims the stream: a replica away for
+  // less than this catches up from the log, a longer one from the snapshot.
+  std::chrono::milliseconds log_retain{600000};
+  // How often the housekeeper writes the governance snapshot and trims.
+  std::chrono::milliseconds snapshot_interval{30000};
 };
 
 /// One kvgov among several sharing one governance state through the log on
@@ -52,29 +59,52 @@ class Replica {
   /// Called after an entry's journal row and store writes are durable, on
   /// the applier thread, in stream order.
   using ApplyHook = std::function<void(const LogEntry&)>;
+  /// Decides whether an entry applies, before anything of it is written,
+  /// from state the log alone built (the store's governance records), so
+  /// that every replica decides alike: an error refuses the entry on every
+  /// replica (skipped, and its writer gets that Status), except
+  /// Unavailable, IOError and Internal, which are this replica's own
+  /// failure (its store) and are retried.
+  using GuardHook = std::function<Status(const LogEntry&)>;
+  /// Called once, from a replica thread, when this replica can no longer
+  /// serve as one of the fleet: another process holds its replica id.
+  using FatalHook = std::function<void(const Status&)>;
+  struct Hooks {
+    ApplyHook apply;
+    GuardHook guard;
+    FatalHook fatal;
+  };
 
   /// Connects, refuses a data dir whose journal did not come from the log,
-  /// and catches up with the log (bounded by catch_up_wait; without Redis
-  /// it starts on its local state and catches up when Redis returns).
+  /// claims its replica id (FailedPrecondition naming the holder when
+  /// another live process has it), and catches up with the log (bounded by
+  /// catch_up_wait; without Redis it starts on its local state and catches
+  /// up when Redis returns). A replica whose history was trimmed while it
+  /// was away installs the housekeeper's snapshot instead.
   /// `journal`, `store` and `router` must outlive the replica.
   static Result<std::unique_ptr<Replica>> Start(ReplicaOptions options, journal::Journal* journal,
                                                 store::Store* store, router::Router* router,
-                                                ApplyHook hook);
+                                                Hooks hooks);
   ~Replica();
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
   /// Appends a governance write and returns once this replica applied it:
-  /// the journal row (a default Row for an empty kind). Unavailable when
-  /// the log cannot be reached (nothing was written, or the reply was
-  /// lost), or when the entry was appended but not applied here within
-  /// apply_wait (the message says which). The row names `actor` and this
-  /// replica as its origin.
+  /// the journal row (a default Row for an empty kind). The entry carries a
+  /// write id of its own, so an append whose connection broke is retried
+  /// at once without the risk of a second row: a duplicate is applied once
+  /// and answered with the first one's result. Unavailable when the log
+  /// cannot be reached, or when the entry was appended but not applied
+  /// here within apply_wait (the message says which); the guard's Status
+  /// when it refused the entry. The row names `actor` and this replica as
+  /// its origin.
   Result<journal::Row> Record(std::string_view kind, std::string_view subject,
                               std::string_view actor, std::string_view payload,
                               std::span<const store::WriteOp> state);
 
-  /// Appends an entry made elsewhere (kvgov token --redis) without waiting.
+  /// Appends an entry made elsewhere (kvgov token --redis) without waiting
+  /// for it to be applied; under a write id of its own when it has none, so
+  /// a retry after a broken connection is applied once.
   static Result<std::string> AppendOnce(const std::string& redis_url, std::string_view prefix,
                                         const LogEntry& entry);
 
@@ -90,46 +120,84 @@ class Replica {
   const std::string& id() const { return options_.replica_id; }
   std::string applied_id() const;
   uint64_t rejected_entries() const { return rejected_.load(); }
+  /// Entries the guard refused (alike on every replica).
+  uint64_t refused_entries() const { return refused_.load(); }
+  /// Entries applied once already (a retried append), skipped.
+  uint64_t duplicate_entries() const { return duplicates_.load(); }
+  /// Times this replica installed the snapshot for a history it missed.
+  uint64_t snapshot_installs() const { return snapshot_installs_.load(); }
 
   void Stop();
 
  private:
-  Replica(ReplicaOptions options, const RedisEndpoint& endpoint,
-          journal::Journal* journal, store::Store* store, router::Router* router, ApplyHook hook);
+  Replica(ReplicaOptions options, const RedisEndpoint& endpoint, std::string instance,
+          journal::Journal* journal, store::Store* store, router::Router* router, Hooks hooks);
 
+  Status LoadWriteIds();
   void ApplyLoop();
-  // Applies one entry (journal, store, cursor, hook). InvalidArgument or
-  // ResourceExhausted for an entry its content makes every replica refuse
-  // (then skipped alike); any other failure is retried, since skipping it
-  // would fork the chain.
+  // Applies one entry (journal, store, cursor, write id, hook).
+  // InvalidArgument or ResourceExhausted for an entry its content makes
+  // every replica refuse, and the guard's refusals, are skipped alike; any
+  // other failure is retried, since skipping it would fork the chain.
   Status Apply(const LogEntry& entry);
-  // Moves the cursor past a refused entry; its writer gets `why`.
+  // Moves the cursor past a refused entry, remembering its write id; its
+  // writer gets `why`.
   Status Skip(const LogEntry& entry, const Status& why);
   void NoteSkipped(const std::string& id, const Status& why);
   Status AdvanceCursor(const std::string& id);
+  // The store ops that remember `entry`'s write id and forget the ones
+  // past the window; RememberWriteId makes the same change in memory once
+  // they are written.
+  std::vector<store::WriteOp> WriteIdOps(const LogEntry& entry, const StreamId& id) const;
+  void RememberWriteId(const LogEntry& entry, const StreamId& id);
+  // The writer of `entry`, if it is this replica, gets `outcome`.
+  void SettleOwn(const LogEntry& entry, Result<journal::Row> outcome);
+  // True when the log was trimmed past what this replica applied: the next
+  // entries would follow a hole.
+  Result<bool> MissedHistory();
+  Status InstallSnapshot();
+  void MaybeSnapshotAndTrim();
+  Result<GovernanceSnapshot> TakeSnapshot();
   void HeartbeatLoop();
+  void KeepReplicaId();
   bool WaitFor(std::chrono::milliseconds period);  // false once stopping
 
   const ReplicaOptions options_;
+  // Random per data dir: the owner of this replica's id claim, so that a
+  // restart on the same data dir resumes its own claim and another
+  // process with the same --replica-id is refused.
+  const std::string instance_;
   journal::Journal* const journal_;
   store::Store* const store_;
   router::Router* const router_;
-  const ApplyHook hook_;
+  const Hooks hooks_;
   GovernanceLog log_;
   ClaimStore claims_;
   LoadBoard load_board_;
+  AppliedBoard applied_board_;
+  SnapshotStore snapshots_;
 
   mutable std::mutex mu_;
   std::condition_variable applied_cv_;
   std::condition_variable stop_cv_;
   StreamId applied_;                         // guarded by mu_
-  // What this replica's own entries came to, by stream id, until their
+  // What this replica's own entries came to, by write id, until their
   // writers collect them. Guarded by mu_.
-  std::map<std::string, Result<journal::Row>> own_rows_;
+  std::map<std::string, Result<journal::Row>, std::less<>> own_rows_;
+  // The write ids applied within the window, by id and in stream order
+  // (the applier's own; read under mu_ by nothing else).
+  std::map<std::string, StreamId, std::less<>> write_ids_;
+  std::deque<std::pair<StreamId, std::string>> write_id_order_;
+  StreamId snapshot_taken_;  // the applier's own
+  std::chrono::steady_clock::time_point next_snapshot_;  // the applier's own
   bool stopping_ = false;                                 // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<bool> housekeeper_{false};
+  std::atomic<bool> fatal_{false};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> duplicates_{0};
+  std::atomic<uint64_t> snapshot_installs_{0};
   std::thread applier_;
   std::thread heartbeat_;
 };

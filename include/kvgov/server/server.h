@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,14 @@ struct ServerOptions {
   // A replica's claim on a directive (or on housekeeping) lapses this long
   // after its holder stops renewing it; another replica then takes over.
   int64_t claim_ttl_ms = 3000;
+  // The history the housekeeper keeps in the stream below the slowest live
+  // replica when it trims, and how often it snapshots and trims.
+  int64_t log_retain_ms = 600000;
+  int64_t snapshot_interval_ms = 30000;
+  // Called once, from a replica thread, when this process can no longer
+  // serve as its replica (another process took its replica id). The
+  // caller stops the server; serve exits 1.
+  std::function<void(const Status&)> on_fatal;
   // The Ed25519 issuer key; replicas share one file so their certificates
   // verify alike. Empty: <data_dir>/issuer.key, created when missing.
   std::string issuer_key_file;
