@@ -179,6 +179,10 @@ std::string Replica::applied_id() const {
 Result<journal::Row> Replica::Record(std::string_view kind, std::string_view subject,
                                      std::string_view actor, std::string_view payload,
                                      std::span<const store::WriteOp> state) {
+  if (fatal_.load()) {
+    return Status::Unavailable("this process no longer serves as replica '" + id() +
+                               "': another process holds its id");
+  }
   const journal::Attribution by{std::string(actor), options_.replica_id};
   // Refused here, not after the append: every replica would refuse the row.
   if (!kind.empty()) KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(kind, subject, by, payload));
