@@ -339,6 +339,23 @@ Status RegisterReplicaMetrics(Daemon& daemon) {
                              {"kvgov_replica_log_rejected_entries_total",
                               "Governance log entries skipped by every replica alike: they did "
                               "not decode, or no replica could apply them."}));
+  KVGOV_ASSIGN_OR_RETURN(auto* refused,
+                         daemon.metrics.AddCallbackCounter(
+                             {"kvgov_replica_log_refused_entries_total",
+                              "Governance log entries every replica refused alike because the "
+                              "log had overtaken them: a lease write that is no legal step from "
+                              "the lease's record (a concurrent write on another replica won)."}));
+  KVGOV_ASSIGN_OR_RETURN(auto* duplicates,
+                         daemon.metrics.AddCallbackCounter(
+                             {"kvgov_replica_log_duplicate_entries_total",
+                              "Governance log entries applied once already (a writer sent its "
+                              "append again after the reply was lost), skipped."}));
+  KVGOV_ASSIGN_OR_RETURN(auto* installs,
+                         daemon.metrics.AddCallbackCounter(
+                             {"kvgov_replica_snapshot_installs_total",
+                              "Times this replica installed the governance snapshot because the "
+                              "log was trimmed past what it had applied (it was away longer "
+                              "than --log-retain-ms)."}));
   Daemon* state = &daemon;
   return daemon.metrics
       .RegisterCollector([=](metrics::CollectorSink& sink) {
@@ -346,6 +363,9 @@ Status RegisterReplicaMetrics(Daemon& daemon) {
         sink.Emit(connected, {}, state->replica->connected() ? 1.0 : 0.0);
         sink.Emit(housekeeper, {}, state->replica->housekeeper() ? 1.0 : 0.0);
         sink.Emit(rejected, {}, static_cast<double>(state->replica->rejected_entries()));
+        sink.Emit(refused, {}, static_cast<double>(state->replica->refused_entries()));
+        sink.Emit(duplicates, {}, static_cast<double>(state->replica->duplicate_entries()));
+        sink.Emit(installs, {}, static_cast<double>(state->replica->snapshot_installs()));
       })
       .status();
 }
