@@ -15,7 +15,7 @@ BENCH_FILTER ?= -TenMillion
 # CI builds treat warnings as errors.
 WERROR     := $(if $(CI),ON,OFF)
 
-.PHONY: all deps configure build test test-asan soak bench run serve clean fuzz-build fuzz fuzz-smoke
+.PHONY: all deps configure build test test-asan soak soak-replicas bench run serve clean fuzz-build fuzz fuzz-smoke
 
 all: build
 
@@ -70,6 +70,18 @@ test-asan: deps
 # A minute of load on the whole daemon, with its checks (kvgov loadgen).
 soak: build
 	$(BUILD_DIR)/apps/kvgov/kvgov loadgen --duration 60
+
+# The replicas' chaos soak (ReplicaChaosTest in tests/e2e/replica_e2e_test.cc;
+# `make test` runs it for 30 s under seed 1): SOAK_SECONDS of faults under
+# each of SOAK_SEEDS, each run printing its figures.
+SOAK_SEEDS ?= 1 2 3
+SOAK_SECONDS ?= 120
+soak-replicas: build
+	@for seed in $(SOAK_SEEDS); do \
+	  KVGOV_CHAOS_SEED=$$seed KVGOV_CHAOS_SECONDS=$(SOAK_SECONDS) \
+	    $(BUILD_DIR)/tests/kvgov_e2e_tests --gtest_filter='ReplicaChaosTest.*' \
+	    | grep -v '^ts=' || exit 1; \
+	done
 
 clean:
 	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log

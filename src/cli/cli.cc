@@ -199,6 +199,12 @@ int VerifyJournal(const std::string& data_dir) {
     return 1;
   }
   std::printf("journal ok: %llu rows\n", static_cast<unsigned long long>(report->rows));
+  for (const journal::AdoptedSpan& span : report->adopted) {
+    std::printf("  rows %llu-%llu adopted from %s (this replica rejoined; every other replica "
+                "holds them)\n",
+                static_cast<unsigned long long>(span.first_seq),
+                static_cast<unsigned long long>(span.last_seq), span.source.c_str());
+  }
   return 0;
 }
 

@@ -133,7 +133,8 @@ Status RedisServerProcess::Launch(bool* exited_early) {
   // async-signal-safe calls are allowed.
   std::vector<std::string> args = {
       kServerPath,    "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-      "--appendonly", "no",     "--daemonize",         "no",     "--dir",     dir_};
+      "--appendonly", append_only_ ? "yes" : "no", "--appendfsync", "always",
+      "--daemonize",  "no",     "--dir",     dir_};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -25,6 +25,10 @@ class RedisServerProcess {
   RedisServerProcess(const RedisServerProcess&) = delete;
   RedisServerProcess& operator=(const RedisServerProcess&) = delete;
 
+  /// Before Start: keep every write in an append-only file fsynced at once,
+  /// so a Kill and Restart loses nothing (what production Redis should do).
+  void set_append_only(bool append_only) { append_only_ = append_only; }
+
   /// Picks a free port and starts the server; retries with another port if
   /// the chosen one was taken in the meantime. Unavailable when the server
   /// cannot be started (the message quotes the end of its log).
@@ -52,6 +56,7 @@ class RedisServerProcess {
   std::string LogTail() const;
 
   std::string dir_;
+  bool append_only_ = false;
   int port_ = 0;
   pid_t pid_ = -1;
 };

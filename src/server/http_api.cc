@@ -502,6 +502,15 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                      {"rows", report->rows},
                                      {"head_seq", daemon.journal->head_seq()},
                                      {"head_hash", daemon.journal->head_hash()}};
+                        // Rows a replica that rejoined from a snapshot never
+                        // had; every other replica holds them.
+                        body["adopted"] = Json::array();
+                        for (const journal::AdoptedSpan& span : report->adopted) {
+                          body["adopted"].push_back({{"first_seq", span.first_seq},
+                                                     {"last_seq", span.last_seq},
+                                                     {"hash", span.hash},
+                                                     {"source", span.source}});
+                        }
                         if (report->first_broken_seq.has_value()) {
                           body["first_broken_seq"] = *report->first_broken_seq;
                           body["problem"] = report->problem;

@@ -13,6 +13,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <random>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -31,6 +37,7 @@
 #include "e2e/fake_engine_publisher.h"
 #include "e2e/wait.h"
 #include "kvgov/replication/governance_log.h"
+#include "kvgov/replication/redis.h"
 #include "replication/redis_server_process.h"
 
 namespace kvgov::testing {
@@ -138,6 +145,9 @@ class ReplicaE2ETest : public ::testing::Test {
   }
 
   void SetUp() override {
+    // An acknowledged write survives a Redis restart only with the append-
+    // only file, as production Redis for kvgov must run.
+    redis_.set_append_only(true);
     Status started = redis_.Start();
     ASSERT_TRUE(started.ok()) << started.message();
     issuer_key_ = (keys_dir_ / "issuer.key").string();
@@ -171,11 +181,13 @@ class ReplicaE2ETest : public ::testing::Test {
 
   // Starts (or restarts, on its data dir) replica i.
   Status StartReplica(int i) {
-    return replicas_[i].Start(
-        {"--engine", EngineArg("w1", "vllm", publisher_, control_, kBlockSize), "--redis",
-         redis_.url(), "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_,
-         "--replica-id", "r" + std::to_string(i), "--claim-ttl-ms", "1000",
-         "--probe-interval-ms", "50"});
+    std::vector<std::string> args = {
+        "--engine", EngineArg("w1", "vllm", publisher_, control_, kBlockSize), "--redis",
+        redis_.url(), "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_,
+        "--replica-id", "r" + std::to_string(i), "--claim-ttl-ms", "1000",
+        "--probe-interval-ms", "50"};
+    args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
+    return replicas_[i].Start(args);
   }
 
   DaemonProcess& r(int i) { return replicas_[i]; }
@@ -204,6 +216,7 @@ class ReplicaE2ETest : public ::testing::Test {
     return failure;
   }
 
+  std::vector<std::string> extra_flags_;  // for every replica, set before SetUp
   std::filesystem::path keys_dir_;
   std::string issuer_key_;
   std::string tenant_secret_;
@@ -211,7 +224,11 @@ class ReplicaE2ETest : public ::testing::Test {
   // the control (it drives the publisher), the publisher, Redis.
   RedisServerProcess redis_;
   FakeEnginePublisher publisher_{kBlockSize};
-  FakeControl control_{"/reset_prefix_cache", [this] { publisher_.Clear(); }};
+  std::mutex publisher_mu_;  // the control's reset and a test thread both drive the publisher
+  FakeControl control_{"/reset_prefix_cache", [this] {
+                         std::lock_guard lock(publisher_mu_);
+                         publisher_.Clear();
+                       }};
   std::array<DaemonProcess, kReplicas> replicas_;
 };
 
@@ -659,6 +676,338 @@ TEST_F(ReplicaE2ETest, ASecondProcessUnderALiveReplicaIdRefusesToStart) {
       << impostor.Stderr();
   EXPECT_EQ(Get(r(0), "/v1/config").json()["replica"].value("id", ""), "r0");
   EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+}
+
+// ---- The chaos soak ---------------------------------------------------------
+//
+// Governance writes (quarantines and their lifts, leases), routes and
+// invalidations at a steady rate against the three replicas, while a driver,
+// at random points under a seed, kills -9 a replica and restarts it (some
+// for longer than the retained history, so they rejoin from the snapshot),
+// restarts Redis, and pauses a replica (SIGSTOP) past its claim ttl. Then
+// every fault is healed and the replicas must converge: every acknowledged
+// write in every replica's journal exactly once (or inside a span it
+// adopted from a snapshot), one chain head, every directive certified once
+// or failed with a reason, the owner called at most once more per takeover
+// or restart, the stream trimmed, every replica holding its own live id
+// claim. KVGOV_CHAOS_SECONDS (default 30) and KVGOV_CHAOS_SEED (default 1)
+// set the run; `make soak-replicas` runs it longer under several seeds.
+
+int64_t EnvOr(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::stoll(value) : fallback;
+}
+
+class ReplicaChaosTest : public ReplicaE2ETest {
+ protected:
+  ReplicaChaosTest() {
+    // Little history, frequent snapshots: a replica down for a few seconds
+    // comes back past the trim.
+    extra_flags_ = {"--log-retain-ms", "2000", "--snapshot-interval-ms", "500"};
+  }
+
+  enum class Health { kUp, kDown, kPaused };
+
+  // A live replica's port, or 0 when none is up.
+  uint16_t PickUp(std::mt19937_64& rng) {
+    std::lock_guard lock(health_mu_);
+    std::vector<int> up;
+    for (int i = 0; i < kReplicas; ++i) {
+      if (health_[i] == Health::kUp) up.push_back(i);
+    }
+    if (up.empty()) return 0;
+    return replicas_[up[rng() % up.size()]].port();
+  }
+
+  // Short timeouts: a request to a replica paused under it gives up.
+  static Reply Send(uint16_t port, const std::string& path, const Json& body) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(seconds(1));
+    client.set_read_timeout(seconds(7));  // a write waits up to 5 s for its entry
+    return ToReply(client.Post(path, body.dump(), "application/json"));
+  }
+
+  void SetHealth(int i, Health health) {
+    std::lock_guard lock(health_mu_);
+    health_[i] = health;
+  }
+
+  // Every row of a replica's journal, by seq.
+  std::vector<Json> AllRows(const DaemonProcess& replica) {
+    std::vector<Json> rows;
+    uint64_t since = 1;
+    while (true) {
+      Json page =
+          Get(replica, "/v1/journal?since=" + std::to_string(since) + "&limit=1000").json();
+      if (!page.is_object() || !page["rows"].is_array() || page["rows"].empty()) break;
+      for (Json& row : page["rows"]) rows.push_back(std::move(row));
+      since = rows.back().value("seq", uint64_t{0}) + 1;
+    }
+    return rows;
+  }
+
+  std::mutex health_mu_;
+  std::array<Health, kReplicas> health_{Health::kUp, Health::kUp, Health::kUp};
+};
+
+TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
+  const int64_t run_seconds = EnvOr("KVGOV_CHAOS_SECONDS", 30);
+  const auto seed = static_cast<uint64_t>(EnvOr("KVGOV_CHAOS_SEED", 1));
+  std::atomic<bool> stop{false};
+  std::mutex acked_mu;
+  std::vector<std::string> acked_quarantines;  // guarded by acked_mu
+  std::vector<std::string> acked_lifts;        // guarded by acked_mu
+  std::vector<std::string> acked_leases;       // guarded by acked_mu
+  std::vector<std::string> acked_directives;   // guarded by acked_mu
+  std::atomic<uint64_t> write_attempts{0};
+  std::atomic<uint64_t> routes_ok{0};
+  std::atomic<uint64_t> routes_failed{0};
+
+  std::thread writer([&] {
+    std::mt19937_64 rng(seed * 7 + 1);
+    for (int n = 0; !stop.load(); ++n) {
+      std::this_thread::sleep_for(milliseconds(40));
+      const uint16_t port = PickUp(rng);
+      if (port == 0) continue;
+      write_attempts.fetch_add(1);
+      if (n % 4 == 3) {  // a lease, created and completed through two replicas
+        const std::string id = "chaos-lease-" + std::to_string(n);
+        Reply created = Send(port, "/v1/events", LeaseEvent(id, "create"));
+        if (created.json().value("accepted", 0) != 1) continue;
+        {
+          std::lock_guard lock(acked_mu);
+          acked_leases.push_back(id);
+        }
+        const uint16_t other = PickUp(rng);
+        if (other != 0) (void)Send(other, "/v1/events", LeaseEvent(id, "transfer_complete"));
+        continue;
+      }
+      Json body = kQuarantine;
+      body["reason"] = "chaos-" + std::to_string(n);
+      Reply quarantined = Send(port, "/v1/quarantine", body);
+      if (quarantined.status != 200) continue;
+      const std::string id = quarantined.json().value("id", "");
+      std::lock_guard lock(acked_mu);
+      acked_quarantines.push_back(id);
+      if (n % 3 == 0) {
+        const uint16_t other = PickUp(rng);
+        if (other != 0 && Send(other, "/v1/quarantines/" + id + "/lift",
+                               {{"reason", "chaos"}}).status == 200) {
+          acked_lifts.push_back(id);
+        }
+      }
+    }
+  });
+  std::thread router([&] {
+    std::mt19937_64 rng(seed * 7 + 2);
+    while (!stop.load()) {
+      std::this_thread::sleep_for(milliseconds(10));
+      const uint16_t port = PickUp(rng);
+      if (port == 0) continue;
+      Reply routed = Send(port, "/v1/route", {{"model", "llama"}, {"token_ids", Tokens(8, 100)}});
+      (routed.status == 200 ? routes_ok : routes_failed).fetch_add(1);
+    }
+  });
+  std::thread invalidator([&] {
+    std::mt19937_64 rng(seed * 7 + 3);
+    while (!stop.load()) {
+      {
+        // The engine caches the prompt again, so each directive has a target.
+        std::lock_guard lock(publisher_mu_);
+        publisher_.Store(std::nullopt, 2, 100);
+      }
+      std::this_thread::sleep_for(milliseconds(1000));
+      const uint16_t port = PickUp(rng);
+      if (port == 0) continue;
+      Reply created = Send(port, "/v1/invalidations", kInvalidation);
+      if (created.status != 202) continue;
+      std::lock_guard lock(acked_mu);
+      acked_directives.push_back(created.json().value("id", ""));
+    }
+  });
+
+  // The faults, one at a time, each healed before the next.
+  std::mt19937_64 rng(seed);
+  std::array<std::string, kReplicas> earlier_output;  // of runs before a restart
+  int kills = 0;
+  int long_kills = 0;
+  int redis_restarts = 0;
+  int pauses = 0;
+  const auto end = std::chrono::steady_clock::now() + seconds(run_seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(milliseconds(1000 + static_cast<int64_t>(rng() % 2000)));
+    const int victim = static_cast<int>(rng() % kReplicas);
+    switch (rng() % 3) {
+      case 0: {
+        SetHealth(victim, Health::kDown);
+        r(victim).Kill();
+        earlier_output[victim] += r(victim).Stderr();
+        const auto down_for = milliseconds(300 + static_cast<int64_t>(rng() % 4500));
+        if (down_for > milliseconds(2500)) ++long_kills;
+        std::this_thread::sleep_for(down_for);
+        Status restarted = StartReplica(victim);
+        ASSERT_TRUE(restarted.ok()) << "r" << victim << ": " << restarted.message();
+        SetHealth(victim, Health::kUp);
+        ++kills;
+        break;
+      }
+      case 1: {
+        redis_.Kill();
+        std::this_thread::sleep_for(milliseconds(static_cast<int64_t>(rng() % 800)));
+        Status restarted = redis_.Restart();
+        ASSERT_TRUE(restarted.ok()) << restarted.message();
+        ++redis_restarts;
+        break;
+      }
+      default: {
+        SetHealth(victim, Health::kPaused);
+        ASSERT_EQ(::kill(r(victim).pid(), SIGSTOP), 0);
+        std::this_thread::sleep_for(milliseconds(1200 + static_cast<int64_t>(rng() % 1500)));
+        ASSERT_EQ(::kill(r(victim).pid(), SIGCONT), 0);
+        SetHealth(victim, Health::kUp);
+        ++pauses;
+        break;
+      }
+    }
+  }
+  stop.store(true);
+  writer.join();
+  router.join();
+  invalidator.join();
+  const auto healed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(JournalHeadsConverge({0, 1, 2}, seconds(60)));
+  const double convergence_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - healed_at).count();
+
+  std::lock_guard lock(acked_mu);
+  // Directives run to their end (certified or failed) on every replica.
+  int certified = 0;
+  for (const std::string& id : acked_directives) {
+    Json directive = WaitForDirectiveEnd(r(0), id, seconds(60));
+    const std::string state = directive.value("state", "");
+    if (state == "certified") ++certified;
+    EXPECT_TRUE(state == "certified" ||
+                (state == "failed" && !directive.value("reason", "").empty()))
+        << id << ": " << directive.dump();
+  }
+  ASSERT_TRUE(JournalHeadsConverge({0, 1, 2}, seconds(30)));
+
+  // Every acknowledged write in every journal once, or inside a span that
+  // replica adopted (rows it never had; the chain head vouches for them).
+  std::array<std::map<std::string, std::vector<uint64_t>>, kReplicas> seqs;  // kind/subject
+  std::array<Json, kReplicas> adopted;
+  for (int i = 0; i < kReplicas; ++i) {
+    for (const Json& row : AllRows(r(i))) {
+      seqs[i][row.value("kind", "") + "/" + row.value("subject", "")].push_back(
+          row.value("seq", uint64_t{0}));
+    }
+    Json verified = Get(r(i), "/v1/journal/verify").json();
+    EXPECT_EQ(verified.value("ok", false), true) << "r" << i << ": " << verified.dump();
+    adopted[i] = verified["adopted"];
+  }
+  auto adopted_by = [&](int i, uint64_t seq) {
+    for (const Json& span : adopted[i]) {
+      if (span.value("first_seq", uint64_t{0}) <= seq && seq <= span.value("last_seq", uint64_t{0})) {
+        return true;
+      }
+    }
+    return false;
+  };
+  auto once_everywhere = [&](const std::string& key) {
+    std::optional<uint64_t> seq;
+    for (int i = 0; i < kReplicas; ++i) {
+      auto found = seqs[i].find(key);
+      if (found == seqs[i].end()) continue;
+      EXPECT_EQ(found->second.size(), 1u) << key << " on r" << i;
+      if (!seq) seq = found->second.front();
+      EXPECT_EQ(found->second.front(), *seq) << key << " on r" << i;
+    }
+    ASSERT_TRUE(seq.has_value()) << key << " is in no journal";
+    for (int i = 0; i < kReplicas; ++i) {
+      if (!seqs[i].contains(key)) {
+        EXPECT_TRUE(adopted_by(i, *seq)) << key << " missing on r" << i;
+      }
+    }
+  };
+  for (const std::string& id : acked_quarantines) once_everywhere("quarantine/" + id);
+  for (const std::string& id : acked_lifts) once_everywhere("quarantine.lift/" + id);
+  for (const std::string& id : acked_directives) once_everywhere("invalidation.planned/" + id);
+  for (const std::string& id : acked_leases) {
+    // Created once, ended at most once: its rows are its transitions.
+    for (int i = 0; i < kReplicas; ++i) {
+      auto found = seqs[i].find("lease.transition/" + id);
+      if (found != seqs[i].end()) {
+        EXPECT_LE(found->second.size(), 2u) << id << " on r" << i;
+      }
+    }
+  }
+  for (int i = 0; i < kReplicas; ++i) {
+    for (const auto& [key, at] : seqs[i]) {
+      if (key.starts_with("invalidation.certified/")) {
+        EXPECT_EQ(at.size(), 1u) << key;
+      }
+    }
+  }
+
+  // The owner: once per directive, at most once more per takeover or
+  // restart of the replica that drove it.
+  int takeovers = 0;
+  for (int i = 0; i < kReplicas; ++i) {
+    const std::string output = earlier_output[i] + r(i).Stderr();
+    for (size_t at = output.find("event=directive.taken_over"); at != std::string::npos;
+         at = output.find("event=directive.taken_over", at + 1)) {
+      ++takeovers;
+    }
+    EXPECT_EQ(output.find("was taken by another kvgov"), std::string::npos) << output;
+  }
+  EXPECT_LE(control_.calls(), static_cast<int>(acked_directives.size()) + takeovers + kills);
+
+  // Redis: the stream trimmed below what every replica applied, and every
+  // replica holding its own live id claim.
+  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
+  ASSERT_TRUE(endpoint.ok());
+  replication::RedisConnection redis(*endpoint, milliseconds(2000));
+  Result<replication::RedisReply> length = redis.Command({"XLEN", "kvgov:governance"});
+  ASSERT_TRUE(length.ok()) << length.status().ToString();
+  Result<replication::RedisReply> mark = redis.Command({"GET", "kvgov:governance:trimmed"});
+  ASSERT_TRUE(mark.ok());
+  EXPECT_EQ(mark->type, replication::RedisReply::Type::kString) << "the stream was never trimmed";
+  const uint64_t head = Get(r(0), "/v1/journal?since=1&limit=1").json().value("head_seq", uint64_t{0});
+  EXPECT_LT(static_cast<uint64_t>(length->integer), std::max<uint64_t>(head / 2, 200))
+      << "stream of " << length->integer << " entries for " << head << " rows";
+  for (int i = 0; i < kReplicas; ++i) {
+    Result<replication::RedisReply> ttl =
+        redis.Command({"PTTL", "kvgov:claim:replica/r" + std::to_string(i)});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << "r" << i << " holds no live id claim";
+    EXPECT_EQ(::kill(r(i).pid(), 0), 0) << "r" << i << " is not running";
+  }
+  Result<replication::RedisReply> memory = redis.Command({"MEMORY", "USAGE", "kvgov:governance"});
+  int64_t installs = 0;
+  for (int i = 0; i < kReplicas; ++i) {
+    const std::string metrics = Get(r(i), "/metrics").body;
+    const std::string name = "\nkvgov_replica_snapshot_installs_total ";
+    const size_t at = metrics.find(name);
+    if (at != std::string::npos) installs += std::stoll(metrics.substr(at + name.size()));
+  }
+  std::printf(
+      "chaos soak (seed %llu, %lld s): %zu quarantines, %zu lifts, %zu leases and %zu "
+      "invalidations acknowledged (%llu write attempts); %llu routes answered, %llu not; "
+      "faults: %d kill -9 (%d past the retained history), %d Redis restarts, %d pauses past "
+      "the claim ttl; %d snapshot installs, %d directive takeovers, %d owner calls for %zu "
+      "directives (%d certified); converged %.2f s after the last fault; stream %lld entries "
+      "(%lld bytes) for %llu journal rows\n",
+      static_cast<unsigned long long>(seed), static_cast<long long>(run_seconds),
+      acked_quarantines.size(), acked_lifts.size(), acked_leases.size(), acked_directives.size(),
+      static_cast<unsigned long long>(write_attempts.load()),
+      static_cast<unsigned long long>(routes_ok.load()),
+      static_cast<unsigned long long>(routes_failed.load()), kills, long_kills, redis_restarts,
+      pauses, static_cast<int>(installs), takeovers, control_.calls(), acked_directives.size(),
+      certified, convergence_s, static_cast<long long>(length->integer),
+      static_cast<long long>(memory.ok() ? memory->integer : -1),
+      static_cast<unsigned long long>(head));
+  EXPECT_GT(acked_quarantines.size(), 0u);
+  EXPECT_GT(kills + redis_restarts + pauses, 0);
 }
 
 }  // namespace
