@@ -28,6 +28,8 @@ std::string EncodeConfigJson(const ConfigView& config) {
                {"redis", r.redis},
                {"prefix", r.prefix},
                {"claim_ttl_ms", r.claim_ttl_ms},
+               {"log_retain_ms", r.log_retain_ms},
+               {"snapshot_interval_ms", r.snapshot_interval_ms},
                {"log_connected", r.log_connected},
                {"housekeeper", r.housekeeper},
                {"applied_id", r.applied_id}};

@@ -87,9 +87,12 @@ TEST(ConfigApiTest, ASingleNodeHasANullReplicaAndEveryTiersCredit) {
   EXPECT_EQ(json["route"]["tier_credit"]["remote"], 0.25);
   EXPECT_EQ(json["route"]["tier_credit"]["unknown"], 0.0);
   EXPECT_TRUE(json["engines"].empty());
-  config.replica = ReplicaConfigView{"r1", "redis://127.0.0.1:6379/0", "kvgov", 3000, true,
-                                     false, "0-1"};
-  EXPECT_EQ(nlohmann::json::parse(EncodeConfigJson(config))["replica"]["claim_ttl_ms"], 3000);
+  config.replica = ReplicaConfigView{"r1", "redis://127.0.0.1:6379/0", "kvgov", 3000, 600000,
+                                     30000, true, false, "0-1"};
+  const nlohmann::json replica = nlohmann::json::parse(EncodeConfigJson(config))["replica"];
+  EXPECT_EQ(replica["claim_ttl_ms"], 3000);
+  EXPECT_EQ(replica["log_retain_ms"], 600000);
+  EXPECT_EQ(replica["snapshot_interval_ms"], 30000);
 }
 
 }  // namespace

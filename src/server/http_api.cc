@@ -300,6 +300,8 @@ std::string ConfigJson(const Daemon& daemon) {
                                        redis.ok() ? redis->Describe() : "",
                                        daemon.options.redis_prefix,
                                        daemon.options.claim_ttl_ms,
+                                       daemon.options.log_retain_ms,
+                                       daemon.options.snapshot_interval_ms,
                                        daemon.replica->connected(),
                                        daemon.replica->housekeeper(),
                                        daemon.replica->applied_id()};

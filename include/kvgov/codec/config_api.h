@@ -20,6 +20,8 @@ struct ReplicaConfigView {
   std::string redis;
   std::string prefix;
   int64_t claim_ttl_ms = 0;
+  int64_t log_retain_ms = 0;
+  int64_t snapshot_interval_ms = 0;
   bool log_connected = false;
   bool housekeeper = false;
   std::string applied_id;
