@@ -301,7 +301,12 @@ log::Line(log::Level::kInfo, "replica.log_following")
     // After the read: a trim between the last check and the read would
     // otherwise put this batch after a hole.
     Result<bool> missed = MissedHistory();
-    if (!missed.ok()) continue;  // Redis went away between the two: read again
+    if (!missed.ok()) {
+      // Redis went away between the two (or the mark is not ours): the
+      // batch is read again once the mark can be read.
+      if (!WaitFor(backoff)) return;
+      continue;
+    }
     if (*missed) {
       if (Status installed = InstallSnapshot(); !installed.ok()) {
 log::Line(log::Level::kError, "replica.snapshot_install_failed")
