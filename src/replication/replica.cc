@@ -225,12 +225,11 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
   }
   auto row = own_rows_.find(entry.write_id);
   if (row == own_rows_.end()) {
-    // Only a snapshot jumps past an entry without applying it here.
     return Status::Unavailable("appended to the governance log as " + *appended +
-                               " and applied by the fleet, but this replica installed a "
-                               "snapshot over it, so its outcome is not known here");
+                               ", but its outcome is not known here: this replica installed a "
+                               "snapshot over it");
   }
-  Result<journal::Row> result = std::move(row->second);
+  Result<journal::Row> result = std::move(row->second.outcome);
   own_rows_.erase(row);
   return result;
 }
@@ -366,11 +365,16 @@ log::Line(log::Level::kWarn, "replica.entry_skipped")
       .Field("error", why.ToString());
 }
 
-void Replica::SettleOwn(const LogEntry& entry, Result<journal::Row> outcome) {
+void Replica::SettleOwn(const LogEntry& entry, const StreamId& id, Result<journal::Row> outcome) {
   if (entry.origin != options_.replica_id || entry.write_id.empty()) return;
   std::lock_guard lock(mu_);
-  own_rows_.emplace(entry.write_id, std::move(outcome));
-  while (own_rows_.size() > kMaxUnclaimedRows) own_rows_.erase(own_rows_.begin());
+  own_rows_.emplace(entry.write_id, OwnOutcome{id, std::move(outcome)});
+  if (own_rows_.size() > kMaxUnclaimedRows) {
+    // Only writers that gave up leave rows behind: the oldest goes.
+    auto oldest = std::min_element(own_rows_.begin(), own_rows_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+    own_rows_.erase(oldest);
+  }
 }
 
 std::vector<store::WriteOp> Replica::WriteIdOps(const LogEntry& entry, const StreamId& id) const {
@@ -429,7 +433,7 @@ Status Replica::Skip(const LogEntry& entry, const Status& why) {
   ops.push_back({store::Column::kMeta, std::string(kCursorKey), entry.id});
   KVGOV_RETURN_IF_ERROR(store_->Write(ops, /*sync=*/true));
   RememberWriteId(entry, id);
-  SettleOwn(entry, why);
+  SettleOwn(entry, id, why);
   {
     std::lock_guard lock(mu_);
     if (applied_ < id) applied_ = id;
@@ -486,7 +490,7 @@ log::Line(log::Level::kInfo, "replica.entry_refused")
   }
   RememberWriteId(entry, id);
   if (hooks_.apply) hooks_.apply(entry);
-  SettleOwn(entry, std::move(row));
+  SettleOwn(entry, id, std::move(row));
   {
     std::lock_guard lock(mu_);
     applied_ = id;

@@ -150,8 +150,8 @@ class Replica {
   // they are written.
   std::vector<store::WriteOp> WriteIdOps(const LogEntry& entry, const StreamId& id) const;
   void RememberWriteId(const LogEntry& entry, const StreamId& id);
-  // The writer of `entry`, if it is this replica, gets `outcome`.
-  void SettleOwn(const LogEntry& entry, Result<journal::Row> outcome);
+  // The writer of `entry` (at `id`), if it is this replica, gets `outcome`.
+  void SettleOwn(const LogEntry& entry, const StreamId& id, Result<journal::Row> outcome);
   // True when the log was trimmed past what this replica applied: the next
   // entries would follow a hole.
   Result<bool> MissedHistory();
@@ -183,7 +183,11 @@ class Replica {
   StreamId applied_;                         // guarded by mu_
   // What this replica's own entries came to, by write id, until their
   // writers collect them. Guarded by mu_.
-  std::map<std::string, Result<journal::Row>, std::less<>> own_rows_;
+  struct OwnOutcome {
+    StreamId at;
+    Result<journal::Row> outcome;
+  };
+  std::map<std::string, OwnOutcome, std::less<>> own_rows_;
   // The write ids applied within the window, by id and in stream order
   // (the applier's own; read under mu_ by nothing else).
   std::map<std::string, StreamId, std::less<>> write_ids_;
