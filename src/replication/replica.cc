@@ -134,6 +134,9 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
         "is renewed every " + std::to_string(replica->options_.claim_ttl.count() / 3) +
         " ms); give this process its own --replica-id, or stop the other one first");
   }
+  // Counted as live before its first heartbeat: a restarted replica holds
+  // the trim back from the start.
+  (void)replica->applied_board_.Publish(replica->applied_);
   Result<std::string> last = replica->log_.LastId();
   replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
   replica->heartbeat_ = std::thread([r = replica.get()] { r->HeartbeatLoop(); });
@@ -573,12 +576,13 @@ Status Replica::InstallSnapshot() {
                                             "snapshot " + snapshot.id, ops));
   KVGOV_RETURN_IF_ERROR(LoadWriteIds());
   if (hooks_.apply) hooks_.apply(as_entry);
+  snapshot_installs_.fetch_add(1);  // before the applied id tells anyone it is done
   {
     std::lock_guard lock(mu_);
     if (applied_ < at) applied_ = at;
   }
   applied_cv_.notify_all();
-  snapshot_installs_.fetch_add(1);
+  (void)applied_board_.Publish(at);  // holds the next trim back at once
 log::Line(log::Level::kWarn, "replica.snapshot_installed")
       .Field("replica", options_.replica_id)
       .Field("snapshot", snapshot.id)
