@@ -882,12 +882,14 @@ TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
   std::lock_guard lock(acked_mu);
   // Directives run to their end (certified or failed) on every replica.
   int certified = 0;
+  std::map<std::string, int> failures;  // by reason
   for (const std::string& id : acked_directives) {
     Json directive = WaitForDirectiveEnd(r(0), id, seconds(60));
     const std::string state = directive.value("state", "");
     if (state == "certified") ++certified;
+    if (state == "failed") ++failures[directive.value("failure", "")];
     EXPECT_TRUE(state == "certified" ||
-                (state == "failed" && !directive.value("reason", "").empty()))
+                (state == "failed" && !directive.value("failure", "").empty()))
         << id << ": " << directive.dump();
   }
   ASSERT_TRUE(JournalHeadsConverge({0, 1, 2}, seconds(30)));
@@ -1006,6 +1008,9 @@ TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
       certified, convergence_s, static_cast<long long>(length->integer),
       static_cast<long long>(memory.ok() ? memory->integer : -1),
       static_cast<unsigned long long>(head));
+  for (const auto& [reason, count] : failures) {
+    std::printf("  %d directives failed: %s\n", count, reason.c_str());
+  }
   EXPECT_GT(acked_quarantines.size(), 0u);
   EXPECT_GT(kills + redis_restarts + pauses, 0);
 }
