@@ -102,15 +102,19 @@ bool ListsQuarantine(const DaemonProcess& replica, const std::string& id) {
   return false;
 }
 
-bool ListsLease(const DaemonProcess& replica, const std::string& lease_id) {
+// The lease as r's /v1/leases lists it, or null.
+Json ListedLease(const DaemonProcess& replica, const std::string& lease_id) {
   Json json = Get(replica, "/v1/leases").json();
-  if (!json.is_object() || !json["leases"].is_array()) return false;
+  if (!json.is_object() || !json["leases"].is_array()) return nullptr;
   for (const Json& lease : json["leases"]) {
-    if (lease.value("lease_id", "") == lease_id && lease.value("state", "") == "active") {
-      return true;
-    }
+    if (lease.value("lease_id", "") == lease_id) return lease;
   }
-  return false;
+  return nullptr;
+}
+
+bool ListsLease(const DaemonProcess& replica, const std::string& lease_id) {
+  const Json lease = ListedLease(replica, lease_id);
+  return lease.is_object() && lease.value("state", "") == "active";
 }
 
 // Polls the directive on `replica` until it is certified or failed; returns
@@ -560,16 +564,6 @@ Json LeaseEvent(const std::string& lease_id, const std::string& event) {
                 {"span_digest", "s-" + lease_id}, {"remote_engine", "w1"}};
   if (event == "create") lease["ttl_ms"] = 60000;
   return {{"events", Json::array({lease})}};
-}
-
-// The lease as r's /v1/leases lists it, or null.
-Json ListedLease(const DaemonProcess& replica, const std::string& lease_id) {
-  Json json = Get(replica, "/v1/leases").json();
-  if (!json.is_object() || !json["leases"].is_array()) return nullptr;
-  for (const Json& lease : json["leases"]) {
-    if (lease.value("lease_id", "") == lease_id) return lease;
-  }
-  return nullptr;
 }
 
 int64_t RefusedEntries(const DaemonProcess& replica) {
