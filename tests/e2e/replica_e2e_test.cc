@@ -672,6 +672,27 @@ TEST_F(ReplicaE2ETest, ASecondProcessUnderALiveReplicaIdRefusesToStart) {
   EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
 }
 
+// A replica whose id another process took while it could not renew it (set
+// here in Redis as that process would) stops serving as it and exits 1; the
+// others go on.
+TEST_F(ReplicaE2ETest, AReplicaWhoseIdWasTakenStopsAndExits1) {
+  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
+  ASSERT_TRUE(endpoint.ok());
+  replication::RedisConnection redis(*endpoint, milliseconds(2000));
+  ASSERT_TRUE(
+      redis.Command({"SET", "kvgov:claim:replica/r2", "another-instance", "PX", "60000"}).ok());
+  ASSERT_TRUE(WaitFor([&] { return r(2).Stderr().find("shutting down") != std::string::npos; },
+                      seconds(10)))
+      << r(2).Stderr();
+  const std::string output = r(2).Stderr();
+  EXPECT_EQ(r(2).Stop(), 1) << output;
+  EXPECT_NE(output.find("replica id 'r2' was taken by another kvgov"), std::string::npos)
+      << output;
+  Reply accepted = Post(r(0), "/v1/quarantine", kQuarantine);
+  EXPECT_EQ(accepted.status, 200) << accepted.body;
+  EXPECT_TRUE(JournalHeadsConverge({0, 1}));
+}
+
 // ---- The chaos soak ---------------------------------------------------------
 //
 // Governance writes (quarantines and their lifts, leases), routes and
