@@ -15,6 +15,7 @@ struct SimRequest {
   std::string tenant;     // "" for a single-tenant workload
   std::string session;    // for reports: which conversation or group it belongs to
   std::vector<int64_t> tokens;
+  int64_t output_tokens = 0;  // what the answer generates (0: not modeled)
 };
 
 /// Agents: each tenant's sessions share the tenant's system prompt, and
