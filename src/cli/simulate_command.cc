@@ -2,11 +2,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "kvgov/sim/fleet.h"
+#include "kvgov/sim/trace.h"
 #include "kvgov/sim/workload.h"
 
 namespace kvgov::cli {
@@ -17,6 +21,50 @@ std::string Rate(double per_s) {
   char text[32];
   std::snprintf(text, sizeof(text), "%g", per_s);
   return text;
+}
+
+// A trace file is read whole, so it is bounded first.
+constexpr uintmax_t kMaxTraceFileBytes = uintmax_t{2} << 30;
+
+Result<std::string> ReadTraceFile(const std::string& path) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (error) return Status::InvalidArgument("--trace " + path + ": " + error.message());
+  if (size > kMaxTraceFileBytes) {
+    return Status::InvalidArgument("--trace " + path + ": " + std::to_string(size) +
+                                   " bytes, over the limit of " +
+                                   std::to_string(kMaxTraceFileBytes));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Status::InvalidArgument("--trace " + path + ": cannot be opened");
+  std::string text(static_cast<size_t>(size), '\0');
+  file.read(text.data(), static_cast<std::streamsize>(size));
+  if (!file) return Status::InvalidArgument("--trace " + path + ": read failed");
+  return text;
+}
+
+// "START:END" in seconds, either side empty for the trace's start or end.
+Status ParseWindow(const std::string& text, sim::MooncakeTraceOptions& options) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    return Status::InvalidArgument("--window: want START:END in seconds, got '" + text + "'");
+  }
+  const std::string start = text.substr(0, colon);
+  const std::string end = text.substr(colon + 1);
+  try {
+    size_t used = 0;
+    if (!start.empty()) {
+      options.window_start_s = std::stod(start, &used);
+      if (used != start.size()) throw std::invalid_argument(start);
+    }
+    if (!end.empty()) {
+      options.window_end_s = std::stod(end, &used);
+      if (used != end.size()) throw std::invalid_argument(end);
+    }
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("--window: want START:END in seconds, got '" + text + "'");
+  }
+  return Status::Ok();
 }
 
 // A workload with the fleet it is meant for; flags override either.
@@ -47,7 +95,25 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     engines = total;
     scenario.split = *split;
   }
-  if (flags.workload == "shared-prefix") {
+  if (!flags.trace.empty()) {
+    sim::MooncakeTraceOptions options;
+    options.block_tokens = flags.trace_block_tokens;
+    options.speedup = flags.speedup;
+    options.seed = flags.seed;
+    if (!flags.window.empty()) KVGOV_RETURN_IF_ERROR(ParseWindow(flags.window, options));
+    KVGOV_ASSIGN_OR_RETURN(std::string text, ReadTraceFile(flags.trace));
+    Result<std::vector<sim::SimRequest>> trace = sim::ParseMooncakeTrace(text, options);
+    if (!trace.ok()) return trace.status().WithContext("--trace " + flags.trace);
+    scenario.trace = std::move(trace).value();
+    // An 8B model on H200s: about 800 k tokens of KV each once the weights
+    // are loaded (docs/formats/simulator.md, "Request traces").
+    fleet.engines = engines > 0 ? engines : 4;
+    fleet.shape = sim::ModelShape::kLlama3_8B;
+    fleet.capacity_blocks = 50000;
+    scenario.description = flags.trace + ", " + std::to_string(scenario.trace.size()) +
+                           " requests, " + std::to_string(flags.trace_block_tokens) +
+                           "-token blocks, " + Rate(flags.speedup) + "x speed";
+  } else if (flags.workload == "shared-prefix") {
     // llm-d's 73%-capacity benchmark: 8 pods of Qwen3-32B, 150 groups of a
     // 6k-token system prompt plus a 1.2k-token question.
     sim::SharedPrefixWorkloadOptions workload;
@@ -167,6 +233,26 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       "Deterministic under --seed. Example: kvgov simulate --workload shared-prefix");
   command->add_option("--workload", flags.workload, "agent or shared-prefix (llm-d's benchmark).")
       ->capture_default_str();
+  CLI::Option* trace = command->add_option(
+      "--trace", flags.trace,
+      "Replay a request trace in Mooncake's format (one JSON object a line: timestamp ms,\n"
+      "input_length, output_length, hash_ids) instead of a workload; tokens are synthesized\n"
+      "per hash id, so equal ids are equal blocks. Default fleet: 4 engines x 50000 blocks,\n"
+      "llama-3-8b.");
+  command->add_option("--trace-block-tokens", flags.trace_block_tokens,
+                      "Tokens each of the trace's hash ids stands for.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}))
+      ->needs(trace);
+  command->add_option("--speedup", flags.speedup,
+                      "Replay the trace this many times faster (arrivals divided by it).")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(trace);
+  command->add_option("--window", flags.window,
+                      "START:END: only the trace's requests arriving in [START, END) seconds\n"
+                      "(either side may be empty).")
+      ->needs(trace);
   command->add_option("--engines", flags.engines,
                       "Simulated engines (default: 8 for shared-prefix, 4 for agent).")
       ->check(CLI::Range(1, 1024));
@@ -233,7 +319,7 @@ int RunSimulate(const SimulateFlags& flags) {
     }
   }
   if (flags.json) {
-    nlohmann::json out = {{"workload", flags.workload},
+    nlohmann::json out = {{"workload", flags.trace.empty() ? flags.workload : "trace"},
                           {"description", scenario->description},
                           {"engines", fleet.engines},
                           {"capacity_blocks", fleet.capacity_blocks},
@@ -255,7 +341,8 @@ int RunSimulate(const SimulateFlags& flags) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("workload %s: %s\n", flags.workload.c_str(), scenario->description.c_str());
+  std::printf("workload %s: %s\n", flags.trace.empty() ? flags.workload.c_str() : "trace",
+              scenario->description.c_str());
   std::printf("fleet: %d engines x %zu blocks of %lld tokens, prefill modeled on %s (H200)\n",
               fleet.engines, fleet.capacity_blocks, static_cast<long long>(fleet.block_size),
               std::string(sim::ToString(fleet.shape)).c_str());

@@ -24,6 +24,11 @@ struct SimulateFlags {
   router::RouteWeights route;  // kvgov's policy
   std::string disaggregate;    // "xPyD": also run an xPyD fleet; "": colocated only
   double link_gbps = 400;      // each decode engine's link, with --disaggregate
+  // --trace FILE: replay a Mooncake-format trace instead of a workload.
+  std::string trace;
+  int64_t trace_block_tokens = 512;
+  double speedup = 1;
+  std::string window;  // "START:END" seconds of the trace; "": all of it
 };
 
 /// Registers `kvgov simulate` on the app; returns the subcommand.
