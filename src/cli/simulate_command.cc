@@ -202,6 +202,7 @@ int RunPolicies(const SimulateFlags& flags, const Scenario& scenario,
       std::fprintf(stderr, "kvgov simulate: --policy: %s\n", policy.status().message().c_str());
       return 2;
     }
+    if (fleet.disaggregated() && (*policy)->colocated_only()) continue;
     Result<sim::PolicyReport> report = sim::RunTrace(scenario.trace, fleet, **policy);
     if (!report.ok()) {
       std::fprintf(stderr, "kvgov simulate: %s%s: %s\n", name.c_str(),
@@ -271,7 +272,8 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   command->add_option("--policy", flags.policies,
                       "Policies to compare (repeatable): kvgov, round-robin, random, least-load,\n"
-                      "oracle. Default: all.");
+                      "oracle, and the peers' as documented: dynamo, llm-d, sglang, prefix-hash\n"
+                      "(colocated fleets only). Default: all.");
   command->add_option("--encoding", flags.encoding,
                       "Engine event encoding: map (vLLM >= 0.26) or legacy (positional).")
       ->capture_default_str();

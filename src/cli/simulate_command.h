@@ -18,7 +18,9 @@ struct SimulateFlags {
   double rate = 0;             // 0: the workload's default
   std::string shape;           // "": the workload's default
   uint64_t seed = 1;
-  std::vector<std::string> policies = {"kvgov", "round-robin", "random", "least-load", "oracle"};
+  std::vector<std::string> policies = {"kvgov",       "round-robin", "random",
+                                       "least-load",  "oracle",      "dynamo",
+                                       "llm-d",       "sglang",      "prefix-hash"};
   std::string encoding = "map";
   bool json = false;
   router::RouteWeights route;  // kvgov's policy

@@ -12,6 +12,7 @@
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/router/worker_status.h"
+#include "kvgov/sim/peer_policies.h"
 
 namespace kvgov::sim {
 
@@ -445,8 +446,17 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
   if (name == "random") return MakeRandomPolicy(seed);
   if (name == "least-load") return MakeLeastLoadPolicy();
   if (name == "oracle") return MakeOraclePolicy(weights.overlap_weight);
+  if (name == "dynamo") return MakeDynamoPolicy(fleet, {.overlap_score_weight = 1.0, .seed = seed});
+  if (name == "llm-d") {
+    LlmdPolicyOptions options;
+    options.seed = seed;
+    return MakeLlmdPolicy(fleet, options);
+  }
+  if (name == "sglang") return MakeSglangPolicy(fleet, {});
+  if (name == "prefix-hash") return MakePrefixHashPolicy(fleet, {});
   return Status::InvalidArgument("unknown policy \"" + std::string(name.substr(0, 64)) +
-                                 "\": want kvgov, round-robin, random, least-load or oracle");
+                                 "\": want kvgov, round-robin, random, least-load, oracle, "
+                                 "dynamo, llm-d, sglang or prefix-hash");
 }
 
 PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes,

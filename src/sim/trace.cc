@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/mix.h"
+
 namespace kvgov::sim {
 namespace {
 
@@ -48,15 +50,6 @@ Result<int64_t> IntegerField(const Json& line_json, std::string_view name, int64
                          std::to_string(max));
   }
   return value;
-}
-
-// splitmix64: a well-mixed 64-bit function, so neighbouring ids and
-// positions give unrelated tokens.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -161,10 +154,10 @@ Result<std::vector<SimRequest>> ParseMooncakeTrace(std::string_view text,
       auto [block, made] = blocks.try_emplace(id);
       if (made) {
         block->second.resize(static_cast<size_t>(options.block_tokens));
-        const uint64_t base = Mix(options.seed ^ Mix(static_cast<uint64_t>(id)));
+        const uint64_t base = SplitMix64(options.seed ^ SplitMix64(static_cast<uint64_t>(id)));
         for (int64_t k = 0; k < options.block_tokens; ++k) {
           block->second[static_cast<size_t>(k)] = static_cast<int64_t>(
-              Mix(base + static_cast<uint64_t>(k)) % static_cast<uint64_t>(options.vocabulary));
+              SplitMix64(base + static_cast<uint64_t>(k)) % static_cast<uint64_t>(options.vocabulary));
         }
       }
       const int64_t take =

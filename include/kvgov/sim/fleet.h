@@ -167,6 +167,9 @@ class RoutingPolicy {
  public:
   virtual ~RoutingPolicy() = default;
   virtual std::string_view name() const = 0;
+  /// True for a policy that has no decode step (the peers' here): it is
+  /// left out of a disaggregated fleet's run.
+  virtual bool colocated_only() const { return false; }
   /// The engine that prefills `request`, arriving now (its arrival_s): one
   /// of the fleet's prefill engines, [0, fleet.prefill_count()).
   virtual Result<size_t> Choose(const SimRequest& request, std::string_view cache_salt,
@@ -217,7 +220,8 @@ std::unique_ptr<RoutingPolicy> MakeKvgovPolicy(const FleetOptions& fleet,
 
 /// Names accepted by MakePolicy: kvgov (routing with `weights`),
 /// round-robin, random (seeded with `seed`), least-load, oracle (with the
-/// weights' overlap_weight).
+/// weights' overlap_weight), and the peers' policies with their documented
+/// defaults (sim/peer_policies.h): dynamo, llm-d, sglang, prefix-hash.
 Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
                                                   const FleetOptions& fleet, uint64_t seed,
                                                   const router::RouteWeights& weights = {});
