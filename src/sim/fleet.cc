@@ -476,6 +476,7 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
     if (outcome.engine < engines) report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
     ttfts.push_back(outcome.ttft_s);
     ttft_total += outcome.ttft_s;
+    if (outcome.queue_s + outcome.link_wait_s > kLongWaitS) ++report.long_waits;
     if (outcome.decode_engine.has_value()) {
       report.disaggregated = true;
       report.pulled_tokens += outcome.pulled_tokens;
@@ -646,9 +647,9 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
                                          [](const PolicyReport& r) { return r.disaggregated; });
   std::string out;
   char line[384];
-  std::snprintf(line, sizeof(line), "%-18s %9s %9s %14s %10s %10s %10s %7s", "policy",
+  std::snprintf(line, sizeof(line), "%-18s %9s %9s %14s %10s %10s %10s %7s %9s", "policy",
                 "requests", "hit rate", "prefill tokens", "TTFT p50", "TTFT p90", "TTFT p99",
-                "spread");
+                "spread", "waits>10s");
   out += line;
   if (disaggregated) {
     std::snprintf(line, sizeof(line), " %14s %14s %10s", "pulled tokens", "pull saved",
@@ -657,10 +658,12 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
   }
   out += '\n';
   for (const PolicyReport& r : reports) {
-    std::snprintf(line, sizeof(line), "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f",
+    std::snprintf(line, sizeof(line),
+                  "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f %9llu",
                   r.policy.c_str(), static_cast<unsigned long long>(r.requests),
                   100.0 * r.hit_rate(), static_cast<long long>(r.computed_tokens), r.ttft_p50_s,
-                  r.ttft_p90_s, r.ttft_p99_s, r.load_spread);
+                  r.ttft_p90_s, r.ttft_p99_s, r.load_spread,
+                  static_cast<unsigned long long>(r.long_waits));
     out += line;
     if (disaggregated) {
       std::snprintf(line, sizeof(line), " %14lld %14lld %9.2fs",

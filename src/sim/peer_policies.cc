@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -44,6 +45,7 @@ class EventIndex {
 
   // The request's full blocks, and how many leading ones each engine holds.
   struct Match {
+    std::vector<index::BlockKey> chain;  // the request's full blocks
     uint64_t request_blocks = 0;
     std::vector<uint64_t> held;  // by engine
   };
@@ -52,6 +54,7 @@ class EventIndex {
         index_.hasher(), {model_, "", 0}, cache_salt, request.tokens, block_size_);
     Match match;
     match.request_blocks = chain.size();
+    match.chain = chain;
     match.held.assign(engines, 0);
     for (const index::WorkerOverlap& overlap : index_.Overlap(chain)) {
       const size_t engine = std::stoul(overlap.worker.substr(4));  // "sim-N"
@@ -106,15 +109,19 @@ class DynamoPolicy final : public RoutingPolicy {
     for (size_t i = 0; i < engines; ++i) {
       const double prefill_blocks =
           static_cast<double>(match.request_blocks - match.held[i]) + active_[i].prefill_blocks;
-      const double decode_blocks = active_[i].blocks + static_cast<double>(match.request_blocks);
+      // Active blocks are counted once however many sequences share them,
+      // as ActiveSequences keeps unique blocks.
+      size_t added = 0;
+      for (index::BlockKey key : match.chain) added += active_[i].blocks.contains(key) ? 0 : 1;
+      const double decode_blocks = static_cast<double>(active_[i].blocks.size() + added);
       cost[i] = options_.overlap_score_weight * prefill_blocks + decode_blocks;
     }
     const size_t chosen = ties_.Pick(engines, std::less<double>(), cost);
-    const Routed routed{chosen, static_cast<double>(match.request_blocks - match.held[chosen]),
-                        static_cast<double>(match.request_blocks)};
+    Routed routed{chosen, static_cast<double>(match.request_blocks - match.held[chosen]),
+                  match.chain};
     active_[chosen].prefill_blocks += routed.prefill_blocks;
-    active_[chosen].blocks += routed.blocks;
-    routed_[request.id] = routed;
+    for (index::BlockKey key : routed.chain) ++active_[chosen].blocks[key];
+    routed_[request.id] = std::move(routed);
     return chosen;
   }
 
@@ -126,20 +133,24 @@ class DynamoPolicy final : public RoutingPolicy {
   void Finished(uint64_t request_id) override {
     auto it = routed_.find(request_id);
     if (it == routed_.end()) return;
-    active_[it->second.engine].prefill_blocks -= it->second.prefill_blocks;
-    active_[it->second.engine].blocks -= it->second.blocks;
+    Active& active = active_[it->second.engine];
+    active.prefill_blocks -= it->second.prefill_blocks;
+    for (index::BlockKey key : it->second.chain) {
+      auto held = active.blocks.find(key);
+      if (held != active.blocks.end() && --held->second == 0) active.blocks.erase(held);
+    }
     routed_.erase(it);
   }
 
  private:
   struct Active {
     double prefill_blocks = 0;
-    double blocks = 0;
+    std::unordered_map<index::BlockKey, int> blocks;  // unique active blocks, by sequences holding them
   };
   struct Routed {
     size_t engine = 0;
     double prefill_blocks = 0;
-    double blocks = 0;
+    std::vector<index::BlockKey> chain;
   };
   DynamoPolicyOptions options_;
   EventIndex index_;

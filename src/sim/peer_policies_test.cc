@@ -76,6 +76,21 @@ TEST(DynamoPolicyTest, CostIsOverlapWeightedPrefillPlusActiveBlocks) {
   EXPECT_EQ(MustChoose(*dynamo, Request(2, Tokens(12, 3000)), fleet), 0u);
 }
 
+// A prefix several in-flight requests share counts once in decode_blocks.
+TEST(DynamoPolicyTest, ActiveBlocksAreCountedOnceWhateverSharesThem) {
+  Fleet fleet(TwoEngines());
+  std::unique_ptr<RoutingPolicy> dynamo =
+      MakeDynamoPolicy(fleet.options(), {.overlap_score_weight = 2.0, .seed = 1});
+  const std::vector<int64_t> a = Tokens(8, 0);
+  Serve(fleet, *dynamo, 0, 100, a);
+  // A + 4 blocks: engine 0 costs 2 x 4 + 12 = 20, engine 1 2 x 12 + 12 = 36.
+  EXPECT_EQ(MustChoose(*dynamo, Request(0, Concat(a, Tokens(4, 1000))), fleet), 0u);
+  // A + 3 other blocks: engine 0 costs 2 x (3 + 4) + (12 + 3) = 29, A being
+  // active already; engine 1 2 x 11 + 11 = 33. Counting A twice would make
+  // engine 0 37.
+  EXPECT_EQ(MustChoose(*dynamo, Request(1, Concat(a, Tokens(3, 2000))), fleet), 0u);
+}
+
 // 3 x prefix + 2 x queue + 2 x (1 - KV used), the highest total.
 TEST(LlmdPolicyTest, WeighsPrefixQueueAndKvUtilization) {
   Fleet fleet(TwoEngines());

@@ -226,6 +226,9 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
                                                   const FleetOptions& fleet, uint64_t seed,
                                                   const router::RouteWeights& weights = {});
 
+/// A wait users notice: what PolicyReport::long_waits counts.
+inline constexpr double kLongWaitS = 10.0;
+
 /// What one policy did with one trace.
 struct PolicyReport {
   std::string policy;
@@ -242,6 +245,9 @@ struct PolicyReport {
   // Busiest engine's prefill time over the mean: 1.0 is perfectly even. On
   // a disaggregated fleet, over the prefill engines.
   double load_spread = 0;
+  // Requests that waited more than kLongWaitS in queues (for an engine, and
+  // on a disaggregated fleet for a link) before their first token.
+  uint64_t long_waits = 0;
   // A disaggregated fleet's decode steps (all zero colocated).
   bool disaggregated = false;
   int64_t pulled_tokens = 0;      // KV pulled from the prefill engines, in tokens

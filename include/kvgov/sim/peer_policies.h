@@ -17,9 +17,10 @@ namespace kvgov::sim {
 /// decode_blocks, the lowest wins, ties drawn at random (temperature 0).
 /// prefill_blocks is the request's blocks the worker does not hold (from
 /// the engines' KV events) plus the uncached blocks of the requests still
-/// prefilling there; decode_blocks the blocks of every request routed there
-/// and not yet done. Both are the router's own bookkeeping of what it
-/// routed, as Dynamo's ActiveSequences are.
+/// prefilling there; decode_blocks the distinct blocks of the requests
+/// routed there and not yet done, this one included (a block several share
+/// counts once). Both are the router's own bookkeeping of what it routed,
+/// as Dynamo's ActiveSequences are.
 struct DynamoPolicyOptions {
   double overlap_score_weight = 1.0;  // --router-kv-overlap-score-weight
   uint64_t seed = 1;                  // the tie draws
