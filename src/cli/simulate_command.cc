@@ -110,6 +110,8 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     fleet.engines = engines > 0 ? engines : 4;
     fleet.shape = sim::ModelShape::kLlama3_8B;
     fleet.capacity_blocks = 50000;
+    // A trace says how long each answer is: decode is modeled.
+    fleet.decode.enabled = true;
     scenario.description = flags.trace + ", " + std::to_string(scenario.trace.size()) +
                            " requests, " + std::to_string(flags.trace_block_tokens) +
                            "-token blocks, " + Rate(flags.speedup) + "x speed";
@@ -180,7 +182,10 @@ nlohmann::json ReportJson(const sim::PolicyReport& report) {
           {"ttft_mean_s", report.ttft_mean_s},
           {"busy_s_per_engine", report.busy_s_per_engine},
           {"load_spread", report.load_spread},
-          {"waits_over_10s", report.long_waits}};
+          {"waits_over_10s", report.long_waits},
+          {"decode_modeled", report.decode_modeled},
+          {"e2e_p50_s", report.e2e_p50_s},
+          {"e2e_p99_s", report.e2e_p99_s}};
 }
 
 nlohmann::json DisaggregatedReportJson(const sim::PolicyReport& report) {

@@ -34,6 +34,116 @@ EngineModel::Served EngineModel::Serve(uint64_t request_id, double arrival_s,
   return served;
 }
 
+size_t EngineModel::waiting() const {
+  if (!waiting_.empty() || !running_.empty()) return waiting_.size();
+  return queue_.empty() ? 0 : queue_.size() - 1;  // all but the one prefilling
+}
+
+double EngineModel::PrefillBacklogS(double now_s) const {
+  double backlog = std::max(0.0, busy_until_s_ - now_s);
+  for (const Sequence& sequence : running_) {
+    backlog += cost_.PrefillSeconds(static_cast<int64_t>(sequence.request->tokens.size()),
+                                    sequence.prefill_left);
+  }
+  for (const Sequence& sequence : waiting_) {
+    const int64_t prompt = static_cast<int64_t>(sequence.request->tokens.size());
+    backlog += cost_.PrefillSeconds(prompt, prompt);  // its cache hits are not known yet
+  }
+  return backlog;
+}
+
+void EngineModel::Enqueue(const SimRequest& request, std::string_view cache_salt, double now_s) {
+  if (idle()) now_s_ = std::max(now_s_, now_s);
+  Sequence sequence;
+  sequence.request = &request;
+  sequence.cache_salt = std::string(cache_salt);
+  waiting_.push_back(std::move(sequence));
+}
+
+void EngineModel::AdvanceTo(double until_s, const DecodeModel& model, Progress& progress) {
+  const size_t block = static_cast<size_t>(pool_.options().block_size);
+  const size_t capacity = pool_.options().capacity_blocks;
+  while (!idle() && now_s_ < until_s) {
+    // Admit in arrival order while the batch and the KV have room; an
+    // empty batch takes its head whatever it needs, so nothing starves.
+    while (!waiting_.empty() && running_.size() < static_cast<size_t>(model.max_running)) {
+      Sequence& next = waiting_.front();
+      const std::vector<int64_t>& tokens = next.request->tokens;
+      const size_t prompt_blocks = tokens.size() / block;
+      const size_t cached = pool_.CachedPrefix(tokens, next.cache_salt);
+      const size_t answer_blocks =
+          (tokens.size() % block + static_cast<size_t>(next.request->output_tokens) + block - 1) /
+          block;
+      const size_t need = prompt_blocks - cached + answer_blocks;
+      if (!running_.empty() && pool_.pinned_blocks() + reserved_blocks_ + need > capacity) break;
+      Progress::Started started{next.request->id, now_s_, pool_.Prefill(tokens, next.cache_salt)};
+      next.pinned = pool_.Pin(tokens, next.cache_salt).hashes;
+      // A full hit still computes the last token to sample the first.
+      next.prefill_left = std::max<int64_t>(started.prefill.computed_tokens, 1);
+      next.context = static_cast<int64_t>(tokens.size()) - next.prefill_left;
+      next.output_left = next.request->output_tokens;
+      next.reserved_blocks = answer_blocks;
+      reserved_blocks_ += answer_blocks;
+      progress.started.push_back(std::move(started));
+      running_.push_back(std::move(next));
+      waiting_.pop_front();
+    }
+    // One step: a token for every decoding request, the rest of the budget
+    // to prefill chunks in admission order.
+    int64_t budget = model.max_batched_tokens;
+    double decode_bytes = 0;
+    for (const Sequence& sequence : running_) {
+      if (sequence.prefill_left > 0) continue;
+      --budget;
+      decode_bytes += static_cast<double>(sequence.context) *
+                      static_cast<double>(KvBytesPerToken(cost_.shape()));
+    }
+    double step_s = decode_bytes > 0
+                        ? (static_cast<double>(WeightBytes(cost_.shape())) + decode_bytes) /
+                              model.hbm_bytes_per_s
+                        : 0;
+    std::vector<int64_t> chunk(running_.size(), 0);
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      if (running_[i].prefill_left == 0) continue;
+      chunk[i] = std::min(running_[i].prefill_left, budget);
+      budget -= chunk[i];
+      const double chunk_s = cost_.PrefillSeconds(
+          static_cast<int64_t>(running_[i].request->tokens.size()), chunk[i]);
+      running_[i].prefill_s += chunk_s;
+      step_s += chunk_s;
+    }
+    now_s_ += step_s;
+    std::vector<Sequence> still_running;
+    still_running.reserve(running_.size());
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Sequence& sequence = running_[i];
+      const bool decoding = sequence.prefill_left == 0;
+      if (!decoding) {
+        sequence.prefill_left -= chunk[i];
+        sequence.context += chunk[i];
+        if (sequence.prefill_left > 0) {
+          still_running.push_back(std::move(sequence));
+          continue;
+        }
+        progress.first_tokens.push_back({sequence.request->id, now_s_, sequence.prefill_s});
+      } else {
+        ++sequence.context;
+      }
+      // The first token comes with the prefill's last chunk, the rest one
+      // a decode step.
+      if (--sequence.output_left > 0) {
+        still_running.push_back(std::move(sequence));
+        continue;
+      }
+      progress.completed.push_back({sequence.request->id, now_s_, 0});
+      pool_.Unpin(sequence.pinned);
+      reserved_blocks_ -= sequence.reserved_blocks;
+    }
+    running_ = std::move(still_running);
+  }
+  if (idle()) now_s_ = std::max(now_s_, until_s);
+}
+
 namespace {
 
 std::vector<std::pair<double, uint64_t>> PopUntil(std::deque<std::pair<double, uint64_t>>& queue,
@@ -117,6 +227,16 @@ Status ValidateFleetOptions(const FleetOptions& options) {
   if (options.engines < 1) {
     return Status::InvalidArgument("fleet: want at least 1 engine, got " +
                                    std::to_string(options.engines));
+  }
+  if (options.decode.enabled) {
+    if (options.disaggregated()) {
+      return Status::InvalidArgument("fleet: decode is modeled on colocated fleets only");
+    }
+    if (options.decode.max_running < 1 || options.decode.max_batched_tokens < 1 ||
+        !(options.decode.hbm_bytes_per_s > 0)) {
+      return Status::InvalidArgument(
+          "fleet: decode wants max_running, max_batched_tokens and hbm_bytes_per_s positive");
+    }
   }
   if (!options.disaggregated()) return Status::Ok();
   if (options.prefill_engines < 1 || options.decode_engines < 1) {
@@ -278,7 +398,7 @@ class OraclePolicy final : public RoutingPolicy {
       const int64_t hit_tokens =
           static_cast<int64_t>(engine.pool().CachedPrefix(request.tokens, cache_salt)) *
           engine.pool().options().block_size;
-      const double wait = std::max(0.0, engine.busy_until_s() - request.arrival_s);
+      const double wait = engine.PrefillBacklogS(request.arrival_s);
       return wait + overlap_weight_ * engine.cost().PrefillSeconds(prompt, prompt - hit_tokens);
     });
   }
@@ -466,6 +586,8 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
   report.busy_s_per_engine.assign(engines, 0.0);
   std::vector<double> ttfts;
   ttfts.reserve(outcomes.size());
+  std::vector<double> e2es;
+  e2es.reserve(outcomes.size());
   double ttft_total = 0;
   for (const RequestOutcome& outcome : outcomes) {
     ++report.requests;
@@ -476,6 +598,7 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
     if (outcome.engine < engines) report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
     ttfts.push_back(outcome.ttft_s);
     ttft_total += outcome.ttft_s;
+    e2es.push_back(outcome.e2e_s);
     if (outcome.queue_s + outcome.link_wait_s > kLongWaitS) ++report.long_waits;
     if (outcome.decode_engine.has_value()) {
       report.disaggregated = true;
@@ -489,6 +612,10 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
   report.ttft_p50_s = Percentile(ttfts, 0.50);
   report.ttft_p90_s = Percentile(ttfts, 0.90);
   report.ttft_p99_s = Percentile(ttfts, 0.99);
+  std::sort(e2es.begin(), e2es.end());
+  report.decode_modeled = !e2es.empty() && e2es.back() > 0;
+  report.e2e_p50_s = Percentile(e2es, 0.50);
+  report.e2e_p99_s = Percentile(e2es, 0.99);
   report.ttft_mean_s = ttfts.empty() ? 0 : ttft_total / static_cast<double>(ttfts.size());
   const size_t spread = spread_engines == 0 ? engines : std::min(spread_engines, engines);
   double busiest = 0;
@@ -536,9 +663,67 @@ Status OutsidePool(const RoutingPolicy& policy, std::string_view step, size_t en
 
 }  // namespace
 
+namespace {
+
+// Replay with decode modeled: arrivals in order; before each, every engine
+// runs its steps up to the arrival, and what they did reaches the policy
+// (events, first tokens, finished answers) in time order per engine.
+Result<std::vector<RequestOutcome>> ReplayDecoding(std::span<const SimRequest> trace,
+                                                   const FleetOptions& options,
+                                                   RoutingPolicy& policy) {
+  Fleet fleet(options);
+  std::vector<RequestOutcome> outcomes(trace.size());
+  const auto advance = [&](double until_s) -> Status {
+    for (size_t i = 0; i < fleet.size(); ++i) {
+      EngineModel::Progress progress;
+      fleet.mutable_engine(i).AdvanceTo(until_s, options.decode, progress);
+      for (EngineModel::Progress::Started& started : progress.started) {
+        RequestOutcome& outcome = outcomes[started.id];
+        outcome.engine = i;
+        outcome.prompt_blocks = started.prefill.prompt_blocks;
+        outcome.hit_blocks = started.prefill.hit_blocks;
+        outcome.computed_tokens = started.prefill.computed_tokens;
+        outcome.queue_s = started.at_s - trace[started.id].arrival_s;
+        KVGOV_RETURN_IF_ERROR(Publish(policy, i, started.at_s, std::move(started.prefill.events),
+                                      options.encoding));
+      }
+      for (const EngineModel::Progress::Token& token : progress.first_tokens) {
+        RequestOutcome& outcome = outcomes[token.id];
+        outcome.ttft_s = token.at_s - trace[token.id].arrival_s;
+        outcome.prefill_s = token.prefill_s;
+        policy.Finished(token.id);
+      }
+      for (const EngineModel::Progress::Token& token : progress.completed) {
+        outcomes[token.id].e2e_s = token.at_s - trace[token.id].arrival_s;
+        policy.Completed(token.id);
+      }
+    }
+    return Status::Ok();
+  };
+  for (const SimRequest& request : trace) {
+    if (request.id >= trace.size() || &trace[request.id] != &request) {
+      return Status::InvalidArgument("trace: request ids must be 0, 1, 2, ... in order");
+    }
+    KVGOV_RETURN_IF_ERROR(advance(request.arrival_s));
+    const std::string salt = fleet.CacheSalt(request.tenant);
+    KVGOV_ASSIGN_OR_RETURN(const size_t engine, policy.Choose(request, salt, fleet));
+    if (engine >= fleet.size()) {
+      return Status::Internal("policy " + std::string(policy.name()) + " chose engine " +
+                              std::to_string(engine) + " of " + std::to_string(fleet.size()));
+    }
+    outcomes[request.id].prompt_tokens = static_cast<int64_t>(request.tokens.size());
+    fleet.mutable_engine(engine).Enqueue(request, salt, request.arrival_s);
+  }
+  KVGOV_RETURN_IF_ERROR(advance(std::numeric_limits<double>::infinity()));
+  return outcomes;
+}
+
+}  // namespace
+
 Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
                                            const FleetOptions& options, RoutingPolicy& policy) {
   KVGOV_RETURN_IF_ERROR(ValidateFleetOptions(options));
+  if (options.decode.enabled) return ReplayDecoding(trace, options, policy);
   Fleet fleet(options);
   std::vector<RequestOutcome> outcomes(trace.size());
   std::priority_queue<PendingPull, std::vector<PendingPull>, std::greater<>> pending;
@@ -557,6 +742,7 @@ Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
     for (const auto& [at, step, id] : finished) {
       if (step == 0) {
         policy.Finished(id);
+        if (!fleet.disaggregated()) policy.Completed(id);  // no decode: done with its prefill
       } else {
         policy.Transferred(id);
       }
@@ -645,6 +831,8 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
   // colocated table reads as it always has.
   const bool disaggregated = std::any_of(reports.begin(), reports.end(),
                                          [](const PolicyReport& r) { return r.disaggregated; });
+  const bool decode = std::any_of(reports.begin(), reports.end(),
+                                  [](const PolicyReport& r) { return r.decode_modeled; });
   std::string out;
   char line[384];
   std::snprintf(line, sizeof(line), "%-18s %9s %9s %14s %10s %10s %10s %7s %9s", "policy",
@@ -654,6 +842,10 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
   if (disaggregated) {
     std::snprintf(line, sizeof(line), " %14s %14s %10s", "pulled tokens", "pull saved",
                   "transfer");
+    out += line;
+  }
+  if (decode) {
+    std::snprintf(line, sizeof(line), " %10s %10s", "E2E p50", "E2E p99");
     out += line;
   }
   out += '\n';
@@ -669,6 +861,10 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
       std::snprintf(line, sizeof(line), " %14lld %14lld %9.2fs",
                     static_cast<long long>(r.pulled_tokens),
                     static_cast<long long>(r.pull_saved_tokens), r.transfer_s);
+      out += line;
+    }
+    if (decode) {
+      std::snprintf(line, sizeof(line), " %9.3fs %9.3fs", r.e2e_p50_s, r.e2e_p99_s);
       out += line;
     }
     out += '\n';

@@ -118,7 +118,7 @@ class DynamoPolicy final : public RoutingPolicy {
     }
     const size_t chosen = ties_.Pick(engines, std::less<double>(), cost);
     Routed routed{chosen, static_cast<double>(match.request_blocks - match.held[chosen]),
-                  match.chain};
+                  match.chain, false};
     active_[chosen].prefill_blocks += routed.prefill_blocks;
     for (index::BlockKey key : routed.chain) ++active_[chosen].blocks[key];
     routed_[request.id] = std::move(routed);
@@ -129,12 +129,20 @@ class DynamoPolicy final : public RoutingPolicy {
     return index_.Observe(engine, payload);
   }
 
-  // The prefill is done; with decode not modeled, so is the request.
+  // The prefill is done: its blocks no longer wait to be computed.
   void Finished(uint64_t request_id) override {
+    auto it = routed_.find(request_id);
+    if (it == routed_.end() || it->second.prefilled) return;
+    active_[it->second.engine].prefill_blocks -= it->second.prefill_blocks;
+    it->second.prefilled = true;
+  }
+
+  // The answer is done: its blocks are no longer active.
+  void Completed(uint64_t request_id) override {
+    Finished(request_id);
     auto it = routed_.find(request_id);
     if (it == routed_.end()) return;
     Active& active = active_[it->second.engine];
-    active.prefill_blocks -= it->second.prefill_blocks;
     for (index::BlockKey key : it->second.chain) {
       auto held = active.blocks.find(key);
       if (held != active.blocks.end() && --held->second == 0) active.blocks.erase(held);
@@ -151,6 +159,7 @@ class DynamoPolicy final : public RoutingPolicy {
     size_t engine = 0;
     double prefill_blocks = 0;
     std::vector<index::BlockKey> chain;
+    bool prefilled = false;
   };
   DynamoPolicyOptions options_;
   EventIndex index_;
@@ -203,11 +212,8 @@ class LlmdPolicy final : public RoutingPolicy {
   }
 
  private:
-  // vllm:num_requests_waiting: queued behind the one prefilling.
-  static size_t Waiting(const Fleet& fleet, size_t i) {
-    const size_t outstanding = fleet.engine(i).outstanding();
-    return outstanding == 0 ? 0 : outstanding - 1;
-  }
+  // vllm:num_requests_waiting.
+  static size_t Waiting(const Fleet& fleet, size_t i) { return fleet.engine(i).waiting(); }
 
   LlmdPolicyOptions options_;
   EventIndex index_;
@@ -263,7 +269,7 @@ class SglangPolicy final : public RoutingPolicy {
     return chosen;
   }
 
-  void Finished(uint64_t request_id) override {
+  void Completed(uint64_t request_id) override {
     auto it = routed_.find(request_id);
     if (it == routed_.end()) return;
     --load_[it->second];

@@ -72,7 +72,7 @@ TEST(DynamoPolicyTest, CostIsOverlapWeightedPrefillPlusActiveBlocks) {
   EXPECT_EQ(MustChoose(*dynamo, Request(1, Tokens(12, 2000)), fleet), 1u);
   // Request 0 is done: engine 0 is back to 24, engine 1 carries request 1
   // (12 + 12 + 12 + 12 = 48).
-  dynamo->Finished(0);
+  dynamo->Completed(0);
   EXPECT_EQ(MustChoose(*dynamo, Request(2, Tokens(12, 3000)), fleet), 0u);
 }
 
@@ -129,7 +129,7 @@ TEST(SglangPolicyTest, FollowsItsTreeUnlessTheLoadIsImbalanced) {
   EXPECT_EQ(MustChoose(*sglang, Request(5, p), fleet), 1u);
   // Finished requests stop counting: engine 0 back to 1 request, and p
   // matches both trees now; the first best match is engine 0.
-  for (uint64_t id : {0, 1, 3}) sglang->Finished(id);
+  for (uint64_t id : {0, 1, 3}) sglang->Completed(id);
   EXPECT_EQ(MustChoose(*sglang, Request(6, p), fleet), 0u);
 }
 

@@ -30,6 +30,10 @@ int64_t KvBytesPerToken(ModelShape shape) {
   return shape == ModelShape::kLlama3_8B ? 131072 : 262144;
 }
 
+int64_t WeightBytes(ModelShape shape) {
+  return shape == ModelShape::kLlama3_8B ? int64_t{16'060'000'000} : int64_t{65'600'000'000};
+}
+
 double TransferSeconds(ModelShape shape, int64_t tokens, double bytes_per_s) {
   return static_cast<double>(tokens) * static_cast<double>(KvBytesPerToken(shape)) / bytes_per_s;
 }

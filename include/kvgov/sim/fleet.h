@@ -28,7 +28,12 @@ namespace kvgov::sim {
 /// is not modeled, so TTFT is the queueing wait plus the prefill (plus, on
 /// a disaggregated fleet, the link wait plus the transfer).
 ///
+/// With decode modeled (DecodeModel, colocated fleets), the engine runs
+/// continuous batching instead: Enqueue and AdvanceTo below.
+///
 /// Not thread-safe: one owner drives it.
+struct DecodeModel;
+
 class EngineModel {
  public:
   EngineModel(BlockPoolOptions pool, ModelShape shape);
@@ -49,8 +54,45 @@ class EngineModel {
   /// Requests finished by `now_s` as (finish_s, id), in finishing order;
   /// they stop counting as outstanding.
   std::vector<std::pair<double, uint64_t>> PopFinished(double now_s);
-  /// Requests queued or prefilling (after PopFinished for the same time).
-  size_t outstanding() const { return queue_.size(); }
+  /// Requests queued or prefilling (after PopFinished for the same time);
+  /// with decode modeled, waiting or running.
+  size_t outstanding() const { return queue_.size() + waiting_.size() + running_.size(); }
+  /// Requests waiting to start (vLLM's num_requests_waiting).
+  size_t waiting() const;
+  /// Seconds of prefill work ahead of a request arriving at `now_s`.
+  double PrefillBacklogS(double now_s) const;
+
+  // ---- Continuous batching: decode modeled ----
+  /// Queues a request arriving at `now_s` (not before an earlier call's).
+  /// `request` must outlive the engine's work on it.
+  void Enqueue(const SimRequest& request, std::string_view cache_salt, double now_s);
+  /// What a run of steps did.
+  struct Progress {
+    struct Started {  // admitted into the batch: its cache lookup is done
+      uint64_t id = 0;
+      double at_s = 0;
+      PrefillOutcome prefill;  // its events are the engine's to publish at at_s
+    };
+    struct Token {
+      uint64_t id = 0;
+      double at_s = 0;
+      double prefill_s = 0;  // first tokens: the compute its prefill chunks took
+    };
+    std::vector<Started> started;
+    std::vector<Token> first_tokens;  // in time order
+    std::vector<Token> completed;     // answers done, in time order
+  };
+  /// Runs every step that starts before `until_s` (a step that started
+  /// ends after it when it must). Each step: admit waiting requests in
+  /// order while the batch has room (max_running, and KV for the prompt's
+  /// uncached blocks plus the answer), then one token for every decoding
+  /// request and the rest of the token budget to prefill chunks, in
+  /// admission order; it takes the chunks' prefill time plus the decode
+  /// step's memory time (DecodeModel). Appends to `progress`.
+  void AdvanceTo(double until_s, const DecodeModel& model, Progress& progress);
+  /// True when nothing waits or runs.
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  double now_s() const { return now_s_; }
   double busy_until_s() const { return busy_until_s_; }
 
   struct Pulled {
@@ -89,6 +131,34 @@ class EngineModel {
   double busy_until_s_ = 0;
   std::deque<std::pair<double, uint64_t>> transfers_;  // (finish_s, id), finishing order
   double link_busy_until_s_ = 0;
+
+  // Continuous batching.
+  struct Sequence {
+    const SimRequest* request = nullptr;
+    std::string cache_salt;
+    int64_t prefill_left = 0;  // tokens still to compute
+    int64_t context = 0;       // tokens its KV holds
+    int64_t output_left = 0;
+    double prefill_s = 0;        // compute its prefill chunks took so far
+    size_t reserved_blocks = 0;  // for its answer and partial last block
+    std::vector<EngineHash> pinned;
+  };
+  std::deque<Sequence> waiting_;
+  std::vector<Sequence> running_;  // in admission order
+  size_t reserved_blocks_ = 0;
+  double now_s_ = 0;  // the end of the last step
+};
+
+/// Decode, modeled (colocated fleets): continuous batching as vLLM's V1
+/// scheduler runs it, decode first and chunked prefill in the rest of each
+/// step's token budget (docs/formats/simulator.md, "Modeled decode").
+struct DecodeModel {
+  bool enabled = false;
+  int64_t max_batched_tokens = 8192;  // vLLM --max-num-batched-tokens
+  int max_running = 256;              // vLLM --max-num-seqs
+  // A decode step reads the weights once and every running request's KV:
+  // H200 HBM3e 4.8 TB/s, of which 80% is reached.
+  double hbm_bytes_per_s = 0.8 * 4.8e12;
 };
 
 struct FleetOptions {
@@ -110,6 +180,9 @@ struct FleetOptions {
   // Each decode engine's link for pulling KV from the prefill engines,
   // bytes/s: 50e9 is 400 Gb/s, one ConnectX-7 port.
   double link_bytes_per_s = 50e9;
+  // Decode modeled (colocated fleets only): requests' output_tokens occupy
+  // the engines.
+  DecodeModel decode;
 
   bool disaggregated() const { return prefill_engines > 0 || decode_engines > 0; }
 };
@@ -189,6 +262,9 @@ class RoutingPolicy {
   virtual void Finished(uint64_t /*request_id*/) {}
   /// The request's KV reached its decode engine (disaggregated fleets).
   virtual void Transferred(uint64_t /*request_id*/) {}
+  /// The request's answer is done (colocated fleets): with decode modeled
+  /// when its last token is; otherwise together with Finished.
+  virtual void Completed(uint64_t /*request_id*/) {}
 };
 
 /// The round-robin, random and least-load policies apply their rule to the
@@ -241,6 +317,10 @@ struct PolicyReport {
   double ttft_p90_s = 0;
   double ttft_p99_s = 0;
   double ttft_mean_s = 0;
+  // With decode modeled: arrival to the last token (0 otherwise).
+  bool decode_modeled = false;
+  double e2e_p50_s = 0;
+  double e2e_p99_s = 0;
   std::vector<double> busy_s_per_engine;  // prefill seconds each engine served
   // Busiest engine's prefill time over the mean: 1.0 is perfectly even. On
   // a disaggregated fleet, over the prefill engines.
@@ -270,6 +350,7 @@ struct RequestOutcome {
   double prefill_s = 0;  // modeled
   double ttft_s = 0;     // modeled: queueing wait + prefill (+ link wait + transfer)
   double queue_s = 0;    // waiting for the prefill engine
+  double e2e_s = 0;      // with decode modeled: arrival to the answer's last token
   // The decode step, on a disaggregated fleet only.
   std::optional<size_t> decode_engine;
   uint64_t decode_hit_blocks = 0;  // leading prompt blocks the decode engine held

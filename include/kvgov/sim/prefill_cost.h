@@ -20,6 +20,10 @@ std::string_view ToString(ModelShape shape);
 /// dim x 2 bytes): what a prefill/decode handoff moves per token.
 int64_t KvBytesPerToken(ModelShape shape);
 
+/// Bytes of the model's weights in bf16 (8.03 B and 32.8 B parameters): what
+/// every decode step reads once.
+int64_t WeightBytes(ModelShape shape);
+
 /// Seconds to move `tokens` tokens of KV over a link of `bytes_per_s`.
 double TransferSeconds(ModelShape shape, int64_t tokens, double bytes_per_s);
 
