@@ -154,8 +154,10 @@ class EngineModel {
 /// step's token budget (docs/formats/simulator.md, "Modeled decode").
 struct DecodeModel {
   bool enabled = false;
-  int64_t max_batched_tokens = 8192;  // vLLM --max-num-batched-tokens
-  int max_running = 256;              // vLLM --max-num-seqs
+  // vLLM's defaults for the OpenAI server on a GPU of 70 GiB or more
+  // (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults).
+  int64_t max_batched_tokens = 8192;  // --max-num-batched-tokens
+  int max_running = 1024;             // --max-num-seqs
   // A decode step reads the weights once and every running request's KV:
   // H200 HBM3e 4.8 TB/s, of which 80% is reached.
   double hbm_bytes_per_s = 0.8 * 4.8e12;
