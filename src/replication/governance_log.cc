@@ -453,7 +453,8 @@ std::string EncodeLogEntry(const LogEntry& entry) {
   // readable with redis-cli.
   nlohmann::ordered_json object;
   object["v"] = kLogEntryVersion;
-  object["write_id"] = entry.write_id;
+  // Only an entry read from an older version has none (Append refuses it).
+  if (!entry.write_id.empty()) object["write_id"] = entry.write_id;
   object["origin"] = entry.origin;
   object["actor"] = entry.actor;
   object["kind"] = entry.kind;
@@ -509,7 +510,7 @@ Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id) {
 
   LogEntry entry;
   entry.id = std::string(id);
-  if (version >= 3) {
+  if (version >= 3 && value.contains("write_id")) {
     KVGOV_ASSIGN_OR_RETURN(entry.write_id, StringField(value, "write_id", "write_id"));
     KVGOV_RETURN_IF_ERROR(CheckWriteId(entry.write_id));
   }
