@@ -1,5 +1,7 @@
 // Runs `kvgov demo --quick` and `kvgov simulate` as a user would.
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -109,10 +111,48 @@ TEST(SimulateE2ETest, ComparesEveryPolicyOnOneTrace) {
   const Json report = Json::parse(output.substr(output.find('{')));
   std::map<std::string, Json> by_policy;
   for (const Json& policy : report["policies"]) by_policy[policy["policy"]] = policy;
-  ASSERT_EQ(by_policy.size(), 5u) << output;
+  // kvgov's, the four baselines and the four peers' (as their docs describe them).
+  ASSERT_EQ(by_policy.size(), 9u) << output;
+  for (const char* peer : {"dynamo", "llm-d", "sglang", "prefix-hash"}) {
+    EXPECT_EQ(by_policy[peer]["requests"], 300) << peer;
+  }
   EXPECT_GT(by_policy["kvgov"]["hit_rate"].get<double>(),
             by_policy["round-robin"]["hit_rate"].get<double>());
   EXPECT_EQ(by_policy["kvgov"]["requests"], 300);
+}
+
+// Mooncake's trace, replayed with decode modeled: every policy reports its
+// end-to-end latency beside TTFT.
+TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
+  std::string output;
+  const std::string trace = std::string(KVGOV_SOURCE_DIR) + "/src/sim/testdata/mooncake_trace_1000.jsonl";
+  const int code = DaemonProcess::RunToExit(
+      {"simulate", "--trace", trace, "--window", "0:30", "--policy", "kvgov", "--policy", "sglang",
+       "--json"},
+      &output);
+  ASSERT_EQ(code, 0) << output;
+  const Json report = Json::parse(output.substr(output.find('{')));
+  EXPECT_EQ(report["workload"], "trace");
+  ASSERT_EQ(report["policies"].size(), 2u) << output;
+  for (const Json& policy : report["policies"]) {
+    EXPECT_EQ(policy["requests"], 158) << policy.dump();  // the trace's first 30 s
+    EXPECT_TRUE(policy["decode_modeled"].get<bool>()) << policy.dump();
+    EXPECT_GT(policy["e2e_p50_s"].get<double>(), policy["ttft_p50_s"].get<double>());
+  }
+}
+
+TEST(SimulateE2ETest, ABadTraceLineIsNamedByNumber) {
+  const std::filesystem::path trace =
+      std::filesystem::temp_directory_path() / ("kvgov_bad_trace_" + std::to_string(::getpid()));
+  {
+    std::ofstream file(trace);
+    file << R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]})" << "\n"
+         << R"({"timestamp": 5, "input_length": 10, "output_length": 1})" << "\n";
+  }
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--trace", trace.string()}, &output), 2);
+  EXPECT_NE(output.find("line 2: hash_ids: missing"), std::string::npos) << output;
+  std::filesystem::remove(trace);
 }
 
 TEST(SimulateE2ETest, AnUnknownWorkloadIsAUsageError) {
