@@ -469,3 +469,42 @@ TEST(BatchingEngineTest, ReplayWithDecodeReportsEndToEndLatency) {
 
 }  // namespace
 }  // namespace kvgov::sim
+
+namespace kvgov::sim {
+namespace {
+
+// The same trace, fleet and seed give the same outcomes, decode modeled,
+// for kvgov's policy and a peer's alike.
+TEST(BatchingEngineTest, DeterministicUnderTheSeed) {
+  FleetOptions fleet;
+  fleet.engines = 3;
+  fleet.capacity_blocks = 1024;
+  fleet.decode.enabled = true;
+  std::vector<SimRequest> trace;
+  for (uint64_t i = 0; i < 60; ++i) {
+    SimRequest request;
+    request.id = i;
+    request.arrival_s = 0.02 * static_cast<double>(i);
+    request.tokens = Tokens(256 + static_cast<int64_t>(i % 5) * 64, static_cast<int64_t>(i % 3) * 7000);
+    request.output_tokens = static_cast<int64_t>(5 + i % 7);
+    trace.push_back(request);
+  }
+  for (const char* name : {"kvgov", "dynamo", "llm-d", "random"}) {
+    std::vector<double> ttfts[2];
+    for (auto& run : ttfts) {
+      Result<std::unique_ptr<RoutingPolicy>> policy = MakePolicy(name, fleet, 7);
+      ASSERT_TRUE(policy.ok());
+      Result<std::vector<RequestOutcome>> outcomes = Replay(trace, fleet, **policy);
+      ASSERT_TRUE(outcomes.ok()) << name;
+      for (const RequestOutcome& outcome : *outcomes) {
+        run.push_back(outcome.ttft_s);
+        run.push_back(outcome.e2e_s);
+        run.push_back(static_cast<double>(outcome.engine));
+      }
+    }
+    EXPECT_EQ(ttfts[0], ttfts[1]) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kvgov::sim
