@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <numeric>
+#include <tuple>
 
 #include "kvgov/sim/event_wire.h"
 
@@ -392,6 +394,22 @@ TEST(FleetTest, AFleetSplitParsesOnlyxPyD) {
 namespace kvgov::sim {
 namespace {
 
+// `count` requests `gap_s` apart; request i's prompt and answer length are
+// `shape(i)`.
+std::vector<SimRequest> AnswerTrace(
+    uint64_t count, double gap_s,
+    const std::function<std::pair<std::vector<int64_t>, int64_t>(uint64_t)>& shape) {
+  std::vector<SimRequest> trace;
+  for (uint64_t i = 0; i < count; ++i) {
+    SimRequest request;
+    request.id = i;
+    request.arrival_s = gap_s * static_cast<double>(i);
+    std::tie(request.tokens, request.output_tokens) = shape(i);
+    trace.push_back(std::move(request));
+  }
+  return trace;
+}
+
 // The batching engine on a case worked by hand: a prefill step, then one
 // memory-bound decode step per further token (weights plus the KV read);
 // a second request whose KV does not fit waits for the first to finish.
@@ -440,15 +458,9 @@ TEST(BatchingEngineTest, ReplayWithDecodeReportsEndToEndLatency) {
   fleet.engines = 2;
   fleet.capacity_blocks = 2048;
   fleet.decode.enabled = true;
-  std::vector<SimRequest> trace;
-  for (uint64_t i = 0; i < 40; ++i) {
-    SimRequest request;
-    request.id = i;
-    request.arrival_s = 0.05 * static_cast<double>(i);
-    request.tokens = Tokens(512, static_cast<int64_t>(i % 4) * 10000);
-    request.output_tokens = 20;
-    trace.push_back(request);
-  }
+  const std::vector<SimRequest> trace = AnswerTrace(40, 0.05, [](uint64_t i) {
+    return std::pair(Tokens(512, static_cast<int64_t>(i % 4) * 10000), int64_t{20});
+  });
   for (const char* name : {"kvgov", "least-load", "dynamo", "sglang"}) {
     Result<std::unique_ptr<RoutingPolicy>> policy = MakePolicy(name, fleet, 1);
     ASSERT_TRUE(policy.ok());
@@ -467,12 +479,6 @@ TEST(BatchingEngineTest, ReplayWithDecodeReportsEndToEndLatency) {
   EXPECT_EQ(ValidateFleetOptions(fleet).code(), StatusCode::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace kvgov::sim
-
-namespace kvgov::sim {
-namespace {
-
 // The same trace, fleet and seed give the same outcomes, decode modeled,
 // for kvgov's policy and a peer's alike.
 TEST(BatchingEngineTest, DeterministicUnderTheSeed) {
@@ -480,15 +486,10 @@ TEST(BatchingEngineTest, DeterministicUnderTheSeed) {
   fleet.engines = 3;
   fleet.capacity_blocks = 1024;
   fleet.decode.enabled = true;
-  std::vector<SimRequest> trace;
-  for (uint64_t i = 0; i < 60; ++i) {
-    SimRequest request;
-    request.id = i;
-    request.arrival_s = 0.02 * static_cast<double>(i);
-    request.tokens = Tokens(256 + static_cast<int64_t>(i % 5) * 64, static_cast<int64_t>(i % 3) * 7000);
-    request.output_tokens = static_cast<int64_t>(5 + i % 7);
-    trace.push_back(request);
-  }
+  const std::vector<SimRequest> trace = AnswerTrace(60, 0.02, [](uint64_t i) {
+    return std::pair(Tokens(256 + static_cast<int64_t>(i % 5) * 64, static_cast<int64_t>(i % 3) * 7000),
+                     static_cast<int64_t>(5 + i % 7));
+  });
   for (const char* name : {"kvgov", "dynamo", "llm-d", "random"}) {
     std::vector<double> ttfts[2];
     for (auto& run : ttfts) {
