@@ -388,11 +388,6 @@ TEST(FleetTest, AFleetSplitParsesOnlyxPyD) {
   EXPECT_NE(split.status().message().find("at most 1024 engines"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace kvgov::sim
-
-namespace kvgov::sim {
-namespace {
 
 // `count` requests `gap_s` apart; request i's prompt and answer length are
 // `shape(i)`.
