@@ -447,7 +447,10 @@ class OraclePolicy final : public RoutingPolicy {
 class KvgovPolicy final : public RoutingPolicy {
  public:
   KvgovPolicy(const FleetOptions& fleet, router::RouteWeights weights)
-      : model_(fleet.model), block_size_(fleet.block_size), router_(&index_, &status_, weights) {
+      : model_(fleet.model),
+        block_size_(fleet.block_size),
+        disaggregated_(fleet.disaggregated()),
+        router_(&index_, &status_, weights) {
     for (int i = 0; i < fleet.engines; ++i) {
       const std::string worker = Fleet::WorkerId(static_cast<size_t>(i));
       // Registration of fresh ids in fresh tables cannot fail.
@@ -492,7 +495,15 @@ class KvgovPolicy final : public RoutingPolicy {
     return Status::Ok();
   }
 
-  void Finished(uint64_t request_id) override { (void)router_.Done(PrefillDecision(request_id)); }
+  // As the gateway does, a colocated decision is released when the answer
+  // ends; a disaggregated prefill decision when the prefill does (the
+  // decode step is a decision of its own).
+  void Finished(uint64_t request_id) override {
+    if (disaggregated_) (void)router_.Done(PrefillDecision(request_id));
+  }
+  void Completed(uint64_t request_id) override {
+    if (!disaggregated_) (void)router_.Done(PrefillDecision(request_id));
+  }
   void Transferred(uint64_t request_id) override { (void)router_.Done(DecodeDecision(request_id)); }
 
  private:
@@ -526,6 +537,7 @@ class KvgovPolicy final : public RoutingPolicy {
 
   std::string model_;
   int64_t block_size_;
+  bool disaggregated_;
   std::vector<std::string> prefill_workers_;
   std::vector<std::string> decode_workers_;
   index::ResidencyIndex index_;
