@@ -55,6 +55,21 @@ int64_t WallClockMs() {
       .count();
 }
 
+// Appends an entry that has a write id, sending it again after a failure
+// that may be a lost reply (Unavailable): the id makes that safe, and the
+// connection it broke on is made anew. `pause(attempt)` waits before retry
+// `attempt + 1`; false gives up.
+Result<std::string> AppendRetrying(GovernanceLog& log, const LogEntry& entry,
+                                   const std::function<bool(int)>& pause) {
+  Result<std::string> appended = Status::Unavailable("not appended");
+  for (int attempt = 1; attempt <= kAppendAttempts; ++attempt) {
+    appended = log.Append(entry);
+    if (appended.ok() || appended.status().code() != StatusCode::kUnavailable) break;
+    if (attempt < kAppendAttempts && !pause(attempt)) break;
+  }
+  return appended;
+}
+
 // The owner of this data dir's replica id claim: made once, kept in the
 // store, so a restart on the same data dir is the same instance.
 Result<std::string> InstanceToken(store::Store* store) {
@@ -203,15 +218,9 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
     }
     entry.writes.push_back(LogWrite{std::string(kGovernanceColumn), op.key, op.value});
   }
-  // A failed append either never reached Redis or lost its reply; the
-  // write id makes sending it again safe either way, and the connection it
-  // broke on has been made anew.
-  Result<std::string> appended = Status::Unavailable("not appended");
-  for (int attempt = 1; attempt <= kAppendAttempts; ++attempt) {
-    appended = log_.Append(entry);
-    if (appended.ok() || appended.status().code() == StatusCode::kInvalidArgument) break;
-    if (attempt < kAppendAttempts && !WaitFor(std::chrono::milliseconds(25 * attempt))) break;
-  }
+  Result<std::string> appended = AppendRetrying(log_, entry, [this](int attempt) {
+    return WaitFor(std::chrono::milliseconds(25 * attempt));
+  });
   if (!appended.ok()) {
     if (appended.status().code() == StatusCode::kInvalidArgument) return appended.status();
     return Status::Unavailable("the governance log is unreachable, so governance writes are "
@@ -246,12 +255,7 @@ Result<std::string> Replica::AppendOnce(const std::string& redis_url, std::strin
   if (named.write_id.empty()) {
     KVGOV_ASSIGN_OR_RETURN(named.write_id, auth::RandomHexId());
   }
-  Result<std::string> appended = Status::Unavailable("not appended");
-  for (int attempt = 1; attempt <= kAppendAttempts; ++attempt) {
-    appended = log.Append(named);
-    if (appended.ok() || appended.status().code() != StatusCode::kUnavailable) break;
-  }
-  return appended;
+  return AppendRetrying(log, named, [](int) { return true; });
 }
 
 Result<bool> Replica::Claim(std::string_view name) {
@@ -617,17 +621,17 @@ Result<GovernanceSnapshot> Replica::TakeSnapshot() {
 void Replica::MaybeSnapshotAndTrim() {
   if (!housekeeper_.load() || std::chrono::steady_clock::now() < next_snapshot_) return;
   next_snapshot_ = std::chrono::steady_clock::now() + options_.snapshot_interval;
-  // On the applier thread, between entries: the state is the state as of
-  // the applied id exactly.
-  Result<GovernanceSnapshot> snapshot = TakeSnapshot();
-  if (!snapshot.ok()) {
-log::Line(log::Level::kError, "replica.snapshot_failed")
-        .Field("replica", options_.replica_id)
-        .Field("error", snapshot.status().ToString());
-    return;
-  }
-  const StreamId at = *ParseStreamId(snapshot->id);
+  const StreamId at = *ParseStreamId(applied_id());
   if (at != snapshot_taken_) {
+    // On the applier thread, between entries: the state is the state as of
+    // the applied id exactly. Nothing applied since the last: nothing to take.
+    Result<GovernanceSnapshot> snapshot = TakeSnapshot();
+    if (!snapshot.ok()) {
+log::Line(log::Level::kError, "replica.snapshot_failed")
+          .Field("replica", options_.replica_id)
+          .Field("error", snapshot.status().ToString());
+      return;
+    }
     if (Status put = snapshots_.Put(*snapshot); !put.ok()) {
 log::Line(log::Level::kWarn, "replica.snapshot_failed")
           .Field("replica", options_.replica_id)

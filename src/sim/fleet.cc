@@ -9,10 +9,10 @@
 #include <queue>
 #include <tuple>
 
-#include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/router/worker_status.h"
 #include "kvgov/sim/peer_policies.h"
+#include "sim/event_index.h"
 
 namespace kvgov::sim {
 
@@ -450,11 +450,11 @@ class KvgovPolicy final : public RoutingPolicy {
       : model_(fleet.model),
         block_size_(fleet.block_size),
         disaggregated_(fleet.disaggregated()),
-        router_(&index_, &status_, weights) {
+        events_(fleet),
+        router_(&events_.index(), &status_, weights) {
     for (int i = 0; i < fleet.engines; ++i) {
       const std::string worker = Fleet::WorkerId(static_cast<size_t>(i));
-      // Registration of fresh ids in fresh tables cannot fail.
-      (void)index_.AddWorker(worker, fleet.model, fleet.block_size);
+      // Registration of a fresh id in a fresh table cannot fail.
       (void)status_.Add(worker, /*probed=*/false);
       // Colocated, both lists stay empty: the route may use every worker.
       if (fleet.disaggregated()) {
@@ -487,12 +487,7 @@ class KvgovPolicy final : public RoutingPolicy {
   }
 
   Status Observe(size_t engine, std::string_view payload) override {
-    KVGOV_ASSIGN_OR_RETURN(EngineEventBatch batch, adapters::DecodeEngineBatch(payload));
-    const std::string worker = Fleet::WorkerId(engine);
-    for (const EngineEvent& event : batch.events) {
-      KVGOV_RETURN_IF_ERROR(index_.Apply(worker, event).status());
-    }
-    return Status::Ok();
+    return events_.Observe(engine, payload);
   }
 
   // As the gateway does, a colocated decision is released when the answer
@@ -540,7 +535,7 @@ class KvgovPolicy final : public RoutingPolicy {
   bool disaggregated_;
   std::vector<std::string> prefill_workers_;
   std::vector<std::string> decode_workers_;
-  index::ResidencyIndex index_;
+  EventIndex events_;  // the router reads its index
   router::WorkerStatusTable status_;
   router::Router router_;
 };

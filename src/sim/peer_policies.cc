@@ -8,9 +8,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"
+#include "sim/event_index.h"
 #include "sim/mix.h"
 
 namespace kvgov::sim {
@@ -21,53 +21,6 @@ Status ColocatedOnly(std::string_view policy, const Fleet& fleet) {
   return Status::FailedPrecondition("policy " + std::string(policy) +
                                     " places colocated fleets only");
 }
-
-// What a precise (event-fed) peer knows of the engines: a residency index
-// fed by their KV-event streams, as the peer's indexer is.
-class EventIndex {
- public:
-  explicit EventIndex(const FleetOptions& fleet) : model_(fleet.model), block_size_(fleet.block_size) {
-    for (int i = 0; i < fleet.engines; ++i) {
-      // Registration of fresh ids in a fresh index cannot fail.
-      (void)index_.AddWorker(Fleet::WorkerId(static_cast<size_t>(i)), fleet.model,
-                             fleet.block_size);
-    }
-  }
-
-  Status Observe(size_t engine, std::string_view payload) {
-    KVGOV_ASSIGN_OR_RETURN(EngineEventBatch batch, adapters::DecodeEngineBatch(payload));
-    const std::string worker = Fleet::WorkerId(engine);
-    for (const EngineEvent& event : batch.events) {
-      KVGOV_RETURN_IF_ERROR(index_.Apply(worker, event).status());
-    }
-    return Status::Ok();
-  }
-
-  // The request's full blocks, and how many leading ones each engine holds.
-  struct Match {
-    std::vector<index::BlockKey> chain;  // the request's full blocks
-    uint64_t request_blocks = 0;
-    std::vector<uint64_t> held;  // by engine
-  };
-  Match Lookup(const SimRequest& request, std::string_view cache_salt, size_t engines) const {
-    const std::vector<index::BlockKey> chain = index::RequestChain(
-        index_.hasher(), {model_, "", 0}, cache_salt, request.tokens, block_size_);
-    Match match;
-    match.request_blocks = chain.size();
-    match.chain = chain;
-    match.held.assign(engines, 0);
-    for (const index::WorkerOverlap& overlap : index_.Overlap(chain)) {
-      const size_t engine = std::stoul(overlap.worker.substr(4));  // "sim-N"
-      if (engine < engines) match.held[engine] = overlap.blocks;
-    }
-    return match;
-  }
-
- private:
-  std::string model_;
-  int64_t block_size_;
-  index::ResidencyIndex index_;
-};
 
 // The lowest (or highest) of per-engine values, ties drawn from a seeded
 // stream, as the peers' pickers draw among equals.

@@ -172,19 +172,26 @@ Result<std::string> ParamString(const Json& params, const char* name) {
   return value->get<std::string>();
 }
 
+// A TCP port in `object[name]`; an absent or null one is "required".
+// `path` names the field in errors.
+Result<int> PortField(const Json& object, const char* name, const std::string& path) {
+  const auto port = object.find(name);
+  if (port == object.end() || port->is_null()) {
+    return Status::InvalidArgument(path + ": required");
+  }
+  if (!port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
+    return Status::InvalidArgument(path + ": want an integer in 1-65535");
+  }
+  return port->get<int>();
+}
+
 Result<RemotePrefill> ParseRemotePrefill(const Json& params) {
   RemotePrefill remote;
   KVGOV_ASSIGN_OR_RETURN(remote.engine_id, ParamString(params, "remote_engine_id"));
   KVGOV_ASSIGN_OR_RETURN(remote.request_id, ParamString(params, "remote_request_id"));
   KVGOV_ASSIGN_OR_RETURN(remote.host, ParamString(params, "remote_host"));
-  const auto port = params.find("remote_port");
-  if (port == params.end() || port->is_null()) {
-    return Status::InvalidArgument("kv_transfer_params.remote_port: required");
-  }
-  if (!port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
-    return Status::InvalidArgument("kv_transfer_params.remote_port: want an integer in 1-65535");
-  }
-  remote.port = port->get<int>();
+  KVGOV_ASSIGN_OR_RETURN(remote.port,
+                         PortField(params, "remote_port", "kv_transfer_params.remote_port"));
   const auto block_ids = params.find("remote_block_ids");
   if (block_ids == params.end() || block_ids->is_null()) {
     return Status::InvalidArgument("kv_transfer_params.remote_block_ids: required");
@@ -287,16 +294,9 @@ Result<std::optional<Bootstrap>> ParseBootstrap(const Json& body) {
                                    std::to_string(kMaxParamBytes) + " bytes");
   }
   bootstrap.host = host->get<std::string>();
-  const auto port = body.find("bootstrap_port");
-  if (port == body.end() || port->is_null()) {
-    // SGLang's decode engine fills in its own configured port then; the
-    // simulator has none to fill in.
-    return Status::InvalidArgument("bootstrap_port: required");
-  }
-  if (!port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
-    return Status::InvalidArgument("bootstrap_port: want an integer in 1-65535");
-  }
-  bootstrap.port = port->get<int>();
+  // Without one SGLang's decode engine fills in its own configured port;
+  // the simulator has none to fill in, so it is required.
+  KVGOV_ASSIGN_OR_RETURN(bootstrap.port, PortField(body, "bootstrap_port", "bootstrap_port"));
   KVGOV_ASSIGN_OR_RETURN(bootstrap.room, ReadRoom(body));
   return std::optional<Bootstrap>(std::move(bootstrap));
 }

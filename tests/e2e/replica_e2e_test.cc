@@ -196,6 +196,16 @@ class ReplicaE2ETest : public ::testing::Test {
 
   DaemonProcess& r(int i) { return replicas_[i]; }
 
+  // The fleet's Redis, for what a test writes or reads there directly.
+  replication::RedisEndpoint Endpoint() const {
+    Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
+    EXPECT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+    return endpoint.ok() ? *endpoint : replication::RedisEndpoint{};
+  }
+  replication::GovernanceLog DirectLog() const {
+    return replication::GovernanceLog(Endpoint(), "kvgov:governance", milliseconds(2000));
+  }
+
   // Polls until the journals of `which` replicas report one head.
   ::testing::AssertionResult JournalHeadsConverge(std::vector<int> which,
                                                   seconds timeout = seconds(20)) {
@@ -492,9 +502,7 @@ TEST_F(ReplicaE2ETest, AnEntryEveryReplicaRefusesIsSkippedNotRetried) {
   EXPECT_EQ(refused.status, 413) << refused.body.substr(0, 300);
   EXPECT_NE(refused.body.find("byte limit"), std::string::npos) << refused.body.substr(0, 300);
 
-  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
-  ASSERT_TRUE(endpoint.ok());
-  replication::GovernanceLog log(*endpoint, "kvgov:governance", milliseconds(2000));
+  replication::GovernanceLog log = DirectLog();
   replication::LogEntry foreign;
   foreign.write_id = "foreign-1";
   foreign.origin = "elsewhere";
@@ -633,9 +641,7 @@ TEST_F(ReplicaE2ETest, ConflictingLeaseWritesEndTheLeaseOnceOnEveryReplica) {
                 {"expires_at_ms", ended["expires_at_ms"]},
                 {"ttl_ms", ended["ttl_ms"]},
                 {"bytes_moved", ended["bytes_moved"]}};
-  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
-  ASSERT_TRUE(endpoint.ok());
-  replication::GovernanceLog log(*endpoint, "kvgov:governance", milliseconds(2000));
+  replication::GovernanceLog log = DirectLog();
   replication::LogEntry stale;
   stale.write_id = "stale-heartbeat";
   stale.origin = "r1";
@@ -676,9 +682,7 @@ TEST_F(ReplicaE2ETest, ASecondProcessUnderALiveReplicaIdRefusesToStart) {
 // here in Redis as that process would) stops serving as it and exits 1; the
 // others go on.
 TEST_F(ReplicaE2ETest, AReplicaWhoseIdWasTakenStopsAndExits1) {
-  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
-  ASSERT_TRUE(endpoint.ok());
-  replication::RedisConnection redis(*endpoint, milliseconds(2000));
+  replication::RedisConnection redis(Endpoint(), milliseconds(2000));
   ASSERT_TRUE(
       redis.Command({"SET", "kvgov:claim:replica/r2", "another-instance", "PX", "60000"}).ok());
   ASSERT_TRUE(WaitFor([&] { return r(2).Stderr().find("shutting down") != std::string::npos; },
@@ -981,9 +985,7 @@ TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
 
   // Redis: the stream trimmed below what every replica applied, and every
   // replica holding its own live id claim.
-  Result<replication::RedisEndpoint> endpoint = replication::ParseRedisUrl(redis_.url());
-  ASSERT_TRUE(endpoint.ok());
-  replication::RedisConnection redis(*endpoint, milliseconds(2000));
+  replication::RedisConnection redis(Endpoint(), milliseconds(2000));
   Result<replication::RedisReply> length = redis.Command({"XLEN", "kvgov:governance"});
   ASSERT_TRUE(length.ok()) << length.status().ToString();
   Result<replication::RedisReply> mark = redis.Command({"GET", "kvgov:governance:trimmed"});
