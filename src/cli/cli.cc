@@ -328,6 +328,12 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
+  serve->add_option("--route-decode-load-weight", route.decode_load_weight,
+                    "Load of each prompt block of a routed request past its first token (it\n"
+                    "decodes), against 1 per block of prefill it still has to do.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
   serve->add_option("--route-busy-load-blocks", route.busy_load_blocks,
                     "A worker whose load reaches this many blocks is busy and not routed to;\n"
                     "0 turns the limit off.")

@@ -122,6 +122,11 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     workload.seed = flags.seed;
     if (flags.requests > 0) workload.requests = flags.requests;
     if (flags.rate > 0) workload.requests_per_s = flags.rate;
+    if (flags.answer_tokens >= 0) workload.answer_tokens = flags.answer_tokens;
+    if (flags.decode && workload.answer_tokens == 0) {
+      return Status::InvalidArgument(
+          "--decode: the shared-prefix workload's answers have no length; give --answer-tokens");
+    }
     fleet.engines = engines > 0 ? engines : 8;
     fleet.shape = sim::ModelShape::kQwen3_32B;
     fleet.capacity_blocks = static_cast<size_t>(std::ceil(
@@ -142,6 +147,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
           std::max(1, flags.requests / (workload.tenants * workload.turns));
     }
     if (flags.rate > 0) workload.session_starts_per_s = flags.rate;
+    if (flags.answer_tokens >= 0) workload.answer_tokens = flags.answer_tokens;
     fleet.engines = engines > 0 ? engines : 4;
     fleet.shape = sim::ModelShape::kLlama3_8B;
     fleet.capacity_blocks = 4096;
@@ -155,6 +161,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     return Status::InvalidArgument("--workload: unknown workload \"" + flags.workload +
                                    "\": want agent or shared-prefix");
   }
+  if (flags.decode) fleet.decode.enabled = true;
   if (flags.capacity_blocks > 0) fleet.capacity_blocks = flags.capacity_blocks;
   if (!flags.shape.empty()) {
     KVGOV_ASSIGN_OR_RETURN(fleet.shape, sim::ParseModelShape(flags.shape));
@@ -274,6 +281,13 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       ->check(CLI::PositiveNumber);
   command->add_option("--shape", flags.shape,
                       "Prefill cost model: qwen3-32b (shared-prefix default) or llama-3-8b.");
+  command->add_flag("--decode", flags.decode,
+                   "Model the answers' decode for a built-in workload too (continuous batching;\n"
+                   "a trace always has it), and report end-to-end latency.");
+  command->add_option("--answer-tokens", flags.answer_tokens,
+                      "Answer length: each answer (agent, default 192) or the mean of\n"
+                      "exponential draws capped at 8x (shared-prefix, default 0: none).")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   command->add_option("--seed", flags.seed, "Seed of the trace and the engines' hash seeds.")
       ->capture_default_str();
   command->add_option("--policy", flags.policies,
@@ -287,6 +301,11 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
   command->add_option("--route-overlap-weight", flags.route.overlap_weight,
                       "kvgov's cost of each prompt block a worker would still prefill (as in\n"
                       "kvgov serve).")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--route-decode-load-weight", flags.route.decode_load_weight,
+                      "kvgov's load of each prompt block of a request past its first token (as\n"
+                      "in kvgov serve).")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   CLI::Option* disaggregate = command->add_option(

@@ -17,6 +17,8 @@ struct SimulateFlags {
   int requests = 0;            // 0: the workload's default
   double rate = 0;             // 0: the workload's default
   std::string shape;           // "": the workload's default
+  bool decode = false;         // a built-in workload's answers are decoded (traces always)
+  int64_t answer_tokens = -1;  // -1: the workload's default
   uint64_t seed = 1;
   std::vector<std::string> policies = {"kvgov",       "round-robin", "random",
                                        "least-load",  "oracle",      "dynamo",

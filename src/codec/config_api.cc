@@ -40,6 +40,7 @@ std::string EncodeConfigJson(const ConfigView& config) {
                                  {"tier_credit", codec_internal::TierJson(w.tier_credit)},
                                  {"unrouted_request_blocks", w.unrouted_request_blocks},
                                  {"pull_weight", w.pull_weight},
+                                 {"decode_load_weight", w.decode_load_weight},
                                  {"busy_load_blocks", w.busy_load_blocks},
                                  {"temperature", w.temperature},
                                  {"seed", w.seed},

@@ -40,6 +40,7 @@ struct Schema<ExplainRequest> {
 
 nlohmann::json LoadJson(const router::WorkerLoad& load) {
   nlohmann::json json = {{"in_flight_requests", load.in_flight_requests},
+                         {"decoding_requests", load.decoding_requests},
                          {"in_flight_blocks", load.in_flight_blocks},
                          {"peer_in_flight_blocks", load.peer_blocks},
                          {"blocks", load.blocks}};

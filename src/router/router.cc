@@ -93,6 +93,7 @@ WorkerLoad Router::LoadLocked(std::string_view worker,
   WorkerLoad load;
   if (auto it = totals_.find(worker); it != totals_.end()) {
     load.in_flight_requests = it->second.requests;
+    load.decoding_requests = it->second.decoding;
     load.in_flight_blocks = it->second.blocks;
   }
   if (auto it = peer_blocks_.find(worker); it != peer_blocks_.end()) {
@@ -322,29 +323,67 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
       std::max(chosen->credited_blocks,
                static_cast<double>(std::min(request.pullable_blocks, decision.prompt_blocks)));
   const uint64_t blocks = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(to_prefill)), 1);
-  decisions_[decision.decision_id] = InFlight{decision.worker, request.tenant, blocks, now_ms};
+  decisions_[decision.decision_id] = InFlight{.worker = decision.worker,
+                                              .tenant = request.tenant,
+                                              .prompt_blocks = decision.prompt_blocks,
+                                              .blocks = blocks,
+                                              .decoding = false,
+                                              .created_ms = now_ms};
   Totals& totals = totals_[decision.worker];
   ++totals.requests;
   totals.blocks += blocks;
   return decision;
 }
 
-void Router::ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterator it) {
+void Router::ReleaseLocked(Decisions::iterator it) {
   auto totals = totals_.find(it->second.worker);
   if (totals != totals_.end()) {
     totals->second.requests -= std::min<uint64_t>(totals->second.requests, 1);
+    if (it->second.decoding) {
+      totals->second.decoding -= std::min<uint64_t>(totals->second.decoding, 1);
+    }
     totals->second.blocks -= std::min(totals->second.blocks, it->second.blocks);
   }
   decisions_.erase(it);
 }
 
+Status Router::Prefilled(std::string_view decision_id, std::string_view caller_tenant) {
+  std::lock_guard lock(mu_);
+  auto it = FindLocked(decision_id, caller_tenant);
+  if (it == decisions_.end()) return UnknownDecision(decision_id);
+  InFlight& decision = it->second;
+  if (decision.decoding) return Status::Ok();
+  // Rounded up, as the prefill load is.
+  const double kv_load = weights_.decode_load_weight * static_cast<double>(decision.prompt_blocks);
+  const uint64_t blocks = static_cast<uint64_t>(std::ceil(std::max(0.0, kv_load)));
+  Totals& totals = totals_[decision.worker];
+  totals.blocks -= std::min(totals.blocks, decision.blocks);
+  totals.blocks += blocks;
+  ++totals.decoding;
+  decision.blocks = blocks;
+  decision.decoding = true;
+  return Status::Ok();
+}
+
+Router::Decisions::iterator Router::FindLocked(std::string_view decision_id,
+                                               std::string_view caller_tenant) {
+  auto it = decisions_.find(decision_id);
+  // Another tenant's decision is not the caller's to learn of.
+  if (it != decisions_.end() && !caller_tenant.empty() && it->second.tenant != caller_tenant) {
+    return decisions_.end();
+  }
+  return it;
+}
+
+Status Router::UnknownDecision(std::string_view decision_id) {
+  return Status::NotFound("decision '" + std::string(decision_id) +
+                          "' is unknown or already released");
+}
+
 Status Router::Done(std::string_view decision_id, std::string_view caller_tenant) {
   std::lock_guard lock(mu_);
-  auto it = decisions_.find(decision_id);
-  if (it == decisions_.end() || (!caller_tenant.empty() && it->second.tenant != caller_tenant)) {
-    return Status::NotFound("decision '" + std::string(decision_id) +
-                            "' is unknown or already released");
-  }
+  auto it = FindLocked(decision_id, caller_tenant);
+  if (it == decisions_.end()) return UnknownDecision(decision_id);
   ReleaseLocked(it);
   return Status::Ok();
 }

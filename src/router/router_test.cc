@@ -179,6 +179,54 @@ TEST_F(RouterTest, ATenantReleasesOnlyItsOwnDecisions) {
   EXPECT_TRUE(router_.Done("db").ok());
 }
 
+// A decision weighs its prefill until its first token, then
+// decode_load_weight x its prompt (rounded up) until it is done; a decoding
+// request on a worker then costs a new prompt less than a queued prefill.
+TEST_F(RouterTest, APrefilledDecisionWeighsItsDecodeNotItsPrefill) {
+  const std::vector<int64_t> cold = Tokens(40, 1000);
+  const RouteDecision first = Route(cold, "", {"w1"});
+  ASSERT_EQ(first.worker, "w1");
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_blocks, 40u);
+  EXPECT_EQ(router_.LoadOf("w1").decoding_requests, 0u);
+  // With w2 idle, a prompt w1 holds 20 blocks of still goes to w2 while w1's
+  // prefill is queued (20 + 40 > 40)...
+  const std::vector<int64_t> prompt = Tokens(40);
+  Hold("w1", prompt, 20);
+  EXPECT_EQ(Route(prompt, "", {"w1", "w2"}).worker, "w2");
+  ASSERT_TRUE(router_.Done("d1").ok());
+
+  // ...and to w1 once that request decodes: ceil(40 / 16) = 3.
+  ASSERT_TRUE(router_.Prefilled(first.decision_id).ok());
+  const WorkerLoad decoding = router_.LoadOf("w1");
+  EXPECT_EQ(decoding.in_flight_requests, 1u);
+  EXPECT_EQ(decoding.decoding_requests, 1u);
+  EXPECT_EQ(decoding.in_flight_blocks, 3u);
+  EXPECT_EQ(Route(prompt, "", {"w1", "w2"}).worker, "w1");
+  ASSERT_TRUE(router_.Done("d2").ok());
+
+  // A second report changes nothing; Done releases the decode load.
+  ASSERT_TRUE(router_.Prefilled(first.decision_id).ok());
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_blocks, 3u);
+  ASSERT_TRUE(router_.Done(first.decision_id).ok());
+  const WorkerLoad released = router_.LoadOf("w1");
+  EXPECT_EQ(released.in_flight_requests, 0u);
+  EXPECT_EQ(released.decoding_requests, 0u);
+  EXPECT_EQ(released.in_flight_blocks, 0u);
+  EXPECT_EQ(router_.Prefilled(first.decision_id).code(), StatusCode::kNotFound);
+}
+
+TEST_F(RouterTest, ATenantReportsOnlyItsOwnDecisionsPrefilled) {
+  RouteRequest request{"llama", "tenant-a", Tokens(8), "", {}};
+  Result<RouteDecision> decision = router_.Route(request, "salt-a", "da", 1000);
+  ASSERT_TRUE(decision.ok()) << decision.status().ToString();
+  Status foreign = router_.Prefilled("da", "tenant-b");
+  EXPECT_EQ(foreign.code(), StatusCode::kNotFound);
+  EXPECT_EQ(foreign.message(), "decision 'da' is unknown or already released");
+  EXPECT_EQ(router_.LoadOf(decision->worker).decoding_requests, 0u);
+  EXPECT_TRUE(router_.Prefilled("da", "tenant-a").ok());
+  EXPECT_EQ(router_.LoadOf(decision->worker).decoding_requests, 1u);
+}
+
 TEST_F(RouterTest, ScrapedLoadCountsOnlyWhatKvgovDidNotRoute) {
   std::vector<int64_t> prompt = Tokens(8);
   Hold("w1", prompt, 8);

@@ -271,6 +271,9 @@ class GatewayHandler {
     auto state = std::make_shared<StreamPump>();
     state->upstream = std::move(upstream);
     state->strip_usage = strip_usage;
+    state->on_first_event = [daemon, id = state->upstream->decision_id] {
+      (void)daemon->router->Prefilled(id);
+    };
     response.set_chunked_content_provider(
         content_type.empty() ? "text/event-stream" : content_type,
         [state](size_t, httplib::DataSink& sink) { return state->Pump(sink); },

@@ -1,5 +1,7 @@
 #include "server/gateway_upstream.h"
 
+#include <utility>
+
 #include <httplib.h>
 
 #include "kvgov/connectors/openai_upstream.h"
@@ -80,6 +82,7 @@ bool StreamPump::Pump(httplib::DataSink& sink) {
         usage = reported;
         if (strip_usage && reported->usage_only) continue;
       }
+      if (on_first_event) std::exchange(on_first_event, nullptr)();
       if (!sink.write(event.data(), event.size())) return false;
     }
   }

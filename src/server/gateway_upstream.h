@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -169,6 +170,9 @@ struct Upstream {
 struct StreamPump {
   std::unique_ptr<Upstream> upstream;
   bool strip_usage = false;
+  // Called once, before the first event is passed on: the engine sends its
+  // first event with the first token, so the prefill is done.
+  std::function<void()> on_first_event;
   SseSplitter splitter;
   std::optional<EngineUsage> usage;
 

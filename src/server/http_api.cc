@@ -448,6 +448,15 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                        if (!released.ok()) return SendError(response, 404, released);
                        SendJson(response, 200, {{"released", true}});
                      })));
+  http.Post(R"(/v1/route/([0-9a-f]{32})/prefilled)",
+            WithoutBody(daemon.options.max_body_bytes, Guard(daemon, Role::kRoute,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                       Status noted =
+                           daemon.router->Prefilled(request.matches[1].str(), caller.tenant);
+                       if (!noted.ok()) return SendError(response, 404, noted);
+                       SendJson(response, 200, {{"decoding", true}});
+                     })));
   auto set_drain = [&daemon](bool draining) {
     return GuardFleetWrite(daemon, Role::kAdmin, [&daemon, draining](
                                                      const httplib::Request& request,

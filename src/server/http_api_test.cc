@@ -186,10 +186,20 @@ TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
   EXPECT_EQ(decision["decision_id"].get<std::string>().size(), 32u);
 
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["in_flight_requests"], 1);
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["in_flight_blocks"], 1);
+  // The caller saw the first token: the decision now weighs its decode.
+  const std::string prefilled =
+      "/v1/route/" + decision["decision_id"].get<std::string>() + "/prefilled";
+  httplib::Result noted = client_->Post(prefilled, "", "application/json");
+  ASSERT_EQ(noted->status, 200);
+  EXPECT_EQ(Json::parse(noted->body)["decoding"], true);
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["decoding_requests"], 1);
   const std::string done = "/v1/route/" + decision["decision_id"].get<std::string>() + "/done";
   EXPECT_EQ(client_->Post(done, "", "application/json")->status, 200);
   EXPECT_EQ(client_->Post(done, "", "application/json")->status, 404);
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["in_flight_requests"], 0);
+  EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["decoding_requests"], 0);
+  EXPECT_EQ(client_->Post(prefilled, "", "application/json")->status, 404);
 
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="routed"} 1)"), std::string::npos);

@@ -490,11 +490,16 @@ class KvgovPolicy final : public RoutingPolicy {
     return events_.Observe(engine, payload);
   }
 
-  // As the gateway does, a colocated decision is released when the answer
-  // ends; a disaggregated prefill decision when the prefill does (the
+  // As the gateway does, a colocated decision turns from prefill load to
+  // decode load at its first token and is released when the answer ends; a
+  // disaggregated prefill decision is released when the prefill ends (the
   // decode step is a decision of its own).
   void Finished(uint64_t request_id) override {
-    if (disaggregated_) (void)router_.Done(PrefillDecision(request_id));
+    if (disaggregated_) {
+      (void)router_.Done(PrefillDecision(request_id));
+    } else {
+      (void)router_.Prefilled(PrefillDecision(request_id));
+    }
   }
   void Completed(uint64_t request_id) override {
     if (!disaggregated_) (void)router_.Done(PrefillDecision(request_id));

@@ -80,6 +80,7 @@ Result<std::vector<SimRequest>> AgentWorkload(const AgentWorkloadOptions& option
       request.tenant = "tenant-" + std::to_string(tenant);
       request.session = request.tenant + "/session-" + std::to_string(s);
       request.tokens = transcript;
+      request.output_tokens = options.answer_tokens;
       requests.push_back(std::move(request));
       Append(transcript, random.Tokens(options.answer_tokens));
       at += random.Exponential(options.think_time_s);
@@ -94,6 +95,9 @@ Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadO
       options.system_prompt_tokens < 0) {
     return Status::InvalidArgument(
         "shared-prefix workload: groups, requests and question tokens must be positive");
+  }
+  if (options.answer_tokens < 0) {
+    return Status::InvalidArgument("shared-prefix workload: answer tokens must be >= 0");
   }
   if (!(options.requests_per_s > 0)) {
     return Status::InvalidArgument("shared-prefix workload: the request rate must be positive");
@@ -116,6 +120,11 @@ Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadO
                            static_cast<size_t>(options.question_tokens));
     request.tokens = system_prompts[group];
     Append(request.tokens, random.Tokens(options.question_tokens));
+    if (options.answer_tokens > 0) {
+      const double mean = static_cast<double>(options.answer_tokens);
+      request.output_tokens =
+          std::max<int64_t>(1, std::llround(std::min(random.Exponential(mean), 8 * mean)));
+    }
     requests.push_back(std::move(request));
   }
   NumberByArrival(requests);

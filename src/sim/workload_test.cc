@@ -87,6 +87,39 @@ TEST(SharedPrefixWorkloadTest, RequestsAreAGroupPromptPlusAFreshQuestion) {
   EXPECT_EQ(SharedPrefixBlocks(options, 16), 5 * 384);
 }
 
+// Agents' answers are generated; shared-prefix answers only when asked for,
+// drawn around their mean and capped, and without them the trace is the one
+// llm-d's benchmark reports.
+TEST(WorkloadTest, AnswersHaveTheLengthsAskedFor) {
+  AgentWorkloadOptions agent;
+  agent.tenants = 1;
+  agent.sessions_per_tenant = 2;
+  Result<std::vector<SimRequest>> turns = AgentWorkload(agent);
+  ASSERT_TRUE(turns.ok());
+  for (const SimRequest& request : *turns) EXPECT_EQ(request.output_tokens, 192);
+
+  SharedPrefixWorkloadOptions shared;
+  shared.groups = 5;
+  shared.requests = 2000;
+  Result<std::vector<SimRequest>> silent = SharedPrefixWorkload(shared);
+  ASSERT_TRUE(silent.ok());
+  for (const SimRequest& request : *silent) EXPECT_EQ(request.output_tokens, 0);
+  shared.answer_tokens = 100;
+  Result<std::vector<SimRequest>> answered = SharedPrefixWorkload(shared);
+  ASSERT_TRUE(answered.ok());
+  double total = 0;
+  int64_t longest = 0;
+  for (const SimRequest& request : *answered) {
+    EXPECT_GE(request.output_tokens, 1);
+    total += static_cast<double>(request.output_tokens);
+    longest = std::max(longest, request.output_tokens);
+  }
+  EXPECT_LE(longest, 800);
+  EXPECT_NEAR(total / 2000.0, 100.0, 10.0);
+  shared.answer_tokens = -1;
+  EXPECT_EQ(SharedPrefixWorkload(shared).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(WorkloadTest, RefusesNonPositiveShapes) {
   AgentWorkloadOptions agent;
   agent.turns = 0;

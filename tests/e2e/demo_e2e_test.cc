@@ -141,6 +141,29 @@ TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
   }
 }
 
+// A built-in workload with its answers decoded (the held-out workloads of
+// docs/adr/0024); shared-prefix answers need a length.
+TEST(SimulateE2ETest, ABuiltInWorkloadCanModelItsDecode) {
+  std::string output;
+  const int code = DaemonProcess::RunToExit(
+      {"simulate", "--workload", "agent", "--decode", "--requests", "96", "--policy", "kvgov",
+       "--json"},
+      &output);
+  ASSERT_EQ(code, 0) << output;
+  const Json report = Json::parse(output.substr(output.find('{')));
+  ASSERT_EQ(report["policies"].size(), 1u) << output;
+  const Json& kvgov = report["policies"][0];
+  EXPECT_TRUE(kvgov["decode_modeled"].get<bool>()) << kvgov.dump();
+  EXPECT_GT(kvgov["e2e_p50_s"].get<double>(), kvgov["ttft_p50_s"].get<double>());
+
+  EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--workload", "shared-prefix", "--decode"},
+                                     &output),
+            2);
+  EXPECT_NE(output.find("--decode: the shared-prefix workload's answers have no length"),
+            std::string::npos)
+      << output;
+}
+
 TEST(SimulateE2ETest, ABadTraceLineIsNamedByNumber) {
   const std::filesystem::path trace =
       std::filesystem::temp_directory_path() / ("kvgov_bad_trace_" + std::to_string(::getpid()));

@@ -586,6 +586,58 @@ TEST_F(GatewayE2ETest, EveryWorkerBusyIs429WithRetryAfter) {
   }));
 }
 
+// A streamed answer's decision weighs its prefill until the engine's first
+// event, then its decode (decode_load_weight x its prompt blocks) until the
+// stream ends.
+TEST_F(GatewayE2ETest, AStreamsLoadTurnsToDecodeAtItsFirstEvent) {
+  StartKvgov();
+  std::atomic<bool> first_event{false};
+  std::atomic<bool> release{false};
+  // 48 prompt tokens: 3 blocks, so ceil(3 / 16) = 1 block of decode load.
+  std::thread stream([&] {
+    httplib::Client client("127.0.0.1", gateway_port_);
+    httplib::Request streamed;
+    streamed.method = "POST";
+    streamed.path = "/v1/completions";
+    streamed.body =
+        Json{{"model", "llama"}, {"prompt", Tokens(48, 61000)}, {"max_tokens", 200}, {"stream", true}}
+            .dump();
+    streamed.set_header("Content-Type", "application/json");
+    streamed.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      first_event = true;
+      return !release.load();
+    };
+    client.send(streamed);
+  });
+  // The load of the worker kvgov has a decision on, once it decodes.
+  Json decoding;
+  const bool seen = WaitFor([&] {
+    if (!first_event.load()) return false;
+    httplib::Result workers = control_->Get("/v1/workers", control_headers_);
+    if (!workers || workers->status != 200) return false;
+    const Json listed = Json::parse(workers->body);
+    for (const Json& worker : listed["workers"]) {
+      if (worker["load"]["decoding_requests"] == 1) decoding = worker["load"];
+    }
+    return !decoding.is_null();
+  });
+  release = true;
+  stream.join();
+  ASSERT_TRUE(seen) << "no worker reported a decoding request";
+  EXPECT_EQ(decoding["in_flight_requests"], 1);
+  EXPECT_EQ(decoding["in_flight_blocks"], 1);
+  // Once the stream ended, nothing is in flight.
+  EXPECT_TRUE(WaitFor([&] {
+    httplib::Result workers = control_->Get("/v1/workers", control_headers_);
+    if (!workers || workers->status != 200) return false;
+    const Json listed = Json::parse(workers->body);
+    for (const Json& worker : listed["workers"]) {
+      if (worker["load"]["in_flight_requests"] != 0) return false;
+    }
+    return true;
+  }));
+}
+
 // The official OpenAI SDK (npm's openai, pinned by tests/node's lockfile),
 // not a client of kvgov's own, against the gateway.
 TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {

@@ -34,6 +34,12 @@ struct RouteWeights {
   // (RouteRequest::pullable_blocks) against 1 per block of prefill: the
   // transfer of a block is about a tenth of its prefill (docs/adr/0021).
   double pull_weight = 0.1;
+  // Load each prompt block of a decision past its first token adds, against
+  // 1 per block of prefill it still had to do: its KV stays resident and is
+  // read every decode step, but no later prompt waits behind its prefill
+  // (docs/adr/0024). Applies once the caller reports the first token
+  // (Router::Prefilled); a decision never reported keeps its prefill load.
+  double decode_load_weight = 0.0625;
   double temperature = 0;       // 0: lowest cost wins; > 0: softmax sampling
   uint64_t seed = 0;            // of the sampling generator
   int64_t decision_ttl_ms = 60000;  // an unreleased decision releases itself after this
@@ -74,7 +80,8 @@ struct RouteRequest {
 /// A worker's load as the cost sees it.
 struct WorkerLoad {
   uint64_t in_flight_requests = 0;  // routed by kvgov, not yet released
-  uint64_t in_flight_blocks = 0;
+  uint64_t decoding_requests = 0;   // of those, past their first token
+  uint64_t in_flight_blocks = 0;    // their load: prefill left, or decode_load_weight x KV
   uint64_t peer_blocks = 0;  // other replicas' in-flight blocks (SetPeerLoad)
   std::optional<ScrapedLoad> scraped;
   double blocks = 0;  // the load term of the cost
@@ -135,6 +142,11 @@ class Router {
   Result<RouteDecision> Explain(const RouteRequest& request, std::string_view cache_salt,
                                 int64_t now_ms);
 
+  /// The decision's first token was seen: its prefill is done, and its load
+  /// becomes decode_load_weight x its prompt blocks until Done. NotFound as
+  /// for Done; a second call changes nothing.
+  Status Prefilled(std::string_view decision_id, std::string_view caller_tenant = "");
+
   /// Releases the load of a decision. NotFound if unknown or released, and
   /// for a caller bound to a tenant (`caller_tenant` not empty) when the
   /// decision is another tenant's: its existence is not the caller's to
@@ -158,20 +170,29 @@ class Router {
   struct InFlight {
     std::string worker;
     std::string tenant;
-    uint64_t blocks = 0;
+    uint64_t prompt_blocks = 0;
+    uint64_t blocks = 0;  // its load now, in Totals::blocks
+    bool decoding = false;
     int64_t created_ms = 0;
   };
   struct Totals {
     uint64_t requests = 0;
+    uint64_t decoding = 0;
     uint64_t blocks = 0;
   };
+
+  using Decisions = std::map<std::string, InFlight, std::less<>>;
 
   // Route, keeping the decision's load only when `keep`.
   Result<RouteDecision> Decide(const RouteRequest& request, std::string_view cache_salt,
                                std::string decision_id, int64_t now_ms, bool keep);
   // REQUIRES: mu_ held.
   WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const;
-  void ReleaseLocked(std::map<std::string, InFlight, std::less<>>::iterator it);
+  void ReleaseLocked(Decisions::iterator it);
+  // The decision, or end() when unknown or, for a tenant-bound caller,
+  // another tenant's.
+  Decisions::iterator FindLocked(std::string_view decision_id, std::string_view caller_tenant);
+  static Status UnknownDecision(std::string_view decision_id);
 
   const index::ResidencyIndex* const index_;
   const WorkerStatusTable* const status_;
@@ -183,7 +204,7 @@ class Router {
 
   mutable std::mutex mu_;
   std::mt19937_64 rng_;
-  std::map<std::string, InFlight, std::less<>> decisions_;
+  Decisions decisions_;
   std::map<std::string, Totals, std::less<>> totals_;
   std::map<std::string, uint64_t, std::less<>> peer_blocks_;
 };

@@ -28,7 +28,7 @@ struct AgentWorkloadOptions {
   int turns = 8;
   int64_t system_prompt_tokens = 3072;
   int64_t message_tokens = 256;  // each new user message (or tool result)
-  int64_t answer_tokens = 192;   // each answer, re-sent with the next turn
+  int64_t answer_tokens = 192;   // each answer (output_tokens), re-sent with the next turn
   double session_starts_per_s = 2.0;  // Poisson rate of new sessions
   double think_time_s = 2.0;          // mean gap between a session's turns
   uint64_t seed = 1;
@@ -41,6 +41,11 @@ struct SharedPrefixWorkloadOptions {
   int groups = 150;
   int64_t system_prompt_tokens = 6144;
   int64_t question_tokens = 1200;
+  // Mean answer length (SimRequest::output_tokens), drawn exponentially and
+  // capped at 8x the mean; 0: answers are not modeled (llm-d's published
+  // figure is TTFT alone). Nonzero draws from the trace's generator after
+  // each question, so it gives a different trace from 0.
+  int64_t answer_tokens = 0;
   int requests = 2400;
   double requests_per_s = 16.0;
   uint64_t seed = 1;
