@@ -6,51 +6,106 @@
 #include <xxhash.h>
 
 #include <array>
+#include <bit>
 #include <cstring>
 
 
 namespace kvgov::index {
 namespace {
 
+void StoreBigEndian(unsigned char* out, uint64_t value) {
+  if constexpr (std::endian::native == std::endian::little) value = __builtin_bswap64(value);
+  std::memcpy(out, &value, sizeof(value));
+}
+
 // Lays out length-framed fields in one buffer and hashes it with one-shot
 // XXH3, so no two field lists produce the same bytes
-// (docs/formats/block-keys.md). A block of 16 tokens is under 200 bytes, so
-// the inline buffer covers every ordinary block without allocating.
+// (docs/formats/block-keys.md). Only the chain root uses it; blocks go
+// through BlockFrame.
 class FramedHash {
  public:
   void U64(uint64_t value) {
-    unsigned char* out = Grow(8);
-    for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(value >> (56 - 8 * i));
+    unsigned char bytes[8];
+    StoreBigEndian(bytes, value);
+    bytes_.append(reinterpret_cast<const char*>(bytes), sizeof(bytes));
   }
   void Bytes(std::string_view text) {
     U64(text.size());
-    // An empty view may hold a null pointer, which memcpy must not see.
-    if (!text.empty()) std::memcpy(Grow(text.size()), text.data(), text.size());
+    bytes_.append(text);
   }
   uint64_t Digest(uint64_t seed) const {
-    const unsigned char* data = heap_.empty() ? inline_.data() : heap_.data();
-    return XXH3_64bits_withSeed(data, size_, seed);
+    return XXH3_64bits_withSeed(bytes_.data(), bytes_.size(), seed);
   }
 
  private:
-  unsigned char* Grow(size_t n) {
-    if (heap_.empty() && size_ + n <= inline_.size()) {
-      unsigned char* out = inline_.data() + size_;
-      size_ += n;
-      return out;
-    }
-    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + static_cast<long>(size_));
-    heap_.resize(size_ + n);
-    unsigned char* out = heap_.data() + size_;
-    size_ += n;
-    return out;
-  }
-
-  std::array<unsigned char, 512> inline_;
-  std::vector<unsigned char> heap_;
-  size_t size_ = 0;
+  std::string bytes_;
 };
 
+// The bytes a block key hashes, u64(parent) || frame(extra_key) || u64(n) ||
+// u64(tokens)..., kept from block to block of a chain: the extra key's
+// frame and the count stay put while blocks share them, so a block rewrites
+// only its parent and its tokens. Hashing a prompt is the floor of every
+// route (docs/benchmarks.md), so a block costs no allocation and no
+// per-byte shifting. A block of 16 tokens with a short extra key fits the
+// inline buffer.
+class BlockFrame {
+ public:
+  BlockKey Key(uint64_t seed, BlockKey parent, std::span<const int64_t> tokens,
+               std::string_view extra_key) {
+    if (!laid_out_ || tokens.size() != count_ || extra_key != extra_key_) {
+      LayOut(extra_key, tokens.size());
+    }
+    unsigned char* out = data();
+    StoreBigEndian(out, parent);
+    unsigned char* token_bytes = out + tokens_at_;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      StoreBigEndian(token_bytes + 8 * i, static_cast<uint64_t>(tokens[i]));
+    }
+    return XXH3_64bits_withSeed(out, size_, seed);
+  }
+
+ private:
+  void LayOut(std::string_view extra_key, size_t count) {
+    size_ = 8 + 8 + extra_key.size() + 8 + 8 * count;
+    if (size_ > inline_.size()) heap_.resize(size_);
+    unsigned char* out = data();
+    StoreBigEndian(out + 8, extra_key.size());
+    // An empty view may hold a null pointer, which memcpy must not see.
+    if (!extra_key.empty()) std::memcpy(out + 16, extra_key.data(), extra_key.size());
+    StoreBigEndian(out + 16 + extra_key.size(), count);
+    tokens_at_ = 24 + extra_key.size();
+    extra_key_ = extra_key;  // the caller's bytes outlive the chain it hashes
+    count_ = count;
+    laid_out_ = true;
+  }
+  unsigned char* data() { return size_ > inline_.size() ? heap_.data() : inline_.data(); }
+
+  std::array<unsigned char, 256> inline_;
+  std::vector<unsigned char> heap_;
+  size_t size_ = 0;
+  size_t tokens_at_ = 0;
+  size_t count_ = 0;
+  std::string_view extra_key_;
+  bool laid_out_ = false;
+};
+
+// Keys of every full block; `extra_key(i)` is block i's extra key, a view
+// that stays valid for the whole walk.
+template <typename ExtraKey>
+std::vector<BlockKey> ChainKeys(uint64_t seed, BlockKey root, std::span<const int64_t> tokens,
+                                int64_t block_size, const ExtraKey& extra_key) {
+  std::vector<BlockKey> keys;
+  if (block_size <= 0) return keys;
+  const size_t size = static_cast<size_t>(block_size);
+  keys.reserve(tokens.size() / size);
+  BlockFrame frame;
+  BlockKey parent = root;
+  for (size_t block = 0; (block + 1) * size <= tokens.size(); ++block) {
+    parent = frame.Key(seed, parent, tokens.subspan(block * size, size), extra_key(block));
+    keys.push_back(parent);
+  }
+  return keys;
+}
 
 }  // namespace
 
@@ -65,38 +120,27 @@ BlockKey BlockKeyHasher::Root(const ChainNamespace& ns) const {
 
 BlockKey BlockKeyHasher::Next(BlockKey parent, std::span<const int64_t> block_tokens,
                               std::string_view extra_key) const {
-  FramedHash hash;
-  hash.U64(parent);
-  hash.Bytes(extra_key);
-  hash.U64(block_tokens.size());
-  for (int64_t token : block_tokens) hash.U64(static_cast<uint64_t>(token));
-  return hash.Digest(seed_);
+  BlockFrame frame;
+  return frame.Key(seed_, parent, block_tokens, extra_key);
 }
 
 std::vector<BlockKey> BlockKeyHasher::Chain(const ChainNamespace& ns,
                                             std::span<const int64_t> tokens, int64_t block_size,
                                             std::span<const std::string> extra_keys) const {
-  std::vector<BlockKey> keys;
-  if (block_size <= 0) return keys;
-  const size_t size = static_cast<size_t>(block_size);
-  keys.reserve(tokens.size() / size);
-  BlockKey parent = Root(ns);
-  for (size_t block = 0; (block + 1) * size <= tokens.size(); ++block) {
-    std::string_view extra = block < extra_keys.size() ? extra_keys[block] : std::string_view();
-    parent = Next(parent, tokens.subspan(block * size, size), extra);
-    keys.push_back(parent);
-  }
-  return keys;
+  return ChainKeys(seed_, Root(ns), tokens, block_size, [extra_keys](size_t block) {
+    return block < extra_keys.size() ? std::string_view(extra_keys[block]) : std::string_view();
+  });
 }
 
 std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainNamespace& ns,
                                    std::string_view cache_salt, std::span<const int64_t> tokens,
                                    int64_t block_size) {
-  if (block_size <= 0) return {};
-  const size_t blocks = tokens.size() / static_cast<size_t>(block_size);
-  std::vector<std::string> extra_keys(blocks, FirstBlockExtraKey(ns.lora_name, ""));
-  if (blocks > 0) extra_keys[0] = FirstBlockExtraKey(ns.lora_name, cache_salt);
-  return hasher.Chain(ns, tokens, block_size, extra_keys);
+  const std::string first = FirstBlockExtraKey(ns.lora_name, cache_salt);
+  const std::string rest = FirstBlockExtraKey(ns.lora_name, "");
+  return ChainKeys(hasher.seed(), hasher.Root(ns), tokens, block_size,
+                   [&first, &rest](size_t block) -> std::string_view {
+                     return block == 0 ? first : rest;
+                   });
 }
 
 BlockKey SaltlessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,

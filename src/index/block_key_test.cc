@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <random>
 #include <set>
+
+#include "index/block_key_reference.h"
 
 namespace kvgov::index {
 namespace {
@@ -23,6 +26,47 @@ TEST(BlockKeyTest, ChainKeysOnlyFullBlocksAndIsDeterministic) {
   EXPECT_EQ(keys, hasher.Chain(ns, tokens, 16));
   EXPECT_EQ(keys[0], hasher.Next(hasher.Root(ns), std::span(tokens).first(16), ""));
   EXPECT_EQ(keys[1], hasher.Next(keys[0], std::span(tokens).subspan(16, 16), ""));
+}
+
+// The format's test vectors (docs/formats/block-keys.md): keys are stored
+// in data dirs and snapshots, so a faster hasher must give exactly these.
+TEST(BlockKeyTest, KeysAreTheFormatsTestVectors) {
+  BlockKeyHasher hasher;
+  const std::vector<int64_t> tokens = Tokens(8);
+  EXPECT_EQ(RequestChain(hasher, {"llama", "", 0}, "", tokens, 4),
+            (std::vector<BlockKey>{0xd485ae143b4a751c, 0x165e45a35c9dd23b}));
+  EXPECT_EQ(RequestChain(hasher, {"llama", "adapter", 0}, "salt-a", tokens, 4),
+            (std::vector<BlockKey>{0xa5091912a71573aa, 0x7c421f196d20caf1}));
+  // Past the inline buffer: a long extra key and wide blocks.
+  const std::vector<int64_t> wide = Tokens(96);
+  const std::string extra(300, 'x');
+  const std::vector<BlockKey> keys = hasher.Chain({"llama", "", 0}, wide, 48, {{extra}});
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0], hasher.Next(hasher.Root({"llama", "", 0}), std::span(wide).first(48), extra));
+  EXPECT_EQ(keys[1], hasher.Next(keys[0], std::span(wide).subspan(48), ""));
+}
+
+// The hasher against the format's definition, on random prompts, block
+// sizes, LoRA names and salts (long ones too, past the inline buffer), and
+// tokens over the whole 64-bit range.
+TEST(BlockKeyTest, KeysMatchTheDefinitionOnRandomChains) {
+  BlockKeyHasher hasher;
+  std::mt19937_64 random(20261201);
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<int64_t> tokens(random() % 300);
+    for (int64_t& token : tokens) {
+      token = random() % 4 == 0 ? static_cast<int64_t>(random())
+                                : static_cast<int64_t>(random() % 150000);
+    }
+    const int64_t block_size = 1 + static_cast<int64_t>(random() % 40);
+    const ChainNamespace ns{"m" + std::to_string(random() % 3),
+                            random() % 3 == 0 ? "lora-" + std::to_string(random() % 9) : "",
+                            static_cast<int64_t>(random() % 3)};
+    const std::string salt = random() % 2 == 0 ? std::string(random() % 300, 's') : "";
+    ASSERT_EQ(RequestChain(hasher, ns, salt, tokens, block_size),
+              reference::RequestChain(hasher.seed(), ns, salt, tokens, block_size))
+        << "round " << round;
+  }
 }
 
 TEST(BlockKeyTest, APrefixSharesItsKeys) {

@@ -33,6 +33,8 @@ class BlockKeyHasher {
 
   explicit BlockKeyHasher(uint64_t seed = kDefaultSeed) : seed_(seed) {}
 
+  uint64_t seed() const { return seed_; }
+
   /// The parent of a chain's first block.
   BlockKey Root(const ChainNamespace& ns) const;
 
