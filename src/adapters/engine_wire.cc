@@ -12,6 +12,7 @@
 #include <msgpack.hpp>
 
 #include "adapters/msgpack_input.h"
+#include "adapters/one_pass_decoder.h"
 #include "adapters/wire_values.h"
 
 namespace kvgov::adapters {
@@ -31,6 +32,7 @@ using internal::ReadString;
 using internal::ReadTokenIds;
 using internal::UnpackUntrusted;
 using internal::WrongType;
+using internal::AddReportedExtraKeys;
 
 // ---------------------------------------------------------------------------
 // Field collection, shared by every schema. A schema is an ordered list of
@@ -232,18 +234,6 @@ Result<std::string> ReadSglangMetadata(const msgpack::object& metadata, std::str
   Slots<1> slots{};
   KVGOV_RETURN_IF_ERROR(CollectMapFields(metadata, kMetadataFields, {}, slots, unknown, where));
   return ReadOptionalString(slots[0], Path(where, "cache_salt"));
-}
-
-// An engine that reports the salt and LoRA beside the hashes (SGLang)
-// rather than in extra_keys hashed them all the same: they enter the
-// records' extra keys exactly as vLLM's do, so its blocks key like the
-// routes kvgov salts. Only a chain's first block carries the salt.
-void AddReportedExtraKeys(BlockStored& stored, std::string_view cache_salt) {
-  const bool root = !stored.parent_block_hash.has_value();
-  if (!stored.extra_keys.empty() || stored.block_hashes.empty()) return;
-  if (stored.lora_name.empty() && (cache_salt.empty() || !root)) return;
-  stored.extra_keys.assign(stored.block_hashes.size(), FirstBlockExtraKey(stored.lora_name, ""));
-  if (root) stored.extra_keys[0] = FirstBlockExtraKey(stored.lora_name, cache_salt);
 }
 
 Result<BlockStored> DecodeStored(const Slots<14>& f, const msgpack::object* cache_salt_field,
@@ -720,8 +710,22 @@ Result<EngineEventBatch> DecodePayload(std::string_view payload, const MsgpackLi
 
 }  // namespace
 
-Result<EngineEventBatch> DecodeEngineBatch(std::string_view payload, const MsgpackLimits& limits) {
+namespace internal {
+
+Result<EngineEventBatch> DecodeEngineBatchByObjects(std::string_view payload,
+                                                    const MsgpackLimits& limits) {
   return DecodePayload(payload, limits, DecodeEngineBatchObject);
+}
+
+}  // namespace internal
+
+// The one pass takes what engines send; anything else, every error
+// included, goes the object path, which names it (docs/adr/0025).
+Result<EngineEventBatch> DecodeEngineBatch(std::string_view payload, const MsgpackLimits& limits) {
+  if (std::optional<EngineEventBatch> batch = internal::DecodeEngineBatchInOnePass(payload, limits)) {
+    return std::move(*batch);
+  }
+  return internal::DecodeEngineBatchByObjects(payload, limits);
 }
 
 Result<EngineEventBatch> DecodeMooncakeEvents(std::string_view payload,

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
 
+#include "adapters/one_pass_decoder.h"
 #include "kvgov/core/engine_events.h"
 
 namespace kvgov::adapters {
@@ -1064,6 +1066,130 @@ TEST(MooncakeWireTest, ShapeErrors) {
   ExpectSchemaError(DecodeMooncakeEvents(Pack().Str("x").Bytes()),
                     "batch: want array or map, got str");
   EXPECT_EQ(DecodedMooncake(Pack().Array(0).Bytes()), EngineEventBatch{});
+}
+
+// ---------------------------------------------------------------------------
+// The one pass (docs/adr/0025) against the object path.
+
+// Whatever the one pass returns, the object path returns too.
+void ExpectOnePassSound(const std::string& payload, const std::string& what) {
+  const std::optional<EngineEventBatch> fast = internal::DecodeEngineBatchInOnePass(payload, {});
+  if (!fast.has_value()) return;
+  const Result<EngineEventBatch> objects = internal::DecodeEngineBatchByObjects(payload, {});
+  ASSERT_TRUE(objects.ok()) << what << ": the one pass took a payload the object path refuses: "
+                            << objects.status().ToString();
+  EXPECT_EQ(*fast, *objects) << what;
+}
+
+TEST(OnePassDecoderTest, TakesEveryEnginesGoldenButEagleBigrams) {
+  for (const char* name :
+       {"vllm_legacy_positional.msgpack", "vllm_v026_map_events.msgpack",
+        "vllm_storage_locality.msgpack", "vllm_map_batch_map_events.msgpack",
+        "sglang_cpu_tier1_negative_hash.msgpack", "vllm_bytes_hashes.msgpack"}) {
+    const std::string payload = ReadGolden(name);
+    const std::optional<EngineEventBatch> fast = internal::DecodeEngineBatchInOnePass(payload, {});
+    ASSERT_TRUE(fast.has_value()) << name;
+    EXPECT_EQ(*fast, Decoded(payload)) << name;
+    ExpectOnePassSound(payload, name);
+  }
+  // SGLang's EAGLE bigrams are rare: the object path reads them.
+  const std::string eagle = ReadGolden("sglang_salted_eagle.msgpack");
+  EXPECT_FALSE(internal::DecodeEngineBatchInOnePass(eagle, {}).has_value());
+  EXPECT_TRUE(DecodeEngineBatch(eagle).ok());
+}
+
+// Salts by name, nested extra keys, unknown fields at every level, an
+// unknown event type, a tag after its fields, signed and wide encodings.
+TEST(OnePassDecoderTest, TakesEveryCommonFormTheSameAsTheObjectPath) {
+  Pack p;
+  p.Map(5).Str("events").Array(5);
+  p.Map(9).Str("block_hashes").Ints({1, 2}).Str("parent_block_hash").Nil();
+  p.Str("token_ids").Array(4).UInt(1).UInt(300).UInt(70000).Raw(std::string("\xd0\x05", 2));
+  p.Str("block_size").Int(2).Str("cache_salt").Str("tenant-salt").Str("lora_name").Str("ad");
+  p.Str("medium").Str("CPU").Str("future").Map(1).Str("x").Array(2).Nil().Float(1.5);
+  p.Str("type").Str("BlockStored");
+  p.Array(9).Str("BlockStored").Array(1).Bin("abcdefghij").Int(-5).Ints({7, 8}).Int(2).Int(3);
+  p.Str("GPU").Nil().Array(1).Array(3).Str("mm").Int(-1).Bin(std::string("\x00\x01", 2));
+  p.Map(3).Str("type").Str("BlockRemoved").Str("block_hashes").Ints({1}).Str("token_ids").Ints({});
+  p.Array(2).Str("SomethingNew").Map(1).Str("k").Str("v");
+  p.Array(1).Str("AllBlocksCleared");
+  p.Str("ts").Float(kTs).Str("data_parallel_rank").Int(2).Str("attn_dp_rank").Int(9);
+  p.Str("producer").Array(0);
+  const std::string payload = p.Bytes();
+  const std::optional<EngineEventBatch> fast = internal::DecodeEngineBatchInOnePass(payload, {});
+  ASSERT_TRUE(fast.has_value());
+  const EngineEventBatch objects = Decoded(payload);
+  EXPECT_EQ(*fast, objects);
+  EXPECT_EQ(objects.events.size(), 4u);
+  EXPECT_EQ(objects.ignored.unknown_event_types, 1u);
+  EXPECT_EQ(objects.ignored.unknown_fields, 3u);  // future, removed's token_ids, producer
+  EXPECT_EQ(objects.dp_rank, 2);
+}
+
+// Errors, limits and rare forms are the object path's: the one pass
+// declines them and the caller sees the object path's own answer.
+TEST(OnePassDecoderTest, LeavesErrorsLimitsAndRareFormsToTheObjectPath) {
+  const std::string bad_hash = OneEventBatch([](Pack& p) {
+    p.Array(5).Str("BlockStored").Array(1).Str("h").Nil().Ints({1, 2}).Int(2);
+  });
+  EXPECT_FALSE(internal::DecodeEngineBatchInOnePass(bad_hash, {}).has_value());
+  ExpectSchemaError(DecodeEngineBatch(bad_hash),
+                    "events[0].block_hashes[0]: want int or bin, got str");
+
+  MsgpackLimits tight;
+  tight.max_str = 4;
+  const std::string long_unknown = OneEventBatch([](Pack& p) {
+    p.Array(2).Str("Future").Str("longer than four");
+  });
+  EXPECT_FALSE(internal::DecodeEngineBatchInOnePass(long_unknown, tight).has_value());
+  EXPECT_EQ(DecodeEngineBatch(long_unknown, tight).status().code(),
+            StatusCode::kResourceExhausted);
+
+  // An empty extra-keys array for two blocks is refused, not taken as none.
+  const std::string no_keys = OneEventBatch([](Pack& p) {
+    p.Map(5).Str("type").Str("BlockStored").Str("block_hashes").Ints({1, 2});
+    p.Str("token_ids").Ints({1, 2, 3, 4}).Str("block_size").Int(2).Str("extra_keys").Array(0);
+  });
+  EXPECT_FALSE(internal::DecodeEngineBatchInOnePass(no_keys, {}).has_value());
+  EXPECT_FALSE(DecodeEngineBatch(no_keys).ok());
+}
+
+// The differential check of the fuzzer (fuzz/engine_batch_differential_fuzzer.cc),
+// here over deterministic mutations of every golden so `make test` runs it.
+TEST(OnePassDecoderTest, AgreesWithTheObjectPathOnMutatedGoldens) {
+  std::mt19937_64 random(25);
+  size_t taken = 0;
+  for (const char* name :
+       {"vllm_legacy_positional.msgpack", "vllm_v026_map_events.msgpack",
+        "vllm_storage_locality.msgpack", "sglang_salted_eagle.msgpack",
+        "vllm_map_batch_map_events.msgpack", "sglang_cpu_tier1_negative_hash.msgpack",
+        "vllm_bytes_hashes.msgpack"}) {
+    const std::string golden = ReadGolden(name);
+    for (int round = 0; round < 3000; ++round) {
+      std::string payload = golden;
+      for (int edits = 1 + static_cast<int>(random() % 3); edits > 0 && !payload.empty(); --edits) {
+        const size_t at = random() % payload.size();
+        switch (random() % 4) {
+          case 0:
+            payload[at] = static_cast<char>(random());
+            break;
+          case 1:
+            payload[at] = static_cast<char>(payload[at] ^ (1 << (random() % 8)));
+            break;
+          case 2:
+            payload.erase(at, 1);
+            break;
+          default:
+            payload.insert(at, 1, static_cast<char>(random()));
+            break;
+        }
+      }
+      ExpectOnePassSound(payload, std::string(name) + " round " + std::to_string(round));
+      if (internal::DecodeEngineBatchInOnePass(payload, {}).has_value()) ++taken;
+    }
+  }
+  // Not vacuous: many mutants are still batches the one pass reads.
+  EXPECT_GT(taken, 1000u);
 }
 
 TEST(DecodeErrorReasonTest, IsABoundedLabel) {

@@ -316,4 +316,16 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
+// An engine that reports the salt and LoRA beside the hashes (SGLang)
+// rather than in extra_keys hashed them all the same: they enter the
+// records' extra keys exactly as vLLM's do, so its blocks key like the
+// routes kvgov salts. Only a chain's first block carries the salt.
+void AddReportedExtraKeys(BlockStored& stored, std::string_view cache_salt) {
+  const bool root = !stored.parent_block_hash.has_value();
+  if (!stored.extra_keys.empty() || stored.block_hashes.empty()) return;
+  if (stored.lora_name.empty() && (cache_salt.empty() || !root)) return;
+  stored.extra_keys.assign(stored.block_hashes.size(), FirstBlockExtraKey(stored.lora_name, ""));
+  if (root) stored.extra_keys[0] = FirstBlockExtraKey(stored.lora_name, cache_salt);
+}
+
 }  // namespace kvgov::adapters::internal

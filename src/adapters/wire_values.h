@@ -71,6 +71,12 @@ Result<std::string> CanonicalJson(const msgpack::object& object, std::string_vie
 /// REQUIRES: `text` is valid UTF-8.
 void AppendJsonString(std::string_view text, std::string& out);
 
+/// An engine that reports the salt and LoRA beside the hashes (SGLang)
+/// rather than in extra_keys hashed them all the same: they enter the
+/// record's extra keys exactly as vLLM's do (FirstBlockExtraKey), the salt
+/// on a chain's first block only. A record with extra keys keeps them.
+void AddReportedExtraKeys(BlockStored& stored, std::string_view cache_salt);
+
 /// Whether `text` is well-formed UTF-8 (no overlongs, surrogates or code
 /// points above U+10FFFF).
 bool IsValidUtf8(std::string_view text);
