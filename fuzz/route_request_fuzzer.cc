@@ -3,7 +3,8 @@
 // led by its path; a decoded request has a model and only UTF-8 strings;
 // decoding is a function of the values alone (the request written back
 // out as plain JSON decodes to the same request); small limits only ever
-// refuse.
+// refuse; and the one-pass decoder (src/codec/route_request_fast.h) never
+// accepts what the schema path refuses, or decodes it differently.
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_check.h"
+#include "codec/route_request_fast.h"
 #include "kvgov/codec/route_api.h"
 
 namespace kvgov::fuzz {
@@ -46,6 +48,17 @@ void CheckRequest(const router::RouteRequest& request) {
              rewritten.c_str());
 }
 
+// Whatever the one pass returns, the schema path returns too.
+void CheckOnePass(std::string_view text, const JsonLimits& limits) {
+  const std::optional<router::RouteRequest> fast = codec_internal::DecodeRouteRequestFast(text, limits);
+  if (!fast.has_value()) return;
+  const Result<router::RouteRequest> schema =
+      codec_internal::DecodeRouteRequestBySchema(text, limits);
+  FUZZ_CHECK(schema.ok(), "the one pass took a body the schema path refuses: %s",
+             Describe(schema.status()).c_str());
+  FUZZ_CHECK(SameRequest(*fast, *schema), "the one pass and the schema path decoded differently");
+}
+
 }  // namespace
 }  // namespace kvgov::fuzz
 
@@ -66,6 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   check(full, defaults);
   check(bounded, small);
+  CheckOnePass(text, defaults);
+  CheckOnePass(text, small);
   CheckLimitsAgree(full, bounded, SameRequest);
   return 0;
 }

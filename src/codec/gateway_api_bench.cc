@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "codec/gateway_request_oracle.h"
+#include "codec/route_request_fast.h"
 #include "kvgov/codec/gateway_api.h"
+#include "kvgov/codec/route_api.h"
 
 namespace kvgov {
 namespace {
@@ -94,6 +96,48 @@ void BM_DecodeChat(benchmark::State& state) {
   DecodeSideBySide(state, GatewayEndpoint::kChatCompletions, ChatBody());
 }
 BENCHMARK(BM_DecodeChat)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// POST /v1/route's 8k-token body three ways, call by call: the schema path
+// (bounded nlohmann) on JSON numbers, DecodeRouteRequestJson (its one
+// simdjson pass) on the same body, and on the compact body (token_ids_b64).
+void BM_DecodeRoute8k(benchmark::State& state) {
+  std::vector<int64_t> prompt(8192);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = 1000 + static_cast<int64_t>(i * 7919 % 120000);
+  const std::string numbers = nlohmann::json{{"model", "llama"}, {"token_ids", prompt}}.dump();
+  const std::string compact =
+      nlohmann::json{{"model", "llama"}, {"token_ids_b64", EncodeTokenIdsBase64(prompt)}}.dump();
+  const JsonLimits limits;
+  double schema_us = 0, one_pass_us = 0, compact_us = 0;
+  bool ok = true;
+  const auto time = [&](auto decode, const std::string& body) {
+    const auto started = Clock::now();
+    Result<router::RouteRequest> decoded = decode(body, limits);
+    const double micros = std::chrono::duration<double, std::micro>(Clock::now() - started).count();
+    ok = ok && decoded.ok() && decoded->token_ids == prompt;
+    benchmark::DoNotOptimize(decoded);
+    return micros;
+  };
+  for (auto _ : state) {
+    schema_us += time(&codec_internal::DecodeRouteRequestBySchema, numbers);
+    one_pass_us += time(&DecodeRouteRequestJson, numbers);
+    const double fast = time(&DecodeRouteRequestJson, compact);
+    compact_us += fast;
+    state.SetIterationTime(fast / 1e6);
+  }
+  if (!ok) {
+    state.SkipWithError("a decoder refused or misread the body");
+    return;
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["numbers_bytes"] = static_cast<double>(numbers.size());
+  state.counters["compact_bytes"] = static_cast<double>(compact.size());
+  state.counters["schema_us"] = schema_us / n;
+  state.counters["one_pass_us"] = one_pass_us / n;
+  state.counters["compact_us"] = compact_us / n;
+  state.counters["ratio_schema_vs_one_pass"] = schema_us / one_pass_us;
+  state.counters["ratio_schema_vs_compact"] = schema_us / compact_us;
+}
+BENCHMARK(BM_DecodeRoute8k)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov

@@ -1,6 +1,14 @@
 #include "kvgov/codec/route_api.h"
 
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+
 #include "codec/json_fields.h"
+#include "codec/route_request_fast.h"
 #include "codec/router_json.h"
 #include "kvgov/core/engine_events.h"
 
@@ -16,6 +24,43 @@ struct Schema<router::RouteRequest> {
     v.Validate([&] { return CheckTokenIds(r.token_ids); });
     v.Optional("lora_name", r.lora_name);
     v.Optional("workers", r.workers);
+  }
+};
+
+// POST /v1/route's body as it arrives: token ids as JSON numbers or as
+// base64 of little-endian uint32 (route-api.md), exactly one of the two.
+struct RouteRequestBody {
+  router::RouteRequest route;
+  std::optional<std::vector<int64_t>> token_ids;
+  std::optional<std::string> token_ids_b64;
+};
+
+template <>
+struct Schema<RouteRequestBody> {
+  static void Fields(auto& v, auto& r) {
+    v.Required("model", r.route.model);
+    v.Expect("model", !r.route.model.empty(), [] { return std::string("required, got empty"); });
+    v.Optional("tenant", r.route.tenant);
+    v.Optional("token_ids", r.token_ids);
+    v.Optional("token_ids_b64", r.token_ids_b64);
+    v.Validate([&]() -> Status {
+      // Neither is reported as missing once the fields are read, after an
+      // unknown field (often the misspelt one): DecodeRouteRequestBySchema.
+      if (r.token_ids.has_value() && r.token_ids_b64.has_value()) {
+        return Status::InvalidArgument(
+            "token_ids: give exactly one of token_ids and token_ids_b64");
+      }
+      if (r.token_ids_b64.has_value()) {
+        KVGOV_ASSIGN_OR_RETURN(r.route.token_ids,
+                               DecodeTokenIdsBase64(*r.token_ids_b64, "token_ids_b64"));
+        return Status::Ok();
+      }
+      if (!r.token_ids.has_value()) return Status::Ok();
+      r.route.token_ids = std::move(*r.token_ids);
+      return CheckTokenIds(r.route.token_ids);
+    });
+    v.Optional("lora_name", r.route.lora_name);
+    v.Optional("workers", r.route.workers);
   }
 };
 
@@ -98,11 +143,118 @@ std::string EncodeUnroutableDecisionJson(const router::RouteDecision& decision) 
 
 Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits) {
-  return codec_internal::DecodeDocument<router::RouteRequest>(text, limits, "route codec");
+  // The common body in one simdjson pass; anything else, every error
+  // included, on the schema path, which names it.
+  if (std::optional<router::RouteRequest> fast = codec_internal::DecodeRouteRequestFast(text, limits)) {
+    return std::move(*fast);
+  }
+  return codec_internal::DecodeRouteRequestBySchema(text, limits);
 }
+
 
 Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const JsonLimits& limits) {
   return codec_internal::DecodeDocument<ExplainRequest>(text, limits, "route codec");
+}
+
+}  // namespace kvgov
+
+namespace kvgov::codec_internal {
+
+Result<router::RouteRequest> DecodeRouteRequestBySchema(std::string_view text,
+                                                        const JsonLimits& limits) {
+  KVGOV_ASSIGN_OR_RETURN(RouteRequestBody body,
+                         DecodeDocument<RouteRequestBody>(text, limits, "route codec"));
+  if (!body.token_ids.has_value() && !body.token_ids_b64.has_value()) {
+    return Status::InvalidArgument("$.token_ids: missing required field");
+  }
+  return std::move(body.route);
+}
+
+}  // namespace kvgov::codec_internal
+
+namespace kvgov {
+namespace {
+
+constexpr char kBase64Alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// The value of each base64 character; 0xff for any other byte.
+constexpr std::array<uint8_t, 256> kBase64Values = [] {
+  std::array<uint8_t, 256> values{};
+  values.fill(0xff);
+  for (uint8_t i = 0; i < 64; ++i) values[static_cast<uint8_t>(kBase64Alphabet[i])] = i;
+  return values;
+}();
+
+}  // namespace
+
+std::string EncodeTokenIdsBase64(std::span<const int64_t> token_ids) {
+  std::string bytes;
+  bytes.reserve(token_ids.size() * 4);
+  for (int64_t token : token_ids) {
+    const auto value = static_cast<uint32_t>(token);
+    for (int shift = 0; shift < 32; shift += 8) bytes += static_cast<char>(value >> shift);
+  }
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t group = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      group = (group << 8) | (k < n ? static_cast<uint8_t>(bytes[i + k]) : 0u);
+    }
+    for (size_t k = 0; k < 4; ++k) {
+      out += k <= n ? kBase64Alphabet[(group >> (18 - 6 * k)) & 0x3f] : '=';
+    }
+  }
+  return out;
+}
+
+Result<std::vector<int64_t>> DecodeTokenIdsBase64(std::string_view text, std::string_view field) {
+  const std::string name(field);
+  if (text.size() % 4 != 0) {
+    return Status::InvalidArgument(name + ": want padded base64 (a multiple of 4 characters), got " +
+                                   std::to_string(text.size()));
+  }
+  size_t padding = 0;
+  while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
+  const std::string_view digits = text.substr(0, text.size() - padding);
+  // Four characters make three bytes; the last group may be short.
+  std::string bytes(digits.size() / 4 * 3 + (digits.size() % 4 == 0 ? 0 : digits.size() % 4 - 1),
+                    '\0');
+  size_t out = 0;
+  for (size_t i = 0; i < digits.size(); i += 4) {
+    const size_t n = std::min<size_t>(4, digits.size() - i);
+    uint32_t group = 0;
+    uint8_t invalid = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const uint8_t value = k < n ? kBase64Values[static_cast<uint8_t>(digits[i + k])] : 0;
+      invalid |= value;  // 0xff has the bit no digit has
+      group = (group << 6) | (value & 0x3f);
+    }
+    if ((invalid & 0x80) != 0 || n == 1) {
+      size_t at = i;
+      while (at < digits.size() && kBase64Values[static_cast<uint8_t>(digits[at])] != 0xff) ++at;
+      return Status::InvalidArgument(name + ": not base64 at character " + std::to_string(at));
+    }
+    for (size_t k = 0; k + 1 < n; ++k) bytes[out++] = static_cast<char>(group >> (16 - 8 * k));
+  }
+  if (bytes.size() % 4 != 0) {
+    return Status::InvalidArgument(name + ": " + std::to_string(bytes.size()) +
+                                   " bytes, not a whole number of 4-byte token ids");
+  }
+  std::vector<int64_t> tokens(bytes.size() / 4);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const auto* b = reinterpret_cast<const unsigned char*>(bytes.data() + 4 * t);
+    const uint32_t token = uint32_t{b[0]} | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) |
+                           (uint32_t{b[3]} << 24);
+    if (token > static_cast<uint32_t>(kMaxTokenId)) {
+      return Status::InvalidArgument(name + "[" + std::to_string(t) + "]: want a token id in 0.." +
+                                     std::to_string(kMaxTokenId) + ", got " + std::to_string(token));
+    }
+    tokens[t] = token;
+  }
+  return tokens;
 }
 
 }  // namespace kvgov

@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+
+#include "codec/route_request_fast.h"
+
 namespace kvgov {
 namespace {
 
@@ -34,6 +38,75 @@ TEST(RouteApiTest, ErrorsNameTheField) {
   using namespace std::string_literals;
   EXPECT_EQ(message(R"({"model":"m","token_ids":[1]})"s + '\0' + "}}garbage"),
             "$: malformed JSON: a NUL byte at offset 29");
+}
+
+// route-api.md's compact token ids: padded base64 of little-endian uint32.
+TEST(RouteApiTest, TokenIdsMayComeAsBase64OfLittleEndianUint32) {
+  // 1, 256, 2^31 - 1: bytes 01 00 00 00, 00 01 00 00, ff ff ff 7f.
+  const std::vector<int64_t> ids = {1, 256, 2147483647};
+  EXPECT_EQ(EncodeTokenIdsBase64(ids), "AQAAAAABAAD///9/");
+  EXPECT_EQ(EncodeTokenIdsBase64(std::vector<int64_t>{7}), "BwAAAA==");
+  Result<router::RouteRequest> request = DecodeRouteRequestJson(
+      R"({"model":"llama","token_ids_b64":"AQAAAAABAAD///9/"})", JsonLimits{});
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_EQ(request->token_ids, ids);
+  // Every length, round trip.
+  for (size_t n = 0; n < 9; ++n) {
+    std::vector<int64_t> tokens(n);
+    for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int64_t>(i * 7919 + 3);
+    const Result<std::vector<int64_t>> back = DecodeTokenIdsBase64(EncodeTokenIdsBase64(tokens), "f");
+    ASSERT_TRUE(back.ok()) << n << ": " << back.status().ToString();
+    EXPECT_EQ(*back, tokens);
+  }
+
+  auto message = [](std::string_view body) {
+    return DecodeRouteRequestJson(body, JsonLimits{}).status().message();
+  };
+  EXPECT_EQ(message(R"({"model":"m","token_ids":[1],"token_ids_b64":"AQAAAA=="})"),
+            "$.token_ids: give exactly one of token_ids and token_ids_b64");
+  EXPECT_EQ(message(R"({"model":"m","token_ids_b64":"AQAAAA="})"),
+            "$.token_ids_b64: want padded base64 (a multiple of 4 characters), got 7");
+  EXPECT_EQ(message(R"({"model":"m","token_ids_b64":"AQAA"})"),
+            "$.token_ids_b64: 3 bytes, not a whole number of 4-byte token ids");
+  EXPECT_EQ(message(R"({"model":"m","token_ids_b64":"AQ*AAA=="})"),
+            "$.token_ids_b64: not base64 at character 2");
+  EXPECT_EQ(message(R"({"model":"m","token_ids_b64":"/////w=="})"),
+            "$.token_ids_b64[0]: want a token id in 0..2147483647, got 4294967295");
+}
+
+// The one pass takes the bodies clients send and leaves the rest to the
+// schema path; whatever it takes, the schema path decodes the same.
+TEST(RouteApiTest, TheOnePassAgreesWithTheSchemaPath) {
+  const JsonLimits limits;
+  for (const char* body :
+       {R"({"model":"llama","tenant":"acme","token_ids":[1,2,3],"lora_name":"ad","workers":["w1"]})",
+        R"( {"token_ids_b64":"AQAAAAABAAD///9/", "model":"m\u0065"} )",
+        R"({"model":"m","token_ids":[]})"}) {
+    const std::optional<router::RouteRequest> fast =
+        codec_internal::DecodeRouteRequestFast(body, limits);
+    ASSERT_TRUE(fast.has_value()) << body;
+    const Result<router::RouteRequest> schema =
+        codec_internal::DecodeRouteRequestBySchema(body, limits);
+    ASSERT_TRUE(schema.ok()) << body << ": " << schema.status().ToString();
+    EXPECT_EQ(fast->model, schema->model);
+    EXPECT_EQ(fast->tenant, schema->tenant);
+    EXPECT_EQ(fast->token_ids, schema->token_ids);
+    EXPECT_EQ(fast->lora_name, schema->lora_name);
+    EXPECT_EQ(fast->workers, schema->workers);
+  }
+  for (const char* body :
+       {R"({"model":"m","token_ids":[1],"model":"n"})", R"({"model":"m","token_ids":[1.0]})",
+        R"({"model":"m","token_ids":[-1]})", R"({"model":"m","token_ids":[2147483648]})",
+        R"({"model":"m","tenant":null,"token_ids":[1]})", R"({"model":"m"})",
+        R"({"model":"m","token_ids":[1],"cache_salt":"x"})", R"([1])"}) {
+    EXPECT_FALSE(codec_internal::DecodeRouteRequestFast(body, limits).has_value()) << body;
+  }
+  JsonLimits small;
+  small.max_array_items = 2;
+  EXPECT_FALSE(
+      codec_internal::DecodeRouteRequestFast(R"({"model":"m","token_ids":[1,2,3]})", small));
+  EXPECT_EQ(DecodeRouteRequestJson(R"({"model":"m","token_ids":[1,2,3]})", small).status().code(),
+            StatusCode::kResourceExhausted);
 }
 
 router::RouteDecision TwoCandidates() {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kvgov/codec/route_api.h"
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -201,12 +203,25 @@ TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["decoding_requests"], 0);
   EXPECT_EQ(client_->Post(prefilled, "", "application/json")->status, 404);
 
+
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="routed"} 1)"), std::string::npos);
   EXPECT_NE(metrics.find("kvgov_route_overlap_blocks_count 1"), std::string::npos);
   EXPECT_NE(metrics.find(R"(kvgov_cache_events_total{source="ride_engine",plane="kv_transfer",)"
                          R"(direction="route",outcome="ok"} 1)"),
             std::string::npos);
+
+  // The same prompt with its ids in the compact form routes the same way.
+  httplib::Result compact = client_->Post(
+      "/v1/route",
+      Json{{"model", "llama"},
+           {"token_ids_b64",
+            EncodeTokenIdsBase64(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})}}
+          .dump(),
+      "application/json");
+  ASSERT_EQ(compact->status, 200) << compact->body;
+  EXPECT_EQ(Json::parse(compact->body)["worker"], "w1");
+  EXPECT_EQ(Json::parse(compact->body)["overlap_blocks"], 2);
 }
 
 TEST_F(HttpApiTest, TenantSaltComesFromKvgovNotTheClient) {

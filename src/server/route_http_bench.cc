@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvgov/codec/route_api.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
@@ -149,13 +150,20 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
   const double fill_s = std::chrono::duration<double>(Clock::now() - fill_started).count();
 
   const std::vector<int64_t> prompt = Fleet::Prompt();
+  // The token ids as JSON numbers and, on alternate calls, in the compact
+  // form (route-api.md): base64 of little-endian uint32.
   const std::string body = Json({{"model", "llama"}, {"token_ids", prompt}}).dump();
+  const std::string compact_body =
+      Json({{"model", "llama"}, {"token_ids_b64", EncodeTokenIdsBase64(prompt)}}).dump();
   const index::BlockKeyHasher hasher;
   const index::ChainNamespace ns{"llama", "", 0};
   std::vector<double> route_us;
+  std::vector<double> compact_us;
   std::vector<double> hash_us;
   std::string failure;
+  bool compact = false;
   auto route_once = [&](bool record) -> bool {
+    compact = !compact;
     // Hashed twice and the second pass timed: the client thread has just
     // woken from a blocking read, and its first pass runs on cold caches
     // (about twice the warm time here). The warm pass is the floor the
@@ -167,7 +175,8 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
         index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize);
     benchmark::DoNotOptimize(chain.data());
     const auto hashed = Clock::now();
-    httplib::Result response = client.Post("/v1/route", body, "application/json");
+    httplib::Result response =
+        client.Post("/v1/route", compact ? compact_body : body, "application/json");
     const auto routed = Clock::now();
     if (!response || response->status != 200) {
       failure = response ? "POST /v1/route: " + std::to_string(response->status) + " " +
@@ -190,7 +199,7 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
     }
     if (record) {
       hash_us.push_back(Micros(hashed - started));
-      route_us.push_back(Micros(routed - hashed));
+      (compact ? compact_us : route_us).push_back(Micros(routed - hashed));
       state.SetIterationTime(std::chrono::duration<double>(routed - hashed).count());
     }
     return true;
@@ -213,11 +222,14 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
   state.counters["hash_p50_us"] = hash_p50;
   state.counters["ratio_http_p99_vs_hash"] = route_p99 / hash_p50;
   state.counters["request_bytes"] = static_cast<double>(body.size());
+  state.counters["compact_p50_us"] = bench::Percentile(compact_us, 0.50);
+  state.counters["compact_p99_us"] = bench::Percentile(compact_us, 0.99);
+  state.counters["compact_request_bytes"] = static_cast<double>(compact_body.size());
   state.counters["fill_blocks_per_s"] =
       static_cast<double>(Fleet::kWorkers * Fleet::kBlocksPerWorker) / fill_s;
 }
 BENCHMARK(BM_HttpRouteVsHash)
-    ->Iterations(2000)
+    ->Iterations(4000)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

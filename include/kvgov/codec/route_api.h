@@ -2,20 +2,32 @@
 
 // The bodies of POST /v1/route (docs/formats/route-api.md).
 
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvgov/codec/json_codec.h"
 #include "kvgov/router/router.h"
 
 namespace kvgov {
 
-/// Decodes {"model", "tenant"?, "token_ids", "lora_name"?, "workers"?}.
-/// model and token_ids are required; unknown fields are rejected. Errors as
-/// the other decoders (ResourceExhausted over limits, InvalidArgument with
-/// the field path otherwise).
+/// Decodes {"model", "tenant"?, "token_ids" | "token_ids_b64", "lora_name"?,
+/// "workers"?}. model and exactly one of the token fields are required;
+/// unknown fields are rejected. Errors as the other decoders
+/// (ResourceExhausted over limits, InvalidArgument with the field path
+/// otherwise).
 Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits);
+
+/// Token ids as route-api.md's compact form: padded base64 (RFC 4648 §4) of
+/// each id as a little-endian uint32. REQUIRES: ids in 0..kMaxTokenId.
+std::string EncodeTokenIdsBase64(std::span<const int64_t> token_ids);
+
+/// The ids back; InvalidArgument naming `field` for a length that is not
+/// padded base64 of whole uint32s, a character outside the alphabet, or an
+/// id over kMaxTokenId ("token_ids_b64[3]: ...").
+Result<std::vector<int64_t>> DecodeTokenIdsBase64(std::string_view text, std::string_view field);
 
 /// POST /v1/route/explain (docs/formats/console.md): /v1/route's body, with
 /// "prompt", text for the model's engine to tokenize, allowed in place of
