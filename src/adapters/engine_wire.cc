@@ -11,6 +11,7 @@
 
 #include <msgpack.hpp>
 
+#include "adapters/engine_schema.h"
 #include "adapters/msgpack_input.h"
 #include "adapters/one_pass_decoder.h"
 #include "adapters/wire_values.h"
@@ -155,45 +156,20 @@ Status CheckExtraKeyCount(size_t keys, size_t blocks, std::string_view where) {
 // ---------------------------------------------------------------------------
 // vLLM and SGLang events.
 
-constexpr FieldNames<14> kStoredFields = {"block_hashes",
-                                          "parent_block_hash",
-                                          "token_ids",
-                                          "block_size",
-                                          "lora_id",
-                                          "medium",
-                                          "lora_name",
-                                          "extra_keys",
-                                          "group_idx",
-                                          "kv_cache_spec_kind",
-                                          "kv_cache_spec_sliding_window",
-                                          "locality",
-                                          "ownership",
-                                          "session_id"};
-enum StoredField : size_t {
-  kBlockHashes,
-  kParentBlockHash,
-  kTokenIds,
-  kBlockSize,
-  kLoraId,
-  kMedium,
-  kLoraName,
-  kExtraKeys,
-  kGroupIdx,
-  kSpecKind,
-  kSpecSlidingWindow,
-  kLocality,
-  kOwnership,
-  kSessionId,
-};
-static_assert(kStoredFields[kParentBlockHash] == "parent_block_hash" &&
-              kStoredFields[kSpecSlidingWindow] == "kv_cache_spec_sliding_window" &&
-              kStoredFields[kSessionId] == "session_id");
+using internal::StoredField;
+using internal::kStoredFields;
+using enum internal::StoredField;
 // `cache_salt` is SGLang's (map events, sglang#37482), read by name: it has
 // no position in vLLM's layout.
 constexpr std::array<std::string_view, 2> kStoredKnown = {"type", "cache_salt"};
 
-constexpr FieldNames<5> kRemovedFields = {"block_hashes", "medium", "group_idx", "locality",
-                                          "ownership"};
+constexpr FieldNames<5> kRemovedFields = [] {
+  FieldNames<5> names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    names[i] = kStoredFields[internal::kRemovedFieldOrder[i]];
+  }
+  return names;
+}();
 enum RemovedField : size_t {
   kRemovedHashes,
   kRemovedMedium,
@@ -236,7 +212,7 @@ Result<std::string> ReadSglangMetadata(const msgpack::object& metadata, std::str
   return ReadOptionalString(slots[0], Path(where, "cache_salt"));
 }
 
-Result<BlockStored> DecodeStored(const Slots<14>& f, const msgpack::object* cache_salt_field,
+Result<BlockStored> DecodeStored(const Slots<kStoredFieldCount>& f, const msgpack::object* cache_salt_field,
                                  std::string_view where, uint64_t& unknown) {
   BlockStored stored;
   if (f[kBlockHashes] == nullptr) return Missing(Path(where, "block_hashes"));

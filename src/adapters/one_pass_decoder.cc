@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "adapters/engine_schema.h"
 #include "adapters/msgpack_cursor.h"
 #include "adapters/wire_values.h"
 #include "kvgov/core/json_string.h"
@@ -23,38 +24,19 @@ namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-// The fields of a BlockStored, in its positional order; a BlockRemoved's
-// are a subset with the same rules, so one reader serves both.
-enum Field : uint8_t {
-  kBlockHashes,
-  kParentBlockHash,
-  kTokenIds,
-  kBlockSize,
-  kLoraId,
-  kMedium,
-  kLoraName,
-  kExtraKeys,
-  kGroupIdx,
-  kSpecKind,
-  kSpecSlidingWindow,
-  kLocality,
-  kOwnership,
-  kSessionId,
-  kCacheSalt,  // by name only (SGLang's map events)
-  kFieldCount,
-};
-constexpr std::array<std::string_view, kFieldCount> kFieldNames = {
-    "block_hashes", "parent_block_hash", "token_ids",  "block_size",
-    "lora_id",      "medium",            "lora_name",  "extra_keys",
-    "group_idx",    "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
-    "locality",     "ownership",         "session_id", "cache_salt"};
-constexpr std::array<Field, 5> kRemovedPositions = {kBlockHashes, kMedium, kGroupIdx, kLocality,
-                                                    kOwnership};
-constexpr uint32_t kStoredPositions = 14;  // kBlockHashes..kSessionId
+// A BlockStored's fields (engine_schema.h) and one more read by name only:
+// SGLang's map events carry the salt beside the hashes.
+constexpr uint8_t kCacheSalt = kStoredFieldCount;
+constexpr uint8_t kFieldCount = kCacheSalt + 1;
 
-constexpr uint32_t Bit(Field field) { return uint32_t{1} << field; }
-constexpr uint32_t kRemovedFieldBits = Bit(kBlockHashes) | Bit(kMedium) | Bit(kGroupIdx) |
-                                       Bit(kLocality) | Bit(kOwnership);
+constexpr uint32_t Bit(uint8_t field) { return uint32_t{1} << field; }
+constexpr uint32_t kRemovedFieldBits = [] {
+  uint32_t bits = 0;
+  for (StoredField field : kRemovedFieldOrder) bits |= Bit(field);
+  return bits;
+}();
+// What a BlockStored decodes: every positional field and the salt.
+constexpr uint32_t kStoredFieldBits = (Bit(kStoredFieldCount) - 1) | Bit(kCacheSalt);
 
 enum class EventType : uint8_t { kStored, kRemoved, kCleared, kOther };
 
@@ -65,11 +47,13 @@ EventType TypeOf(std::string_view tag) {
   return EventType::kOther;
 }
 
-int FieldOf(std::string_view key) {
-  for (size_t f = 0; f < kFieldNames.size(); ++f) {
-    if (kFieldNames[f] == key) return static_cast<int>(f);
+// The field a map key names; kFieldCount for none.
+uint8_t FieldOf(std::string_view key) {
+  if (key == "cache_salt") return kCacheSalt;
+  for (uint8_t f = 0; f < kStoredFieldCount; ++f) {
+    if (kStoredFields[f] == key) return f;
   }
-  return -1;
+  return kFieldCount;
 }
 
 // A BlockStored being read, whatever the event turns out to be: a map
@@ -309,10 +293,11 @@ class OnePass {
   }
 
   // Reads one field's value (its header already read at `depth`).
-  bool ReadField(Field field, const WireValue& value, uint32_t depth, EventFields& fields) {
+  bool ReadField(uint8_t field, const WireValue& value, uint32_t depth, EventFields& fields) {
     fields.present |= Bit(field);
     BlockStored& s = fields.stored;
-    switch (field) {
+    if (field == kCacheSalt) return OptionalString(value, &fields.cache_salt);
+    switch (static_cast<StoredField>(field)) {
       case kBlockHashes:
         return Hashes(value, depth, s.block_hashes);
       case kParentBlockHash: {
@@ -348,9 +333,7 @@ class OnePass {
       case kOwnership:
       case kSessionId:
         return OptionalString(value, nullptr);  // checked, not kept
-      case kCacheSalt:
-        return OptionalString(value, &fields.cache_salt);
-      case kFieldCount:
+      case kStoredFieldCount:
         break;
     }
     return false;
@@ -415,17 +398,17 @@ class OnePass {
     WireValue tag;
     if (!cursor_.Next(tag, inner) || tag.kind != WireKind::kStr) return false;
     const EventType type = TypeOf(tag.bytes);
-    const uint32_t positions = type == EventType::kStored    ? kStoredPositions
-                               : type == EventType::kRemoved ? kRemovedPositions.size()
-                                                             : 0;
+    uint32_t positions = 0;
+    if (type == EventType::kStored) positions = kStoredFieldCount;
+    if (type == EventType::kRemoved) positions = kRemovedFieldOrder.size();
     EventFields fields;
     for (uint32_t i = 1; i < event.count; ++i) {
       WireValue value;
       if (!cursor_.Next(value, inner)) return false;
       const uint32_t k = i - 1;
       if (k < positions) {
-        const Field field =
-            type == EventType::kStored ? static_cast<Field>(k) : kRemovedPositions[k];
+        const uint8_t field =
+            type == EventType::kStored ? static_cast<uint8_t>(k) : uint8_t{kRemovedFieldOrder[k]};
         if (!ReadField(field, value, inner, fields)) return false;
         continue;
       }
@@ -455,21 +438,21 @@ class OnePass {
         have_tag = true;
         continue;
       }
-      const int field = FieldOf(key.bytes);
-      if (field < 0) {
+      const uint8_t field = FieldOf(key.bytes);
+      if (field == kFieldCount) {
         ++unknown;
         if (!cursor_.SkipContents(value, inner)) return false;
         continue;
       }
-      if ((fields.present & Bit(static_cast<Field>(field))) != 0) return false;  // repeated
-      if (!ReadField(static_cast<Field>(field), value, inner, fields)) return false;
+      if ((fields.present & Bit(field)) != 0) return false;  // repeated
+      if (!ReadField(field, value, inner, fields)) return false;
     }
     if (!have_tag) return false;
     const EventType type = TypeOf(tag);
     // What the type does not decode counts as unknown (a stored event's
     // cache_salt is its own; an unknown type's fields are not looked at).
     uint32_t own = 0;
-    if (type == EventType::kStored) own = ((Bit(kSessionId) << 1) - 1) | Bit(kCacheSalt);
+    if (type == EventType::kStored) own = kStoredFieldBits;
     if (type == EventType::kRemoved) own = kRemovedFieldBits;
     if (type != EventType::kOther) {
       batch.ignored.unknown_fields += unknown + std::popcount(fields.present & ~own);

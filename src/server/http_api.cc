@@ -439,24 +439,24 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                          const auth::Principal& caller) {
                                  HandleRoute(daemon, request, response, caller);
                                }));
-  http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
-            WithoutBody(daemon.options.max_body_bytes, Guard(daemon, Role::kRoute,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                       Status released =
-                           daemon.router->Done(request.matches[1].str(), caller.tenant);
-                       if (!released.ok()) return SendError(response, 404, released);
-                       SendJson(response, 200, {{"released", true}});
-                     })));
+  // POST /v1/route/{id}/<step>: the step on the caller's own decision (a
+  // tenant-bound token's own tenant's), answered {<answer>: true}.
+  using DecisionStep = Status (router::Router::*)(std::string_view, std::string_view);
+  auto decision_step = [&daemon](DecisionStep step, const char* answer) {
+    return WithoutBody(daemon.options.max_body_bytes,
+                       Guard(daemon, Role::kRoute,
+                             [&daemon, step, answer](const httplib::Request& request,
+                                                     httplib::Response& response,
+                                                     const auth::Principal& caller) {
+                               Status done = ((*daemon.router).*step)(request.matches[1].str(),
+                                                                      caller.tenant);
+                               if (!done.ok()) return SendError(response, 404, done);
+                               SendJson(response, 200, {{answer, true}});
+                             }));
+  };
+  http.Post(R"(/v1/route/([0-9a-f]{32})/done)", decision_step(&router::Router::Done, "released"));
   http.Post(R"(/v1/route/([0-9a-f]{32})/prefilled)",
-            WithoutBody(daemon.options.max_body_bytes, Guard(daemon, Role::kRoute,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                       Status noted =
-                           daemon.router->Prefilled(request.matches[1].str(), caller.tenant);
-                       if (!noted.ok()) return SendError(response, 404, noted);
-                       SendJson(response, 200, {{"decoding", true}});
-                     })));
+            decision_step(&router::Router::Prefilled, "decoding"));
   auto set_drain = [&daemon](bool draining) {
     return GuardFleetWrite(daemon, Role::kAdmin, [&daemon, draining](
                                                      const httplib::Request& request,
