@@ -21,6 +21,8 @@
 
 #include "adapters/one_pass_decoder.h"
 #include "kvgov/core/engine_events.h"
+#include "kvgov/index/residency_index.h"
+#include "kvgov/sim/event_wire.h"
 
 namespace kvgov::adapters {
 namespace {
@@ -1190,6 +1192,64 @@ TEST(OnePassDecoderTest, AgreesWithTheObjectPathOnMutatedGoldens) {
   }
   // Not vacuous: many mutants are still batches the one pass reads.
   EXPECT_GT(taken, 1000u);
+}
+
+// Issue 19's ingest check: one stream, applied once as the one pass decodes
+// it and once as the object path does, leaves the same index. The stream
+// has what engines send: chains with parents, salts, LoRA extra keys,
+// offloads to host memory, evictions and a reset, in both encodings.
+TEST(OnePassDecoderTest, AStreamLeavesTheSameIndexEitherWay) {
+  std::mt19937_64 random(7);
+  index::ResidencyIndex by_one_pass;
+  index::ResidencyIndex by_objects;
+  ASSERT_TRUE(by_one_pass.AddWorker("w", "llama", 4).ok());
+  ASSERT_TRUE(by_objects.AddWorker("w", "llama", 4).ok());
+  std::vector<std::vector<EngineHash>> chains;
+  size_t one_pass_batches = 0;
+  for (int step = 0; step < 300; ++step) {
+    EngineEventBatch batch;
+    batch.ts = 1.79e9 + step;
+    for (int i = 0; i < 3; ++i) {
+      BlockStored stored;
+      stored.block_size = 4;
+      stored.medium = step % 5 == 0 ? "CPU" : "GPU";
+      if (i > 0 && !chains.empty()) stored.parent_block_hash = chains.back().back();
+      const int blocks = 1 + static_cast<int>(random() % 4);
+      for (int b = 0; b < blocks; ++b) {
+        stored.block_hashes.push_back(random());
+        for (int t = 0; t < 4; ++t) stored.token_ids.push_back(static_cast<int64_t>(random() % 128256));
+      }
+      if (step % 7 == 0) {
+        stored.lora_name = "adapter";
+        stored.extra_keys.assign(stored.block_hashes.size(), R"(["adapter"])");
+        if (!stored.parent_block_hash) stored.extra_keys[0] = R"(["adapter","salt-a"])";
+      }
+      chains.push_back(stored.block_hashes);
+      batch.events.emplace_back(std::move(stored));
+    }
+    if (step % 3 == 0 && chains.size() > 6) {
+      batch.events.emplace_back(BlockRemoved{chains[chains.size() - 6], "GPU", 0, ""});
+    }
+    if (step == 150) batch.events.emplace_back(AllBlocksCleared{});
+    const auto encoding = step % 2 == 0 ? sim::WireEncoding::kMap : sim::WireEncoding::kLegacyPositional;
+    Result<std::string> payload = sim::EncodeEventBatch(batch, encoding);
+    ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+    const std::optional<EngineEventBatch> fast = internal::DecodeEngineBatchInOnePass(*payload, {});
+    if (fast.has_value()) ++one_pass_batches;
+    const Result<EngineEventBatch> objects = internal::DecodeEngineBatchByObjects(*payload, {});
+    ASSERT_TRUE(objects.ok()) << objects.status().ToString();
+    for (const EngineEvent& event : fast.has_value() ? fast->events : objects->events) {
+      ASSERT_TRUE(by_one_pass.Apply("w", event).ok());
+    }
+    for (const EngineEvent& event : objects->events) ASSERT_TRUE(by_objects.Apply("w", event).ok());
+  }
+  EXPECT_EQ(one_pass_batches, 300u);  // every batch went the one pass
+  EXPECT_GT(by_objects.ResidentPairs(), 0u);
+  EXPECT_EQ(by_one_pass.ResidentPairs(), by_objects.ResidentPairs());
+  const Result<std::string> a = by_one_pass.SnapshotWorker("w");
+  const Result<std::string> b = by_objects.SnapshotWorker("w");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
 }
 
 TEST(DecodeErrorReasonTest, IsABoundedLabel) {
