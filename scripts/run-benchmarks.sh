@@ -35,6 +35,7 @@ RATIOS = {
     "one_pass_vs_objects": ("engine-batch decode, one pass / object path", None, None),
     "ratio_schema_vs_one_pass": ("8k route body: schema path / one pass", None, None),
     "ratio_schema_vs_compact": ("8k route body: schema path / one pass on token_ids_b64", None, None),
+    "ratio_document_vs_written": ("64-candidate route answer: nlohmann document / direct writer", None, None),
     "ratio_p99_vs_hash": ("in-process route p99 / prompt hash p50", "< 3", lambda r: r < 3),
     "ratio_http_p99_vs_hash": ("HTTP route p99 / prompt hash p50", None, None),
     "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second", ">= 0.8", lambda r: r >= 0.8),

@@ -14,7 +14,10 @@
 #include <vector>
 
 #include "codec/gateway_request_oracle.h"
+#include "codec/decision_writer.h"
+#include "codec/json_fields.h"
 #include "codec/route_request_fast.h"
+#include "codec/router_json.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/codec/route_api.h"
 
@@ -138,6 +141,51 @@ void BM_DecodeRoute8k(benchmark::State& state) {
   state.counters["ratio_schema_vs_compact"] = schema_us / compact_us;
 }
 BENCHMARK(BM_DecodeRoute8k)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// POST /v1/route's answer with 64 candidates (the route benchmarks'
+// fleet), printed through the nlohmann document and written directly,
+// call by call.
+void BM_EncodeDecision64(benchmark::State& state) {
+  router::RouteDecision decision;
+  decision.decision_id = std::string(32, 'a');
+  decision.worker = "w07";
+  decision.prompt_blocks = 512;
+  decision.overlap_blocks = 448;
+  for (int i = 0; i < 64; ++i) {
+    router::Candidate c;
+    c.worker = "w" + std::to_string(i);
+    c.resident_blocks = c.overlap_blocks = 64 + static_cast<uint64_t>(i);
+    c.tier_overlap[0] = c.resident_blocks;
+    c.credited_blocks = static_cast<double>(c.resident_blocks);
+    c.cost = 2.0 * (512.0 - c.credited_blocks) + 16.0;
+    c.load.scraped = router::ScrapedLoad{1, 0, 0.5, 1790000000000};
+    c.eligible = true;
+    decision.candidates.push_back(std::move(c));
+  }
+  double document_us = 0, written_us = 0;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    const auto started = Clock::now();
+    const std::string document = codec_internal::Dump(codec_internal::DecisionJson(decision));
+    const auto printed = Clock::now();
+    const std::optional<std::string> written = codec_internal::WriteDecisionJson(decision);
+    const auto done = Clock::now();
+    if (!written || *written != document) {
+      state.SkipWithError("the writer and the document disagree");
+      return;
+    }
+    bytes = written->size();
+    document_us += std::chrono::duration<double, std::micro>(printed - started).count();
+    written_us += std::chrono::duration<double, std::micro>(done - printed).count();
+    state.SetIterationTime(std::chrono::duration<double>(done - printed).count());
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.counters["document_us"] = document_us / n;
+  state.counters["written_us"] = written_us / n;
+  state.counters["ratio_document_vs_written"] = document_us / written_us;
+}
+BENCHMARK(BM_EncodeDecision64)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov

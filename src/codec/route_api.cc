@@ -7,6 +7,7 @@
 #include <span>
 #include <utility>
 
+#include "codec/decision_writer.h"
 #include "codec/json_fields.h"
 #include "codec/route_request_fast.h"
 #include "codec/router_json.h"
@@ -98,8 +99,6 @@ nlohmann::json LoadJson(const router::WorkerLoad& load) {
   return json;
 }
 
-namespace {
-
 nlohmann::json DecisionJson(const router::RouteDecision& decision) {
   nlohmann::json candidates = nlohmann::json::array();
   for (const router::Candidate& c : decision.candidates) {
@@ -125,19 +124,27 @@ nlohmann::json DecisionJson(const router::RouteDecision& decision) {
           {"candidates", std::move(candidates)}};
 }
 
-}  // namespace
 }  // namespace kvgov::codec_internal
 
 namespace kvgov {
 
+// Written directly (decision_writer.h); through the document only for a
+// string that is not ASCII.
 std::string EncodeRouteDecisionJson(const router::RouteDecision& decision) {
+  if (std::optional<std::string> text = codec_internal::WriteDecisionJson(decision)) {
+    return std::move(*text);
+  }
   return codec_internal::Dump(codec_internal::DecisionJson(decision));
 }
 
 std::string EncodeUnroutableDecisionJson(const router::RouteDecision& decision) {
+  constexpr std::string_view kCode = "unavailable";
+  constexpr std::string_view kMessage = "no eligible worker; each candidate says why";
+  if (std::optional<std::string> text = codec_internal::WriteDecisionJson(decision, kCode, kMessage)) {
+    return std::move(*text);
+  }
   nlohmann::json body = codec_internal::DecisionJson(decision);
-  body["error"] = {{"code", "unavailable"},
-                   {"message", "no eligible worker; each candidate says why"}};
+  body["error"] = {{"code", kCode}, {"message", kMessage}};
   return codec_internal::Dump(body);
 }
 

@@ -4,9 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <random>
 
+#include "codec/decision_writer.h"
+#include "codec/json_fields.h"
 #include "codec/route_request_fast.h"
+#include "codec/router_json.h"
 
 namespace kvgov {
 namespace {
@@ -107,6 +111,80 @@ TEST(RouteApiTest, TheOnePassAgreesWithTheSchemaPath) {
       codec_internal::DecodeRouteRequestFast(R"({"model":"m","token_ids":[1,2,3]})", small));
   EXPECT_EQ(DecodeRouteRequestJson(R"({"model":"m","token_ids":[1,2,3]})", small).status().code(),
             StatusCode::kResourceExhausted);
+}
+
+router::RouteDecision TwoCandidates();
+
+// The direct writer prints what the document path prints, byte for byte,
+// on random decisions: doubles of every magnitude and sign, integral ones,
+// uint64 extremes, reasons, scraped loads present and absent.
+TEST(RouteApiTest, TheDecisionWriterPrintsWhatTheDocumentPrints) {
+  std::mt19937_64 random(64);
+  const auto any_double = [&random]() -> double {
+    switch (random() % 6) {
+      case 0:
+        return static_cast<double>(random() % 1000);
+      case 1:
+        return static_cast<double>(random() % 100000) / 8.0;
+      case 2:
+        return (static_cast<double>(random() % 2000) - 1000) * 0.1;
+      case 3:
+        return std::ldexp(static_cast<double>(random() % 1000000 + 1), static_cast<int>(random() % 120) - 60);
+      case 4:
+        return random() % 2 == 0 ? 0.0 : -0.0;
+      default:
+        return static_cast<double>(random()) * 1e-3;
+    }
+  };
+  int same_bytes = 0;
+  for (int round = 0; round < 500; ++round) {
+    router::RouteDecision d;
+    d.decision_id = std::to_string(random());
+    d.worker = "w" + std::to_string(random() % 64);
+    d.cache_salt = random() % 2 == 0 ? "" : "9b1e\"quote\\ and \x01 control";
+    d.prompt_blocks = random() % 2 == 0 ? random() : ~uint64_t{0};
+    d.overlap_blocks = random() % 600;
+    d.verdict = random() % 2 == 0 ? LookupVerdict::Miss(LookupReason::kCold) : LookupVerdict{};
+    for (int c = 0; c < static_cast<int>(random() % 5); ++c) {
+      router::Candidate candidate;
+      candidate.worker = "w" + std::to_string(c);
+      candidate.resident_blocks = random() % 512;
+      candidate.overlap_blocks = random() % 512;
+      for (uint64_t& tier : candidate.tier_overlap) tier = random() % 100;
+      candidate.credited_blocks = any_double();
+      candidate.cost = any_double();
+      candidate.eligible = random() % 2 == 0;
+      if (!candidate.eligible) candidate.reason = "draining";
+      candidate.load.in_flight_requests = random() % 9;
+      candidate.load.decoding_requests = random() % 9;
+      candidate.load.in_flight_blocks = random();
+      candidate.load.peer_blocks = random() % 77;
+      candidate.load.blocks = any_double();
+      if (random() % 2 == 0) {
+        candidate.load.scraped =
+            router::ScrapedLoad{any_double(), any_double(), any_double(),
+                                static_cast<int64_t>(random() >> 1) * (random() % 2 == 0 ? 1 : -1)};
+      }
+      d.candidates.push_back(std::move(candidate));
+    }
+    const std::optional<std::string> written = codec_internal::WriteDecisionJson(d);
+    ASSERT_TRUE(written.has_value());
+    const std::string document = codec_internal::Dump(codec_internal::DecisionJson(d));
+    // The same values always: nlohmann's Grisu2 may print a double with a
+    // digit more than the shortest that reads back, which this writer
+    // prints; every other byte is the same.
+    ASSERT_EQ(nlohmann::json::parse(*written), nlohmann::json::parse(document)) << "round " << round;
+    if (*written == document) ++same_bytes;
+  }
+  EXPECT_GT(same_bytes, 450);
+  // Typical decisions (counts, credits in quarters, loads) print the same bytes.
+  EXPECT_EQ(*codec_internal::WriteDecisionJson(TwoCandidates()),
+            codec_internal::Dump(codec_internal::DecisionJson(TwoCandidates())));
+  // A string that is not ASCII goes the document path.
+  router::RouteDecision foreign;
+  foreign.worker = "w\xc3\xa9";
+  EXPECT_FALSE(codec_internal::WriteDecisionJson(foreign).has_value());
+  EXPECT_EQ(EncodeRouteDecisionJson(foreign), codec_internal::Dump(codec_internal::DecisionJson(foreign)));
 }
 
 router::RouteDecision TwoCandidates() {

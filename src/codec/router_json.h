@@ -16,6 +16,10 @@ namespace kvgov::codec_internal {
 
 nlohmann::json LoadJson(const router::WorkerLoad& load);
 
+// POST /v1/route's answer as a document: what decision_writer.h writes
+// directly, and its fallback.
+nlohmann::json DecisionJson(const router::RouteDecision& decision);
+
 // {"hbm": x, "dram": x, "disk": x, "remote": x, "unknown": x} from an array
 // in kIndexedTiers order (block counts or credits).
 template <typename T>
