@@ -42,17 +42,6 @@ bool MsgpackCursor::Next(WireValue& value, uint32_t depth) {
   if (lead >= 0xa0 && lead <= 0xbf) return Sized(value, WireKind::kStr, lead & 0x1fu, limits_.max_str);
   if (lead >= 0x90 && lead <= 0x9f) return Container(value, WireKind::kArray, lead & 0x0fu, depth);
   if (lead >= 0x80 && lead <= 0x8f) return Container(value, WireKind::kMap, lead & 0x0fu, depth);
-  // A signed encoding of a value >= 0 reads as unsigned, as msgpack-c has it.
-  const auto signed_value = [&value](int64_t v) {
-    if (v < 0) {
-      value.kind = WireKind::kInt;
-      value.sint = v;
-    } else {
-      value.kind = WireKind::kUint;
-      value.uint = static_cast<uint64_t>(v);
-    }
-    return true;
-  };
   switch (lead) {
     case 0xc0:
       value.kind = WireKind::kNil;
@@ -62,50 +51,22 @@ bool MsgpackCursor::Next(WireValue& value, uint32_t depth) {
       value.kind = WireKind::kBool;
       value.boolean = lead == 0xc3;
       return true;
-    case 0xcc: {
-      uint8_t v = 0;
-      if (!BigEndian(v)) return false;
-      value.kind = WireKind::kUint;
-      value.uint = v;
-      return true;
-    }
-    case 0xcd: {
-      uint16_t v = 0;
-      if (!BigEndian(v)) return false;
-      value.kind = WireKind::kUint;
-      value.uint = v;
-      return true;
-    }
-    case 0xce: {
-      uint32_t v = 0;
-      if (!BigEndian(v)) return false;
-      value.kind = WireKind::kUint;
-      value.uint = v;
-      return true;
-    }
-    case 0xcf: {
-      uint64_t v = 0;
-      if (!BigEndian(v)) return false;
-      value.kind = WireKind::kUint;
-      value.uint = v;
-      return true;
-    }
-    case 0xd0: {
-      uint8_t v = 0;
-      return BigEndian(v) && signed_value(static_cast<int8_t>(v));
-    }
-    case 0xd1: {
-      uint16_t v = 0;
-      return BigEndian(v) && signed_value(static_cast<int16_t>(v));
-    }
-    case 0xd2: {
-      uint32_t v = 0;
-      return BigEndian(v) && signed_value(static_cast<int32_t>(v));
-    }
-    case 0xd3: {
-      uint64_t v = 0;
-      return BigEndian(v) && signed_value(static_cast<int64_t>(v));
-    }
+    case 0xcc:
+      return Unsigned<uint8_t>(value);
+    case 0xcd:
+      return Unsigned<uint16_t>(value);
+    case 0xce:
+      return Unsigned<uint32_t>(value);
+    case 0xcf:
+      return Unsigned<uint64_t>(value);
+    case 0xd0:
+      return Signed<uint8_t, int8_t>(value);
+    case 0xd1:
+      return Signed<uint16_t, int16_t>(value);
+    case 0xd2:
+      return Signed<uint32_t, int32_t>(value);
+    case 0xd3:
+      return Signed<uint64_t, int64_t>(value);
     case 0xca: {
       uint32_t bits = 0;
       if (!BigEndian(bits)) return false;
@@ -122,46 +83,26 @@ bool MsgpackCursor::Next(WireValue& value, uint32_t depth) {
       value.kind = WireKind::kFloat;
       return true;
     }
-    case 0xd9: {
-      uint8_t size = 0;
-      return BigEndian(size) && Sized(value, WireKind::kStr, size, limits_.max_str);
-    }
-    case 0xda: {
-      uint16_t size = 0;
-      return BigEndian(size) && Sized(value, WireKind::kStr, size, limits_.max_str);
-    }
-    case 0xdb: {
-      uint32_t size = 0;
-      return BigEndian(size) && Sized(value, WireKind::kStr, size, limits_.max_str);
-    }
-    case 0xc4: {
-      uint8_t size = 0;
-      return BigEndian(size) && Sized(value, WireKind::kBin, size, limits_.max_bin);
-    }
-    case 0xc5: {
-      uint16_t size = 0;
-      return BigEndian(size) && Sized(value, WireKind::kBin, size, limits_.max_bin);
-    }
-    case 0xc6: {
-      uint32_t size = 0;
-      return BigEndian(size) && Sized(value, WireKind::kBin, size, limits_.max_bin);
-    }
-    case 0xdc: {
-      uint16_t count = 0;
-      return BigEndian(count) && Container(value, WireKind::kArray, count, depth);
-    }
-    case 0xdd: {
-      uint32_t count = 0;
-      return BigEndian(count) && Container(value, WireKind::kArray, count, depth);
-    }
-    case 0xde: {
-      uint16_t count = 0;
-      return BigEndian(count) && Container(value, WireKind::kMap, count, depth);
-    }
-    case 0xdf: {
-      uint32_t count = 0;
-      return BigEndian(count) && Container(value, WireKind::kMap, count, depth);
-    }
+    case 0xd9:
+      return SizedBy<uint8_t>(value, WireKind::kStr, limits_.max_str);
+    case 0xda:
+      return SizedBy<uint16_t>(value, WireKind::kStr, limits_.max_str);
+    case 0xdb:
+      return SizedBy<uint32_t>(value, WireKind::kStr, limits_.max_str);
+    case 0xc4:
+      return SizedBy<uint8_t>(value, WireKind::kBin, limits_.max_bin);
+    case 0xc5:
+      return SizedBy<uint16_t>(value, WireKind::kBin, limits_.max_bin);
+    case 0xc6:
+      return SizedBy<uint32_t>(value, WireKind::kBin, limits_.max_bin);
+    case 0xdc:
+      return ContainerBy<uint16_t>(value, WireKind::kArray, depth);
+    case 0xdd:
+      return ContainerBy<uint32_t>(value, WireKind::kArray, depth);
+    case 0xde:
+      return ContainerBy<uint16_t>(value, WireKind::kMap, depth);
+    case 0xdf:
+      return ContainerBy<uint32_t>(value, WireKind::kMap, depth);
     default:
       // 0xc1 (never used) and every ext: the object path decides.
       return false;

@@ -79,6 +79,41 @@ class MsgpackCursor {
   }
   bool Sized(WireValue& value, WireKind kind, uint32_t size, uint32_t limit);
   bool Container(WireValue& value, WireKind kind, uint32_t count, uint32_t depth);
+  // The encodings whose header is followed by a big-endian U: a value, or
+  // the size or count of what follows.
+  template <typename U>
+  bool Unsigned(WireValue& value) {
+    U v = 0;
+    if (!BigEndian(v)) return false;
+    value.kind = WireKind::kUint;
+    value.uint = v;
+    return true;
+  }
+  // A signed encoding; a value >= 0 reads as unsigned, as msgpack-c has it.
+  template <typename U, typename S>
+  bool Signed(WireValue& value) {
+    U bits = 0;
+    if (!BigEndian(bits)) return false;
+    const auto v = static_cast<int64_t>(static_cast<S>(bits));
+    if (v < 0) {
+      value.kind = WireKind::kInt;
+      value.sint = v;
+    } else {
+      value.kind = WireKind::kUint;
+      value.uint = static_cast<uint64_t>(v);
+    }
+    return true;
+  }
+  template <typename U>
+  bool SizedBy(WireValue& value, WireKind kind, uint32_t limit) {
+    U size = 0;
+    return BigEndian(size) && Sized(value, kind, size, limit);
+  }
+  template <typename U>
+  bool ContainerBy(WireValue& value, WireKind kind, uint32_t depth) {
+    U count = 0;
+    return BigEndian(count) && Container(value, kind, count, depth);
+  }
 
   const unsigned char* at_;
   const unsigned char* const end_;

@@ -199,15 +199,10 @@ class OnePass {
       case WireKind::kInt:
         out = static_cast<EngineHash>(value.sint);
         return true;
-      case WireKind::kBin: {
-        std::string_view bytes = value.bytes;
-        if (bytes.empty()) return false;
-        if (bytes.size() > 8) bytes.remove_prefix(bytes.size() - 8);
-        EngineHash hash = 0;
-        for (unsigned char byte : bytes) hash = (hash << 8) | byte;
-        out = hash;
+      case WireKind::kBin:
+        if (value.bytes.empty()) return false;
+        out = HashOfBytes(value.bytes);
         return true;
-      }
       default:
         return false;
     }
@@ -252,16 +247,9 @@ class OnePass {
         if (!IsValidUtf8(value.bytes)) return false;
         kvgov::AppendJsonString(out, value.bytes);
         return true;
-      case WireKind::kBin: {
-        static constexpr char kHex[] = "0123456789abcdef";
-        out += "{\"bin\":\"";
-        for (unsigned char byte : value.bytes) {
-          out += kHex[byte >> 4];
-          out += kHex[byte & 0xF];
-        }
-        out += "\"}";
+      case WireKind::kBin:
+        AppendBinJson(value.bytes, out);
         return true;
-      }
       case WireKind::kArray:
         out += '[';
         for (uint32_t i = 0; i < value.count; ++i) {

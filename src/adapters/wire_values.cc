@@ -43,15 +43,9 @@ Status AppendCanonical(const msgpack::object& object, std::string_view where, st
       AppendJsonString(text, out);
       return Status::Ok();
     }
-    case msgpack::type::BIN: {
-      out += "{\"bin\":\"";
-      for (unsigned char byte : Bytes(object)) {
-        out += kHexDigits[byte >> 4];
-        out += kHexDigits[byte & 0xF];
-      }
-      out += "\"}";
+    case msgpack::type::BIN:
+      AppendBinJson(Bytes(object), out);
       return Status::Ok();
-    }
     case msgpack::type::ARRAY: {
       out += '[';
       for (uint32_t i = 0; i < object.via.array.size; ++i) {
@@ -108,6 +102,22 @@ Status AppendCanonical(const msgpack::object& object, std::string_view where, st
 
 }  // namespace
 
+EngineHash HashOfBytes(std::string_view bytes) {
+  if (bytes.size() > 8) bytes.remove_prefix(bytes.size() - 8);
+  EngineHash hash = 0;
+  for (unsigned char byte : bytes) hash = (hash << 8) | byte;
+  return hash;
+}
+
+void AppendBinJson(std::string_view bytes, std::string& out) {
+  out += "{\"bin\":\"";
+  for (unsigned char byte : bytes) {
+    out += kHexDigits[byte >> 4];
+    out += kHexDigits[byte & 0xF];
+  }
+  out += "\"}";
+}
+
 Status WrongType(std::string_view where, std::string_view want, const msgpack::object& object) {
   std::string msg(where);
   msg += ": want ";
@@ -134,10 +144,7 @@ Result<EngineHash> ReadHash(const msgpack::object& object, std::string_view wher
       // An empty digest identifies nothing; mapping it to 0 would make every
       // such block the same block.
       if (bytes.empty()) return Status::InvalidArgument(std::string(where) + ": empty bin hash");
-      if (bytes.size() > 8) bytes.remove_prefix(bytes.size() - 8);
-      EngineHash hash = 0;
-      for (unsigned char byte : bytes) hash = (hash << 8) | byte;
-      return hash;
+      return HashOfBytes(bytes);
     }
     default:
       return WrongType(where, "int or bin", object);

@@ -34,6 +34,13 @@ inline bool IsUnset(const msgpack::object* object) {
 /// (left-padded with zeros when shorter).
 Result<EngineHash> ReadHash(const msgpack::object& object, std::string_view where);
 
+/// An engine hash of bytes: the last 8, big-endian, left-padded with zeros
+/// when shorter. REQUIRES: `bytes` not empty (an empty digest names nothing).
+EngineHash HashOfBytes(std::string_view bytes);
+
+/// Appends a bin's canonical JSON, {"bin":"<lowercase hex>"}.
+void AppendBinJson(std::string_view bytes, std::string& out);
+
 /// An array of engine hashes.
 Result<std::vector<EngineHash>> ReadHashList(const msgpack::object& object, std::string_view where);
 

@@ -15,19 +15,6 @@
 
 namespace kvgov::codec_internal {
 
-template <>
-struct Schema<router::RouteRequest> {
-  static void Fields(auto& v, auto& r) {
-    v.Required("model", r.model);
-    v.Expect("model", !r.model.empty(), [] { return std::string("required, got empty"); });
-    v.Optional("tenant", r.tenant);
-    v.Required("token_ids", r.token_ids);
-    v.Validate([&] { return CheckTokenIds(r.token_ids); });
-    v.Optional("lora_name", r.lora_name);
-    v.Optional("workers", r.workers);
-  }
-};
-
 // POST /v1/route's body as it arrives: token ids as JSON numbers or as
 // base64 of little-endian uint32 (route-api.md), exactly one of the two.
 struct RouteRequestBody {
