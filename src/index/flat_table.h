@@ -3,9 +3,9 @@
 // FlatMap: the residency index's hash table (docs/adr/0007). Private to
 // kvgov_index.
 //
-// Open addressing with linear probing over a power-of-two array of
-// fixed-size slots, each the 8-byte key followed directly by the value, with
-// no padding and no per-slot metadata. Why:
+// Open addressing with linear probing over an array of fixed-size slots,
+// each the 8-byte key followed directly by the value, with no padding and no
+// per-slot metadata. Why:
 //  - memory: a slot is 8 + sizeof(V) bytes (10 for a tier mask), where a
 //    node-based map pays a node (key, value, next pointer, cached hash,
 //    malloc header: 32-48 bytes) plus a bucket pointer per entry;
@@ -18,6 +18,13 @@
 // The cost: slots move, so a slot number is only valid until the next
 // insert or erase, and the table must not be modified while iterated.
 //
+// The array may have any number of slots, not only a power of two: a key's
+// home is its mixed hash scaled into [0, capacity) by one multiply
+// (Lemire's "fastrange"). A table reserved for a known count (an engine's KV
+// pool) is then sized to it, at a load of 0.8 when full, where a power of
+// two would leave it anywhere between 0.4 and 0.8; and a growing table grows
+// by half, not by doubling (ADR 0026).
+//
 // Key 0 marks an empty slot (so a fresh array is calloc's zero pages). The
 // key 0 itself, possible for engine hashes, is kept in one extra slot past
 // the array, so every key is stored and looked up the same way by slot.
@@ -26,15 +33,17 @@
 // and written with memcpy: well defined for any alignment, and one plain
 // load or store on x86-64 and AArch64.
 
-#include <bit>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace kvgov::index {
 
@@ -51,6 +60,45 @@ constexpr uint64_t MixKey(uint64_t key) {
   key *= 0xc4ceb9fe1a85ec53ULL;
   key ^= key >> 33;
   return key;
+}
+
+// GCC's and Clang's 128-bit integer, for the high half of a 64x64 product
+// (one MUL on x86-64 and AArch64). __extension__: -Wpedantic names it
+// non-standard, which it is.
+__extension__ typedef unsigned __int128 Uint128;
+
+/// Calls fn(item) for every item, in the order of their keys' home slots
+/// (coarsely: by the top bits of MixKey, which is where a FlatMap of any
+/// capacity puts them), so that a large batch of inserts or lookups walks a
+/// table's array from front to back instead of jumping across it. Each
+/// stretch of the array then comes into the cache and the TLB once rather
+/// than once per key: restoring ten million keys this way is several times
+/// faster than in the snapshot's key order, which is random to the table.
+/// Batches too small to gain are visited as they are; larger ones are
+/// copied once, bucketed by home.
+template <typename T, typename KeyOf, typename Fn>
+void VisitInHomeOrder(std::span<const T> items, KeyOf&& key_of, Fn&& fn) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  // 1,024 buckets: a bucket's stretch of a ten-million-slot table is about
+  // 150 KiB, which the L2 cache holds, while the scatter below writes to
+  // few enough places at once for its lines to stay cached.
+  constexpr unsigned kBucketBits = 10;
+  constexpr size_t kBuckets = size_t{1} << kBucketBits;
+  constexpr size_t kMinItems = 64 * kBuckets;
+  if (items.size() < kMinItems) {
+    for (const T& item : items) fn(item);
+    return;
+  }
+  auto bucket_of = [&](const T& item) {
+    return static_cast<size_t>(MixKey(key_of(item)) >> (64 - kBucketBits));
+  };
+  std::vector<size_t> starts(kBuckets + 1, 0);
+  for (const T& item : items) ++starts[bucket_of(item) + 1];
+  for (size_t b = 0; b < kBuckets; ++b) starts[b + 1] += starts[b];
+  // Default-initialised: every element is written by the scatter.
+  std::unique_ptr<T[]> bucketed(new T[items.size()]);
+  for (const T& item : items) bucketed[starts[bucket_of(item)]++] = item;
+  for (size_t i = 0; i < items.size(); ++i) fn(bucketed[i]);
 }
 
 /// A hash map from uint64_t keys to a small trivially copyable value.
@@ -80,29 +128,35 @@ class FlatMap {
   void swap(FlatMap& other) noexcept {
     std::swap(slots_, other.slots_);
     std::swap(capacity_, other.capacity_);
-    std::swap(shift_, other.shift_);
     std::swap(stored_, other.stored_);
     std::swap(has_zero_, other.has_zero_);
   }
 
   size_t size() const { return stored_ + (has_zero_ ? 1 : 0); }
   bool empty() const { return size() == 0; }
-  /// Slots in the array (a power of two), 0 before the first insert.
+  /// Slots in the array, 0 before the first insert.
   size_t capacity() const { return capacity_; }
   /// Heap bytes the table holds.
   size_t AllocatedBytes() const { return capacity_ == 0 ? 0 : (capacity_ + 1) * kSlotBytes; }
 
   /// The most entries (besides key 0) a table of `capacity` slots holds
-  /// before it doubles: a load of 0.8. Past that, linear probing's cost for
+  /// before it grows: a load of 0.8. Past that, linear probing's cost for
   /// a miss (every insert of a new key is one) climbs fast: about 13 slots
-  /// at 0.8, 32 at 0.875. Slots are 10-16 bytes, so 13 is two cache lines
-  /// read in order.
-  static constexpr size_t MaxLoad(size_t capacity) { return capacity / 5 * 4; }
+  /// at 0.8, 32 at 0.875. Slots are 12-16 bytes, so 13 is about three cache
+  /// lines read in order.
+  static constexpr size_t MaxLoad(size_t capacity) { return capacity - (capacity + 4) / 5; }
+
+  /// The capacity a table grows to from `capacity` when full: half again.
+  /// Doubling would leave a grown table's load between 0.4 and 0.8; half
+  /// again keeps it between 0.53 and 0.8, for 1.5x the rehashing.
+  static constexpr size_t GrownCapacity(size_t capacity) {
+    return capacity == 0 ? kMinCapacity : capacity + capacity / 2;
+  }
 
   Slot Find(uint64_t key) const {
     if (key == 0) return has_zero_ ? capacity_ : kNotFound;
     if (stored_ == 0) return kNotFound;
-    for (size_t i = Home(key);; i = (i + 1) & (capacity_ - 1)) {
+    for (size_t i = Home(key);; i = Next(i)) {
       const uint64_t k = KeyAt(i);
       if (k == key) return i;
       if (k == 0) return kNotFound;
@@ -149,10 +203,10 @@ class FlatMap {
       // Grow only for a key that is really new: a full table must still
       // answer for the keys it holds without doubling.
       if (Slot found = Find(key); found != kNotFound) return {found, false};
-      Rehash(capacity_ == 0 ? kMinCapacity : capacity_ * 2);
+      Rehash(GrownCapacity(capacity_));
     }
     size_t i = Home(key);
-    for (;; i = (i + 1) & (capacity_ - 1)) {
+    for (;; i = Next(i)) {
       const uint64_t k = KeyAt(i);
       if (k == key) return {i, false};
       if (k == 0) break;
@@ -177,12 +231,11 @@ class FlatMap {
     // Backward shift: walk the run after the hole and move back every entry
     // whose probe path (home .. where it sits) passes over the hole, so that
     // each remaining key is still reachable from its home without gaps.
-    const size_t mask = capacity_ - 1;
     size_t hole = slot;
-    for (size_t i = (slot + 1) & mask;; i = (i + 1) & mask) {
+    for (size_t i = Next(slot);; i = Next(i)) {
       const uint64_t k = KeyAt(i);
       if (k == 0) break;
-      if (((i - Home(k)) & mask) >= ((i - hole) & mask)) {
+      if (Distance(Home(k), i) >= Distance(hole, i)) {
         std::memcpy(SlotPtr(hole), SlotPtr(i), kSlotBytes);
         hole = i;
       }
@@ -219,7 +272,6 @@ class FlatMap {
   void Clear() {
     slots_.reset();
     capacity_ = 0;
-    shift_ = 64;
     stored_ = 0;
     has_zero_ = false;
   }
@@ -250,14 +302,23 @@ class FlatMap {
     void operator()(unsigned char* p) const { std::free(p); }
   };
 
+  // The fewest slots that hold `entries` at a load of at most 0.8.
   static size_t CapacityFor(size_t entries) {
-    size_t capacity = kMinCapacity;
-    while (MaxLoad(capacity) < entries) capacity *= 2;
+    size_t capacity = std::max(kMinCapacity, entries + entries / 4);
+    while (MaxLoad(capacity) < entries) ++capacity;
     return capacity;
   }
 
-  // The top bits of the mixed key: a multiplicative mix's best bits.
-  size_t Home(uint64_t key) const { return static_cast<size_t>(MixKey(key) >> shift_); }
+  // The mixed key scaled into [0, capacity): its high bits pick the slot,
+  // the multiplicative mix's best bits, as a shift would for a power of two.
+  size_t Home(uint64_t key) const {
+    return static_cast<size_t>((static_cast<Uint128>(MixKey(key)) * capacity_) >> 64);
+  }
+  size_t Next(size_t slot) const { return slot + 1 == capacity_ ? 0 : slot + 1; }
+  // Slots from `from` forward to `to`, wrapping past the end.
+  size_t Distance(size_t from, size_t to) const {
+    return to >= from ? to - from : to + capacity_ - from;
+  }
 
   unsigned char* SlotPtr(Slot slot) const { return slots_.get() + slot * kSlotBytes; }
 
@@ -277,15 +338,13 @@ class FlatMap {
     std::swap(old, slots_);
     const size_t old_capacity = capacity_;
     capacity_ = capacity;
-    shift_ = 64 - std::countr_zero(capacity);
-    const size_t mask = capacity - 1;
     for (size_t j = 0; j < old_capacity; ++j) {
       const unsigned char* from = old.get() + j * kSlotBytes;
       uint64_t key;
       std::memcpy(&key, from, sizeof(key));
       if (key == 0) continue;
       size_t i = Home(key);
-      while (KeyAt(i) != 0) i = (i + 1) & mask;
+      while (KeyAt(i) != 0) i = Next(i);
       std::memcpy(SlotPtr(i), from, kSlotBytes);
     }
     if (has_zero_) {
@@ -295,7 +354,6 @@ class FlatMap {
 
   std::unique_ptr<unsigned char[], FreeDeleter> slots_;  // capacity_ + 1 slots
   size_t capacity_ = 0;
-  int shift_ = 64;
   size_t stored_ = 0;  // entries in the array (key 0 is not)
   bool has_zero_ = false;
 };

@@ -5,15 +5,40 @@
 
 namespace kvgov::index {
 
-void HolderIndex::Add(uint64_t key, uint32_t worker) {
-  auto [slot, inserted] = table_.Insert(key, worker);
-  if (inserted) return;
+uint16_t HolderIndex::AddTiers(uint64_t key, uint32_t worker, uint16_t tiers) {
+  const uint32_t added = Holder(worker, tiers);
+  auto [slot, inserted] = table_.Insert(key, added);
+  if (inserted) return 0;
+  const uint32_t value = table_.ValueAt(slot);
+  if ((value & kListBit) == 0) {
+    if (WorkerOf(value) == worker) {
+      table_.SetValueAt(slot, value | tiers);
+      return TiersOf(value);
+    }
+    AppendHolder(slot, added);
+    return 0;
+  }
+  const uint32_t offset = value & ~kListBit;
+  uint32_t* first = &arena_[offset + 1];
+  uint32_t* last = first + (arena_[offset] & kSizeMask);
+  for (uint32_t* at = first; at != last; ++at) {
+    if (WorkerOf(*at) == worker) {
+      const uint16_t before = TiersOf(*at);
+      *at |= tiers;
+      return before;
+    }
+  }
+  AppendHolder(slot, added);
+  return 0;
+}
+
+void HolderIndex::AppendHolder(FlatMap<uint32_t>::Slot slot, uint32_t holder) {
   const uint32_t value = table_.ValueAt(slot);
   if ((value & kListBit) == 0) {
     const uint32_t offset = Allocate(0);
     arena_[offset] = Header(0, 2);
     arena_[offset + 1] = value;
-    arena_[offset + 2] = worker;
+    arena_[offset + 2] = holder;
     table_.SetValueAt(slot, kListBit | offset);
     ++live_lists_;
     return;
@@ -25,28 +50,46 @@ void HolderIndex::Add(uint64_t key, uint32_t worker) {
     offset = Move(offset, ++cls);
     table_.SetValueAt(slot, kListBit | offset);
   }
-  arena_[offset + 1 + size] = worker;
+  arena_[offset + 1 + size] = holder;
   arena_[offset] = Header(cls, size + 1);
   MaybeCompact();  // last: it rewrites table values under `slot`
 }
 
-bool HolderIndex::Remove(uint64_t key, uint32_t worker) {
+uint16_t HolderIndex::RemoveTiers(uint64_t key, uint32_t worker, uint16_t tiers) {
   const auto slot = table_.Find(key);
-  if (slot == FlatMap<uint32_t>::kNotFound) return false;
+  if (slot == FlatMap<uint32_t>::kNotFound) return 0;
   const uint32_t value = table_.ValueAt(slot);
   if ((value & kListBit) == 0) {
-    if (value != worker) return false;
-    table_.EraseAt(slot);
-    return true;
+    if (WorkerOf(value) != worker) return 0;
+    const uint16_t before = TiersOf(value);
+    if ((before & ~tiers) != 0) {
+      table_.SetValueAt(slot, value & ~uint32_t{tiers});
+    } else {
+      table_.EraseAt(slot);
+    }
+    return before;
   }
-  uint32_t offset = value & ~kListBit;
-  unsigned cls = arena_[offset] >> kClassShift;
+  const uint32_t offset = value & ~kListBit;
+  uint32_t* first = &arena_[offset + 1];
+  uint32_t* last = first + (arena_[offset] & kSizeMask);
+  for (uint32_t* at = first; at != last; ++at) {
+    if (WorkerOf(*at) != worker) continue;
+    const uint16_t before = TiersOf(*at);
+    if ((before & ~tiers) != 0) {
+      *at &= ~uint32_t{tiers};
+    } else {
+      RemoveFromList(slot, offset, at);
+    }
+    return before;
+  }
+  return 0;
+}
+
+void HolderIndex::RemoveFromList(FlatMap<uint32_t>::Slot slot, uint32_t offset, uint32_t* at) {
+  const unsigned cls = arena_[offset] >> kClassShift;
   uint32_t size = arena_[offset] & kSizeMask;
   uint32_t* first = &arena_[offset + 1];
-  uint32_t* last = first + size;
-  uint32_t* found = std::find(first, last, worker);
-  if (found == last) return false;
-  *found = *(last - 1);  // order is free: swap the last one in
+  *at = first[size - 1];  // order is free: swap the last one in
   --size;
   if (size == 1) {
     // Back inline: a list of one is a word of table plus a block for nothing.
@@ -56,12 +99,10 @@ bool HolderIndex::Remove(uint64_t key, uint32_t worker) {
   } else {
     arena_[offset] = Header(cls, size);
     if (cls > 0 && size * 4 <= Capacity(cls)) {
-      offset = Move(offset, cls - 1);
-      table_.SetValueAt(slot, kListBit | offset);
+      table_.SetValueAt(slot, kListBit | Move(offset, cls - 1));
     }
   }
   MaybeCompact();
-  return true;
 }
 
 void HolderIndex::ShrinkIfSparse() {

@@ -1,14 +1,20 @@
 #pragma once
 
-// HolderIndex: which workers hold each block key, for the first step of an
-// overlap query (docs/adr/0007). Private to kvgov_index.
+// HolderIndex: which workers hold each block key, and in which tiers, for
+// overlap queries and for every change of residency (docs/adr/0007, 0026).
+// Private to kvgov_index.
+//
+// A holder is one u32 word: the worker number above kTierBits bits of tier
+// mask (bit i is ResidencyTier value i). This is the only place a (key,
+// worker) pair's tiers are kept: a worker's own tables map its engine's
+// hashes to keys and no more.
 //
 // Most keys have one holder, and a fleet's shared prefixes have a handful,
 // so the table keeps one holder inline: a 12-byte slot (key, u32) per key.
 // A key with two or more holders has instead, in that u32, the offset of its
 // list in one shared u32 arena. A list is a header word (size, and the
-// power-of-two capacity class) followed by the worker numbers, unordered;
-// no per-list heap allocation, pointer or malloc header.
+// power-of-two capacity class) followed by the holder words, unordered; no
+// per-list heap allocation, pointer or malloc header.
 //
 // A list outgrowing its block moves to the next class, and one shrinking to
 // a quarter of its block to the previous one (the gap keeps a key whose
@@ -31,36 +37,56 @@ namespace kvgov::index {
 
 class HolderIndex {
  public:
-  /// Worker numbers must be below this. It bounds a list's size, which
-  /// shares its header word with the block's class; 67 million workers is
-  /// far past any fleet one index serves.
-  static constexpr uint32_t kWorkerLimit = uint32_t{1} << 26;
+  /// Bits of tier mask in a holder word: one per ResidencyTier value.
+  static constexpr unsigned kTierBits = 9;
+  static constexpr uint16_t kAllTiers = (uint16_t{1} << kTierBits) - 1;
+  /// Worker numbers must be below this: the number, the tier mask and the
+  /// inline/list bit share one word. Four million workers is far past any
+  /// fleet one index serves.
+  static constexpr uint32_t kWorkerLimit = uint32_t{1} << (31 - kTierBits);
 
-  /// Adds `worker` to `key`'s holders. REQUIRES: it is not one already, and
-  /// worker < kWorkerLimit. Throws std::bad_alloc, like any container, when
-  /// memory (or the arena's 2^31-word address space) runs out.
-  void Add(uint64_t key, uint32_t worker);
-
-  /// Drops `worker` from `key`'s holders; false if it was not one.
-  bool Remove(uint64_t key, uint32_t worker);
-
-  /// Calls fn(worker) for each holder of `key`, in no particular order.
-  template <typename Fn>
-  void ForEachHolder(uint64_t key, Fn&& fn) const {
-    const auto slot = table_.Find(key);
-    if (slot == FlatMap<uint32_t>::kNotFound) return;
-    const uint32_t value = table_.ValueAt(slot);
-    if ((value & kListBit) == 0) {
-      fn(value);
-      return;
-    }
-    const uint32_t offset = value & ~kListBit;
-    const uint32_t size = arena_[offset] & kSizeMask;
-    for (uint32_t i = 1; i <= size; ++i) fn(arena_[offset + i]);
+  /// A holder word's parts.
+  static constexpr uint32_t WorkerOf(uint32_t holder) { return holder >> kTierBits; }
+  static constexpr uint16_t TiersOf(uint32_t holder) {
+    return static_cast<uint16_t>(holder & kAllTiers);
+  }
+  static constexpr uint32_t Holder(uint32_t worker, uint16_t tiers) {
+    return (worker << kTierBits) | tiers;
   }
 
-  /// The holders of `key`, in no particular order, valid until the next Add
-  /// or Remove. A lone holder has no list in the arena: it is copied into
+  /// Adds `tiers` to `worker`'s tiers for `key`, making it a holder if it
+  /// was not one. Returns the tiers it had before (0: it was no holder).
+  /// REQUIRES: worker < kWorkerLimit, tiers within kAllTiers and not 0.
+  /// Throws std::bad_alloc, like any container, when memory (or the
+  /// arena's 2^31-word address space) runs out.
+  uint16_t AddTiers(uint64_t key, uint32_t worker, uint16_t tiers);
+
+  /// Takes `tiers` out of `worker`'s tiers for `key`; a holder left with
+  /// none stops being one. Returns the tiers it had before (0: no holder).
+  uint16_t RemoveTiers(uint64_t key, uint32_t worker, uint16_t tiers);
+
+  /// Drops `worker` from `key`'s holders; returns the tiers it had (0: it
+  /// was no holder).
+  uint16_t Remove(uint64_t key, uint32_t worker) { return RemoveTiers(key, worker, kAllTiers); }
+
+  /// `worker`'s tiers for `key`; 0 when it is no holder.
+  uint16_t Tiers(uint64_t key, uint32_t worker) const {
+    uint32_t single = 0;
+    for (uint32_t holder : Holders(key, single)) {
+      if (WorkerOf(holder) == worker) return TiersOf(holder);
+    }
+    return 0;
+  }
+
+  /// Calls fn(holder word) for each holder of `key`, in no particular order.
+  template <typename Fn>
+  void ForEachHolder(uint64_t key, Fn&& fn) const {
+    uint32_t single = 0;
+    for (uint32_t holder : Holders(key, single)) fn(holder);
+  }
+
+  /// The holder words of `key`, in no particular order, valid until the
+  /// next change. A lone holder has no list in the arena: it is copied into
   /// `single`, which the span then points at.
   std::span<const uint32_t> Holders(uint64_t key, uint32_t& single) const {
     const auto slot = table_.Find(key);
@@ -110,6 +136,10 @@ class HolderIndex {
     return (static_cast<uint32_t>(cls) << kClassShift) | size;
   }
 
+  // Appends a holder to `slot`'s key, which has at least one.
+  void AppendHolder(FlatMap<uint32_t>::Slot slot, uint32_t holder);
+  // Removes the holder at `at` (an arena index) from the list at `offset`.
+  void RemoveFromList(FlatMap<uint32_t>::Slot slot, uint32_t offset, uint32_t* at);
   uint32_t Allocate(unsigned cls);
   void Free(uint32_t offset, unsigned cls);
   // Moves a list to a block of class `cls`; returns the new offset.
@@ -117,7 +147,7 @@ class HolderIndex {
   void MaybeCompact();
   void Compact();
 
-  FlatMap<uint32_t> table_;  // key -> worker, or kListBit | arena offset
+  FlatMap<uint32_t> table_;  // key -> holder word, or kListBit | arena offset
   std::vector<uint32_t> arena_;
   std::array<uint32_t, kClasses> free_heads_ = MakeFreeHeads();  // by class, through word 0
   size_t live_words_ = 0;

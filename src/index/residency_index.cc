@@ -1,33 +1,24 @@
-// The residency index's memory layout (docs/adr/0007-compact-residency-index.md).
+// The residency index's memory layout (docs/adr/0007, 0026).
 //
-// The target is <= 64 heap bytes per resident (block, worker) pair at ten
-// million pairs; node-based std::unordered_map spent ~190 (a node of 32-48
-// bytes with its malloc header, plus a bucket pointer, in each of three
-// maps). The tables are now FlatMap (flat_table.h): linear probing over
-// packed slots of key + value, load at most 0.8, backward-shift deletion.
-// Per pair, in slots:
-//  - the worker's `resident` table, key -> tier mask: 8 + 2 = 10 bytes;
+// Tables are FlatMap (flat_table.h): linear probing over packed slots of
+// key + value, load at most 0.8, backward-shift deletion, any capacity. Per
+// resident (block, worker) pair, in slots:
 //  - the worker's engine table, engine hash -> key: 8 + 8 = 16 bytes. One
 //    table per KV-cache group rather than the group in every slot: the group
 //    is almost always 0, and a hybrid model's few groups each get a table
 //    as dense as group 0's;
-//  - holders_ (holder_index.h), key -> one inline worker number, or a list
-//    in a shared arena for a key several workers hold: 8 + 4 = 12 bytes per
-//    key, so a share of that per pair when the key is shared.
-// 38 bytes of slots per unshared pair; divided by the load (between 0.4 and
-// 0.8, 0.625 at exactly 10,485,760 pairs) that is 48 to 95 bytes, and 61 at
-// the target size. A pair whose key several workers share costs its 26
-// bytes of per-worker slots plus 12/k of the key's holder slot and ~4 bytes
-// of list.
+//  - holders_ (holder_index.h), key -> one inline holder word (worker number
+//    and tier mask), or a list in a shared arena for a key several workers
+//    hold: 8 + 4 = 12 bytes per key, so a share of that per pair when the
+//    key is shared.
+// 28 bytes of slots per unshared pair, 35 at a load of 0.8 (a worker sized
+// for its declared pool, when the pool is full).
 //
-// Where it could go further, and why not: keeping the tier mask only in
-// holders_ (dropping `resident`) would make every per-worker walk (clear,
-// snapshot, restore) scan every worker's keys; replacing the engine table's
-// key with a slot number into `resident` saves 4 bytes a pair but slots move
-// on every erase. Both trade simple invariants for under 10%.
-//
-// Worker-local tables keep per-worker operations (snapshot, clear, restore)
-// proportional to that worker's residency, as before.
+// A pair's tiers live only in its holder word. The worker's own tables name
+// its keys: every key an engine ref names, and `loose`, the keys made
+// resident without one (a transport's report by key, an engine ref that
+// moved to another key). Walks of one worker (clear, snapshot, restore) go
+// through those, so they stay proportional to that worker's residency.
 
 #include "kvgov/index/residency_index.h"
 
@@ -149,8 +140,11 @@ struct ResidencyIndex::WorkerSlot {
   // it is sized for a declared pool and nothing has been removed), so a
   // worker that only ever uses group 0 has exactly one.
   std::vector<EngineGroup> engine_groups;
-  // kvgov key -> tiers it is resident in on this worker (never 0).
-  FlatMap<uint16_t> resident;
+  // Keys resident here that no engine ref may name (the value is unused).
+  // A key may be in it and named by a ref too; a key leaves it when it
+  // stops being resident here.
+  FlatMap<uint8_t> loose;
+  uint64_t pairs = 0;  // keys resident here, in any tier
   std::array<uint64_t, kIndexedTiers.size()> blocks{};
   SaltReporting salts = SaltReporting::kUnknown;
   // Saltless root keys of salted chains sent here (ExpectSaltedRoot), oldest
@@ -181,6 +175,15 @@ struct ResidencyIndex::WorkerSlot {
     size_t refs = 0;
     for (const EngineGroup& group : engine_groups) refs += group.keys.size();
     return refs;
+  }
+  // Calls fn(key) for every key resident here, and for keys engine refs
+  // name that are not; a key may come more than once.
+  template <typename Fn>
+  void ForEachKey(Fn&& fn) const {
+    for (const EngineGroup& group : engine_groups) {
+      group.keys.ForEach([&](EngineHash, BlockKey key) { fn(key); });
+    }
+    loose.ForEach([&](BlockKey key, uint8_t) { fn(key); });
   }
 };
 
@@ -225,7 +228,6 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
     // land all over a table, so it costs its full size in memory once a few
     // thousand blocks are in, whether or not the pool ever fills: that is
     // why a pool is declared, not guessed.
-    slot->resident.Reserve(pool_blocks);
     slot->Group(0).Reserve(pool_blocks);
     // Keys with a holder are at least as many as one full pool's blocks,
     // however much workers share: sized for that, the table is never
@@ -280,40 +282,39 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   slot.salts = SaltReporting::kUnknown;
   slot.salted_roots.clear();
   slot.salt_blind_matches = 0;
-  slot.resident.ForEach([&](BlockKey key, uint16_t) { holders_->Remove(key, slot.number); });
+  std::vector<BlockKey> keys;
+  keys.reserve(slot.pairs);
+  slot.ForEachKey([&](BlockKey key) { keys.push_back(key); });
+  VisitInHomeOrder(std::span<const BlockKey>(keys), [](BlockKey key) { return key; },
+                   [&](BlockKey key) { holders_->Remove(key, slot.number); });
   // Released, not kept for reuse: an engine that clears (a restart) refills
-  // gradually, and a table's doubling as it does is cheap beside holding
-  // the old size for a worker that may stay small.
-  slot.resident.Clear();
+  // gradually, and a table's growth as it does is cheap beside holding the
+  // old size for a worker that may stay small.
   slot.engine_groups.clear();
+  slot.loose.Clear();
+  slot.pairs = 0;
   slot.blocks.fill(0);
   holders_->ShrinkIfSparse();
 }
 
-bool ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
-  auto [at, inserted] = slot.resident.Insert(key, uint16_t{0});
-  if (inserted) holders_->Add(key, slot.number);
-  const uint16_t tiers = slot.resident.ValueAt(at);
-  if (tiers & TierBit(tier)) return false;
-  slot.resident.SetValueAt(at, static_cast<uint16_t>(tiers | TierBit(tier)));
-  ++slot.blocks[TierSlot(tier)];
-  return true;
+uint16_t ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
+  const uint16_t bit = TierBit(tier);
+  const uint16_t before = holders_->AddTiers(key, slot.number, bit);
+  if (before == 0) ++slot.pairs;
+  if ((before & bit) == 0) ++slot.blocks[TierSlot(tier)];
+  return before;
 }
 
-bool ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
-  const auto at = slot.resident.Find(key);
-  if (at == FlatMap<uint16_t>::kNotFound) return false;
-  const uint16_t tiers = slot.resident.ValueAt(at);
-  if (!(tiers & TierBit(tier))) return false;
+ResidencyIndex::Removal ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key,
+                                                         ResidencyTier tier) {
+  const uint16_t bit = TierBit(tier);
+  const uint16_t before = holders_->RemoveTiers(key, slot.number, bit);
+  if ((before & bit) == 0) return Removal::kNotResident;
   --slot.blocks[TierSlot(tier)];
-  const auto left = static_cast<uint16_t>(tiers & ~TierBit(tier));
-  if (left != 0) {
-    slot.resident.SetValueAt(at, left);
-    return true;
-  }
-  slot.resident.EraseAt(at);
-  holders_->Remove(key, slot.number);
-  return true;
+  if ((before & ~bit) != 0) return Removal::kTierRemoved;
+  --slot.pairs;
+  if (!slot.loose.empty()) slot.loose.Erase(key);
+  return Removal::kPairRemoved;
 }
 
 // What a BlockStored says of the engine's salt reporting: any extra key
@@ -382,7 +383,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
   std::span<const int64_t> tokens(stored.token_ids);
   FlatMap<BlockKey>& refs = slot.Group(stored.group_idx);
   const size_t blocks = stored.block_hashes.size();
-  // A chunk's keys are hashed first, each key's slots in the three tables
+  // A chunk's keys are hashed first, each key's slots in both tables
   // prefetched as soon as it is known, and only then written: the tables
   // are far larger than the cache, and block by block every write waited
   // for its own misses. The writes happen in the same order as before.
@@ -398,16 +399,26 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
       parent = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
       keys[i - begin] = parent;
       refs.Prefetch(stored.block_hashes[i]);
-      slot.resident.Prefetch(parent);
       holders_->Prefetch(parent);
     }
     for (size_t i = begin; i < end; ++i) {
-      auto [ref, new_hash] = refs.Insert(stored.block_hashes[i], keys[i - begin]);
-      if (!new_hash) refs.SetValueAt(ref, keys[i - begin]);
+      const BlockKey key = keys[i - begin];
+      auto [ref, new_hash] = refs.Insert(stored.block_hashes[i], key);
+      if (!new_hash) {
+        const BlockKey named = refs.ValueAt(ref);
+        if (named != key) {
+          refs.SetValueAt(ref, key);
+          // The key this hash named may still be resident with nothing else
+          // naming it: keep it where the worker's walks find it.
+          if (holders_->Tiers(named, slot.number) != 0) slot.loose.Insert(named, 0);
+        }
+      }
       // The same tokens already resident in this tier under another engine
       // hash: the engine hashes differently than it did (a hash seed that
       // changed, PYTHONHASHSEED unset across processes of one engine).
-      if (!AddTierLocked(slot, keys[i - begin], tier) && new_hash) ++result.hash_drift_blocks;
+      if ((AddTierLocked(slot, key, tier) & TierBit(tier)) != 0 && new_hash) {
+        ++result.hash_drift_blocks;
+      }
     }
   }
   result.blocks_stored = stored.block_hashes.size();
@@ -427,16 +438,14 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
   for (size_t begin = 0; begin < hashes.size(); begin += kApplyChunk) {
     const std::span<const EngineHash> chunk =
         hashes.subspan(begin, std::min(kApplyChunk, hashes.size() - begin));
-    // Prefetched in two waves (engine hash -> key, then the key's slots) and
-    // only then removed, so the misses of a chunk overlap (see
+    // Prefetched in two waves (engine hash -> key, then the key's holder
+    // slot) and only then removed, so the misses of a chunk overlap (see
     // ApplyStoredLocked). The hints change nothing: removal below looks
     // every hash up again.
     for (EngineHash hash : chunk) refs->Prefetch(hash);
     for (EngineHash hash : chunk) {
       const auto at = refs->Find(hash);
-      if (at == FlatMap<BlockKey>::kNotFound) continue;
-      slot.resident.Prefetch(refs->ValueAt(at));
-      holders_->Prefetch(refs->ValueAt(at));
+      if (at != FlatMap<BlockKey>::kNotFound) holders_->Prefetch(refs->ValueAt(at));
     }
     for (EngineHash hash : chunk) {
       const auto at = refs->Find(hash);
@@ -444,8 +453,8 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
         ++result.unknown_removals;
         continue;
       }
-      const BlockKey key = refs->ValueAt(at);
-      if (!RemoveTierLocked(slot, key, tier)) {
+      const Removal removal = RemoveTierLocked(slot, refs->ValueAt(at), tier);
+      if (removal == Removal::kNotResident) {
         ++result.unknown_removals;
         continue;
       }
@@ -453,7 +462,7 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
       // Keep the engine mapping while another tier still holds the block: a
       // later removal from that tier, or a child's parent lookup, needs it.
       // (`at` is still good: RemoveTierLocked changes other tables only.)
-      if (!slot.resident.Contains(key)) refs->EraseAt(at);
+      if (removal == Removal::kPairRemoved) refs->EraseAt(at);
     }
   }
   slot.DropGroupIfEmpty(removed.group_idx);
@@ -501,7 +510,11 @@ Status ResidencyIndex::AddBlocks(std::string_view worker, std::span<const BlockK
   std::unique_lock lock(mu_);
   WorkerSlot* slot = FindLocked(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
-  for (BlockKey key : keys) AddTierLocked(*slot, key, tier);
+  for (BlockKey key : keys) {
+    // No engine ref names a key a transport reports: the worker's walks
+    // find it through `loose`.
+    if (AddTierLocked(*slot, key, tier) == 0) slot->loose.Insert(key, 0);
+  }
   return Status::Ok();
 }
 
@@ -568,7 +581,8 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   std::array<uint32_t, 2> single{};
   std::span<const uint32_t> previous = holders_->Holders(chain[0], single[0]);
   candidates.reserve(previous.size());
-  for (uint32_t number : previous) {
+  for (uint32_t holder : previous) {
+    const uint32_t number = HolderIndex::WorkerOf(holder);
     const WorkerSlot& slot = *workers_[number];
     if (slot.state != WorkerState::kLive) continue;
     position[number] = static_cast<uint32_t>(candidates.size());
@@ -584,15 +598,16 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   size_t walked = 1;
   for (size_t turn = 1; walked < chain.size() && !matching.empty(); ++walked, turn ^= 1) {
     const std::span<const uint32_t> holders = holders_->Holders(chain[walked], single[turn]);
-    // The same holders as the block before (a shared prefix's blocks have
-    // the same list, in the same order): whoever held that block holds this
-    // one, so nobody stops here.
+    // The same holder words as the block before (a shared prefix's blocks
+    // have the same list, in the same order, in the same tiers): whoever
+    // held that block holds this one, so nobody stops here.
     if (SameList(holders, previous)) {
       turn ^= 1;  // `previous` still points into the other buffer
       continue;
     }
-    for (uint32_t number : holders) {
-      if (const uint32_t at = position[number]; at != kNotCandidate) seen[at] = walked;
+    for (uint32_t holder : holders) {
+      const uint32_t at = position[HolderIndex::WorkerOf(holder)];
+      if (at != kNotCandidate) seen[at] = walked;
     }
     std::erase_if(matching, [&](uint32_t at) {
       if (seen[at] == walked) return false;
@@ -602,20 +617,21 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
     previous = holders;
   }
   for (uint32_t at : matching) candidates[at].blocks = walked;
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) { return a.slot->rank < b.slot->rank; });
 
-  out.reserve(candidates.size());
-  for (const Candidate& candidate : candidates) {
-    const WorkerSlot& slot = *candidate.slot;
-    WorkerOverlap& overlap = out.emplace_back();
-    overlap.worker = slot.id;
-    // A worker whose blocks all count in one tier slot (an engine that never
-    // offloads) has that slot as every block's best tier: no lookups.
+  // Each block's best tier. A worker whose blocks all count in one tier
+  // slot (an engine that never offloads) has that slot as every block's:
+  // no lookups. The others read their tier of each block from its holder
+  // word, in one more walk down the chain for all of them.
+  out.resize(candidates.size());
+  size_t deepest = 0;  // blocks the multi-tier candidates need walked
+  for (size_t at = 0; at < candidates.size(); ++at) {
+    const Candidate& candidate = candidates[at];
+    WorkerOverlap& overlap = out[at];
+    overlap.worker = candidate.slot->id;
     size_t uniform = 0;
     size_t tiers_in_use = 0;
     for (size_t t = 0; t < kIndexedTiers.size(); ++t) {
-      if (slot.blocks[t] == 0) continue;
+      if (candidate.slot->blocks[t] == 0) continue;
       uniform = t;
       ++tiers_in_use;
     }
@@ -623,28 +639,46 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
       overlap.blocks = candidate.blocks;
       overlap.by_tier[uniform] = candidate.blocks;
       overlap.best_tier.assign(candidate.blocks, static_cast<uint8_t>(uniform));
-      continue;
+    } else {
+      overlap.best_tier.reserve(candidate.blocks);
+      deepest = std::max(deepest, candidate.blocks);
     }
-    overlap.best_tier.reserve(candidate.blocks);
-    for (size_t i = 0; i < candidate.blocks; ++i) {
-      const auto at = slot.resident.Find(chain[i]);
-      // Never taken: the holder lists and `resident` change together. Were
-      // they to disagree, the table is what a per-worker walk would trust.
-      if (at == FlatMap<uint16_t>::kNotFound) break;
-      const size_t tier = BestTierSlot(slot.resident.ValueAt(at));
-      ++overlap.blocks;
+  }
+  for (size_t i = 0; i < deepest; ++i) {
+    for (uint32_t holder : holders_->Holders(chain[i], single[0])) {
+      const uint32_t at = position[HolderIndex::WorkerOf(holder)];
+      if (at == kNotCandidate) continue;
+      WorkerOverlap& overlap = out[at];
+      // Skips the uniform candidates (filled above), and a multi-tier one
+      // past its blocks or missing an earlier one.
+      if (i >= candidates[at].blocks || overlap.best_tier.size() != i) continue;
+      const size_t tier = BestTierSlot(HolderIndex::TiersOf(holder));
       ++overlap.by_tier[tier];
       overlap.best_tier.push_back(static_cast<uint8_t>(tier));
     }
   }
-  return out;
+  for (WorkerOverlap& overlap : out) {
+    // Never shorter, but for a block missing from its holder list (the walk
+    // above found it there): the tiers read are what the answer stands on.
+    overlap.blocks = overlap.best_tier.size();
+  }
+
+  std::vector<uint32_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), uint32_t{0});
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return candidates[a].slot->rank < candidates[b].slot->rank;
+  });
+  std::vector<WorkerOverlap> sorted;
+  sorted.reserve(out.size());
+  for (uint32_t at : order) sorted.push_back(std::move(out[at]));
+  return sorted;
 }
 
 uint64_t ResidencyIndex::ResidentPairs() const {
   std::shared_lock lock(mu_);
   uint64_t pairs = 0;
   for (const auto& slot : workers_) {
-    if (slot) pairs += slot->resident.size();
+    if (slot) pairs += slot->pairs;
   }
   return pairs;
 }
@@ -676,6 +710,7 @@ static_assert(static_cast<int>(ResidencyTier::kRemote) == 6);
 static_assert(static_cast<int>(ResidencyTier::kProvider) == 7);
 static_assert(static_cast<int>(ResidencyTier::kRecompute) == 8);
 constexpr uint16_t kSnapshotTierBits = 0x1ff;
+static_assert(kSnapshotTierBits == HolderIndex::kAllTiers, "a holder word keeps every tier");
 constexpr unsigned kSnapshotTierCount = 9;
 
 // CRC-32C (Castagnoli), slice-by-8: about 6x SHA-256's speed here, and a
@@ -871,19 +906,34 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
     model = slot->model;
     block_size = slot->block_size;
     state = slot->state;
-    // Flat arrays, walked in order: this is the part writers wait for.
-    keys.reserve(slot->resident.size());
-    slot->resident.ForEach(
-        [&](BlockKey key, uint16_t tiers) { keys.push_back({key, tiers}); });
+    // This is the part writers wait for: the worker's tables walked in
+    // order, and each key's tiers read from its holder word, in the holder
+    // table's order.
     refs.reserve(slot->EngineRefs());
     for (const EngineGroup& group : slot->engine_groups) {
       group.keys.ForEach(
           [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
     }
+    std::vector<BlockKey> loose;
+    loose.reserve(slot->loose.size());
+    slot->loose.ForEach([&](BlockKey key, uint8_t) { loose.push_back(key); });
+    keys.reserve(slot->pairs);
+    auto read_tiers = [&](BlockKey key) {
+      if (const uint16_t tiers = holders_->Tiers(key, slot->number); tiers != 0) {
+        keys.push_back({key, tiers});
+      }
+    };
+    VisitInHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; },
+                     [&](const KeyRef& ref) { read_tiers(ref.key); });
+    for (BlockKey key : loose) read_tiers(key);
   }
-  // The canonical order of the format: equal residency, equal bytes.
+  // The canonical order of the format: equal residency, equal bytes. A key
+  // several refs name (or a ref and `loose`) was read more than once.
   std::sort(keys.begin(), keys.end(),
             [](const KeyTiers& a, const KeyTiers& b) { return a.key < b.key; });
+  keys.erase(std::unique(keys.begin(), keys.end(),
+                         [](const KeyTiers& a, const KeyTiers& b) { return a.key == b.key; }),
+             keys.end());
   std::sort(refs.begin(), refs.end(), [](const KeyRef& a, const KeyRef& b) {
     if (a.key != b.key) return a.key < b.key;
     if (a.group_idx != b.group_idx) return a.group_idx < b.group_idx;
@@ -947,7 +997,25 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
   return out;
 }
 
-Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out) const {
+// A snapshot decoded, not yet in the index: the worker's tables (its number
+// unset, in no holder list) and each resident key's tiers, in key order.
+struct ResidencyIndex::DecodedSnapshot {
+  struct KeyTiers {
+    BlockKey key;
+    uint16_t tiers;
+  };
+  WorkerSlot slot;
+  std::vector<KeyTiers> resident;
+  // How engine refs go into the slot's tables: inserted in home order once
+  // every record is read (fast), or as each record is read (slow). Only a
+  // reader going record by record reports the first problem in a corrupt
+  // snapshot (a ref named twice is found at its record), so a restore
+  // whose fast decode fails decodes again in place for the error.
+  bool refs_in_place = false;
+};
+
+Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot& decoded) const {
+  WorkerSlot& out = decoded.slot;
   using Reader = SnapshotReader;
   const size_t size = snapshot.size();
   // The fixed prefix, each field checked as soon as it is present, so that a
@@ -1057,16 +1125,27 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
   out.block_size = static_cast<int64_t>(block_size);
   out.state = state == 0 ? WorkerState::kLive : WorkerState::kStale;
   out.engine_groups.clear();
-  out.resident.Clear();
+  out.loose.Clear();
   out.blocks.fill(0);
-  // Sized once for everything: at ten million keys, doubling up to size
+  decoded.resident.clear();
+  // Sized once for everything: at ten million keys, growing up to size
   // would rehash about as many entries again as the snapshot holds. The
-  // refs are reserved in group 0, where they almost always are; group 0 is
-  // shrunk back below when a hybrid model's other groups took some.
-  out.resident.Reserve(static_cast<size_t>(key_count));
-  if (ref_count > 0) out.Group(0).Reserve(static_cast<size_t>(ref_count));
-  FlatMap<BlockKey>* group_refs = nullptr;  // the table of group_refs_idx
+  // refs are reserved in group 0, where they almost always are.
+  decoded.resident.reserve(static_cast<size_t>(key_count));
+  struct EngineRef {
+    EngineHash hash;
+    BlockKey key;
+  };
+  std::vector<std::pair<int64_t, std::vector<EngineRef>>> refs_by_group;
+  std::vector<EngineRef>* group_refs = nullptr;  // refs_by_group's vector of group_refs_idx
+  FlatMap<BlockKey>* group_table = nullptr;      // in place: the table of group_refs_idx
   int64_t group_refs_idx = 0;
+  if (decoded.refs_in_place) {
+    if (ref_count > 0) out.Group(0).Reserve(static_cast<size_t>(ref_count));
+  } else {
+    refs_by_group.emplace_back(0, std::vector<EngineRef>());
+    refs_by_group.back().second.reserve(static_cast<size_t>(ref_count));
+  }
 
   uint64_t refs_seen = 0;
   BlockKey previous_key = 0;
@@ -1108,7 +1187,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
     }
     refs_seen += nrefs;
     if (tiers != 0) {
-      out.resident.Insert(key, static_cast<uint16_t>(tiers));
+      decoded.resident.push_back({key, static_cast<uint16_t>(tiers)});
+      if (nrefs == 0) out.loose.Insert(key, 0);
       for (unsigned bit = 0; bit < kSnapshotTierCount; ++bit) {
         if (tiers & (uint64_t{1} << bit)) ++out.blocks[TierSlot(static_cast<ResidencyTier>(bit))];
       }
@@ -1129,11 +1209,24 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
       }
       previous_hash = hash;
       previous_group = group_idx;
-      if (group_refs == nullptr || group_idx != group_refs_idx) {
-        group_refs = &out.Group(group_idx);  // may move the other tables: re-fetched on change
+      if (!decoded.refs_in_place) {
+        if (group_refs == nullptr || group_idx != group_refs_idx) {
+          auto it = std::find_if(refs_by_group.begin(), refs_by_group.end(),
+                                 [&](const auto& entry) { return entry.first == group_idx; });
+          if (it == refs_by_group.end()) {
+            it = refs_by_group.emplace(refs_by_group.end(), group_idx, std::vector<EngineRef>());
+          }
+          group_refs = &it->second;  // may move the other vectors: re-fetched on change
+          group_refs_idx = group_idx;
+        }
+        group_refs->push_back({hash, key});
+        continue;
+      }
+      if (group_table == nullptr || group_idx != group_refs_idx) {
+        group_table = &out.Group(group_idx);  // may move the other tables: re-fetched on change
         group_refs_idx = group_idx;
       }
-      if (!group_refs->Insert(hash, key).second) {
+      if (!group_table->Insert(hash, key).second) {
         return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(hash) + ", group " +
                                          std::to_string(group_idx) + ") already names another key");
       }
@@ -1147,7 +1240,18 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
     return Reader::Error(ref_count_at, "ref_count " + std::to_string(ref_count) + " but the " +
                                            "records hold " + std::to_string(refs_seen));
   }
-  if (ref_count > 0) {
+  for (const auto& [group_idx, refs] : refs_by_group) {
+    if (refs.empty()) continue;
+    FlatMap<BlockKey>& table = out.Group(group_idx);
+    table.Reserve(refs.size());
+    bool duplicate = false;
+    VisitInHomeOrder(std::span<const EngineRef>(refs), [](const EngineRef& ref) { return ref.hash; },
+                     [&](const EngineRef& ref) { duplicate |= !table.Insert(ref.hash, ref.key).second; });
+    if (duplicate) {
+      return Status::Corruption("index snapshot: an engine ref is named twice");
+    }
+  }
+  if (decoded.refs_in_place && ref_count > 0) {
     out.Group(0).ShrinkToFit();  // a no-op when group 0 has every ref
     out.DropGroupIfEmpty(0);
   }
@@ -1160,48 +1264,60 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, WorkerSlot& out
 }
 
 Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view snapshot) {
-  // Decoded outside the lock: building the tables is the slow part, and
+  // Decoded outside the lock: reading the records is the slow part, and
   // queries and other workers' events need not wait for it.
-  WorkerSlot decoded;
-  KVGOV_RETURN_IF_ERROR(DecodeSnapshot(snapshot, decoded));
+  DecodedSnapshot decoded;
+  if (Status fast = DecodeSnapshot(snapshot, decoded); !fast.ok()) {
+    if (fast.code() != StatusCode::kCorruption) return fast;
+    decoded = DecodedSnapshot{};
+    decoded.refs_in_place = true;
+    KVGOV_RETURN_IF_ERROR(DecodeSnapshot(snapshot, decoded));
+  }
+  const std::vector<DecodedSnapshot::KeyTiers>& resident = decoded.resident;
   {
     std::unique_lock lock(mu_);
     WorkerSlot* slot = FindLocked(worker);
     if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
-    if (decoded.model != slot->model || decoded.block_size != slot->block_size) {
-      return Status::FailedPrecondition("index snapshot is of model '" + decoded.model +
-                                        "' with block size " + std::to_string(decoded.block_size) +
-                                        "; worker '" + slot->id + "' is registered with model '" +
+    const WorkerSlot& restored = decoded.slot;
+    if (restored.model != slot->model || restored.block_size != slot->block_size) {
+      return Status::FailedPrecondition("index snapshot is of model '" + restored.model +
+                                        "' with block size " +
+                                        std::to_string(restored.block_size) + "; worker '" +
+                                        slot->id + "' is registered with model '" +
                                         slot->model + "' and block size " +
                                         std::to_string(slot->block_size));
     }
-    // Only keys that enter or leave the worker touch holders_: a restore
-    // over similar state (a re-sync) then leaves most holder lists alone,
-    // and the lock is held for lookups rather than list churn.
     const uint32_t number = slot->number;
-    if (slot->resident.empty()) {
-      // A restart: every key enters, no need to look for ones that stay.
-      holders_->Reserve(std::max(holders_->keys(), decoded.resident.size()));
-      decoded.resident.ForEach([&](BlockKey key, uint16_t) { holders_->Add(key, number); });
-    } else {
-      std::vector<BlockKey> entering;
-      decoded.resident.ForEach([&](BlockKey key, uint16_t) {
-        if (!slot->resident.Contains(key)) entering.push_back(key);
+    if (slot->pairs != 0) {
+      // Keys that leave the worker. Only they and keys that enter or change
+      // tiers touch holders_: a restore over similar state (a re-sync) then
+      // leaves most holder lists alone.
+      slot->ForEachKey([&](BlockKey key) {
+        const auto at = std::lower_bound(
+            resident.begin(), resident.end(), key,
+            [](const DecodedSnapshot::KeyTiers& entry, BlockKey k) { return entry.key < k; });
+        if (at == resident.end() || at->key != key) holders_->Remove(key, number);
       });
-      slot->resident.ForEach([&](BlockKey key, uint16_t) {
-        if (!decoded.resident.Contains(key)) holders_->Remove(key, number);
-      });
-      // Room for the keys at least once, not for their sum: keys other
-      // workers hold already take no new slot, and reserving for all of
-      // them would halve the table's load in a fleet sharing its prefixes.
-      holders_->Reserve(std::max(holders_->keys(), entering.size()));
-      for (BlockKey key : entering) holders_->Add(key, number);
     }
+    // Room for the keys at least once, not for their sum: keys other workers
+    // hold already take no new slot, and reserving for all of them would
+    // halve the table's load in a fleet sharing its prefixes.
+    holders_->Reserve(std::max(holders_->keys(), resident.size()));
+    using KeyTiers = DecodedSnapshot::KeyTiers;
+    VisitInHomeOrder(
+        std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; },
+        [&](const KeyTiers& entry) {
+          const uint16_t had = holders_->AddTiers(entry.key, number, entry.tiers);
+          if ((had & ~entry.tiers) != 0) {
+            holders_->RemoveTiers(entry.key, number, had & ~entry.tiers);
+          }
+        });
     holders_->ShrinkIfSparse();
-    slot->resident.swap(decoded.resident);
-    slot->engine_groups.swap(decoded.engine_groups);
-    slot->blocks = decoded.blocks;
-    slot->state = decoded.state;
+    slot->engine_groups.swap(decoded.slot.engine_groups);
+    slot->loose.swap(decoded.slot.loose);
+    slot->pairs = resident.size();
+    slot->blocks = restored.blocks;
+    slot->state = restored.state;
   }
   // `decoded` now holds the worker's old tables; they are freed here, after
   // the lock is released.

@@ -105,15 +105,19 @@ BENCHMARK(BM_RequestChain);
 
 // Heap bytes per resident (block, worker) pair, measured with mallinfo2
 // around `workers` workers each storing the same `blocks` blocks (the same
-// prefixes, so every key has `workers` holders).
-void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks) {
+// prefixes, so every key has `workers` holders). With `declare_pool`, each
+// worker is registered with a KV pool of `blocks` blocks, as an operator's
+// `pool_blocks=` does, and the pool is full; without, the tables grow as
+// the blocks come.
+void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool declare_pool) {
   const std::vector<BlockStored> events = MakeChains(blocks / 16, 16, 3);
   for (auto _ : state) {
     const size_t before = HeapInUse();
     auto index = std::make_unique<ResidencyIndex>();
     for (int w = 0; w < workers; ++w) {
       std::string id = "w" + std::to_string(w);
-      (void)index->AddWorker(id, "llama", kBlockSize);
+      (void)index->AddWorker(id, "llama", kBlockSize,
+                             declare_pool ? static_cast<uint64_t>(blocks) : 0);
       for (const BlockStored& event : events) (void)index->Apply(id, event);
     }
     const size_t after = HeapInUse();
@@ -124,20 +128,34 @@ void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks) {
 }
 
 // 1,048,576 blocks on each of Arg workers.
+// Arg 1: 1 = the pool declared.
 void BM_MemoryPerResidentPair(benchmark::State& state) {
-  MeasureBytesPerPair(state, static_cast<int>(state.range(0)), 1 << 20);
+  MeasureBytesPerPair(state, static_cast<int>(state.range(0)), 1 << 20, state.range(1) != 0);
 }
-BENCHMARK(BM_MemoryPerResidentPair)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MemoryPerResidentPair)
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 // 10,485,760 pairs: on one worker (Arg 1), or the same 1,310,720-block
 // prefixes on each of 8 workers (Arg 8). About 2 GiB of events and 1-2 GiB
 // of index at its peak, so run them on purpose:
 //   kvgov_index_bench --benchmark_filter=MemoryTenMillion
+// Arg 1: 1 = the pool declared.
 void BM_MemoryTenMillionPairs(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
-  MeasureBytesPerPair(state, workers, (10 << 20) / workers);
+  MeasureBytesPerPair(state, workers, (10 << 20) / workers, state.range(1) != 0);
 }
-BENCHMARK(BM_MemoryTenMillionPairs)->Arg(1)->Arg(8)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MemoryTenMillionPairs)
+    ->Args({1, 0})
+    ->Args({8, 0})
+    ->Args({1, 1})
+    ->Args({8, 1})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 // One worker holding 1,048,576 blocks in hbm, each named by one engine hash:
 // the state a periodic checkpoint writes and a restart reads back.

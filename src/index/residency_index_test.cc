@@ -226,6 +226,65 @@ TEST_F(ResidencyIndexTest, AddAndRemoveBlocksByKey) {
   EXPECT_TRUE(index_.Overlap(keys).empty());
 }
 
+TEST_F(ResidencyIndexTest, KeysNoEngineHashNamesAreClearedSnapshottedAndRestored) {
+  // Two ways a key is resident with no engine ref naming it: a transport
+  // reports it by key, and an engine hash is stored again over other
+  // tokens (the key it named stays resident). Both must follow the worker
+  // through a snapshot, a restore and a clear like any other key.
+  const std::vector<BlockKey> moved = Chain(Tokens(1, 100));
+  const std::vector<BlockKey> reported = Chain(Tokens(1, 500));
+  ASSERT_TRUE(index_.Apply("w1", Stored({1}, std::nullopt, Tokens(1, 100))).ok());
+  ASSERT_TRUE(index_.Apply("w1", Stored({1}, std::nullopt, Tokens(1, 300))).ok());
+  ASSERT_TRUE(index_.AddBlocks("w1", reported, ResidencyTier::kDRAM).ok());
+  ASSERT_EQ(index_.ResidentPairs(), 3u);
+  ASSERT_EQ(index_.Overlap(moved).size(), 1u);
+
+  const std::string snapshot = index_.SnapshotWorker("w1").value();
+  ResidencyIndex restored;
+  ASSERT_TRUE(restored.AddWorker("w1", "llama", kBlockSize).ok());
+  ASSERT_TRUE(restored.RestoreWorker("w1", snapshot).ok());
+  EXPECT_EQ(restored.ResidentPairs(), 3u);
+  EXPECT_EQ(restored.Overlap(moved).size(), 1u);
+  ASSERT_EQ(restored.Overlap(reported).size(), 1u);
+  EXPECT_EQ(restored.Overlap(reported)[0].by_tier[1], 1u);  // dram
+  EXPECT_EQ(restored.SnapshotWorker("w1").value(), snapshot);
+
+  // A clear takes every one of them out of the holder lists.
+  ASSERT_TRUE(index_.ClearWorker("w1").ok());
+  EXPECT_EQ(index_.ResidentPairs(), 0u);
+  EXPECT_TRUE(index_.Overlap(moved).empty());
+  EXPECT_TRUE(index_.Overlap(reported).empty());
+  EXPECT_TRUE(index_.Overlap(Chain(Tokens(1, 300))).empty());
+
+  // A reported key the transport withdraws leaves the snapshot too.
+  ASSERT_TRUE(restored.RemoveBlocks("w1", reported, ResidencyTier::kDRAM).ok());
+  EXPECT_EQ(restored.ResidentPairs(), 2u);
+  ResidencyIndex again;
+  ASSERT_TRUE(again.AddWorker("w1", "llama", kBlockSize).ok());
+  ASSERT_TRUE(again.RestoreWorker("w1", restored.SnapshotWorker("w1").value()).ok());
+  EXPECT_EQ(again.ResidentPairs(), 2u);
+  EXPECT_TRUE(again.Overlap(reported).empty());
+}
+
+TEST_F(ResidencyIndexTest, ATierAddedByKeyIsTheEnginesBlocksTierToo) {
+  // One (block, worker) pair, two sources of its tiers: the engine stores
+  // it in HBM, a transport reports a DRAM copy. Overlap sees both; the
+  // engine's removal leaves the DRAM copy; the transport's, nothing.
+  const std::vector<BlockKey> chain = Chain(Tokens(2));
+  ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
+  ASSERT_TRUE(index_.AddBlocks("w1", chain, ResidencyTier::kDRAM).ok());
+  EXPECT_EQ(index_.ResidentPairs(), 2u);
+  EXPECT_EQ(Blocks(index_, "w1", ResidencyTier::kDRAM), 2u);
+  ASSERT_TRUE(index_.Apply("w1", BlockRemoved{{1, 2}, "GPU", 0}).ok());
+  std::vector<WorkerOverlap> overlap = index_.Overlap(chain);
+  ASSERT_EQ(overlap.size(), 1u);
+  EXPECT_EQ(overlap[0].blocks, 2u);
+  EXPECT_EQ(overlap[0].best_tier, (std::vector<uint8_t>{1, 1}));  // dram
+  ASSERT_TRUE(index_.RemoveBlocks("w1", chain, ResidencyTier::kDRAM).ok());
+  EXPECT_TRUE(index_.Overlap(chain).empty());
+  EXPECT_EQ(index_.ResidentPairs(), 0u);
+}
+
 TEST_F(ResidencyIndexTest, KeysForEngineHashes) {
   ASSERT_TRUE(index_.Apply("w1", Stored({1, 2}, std::nullopt, Tokens(2))).ok());
   Result<std::vector<BlockKey>> keys = index_.KeysForEngineHashes("w1", {{2, 1}}, 0);

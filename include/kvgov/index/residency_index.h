@@ -101,7 +101,7 @@ class ResidencyIndex {
   /// releases a whole array); a clear releases the worker's tables as
   /// before. Sizing changes no answer. AlreadyExists if registered;
   /// InvalidArgument for an empty id or model or a block size <= 0;
-  /// ResourceExhausted past 2^26 registered workers.
+  /// ResourceExhausted past 2^22 registered workers.
   Status AddWorker(std::string_view worker, std::string_view model, int64_t block_size,
                    uint64_t pool_blocks = 0);
 
@@ -184,16 +184,19 @@ class ResidencyIndex {
   WorkerSlot* FindLocked(std::string_view worker) const;
   // REQUIRES: mu_ held exclusively.
   void RankLocked();  // renumbers every slot's position in by_id_
-  // Returns false when the key already was resident in `tier`.
-  bool AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
-  bool RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
+  // Returns the key's tiers on the worker before (0: it was not resident).
+  uint16_t AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
+  enum class Removal { kNotResident, kTierRemoved, kPairRemoved };
+  Removal RemoveTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   void ClearLocked(WorkerSlot& slot);
   ApplyResult ApplyStoredLocked(WorkerSlot& slot, const BlockStored& stored);
   bool NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored);
   ApplyResult ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed);
   // Decodes and checks a snapshot into `out` (a detached slot: no number, in
-  // no holder list). Needs no lock: it reads only hasher_.
-  Status DecodeSnapshot(std::string_view snapshot, WorkerSlot& out) const;
+  // no holder list, and its keys' tiers beside it). Needs no lock: it reads
+  // only hasher_.
+  struct DecodedSnapshot;
+  Status DecodeSnapshot(std::string_view snapshot, DecodedSnapshot& out) const;
 
   const BlockKeyHasher hasher_;
   mutable std::shared_mutex mu_;
@@ -203,8 +206,9 @@ class ResidencyIndex {
   // Worker numbers in id order: listings and overlaps come out sorted by id
   // without sorting strings on every route. Each slot keeps its position.
   std::vector<uint32_t> by_id_;
-  // Which workers hold each key; the tiers are in each worker's own table.
-  // (src/index/holder_index.h; behind a pointer to keep it out of this header.)
+  // Which workers hold each key, in which tiers: the one place a pair's
+  // tiers are kept. (src/index/holder_index.h; behind a pointer to keep it
+  // out of this header.)
   std::unique_ptr<HolderIndex> holders_;
 };
 
