@@ -131,6 +131,7 @@ Status StreamStore::Snapshot(std::string_view worker, const Progress& progress) 
 Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
   const std::string& worker = stream.worker();
   Progress progress;
+  RecoveryStats recovered;  // this worker's, added to `stats` at the end
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> record,
                          store_->Get(Column::kSnapshots, worker));
   if (record.has_value()) {
@@ -162,7 +163,7 @@ log::Line(log::Level::kWarn, "store.snapshot_dropped")
     }
     KVGOV_RETURN_IF_ERROR(restore.WithContext("snapshot of worker '" + worker + "'"));
     if (std::optional<index::WorkerResidency> restored = index_->Worker(worker)) {
-      for (uint64_t blocks : restored->blocks) stats->snapshot_blocks += blocks;
+      for (uint64_t blocks : restored->blocks) recovered.snapshot_blocks += blocks;
     }
   }
   Status scanned = store_->Scan(
@@ -177,14 +178,16 @@ log::Line(log::Level::kWarn, "store.snapshot_dropped")
         progress.seq = *seq;
         progress.ts = *ts;
         progress.last_digest = Sha256Hex(value.substr(8));
-        ++stats->logged_batches;
+        ++recovered.logged_batches;
         return true;
       });
   KVGOV_RETURN_IF_ERROR(scanned);
   if (progress.has_seq) stream.Resume(progress.seq, progress.ts, progress.last_digest);
   std::lock_guard lock(mu_);
-  progress.since_snapshot = stats->logged_batches;
+  progress.since_snapshot = recovered.logged_batches;
   progress_[worker] = progress;
+  stats->snapshot_blocks += recovered.snapshot_blocks;
+  stats->logged_batches += recovered.logged_batches;
   return Status::Ok();
 }
 

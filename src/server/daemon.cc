@@ -594,9 +594,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       [invalidations](std::string_view worker, uint64_t seq, const EngineEvent& event) {
         invalidations->Observe(worker, seq, event);
       });
+  KVGOV_RETURN_IF_ERROR(daemon->ingest->AddEngines(options.engines));
   for (const ingest::EngineSpec& engine : options.engines) {
-    KVGOV_RETURN_IF_ERROR(
-        daemon->ingest->AddEngine(engine).WithContext("engine '" + engine.id + "'"));
     KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> streams, ingest::StreamsFor(engine));
     for (const ingest::StreamSpec& stream : streams) {
       KVGOV_RETURN_IF_ERROR(daemon->status.Add(stream.worker, !engine.control.empty()));

@@ -34,9 +34,10 @@ class StreamStore : public StreamDurability {
                  std::string_view payload) override;
   void OnRestart(std::string_view worker) override;
 
-  /// Brings `stream`'s worker back to what the store holds. Returns what
-  /// it recovered in `stats`; Corruption naming the worker for a damaged
-  /// snapshot or log record.
+  /// Brings `stream`'s worker back to what the store holds. Adds what it
+  /// recovered to `stats`; Corruption naming the worker for a damaged
+  /// snapshot or log record. Streams of different workers may recover at
+  /// once, into the same `stats`.
   struct RecoveryStats {
     uint64_t snapshot_blocks = 0;
     uint64_t logged_batches = 0;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <span>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,11 +35,13 @@ struct StreamView {
 /// to its ROUTER replay endpoint. Each thread feeds one EngineStream. The
 /// only user of ZeroMQ in kvgov.
 ///
-/// Thread-safe: AddEngine, Streams and Stop may be called from any thread.
+/// Thread-safe: AddEngine(s), Streams and Stop may be called from any thread.
 class ZmqIngest {
  public:
   /// Called for each stream before its thread starts, to bring it back to
-  /// where kvgov was before a restart (the server's store recovery).
+  /// where kvgov was before a restart (the server's store recovery). The
+  /// streams of one AddEngines call recover at once, on up to one thread
+  /// per core, so it must be safe to call for different streams together.
   using RecoverFn = std::function<Status(ingest::EngineStream&)>;
 
   /// `index` must outlive this object. `sink` receives every lowered entry
@@ -56,6 +59,12 @@ class ZmqIngest {
   /// if a worker id is taken; InvalidArgument for a bad spec; whatever the
   /// recovery returns.
   Status AddEngine(const ingest::EngineSpec& engine);
+
+  /// The same for several engines, their streams recovered in parallel (a
+  /// restart then takes about as long as its largest worker's recovery,
+  /// not the sum, where cores allow). Errors name the engine; on one, no
+  /// stream of the call is started (the workers registered stay).
+  Status AddEngines(std::span<const ingest::EngineSpec> engines);
 
   std::vector<StreamView> Streams() const;
 

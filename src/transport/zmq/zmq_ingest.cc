@@ -226,28 +226,64 @@ ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, Repla
 ZmqIngest::~ZmqIngest() { Stop(); }
 
 Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
-  KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> specs, ingest::StreamsFor(engine));
+  return AddEngines(std::span(&engine, 1));
+}
+
+Status ZmqIngest::AddEngines(std::span<const ingest::EngineSpec> engines) {
   std::lock_guard lock(impl_->mu);
   if (impl_->stopping) return Status::FailedPrecondition("ingest is stopping");
-  for (const ingest::StreamSpec& spec : specs) {
-    KVGOV_RETURN_IF_ERROR(impl_->index->AddWorker(spec.worker, engine.model, engine.block_size,
-                                                  static_cast<uint64_t>(engine.pool_blocks)));
+  // Every worker registered and every stream built before any recovers.
+  std::vector<std::unique_ptr<Stream>> added;
+  std::vector<const ingest::EngineSpec*> engine_of;  // by stream in `added`
+  for (const ingest::EngineSpec& engine : engines) {
+    const std::string context = "engine '" + engine.id + "'";
+    Result<std::vector<ingest::StreamSpec>> specs = ingest::StreamsFor(engine);
+    KVGOV_RETURN_IF_ERROR(specs.status().WithContext(context));
+    for (const ingest::StreamSpec& spec : *specs) {
+      KVGOV_RETURN_IF_ERROR(impl_->index
+                                ->AddWorker(spec.worker, engine.model, engine.block_size,
+                                            static_cast<uint64_t>(engine.pool_blocks))
+                                .WithContext(context));
+    }
+    for (const ingest::StreamSpec& spec : *specs) {
+      auto stream = std::make_unique<Stream>();
+      stream->spec = spec;
+      stream->kind = engine.kind;
+      if (!spec.replay.empty()) {
+        stream->replay =
+            std::make_unique<ZmqReplaySource>(&impl_->context, spec.replay, impl_->limits);
+      }
+      stream->stream = std::make_unique<ingest::EngineStream>(
+          spec.worker, engine.kind, impl_->index, stream->replay.get(), impl_->sink,
+          impl_->durability);
+      if (impl_->observer) stream->stream->set_observer(impl_->observer);
+      added.push_back(std::move(stream));
+      engine_of.push_back(&engine);
+    }
   }
-  for (const ingest::StreamSpec& spec : specs) {
-    auto stream = std::make_unique<Stream>();
-    stream->spec = spec;
-    stream->kind = engine.kind;
-    if (!spec.replay.empty()) {
-      stream->replay =
-          std::make_unique<ZmqReplaySource>(&impl_->context, spec.replay, impl_->limits);
+  if (impl_->recover) {
+    // One thread per core at most: a restore is CPU and memory bound, and
+    // the index applies each worker's holder words under its lock anyway.
+    std::vector<Status> recovered(added.size());
+    std::atomic<size_t> next{0};
+    auto recover_some = [&] {
+      for (size_t i = next++; i < added.size(); i = next++) {
+        recovered[i] = impl_->recover(*added[i]->stream);
+      }
+    };
+    const size_t threads =
+        std::min<size_t>(added.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(recover_some);
+    recover_some();
+    for (std::thread& helper : helpers) helper.join();
+    for (size_t i = 0; i < added.size(); ++i) {
+      KVGOV_RETURN_IF_ERROR(recovered[i]
+                                .WithContext("recovering " + added[i]->spec.worker)
+                                .WithContext("engine '" + engine_of[i]->id + "'"));
     }
-    stream->stream = std::make_unique<ingest::EngineStream>(spec.worker, engine.kind, impl_->index,
-                                                            stream->replay.get(), impl_->sink,
-                                                            impl_->durability);
-    if (impl_->observer) stream->stream->set_observer(impl_->observer);
-    if (impl_->recover) {
-      KVGOV_RETURN_IF_ERROR(impl_->recover(*stream->stream).WithContext("recovering " + spec.worker));
-    }
+  }
+  for (std::unique_ptr<Stream>& stream : added) {
     Stream* raw = stream.get();
     const size_t number = impl_->streams.size();
     raw->thread = std::thread(
