@@ -67,17 +67,23 @@ constexpr uint64_t MixKey(uint64_t key) {
 // non-standard, which it is.
 __extension__ typedef unsigned __int128 Uint128;
 
-/// Calls fn(item) for every item, in the order of their keys' home slots
-/// (coarsely: by the top bits of MixKey, which is where a FlatMap of any
-/// capacity puts them), so that a large batch of inserts or lookups walks a
-/// table's array from front to back instead of jumping across it. Each
-/// stretch of the array then comes into the cache and the TLB once rather
-/// than once per key: restoring ten million keys this way is several times
-/// faster than in the snapshot's key order, which is random to the table.
-/// Batches too small to gain are visited as they are; larger ones are
-/// copied once, bucketed by home.
-template <typename T, typename KeyOf, typename Fn>
-void VisitInHomeOrder(std::span<const T> items, KeyOf&& key_of, Fn&& fn) {
+/// The items in the order of their keys' home slots (coarsely: by the top
+/// bits of MixKey, which is where a FlatMap of any capacity puts them), so
+/// that a large batch of inserts or lookups walks a table's array from front
+/// to back instead of jumping across it. Each stretch of the array then
+/// comes into the cache and the TLB once rather than once per key:
+/// restoring ten million keys this way is several times faster than in the
+/// snapshot's key order, which is random to the table. Batches too small to
+/// gain come back in their own order.
+///
+/// One trap: inserted in this order, new keys pile up at the front of the
+/// sweep, so a table must have room for all of them before the first goes
+/// in. Were the table's load plus the batch's share of its slots above 1,
+/// the region already swept would hold more keys than slots, and every
+/// later insert would walk the whole overflowing run (quadratic; seen at a
+/// million keys). Count the keys that will be new, Reserve, then insert.
+template <typename T, typename KeyOf>
+std::vector<T> InHomeOrder(std::span<const T> items, KeyOf&& key_of) {
   static_assert(std::is_trivially_copyable_v<T>);
   // 1,024 buckets: a bucket's stretch of a ten-million-slot table is about
   // 150 KiB, which the L2 cache holds, while the scatter below writes to
@@ -85,20 +91,16 @@ void VisitInHomeOrder(std::span<const T> items, KeyOf&& key_of, Fn&& fn) {
   constexpr unsigned kBucketBits = 10;
   constexpr size_t kBuckets = size_t{1} << kBucketBits;
   constexpr size_t kMinItems = 64 * kBuckets;
-  if (items.size() < kMinItems) {
-    for (const T& item : items) fn(item);
-    return;
-  }
+  if (items.size() < kMinItems) return std::vector<T>(items.begin(), items.end());
   auto bucket_of = [&](const T& item) {
     return static_cast<size_t>(MixKey(key_of(item)) >> (64 - kBucketBits));
   };
   std::vector<size_t> starts(kBuckets + 1, 0);
   for (const T& item : items) ++starts[bucket_of(item) + 1];
   for (size_t b = 0; b < kBuckets; ++b) starts[b + 1] += starts[b];
-  // Default-initialised: every element is written by the scatter.
-  std::unique_ptr<T[]> bucketed(new T[items.size()]);
-  for (const T& item : items) bucketed[starts[bucket_of(item)]++] = item;
-  for (size_t i = 0; i < items.size(); ++i) fn(bucketed[i]);
+  std::vector<T> ordered(items.size());
+  for (const T& item : items) ordered[starts[bucket_of(item)]++] = item;
+  return ordered;
 }
 
 /// A hash map from uint64_t keys to a small trivially copyable value.
@@ -274,6 +276,19 @@ class FlatMap {
     capacity_ = 0;
     stored_ = 0;
     has_zero_ = false;
+  }
+
+  /// The longest run of occupied slots (a cluster), which bounds what a
+  /// miss costs: for tests of how a table was filled.
+  size_t LongestRun() const {
+    size_t longest = 0;
+    size_t run = 0;
+    // Twice round, so a run across the end of the array counts whole.
+    for (size_t i = 0; i < 2 * capacity_; ++i) {
+      run = KeyAt(i % capacity_) != 0 ? run + 1 : 0;
+      longest = std::max(longest, std::min(run, capacity_));
+    }
+    return longest;
   }
 
   /// Calls fn(key, value) for every entry, in slot order (no meaningful

@@ -105,6 +105,7 @@ class HolderIndex {
 
   /// Keys with at least one holder.
   size_t keys() const { return table_.size(); }
+  bool Contains(uint64_t key) const { return table_.Contains(key); }
 
   void Reserve(size_t keys) { table_.Reserve(keys); }
 

@@ -285,8 +285,9 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   std::vector<BlockKey> keys;
   keys.reserve(slot.pairs);
   slot.ForEachKey([&](BlockKey key) { keys.push_back(key); });
-  VisitInHomeOrder(std::span<const BlockKey>(keys), [](BlockKey key) { return key; },
-                   [&](BlockKey key) { holders_->Remove(key, slot.number); });
+  for (BlockKey key : InHomeOrder(std::span<const BlockKey>(keys), [](BlockKey key) { return key; })) {
+    holders_->Remove(key, slot.number);
+  }
   // Released, not kept for reuse: an engine that clears (a restart) refills
   // gradually, and a table's growth as it does is cheap beside holding the
   // old size for a worker that may stay small.
@@ -923,8 +924,10 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
         keys.push_back({key, tiers});
       }
     };
-    VisitInHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; },
-                     [&](const KeyRef& ref) { read_tiers(ref.key); });
+    for (const KeyRef& ref :
+         InHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; })) {
+      read_tiers(ref.key);
+    }
     for (BlockKey key : loose) read_tiers(key);
   }
   // The canonical order of the format: equal residency, equal bytes. A key
@@ -1242,11 +1245,14 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   }
   for (const auto& [group_idx, refs] : refs_by_group) {
     if (refs.empty()) continue;
+    // A fresh table, sized for every ref before the first goes in.
     FlatMap<BlockKey>& table = out.Group(group_idx);
     table.Reserve(refs.size());
     bool duplicate = false;
-    VisitInHomeOrder(std::span<const EngineRef>(refs), [](const EngineRef& ref) { return ref.hash; },
-                     [&](const EngineRef& ref) { duplicate |= !table.Insert(ref.hash, ref.key).second; });
+    for (const EngineRef& ref :
+         InHomeOrder(std::span<const EngineRef>(refs), [](const EngineRef& ref) { return ref.hash; })) {
+      duplicate |= !table.Insert(ref.hash, ref.key).second;
+    }
     if (duplicate) {
       return Status::Corruption("index snapshot: an engine ref is named twice");
     }
@@ -1299,19 +1305,18 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
         if (at == resident.end() || at->key != key) holders_->Remove(key, number);
       });
     }
-    // Room for the keys at least once, not for their sum: keys other workers
-    // hold already take no new slot, and reserving for all of them would
-    // halve the table's load in a fleet sharing its prefixes.
-    holders_->Reserve(std::max(holders_->keys(), resident.size()));
     using KeyTiers = DecodedSnapshot::KeyTiers;
-    VisitInHomeOrder(
-        std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; },
-        [&](const KeyTiers& entry) {
-          const uint16_t had = holders_->AddTiers(entry.key, number, entry.tiers);
-          if ((had & ~entry.tiers) != 0) {
-            holders_->RemoveTiers(entry.key, number, had & ~entry.tiers);
-          }
-        });
+    const std::vector<KeyTiers> ordered =
+        InHomeOrder(std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
+    // Room for exactly the keys that no worker holds yet, before the first
+    // goes in (InHomeOrder says why): keys others hold take no new slot.
+    size_t entering = 0;
+    for (const KeyTiers& entry : ordered) entering += holders_->Contains(entry.key) ? 0 : 1;
+    holders_->Reserve(holders_->keys() + entering);
+    for (const KeyTiers& entry : ordered) {
+      const uint16_t had = holders_->AddTiers(entry.key, number, entry.tiers);
+      if ((had & ~entry.tiers) != 0) holders_->RemoveTiers(entry.key, number, had & ~entry.tiers);
+    }
     holders_->ShrinkIfSparse();
     slot->engine_groups.swap(decoded.slot.engine_groups);
     slot->loose.swap(decoded.slot.loose);

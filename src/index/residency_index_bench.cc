@@ -23,10 +23,13 @@ constexpr int64_t kBlockSize = 16;
 
 // One engine's worth of BlockStored events: `chains` prefixes of `depth`
 // blocks each, with random engine hashes as vLLM without PYTHONHASHSEED.
-std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed) {
+// Tokens count up from `first_token`: engines given the same one hold the
+// same prefixes.
+std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed,
+                                    int64_t first_token = 1) {
   std::mt19937_64 rng(seed);
   std::vector<BlockStored> events;
-  int64_t next_token = 1;
+  int64_t next_token = first_token;
   for (int c = 0; c < chains; ++c) {
     BlockStored stored;
     stored.block_size = kBlockSize;
@@ -223,26 +226,43 @@ void BM_RestoreWorker(benchmark::State& state) {
 }
 BENCHMARK(BM_RestoreWorker)->Arg(0)->Arg(1)->Iterations(5)->Unit(benchmark::kMillisecond);
 
-// Recovery at scale: 10,485,760 resident blocks on one worker, snapshotted
-// and restored into a fresh index (what a restart does before replaying the
-// log). Peak RSS is the process's high-water mark, so run this one alone:
+// Recovery at scale: 10,485,760 resident blocks on one worker (Arg 1), or
+// 1,310,720 blocks on each of 8, none shared (Arg 8, registered with their pools
+// declared, as an operator's pool-blocks= does), snapshotted and restored
+// into a fresh index one worker after another (what a restart does before
+// replaying the log). Peak RSS is the process's high-water mark, so run
+// this one alone:
 //   kvgov_index_bench --benchmark_filter=RecoverTenMillion
 void BM_RecoverTenMillion(benchmark::State& state) {
-  constexpr int kChains = 10 << 16;  // x 16 blocks = 10,485,760
-  std::string snapshot;
+  const int workers = static_cast<int>(state.range(0));
+  const int chains = (10 << 16) / workers;  // x 16 blocks x workers = 10,485,760
+  const bool declare_pool = workers > 1;
+  const uint64_t pool = declare_pool ? static_cast<uint64_t>(chains) * 16 : 0;
+  std::vector<std::string> snapshots;
   uint64_t blocks = 0;
+  size_t snapshot_bytes = 0;
   {
-    const std::vector<BlockStored> events = MakeChains(kChains, 16, 11);
     ResidencyIndex live;
-    (void)live.AddWorker("w0", "llama", kBlockSize);
-    for (const BlockStored& event : events) (void)live.Apply("w0", event);
+    for (int w = 0; w < workers; ++w) {
+      const std::string id = "w" + std::to_string(w);
+      // Distinct tokens on each worker: no block is shared.
+      const std::vector<BlockStored> events = MakeChains(
+          chains, 16, 11 + static_cast<uint64_t>(w), int64_t{1} + int64_t{w} * chains * 16 * 16);
+      (void)live.AddWorker(id, "llama", kBlockSize, pool);
+      for (const BlockStored& event : events) (void)live.Apply(id, event);
+      snapshots.push_back(live.SnapshotWorker(id).value());
+      snapshot_bytes += snapshots.back().size();
+    }
     blocks = live.ResidentPairs();
-    snapshot = live.SnapshotWorker("w0").value();
   }
   for (auto _ : state) {
     ResidencyIndex restored;
-    (void)restored.AddWorker("w0", "llama", kBlockSize);
-    Status status = restored.RestoreWorker("w0", snapshot);
+    Status status = Status::Ok();
+    for (int w = 0; w < workers && status.ok(); ++w) {
+      const std::string id = "w" + std::to_string(w);
+      (void)restored.AddWorker(id, "llama", kBlockSize, pool);
+      status = restored.RestoreWorker(id, snapshots[static_cast<size_t>(w)]);
+    }
     if (!status.ok() || restored.ResidentPairs() != blocks) {
       state.SkipWithError(status.ToString().c_str());
       break;
@@ -251,10 +271,10 @@ void BM_RecoverTenMillion(benchmark::State& state) {
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   state.counters["blocks"] = static_cast<double>(blocks);
-  state.counters["snapshot_MiB"] = static_cast<double>(snapshot.size()) / (1 << 20);
+  state.counters["snapshot_MiB"] = static_cast<double>(snapshot_bytes) / (1 << 20);
   state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024;
 }
-BENCHMARK(BM_RecoverTenMillion)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RecoverTenMillion)->Arg(1)->Arg(8)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvgov::index

@@ -56,6 +56,11 @@ class TempDir {
     std::filesystem::create_directories(path_);
   }
   ~TempDir() {
+    // KVGOV_BENCH_KEEP_DIR=1 leaves the data dir and both daemons' logs, to
+    // look at or to start kvgov on again by hand.
+    if (const char* keep = std::getenv("KVGOV_BENCH_KEEP_DIR"); keep != nullptr && *keep == '1') {
+      return;
+    }
     std::error_code ignored;
     std::filesystem::remove_all(path_, ignored);
   }
@@ -107,6 +112,19 @@ uint64_t ResidentBlocks(httplib::Client& client) {
   static const Json::json_pointer kHbm("/blocks/hbm");
   for (const Json& worker : body["workers"]) blocks += worker.value(kHbm, uint64_t{0});
   return blocks;
+}
+
+// A numeric field of the daemon's `recovery.done` log line (logfmt), or -1.
+double RecoveryField(const std::filesystem::path& log, const std::string& field) {
+  std::ifstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("event=recovery.done") == std::string::npos) continue;
+    const size_t at = line.find(" " + field + "=");
+    if (at == std::string::npos) return -1;
+    return std::atof(line.c_str() + at + field.size() + 2);
+  }
+  return -1;
 }
 
 // The port in the ready file once it is written; 0 before.
@@ -202,6 +220,12 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     state.counters["kill9_to_all_blocks_s"] =
         std::chrono::duration<double>(answered - restarted).count();
     state.counters["blocks"] = static_cast<double>(blocks);
+    // The daemon's own account: the part of the restart that is recovery,
+    // what came from the snapshots and how many logged batches it replayed.
+    const std::filesystem::path log = dir.path() / "second.log";
+    state.counters["recovery_ms"] = RecoveryField(log, "ms");
+    state.counters["snapshot_blocks"] = RecoveryField(log, "snapshot_blocks");
+    state.counters["logged_batches"] = RecoveryField(log, "logged_batches");
   }
 }
 BENCHMARK(BM_KillNineToServingTenMillion)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
