@@ -138,6 +138,22 @@ TEST(FlatMapTest, ReserveAvoidsRehashing) {
   EXPECT_EQ(map.capacity(), capacity);
 }
 
+TEST(FlatMapTest, MakeRoomGrowsByHalfAtLeastAndNeverShrinks) {
+  FlatMap<uint64_t> map;
+  map.Reserve(1000);
+  ASSERT_EQ(map.capacity(), 1250u);
+  map.MakeRoom(1000);  // room already
+  EXPECT_EQ(map.capacity(), 1250u);
+  map.MakeRoom(1001);  // a little more: half again, not just enough
+  EXPECT_EQ(map.capacity(), FlatMap<uint64_t>::GrownCapacity(1250));
+  map.MakeRoom(10000);  // much more: enough
+  EXPECT_EQ(map.capacity(), 12500u);
+  map.MakeRoom(10);
+  EXPECT_EQ(map.capacity(), 12500u);
+  for (uint64_t key = 1; key <= 10000; ++key) map.Insert(key, key);
+  EXPECT_EQ(map.capacity(), 12500u);
+}
+
 TEST(FlatMapTest, CollidingKeysAllResolve) {
   // Forty keys sharing one home in a 50-slot table: one run of forty.
   FlatMap<uint64_t> map;

@@ -108,6 +108,7 @@ class HolderIndex {
   bool Contains(uint64_t key) const { return table_.Contains(key); }
 
   void Reserve(size_t keys) { table_.Reserve(keys); }
+  void MakeRoom(size_t keys) { table_.MakeRoom(keys); }
 
   /// After bulk removals (a worker cleared, removed or restored over):
   /// rebuilds a table that is mostly empty and compacts the arena, so that

@@ -134,6 +134,7 @@ struct ResidencyIndex::WorkerSlot {
   std::string id;
   std::string model;
   int64_t block_size = 0;
+  uint64_t pool_blocks = 0;  // as registered; 0 when not declared
   WorkerState state = WorkerState::kLive;
   // Engine hash -> kvgov key, for parents and removals; a table per group,
   // sorted by group_idx. Empty tables are dropped (but for group 0's while
@@ -223,6 +224,7 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
   slot->id = std::string(worker);
   slot->model = std::string(model);
   slot->block_size = block_size;
+  slot->pool_blocks = pool_blocks;
   if (pool_blocks > 0) {
     // Group 0 is the one engines without hybrid KV-cache groups use. Keys
     // land all over a table, so it costs its full size in memory once a few
@@ -1015,6 +1017,10 @@ struct ResidencyIndex::DecodedSnapshot {
   // snapshot (a ref named twice is found at its record), so a restore
   // whose fast decode fails decodes again in place for the error.
   bool refs_in_place = false;
+  // The worker's declared pool: group 0's table is sized for it, as
+  // AddWorker sized it, so the blocks stored after the restore do not
+  // rehash a table just filled to its limit.
+  uint64_t pool_blocks = 0;
 };
 
 Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot& decoded) const {
@@ -1144,7 +1150,9 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   FlatMap<BlockKey>* group_table = nullptr;      // in place: the table of group_refs_idx
   int64_t group_refs_idx = 0;
   if (decoded.refs_in_place) {
-    if (ref_count > 0) out.Group(0).Reserve(static_cast<size_t>(ref_count));
+    if (ref_count > 0 || decoded.pool_blocks > 0) {
+      out.Group(0).Reserve(static_cast<size_t>(std::max(ref_count, decoded.pool_blocks)));
+    }
   } else {
     refs_by_group.emplace_back(0, std::vector<EngineRef>());
     refs_by_group.back().second.reserve(static_cast<size_t>(ref_count));
@@ -1247,7 +1255,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
     if (refs.empty()) continue;
     // A fresh table, sized for every ref before the first goes in.
     FlatMap<BlockKey>& table = out.Group(group_idx);
-    table.Reserve(refs.size());
+    table.Reserve(group_idx == 0 ? std::max<size_t>(refs.size(), decoded.pool_blocks)
+                                 : refs.size());
     bool duplicate = false;
     for (const EngineRef& ref :
          InHomeOrder(std::span<const EngineRef>(refs), [](const EngineRef& ref) { return ref.hash; })) {
@@ -1257,7 +1266,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
       return Status::Corruption("index snapshot: an engine ref is named twice");
     }
   }
-  if (decoded.refs_in_place && ref_count > 0) {
+  if (decoded.refs_in_place && ref_count > 0 && decoded.pool_blocks == 0) {
     out.Group(0).ShrinkToFit();  // a no-op when group 0 has every ref
     out.DropGroupIfEmpty(0);
   }
@@ -1272,11 +1281,18 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
 Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view snapshot) {
   // Decoded outside the lock: reading the records is the slow part, and
   // queries and other workers' events need not wait for it.
+  uint64_t pool_blocks = 0;
+  {
+    std::shared_lock lock(mu_);
+    if (const WorkerSlot* slot = FindLocked(worker); slot != nullptr) pool_blocks = slot->pool_blocks;
+  }
   DecodedSnapshot decoded;
+  decoded.pool_blocks = pool_blocks;
   if (Status fast = DecodeSnapshot(snapshot, decoded); !fast.ok()) {
     if (fast.code() != StatusCode::kCorruption) return fast;
     decoded = DecodedSnapshot{};
     decoded.refs_in_place = true;
+    decoded.pool_blocks = pool_blocks;
     KVGOV_RETURN_IF_ERROR(DecodeSnapshot(snapshot, decoded));
   }
   const std::vector<DecodedSnapshot::KeyTiers>& resident = decoded.resident;
@@ -1308,11 +1324,13 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
     using KeyTiers = DecodedSnapshot::KeyTiers;
     const std::vector<KeyTiers> ordered =
         InHomeOrder(std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
-    // Room for exactly the keys that no worker holds yet, before the first
-    // goes in (InHomeOrder says why): keys others hold take no new slot.
+    // Room for the keys that no worker holds yet, before the first goes in
+    // (InHomeOrder says why): keys others hold take no new slot. Grown by
+    // half at least, as inserts grow it: at a restart every worker is
+    // restored in turn, and the blocks stored after each want room too.
     size_t entering = 0;
     for (const KeyTiers& entry : ordered) entering += holders_->Contains(entry.key) ? 0 : 1;
-    holders_->Reserve(holders_->keys() + entering);
+    holders_->MakeRoom(holders_->keys() + entering);
     for (const KeyTiers& entry : ordered) {
       const uint16_t had = holders_->AddTiers(entry.key, number, entry.tiers);
       if ((had & ~entry.tiers) != 0) holders_->RemoveTiers(entry.key, number, had & ~entry.tiers);

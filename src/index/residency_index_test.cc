@@ -594,6 +594,23 @@ TEST(ResidencyIndexPoolTest, DeclaredPoolChangesNoAnswer) {
     // The snapshot names no worker, so equal residency is equal bytes.
     EXPECT_EQ(*sized, *plain) << id;
   }
+  // Restored into workers with and without a pool, then fed the same
+  // events: the same residency again.
+  ResidencyIndex restored;
+  ASSERT_TRUE(restored.AddWorker("plain", "llama", 4).ok());
+  ASSERT_TRUE(restored.AddWorker("sized", "llama", 4, 4096).ok());
+  ASSERT_TRUE(restored.RestoreWorker("plain", *plain).ok());
+  ASSERT_TRUE(restored.RestoreWorker("sized", *plain).ok());
+  BlockStored more;
+  more.block_size = 4;
+  more.medium = "GPU";
+  for (int b = 0; b < 8; ++b) {
+    more.block_hashes.push_back(rng());
+    for (int t = 0; t < 4; ++t) more.token_ids.push_back(static_cast<int64_t>(rng() % 1000));
+  }
+  for (const char* id : {"plain", "sized"}) ASSERT_TRUE(restored.Apply(id, more).ok());
+  EXPECT_EQ(restored.SnapshotWorker("sized").value(), restored.SnapshotWorker("plain").value());
+
   EXPECT_EQ(index.Apply("sized", AllBlocksCleared{}).status().code(), StatusCode::kOk);
   EXPECT_EQ(index.Worker("sized")->blocks, (std::array<uint64_t, kIndexedTiers.size()>{}));
 }
