@@ -161,8 +161,11 @@ Status RedisServerProcess::Launch(bool* exited_early) {
   ::close(log_fd);
   pid_ = pid;
 
-  // Ready means it answers, and it is this process answering: INFO's
-  // process_id tells it from a server that won the race for the port.
+  // Ready means it answers, it is this process answering (INFO's
+  // process_id tells it from a server that won the race for the port), and
+  // it has loaded its append-only file: until then it answers every write
+  // with LOADING, which a test taking "restarted" to mean "back" would
+  // trip on when the machine is slow.
   RedisEndpoint endpoint;
   endpoint.host = "127.0.0.1";
   endpoint.port = port_;
@@ -177,16 +180,18 @@ Status RedisServerProcess::Launch(bool* exited_early) {
                                  " exited before it was ready; its log ends:\n" + LogTail());
     }
     RedisConnection connection(endpoint, std::chrono::milliseconds(200));
-    Result<RedisReply> info = connection.Command({"INFO", "server"});
+    Result<RedisReply> info = connection.Command({"INFO"});  // server, persistence, ...
     if (info.ok() && info->type == RedisReply::Type::kString &&
-        info->text.find(own_pid) != std::string::npos) {
+        info->text.find(own_pid) != std::string::npos &&
+        info->text.find("loading:0\r\n") != std::string::npos) {
       return Status::Ok();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   Kill();
   return Status::Unavailable("redis-server on port " + std::to_string(port_) +
-                             " did not answer within 10 s; its log ends:\n" + LogTail());
+                             " was not ready (answering, its file loaded) within 10 s; its log "
+                             "ends:\n" + LogTail());
 }
 
 void RedisServerProcess::Signal(int signal, int grace_ms) {
