@@ -10,8 +10,6 @@
 // KVGOV_BENCH_BINARY=path/to/kvgov measures another build of kvgov (an
 // older one, side by side) with the same events and the same timing.
 
-#include <unistd.h>
-
 #include <httplib.h>
 
 #include <benchmark/benchmark.h>
@@ -29,6 +27,7 @@
 
 #include "kvgov/sim/event_wire.h"
 #include "kvgov/simfleet/child_process.h"
+#include "server/bench_scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
 
 namespace kvgov::server {
@@ -45,32 +44,6 @@ constexpr size_t kEventsPerBatch = 4;  // 64 blocks a batch, as the ingest bench
 // A snapshot every 2,000 batches (128,000 blocks): what loadgen runs with;
 // the crash then leaves up to that many batches to replay from the log.
 constexpr const char* kSnapshotEveryBatches = "2000";
-
-// The scratch directory, removed with everything in it when the run ends.
-class TempDir {
- public:
-  TempDir()
-      : path_(std::filesystem::temp_directory_path() /
-              ("kvgov_recovery_bench_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    // KVGOV_BENCH_KEEP_DIR=1 leaves the data dir and both daemons' logs, to
-    // look at or to start kvgov on again by hand.
-    if (const char* keep = std::getenv("KVGOV_BENCH_KEEP_DIR"); keep != nullptr && *keep == '1') {
-      return;
-    }
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string WorkerId(int worker) { return "w" + std::to_string(worker); }
 
@@ -137,7 +110,7 @@ int ReadyPort(const std::filesystem::path& ready) {
 void BM_KillNineToServingTenMillion(benchmark::State& state) {
   const char* binary_override = std::getenv("KVGOV_BENCH_BINARY");
   const std::string binary = binary_override != nullptr ? binary_override : KVGOV_BINARY;
-  TempDir dir;
+  bench::ScratchDir dir("kvgov_recovery_bench");
   zmq::context_t context(1);
   std::vector<std::unique_ptr<bench::EventPublisher>> publishers;
   const std::filesystem::path ready = dir.path() / "ready";

@@ -8,8 +8,6 @@
 //   cmake --build build-bench --target kvgov_server_bench
 //   build-bench/src/server/kvgov_server_bench
 
-#include <unistd.h>
-
 #include <httplib.h>
 
 #include <benchmark/benchmark.h>
@@ -29,6 +27,7 @@
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
 #include "router/route_bench_fleet.h"
+#include "server/bench_scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
 
 namespace kvgov::server {
@@ -43,26 +42,6 @@ constexpr size_t kEventsPerBatch = 4;
 double Micros(Clock::duration elapsed) {
   return std::chrono::duration<double, std::micro>(elapsed).count();
 }
-
-// The data dir, removed with everything in it when the benchmark ends.
-class TempDir {
- public:
-  TempDir()
-      : path_(std::filesystem::temp_directory_path() /
-              ("kvgov_route_http_bench_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Each worker's events as the payloads its engine publishes, seq 0 upwards.
 std::vector<std::vector<std::string>> EncodeFleet() {
@@ -99,7 +78,7 @@ bool FleetResident(httplib::Client& client) {
 }
 
 void BM_HttpRouteVsHash(benchmark::State& state) {
-  TempDir dir;
+  bench::ScratchDir dir("kvgov_route_http_bench");
   zmq::context_t publisher_context(1);
   std::vector<std::unique_ptr<bench::EventPublisher>> publishers;
   ServerOptions options;
