@@ -28,6 +28,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -176,6 +177,30 @@ struct ResidencyIndex::WorkerSlot {
     size_t refs = 0;
     for (const EngineGroup& group : engine_groups) refs += group.keys.size();
     return refs;
+  }
+  // The tier mask of every resident key, when one engine ref names each
+  // and every one is in the same single tier (an engine that never
+  // offloads): then it is known without reading the holder words. Why that
+  // follows from the counts: the resident keys are among the keys refs
+  // name (`loose` being empty), so with as many refs as resident keys, each
+  // ref names a resident key of its own; and with every pair counted in
+  // one tier slot that stands for a single tier, that tier is each key's
+  // only one.
+  std::optional<uint16_t> UniformTiers() const {
+    if (!loose.empty() || EngineRefs() != pairs) return std::nullopt;
+    size_t in_use = 0;
+    size_t tier = 0;
+    uint64_t counted = 0;
+    for (size_t t = 0; t < blocks.size(); ++t) {
+      counted += blocks[t];
+      if (blocks[t] != 0) {
+        ++in_use;
+        tier = t;
+      }
+    }
+    // The last slot counts several tiers (kIndexedTiers' unknown).
+    if (in_use != 1 || counted != pairs || tier + 1 == blocks.size()) return std::nullopt;
+    return TierBit(kIndexedTiers[tier]);
   }
   // Calls fn(key) for every key resident here, and for keys engine refs
   // name that are not; a key may come more than once.
@@ -910,27 +935,28 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
     block_size = slot->block_size;
     state = slot->state;
     // This is the part writers wait for: the worker's tables walked in
-    // order, and each key's tiers read from its holder word, in the holder
-    // table's order.
+    // order and, unless every key is in one known tier, each key's tiers
+    // read from its holder word, in the holder table's order.
     refs.reserve(slot->EngineRefs());
     for (const EngineGroup& group : slot->engine_groups) {
       group.keys.ForEach(
           [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
     }
-    std::vector<BlockKey> loose;
-    loose.reserve(slot->loose.size());
-    slot->loose.ForEach([&](BlockKey key, uint8_t) { loose.push_back(key); });
     keys.reserve(slot->pairs);
-    auto read_tiers = [&](BlockKey key) {
-      if (const uint16_t tiers = holders_->Tiers(key, slot->number); tiers != 0) {
-        keys.push_back({key, tiers});
+    if (const std::optional<uint16_t> tiers = slot->UniformTiers()) {
+      for (const KeyRef& ref : refs) keys.push_back({ref.key, *tiers});
+    } else {
+      auto read_tiers = [&](BlockKey key) {
+        if (const uint16_t held = holders_->Tiers(key, slot->number); held != 0) {
+          keys.push_back({key, held});
+        }
+      };
+      for (const KeyRef& ref :
+           InHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; })) {
+        read_tiers(ref.key);
       }
-    };
-    for (const KeyRef& ref :
-         InHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; })) {
-      read_tiers(ref.key);
+      slot->loose.ForEach([&](BlockKey key, uint8_t) { read_tiers(key); });
     }
-    for (BlockKey key : loose) read_tiers(key);
   }
   // The canonical order of the format: equal residency, equal bytes. A key
   // several refs name (or a ref and `loose`) was read more than once.
