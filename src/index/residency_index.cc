@@ -691,11 +691,14 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
     overlap.blocks = overlap.best_tier.size();
   }
 
+  auto by_rank = [&](uint32_t a, uint32_t b) {
+    return candidates[a].slot->rank < candidates[b].slot->rank;
+  };
   std::vector<uint32_t> order(candidates.size());
   std::iota(order.begin(), order.end(), uint32_t{0});
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return candidates[a].slot->rank < candidates[b].slot->rank;
-  });
+  // Often so already: a key's holders are listed in the order they came.
+  if (std::is_sorted(order.begin(), order.end(), by_rank)) return out;
+  std::sort(order.begin(), order.end(), by_rank);
   std::vector<WorkerOverlap> sorted;
   sorted.reserve(out.size());
   for (uint32_t at : order) sorted.push_back(std::move(out[at]));
