@@ -383,8 +383,9 @@ class FlatMap {
   // Asks for transparent huge pages on the whole 2 MiB pages of a large
   // array (Linux; a hint, so any failure is ignored). A table is filled
   // all over at once, so its 4 KiB pages each fault in on first touch:
-  // at ten million pairs that is a quarter of a million faults, which on
-  // a virtual machine cost as much as the inserts themselves.
+  // about 90,000 faults for the tables of ten million pairs, which on a
+  // virtual machine cost about as much as the inserts themselves (28% of a
+  // restart's samples, docs/benchmarks.md).
   static void AdviseHugePages(unsigned char* array, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
