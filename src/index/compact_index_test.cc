@@ -254,5 +254,90 @@ TEST(CompactIndexTest, RestoreOverSharedStateKeepsOtherHolders) {
   EXPECT_EQ(index.ResidentPairs(), 8u);
 }
 
+TEST(CompactIndexTest, EveryResidentKeyFollowsItsWorkerThroughSnapshotsAndClears) {
+  // Random engine stores (engine hashes reused over other tokens, so refs
+  // move to other keys), removals in two tiers, and transport reports by
+  // key on two workers. Whatever made a key resident, the worker's own
+  // tables must find it: a snapshot restored elsewhere answers every
+  // overlap query as the original does, and a clear leaves the worker in
+  // no holder list.
+  std::mt19937_64 rng(26);
+  ResidencyIndex index;
+  const std::vector<std::string> workers = {"a", "b"};
+  for (const std::string& id : workers) ASSERT_TRUE(index.AddWorker(id, "m", kBlockSize).ok());
+  std::vector<std::vector<BlockKey>> chains;  // every chain ever made resident
+  auto chain_of = [&](const std::vector<int64_t>& tokens) {
+    return index.hasher().Chain({"m", "", 0}, tokens, kBlockSize);
+  };
+  auto random_tokens = [&](size_t blocks) {
+    std::vector<int64_t> tokens(blocks * kBlockSize);
+    for (int64_t& token : tokens) token = static_cast<int64_t>(rng() % 3);  // few distinct
+    return tokens;
+  };
+  auto expect_restored_answers_alike = [&](const std::string& id) {
+    ResidencyIndex restored;
+    ASSERT_TRUE(restored.AddWorker(id, "m", kBlockSize).ok());
+    ASSERT_TRUE(restored.RestoreWorker(id, index.SnapshotWorker(id).value()).ok());
+    EXPECT_EQ(restored.Worker(id)->blocks, index.Worker(id)->blocks) << id;
+    for (const std::vector<BlockKey>& chain : chains) {
+      std::vector<WorkerOverlap> original = index.Overlap(chain);
+      std::erase_if(original, [&](const WorkerOverlap& o) { return o.worker != id; });
+      const std::vector<WorkerOverlap> copy = restored.Overlap(chain);
+      ASSERT_EQ(copy.size(), original.size()) << id;
+      if (copy.empty()) continue;
+      EXPECT_EQ(copy[0].blocks, original[0].blocks) << id;
+      EXPECT_EQ(copy[0].best_tier, original[0].best_tier) << id;
+    }
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const std::string& id = workers[rng() % workers.size()];
+    switch (rng() % 5) {
+      case 0:
+      case 1: {
+        const size_t blocks = 1 + rng() % 3;
+        BlockStored stored;
+        stored.block_size = kBlockSize;
+        stored.medium = rng() % 4 == 0 ? "CPU" : "GPU";
+        stored.token_ids = random_tokens(blocks);
+        for (size_t b = 0; b < blocks; ++b) stored.block_hashes.push_back(1 + rng() % 40);
+        chains.push_back(chain_of(stored.token_ids));
+        ASSERT_TRUE(index.Apply(id, stored).ok());
+        break;
+      }
+      case 2: {
+        BlockRemoved removed;
+        removed.medium = rng() % 2 == 0 ? "CPU" : "GPU";
+        for (int b = 0; b < 3; ++b) removed.block_hashes.push_back(1 + rng() % 40);
+        ASSERT_TRUE(index.Apply(id, removed).ok());
+        break;
+      }
+      case 3: {
+        chains.push_back(chain_of(random_tokens(1 + rng() % 2)));
+        const ResidencyTier tier = rng() % 2 == 0 ? ResidencyTier::kDRAM : ResidencyTier::kHBM;
+        ASSERT_TRUE(index.AddBlocks(id, chains.back(), tier).ok());
+        break;
+      }
+      default: {
+        if (chains.empty()) break;
+        const ResidencyTier tier = rng() % 2 == 0 ? ResidencyTier::kDRAM : ResidencyTier::kHBM;
+        ASSERT_TRUE(index.RemoveBlocks(id, chains[rng() % chains.size()], tier).ok());
+        break;
+      }
+    }
+    if (step % 300 == 299) {
+      for (const std::string& worker : workers) expect_restored_answers_alike(worker);
+    }
+  }
+  uint64_t pairs = index.ResidentPairs();
+  EXPECT_GT(pairs, 0u);
+  for (const std::string& id : workers) {
+    ASSERT_TRUE(index.ClearWorker(id).ok());
+    for (const std::vector<BlockKey>& chain : chains) {
+      for (const WorkerOverlap& overlap : index.Overlap(chain)) EXPECT_NE(overlap.worker, id);
+    }
+  }
+  EXPECT_EQ(index.ResidentPairs(), 0u);
+}
+
 }  // namespace
 }  // namespace kvgov::index
