@@ -38,6 +38,9 @@ RATIOS = {
     "ratio_document_vs_written": ("64-candidate route answer: nlohmann document / direct writer", None, None),
     "ratio_p99_vs_hash": ("in-process route p99 / prompt hash p50", "< 3", lambda r: r < 3),
     "ratio_http_p99_vs_hash": ("HTTP route p99 / prompt hash p50", None, None),
+    "ratio_two_shards_vs_one_stream": ("ingest: 2 streams on 2 threads, 2 shards / 1 stream on 1 thread", None, None),
+    "ratio_two_indexes_vs_one_stream": ("ingest: 2 streams on 2 threads, 2 separate indexes (the machine's ceiling) / 1 stream", None, None),
+    "ratio_one_lock_vs_one_stream": ("ingest: 2 streams on 2 threads, one lock / 1 stream on 1 thread", None, None),
     "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second", ">= 0.8", lambda r: r >= 0.8),
 }
 print()

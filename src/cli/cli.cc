@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/router/router.h"
@@ -62,6 +63,7 @@ struct ServeFlags {
   int64_t traffic_interval_ms = 5000;
   std::string tenant_secret_file;
   uint64_t snapshot_every_batches = 10000;
+  size_t index_shards = 0;
   int64_t witness_timeout_ms = 30000;
   int64_t engine_silence_ms = 30000;
   std::vector<std::string> admit;
@@ -106,6 +108,7 @@ int Serve(const ServeFlags& flags) {
   options.traffic_interval_ms = flags.traffic_interval_ms;
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
+  options.index_shards = flags.index_shards;
   options.witness_timeout_ms = flags.witness_timeout_ms;
   options.engine_silence_ms = flags.engine_silence_ms;
   options.spool_dir = flags.spool_dir;
@@ -363,6 +366,13 @@ int Run(int argc, char** argv) {
                     "intervals this long.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{60000}));
+  serve->add_option("--index-shards", serve_flags.index_shards,
+                    "Shards of the residency index (docs/adr/0027): engines in different\n"
+                    "shards apply their events in parallel; a prefix held in several\n"
+                    "shards is kept once in each, and a route reads each shard in turn.\n"
+                    "0: one per core.")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, index::ResidencyIndex::kMaxShards));
   serve->add_option("--snapshot-every-batches", serve_flags.snapshot_every_batches,
                     "Snapshot a worker's residency into the store every this many engine\n"
                     "batches; recovery re-applies only the batches after the last snapshot.")

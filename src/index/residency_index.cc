@@ -7,12 +7,16 @@
 //    table per KV-cache group rather than the group in every slot: the group
 //    is almost always 0, and a hybrid model's few groups each get a table
 //    as dense as group 0's;
-//  - holders_ (holder_index.h), key -> one inline holder word (worker number
+//  - the shard's holders (holder_index.h), key -> one inline holder word (worker number
 //    and tier mask), or a list in a shared arena for a key several workers
 //    hold: 8 + 4 = 12 bytes per key, so a share of that per pair when the
 //    key is shared.
 // 28 bytes of slots per unshared pair, 35 at a load of 0.8 (a worker sized
 // for its declared pool, when the pool is full).
+//
+// Workers are sharded (docs/adr/0027): each shard has its own holder table,
+// over its own workers only, behind its own lock. A key held by workers of
+// two shards has a slot in each.
 //
 // A pair's tiers live only in its holder word. The worker's own tables name
 // its keys: every key an engine ref names, and `loose`, the keys made
@@ -129,6 +133,11 @@ auto FindIn(Groups& groups, int64_t group_idx) -> decltype(&groups.front().keys)
 
 }  // namespace
 
+struct ResidencyIndex::Shard {
+  mutable std::shared_mutex mu;
+  HolderIndex holders;
+};
+
 struct ResidencyIndex::WorkerSlot {
   uint32_t number = 0;
   uint32_t rank = 0;  // position in by_id_
@@ -213,9 +222,34 @@ struct ResidencyIndex::WorkerSlot {
   }
 };
 
-ResidencyIndex::ResidencyIndex(BlockKeyHasher hasher)
-    : hasher_(hasher), holders_(std::make_unique<HolderIndex>()) {}
+ResidencyIndex::ResidencyIndex(BlockKeyHasher hasher, size_t shards) : hasher_(hasher) {
+  shards_.resize(std::clamp<size_t>(shards, 1, kMaxShards));
+  for (auto& shard : shards_) shard = std::make_unique<Shard>();
+}
 ResidencyIndex::~ResidencyIndex() = default;
+
+std::pair<ResidencyIndex::WorkerSlot*, ResidencyIndex::WriteLock> ResidencyIndex::LockForWrite(
+    std::string_view worker) const {
+  ReadLock registry(registry_mu_);
+  WorkerSlot* slot = FindLocked(worker);
+  if (slot == nullptr) return {nullptr, WriteLock()};
+  return {slot, WriteLock(ShardOf(slot->number).mu)};
+}
+
+std::pair<ResidencyIndex::WorkerSlot*, ResidencyIndex::ReadLock> ResidencyIndex::LockForRead(
+    std::string_view worker) const {
+  ReadLock registry(registry_mu_);
+  WorkerSlot* slot = FindLocked(worker);
+  if (slot == nullptr) return {nullptr, ReadLock()};
+  return {slot, ReadLock(ShardOf(slot->number).mu)};
+}
+
+std::vector<ResidencyIndex::ReadLock> ResidencyIndex::LockAllForRead() const {
+  std::vector<ReadLock> locks;
+  locks.reserve(shards_.size());
+  for (const auto& shard : shards_) locks.emplace_back(shard->mu);
+  return locks;
+}
 
 ResidencyIndex::WorkerSlot* ResidencyIndex::FindLocked(std::string_view worker) const {
   auto it = worker_numbers_.find(std::string(worker));
@@ -229,7 +263,7 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
   if (block_size <= 0) {
     return Status::InvalidArgument("block_size: must be > 0, got " + std::to_string(block_size));
   }
-  std::unique_lock lock(mu_);
+  WriteLock registry(registry_mu_);
   if (FindLocked(worker) != nullptr) {
     return Status::AlreadyExists("worker '" + std::string(worker) + "' is already registered");
   }
@@ -256,10 +290,12 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
     // thousand blocks are in, whether or not the pool ever fills: that is
     // why a pool is declared, not guessed.
     slot->Group(0).Reserve(pool_blocks);
-    // Keys with a holder are at least as many as one full pool's blocks,
-    // however much workers share: sized for that, the table is never
-    // larger than this worker alone would make it.
-    holders_->Reserve(std::max<uint64_t>(holders_->keys(), pool_blocks));
+    // Keys with a holder in the shard are at least as many as one full
+    // pool's blocks, however much its workers share: sized for that, the
+    // table is never larger than this worker alone would make it.
+    Shard& shard = ShardOf(slot->number);
+    WriteLock lock(shard.mu);
+    shard.holders.Reserve(std::max<uint64_t>(shard.holders.keys(), pool_blocks));
   }
   worker_numbers_.emplace(slot->id, slot->number);
   const auto at = std::lower_bound(
@@ -276,9 +312,10 @@ void ResidencyIndex::RankLocked() {
 }
 
 Status ResidencyIndex::RemoveWorker(std::string_view worker) {
-  std::unique_lock lock(mu_);
+  WriteLock registry(registry_mu_);
   WorkerSlot* slot = FindLocked(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
+  WriteLock lock(ShardOf(slot->number).mu);
   ClearLocked(*slot);
   worker_numbers_.erase(slot->id);
   by_id_.erase(by_id_.begin() + slot->rank);
@@ -289,16 +326,14 @@ Status ResidencyIndex::RemoveWorker(std::string_view worker) {
 }
 
 Status ResidencyIndex::ClearWorker(std::string_view worker) {
-  std::unique_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForWrite(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   ClearLocked(*slot);
   return Status::Ok();
 }
 
 Status ResidencyIndex::SetState(std::string_view worker, WorkerState state) {
-  std::unique_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForWrite(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   slot->state = state;
   return Status::Ok();
@@ -312,8 +347,9 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   std::vector<BlockKey> keys;
   keys.reserve(slot.pairs);
   slot.ForEachKey([&](BlockKey key) { keys.push_back(key); });
+  HolderIndex& holders = ShardOf(slot.number).holders;
   for (BlockKey key : InHomeOrder(std::span<const BlockKey>(keys), [](BlockKey key) { return key; })) {
-    holders_->Remove(key, slot.number);
+    holders.Remove(key, slot.number);
   }
   // Released, not kept for reuse: an engine that clears (a restart) refills
   // gradually, and a table's growth as it does is cheap beside holding the
@@ -322,12 +358,12 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   slot.loose.Clear();
   slot.pairs = 0;
   slot.blocks.fill(0);
-  holders_->ShrinkIfSparse();
+  holders.ShrinkIfSparse();
 }
 
 uint16_t ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier) {
   const uint16_t bit = TierBit(tier);
-  const uint16_t before = holders_->AddTiers(key, slot.number, bit);
+  const uint16_t before = ShardOf(slot.number).holders.AddTiers(key, slot.number, bit);
   if (before == 0) ++slot.pairs;
   if ((before & bit) == 0) ++slot.blocks[TierSlot(tier)];
   return before;
@@ -336,7 +372,7 @@ uint16_t ResidencyIndex::AddTierLocked(WorkerSlot& slot, BlockKey key, Residency
 ResidencyIndex::Removal ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, BlockKey key,
                                                          ResidencyTier tier) {
   const uint16_t bit = TierBit(tier);
-  const uint16_t before = holders_->RemoveTiers(key, slot.number, bit);
+  const uint16_t before = ShardOf(slot.number).holders.RemoveTiers(key, slot.number, bit);
   if ((before & bit) == 0) return Removal::kNotResident;
   --slot.blocks[TierSlot(tier)];
   if ((before & ~bit) != 0) return Removal::kTierRemoved;
@@ -410,6 +446,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
   const size_t block_size = static_cast<size_t>(slot.block_size);
   std::span<const int64_t> tokens(stored.token_ids);
   FlatMap<BlockKey>& refs = slot.Group(stored.group_idx);
+  HolderIndex& holders = ShardOf(slot.number).holders;
   const size_t blocks = stored.block_hashes.size();
   // A chunk's keys are hashed first, each key's slots in both tables
   // prefetched as soon as it is known, and only then written: the tables
@@ -427,7 +464,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
       parent = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
       keys[i - begin] = parent;
       refs.Prefetch(stored.block_hashes[i]);
-      holders_->Prefetch(parent);
+      holders.Prefetch(parent);
     }
     for (size_t i = begin; i < end; ++i) {
       const BlockKey key = keys[i - begin];
@@ -438,7 +475,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
           refs.SetValueAt(ref, key);
           // The key this hash named may still be resident with nothing else
           // naming it: keep it where the worker's walks find it.
-          if (holders_->Tiers(named, slot.number) != 0) slot.loose.Insert(named, 0);
+          if (holders.Tiers(named, slot.number) != 0) slot.loose.Insert(named, 0);
         }
       }
       // The same tokens already resident in this tier under another engine
@@ -462,6 +499,7 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
     result.unknown_removals = removed.block_hashes.size();
     return result;
   }
+  const HolderIndex& holders = ShardOf(slot.number).holders;
   const std::span<const EngineHash> hashes(removed.block_hashes);
   for (size_t begin = 0; begin < hashes.size(); begin += kApplyChunk) {
     const std::span<const EngineHash> chunk =
@@ -473,7 +511,7 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
     for (EngineHash hash : chunk) refs->Prefetch(hash);
     for (EngineHash hash : chunk) {
       const auto at = refs->Find(hash);
-      if (at != FlatMap<BlockKey>::kNotFound) holders_->Prefetch(refs->ValueAt(at));
+      if (at != FlatMap<BlockKey>::kNotFound) holders.Prefetch(refs->ValueAt(at));
     }
     for (EngineHash hash : chunk) {
       const auto at = refs->Find(hash);
@@ -498,8 +536,7 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
 }
 
 Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineEvent& event) {
-  std::unique_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForWrite(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   if (const auto* stored = std::get_if<BlockStored>(&event)) {
     if (stored->block_size != slot->block_size) {
@@ -524,8 +561,7 @@ Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineE
 }
 
 Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey saltless_root) {
-  std::unique_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForWrite(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   if (slot->salts == SaltReporting::kReported) return Status::Ok();
   if (slot->salted_roots.size() >= kMaxSaltedRoots) slot->salted_roots.pop_front();
@@ -535,8 +571,7 @@ Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey saltle
 
 Status ResidencyIndex::AddBlocks(std::string_view worker, std::span<const BlockKey> keys,
                                  ResidencyTier tier) {
-  std::unique_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForWrite(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   for (BlockKey key : keys) {
     // No engine ref names a key a transport reports: the worker's walks
@@ -548,8 +583,7 @@ Status ResidencyIndex::AddBlocks(std::string_view worker, std::span<const BlockK
 
 Status ResidencyIndex::RemoveBlocks(std::string_view worker, std::span<const BlockKey> keys,
                                     ResidencyTier tier) {
-  std::unique_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForWrite(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   for (BlockKey key : keys) RemoveTierLocked(*slot, key, tier);
   return Status::Ok();
@@ -557,8 +591,7 @@ Status ResidencyIndex::RemoveBlocks(std::string_view worker, std::span<const Blo
 
 Result<std::vector<BlockKey>> ResidencyIndex::KeysForEngineHashes(
     std::string_view worker, std::span<const EngineHash> hashes, int64_t group_idx) const {
-  std::shared_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForRead(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   std::vector<BlockKey> keys;
   keys.reserve(hashes.size());
@@ -575,7 +608,8 @@ Result<std::vector<BlockKey>> ResidencyIndex::KeysForEngineHashes(
 }
 
 std::vector<WorkerResidency> ResidencyIndex::Workers() const {
-  std::shared_lock lock(mu_);
+  ReadLock registry(registry_mu_);
+  const std::vector<ReadLock> locks = LockAllForRead();
   std::vector<WorkerResidency> out;
   out.reserve(by_id_.size());
   for (uint32_t number : by_id_) {
@@ -586,17 +620,40 @@ std::vector<WorkerResidency> ResidencyIndex::Workers() const {
 }
 
 std::optional<WorkerResidency> ResidencyIndex::Worker(std::string_view worker) const {
-  std::shared_lock lock(mu_);
-  WorkerSlot* slot = FindLocked(worker);
+  auto [slot, lock] = LockForRead(worker);
   if (slot == nullptr) return std::nullopt;
   return WorkerResidency{slot->id,    slot->model,  slot->block_size,
                          slot->state, slot->blocks, slot->salts};
 }
 
 std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> chain) const {
-  std::shared_lock lock(mu_);
   std::vector<WorkerOverlap> out;
   if (chain.empty()) return out;
+  std::vector<uint32_t> ranks;  // of out's entries
+  {
+    ReadLock registry(registry_mu_);
+    for (const auto& shard : shards_) {
+      ReadLock lock(shard->mu);
+      OverlapInShard(*shard, chain, out, ranks);
+    }
+  }
+  std::vector<uint32_t> order(out.size());
+  std::iota(order.begin(), order.end(), uint32_t{0});
+  auto by_rank = [&](uint32_t a, uint32_t b) { return ranks[a] < ranks[b]; };
+  // Often so already: with one shard, a key's holders are listed in the
+  // order they came.
+  if (std::is_sorted(order.begin(), order.end(), by_rank)) return out;
+  std::sort(order.begin(), order.end(), by_rank);
+  std::vector<WorkerOverlap> sorted;
+  sorted.reserve(out.size());
+  for (uint32_t at : order) sorted.push_back(std::move(out[at]));
+  return sorted;
+}
+
+void ResidencyIndex::OverlapInShard(const Shard& shard, std::span<const BlockKey> chain,
+                                    std::vector<WorkerOverlap>& all,
+                                    std::vector<uint32_t>& ranks) const {
+  const HolderIndex& table = shard.holders;
   struct Candidate {
     const WorkerSlot* slot;
     size_t blocks;  // leading blocks of the chain it holds, as far as walked
@@ -607,7 +664,8 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   // Two buffers for lone holders, so the previous block's list stays valid
   // while the next one is read.
   std::array<uint32_t, 2> single{};
-  std::span<const uint32_t> previous = holders_->Holders(chain[0], single[0]);
+  std::span<const uint32_t> previous = table.Holders(chain[0], single[0]);
+  if (previous.empty()) return;
   candidates.reserve(previous.size());
   for (uint32_t holder : previous) {
     const uint32_t number = HolderIndex::WorkerOf(holder);
@@ -625,7 +683,7 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   std::vector<size_t> seen(candidates.size(), 0);  // the last block each was seen holding
   size_t walked = 1;
   for (size_t turn = 1; walked < chain.size() && !matching.empty(); ++walked, turn ^= 1) {
-    const std::span<const uint32_t> holders = holders_->Holders(chain[walked], single[turn]);
+    const std::span<const uint32_t> holders = table.Holders(chain[walked], single[turn]);
     // The same holder words as the block before (a shared prefix's blocks
     // have the same list, in the same order, in the same tiers): whoever
     // held that block holds this one, so nobody stops here.
@@ -650,7 +708,10 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   // slot (an engine that never offloads) has that slot as every block's:
   // no lookups. The others read their tier of each block from its holder
   // word, in one more walk down the chain for all of them.
-  out.resize(candidates.size());
+  const size_t first = all.size();
+  all.resize(first + candidates.size());
+  const std::span<WorkerOverlap> out = std::span(all).subspan(first);
+  for (const Candidate& candidate : candidates) ranks.push_back(candidate.slot->rank);
   size_t deepest = 0;  // blocks the multi-tier candidates need walked
   for (size_t at = 0; at < candidates.size(); ++at) {
     const Candidate& candidate = candidates[at];
@@ -673,7 +734,7 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
     }
   }
   for (size_t i = 0; i < deepest; ++i) {
-    for (uint32_t holder : holders_->Holders(chain[i], single[0])) {
+    for (uint32_t holder : table.Holders(chain[i], single[0])) {
       const uint32_t at = position[HolderIndex::WorkerOf(holder)];
       if (at == kNotCandidate) continue;
       WorkerOverlap& overlap = out[at];
@@ -690,23 +751,11 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
     // above found it there): the tiers read are what the answer stands on.
     overlap.blocks = overlap.best_tier.size();
   }
-
-  auto by_rank = [&](uint32_t a, uint32_t b) {
-    return candidates[a].slot->rank < candidates[b].slot->rank;
-  };
-  std::vector<uint32_t> order(candidates.size());
-  std::iota(order.begin(), order.end(), uint32_t{0});
-  // Often so already: a key's holders are listed in the order they came.
-  if (std::is_sorted(order.begin(), order.end(), by_rank)) return out;
-  std::sort(order.begin(), order.end(), by_rank);
-  std::vector<WorkerOverlap> sorted;
-  sorted.reserve(out.size());
-  for (uint32_t at : order) sorted.push_back(std::move(out[at]));
-  return sorted;
 }
 
 uint64_t ResidencyIndex::ResidentPairs() const {
-  std::shared_lock lock(mu_);
+  ReadLock registry(registry_mu_);
+  const std::vector<ReadLock> locks = LockAllForRead();
   uint64_t pairs = 0;
   for (const auto& slot : workers_) {
     if (slot) pairs += slot->pairs;
@@ -931,8 +980,7 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
   std::vector<KeyRef> refs;
   {
     // Copy only: writers wait for this, not for the sort and the encoding.
-    std::shared_lock lock(mu_);
-    const WorkerSlot* slot = FindLocked(worker);
+    const auto [slot, lock] = LockForRead(worker);
     if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
     model = slot->model;
     block_size = slot->block_size;
@@ -949,8 +997,9 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
     if (const std::optional<uint16_t> tiers = slot->UniformTiers()) {
       for (const KeyRef& ref : refs) keys.push_back({ref.key, *tiers});
     } else {
+      const HolderIndex& holders = ShardOf(slot->number).holders;
       auto read_tiers = [&](BlockKey key) {
-        if (const uint16_t held = holders_->Tiers(key, slot->number); held != 0) {
+        if (const uint16_t held = holders.Tiers(key, slot->number); held != 0) {
           keys.push_back({key, held});
         }
       };
@@ -1311,9 +1360,8 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
   // Decoded outside the lock: reading the records is the slow part, and
   // queries and other workers' events need not wait for it.
   uint64_t pool_blocks = 0;
-  {
-    std::shared_lock lock(mu_);
-    if (const WorkerSlot* slot = FindLocked(worker); slot != nullptr) pool_blocks = slot->pool_blocks;
+  if (const auto [slot, lock] = LockForRead(worker); slot != nullptr) {
+    pool_blocks = slot->pool_blocks;
   }
   DecodedSnapshot decoded;
   decoded.pool_blocks = pool_blocks;
@@ -1326,8 +1374,7 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
   }
   const std::vector<DecodedSnapshot::KeyTiers>& resident = decoded.resident;
   {
-    std::unique_lock lock(mu_);
-    WorkerSlot* slot = FindLocked(worker);
+    auto [slot, lock] = LockForWrite(worker);
     if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
     const WorkerSlot& restored = decoded.slot;
     if (restored.model != slot->model || restored.block_size != slot->block_size) {
@@ -1339,15 +1386,16 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
                                         std::to_string(slot->block_size));
     }
     const uint32_t number = slot->number;
+    HolderIndex& holders = ShardOf(number).holders;
     if (slot->pairs != 0) {
       // Keys that leave the worker. Only they and keys that enter or change
-      // tiers touch holders_: a restore over similar state (a re-sync) then
+      // tiers touch the holders: a restore over similar state (a re-sync) then
       // leaves most holder lists alone.
       slot->ForEachKey([&](BlockKey key) {
         const auto at = std::lower_bound(
             resident.begin(), resident.end(), key,
             [](const DecodedSnapshot::KeyTiers& entry, BlockKey k) { return entry.key < k; });
-        if (at == resident.end() || at->key != key) holders_->Remove(key, number);
+        if (at == resident.end() || at->key != key) holders.Remove(key, number);
       });
     }
     using KeyTiers = DecodedSnapshot::KeyTiers;
@@ -1358,13 +1406,13 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
     // half at least, as inserts grow it: at a restart every worker is
     // restored in turn, and the blocks stored after each want room too.
     size_t entering = 0;
-    for (const KeyTiers& entry : ordered) entering += holders_->Contains(entry.key) ? 0 : 1;
-    holders_->MakeRoom(holders_->keys() + entering);
+    for (const KeyTiers& entry : ordered) entering += holders.Contains(entry.key) ? 0 : 1;
+    holders.MakeRoom(holders.keys() + entering);
     for (const KeyTiers& entry : ordered) {
-      const uint16_t had = holders_->AddTiers(entry.key, number, entry.tiers);
-      if ((had & ~entry.tiers) != 0) holders_->RemoveTiers(entry.key, number, had & ~entry.tiers);
+      const uint16_t had = holders.AddTiers(entry.key, number, entry.tiers);
+      if ((had & ~entry.tiers) != 0) holders.RemoveTiers(entry.key, number, had & ~entry.tiers);
     }
-    holders_->ShrinkIfSparse();
+    holders.ShrinkIfSparse();
     slot->engine_groups.swap(decoded.slot.engine_groups);
     slot->loose.swap(decoded.slot.loose);
     slot->pairs = resident.size();

@@ -8,10 +8,14 @@
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"
@@ -68,6 +72,71 @@ void BM_ApplyBlockStored(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyBlockStored)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond);
 
+// Ingest of two engines' streams on two threads (as ZmqIngest runs them,
+// a thread a stream), into one lock and into two shards (docs/adr/0027),
+// beside one stream on one thread, in the same iteration: 524,288 blocks a
+// stream, events of one 16-block chain with token ids, distinct tokens per
+// engine, pools declared. Blocks per second count every stream's blocks
+// over the wall time until the last thread is done. The ceiling beside
+// them: the two streams into two separate indexes, which share nothing but
+// the machine.
+double SecondsToApply(size_t shards, const std::vector<std::vector<BlockStored>>& streams,
+                      uint64_t pool, bool separate_indexes = false) {
+  std::vector<std::unique_ptr<ResidencyIndex>> indexes;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    if (s == 0 || separate_indexes) {
+      indexes.push_back(std::make_unique<ResidencyIndex>(BlockKeyHasher(), shards));
+    }
+    (void)indexes.back()->AddWorker("w" + std::to_string(s), "llama", kBlockSize, pool);
+  }
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    threads.emplace_back([&, s] {
+      ResidencyIndex& index = *indexes[separate_indexes ? s : 0];
+      const std::string id = "w" + std::to_string(s);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      for (const BlockStored& event : streams[s]) benchmark::DoNotOptimize(index.Apply(id, event));
+    });
+  }
+  const auto started = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (std::thread& thread : threads) thread.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
+void BM_IngestTwoStreams(benchmark::State& state) {
+  constexpr int kChains = 1 << 15;  // x 16 blocks = 524,288 a stream
+  constexpr uint64_t kStreamBlocks = uint64_t{kChains} * 16;
+  const std::vector<std::vector<BlockStored>> two = {
+      MakeChains(kChains, 16, 21, 1), MakeChains(kChains, 16, 22, 1 + int64_t{kChains} * 16 * 16)};
+  const std::vector<std::vector<BlockStored>> one = {two[0]};
+  double one_s = 0;
+  double two_one_lock_s = 0;
+  double two_sharded_s = 0;
+  double two_apart_s = 0;
+  for (auto _ : state) {
+    one_s += SecondsToApply(1, one, kStreamBlocks);
+    two_one_lock_s += SecondsToApply(1, two, kStreamBlocks);
+    two_sharded_s += SecondsToApply(2, two, kStreamBlocks);
+    two_apart_s += SecondsToApply(1, two, kStreamBlocks, /*separate_indexes=*/true);
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  const double one_rate = iterations * kStreamBlocks / one_s;
+  const double one_lock_rate = iterations * 2 * kStreamBlocks / two_one_lock_s;
+  const double sharded_rate = iterations * 2 * kStreamBlocks / two_sharded_s;
+  state.counters["one_stream_blocks_per_s"] = one_rate;
+  state.counters["two_streams_one_lock_blocks_per_s"] = one_lock_rate;
+  const double apart_rate = iterations * 2 * kStreamBlocks / two_apart_s;
+  state.counters["two_streams_two_shards_blocks_per_s"] = sharded_rate;
+  state.counters["two_streams_two_indexes_blocks_per_s"] = apart_rate;
+  state.counters["ratio_two_indexes_vs_one_stream"] = apart_rate / one_rate;
+  state.counters["ratio_two_shards_vs_one_stream"] = sharded_rate / one_rate;
+  state.counters["ratio_one_lock_vs_one_stream"] = one_lock_rate / one_rate;
+}
+BENCHMARK(BM_IngestTwoStreams)->Iterations(5)->Unit(benchmark::kMillisecond);
+
 // Overlap lookup of a 64-block chain against 8 workers holding it.
 void BM_Overlap(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
@@ -111,12 +180,14 @@ BENCHMARK(BM_RequestChain);
 // prefixes, so every key has `workers` holders). With `declare_pool`, each
 // worker is registered with a KV pool of `blocks` blocks, as an operator's
 // `pool_blocks=` does, and the pool is full; without, the tables grow as
-// the blocks come.
-void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool declare_pool) {
+// the blocks come. With `shards` > 1 the workers alternate between shards,
+// each of which keeps its own slot for every key (docs/adr/0027).
+void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool declare_pool,
+                         size_t shards) {
   const std::vector<BlockStored> events = MakeChains(blocks / 16, 16, 3);
   for (auto _ : state) {
     const size_t before = HeapInUse();
-    auto index = std::make_unique<ResidencyIndex>();
+    auto index = std::make_unique<ResidencyIndex>(BlockKeyHasher(), shards);
     for (int w = 0; w < workers; ++w) {
       std::string id = "w" + std::to_string(w);
       (void)index->AddWorker(id, "llama", kBlockSize,
@@ -131,15 +202,17 @@ void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool 
 }
 
 // 1,048,576 blocks on each of Arg workers.
-// Arg 1: 1 = the pool declared.
+// Arg 1: 1 = the pool declared. Arg 2: the index's shards.
 void BM_MemoryPerResidentPair(benchmark::State& state) {
-  MeasureBytesPerPair(state, static_cast<int>(state.range(0)), 1 << 20, state.range(1) != 0);
+  MeasureBytesPerPair(state, static_cast<int>(state.range(0)), 1 << 20, state.range(1) != 0,
+                      static_cast<size_t>(state.range(2)));
 }
 BENCHMARK(BM_MemoryPerResidentPair)
-    ->Args({1, 0})
-    ->Args({2, 0})
-    ->Args({1, 1})
-    ->Args({2, 1})
+    ->Args({1, 0, 1})
+    ->Args({2, 0, 1})
+    ->Args({1, 1, 1})
+    ->Args({2, 1, 1})
+    ->Args({2, 1, 2})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
@@ -147,16 +220,18 @@ BENCHMARK(BM_MemoryPerResidentPair)
 // prefixes on each of 8 workers (Arg 8). About 2 GiB of events and 1-2 GiB
 // of index at its peak, so run them on purpose:
 //   kvgov_index_bench --benchmark_filter=MemoryTenMillion
-// Arg 1: 1 = the pool declared.
+// Arg 1: 1 = the pool declared. Arg 2: the index's shards.
 void BM_MemoryTenMillionPairs(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
-  MeasureBytesPerPair(state, workers, (10 << 20) / workers, state.range(1) != 0);
+  MeasureBytesPerPair(state, workers, (10 << 20) / workers, state.range(1) != 0,
+                      static_cast<size_t>(state.range(2)));
 }
 BENCHMARK(BM_MemoryTenMillionPairs)
-    ->Args({1, 0})
-    ->Args({8, 0})
-    ->Args({1, 1})
-    ->Args({8, 1})
+    ->Args({1, 0, 1})
+    ->Args({8, 0, 1})
+    ->Args({1, 1, 1})
+    ->Args({8, 1, 1})
+    ->Args({8, 1, 2})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

@@ -439,7 +439,9 @@ TEST(ResidencyIndexOverlapTest, RandomResidencyMatchesTheDefinition) {
   };
   std::mt19937_64 rng(7);
   for (int round = 0; round < 40; ++round) {
-    ResidencyIndex index;
+    // One, two or three shards: the answers are the definition's whatever
+    // the workers' spread.
+    ResidencyIndex index(BlockKeyHasher(), 1 + round % 3);
     // worker -> key -> tiers; and which are stale.
     std::map<std::string, std::map<BlockKey, std::set<ResidencyTier>>> model;
     std::set<std::string> stale;
@@ -524,8 +526,10 @@ TEST(ResidencyIndexOverlapTest, RandomResidencyMatchesTheDefinition) {
   }
 }
 
-TEST(ResidencyIndexOverlapTest, WorkersStaySortedByIdAcrossRemovalsAndReuse) {
-  ResidencyIndex index;
+class ResidencyIndexShardsTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ResidencyIndexShardsTest, WorkersStaySortedByIdAcrossRemovalsAndReuse) {
+  ResidencyIndex index(BlockKeyHasher(), GetParam());
   for (const char* id : {"m", "c", "x", "a", "q"}) {
     ASSERT_TRUE(index.AddWorker(id, "llama", 4).ok());
   }
@@ -544,6 +548,8 @@ TEST(ResidencyIndexOverlapTest, WorkersStaySortedByIdAcrossRemovalsAndReuse) {
   for (const WorkerOverlap& overlap : index.Overlap(chain)) overlapping.push_back(overlap.worker);
   EXPECT_EQ(overlapping, ids);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shards, ResidencyIndexShardsTest, ::testing::Values(1, 2, 3));
 
 }  // namespace
 }  // namespace kvgov::index

@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,8 +27,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Fleet = bench::RouteFleet;
 
-// Built once per process: filling 1 M blocks takes about a second.
+// Built once per process and shard count: filling 1 M blocks takes about a
+// second.
 struct FleetState {
+  explicit FleetState(size_t shards) : index(index::BlockKeyHasher(), shards) {}
   index::ResidencyIndex index;
   WorkerStatusTable status;
   // As the daemon routes: through the governance gate, here with nothing
@@ -37,9 +40,12 @@ struct FleetState {
   Status built = Status::Ok();
 };
 
-const FleetState& SharedFleet() {
-  static const std::unique_ptr<FleetState> fleet = [] {
-    auto state = std::make_unique<FleetState>();
+const FleetState& SharedFleet(size_t shards) {
+  static std::map<size_t, std::unique_ptr<FleetState>> fleets;
+  std::unique_ptr<FleetState>& fleet = fleets[shards];
+  if (fleet) return *fleet;
+  fleet = [shards] {
+    auto state = std::make_unique<FleetState>(shards);
     for (int w = 0; w < Fleet::kWorkers && state->built.ok(); ++w) {
       const std::string id = Fleet::WorkerId(w);
       state->built = state->index.AddWorker(id, "llama", Fleet::kBlockSize);
@@ -62,10 +68,11 @@ double Micros(Clock::duration elapsed) {
   return std::chrono::duration<double, std::micro>(elapsed).count();
 }
 
-// Arg gate: 0 = the router alone; 1 = through the governance gate, as the
-// daemon routes. Manual time is the route's.
+// Args: gate (0 = the router alone; 1 = through the governance gate, as the
+// daemon routes), and the index's shards (docs/adr/0027; the fleet's 64
+// workers alternate between two). Manual time is the route's.
 void BM_RouteVsHash(benchmark::State& state) {
-  const FleetState& fleet = SharedFleet();
+  const FleetState& fleet = SharedFleet(static_cast<size_t>(state.range(1)));
   if (!fleet.built.ok()) {
     state.SkipWithError(fleet.built.ToString().c_str());
     return;
@@ -121,9 +128,10 @@ void BM_RouteVsHash(benchmark::State& state) {
   state.counters["ratio_p99_vs_hash"] = route_p99 / hash_p50;
 }
 BENCHMARK(BM_RouteVsHash)
-    ->ArgName("gate")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"gate", "shards"})
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Args({1, 2})
     ->Iterations(2000)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

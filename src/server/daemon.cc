@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include "kvgov/connectors/health_prober.h"
 #include "kvgov/connectors/openai_upstream.h"
@@ -455,7 +456,7 @@ bool TenantsSeen::Contains(std::string_view tenant) const {
   return tenants_.size() >= kMaxTenants || tenants_.contains(tenant);
 }
 
-Daemon::Daemon() = default;
+Daemon::Daemon(size_t index_shards) : index(index::BlockKeyHasher(), index_shards) {}
 Daemon::~Daemon() { Stop(); }
 
 void Daemon::Stop() {
@@ -547,7 +548,9 @@ Status CheckServerOptions(const ServerOptions& options) {
 Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(CheckServerOptions(options));
   const bool replicated = !options.redis_url.empty();
-  auto daemon = std::make_unique<Daemon>();
+  size_t shards = options.index_shards;
+  if (shards == 0) shards = std::max(1u, std::thread::hardware_concurrency());
+  auto daemon = std::make_unique<Daemon>(shards);
   daemon->options = options;
   if (replicated && daemon->options.replica_id.empty()) {
     KVGOV_ASSIGN_OR_RETURN(daemon->options.replica_id, DefaultReplicaId());

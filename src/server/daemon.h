@@ -118,7 +118,7 @@ class TenantsSeen {
 /// order, so the threads that feed the others (ingest, prober,
 /// housekeeping) are declared last and stop first.
 struct Daemon {
-  Daemon();
+  explicit Daemon(size_t index_shards);
   ~Daemon();
 
   ServerOptions options;

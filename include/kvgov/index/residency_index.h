@@ -3,12 +3,14 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kvgov/core/engine_events.h"
@@ -77,21 +79,35 @@ struct WorkerOverlap {
   std::vector<uint8_t> best_tier;
 };
 
-class HolderIndex;
-
 /// Which KV blocks live on which worker, in which tier, keyed by kvgov's own
 /// block keys. Engine events are applied per worker; the engine's hashes are
 /// mapped to kvgov keys through a per-worker table, so a BlockStored can find
 /// its parent and a BlockRemoved its block.
 ///
-/// Thread-safe: a reader-writer lock; writers (event application, worker
-/// changes) are exclusive, queries share.
+/// Thread-safe, sharded by worker (docs/adr/0027): worker number n lives in
+/// shard n mod shards(), and each shard has its own reader-writer lock over
+/// its workers' tables and its own holder table. A change to one worker
+/// (an event, a clear, a restore) locks only its shard, so two engines'
+/// streams in different shards apply at once; queries share the locks. A
+/// registry lock, held only briefly by everything but worker registration
+/// and removal, guards which workers exist. A query over several workers
+/// (Overlap, Workers) reads each shard as of one moment, one shard after
+/// another: every worker's answer is consistent in itself.
 class ResidencyIndex {
  public:
-  explicit ResidencyIndex(BlockKeyHasher hasher = BlockKeyHasher());
+  /// At most this many shards; more would only spread shared keys wider.
+  static constexpr size_t kMaxShards = 64;
+
+  /// `shards` is clamped to [1, kMaxShards]. One shard is one lock for
+  /// everything. More let that many workers' events apply in parallel, at
+  /// the price of a key held in several shards being kept once in each, and
+  /// an overlap query walking each shard's holders in turn. Answers never
+  /// depend on it.
+  explicit ResidencyIndex(BlockKeyHasher hasher = BlockKeyHasher(), size_t shards = 1);
   ~ResidencyIndex();
 
   const BlockKeyHasher& hasher() const { return hasher_; }
+  size_t shards() const { return shards_.size(); }
 
   /// Registers a worker serving `model` with `block_size` tokens per block.
   /// `pool_blocks`, when known (0: not), is how many blocks the engine's KV
@@ -179,11 +195,29 @@ class ResidencyIndex {
 
  private:
   struct WorkerSlot;
+  struct Shard;
+  using WriteLock = std::unique_lock<std::shared_mutex>;
+  using ReadLock = std::shared_lock<std::shared_mutex>;
 
-  // REQUIRES: mu_ held (shared is enough for FindLocked).
+  // REQUIRES: registry_mu_ held (shared is enough).
   WorkerSlot* FindLocked(std::string_view worker) const;
-  // REQUIRES: mu_ held exclusively.
+  // REQUIRES: registry_mu_ held exclusively.
   void RankLocked();  // renumbers every slot's position in by_id_
+  Shard& ShardOf(uint32_t number) const { return *shards_[number % shards_.size()]; }
+  // The worker's slot with its shard's lock held, or null (and no lock)
+  // when it is not registered. The registry is held until the shard's lock
+  // is: a RemoveWorker, which takes both, cannot free the slot in between.
+  std::pair<WorkerSlot*, WriteLock> LockForWrite(std::string_view worker) const;
+  std::pair<WorkerSlot*, ReadLock> LockForRead(std::string_view worker) const;
+  // Every shard's lock, shared, taken in shard order.
+  std::vector<ReadLock> LockAllForRead() const;
+  // Overlap's walk over one shard's holders: appends an entry per live
+  // worker of the shard holding chain[0], and its rank to `ranks`.
+  // REQUIRES: registry_mu_ and the shard's lock held (shared is enough).
+  void OverlapInShard(const Shard& shard, std::span<const BlockKey> chain,
+                      std::vector<WorkerOverlap>& out, std::vector<uint32_t>& ranks) const;
+
+  // The functions below REQUIRE the slot's shard lock held exclusively.
   // Returns the key's tiers on the worker before (0: it was not resident).
   uint16_t AddTierLocked(WorkerSlot& slot, BlockKey key, ResidencyTier tier);
   enum class Removal { kNotResident, kTierRemoved, kPairRemoved };
@@ -199,17 +233,18 @@ class ResidencyIndex {
   Status DecodeSnapshot(std::string_view snapshot, DecodedSnapshot& out) const;
 
   const BlockKeyHasher hasher_;
-  mutable std::shared_mutex mu_;
+  // Fixed at construction. Each guards its workers' slots (but their
+  // `rank`) and its holder table.
+  std::vector<std::unique_ptr<Shard>> shards_;
+  // Guards the members below, and every slot's `rank`. Taken before any
+  // shard's lock, never after.
+  mutable std::shared_mutex registry_mu_;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;  // index = worker number; null when removed
   std::vector<uint32_t> free_numbers_;                // numbers of removed workers, for reuse
   std::unordered_map<std::string, uint32_t> worker_numbers_;
   // Worker numbers in id order: listings and overlaps come out sorted by id
   // without sorting strings on every route. Each slot keeps its position.
   std::vector<uint32_t> by_id_;
-  // Which workers hold each key, in which tiers: the one place a pair's
-  // tiers are kept. (src/index/holder_index.h; behind a pointer to keep it
-  // out of this header.)
-  std::unique_ptr<HolderIndex> holders_;
 };
 
 }  // namespace kvgov::index

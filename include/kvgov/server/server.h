@@ -53,6 +53,10 @@ struct ServerOptions {
   // 32 bytes from which tenants' cache salts are derived; created (mode 0600)
   // when missing. Empty: <data_dir>/tenant-salt.key.
   std::string tenant_secret_file;
+  // Shards of the residency index (docs/adr/0027): engines whose workers
+  // fall in different shards apply their events in parallel. 0: one per
+  // core.
+  size_t index_shards = 0;
   // A worker's residency is snapshotted every this many engine batches.
   uint64_t snapshot_every_batches = 10000;
   // Unsynced engine-event writes are fsynced together this often.
