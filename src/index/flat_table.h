@@ -69,6 +69,50 @@ constexpr uint64_t MixKey(uint64_t key) {
 // non-standard, which it is.
 __extension__ typedef unsigned __int128 Uint128;
 
+/// Asks for transparent huge pages on the whole 2 MiB pages of a large
+/// array about to be written all over (Linux; a hint, so any failure is
+/// ignored). Its 4 KiB pages would each fault in on first touch: about
+/// 90,000 faults for the tables of ten million pairs, which on a virtual
+/// machine cost about as much as the inserts themselves (28% of a restart's
+/// samples, docs/benchmarks.md). Call it before the first write.
+inline void AdviseHugePages(void* array, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<uintptr_t>(array) + kHugePage - 1) & ~(kHugePage - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(array) + bytes) & ~(kHugePage - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)array;
+  (void)bytes;
+#endif
+}
+
+/// An allocator that leaves trivially copyable elements uninitialized when
+/// a vector is sized, for buffers that are written in full right after: a
+/// zeroing pass over hundreds of megabytes is one more walk of memory.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* at) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(at)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* at, Args&&... args) {
+    std::allocator_traits<std::allocator<T>>::construct(static_cast<std::allocator<T>&>(*this), at,
+                                                        std::forward<Args>(args)...);
+  }
+};
+
+template <typename T>
+using HomeOrdered = std::vector<T, UninitializedAllocator<T>>;
+
 /// The items in the order of their keys' home slots (coarsely: by the top
 /// bits of MixKey, which is where a FlatMap of any capacity puts them), so
 /// that a large batch of inserts or lookups walks a table's array from front
@@ -85,7 +129,7 @@ __extension__ typedef unsigned __int128 Uint128;
 /// later insert would walk the whole overflowing run (quadratic; seen at a
 /// million keys). Count the keys that will be new, Reserve, then insert.
 template <typename T, typename KeyOf>
-std::vector<T> InHomeOrder(std::span<const T> items, KeyOf&& key_of) {
+HomeOrdered<T> InHomeOrder(std::span<const T> items, KeyOf&& key_of) {
   static_assert(std::is_trivially_copyable_v<T>);
   // 1,024 buckets: a bucket's stretch of a ten-million-slot table is about
   // 150 KiB, which the L2 cache holds, while the scatter below writes to
@@ -93,14 +137,15 @@ std::vector<T> InHomeOrder(std::span<const T> items, KeyOf&& key_of) {
   constexpr unsigned kBucketBits = 10;
   constexpr size_t kBuckets = size_t{1} << kBucketBits;
   constexpr size_t kMinItems = 64 * kBuckets;
-  if (items.size() < kMinItems) return std::vector<T>(items.begin(), items.end());
+  if (items.size() < kMinItems) return HomeOrdered<T>(items.begin(), items.end());
   auto bucket_of = [&](const T& item) {
     return static_cast<size_t>(MixKey(key_of(item)) >> (64 - kBucketBits));
   };
   std::vector<size_t> starts(kBuckets + 1, 0);
   for (const T& item : items) ++starts[bucket_of(item) + 1];
   for (size_t b = 0; b < kBuckets; ++b) starts[b + 1] += starts[b];
-  std::vector<T> ordered(items.size());
+  HomeOrdered<T> ordered(items.size());  // every element written below
+  AdviseHugePages(ordered.data(), ordered.size() * sizeof(T));
   for (const T& item : items) ordered[starts[bucket_of(item)]++] = item;
   return ordered;
 }
@@ -378,24 +423,6 @@ class FlatMap {
     if (has_zero_) {
       std::memcpy(SlotPtr(capacity_), old.get() + old_capacity * kSlotBytes, kSlotBytes);
     }
-  }
-
-  // Asks for transparent huge pages on the whole 2 MiB pages of a large
-  // array (Linux; a hint, so any failure is ignored). A table is filled
-  // all over at once, so its 4 KiB pages each fault in on first touch:
-  // about 90,000 faults for the tables of ten million pairs, which on a
-  // virtual machine cost about as much as the inserts themselves (28% of a
-  // restart's samples, docs/benchmarks.md).
-  static void AdviseHugePages(unsigned char* array, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-    const auto begin = (reinterpret_cast<uintptr_t>(array) + kHugePage - 1) & ~(kHugePage - 1);
-    const auto end = (reinterpret_cast<uintptr_t>(array) + bytes) & ~(kHugePage - 1);
-    if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-    (void)array;
-    (void)bytes;
-#endif
   }
 
   std::unique_ptr<unsigned char[], FreeDeleter> slots_;  // capacity_ + 1 slots

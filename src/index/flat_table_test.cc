@@ -326,19 +326,20 @@ TEST(FlatMapTest, InHomeOrderGivesEveryItemOnceInHomeOrder) {
   std::vector<uint64_t> keys(200000);
   for (uint64_t& key : keys) key = rng();
   auto identity = [](uint64_t key) { return key; };
-  std::vector<uint64_t> ordered = InHomeOrder(std::span<const uint64_t>(keys), identity);
+  const HomeOrdered<uint64_t> ordered = InHomeOrder(std::span<const uint64_t>(keys), identity);
   ASSERT_EQ(ordered.size(), keys.size());
   // Bucketed by the top ten bits of the mixed key, buckets in order.
   for (size_t i = 1; i < ordered.size(); ++i) {
     ASSERT_LE(MixKey(ordered[i - 1]) >> 54, MixKey(ordered[i]) >> 54) << "at " << i;
   }
-  std::vector<uint64_t> sorted = ordered;
+  std::vector<uint64_t> sorted(ordered.begin(), ordered.end());
   std::sort(sorted.begin(), sorted.end());
   std::sort(keys.begin(), keys.end());
   EXPECT_EQ(sorted, keys);
   // A small batch comes back as it was.
   const std::vector<uint64_t> few = {5, 3, 9};
-  EXPECT_EQ(InHomeOrder(std::span<const uint64_t>(few), identity), few);
+  EXPECT_EQ(InHomeOrder(std::span<const uint64_t>(few), identity),
+            HomeOrdered<uint64_t>(few.begin(), few.end()));
 }
 
 TEST(FlatMapTest, ABatchInHomeOrderNeedsItsRoomReservedFirst) {
@@ -355,7 +356,7 @@ TEST(FlatMapTest, ABatchInHomeOrderNeedsItsRoomReservedFirst) {
     for (size_t i = 0; i < 100000; ++i) map.Insert(rng() | 1, 1);
     std::vector<uint64_t> batch(100000);
     for (uint64_t& key : batch) key = rng() | 1;
-    const std::vector<uint64_t> ordered =
+    const HomeOrdered<uint64_t> ordered =
         InHomeOrder(std::span<const uint64_t>(batch), [](uint64_t key) { return key; });
     if (reserve_first) map.Reserve(map.size() + ordered.size());
     size_t longest = 0;

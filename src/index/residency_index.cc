@@ -1219,6 +1219,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   // would rehash about as many entries again as the snapshot holds. The
   // refs are reserved in group 0, where they almost always are.
   decoded.resident.reserve(static_cast<size_t>(key_count));
+  AdviseHugePages(decoded.resident.data(), decoded.resident.capacity() * sizeof(DecodedSnapshot::KeyTiers));
   struct EngineRef {
     EngineHash hash;
     BlockKey key;
@@ -1233,7 +1234,9 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
     }
   } else {
     refs_by_group.emplace_back(0, std::vector<EngineRef>());
-    refs_by_group.back().second.reserve(static_cast<size_t>(ref_count));
+    std::vector<EngineRef>& refs = refs_by_group.back().second;
+    refs.reserve(static_cast<size_t>(ref_count));
+    AdviseHugePages(refs.data(), refs.capacity() * sizeof(EngineRef));
   }
 
   uint64_t refs_seen = 0;
@@ -1399,7 +1402,7 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
       });
     }
     using KeyTiers = DecodedSnapshot::KeyTiers;
-    const std::vector<KeyTiers> ordered =
+    const HomeOrdered<KeyTiers> ordered =
         InHomeOrder(std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
     // Room for the keys that no worker holds yet, before the first goes in
     // (InHomeOrder says why): keys others hold take no new slot. Grown by

@@ -61,20 +61,28 @@ Status CollectLogDeletes(const store::Store& store, const std::string& begin,
 
 void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
                             std::string_view payload) {
-  Progress progress;
+  uint64_t epoch = 0;
+  std::optional<Progress> snapshot_at;  // when this batch is the one to snapshot after
   {
     std::lock_guard lock(mu_);
-    Progress& current = progress_[std::string(worker)];
+    auto it = progress_.find(worker);
+    if (it == progress_.end()) it = progress_.emplace(std::string(worker), Progress{}).first;
+    Progress& current = it->second;
     current.has_seq = true;
     current.seq = seq;
     current.ts = ts;
-    current.last_digest = Sha256Hex(payload);
-    ++current.since_snapshot;
-    progress = current;
-    if (current.since_snapshot >= snapshot_every_) current.since_snapshot = 0;
+    if (!current.undigested.has_value()) current.undigested.emplace();
+    current.undigested->assign(payload);  // reuses the buffer: no allocation once grown
+    epoch = current.epoch;
+    if (++current.since_snapshot >= snapshot_every_) {
+      current.since_snapshot = 0;
+      snapshot_at = current;
+    }
   }
-  WriteOp op{Column::kEventLog, LogKey(worker, progress.epoch, seq),
-             EncodeDouble(ts) + std::string(payload)};
+  std::string value;
+  value.reserve(8 + payload.size());
+  value.append(EncodeDouble(ts)).append(payload);
+  WriteOp op{Column::kEventLog, LogKey(worker, epoch, seq), std::move(value)};
   Status logged = store_->Write({&op, 1}, /*sync=*/false);
   if (!logged.ok()) {
 log::Line(log::Level::kError, "store.batch_not_logged")
@@ -83,8 +91,8 @@ log::Line(log::Level::kError, "store.batch_not_logged")
         .Field("error", logged.ToString());
     return;
   }
-  if (progress.since_snapshot >= snapshot_every_) {
-    if (Status snapped = Snapshot(worker, progress); !snapped.ok()) {
+  if (snapshot_at.has_value()) {
+    if (Status snapped = Snapshot(worker, *snapshot_at); !snapped.ok()) {
 log::Line(log::Level::kError, "store.snapshot_failed")
           .Field("worker", worker)
           .Field("error", snapped.ToString());
@@ -99,7 +107,7 @@ void StreamStore::OnRestart(std::string_view worker) {
     std::lock_guard lock(mu_);
     Progress& current = progress_[std::string(worker)];
     old_epoch = current.epoch;
-    current = Progress{old_epoch + 1, false, 0, 0, 0, ""};
+    current = Progress::Epoch(old_epoch + 1);
     progress = current;
   }
   std::vector<WriteOp> ops;
@@ -119,7 +127,7 @@ Status StreamStore::Snapshot(std::string_view worker, const Progress& progress) 
   std::vector<WriteOp> ops;
   ops.push_back(WriteOp{Column::kSnapshots, std::string(worker),
                         EncodeSnapshotRecord(progress.epoch, progress.has_seq, progress.seq,
-                                             progress.ts, progress.last_digest, snapshot)});
+                                             progress.ts, progress.Digest(), snapshot)});
   if (progress.has_seq) {
     KVGOV_RETURN_IF_ERROR(CollectLogDeletes(*store_, LogPrefix(worker, progress.epoch),
                                             LogKey(worker, progress.epoch, progress.seq + 1),
@@ -158,7 +166,7 @@ log::Line(log::Level::kWarn, "store.snapshot_dropped")
           .Field("worker", worker)
           .Field("error", restore.message());
       std::lock_guard lock(mu_);
-      progress_[worker] = Progress{progress.epoch + 1, false, 0, 0, 0, ""};
+      progress_[worker] = Progress::Epoch(progress.epoch + 1);
       return Status::Ok();
     }
     KVGOV_RETURN_IF_ERROR(restore.WithContext("snapshot of worker '" + worker + "'"));
@@ -172,6 +180,7 @@ log::Line(log::Level::kWarn, "store.snapshot_dropped")
   // compaction drops them: seconds at a million blocks a worker.
   const std::string first = progress.has_seq ? LogKey(worker, progress.epoch, progress.seq + 1)
                                              : LogPrefix(worker, progress.epoch);
+  std::string last_batch;  // digested once, after the scan
   Status scanned = store_->Scan(
       Column::kEventLog, first, LogPrefix(worker, progress.epoch + 1),
       [&](std::string_view key, std::string_view value) {
@@ -183,11 +192,12 @@ log::Line(log::Level::kWarn, "store.snapshot_dropped")
         progress.has_seq = true;
         progress.seq = *seq;
         progress.ts = *ts;
-        progress.last_digest = Sha256Hex(value.substr(8));
+        last_batch.assign(value.substr(8));
         ++recovered.logged_batches;
         return true;
       });
   KVGOV_RETURN_IF_ERROR(scanned);
+  if (recovered.logged_batches > 0) progress.last_digest = Sha256Hex(last_batch);
   if (progress.has_seq) stream.Resume(progress.seq, progress.ts, progress.last_digest);
   std::lock_guard lock(mu_);
   progress.since_snapshot = recovered.logged_batches;

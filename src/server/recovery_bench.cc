@@ -9,6 +9,7 @@
 //   build-bench/src/server/kvgov_recovery_bench
 // KVGOV_BENCH_BINARY=path/to/kvgov measures another build of kvgov (an
 // older one, side by side) with the same events and the same timing.
+// KVGOV_BENCH_COPY_CRASHED_DIR=path copies the data dir the kill left there.
 
 #include <httplib.h>
 
@@ -170,6 +171,11 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     // Every batch is logged as it is applied, and the snapshots before the
     // last are on disk: what a crash leaves. No clean shutdown.
     first.Kill();
+    if (const char* copy = std::getenv("KVGOV_BENCH_COPY_CRASHED_DIR"); copy != nullptr && *copy) {
+      // The crashed state, to restart by hand (under a profiler) as often
+      // as needed: copy the copy, then `kvgov serve` with the same flags.
+      std::filesystem::copy(dir.path() / "data", copy, std::filesystem::copy_options::recursive);
+    }
 
     simfleet::ChildProcess second;
     const auto restarted = Clock::now();

@@ -3,9 +3,11 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "kvgov/core/digest.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_stream.h"
 #include "kvgov/store/store.h"
@@ -56,6 +58,20 @@ class StreamStore : public StreamDurability {
     double ts = 0;
     uint64_t since_snapshot = 0;
     std::string last_digest;  // Sha256Hex of the last applied batch; "" unknown
+    // The last applied batch's bytes, while its digest is not computed:
+    // only a snapshot record needs the digest, and hashing every batch cost
+    // about four times applying it (docs/benchmarks.md).
+    std::optional<std::string> undigested;
+
+    // An epoch's start: nothing applied in it yet.
+    static Progress Epoch(uint64_t epoch) {
+      Progress progress;
+      progress.epoch = epoch;
+      return progress;
+    }
+    std::string Digest() const {
+      return undigested.has_value() ? Sha256Hex(*undigested) : last_digest;
+    }
   };
 
   // Writes the worker's snapshot at its current progress and drops its log,
