@@ -228,20 +228,13 @@ ResidencyIndex::ResidencyIndex(BlockKeyHasher hasher, size_t shards) : hasher_(h
 }
 ResidencyIndex::~ResidencyIndex() = default;
 
-std::pair<ResidencyIndex::WorkerSlot*, ResidencyIndex::WriteLock> ResidencyIndex::LockForWrite(
+template <typename Lock>
+std::pair<ResidencyIndex::WorkerSlot*, Lock> ResidencyIndex::LockWorker(
     std::string_view worker) const {
   ReadLock registry(registry_mu_);
   WorkerSlot* slot = FindLocked(worker);
-  if (slot == nullptr) return {nullptr, WriteLock()};
-  return {slot, WriteLock(ShardOf(slot->number).mu)};
-}
-
-std::pair<ResidencyIndex::WorkerSlot*, ResidencyIndex::ReadLock> ResidencyIndex::LockForRead(
-    std::string_view worker) const {
-  ReadLock registry(registry_mu_);
-  WorkerSlot* slot = FindLocked(worker);
-  if (slot == nullptr) return {nullptr, ReadLock()};
-  return {slot, ReadLock(ShardOf(slot->number).mu)};
+  if (slot == nullptr) return {nullptr, Lock()};
+  return {slot, Lock(ShardOf(slot->number).mu)};
 }
 
 std::vector<ResidencyIndex::ReadLock> ResidencyIndex::LockAllForRead() const {
@@ -326,14 +319,14 @@ Status ResidencyIndex::RemoveWorker(std::string_view worker) {
 }
 
 Status ResidencyIndex::ClearWorker(std::string_view worker) {
-  auto [slot, lock] = LockForWrite(worker);
+  auto [slot, lock] = LockWorker<WriteLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   ClearLocked(*slot);
   return Status::Ok();
 }
 
 Status ResidencyIndex::SetState(std::string_view worker, WorkerState state) {
-  auto [slot, lock] = LockForWrite(worker);
+  auto [slot, lock] = LockWorker<WriteLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   slot->state = state;
   return Status::Ok();
@@ -536,7 +529,7 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
 }
 
 Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineEvent& event) {
-  auto [slot, lock] = LockForWrite(worker);
+  auto [slot, lock] = LockWorker<WriteLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   if (const auto* stored = std::get_if<BlockStored>(&event)) {
     if (stored->block_size != slot->block_size) {
@@ -561,7 +554,7 @@ Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineE
 }
 
 Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey saltless_root) {
-  auto [slot, lock] = LockForWrite(worker);
+  auto [slot, lock] = LockWorker<WriteLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   if (slot->salts == SaltReporting::kReported) return Status::Ok();
   if (slot->salted_roots.size() >= kMaxSaltedRoots) slot->salted_roots.pop_front();
@@ -571,7 +564,7 @@ Status ResidencyIndex::ExpectSaltedRoot(std::string_view worker, BlockKey saltle
 
 Status ResidencyIndex::AddBlocks(std::string_view worker, std::span<const BlockKey> keys,
                                  ResidencyTier tier) {
-  auto [slot, lock] = LockForWrite(worker);
+  auto [slot, lock] = LockWorker<WriteLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   for (BlockKey key : keys) {
     // No engine ref names a key a transport reports: the worker's walks
@@ -583,7 +576,7 @@ Status ResidencyIndex::AddBlocks(std::string_view worker, std::span<const BlockK
 
 Status ResidencyIndex::RemoveBlocks(std::string_view worker, std::span<const BlockKey> keys,
                                     ResidencyTier tier) {
-  auto [slot, lock] = LockForWrite(worker);
+  auto [slot, lock] = LockWorker<WriteLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   for (BlockKey key : keys) RemoveTierLocked(*slot, key, tier);
   return Status::Ok();
@@ -591,7 +584,7 @@ Status ResidencyIndex::RemoveBlocks(std::string_view worker, std::span<const Blo
 
 Result<std::vector<BlockKey>> ResidencyIndex::KeysForEngineHashes(
     std::string_view worker, std::span<const EngineHash> hashes, int64_t group_idx) const {
-  auto [slot, lock] = LockForRead(worker);
+  auto [slot, lock] = LockWorker<ReadLock>(worker);
   if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
   std::vector<BlockKey> keys;
   keys.reserve(hashes.size());
@@ -620,7 +613,7 @@ std::vector<WorkerResidency> ResidencyIndex::Workers() const {
 }
 
 std::optional<WorkerResidency> ResidencyIndex::Worker(std::string_view worker) const {
-  auto [slot, lock] = LockForRead(worker);
+  auto [slot, lock] = LockWorker<ReadLock>(worker);
   if (slot == nullptr) return std::nullopt;
   return WorkerResidency{slot->id,    slot->model,  slot->block_size,
                          slot->state, slot->blocks, slot->salts};
@@ -980,7 +973,7 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
   std::vector<KeyRef> refs;
   {
     // Copy only: writers wait for this, not for the sort and the encoding.
-    const auto [slot, lock] = LockForRead(worker);
+    const auto [slot, lock] = LockWorker<ReadLock>(worker);
     if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
     model = slot->model;
     block_size = slot->block_size;
@@ -1363,7 +1356,7 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
   // Decoded outside the lock: reading the records is the slow part, and
   // queries and other workers' events need not wait for it.
   uint64_t pool_blocks = 0;
-  if (const auto [slot, lock] = LockForRead(worker); slot != nullptr) {
+  if (const auto [slot, lock] = LockWorker<ReadLock>(worker); slot != nullptr) {
     pool_blocks = slot->pool_blocks;
   }
   DecodedSnapshot decoded;
@@ -1377,7 +1370,7 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
   }
   const std::vector<DecodedSnapshot::KeyTiers>& resident = decoded.resident;
   {
-    auto [slot, lock] = LockForWrite(worker);
+    auto [slot, lock] = LockWorker<WriteLock>(worker);
     if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
     const WorkerSlot& restored = decoded.slot;
     if (restored.model != slot->model || restored.block_size != slot->block_size) {

@@ -204,11 +204,12 @@ class ResidencyIndex {
   // REQUIRES: registry_mu_ held exclusively.
   void RankLocked();  // renumbers every slot's position in by_id_
   Shard& ShardOf(uint32_t number) const { return *shards_[number % shards_.size()]; }
-  // The worker's slot with its shard's lock held, or null (and no lock)
-  // when it is not registered. The registry is held until the shard's lock
-  // is: a RemoveWorker, which takes both, cannot free the slot in between.
-  std::pair<WorkerSlot*, WriteLock> LockForWrite(std::string_view worker) const;
-  std::pair<WorkerSlot*, ReadLock> LockForRead(std::string_view worker) const;
+  // The worker's slot with its shard's lock held (WriteLock or ReadLock),
+  // or null (and no lock) when it is not registered. The registry is held
+  // until the shard's lock is: a RemoveWorker, which takes both, cannot
+  // free the slot in between.
+  template <typename Lock>
+  std::pair<WorkerSlot*, Lock> LockWorker(std::string_view worker) const;
   // Every shard's lock, shared, taken in shard order.
   std::vector<ReadLock> LockAllForRead() const;
   // Overlap's walk over one shard's holders: appends an entry per live
