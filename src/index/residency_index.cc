@@ -991,8 +991,9 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
       for (const KeyRef& ref : refs) keys.push_back({ref.key, *tiers});
     } else {
       const HolderIndex& holders = ShardOf(slot->number).holders;
+      const uint32_t number = slot->number;  // clang 14 (the fuzz tree) captures no structured binding
       auto read_tiers = [&](BlockKey key) {
-        if (const uint16_t held = holders.Tiers(key, slot->number); held != 0) {
+        if (const uint16_t held = holders.Tiers(key, number); held != 0) {
           keys.push_back({key, held});
         }
       };
