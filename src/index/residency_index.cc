@@ -971,6 +971,9 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
   WorkerState state = WorkerState::kLive;
   std::vector<KeyTiers> keys;
   std::vector<KeyRef> refs;
+  // Every key's tier mask, when one engine ref names each resident key and
+  // they all sit in one tier (WorkerSlot::UniformTiers).
+  std::optional<uint16_t> uniform;
   {
     // Copy only: writers wait for this, not for the sort and the encoding.
     const auto [slot, lock] = LockWorker<ReadLock>(worker);
@@ -981,15 +984,18 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
     // This is the part writers wait for: the worker's tables walked in
     // order and, unless every key is in one known tier, each key's tiers
     // read from its holder word, in the holder table's order.
+    // Fresh buffers each time, written once all over: huge pages spare
+    // most of their first-touch faults.
     refs.reserve(slot->EngineRefs());
+    AdviseHugePages(refs.data(), refs.capacity() * sizeof(KeyRef));
     for (const EngineGroup& group : slot->engine_groups) {
       group.keys.ForEach(
           [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
     }
-    keys.reserve(slot->pairs);
-    if (const std::optional<uint16_t> tiers = slot->UniformTiers()) {
-      for (const KeyRef& ref : refs) keys.push_back({ref.key, *tiers});
-    } else {
+    uniform = slot->UniformTiers();
+    if (!uniform.has_value()) {
+      keys.reserve(slot->pairs);
+      AdviseHugePages(keys.data(), keys.capacity() * sizeof(KeyTiers));
       const HolderIndex& holders = ShardOf(slot->number).holders;
       const uint32_t number = slot->number;  // clang 14 (the fuzz tree) captures no structured binding
       auto read_tiers = [&](BlockKey key) {
@@ -1004,18 +1010,25 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
       slot->loose.ForEach([&](BlockKey key, uint8_t) { read_tiers(key); });
     }
   }
-  // The canonical order of the format: equal residency, equal bytes. A key
-  // several refs name (or a ref and `loose`) was read more than once.
-  std::sort(keys.begin(), keys.end(),
-            [](const KeyTiers& a, const KeyTiers& b) { return a.key < b.key; });
-  keys.erase(std::unique(keys.begin(), keys.end(),
-                         [](const KeyTiers& a, const KeyTiers& b) { return a.key == b.key; }),
-             keys.end());
+  // The canonical order of the format: equal residency, equal bytes.
   std::sort(refs.begin(), refs.end(), [](const KeyRef& a, const KeyRef& b) {
     if (a.key != b.key) return a.key < b.key;
     if (a.group_idx != b.group_idx) return a.group_idx < b.group_idx;
     return a.hash < b.hash;
   });
+  if (uniform.has_value()) {
+    // Each ref names a resident key of its own (UniformTiers says why), so
+    // the keys are the refs' keys, already in order: no second sort.
+    keys.reserve(refs.size());
+    for (const KeyRef& ref : refs) keys.push_back({ref.key, *uniform});
+  } else {
+    // A key several refs name (or a ref and `loose`) was read more than once.
+    std::sort(keys.begin(), keys.end(),
+              [](const KeyTiers& a, const KeyTiers& b) { return a.key < b.key; });
+    keys.erase(std::unique(keys.begin(), keys.end(),
+                           [](const KeyTiers& a, const KeyTiers& b) { return a.key == b.key; }),
+               keys.end());
+  }
 
   // Records are the union of resident keys and keys engine refs name; a
   // key only refs name is written with no tiers. Walked twice: once to size
@@ -1050,6 +1063,7 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
 
   std::string out;
   out.reserve(size);
+  AdviseHugePages(out.data(), size);
   SnapshotWriter writer(out);
   writer.Bytes(kSnapshotMagic);
   writer.U32(kSnapshotVersion);
