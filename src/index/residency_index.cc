@@ -81,6 +81,9 @@ int64_t NamespaceGroup(const BlockStored& stored) {
   return stored.group_idx + (int64_t{1} << 32);
 }
 
+// Overlap's map from worker number to candidate, for workers that are none.
+constexpr uint32_t kNotCandidate = ~uint32_t{0};
+
 // Most blocks' lists compare equal to the one before. Most lists are short,
 // where a plain loop beats a call to memcmp; long ones are left to it.
 bool SameList(std::span<const uint32_t> a, std::span<const uint32_t> b) {
@@ -625,9 +628,12 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
   std::vector<uint32_t> ranks;  // of out's entries
   {
     ReadLock registry(registry_mu_);
+    // One for every shard's walk: a worker is named only in its own
+    // shard's holder lists, so no walk reads what another wrote.
+    std::vector<uint32_t> position(workers_.size(), kNotCandidate);
     for (const auto& shard : shards_) {
       ReadLock lock(shard->mu);
-      OverlapInShard(*shard, chain, out, ranks);
+      OverlapInShard(*shard, chain, position, out, ranks);
     }
   }
   std::vector<uint32_t> order(out.size());
@@ -644,6 +650,7 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
 }
 
 void ResidencyIndex::OverlapInShard(const Shard& shard, std::span<const BlockKey> chain,
+                                    std::span<uint32_t> position,
                                     std::vector<WorkerOverlap>& all,
                                     std::vector<uint32_t>& ranks) const {
   const HolderIndex& table = shard.holders;
@@ -651,9 +658,7 @@ void ResidencyIndex::OverlapInShard(const Shard& shard, std::span<const BlockKey
     const WorkerSlot* slot;
     size_t blocks;  // leading blocks of the chain it holds, as far as walked
   };
-  constexpr uint32_t kNotCandidate = ~uint32_t{0};
   std::vector<Candidate> candidates;
-  std::vector<uint32_t> position(workers_.size(), kNotCandidate);  // worker number -> candidate
   // Two buffers for lone holders, so the previous block's list stays valid
   // while the next one is read.
   std::array<uint32_t, 2> single{};

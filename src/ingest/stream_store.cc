@@ -59,6 +59,10 @@ Status CollectLogDeletes(const store::Store& store, const std::string& begin,
 
 }  // namespace
 
+std::string StreamStore::Progress::Digest() const {
+  return undigested.has_value() ? Sha256Hex(*undigested) : last_digest;
+}
+
 void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
                             std::string_view payload) {
   uint64_t epoch = 0;

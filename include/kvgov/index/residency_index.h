@@ -214,9 +214,12 @@ class ResidencyIndex {
   std::vector<ReadLock> LockAllForRead() const;
   // Overlap's walk over one shard's holders: appends an entry per live
   // worker of the shard holding chain[0], and its rank to `ranks`.
+  // `position` (worker number -> this shard's candidate) has an entry per
+  // worker number; the walk sets its own workers' entries.
   // REQUIRES: registry_mu_ and the shard's lock held (shared is enough).
   void OverlapInShard(const Shard& shard, std::span<const BlockKey> chain,
-                      std::vector<WorkerOverlap>& out, std::vector<uint32_t>& ranks) const;
+                      std::span<uint32_t> position, std::vector<WorkerOverlap>& out,
+                      std::vector<uint32_t>& ranks) const;
 
   // The functions below REQUIRE the slot's shard lock held exclusively.
   // Returns the key's tiers on the worker before (0: it was not resident).

@@ -7,7 +7,6 @@
 #include <string>
 #include <string_view>
 
-#include "kvgov/core/digest.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_stream.h"
 #include "kvgov/store/store.h"
@@ -69,9 +68,8 @@ class StreamStore : public StreamDurability {
       progress.epoch = epoch;
       return progress;
     }
-    std::string Digest() const {
-      return undigested.has_value() ? Sha256Hex(*undigested) : last_digest;
-    }
+    // Sha256Hex of the last applied batch; "" unknown.
+    std::string Digest() const;
   };
 
   // Writes the worker's snapshot at its current progress and drops its log,
