@@ -52,6 +52,66 @@ struct Schema<RouteRequestBody> {
   }
 };
 
+// The usage object of POST /v1/route/{id}/done, as the engine answered it.
+struct ReportedDetails {
+  std::optional<int64_t> cached_tokens;
+};
+struct ReportedUsage {
+  int64_t prompt_tokens = 0;
+  std::optional<int64_t> completion_tokens;
+  std::optional<int64_t> total_tokens;
+  std::optional<ReportedDetails> prompt_tokens_details;
+};
+struct RouteDoneBody {
+  std::optional<ReportedUsage> usage;
+};
+
+constexpr int64_t kMaxReportedTokens = (int64_t{1} << 31) - 1;
+
+std::string CountProblem() {
+  return "want an integer in 0-" + std::to_string(kMaxReportedTokens);
+}
+bool IsCount(const std::optional<int64_t>& count) {
+  return !count.has_value() || (*count >= 0 && *count <= kMaxReportedTokens);
+}
+
+template <>
+struct Schema<ReportedDetails> {
+  static void Fields(auto& v, auto& r) {
+    v.Optional("cached_tokens", r.cached_tokens);
+    v.Expect("cached_tokens", IsCount(r.cached_tokens), CountProblem);
+  }
+};
+
+template <>
+struct Schema<ReportedUsage> {
+  static void Fields(auto& v, auto& r) {
+    v.Required("prompt_tokens", r.prompt_tokens);
+    v.Expect("prompt_tokens", IsCount(r.prompt_tokens), CountProblem);
+    v.Optional("completion_tokens", r.completion_tokens);
+    v.Expect("completion_tokens", IsCount(r.completion_tokens), CountProblem);
+    v.Optional("total_tokens", r.total_tokens);
+    v.Expect("total_tokens", IsCount(r.total_tokens), CountProblem);
+    v.Optional("prompt_tokens_details", r.prompt_tokens_details);
+    v.Validate([&] {
+      const int64_t cached = r.prompt_tokens_details.has_value()
+                                 ? r.prompt_tokens_details->cached_tokens.value_or(0)
+                                 : 0;
+      if (cached > r.prompt_tokens) {
+        return Status::InvalidArgument("prompt_tokens_details.cached_tokens: " +
+                                       std::to_string(cached) + " is more than prompt_tokens (" +
+                                       std::to_string(r.prompt_tokens) + ")");
+      }
+      return Status::Ok();
+    });
+  }
+};
+
+template <>
+struct Schema<RouteDoneBody> {
+  static void Fields(auto& v, auto& r) { v.Optional("usage", r.usage); }
+};
+
 template <>
 struct Schema<ExplainRequest> {
   static void Fields(auto& v, auto& r) {
@@ -148,6 +208,22 @@ Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
 
 Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const JsonLimits& limits) {
   return codec_internal::DecodeDocument<ExplainRequest>(text, limits, "route codec");
+}
+
+Result<RouteDoneReport> DecodeRouteDoneJson(std::string_view text, const JsonLimits& limits) {
+  RouteDoneReport report;
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return report;
+  KVGOV_ASSIGN_OR_RETURN(
+      codec_internal::RouteDoneBody body,
+      codec_internal::DecodeDocument<codec_internal::RouteDoneBody>(text, limits, "route codec"));
+  if (body.usage.has_value()) {
+    EngineUsage& usage = report.usage.emplace();
+    usage.prompt_tokens = body.usage->prompt_tokens;
+    if (body.usage->prompt_tokens_details.has_value()) {
+      usage.cached_tokens = body.usage->prompt_tokens_details->cached_tokens.value_or(0);
+    }
+  }
+  return report;
 }
 
 }  // namespace kvgov

@@ -44,6 +44,39 @@ TEST(RouteApiTest, ErrorsNameTheField) {
             "$: malformed JSON: a NUL byte at offset 29");
 }
 
+TEST(RouteApiTest, ADoneReportCarriesTheEnginesUsageOrNothing) {
+  Result<RouteDoneReport> empty = DecodeRouteDoneJson("", JsonLimits{});
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_FALSE(empty->usage.has_value());
+  Result<RouteDoneReport> none = DecodeRouteDoneJson("{}", JsonLimits{});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->usage.has_value());
+  Result<RouteDoneReport> full = DecodeRouteDoneJson(
+      R"({"usage":{"prompt_tokens":96,"completion_tokens":8,"total_tokens":104,
+                   "prompt_tokens_details":{"cached_tokens":64}}})",
+      JsonLimits{});
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ASSERT_TRUE(full->usage.has_value());
+  EXPECT_EQ(full->usage->prompt_tokens, 96);
+  EXPECT_EQ(full->usage->cached_tokens, 64);
+  Result<RouteDoneReport> uncached =
+      DecodeRouteDoneJson(R"({"usage":{"prompt_tokens":5}})", JsonLimits{});
+  ASSERT_TRUE(uncached.ok());
+  EXPECT_EQ(uncached->usage->cached_tokens, 0);
+
+  auto message = [](std::string_view body) {
+    return DecodeRouteDoneJson(body, JsonLimits{}).status().message();
+  };
+  EXPECT_EQ(message(R"({"usage":{}})"), "$.usage.prompt_tokens: missing required field");
+  EXPECT_EQ(message(R"({"usage":{"prompt_tokens":-1}})"),
+            "$.usage.prompt_tokens: want an integer in 0-2147483647");
+  EXPECT_EQ(message(R"({"usage":{"prompt_tokens":4,"prompt_tokens_details":{"cached_tokens":8}}})"),
+            "$.usage.prompt_tokens_details.cached_tokens: 8 is more than prompt_tokens (4)");
+  EXPECT_EQ(message(R"({"usage":{"prompt_tokens":4},"saved":9})"), "$.saved: unknown field");
+  EXPECT_EQ(message(R"({"usage":{"prompt_tokens":"4"}})").rfind("$.usage.prompt_tokens: ", 0),
+            0u);
+}
+
 // route-api.md's compact token ids: padded base64 of little-endian uint32.
 TEST(RouteApiTest, TokenIdsMayComeAsBase64OfLittleEndianUint32) {
   // 1, 256, 2^31 - 1: bytes 01 00 00 00, 00 01 00 00, ff ff ff 7f.

@@ -60,8 +60,9 @@ TEST(VocabularyTest, TablesCoverTheSpecVocabulary) {
   EXPECT_EQ(EnumSpelling<AdmissionVerdict>::kValues.size(), 7u);
   EXPECT_EQ(EnumSpelling<InvalidationMode>::kValues.size(), 6u);
   EXPECT_EQ(EnumSpelling<LookupKind>::kValues.size(), 6u);
-  // 24 reasons of the spec, lease_released from the NIXL lease, and evicted.
-  EXPECT_EQ(EnumSpelling<LookupReason>::kValues.size(), 26u);
+  // 24 reasons of the spec, lease_released from the NIXL lease, evicted and
+  // diverted (a request kept from a quarantined span, ADR 0028).
+  EXPECT_EQ(EnumSpelling<LookupReason>::kValues.size(), 27u);
   EXPECT_EQ(ToString(Plane::kPromptPrefix), "prompt_prefix");
   EXPECT_EQ(ToString(ResidencyTier::kNumaFar), "numa_far");
   EXPECT_EQ(ToString(AdmissionVerdict::kRequireWitness), "require_witness");

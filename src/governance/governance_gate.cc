@@ -89,6 +89,24 @@ bool GovernanceGate::IsQuarantined(index::BlockKey key) const {
   return quarantined_.contains(key);
 }
 
+std::vector<std::string> GovernanceGate::QuarantinesCrossed(
+    std::span<const index::BlockKey> chain) const {
+  std::vector<std::string> crossed;
+  if (!holds_quarantines_.load(std::memory_order_acquire)) return crossed;
+  std::shared_lock lock(mu_);
+  for (index::BlockKey key : chain) {
+    if (!quarantined_.contains(key)) continue;
+    // Few quarantines are in force at once; the walk runs only for a
+    // prompt that does cross one.
+    for (const auto& [id, keys] : quarantines_) {
+      if (std::binary_search(keys.begin(), keys.end(), key)) crossed.push_back(id);
+    }
+  }
+  std::sort(crossed.begin(), crossed.end());
+  crossed.erase(std::unique(crossed.begin(), crossed.end()), crossed.end());
+  return crossed;
+}
+
 size_t GovernanceGate::quarantined_blocks() const {
   std::shared_lock lock(mu_);
   return quarantined_.size();
@@ -96,6 +114,7 @@ size_t GovernanceGate::quarantined_blocks() const {
 
 void GovernanceGate::UpdateHoldsAnything() {
   holds_anything_.store(!quarantined_.empty() || !workers_.empty(), std::memory_order_release);
+  holds_quarantines_.store(!quarantined_.empty(), std::memory_order_release);
 }
 
 void GovernanceGate::ForgetIfEmpty(std::map<std::string, WorkerRules, std::less<>>::iterator it) {

@@ -128,6 +128,26 @@ TEST(GovernanceGateTest, ALiftedQuarantineLeavesTheOthersInForce) {
   EXPECT_FALSE(gate.Lift("never"));
 }
 
+TEST(GovernanceGateTest, QuarantinesCrossedNamesEveryQuarantineOfTheChainInOrder) {
+  GovernanceGate gate;
+  const std::vector<index::BlockKey> chain = {1, 2, 3, 4};
+  EXPECT_TRUE(gate.QuarantinesCrossed(chain).empty());
+  const std::vector<index::BlockKey> late = {4, 9};
+  const std::vector<index::BlockKey> early = {2};
+  const std::vector<index::BlockKey> elsewhere = {7};
+  gate.Quarantine("q-late", late);
+  gate.Quarantine("q-early", early);
+  gate.Quarantine("q-elsewhere", elsewhere);
+  EXPECT_EQ(gate.QuarantinesCrossed(chain), (std::vector<std::string>{"q-early", "q-late"}));
+  const std::vector<index::BlockKey> prefix = {1};
+  EXPECT_TRUE(gate.QuarantinesCrossed(prefix).empty());
+  ASSERT_TRUE(gate.Lift("q-early"));
+  EXPECT_EQ(gate.QuarantinesCrossed(chain), (std::vector<std::string>{"q-late"}));
+  ASSERT_TRUE(gate.Lift("q-late"));
+  ASSERT_TRUE(gate.Lift("q-elsewhere"));
+  EXPECT_TRUE(gate.QuarantinesCrossed(chain).empty());
+}
+
 TEST(GovernanceGateTest, PendingCountsPerBlockAndNeverGoBelowZero) {
   GovernanceGate gate;
   std::vector<index::BlockKey> chain = {1, 2, 3};

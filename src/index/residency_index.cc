@@ -12,7 +12,10 @@
 //    hold: 8 + 4 = 12 bytes per key, so a share of that per pair when the
 //    key is shared.
 // 28 bytes of slots per unshared pair, 35 at a load of 0.8 (a worker sized
-// for its declared pool, when the pool is full).
+// for its declared pool, when the pool is full). A ref of a salted chain
+// (or any ref stored while refs a restore brought in are still unattributed)
+// also has a slot in its group's lineage table, engine hash -> lineage tag:
+// 8 + 2 = 10 bytes; a worker that never stores one has an empty table.
 //
 // Workers are sharded (docs/adr/0027): each shard has its own holder table,
 // over its own workers only, behind its own lock. A key held by workers of
@@ -30,12 +33,17 @@
 #include <deque>
 #include <array>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "index/flat_table.h"
 #include "index/holder_index.h"
@@ -95,6 +103,32 @@ bool SameList(std::span<const uint32_t> a, std::span<const uint32_t> b) {
   return true;
 }
 
+// Entries gathered shard by shard, put in worker id order; `ranks` holds
+// each entry's worker's position in by_id_.
+template <typename Entry>
+std::vector<Entry> InRankOrder(std::vector<Entry> entries, std::span<const uint32_t> ranks) {
+  std::vector<uint32_t> order(entries.size());
+  std::iota(order.begin(), order.end(), uint32_t{0});
+  auto by_rank = [&](uint32_t a, uint32_t b) { return ranks[a] < ranks[b]; };
+  // Often so already: with one shard, a key's holders are listed in the
+  // order they came, and workers' numbers often follow their ids.
+  if (std::is_sorted(order.begin(), order.end(), by_rank)) return entries;
+  std::sort(order.begin(), order.end(), by_rank);
+  std::vector<Entry> sorted;
+  sorted.reserve(entries.size());
+  for (uint32_t at : order) sorted.push_back(std::move(entries[at]));
+  return sorted;
+}
+
+// Whether a chain root's first extra key holds more than the LoRA name:
+// the adapter writes a LoRA name an engine reports beside the hashes into
+// the extra keys itself (AddReportedExtraKeys), so only what is beyond it
+// can be the cache salt.
+bool RootHoldsMoreThanLora(const BlockStored& stored) {
+  if (stored.extra_keys.empty() || stored.extra_keys.front().empty()) return false;
+  return stored.extra_keys.front() != FirstBlockExtraKey(stored.lora_name, "");
+}
+
 }  // namespace
 
 std::string_view ToString(WorkerState state) {
@@ -115,10 +149,78 @@ std::string_view ToString(SaltReporting salts) {
 
 namespace {
 
-// One KV-cache group's engine hash -> kvgov key map.
+// An engine ref's salt lineage (ResidencyIndex::Residue): the chain root's
+// first extra key it descends from, interned per worker.
+using LineageTag = uint16_t;
+constexpr LineageTag kUnsalted = 0;
+constexpr LineageTag kUnattributed = 1;
+constexpr LineageTag kFirstLineage = 2;  // tag t is Lineages::interned[t - kFirstLineage]
+static_assert(ResidencyIndex::kMaxLineages + kFirstLineage <=
+              std::numeric_limits<LineageTag>::max());
+
+// One KV-cache group's engine hash -> kvgov key map, and the lineage of the
+// refs that have one recorded (see WorkerSlot::TagOf): every key of
+// `lineage` is a key of `keys`.
 struct EngineGroup {
   int64_t group_idx = 0;
   FlatMap<BlockKey> keys;
+  FlatMap<LineageTag> lineage;
+};
+
+// For looking interned root extra keys up by string_view, without a copy.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>()(text); }
+};
+
+// A worker's lineages and how many engine refs each has. The unsalted
+// lineage's count is not kept: it is what the others leave of the refs.
+struct Lineages {
+  struct Interned {
+    std::string root_extra_key;  // empty while the tag is free
+    uint64_t refs = 0;
+  };
+  std::vector<Interned> interned;
+  std::unordered_map<std::string, LineageTag, StringHash, std::equal_to<>> tags;
+  // Tags whose lineage no ref holds any more: reused, so that the cap
+  // bounds the lineages held at once, not all a worker ever saw.
+  std::vector<LineageTag> free_tags;
+  uint64_t unattributed = 0;  // refs tagged kUnattributed
+  // Refs a restore brought in (snapshots carry no lineage), not removed or
+  // stored again since. They have no lineage entry; while any remain, every
+  // ref stored gets one, unsalted too, so that no entry means restored.
+  uint64_t restored = 0;
+
+  // Past the cap, kUnattributed: the root may be any tenant's.
+  LineageTag Intern(std::string_view root_extra_key) {
+    if (const auto it = tags.find(root_extra_key); it != tags.end()) return it->second;
+    LineageTag tag = kUnattributed;
+    if (!free_tags.empty()) {
+      tag = free_tags.back();
+      free_tags.pop_back();
+    } else if (interned.size() < ResidencyIndex::kMaxLineages) {
+      tag = static_cast<LineageTag>(kFirstLineage + interned.size());
+      interned.emplace_back();
+    } else {
+      return kUnattributed;
+    }
+    interned[tag - kFirstLineage].root_extra_key = std::string(root_extra_key);
+    tags.emplace(root_extra_key, tag);
+    return tag;
+  }
+  void Add(LineageTag tag) {
+    if (tag == kUnattributed) ++unattributed;
+    if (tag >= kFirstLineage) ++interned[tag - kFirstLineage].refs;
+  }
+  void Drop(LineageTag tag) {
+    if (tag == kUnattributed) --unattributed;
+    if (tag < kFirstLineage) return;
+    Interned& lineage = interned[tag - kFirstLineage];
+    if (--lineage.refs > 0) return;
+    tags.erase(lineage.root_extra_key);
+    lineage.root_extra_key = std::string();
+    free_tags.push_back(tag);
+  }
 };
 
 // For a vector of groups sorted by group_idx, const or not.
@@ -129,9 +231,9 @@ auto LowerBound(Groups& groups, int64_t group_idx) {
       [](const EngineGroup& group, int64_t idx) { return group.group_idx < idx; });
 }
 template <typename Groups>
-auto FindIn(Groups& groups, int64_t group_idx) -> decltype(&groups.front().keys) {
+auto FindIn(Groups& groups, int64_t group_idx) -> decltype(&groups.front()) {
   auto it = LowerBound(groups, group_idx);
-  return it != groups.end() && it->group_idx == group_idx ? &it->keys : nullptr;
+  return it != groups.end() && it->group_idx == group_idx ? &*it : nullptr;
 }
 
 }  // namespace
@@ -165,19 +267,24 @@ struct ResidencyIndex::WorkerSlot {
   // first; only while `salts` is not kReported.
   std::deque<BlockKey> salted_roots;
   uint32_t salt_blind_matches = 0;  // expectations matched by a saltless root
+  Lineages lineages;
 
-  FlatMap<BlockKey>* FindGroup(int64_t group_idx) { return FindIn(engine_groups, group_idx); }
-  const FlatMap<BlockKey>* FindGroup(int64_t group_idx) const {
+  EngineGroup* FindEngineGroup(int64_t group_idx) { return FindIn(engine_groups, group_idx); }
+  const EngineGroup* FindEngineGroup(int64_t group_idx) const {
     return FindIn(engine_groups, group_idx);
   }
-  // Adds the group's table if there is none. Adding one moves the others:
-  // pointers from FindGroup or Group are not kept across a call.
-  FlatMap<BlockKey>& Group(int64_t group_idx) {
+  const FlatMap<BlockKey>* FindGroup(int64_t group_idx) const {
+    const EngineGroup* group = FindEngineGroup(group_idx);
+    return group == nullptr ? nullptr : &group->keys;
+  }
+  // Adds the group's tables if there are none. Adding a group moves the
+  // others: pointers from FindEngineGroup or Group are not kept across a call.
+  EngineGroup& Group(int64_t group_idx) {
     auto it = LowerBound(engine_groups, group_idx);
     if (it == engine_groups.end() || it->group_idx != group_idx) {
-      it = engine_groups.insert(it, EngineGroup{group_idx, {}});
+      it = engine_groups.insert(it, EngineGroup{group_idx, {}, {}});
     }
-    return it->keys;
+    return *it;
   }
   void DropGroupIfEmpty(int64_t group_idx) {
     auto it = LowerBound(engine_groups, group_idx);
@@ -213,6 +320,88 @@ struct ResidencyIndex::WorkerSlot {
     // The last slot counts several tiers (kIndexedTiers' unknown).
     if (in_use != 1 || counted != pairs || tier + 1 == blocks.size()) return std::nullopt;
     return TierBit(kIndexedTiers[tier]);
+  }
+  // Whether a ref of the group may have a lineage other than unsalted. When
+  // not (a worker that never stored a salted chain and was not restored),
+  // events skip the lineage tables altogether.
+  bool TracksLineage(const EngineGroup& group) const {
+    return !group.lineage.empty() || lineages.restored > 0;
+  }
+  // The lineage of a ref of the group: its entry's, or without one,
+  // unsalted, unless refs a restore brought in are outstanding: those are
+  // the refs without one then.
+  LineageTag TagOf(const EngineGroup& group, EngineHash hash) const {
+    if (const auto at = group.lineage.Find(hash); at != FlatMap<LineageTag>::kNotFound) {
+      return group.lineage.ValueAt(at);
+    }
+    return lineages.restored > 0 ? kUnattributed : kUnsalted;
+  }
+  // Gives a ref just stored in the group (`new_ref`: its hash was not
+  // there before) the event's lineage.
+  void Tag(EngineGroup& group, EngineHash hash, bool new_ref, LineageTag tag) {
+    if (!new_ref) {
+      if (const auto at = group.lineage.Find(hash); at != FlatMap<LineageTag>::kNotFound) {
+        const LineageTag had = group.lineage.ValueAt(at);
+        if (had == tag) return;
+        lineages.Drop(had);
+        lineages.Add(tag);
+        if (tag == kUnsalted && lineages.restored == 0) {
+          group.lineage.EraseAt(at);
+        } else {
+          group.lineage.SetValueAt(at, tag);
+        }
+        return;
+      }
+      if (lineages.restored > 0) {
+        --lineages.restored;  // a restored ref: its lineage is known now
+      } else if (tag == kUnsalted) {
+        return;
+      }
+    }
+    if (tag == kUnsalted && lineages.restored == 0) return;
+    group.lineage.Insert(hash, tag);
+    lineages.Add(tag);
+  }
+  // A ref of the group is gone from the worker.
+  void Untag(EngineGroup& group, EngineHash hash) {
+    if (const auto at = group.lineage.Find(hash); at != FlatMap<LineageTag>::kNotFound) {
+      lineages.Drop(group.lineage.ValueAt(at));
+      group.lineage.EraseAt(at);
+    } else if (lineages.restored > 0) {
+      --lineages.restored;
+    }
+  }
+  // The worker's part of ResidencyIndex::Residue, but its id and model.
+  // `holders` is its shard's.
+  LineageResidue Residue(const std::function<bool(std::string_view)>& matches, bool by_tier,
+                         const HolderIndex& holders) const {
+    LineageResidue residue;
+    residue.unattributed_refs = lineages.unattributed + lineages.restored;
+    std::vector<bool> matched;  // by tag, once any lineage matches
+    for (size_t i = 0; i < lineages.interned.size(); ++i) {
+      const Lineages::Interned& lineage = lineages.interned[i];
+      if (lineage.refs == 0 || !matches(lineage.root_extra_key)) continue;
+      if (matched.empty()) matched.resize(kFirstLineage + lineages.interned.size());
+      matched[kFirstLineage + i] = true;
+      residue.matched_refs += lineage.refs;
+    }
+    if (!by_tier || residue.matched_refs == 0) return residue;
+    if (const std::optional<uint16_t> uniform = UniformTiers(); uniform.has_value()) {
+      residue.matched_by_tier[BestTierSlot(*uniform)] = residue.matched_refs;
+      return residue;
+    }
+    for (const EngineGroup& group : engine_groups) {
+      group.lineage.ForEach([&](EngineHash hash, LineageTag tag) {
+        if (!matched[tag]) return;
+        const auto at = group.keys.Find(hash);
+        // Always found (a lineage entry is a ref's); a key in no tier, or
+        // none, counts as unknown rather than not at all.
+        const uint16_t tiers =
+            at == FlatMap<BlockKey>::kNotFound ? 0 : holders.Tiers(group.keys.ValueAt(at), number);
+        ++residue.matched_by_tier[BestTierSlot(tiers)];
+      });
+    }
+    return residue;
   }
   // Calls fn(key) for every key resident here, and for keys engine refs
   // name that are not; a key may come more than once.
@@ -285,7 +474,7 @@ Status ResidencyIndex::AddWorker(std::string_view worker, std::string_view model
     // land all over a table, so it costs its full size in memory once a few
     // thousand blocks are in, whether or not the pool ever fills: that is
     // why a pool is declared, not guessed.
-    slot->Group(0).Reserve(pool_blocks);
+    slot->Group(0).keys.Reserve(pool_blocks);
     // Keys with a holder in the shard are at least as many as one full
     // pool's blocks, however much its workers share: sized for that, the
     // table is never larger than this worker alone would make it.
@@ -340,6 +529,7 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   slot.salts = SaltReporting::kUnknown;
   slot.salted_roots.clear();
   slot.salt_blind_matches = 0;
+  slot.lineages = Lineages();
   std::vector<BlockKey> keys;
   keys.reserve(slot.pairs);
   slot.ForEachKey([&](BlockKey key) { keys.push_back(key); });
@@ -384,16 +574,10 @@ ResidencyIndex::Removal ResidencyIndex::RemoveTierLocked(WorkerSlot& slot, Block
 // blocks are that chain's and must not be indexed.
 //
 // Only a chain root's first extra key is evidence, and only beyond the LoRA
-// name: the adapter writes a LoRA name an engine reports beside the hashes
-// into the extra keys itself (AddReportedExtraKeys), so those prove nothing.
+// name (RootHoldsMoreThanLora).
 bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored& stored) {
   if (stored.parent_block_hash.has_value() || stored.block_hashes.empty()) return false;
-  const std::string saltless = FirstBlockExtraKey(stored.lora_name, "");
-  // Both arms string_view: a "" arm would make a temporary std::string.
-  const std::string_view first = stored.extra_keys.empty()
-                                     ? std::string_view()
-                                     : std::string_view(stored.extra_keys.front());
-  if (!first.empty() && first != saltless) {
+  if (RootHoldsMoreThanLora(stored)) {
     // The engine keys its roots with more than the LoRA name: it reports
     // salts, whatever an earlier coincidence suggested.
     slot.salts = SaltReporting::kReported;
@@ -424,24 +608,35 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
   }
   const ResidencyTier tier = TierForMedium(stored.medium, stored.locality);
   BlockKey parent = 0;
+  // Every block of the event descends from the same root: each one's
+  // parent is the block before.
+  LineageTag lineage = kUnsalted;
   if (stored.parent_block_hash.has_value()) {
-    const FlatMap<BlockKey>* refs = slot.FindGroup(stored.group_idx);
-    const auto at = refs == nullptr ? FlatMap<BlockKey>::kNotFound
-                                    : refs->Find(*stored.parent_block_hash);
+    const EngineGroup* group = slot.FindEngineGroup(stored.group_idx);
+    const auto at = group == nullptr ? FlatMap<BlockKey>::kNotFound
+                                     : group->keys.Find(*stored.parent_block_hash);
     if (at == FlatMap<BlockKey>::kNotFound) {
       // Without the parent's key the chain cannot be keyed; crediting these
       // blocks under a guessed parent could match the wrong prefix.
       result.orphan_blocks = stored.block_hashes.size();
       return result;
     }
-    parent = refs->ValueAt(at);
+    parent = group->keys.ValueAt(at);
+    lineage = slot.TagOf(*group, *stored.parent_block_hash);
   } else {
     parent = hasher_.Root(ChainNamespace{slot.model, stored.lora_name, NamespaceGroup(stored)});
   }
   if (stored.block_hashes.empty()) return result;
+  if (!stored.parent_block_hash.has_value() && RootHoldsMoreThanLora(stored)) {
+    lineage = slot.lineages.Intern(stored.extra_keys.front());
+  }
   const size_t block_size = static_cast<size_t>(slot.block_size);
   std::span<const int64_t> tokens(stored.token_ids);
-  FlatMap<BlockKey>& refs = slot.Group(stored.group_idx);
+  EngineGroup& group = slot.Group(stored.group_idx);
+  FlatMap<BlockKey>& refs = group.keys;
+  // Decided once an event: an unsalted event on a worker with no lineage
+  // to track touches no lineage table.
+  const bool track_lineage = lineage != kUnsalted || slot.TracksLineage(group);
   HolderIndex& holders = ShardOf(slot.number).holders;
   const size_t blocks = stored.block_hashes.size();
   // A chunk's keys are hashed first, each key's slots in both tables
@@ -461,6 +656,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
       keys[i - begin] = parent;
       refs.Prefetch(stored.block_hashes[i]);
       holders.Prefetch(parent);
+      if (track_lineage) group.lineage.Prefetch(stored.block_hashes[i]);
     }
     for (size_t i = begin; i < end; ++i) {
       const BlockKey key = keys[i - begin];
@@ -474,6 +670,7 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
           if (holders.Tiers(named, slot.number) != 0) slot.loose.Insert(named, 0);
         }
       }
+      if (track_lineage) slot.Tag(group, stored.block_hashes[i], new_hash, lineage);
       // The same tokens already resident in this tier under another engine
       // hash: the engine hashes differently than it did (a hash seed that
       // changed, PYTHONHASHSEED unset across processes of one engine).
@@ -490,11 +687,13 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
 ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemoved& removed) {
   ApplyResult result;
   const ResidencyTier tier = TierForMedium(removed.medium, removed.locality);
-  FlatMap<BlockKey>* refs = slot.FindGroup(removed.group_idx);
-  if (refs == nullptr) {
+  EngineGroup* group = slot.FindEngineGroup(removed.group_idx);
+  if (group == nullptr) {
     result.unknown_removals = removed.block_hashes.size();
     return result;
   }
+  FlatMap<BlockKey>* refs = &group->keys;
+  const bool track_lineage = slot.TracksLineage(*group);
   const HolderIndex& holders = ShardOf(slot.number).holders;
   const std::span<const EngineHash> hashes(removed.block_hashes);
   for (size_t begin = 0; begin < hashes.size(); begin += kApplyChunk) {
@@ -524,7 +723,9 @@ ApplyResult ResidencyIndex::ApplyRemovedLocked(WorkerSlot& slot, const BlockRemo
       // Keep the engine mapping while another tier still holds the block: a
       // later removal from that tier, or a child's parent lookup, needs it.
       // (`at` is still good: RemoveTierLocked changes other tables only.)
-      if (removal == Removal::kPairRemoved) refs->EraseAt(at);
+      if (removal != Removal::kPairRemoved) continue;
+      refs->EraseAt(at);
+      if (track_lineage) slot.Untag(*group, hash);
     }
   }
   slot.DropGroupIfEmpty(removed.group_idx);
@@ -636,17 +837,7 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
       OverlapInShard(*shard, chain, position, out, ranks);
     }
   }
-  std::vector<uint32_t> order(out.size());
-  std::iota(order.begin(), order.end(), uint32_t{0});
-  auto by_rank = [&](uint32_t a, uint32_t b) { return ranks[a] < ranks[b]; };
-  // Often so already: with one shard, a key's holders are listed in the
-  // order they came.
-  if (std::is_sorted(order.begin(), order.end(), by_rank)) return out;
-  std::sort(order.begin(), order.end(), by_rank);
-  std::vector<WorkerOverlap> sorted;
-  sorted.reserve(out.size());
-  for (uint32_t at : order) sorted.push_back(std::move(out[at]));
-  return sorted;
+  return InRankOrder(std::move(out), ranks);
 }
 
 void ResidencyIndex::OverlapInShard(const Shard& shard, std::span<const BlockKey> chain,
@@ -749,6 +940,30 @@ void ResidencyIndex::OverlapInShard(const Shard& shard, std::span<const BlockKey
     // above found it there): the tiers read are what the answer stands on.
     overlap.blocks = overlap.best_tier.size();
   }
+}
+
+std::vector<LineageResidue> ResidencyIndex::Residue(
+    const std::function<bool(std::string_view root_extra_key)>& matches, bool by_tier) const {
+  std::vector<LineageResidue> out;
+  std::vector<uint32_t> ranks;  // of out's entries
+  {
+    ReadLock registry(registry_mu_);
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      const Shard& shard = *shards_[s];
+      ReadLock lock(shard.mu);
+      for (size_t number = s; number < workers_.size(); number += shards_.size()) {
+        const WorkerSlot* slot = workers_[number].get();
+        if (slot == nullptr) continue;
+        LineageResidue residue = slot->Residue(matches, by_tier, shard.holders);
+        if (residue.matched_refs == 0 && residue.unattributed_refs == 0) continue;
+        residue.worker = slot->id;
+        residue.model = slot->model;
+        out.push_back(std::move(residue));
+        ranks.push_back(slot->rank);
+      }
+    }
+  }
+  return InRankOrder(std::move(out), ranks);
 }
 
 uint64_t ResidencyIndex::ResidentPairs() const {
@@ -1243,7 +1458,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   int64_t group_refs_idx = 0;
   if (decoded.refs_in_place) {
     if (ref_count > 0 || decoded.pool_blocks > 0) {
-      out.Group(0).Reserve(static_cast<size_t>(std::max(ref_count, decoded.pool_blocks)));
+      out.Group(0).keys.Reserve(static_cast<size_t>(std::max(ref_count, decoded.pool_blocks)));
     }
   } else {
     refs_by_group.emplace_back(0, std::vector<EngineRef>());
@@ -1328,7 +1543,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
         continue;
       }
       if (group_table == nullptr || group_idx != group_refs_idx) {
-        group_table = &out.Group(group_idx);  // may move the other tables: re-fetched on change
+        group_table = &out.Group(group_idx).keys;  // may move the other tables: re-fetched on change
         group_refs_idx = group_idx;
       }
       if (!group_table->Insert(hash, key).second) {
@@ -1348,7 +1563,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   for (const auto& [group_idx, refs] : refs_by_group) {
     if (refs.empty()) continue;
     // A fresh table, sized for every ref before the first goes in.
-    FlatMap<BlockKey>& table = out.Group(group_idx);
+    FlatMap<BlockKey>& table = out.Group(group_idx).keys;
     table.Reserve(group_idx == 0 ? std::max<size_t>(refs.size(), decoded.pool_blocks)
                                  : refs.size());
     bool duplicate = false;
@@ -1361,7 +1576,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
     }
   }
   if (decoded.refs_in_place && ref_count > 0 && decoded.pool_blocks == 0) {
-    out.Group(0).ShrinkToFit();  // a no-op when group 0 has every ref
+    out.Group(0).keys.ShrinkToFit();  // a no-op when group 0 has every ref
     out.DropGroupIfEmpty(0);
   }
   if (const uint64_t ours = KeyProbe(hasher_); probe != ours) {
@@ -1434,6 +1649,11 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
     slot->pairs = resident.size();
     slot->blocks = restored.blocks;
     slot->state = restored.state;
+    // Snapshots carry no lineage: every restored ref may be any tenant's
+    // until it is removed or stored again (the new tables have no lineage
+    // entries, so each of them is one without).
+    slot->lineages = Lineages();
+    slot->lineages.restored = slot->EngineRefs();
   }
   // `decoded` now holds the worker's old tables; they are freed here, after
   // the lock is released.

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <set>
 
-#include "kvgov/core/digest.h"
 #include "kvgov/index/block_key.h"
 
 namespace kvgov::router {
@@ -249,6 +248,10 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
         worker.salts == index::SaltReporting::kNotReported) {
       reason = "salt_blind";
     }
+    if (reason == nullptr && request.salt_must_be_honoured &&
+        worker.salts != index::SaltReporting::kReported) {
+      reason = "salt_unverified";
+    }
     if (reason == nullptr && weights_.busy_load_blocks > 0 &&
         load.blocks >= weights_.busy_load_blocks) {
       reason = "busy";
@@ -420,10 +423,6 @@ std::map<std::string, uint64_t, std::less<>> Router::InFlightBlocks() const {
 void Router::SetPeerLoad(std::map<std::string, uint64_t, std::less<>> blocks_by_worker) {
   std::lock_guard lock(mu_);
   peer_blocks_ = std::move(blocks_by_worker);
-}
-
-std::string TenantCacheSalt(std::string_view secret, std::string_view tenant) {
-  return HmacSha256Hex(secret, "kvgov.cache_salt.v1:" + std::string(tenant)).substr(0, 32);
 }
 
 }  // namespace kvgov::router

@@ -265,6 +265,36 @@ TEST_F(RouterTest, SaltBlindWorkersTakeNoTenantRoutes) {
   EXPECT_EQ(Route(prompt, "", {"w1"}).worker, "w1");
 }
 
+// A diverted request (it crosses a quarantine) goes only to engines whose
+// events proved they key by the salt: an engine ignoring it would reuse the
+// quarantined KV. ADR 0028.
+TEST_F(RouterTest, DivertedRoutesGoOnlyWhereSaltsAreProvenHonoured) {
+  const std::vector<int64_t> prompt = Tokens(4);
+  RouteRequest diverted{"llama", "", prompt, "", {}};
+  diverted.salt_must_be_honoured = true;
+  Result<RouteDecision> unproven = router_.Route(diverted, "salt-a.1", "d1", 1000);
+  ASSERT_TRUE(unproven.ok()) << unproven.status().ToString();
+  EXPECT_TRUE(unproven->worker.empty());
+  for (const Candidate& candidate : unproven->candidates) {
+    EXPECT_EQ(candidate.reason, "salt_unverified") << candidate.worker;
+  }
+  // w2's events show a salted root: it keys by the salt.
+  BlockStored salted;
+  salted.block_hashes = {7};
+  salted.token_ids = Tokens(1, 900);
+  salted.block_size = kBlockSize;
+  salted.medium = "GPU";
+  salted.extra_keys = {"[\"salt-z\"]"};
+  ASSERT_TRUE(index_.Apply("w2", salted).ok());
+  ASSERT_EQ(index_.Worker("w2")->salts, index::SaltReporting::kReported);
+  Result<RouteDecision> proven = router_.Route(diverted, "salt-a.1", "d2", 1000);
+  ASSERT_TRUE(proven.ok()) << proven.status().ToString();
+  EXPECT_EQ(proven->worker, "w2");
+  // An ordinary salted route still takes an unknown engine.
+  diverted.salt_must_be_honoured = false;
+  EXPECT_FALSE(router_.Route(diverted, "salt-a", "d3", 1000)->worker.empty());
+}
+
 // A dry run decides as Route would and leaves no load behind.
 TEST_F(RouterTest, ExplainDecidesAsRouteWouldAndKeepsNoLoad) {
   const std::vector<int64_t> prompt = Tokens(8);

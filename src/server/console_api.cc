@@ -8,6 +8,7 @@
 #include "kvgov/console/assets.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/salting.h"
 #include "server/gateway.h"
 #include "server/http_api.h"
 
@@ -67,13 +68,19 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
     }
     route.token_ids = *std::move(tokens);
   }
-  const std::string salt =
-      route.tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, route.tenant);
-  Result<router::RouteDecision> decision = daemon.router->Explain(route, salt, WallClockMillis());
+  // Salted as the route itself would be, diversion included, but not
+  // counted: a dry run sends nothing.
+  Result<RequestSalt> salt =
+      SaltForPrompt(daemon, route.tenant, route.model, route.lora_name, route.token_ids);
+  if (!salt.ok()) return SendError(response, 503, salt.status());
+  route.salt_must_be_honoured = salt->diverted();
+  Result<router::RouteDecision> decision =
+      daemon.router->Explain(route, salt->salt, WallClockMillis());
   if (!decision.ok()) {
     return SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
                      decision.status());
   }
+  MarkDiverted(*salt, *decision);
   std::string answer = decision->worker.empty() ? EncodeUnroutableDecisionJson(*decision)
                                                 : EncodeRouteDecisionJson(*decision);
   if (!body->prompt.empty()) {

@@ -321,6 +321,21 @@ Status RegisterRouteMetrics(Daemon& daemon) {
       daemon.metrics.AddHistogram({"kvgov_route_latency_seconds",
                                    "Time to decide a route, from decoded request to answer."},
                                   metrics::ExponentialBuckets(1e-5, 2, 16)));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon.route_metrics.diversions,
+      daemon.metrics.AddCounter({"kvgov_quarantine_diversions_total",
+                                 "Requests (gateway and /v1/route) whose prompt crosses a "
+                                 "quarantined span, sent under a diverted salt so that no engine "
+                                 "reuses the quarantined KV, by model and tenant.",
+                                 {"model", "tenant"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon.route_metrics.predicted_tokens,
+      daemon.metrics.AddCounter({"kvgov_route_predicted_tokens_total",
+                                 "Prompt tokens /v1/route predicted cached on the chosen worker, "
+                                 "by model and tenant: a prediction, never a saving "
+                                 "(kvgov_prefill_tokens_saved_total counts what engines "
+                                 "reported).",
+                                 {"model", "tenant"}}));
   return Status::Ok();
 }
 
@@ -443,6 +458,29 @@ metrics::TrafficTotals RouteTotals::Read(const metrics::CacheAccounting& account
     totals.saved_tokens[static_cast<size_t>(source)] = accounting.SavedTokens(source);
   }
   return totals;
+}
+
+void OpenPredictions::Add(std::string decision_id, Open open) {
+  std::lock_guard lock(mu_);
+  if (!open_.emplace(decision_id, std::move(open)).second) return;
+  order_.push_back(std::move(decision_id));
+  // Ids taken or forgotten leave stale entries in order_; they are skipped.
+  while (open_.size() > kMaxOpen && !order_.empty()) {
+    open_.erase(order_.front());
+    order_.pop_front();
+  }
+  if (order_.size() > 2 * kMaxOpen) {
+    std::erase_if(order_, [this](const std::string& id) { return !open_.contains(id); });
+  }
+}
+
+std::optional<OpenPredictions::Open> OpenPredictions::Take(std::string_view decision_id) {
+  std::lock_guard lock(mu_);
+  auto it = open_.find(decision_id);
+  if (it == open_.end()) return std::nullopt;
+  Open open = std::move(it->second);
+  open_.erase(it);
+  return open;
 }
 
 void TenantsSeen::Note(const std::string& tenant) {

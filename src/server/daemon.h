@@ -1,6 +1,8 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +24,7 @@
 #include "kvgov/transport/zmq_ingest.h"
 #include "kvgov/metrics/cache_accounting.h"
 #include "kvgov/metrics/traffic_history.h"
+#include "server/gateway_upstream.h"
 #include "server/handoff.h"
 #include "server/periodic_task.h"
 #include "server/token_audit.h"
@@ -49,6 +52,12 @@ struct RouteMetrics {
   metrics::CounterFamily* decisions = nullptr;     // {outcome}
   metrics::HistogramFamily* overlap = nullptr;     // credited overlap blocks of the choice
   metrics::HistogramFamily* latency = nullptr;     // seconds spent deciding
+  // {model,tenant}: requests sent under a diverted salt (they cross a
+  // quarantine), by /v1/route and the gateway.
+  metrics::CounterFamily* diversions = nullptr;
+  // {model,tenant}: prompt tokens /v1/route predicted cached, never counted
+  // as saved (only an engine's reported usage is).
+  metrics::CounterFamily* predicted_tokens = nullptr;
 };
 
 /// The gateway's own metrics: what the engines reported against what kvgov
@@ -113,6 +122,30 @@ class TenantsSeen {
   std::set<std::string, std::less<>> tenants_;
 };
 
+/// The predictions of /v1/route decisions not yet reported done, so that
+/// the engine's usage a caller reports on done is held against what kvgov
+/// predicted, as the gateway does for its own requests. Bounded: past
+/// kMaxOpen the oldest is forgotten (a done for it then counts its usage
+/// with no prediction to score).
+///
+/// Thread-safe: one mutex.
+class OpenPredictions {
+ public:
+  static constexpr size_t kMaxOpen = 65536;
+  struct Open {
+    std::string worker;
+    Prediction prediction;
+  };
+  void Add(std::string decision_id, Open open);
+  /// The decision's prediction, forgotten here; nullopt when unknown.
+  std::optional<Open> Take(std::string_view decision_id);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Open, std::less<>> open_;  // guarded by mu_
+  std::deque<std::string> order_;                  // oldest first; guarded by mu_
+};
+
 /// Everything the HTTP handlers work on. Built once by BuildDaemon; each
 /// member is thread-safe on its own. Members are destroyed in reverse
 /// order, so the threads that feed the others (ingest, prober,
@@ -123,6 +156,7 @@ struct Daemon {
 
   ServerOptions options;
   std::string tenant_secret;  // never logged
+  router::SaltEpochs salt_epochs;  // tenants' revocations (docs/adr/0028)
   std::unique_ptr<auth::Authenticator> auth;
   std::unique_ptr<cert::IssuerKey> issuer;
   std::unique_ptr<store::Store> store;
@@ -147,6 +181,7 @@ struct Daemon {
   GatewayMetrics gateway_metrics;
   router::PredictionScores predictions;  // the gateway's, per worker
   TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
+  OpenPredictions route_predictions;     // /v1/route's, until done
   RouteTotals route_totals;              // counted by /v1/route and the gateway
   HandoffLog handoffs;                   // the gateway's newest, for GET /v1/handoffs
   ChainCheck chain_check;                // /v1/journal/verify and certificate checks

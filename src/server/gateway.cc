@@ -18,6 +18,7 @@
 #include "server/gateway_upstream.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
+#include "server/salting.h"
 
 namespace kvgov::server {
 namespace {
@@ -155,15 +156,22 @@ class GatewayHandler {
       }
       tokens = *std::move(tokenized);
     }
-    const std::string salt =
-        tenant->empty() ? "" : router::TenantCacheSalt(daemon_.tenant_secret, *tenant);
+    const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
+    router::RouteRequest route{decoded->model, *tenant, std::move(tokens), "", serving};
+    Result<RequestSalt> salted = SaltRoute(daemon_, route);
+    if (!salted.ok()) {
+      return SendOpenAIError(response, 503, salted.status().message(), "service_unavailable", "",
+                             "quarantine_unresolved");
+    }
+    const std::string& salt = salted->salt;
     const std::string body = ForwardedBody(request.body, salt, decoded->ask_usage);
     if (ServedDisaggregated(daemon_, serving)) {
       HandoffRequest handoff{.path = path_,
                              .model = decoded->model,
                              .tenant = *tenant,
                              .salt = salt,
-                             .tokens = std::move(tokens),
+                             .diverted = salted->diverted(),
+                             .tokens = std::move(route.token_ids),
                              .body = body,
                              .stream = decoded->stream,
                              .strip_usage = decoded->ask_usage,
@@ -183,8 +191,6 @@ class GatewayHandler {
       }
       return ServeHandoff(daemon_, std::move(handoff), response);
     }
-    const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
-    router::RouteRequest route{decoded->model, *tenant, std::move(tokens), "", serving};
 
     // One try, and one more on the next candidate when the first engine
     // gave no byte or a 5xx head.
@@ -208,6 +214,7 @@ class GatewayHandler {
                                "no eligible worker (" + IneligibleReasons(*decision) + ")",
                                "service_unavailable", "", "no_eligible_worker");
       }
+      MarkDiverted(*salted, *decision);
       daemon_.tenants_seen.Note(*tenant);
       ExpectSaltedBlocks(daemon_, route, salt, *decision);
       daemon_.route_totals.Count(*decision);

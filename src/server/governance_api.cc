@@ -14,6 +14,7 @@
 #include "kvgov/log/log.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 #include "server/http_api.h"
 #include "server/invalidations.h"
@@ -200,8 +201,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                         Status::NotFound("model: no registered worker serves '" + body->model +
                                          "'"));
     }
-    const std::string salt =
-        body->tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, body->tenant);
+    const std::string salt = CurrentTenantSalt(daemon, body->tenant, body->model);
     keys = index::RequestChain(daemon.index.hasher(), {body->model, body->lora_name, 0}, salt,
                                body->token_ids, block_size);
     if (keys.empty()) {

@@ -180,6 +180,7 @@ class Handoff {
   router::RouteRequest Route(const std::vector<std::string>& pool, uint64_t pullable) const {
     router::RouteRequest route{request_.model, request_.tenant, request_.tokens, "", pool};
     route.pullable_blocks = pullable;
+    route.salt_must_be_honoured = request_.diverted;
     return route;
   }
 

@@ -95,6 +95,7 @@ struct HandoffRequest {
   std::string model;
   std::string tenant;
   std::string salt;
+  bool diverted = false;  // the prompt crosses a quarantine (RequestSalt)
   std::vector<int64_t> tokens;
   std::string body;  // ForwardedBody: the client's, salted
   bool stream = false;

@@ -20,6 +20,7 @@
 #include "kvgov/replication/replica.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"
 
@@ -252,15 +253,19 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     SendError(response, 403, fitted);
     return;
   }
-  const std::string salt =
-      route->tenant.empty() ? "" : router::TenantCacheSalt(daemon.tenant_secret, route->tenant);
+  Result<RequestSalt> salt = SaltRoute(daemon, *route);
+  if (!salt.ok()) {
+    count("no_eligible_worker");
+    SendError(response, 503, salt.status());
+    return;
+  }
   Result<std::string> id = auth::RandomHexId();
   if (!id.ok()) {
     SendError(response, 500, id.status());
     return;
   }
   Result<router::RouteDecision> decision =
-      daemon.router->Route(*route, salt, std::move(id).value(), WallClockMillis());
+      daemon.router->Route(*route, salt->salt, std::move(id).value(), WallClockMillis());
   if (!decision.ok()) {
     count(decision.status().code() == StatusCode::kNotFound ? "unknown_model" : "bad_request");
     SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
@@ -273,17 +278,46 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     return;
   }
   count("routed");
+  MarkDiverted(*salt, *decision);
   daemon.tenants_seen.Note(route->tenant);
   daemon.route_totals.Count(*decision);
-  const int64_t block_size = daemon.index.Worker(decision->worker)->block_size;
-  daemon.accounting->Record(RouteSavingEntry(
-      decision->decision_id, decision->worker,
-      static_cast<int64_t>(decision->overlap_blocks) * block_size));
+  // A prediction, kept apart from savings: only the engine's usage, if the
+  // caller reports it on done, counts as saved (docs/adr/0028).
+  const std::optional<index::WorkerResidency> chosen = daemon.index.Worker(decision->worker);
+  const int64_t block_size = chosen ? std::max<int64_t>(1, chosen->block_size) : 1;
+  const int64_t predicted = static_cast<int64_t>(decision->overlap_blocks) * block_size;
+  daemon.route_metrics.predicted_tokens
+      ->WithLabels({route->model, route->tenant.empty() ? "none" : route->tenant})
+      ->Add(static_cast<double>(predicted));
+  daemon.route_predictions.Add(
+      decision->decision_id,
+      {decision->worker,
+       Prediction{route->model, route->tenant, static_cast<int64_t>(route->token_ids.size()),
+                  predicted, block_size}});
   daemon.route_metrics.overlap->WithLabels({})->Observe(
       static_cast<double>(decision->overlap_blocks));
   daemon.route_metrics.latency->WithLabels({})->Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   SendJsonText(response, 200, EncodeRouteDecisionJson(*decision));
+}
+
+void HandleRouteDone(Daemon& daemon, const httplib::Request& request,
+                     httplib::Response& response, const auth::Principal& caller) {
+  const bool has_body = request.body.find_first_not_of(" \t\r\n") != std::string::npos;
+  if (has_body && !RequireJsonContentType(request, response)) return;
+  Result<RouteDoneReport> report = DecodeRouteDoneJson(request.body, BodyLimits(daemon));
+  if (!report.ok()) return SendBodyError(response, report.status());
+  const std::string decision_id = request.matches[1].str();
+  if (Status done = daemon.router->Done(decision_id, caller.tenant); !done.ok()) {
+    return SendError(response, 404, done);
+  }
+  std::optional<OpenPredictions::Open> open = daemon.route_predictions.Take(decision_id);
+  if (report->usage.has_value() && open.has_value()) {
+    Account(daemon, open->worker, decision_id, open->prediction, report->usage);
+  }
+  Json answer = {{"released", true}};
+  if (report->usage.has_value()) answer["accounted"] = open.has_value();
+  SendJson(response, 200, answer);
 }
 
 std::string ConfigJson(const Daemon& daemon) {
@@ -454,7 +488,13 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                SendJson(response, 200, {{answer, true}});
                              }));
   };
-  http.Post(R"(/v1/route/([0-9a-f]{32})/done)", decision_step(&router::Router::Done, "released"));
+  // Done may carry the engine's usage: the only /v1/route saving counted.
+  http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
+            Guard(daemon, Role::kRoute,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    HandleRouteDone(daemon, request, response, caller);
+                  }));
   http.Post(R"(/v1/route/([0-9a-f]{32})/prefilled)",
             decision_step(&router::Router::Prefilled, "decoding"));
   auto set_drain = [&daemon](bool draining) {

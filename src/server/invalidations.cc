@@ -10,6 +10,7 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/replication/replica.h"
 #include "server/daemon.h"
+#include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 
 namespace kvgov::server {
@@ -22,15 +23,6 @@ constexpr std::string_view kDirectivePrefix = "invalidation/";
 constexpr std::string_view kCertificatePrefix = "certificate/";
 
 std::string ClaimName(std::string_view id) { return "directive/" + std::string(id); }
-
-// The engine a worker belongs to ("w1@dp0" -> "w1").
-const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker) {
-  const std::string_view id = worker.substr(0, worker.find('@'));
-  for (const ingest::EngineSpec& engine : daemon.options.engines) {
-    if (engine.id == id) return &engine;
-  }
-  return nullptr;
-}
 
 int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
   if (!daemon.ingest) return -1;
@@ -159,9 +151,7 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
   }
   std::vector<index::BlockKey> span;
   if (!request.token_ids.empty()) {
-    const std::string salt = request.tenant.empty()
-                                 ? ""
-                                 : router::TenantCacheSalt(daemon_->tenant_secret, request.tenant);
+    const std::string salt = CurrentTenantSalt(*daemon_, request.tenant, request.model);
     span = index::RequestChain(daemon_->index.hasher(),
                                {request.model, request.lora_name, request.group_idx}, salt,
                                request.token_ids, workers.front().block_size);

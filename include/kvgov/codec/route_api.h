@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvgov/codec/gateway_api.h"
 #include "kvgov/codec/json_codec.h"
 #include "kvgov/router/router.h"
 
@@ -37,6 +38,16 @@ struct ExplainRequest {
   std::string prompt;
 };
 Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const JsonLimits& limits);
+
+/// POST /v1/route/{id}/done's body, which may be empty: {"usage": {...}},
+/// the engine's usage as its answer carried it (prompt_tokens required;
+/// completion_tokens, total_tokens and prompt_tokens_details.cached_tokens
+/// optional; counts 0 ... 2^31-1, cached_tokens at most prompt_tokens).
+/// Only such a report counts as a ride_engine saving (docs/adr/0028).
+struct RouteDoneReport {
+  std::optional<EngineUsage> usage;
+};
+Result<RouteDoneReport> DecodeRouteDoneJson(std::string_view text, const JsonLimits& limits);
 
 /// The decision: the chosen worker, the salt, the verdict and every
 /// candidate with its overlap, credit, load, cost and eligibility.

@@ -160,8 +160,10 @@ KVGOV_ENUM_SPELLING(LookupKind, "lookup kind", {LookupKind::kHit, "hit"},
                     {LookupKind::kTransform, "transform"},
                     {LookupKind::kQuarantine, "quarantine"}, {LookupKind::kFault, "fault"});
 
-/// Why a verdict is not a plain hit. `evicted` is kvgov's addition: an
-/// engine's own eviction lowers to a typed miss, never a hit.
+/// Why a verdict is not a plain hit. `evicted` and `diverted` are kvgov's
+/// additions: an engine's own eviction lowers to a typed miss, never a hit;
+/// a request that crosses a quarantined span is sent under a salt that
+/// cannot reach the quarantined KV (docs/adr/0028).
 enum class LookupReason {
   kNone,
   kAbsent,
@@ -189,6 +191,7 @@ enum class LookupReason {
   kNonCausalIndex,
   kLeaseReleased,
   kEvicted,
+  kDiverted,
 };
 KVGOV_ENUM_SPELLING(LookupReason, "lookup reason", {LookupReason::kNone, ""},
                     {LookupReason::kAbsent, "absent"}, {LookupReason::kCold, "cold"},
@@ -213,7 +216,8 @@ KVGOV_ENUM_SPELLING(LookupReason, "lookup reason", {LookupReason::kNone, ""},
                     {LookupReason::kIndexMismatch, "index_mismatch"},
                     {LookupReason::kNonCausalIndex, "non_causal_index"},
                     {LookupReason::kLeaseReleased, "lease_released"},
-                    {LookupReason::kEvicted, "evicted"});
+                    {LookupReason::kEvicted, "evicted"},
+                    {LookupReason::kDiverted, "diverted"});
 
 /// Direction of a KV transfer. `store` and `evict` are an engine's own cache
 /// fill and eviction; the four others are the transport directions.

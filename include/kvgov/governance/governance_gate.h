@@ -39,6 +39,11 @@ class GovernanceGate : public router::SpanGate {
   /// quarantine names them. False for an id not in force.
   bool Lift(std::string_view id);
   bool IsQuarantined(index::BlockKey key) const;
+  /// The ids of the quarantines in force that name any block of `chain`,
+  /// sorted: the request whose prompt this is must not reach those blocks
+  /// in any engine (docs/adr/0028). Takes no lock while nothing is
+  /// quarantined.
+  std::vector<std::string> QuarantinesCrossed(std::span<const index::BlockKey> chain) const;
   size_t quarantined_blocks() const;
 
   /// Blocks under a pending invalidation earn no credit on their worker
@@ -87,6 +92,8 @@ class GovernanceGate : public router::SpanGate {
   // under mu_ by every write; a route that reads false needs no lock, as if
   // it had run just before the write that will set it.
   std::atomic<bool> holds_anything_{false};
+  // Whether any quarantine is in force; written like holds_anything_.
+  std::atomic<bool> holds_quarantines_{false};
   // id -> its keys; key -> how many quarantines in force name it.
   std::map<std::string, std::vector<index::BlockKey>, std::less<>> quarantines_;  // guarded by mu_
   std::unordered_map<index::BlockKey, int> quarantined_;                         // guarded by mu_

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,19 @@ struct WorkerOverlap {
   std::vector<uint8_t> best_tier;
 };
 
+/// What one worker still holds of the lineages a Residue query asked about.
+struct LineageResidue {
+  std::string worker;
+  std::string model;
+  uint64_t matched_refs = 0;       // refs whose lineage's root extra key `matches` accepts
+  uint64_t unattributed_refs = 0;  // refs whose lineage is unknown (see Residue)
+  // Of matched_refs, by the best (hottest) tier their key is in, by
+  // kIndexedTiers; filled only when asked for (Residue's by_tier). A ref
+  // whose key is in no tier (a transport removed it by key) counts as
+  // unknown.
+  std::array<uint64_t, kIndexedTiers.size()> matched_by_tier{};
+};
+
 /// Which KV blocks live on which worker, in which tier, keyed by kvgov's own
 /// block keys. Engine events are applied per worker; the engine's hashes are
 /// mapped to kvgov keys through a per-worker table, so a BlockStored can find
@@ -91,7 +105,7 @@ struct WorkerOverlap {
 /// streams in different shards apply at once; queries share the locks. A
 /// registry lock, held only briefly by everything but worker registration
 /// and removal, guards which workers exist. A query over several workers
-/// (Overlap, Workers) reads each shard as of one moment, one shard after
+/// (Overlap, Workers, Residue) reads each shard as of one moment, one shard after
 /// another: every worker's answer is consistent in itself.
 class ResidencyIndex {
  public:
@@ -170,6 +184,46 @@ class ResidencyIndex {
   /// chain it holds. Stale workers are left out. Sorted by worker id.
   std::vector<WorkerOverlap> Overlap(std::span<const BlockKey> chain) const;
 
+  /// Salt lineage, for the residue of a revoked tenant: blocks of the
+  /// tenant's old cache salts that engines still hold. A chain's salt shows
+  /// only on its root (a BlockStored with no parent), in extra_keys[0];
+  /// every later block inherits its parent's lineage. So each engine ref
+  /// (engine hash in a KV-cache group on a worker) remembers the root extra
+  /// key it descends from:
+  ///  - unsalted: a root whose extra_keys[0] holds no more than the LoRA
+  ///    name (FirstBlockExtraKey(lora_name, "")), and what descends from
+  ///    one. Never offered to `matches`: no tenant's salt is in it;
+  ///  - a lineage: a root's extra_keys[0] otherwise, interned per worker,
+  ///    at most kMaxLineages at once (a lineage no ref holds any more frees
+  ///    its place);
+  ///  - unattributed: the lineage is unknown, so the ref may be any
+  ///    tenant's: descendants of a root past kMaxLineages, and every ref a
+  ///    RestoreWorker brought in (snapshots do not carry lineage) until it
+  ///    is removed or stored again, and what descends from those.
+  /// A hash stored again takes the new event's lineage; a ref leaves its
+  /// lineage when it leaves the worker (every tier); ClearWorker and
+  /// AllBlocksCleared forget every lineage. Blocks the index does not
+  /// index (orphans, salt-blind roots) have none.
+  static constexpr size_t kMaxLineages = 4096;
+
+  /// Per worker (live or stale), how many engine refs descend from a
+  /// lineage whose root extra key `matches` accepts, and how many are
+  /// unattributed; a caller certifying a revocation must treat the
+  /// unattributed ones as the revoked tenant's. One entry per worker with
+  /// either, sorted by id; workers with neither are left out.
+  ///
+  /// `matches` is called once per lineage a worker's refs hold (never per
+  /// block), with the registry's lock and that worker's shard's lock held
+  /// shared: it must be quick, and must not call into this index. With
+  /// `by_tier` false the query costs O(workers x lineages); with `by_tier`
+  /// true, a worker with matched refs whose blocks are not all in one tier
+  /// (an engine that offloads) also has its lineage entries walked and each
+  /// matched ref's tiers read. Shards
+  /// are read one after another, as Overlap does: each worker's entry is
+  /// consistent in itself.
+  std::vector<LineageResidue> Residue(
+      const std::function<bool(std::string_view root_extra_key)>& matches, bool by_tier) const;
+
   /// Total (block, worker) residency pairs, for memory accounting.
   uint64_t ResidentPairs() const;
 
@@ -191,6 +245,8 @@ class ResidencyIndex {
   ///  - FailedPrecondition when the snapshot's model or block size is not
   ///    the registration's (naming both), or its keys were computed by a
   ///    block-key hasher with another seed or scheme.
+  /// Every engine ref it restores is unattributed (see Residue): snapshots
+  /// carry no lineage.
   Status RestoreWorker(std::string_view worker, std::string_view snapshot);
 
  private:

@@ -12,6 +12,7 @@
 #include "kvgov/core/lookup_verdict.h"
 #include "kvgov/core/status.h"
 #include "kvgov/index/residency_index.h"
+#include "kvgov/router/salts.h"
 #include "kvgov/router/worker_status.h"
 
 namespace kvgov::router {
@@ -75,6 +76,12 @@ struct RouteRequest {
   // once the lease is not active or the span is withdrawn). A worker pays
   // pull_weight for each of them it does not hold itself.
   uint64_t pullable_blocks = 0;
+  // The request crosses a quarantined span and goes out under a diverted
+  // salt (docs/adr/0028): only an engine whose events prove it keys by the
+  // salt may take it, since one that ignores the salt would reuse the
+  // quarantined KV. Workers whose salt reporting is still unknown are then
+  // ineligible too (`salt_unverified`).
+  bool salt_must_be_honoured = false;
 };
 
 /// A worker's load as the cost sees it.
@@ -98,7 +105,8 @@ struct Candidate {
   double cost = 0;
   bool eligible = false;
   std::string reason;  // why not eligible: not_allowed, unhealthy, draining, stale, busy,
-                       // salt_blind (a tenant's route; the engine does not report salts)
+                       // salt_blind (a salted route; the engine does not report salts),
+                       // salt_unverified (a diverted route; no proof yet that it does)
 };
 
 struct RouteDecision {
@@ -208,10 +216,5 @@ class Router {
   std::map<std::string, Totals, std::less<>> totals_;
   std::map<std::string, uint64_t, std::less<>> peer_blocks_;
 };
-
-/// The tenant's cache_salt: HMAC-SHA256 of the tenant id under the
-/// deployment's secret, 32 hex digits. The client never chooses it, so one
-/// tenant cannot name another's salt.
-std::string TenantCacheSalt(std::string_view secret, std::string_view tenant);
 
 }  // namespace kvgov::router

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/core/status.h"
+#include "kvgov/router/router.h"
+
+namespace kvgov::server {
+
+struct Daemon;
+
+/// The salt a request goes out under (docs/adr/0028).
+struct RequestSalt {
+  std::string salt;  // "" for an untenanted request that crosses no quarantine
+  // The quarantines the prompt crosses under its ordinary salt, sorted;
+  // empty when it goes out under that salt.
+  std::vector<std::string> diverted_by;
+  bool diverted() const { return !diverted_by.empty(); }
+};
+
+/// The tenant's salt for `model` in its current epoch ("" for no tenant).
+std::string CurrentTenantSalt(const Daemon& daemon, std::string_view tenant,
+                              std::string_view model);
+
+/// The salt for a prompt: the tenant's current salt, or, when the prompt's
+/// blocks under it cross a quarantine in force, a diversion of it that no
+/// quarantined block was keyed under, the same for every request crossing
+/// the same quarantines. Unavailable in the pathological case where a
+/// diversion crosses quarantines too, several times over.
+Result<RequestSalt> SaltForPrompt(const Daemon& daemon, std::string_view tenant,
+                                  std::string_view model, std::string_view lora_name,
+                                  std::span<const int64_t> tokens);
+
+/// SaltForPrompt for a route request; a diverted one may then go only to
+/// engines proven to key by the salt (RouteRequest::salt_must_be_honoured),
+/// and each diversion is counted.
+Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request);
+
+/// The verdict of a diverted decision: a quarantine the request was kept
+/// from, whatever the diverted chain earned.
+void MarkDiverted(const RequestSalt& salt, router::RouteDecision& decision);
+
+}  // namespace kvgov::server
