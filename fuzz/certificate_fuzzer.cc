@@ -12,7 +12,9 @@
 //    their documented codes, and VerifyCertificate reports the first that
 //    fails;
 //  - a certificate that verifies stops verifying when any signed field is
-//    changed, and is then refused by the certificate_id or signature check.
+//    changed (a tenant revocation's four included, and the revocation
+//    added or taken away), and is then refused by both the certificate_id
+//    and the signature check. A revocation's certificate may have no owner.
 
 #include <array>
 #include <cstddef>
@@ -88,15 +90,50 @@ Status CheckVerification(const cert::DeletionCertificate& certificate) {
 }
 
 // A verified certificate, with one signed field changed at a time, must be
-// caught by the id or the signature (the fields stay well formed, so the
-// earlier checks may pass).
+// caught by the id and the signature (the fields mostly stay well formed,
+// so the earlier checks may pass). A revocation's certificate may have no
+// owner to edit; each of its revocation's members is edited instead, and
+// it loses its revocation, while one without gains one.
 void CheckTamperEvident(const cert::DeletionCertificate& certificate) {
-  std::vector<cert::DeletionCertificate> edits(4, certificate);
+  std::vector<cert::DeletionCertificate> edits(3, certificate);
   edits[0].directive_id += "x";
   edits[1].target_count += 1;
   edits[2].issued_at_ms += 1;
-  edits[3].owners.back().witness.event_seqs.back() += 1;
+  if (!certificate.owners.empty()) {
+    edits.push_back(certificate);
+    edits.back().owners.back().witness.event_seqs.back() += 1;
+  }
+  if (certificate.revocation.has_value()) {
+    const cert::CertRevocation& revocation = *certificate.revocation;
+    for (int member = 0; member < 4; ++member) {
+      edits.push_back(certificate);
+      cert::CertRevocation& edited = *edits.back().revocation;
+      switch (member) {
+        case 0:
+          edited.tenant += "x";
+          break;
+        case 1:
+          // "" (every model) becomes one model, and one model another.
+          edited.model += "x";
+          break;
+        case 2:
+          // Earlier keeps the moments in order; from 0 the only way is up.
+          edited.unreachable_since_ms += revocation.unreachable_since_ms > 0 ? -1 : 1;
+          break;
+        default:
+          edited.removed_by_ms += 1;
+          break;
+      }
+    }
+    edits.push_back(certificate);
+    edits.back().revocation.reset();
+  } else {
+    edits.push_back(certificate);
+    edits.back().revocation =
+        cert::CertRevocation{"acme", "", certificate.issued_at_ms, certificate.issued_at_ms};
+  }
   for (size_t i = 0; i < edits.size(); ++i) {
+    FUZZ_CHECK(!(edits[i] == certificate), "edit %zu changes nothing", i);
     const Status status = cert::VerifyCertificate(edits[i], TrustedKeys());
     FUZZ_CHECK(!status.ok(), "edit %zu still verifies", i);
     const std::vector<cert::CertificateCheck> checks =

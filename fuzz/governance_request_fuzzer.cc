@@ -4,14 +4,16 @@
 // no crash, leak or exception: only the documented error codes, each
 // message led by its path; every decoded request keeps the rules of
 // docs/formats/governance-api.md (a reason; exactly one way of naming the
-// span; a worker wherever a block hash or a worker scope needs one);
-// decoding is a function of the values alone (the request written back out
-// as plain JSON decodes to the same request); small limits only ever
-// refuse.
+// span; a worker wherever a block hash or a worker scope needs one; a
+// tenant revocation, scope "tenant", names its tenant and nothing
+// narrower, and only it may flush or leave out the model); decoding is a
+// function of the values alone (the request written back out as plain JSON
+// decodes to the same request); small limits only ever refuse.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -54,7 +56,7 @@ bool SameQuarantine(const QuarantineRequest& a, const QuarantineRequest& b) {
 }
 
 bool SameInvalidation(const InvalidationRequest& a, const InvalidationRequest& b) {
-  return SameCommon(a, b) && a.scope == b.scope;
+  return SameCommon(a, b) && a.scope == b.scope && a.flush == b.flush;
 }
 
 template <typename Request, typename Decode, typename Same>
@@ -79,11 +81,46 @@ void CheckQuarantine(const QuarantineRequest& request) {
   CheckRewrite(request, json, DecodeQuarantineRequestJson, SameQuarantine);
 }
 
+// model is required everywhere but in a tenant revocation, where leaving
+// it out means every model, as "" does. So the rewrite without its model is
+// refused by name, or, for a revocation, decodes to the same request with
+// model "". A revocation written with only the fields it needs (flush and
+// model only when set) decodes to itself too: the rest are defaults.
+void CheckModelOptionalOnlyForARevocation(const InvalidationRequest& request,
+                                          nlohmann::json json) {
+  json.erase("model");
+  const std::string without_model = json.dump();
+  const Result<InvalidationRequest> again =
+      DecodeInvalidationRequestJson(without_model, JsonLimits{});
+  if (request.scope != "tenant") {
+    FUZZ_CHECK(!again.ok() && again.status().code() == StatusCode::kInvalidArgument &&
+                   again.status().message().starts_with("$.model:"),
+               "an invalidation of scope '%s' without a model: %s\n  %s", request.scope.c_str(),
+               again.ok() ? "accepted" : Describe(again.status()).c_str(), without_model.c_str());
+    return;
+  }
+  InvalidationRequest every_model = request;
+  every_model.model.clear();
+  FUZZ_CHECK(again.ok(), "a tenant revocation without a model is refused: %s\n  %s",
+             Describe(again.status()).c_str(), without_model.c_str());
+  FUZZ_CHECK(SameInvalidation(*again, every_model),
+             "a tenant revocation without a model is not one of every model\n  %s",
+             without_model.c_str());
+
+  nlohmann::json minimal{
+      {"scope", request.scope}, {"tenant", request.tenant}, {"reason", request.reason}};
+  if (!request.model.empty()) minimal["model"] = request.model;
+  if (request.flush) minimal["flush"] = true;
+  CheckRewrite(request, minimal, DecodeInvalidationRequestJson, SameInvalidation);
+}
+
 void CheckInvalidation(const InvalidationRequest& request) {
   CheckCommonStrings(request);
   CheckUtf8(request.scope, "scope");
   FUZZ_CHECK(!request.reason.empty(), "invalidation without a reason");
-  FUZZ_CHECK(request.scope.empty() || request.scope == "worker" || request.scope == "model",
+  const bool revocation = request.scope == "tenant";
+  FUZZ_CHECK(request.scope.empty() || request.scope == "worker" || request.scope == "model" ||
+                 revocation,
              "invalidation scope '%s'", request.scope.c_str());
   const int named = (request.token_ids.empty() ? 0 : 1) + (request.block_hash.has_value() ? 1 : 0) +
                     (request.scope.empty() ? 0 : 1);
@@ -91,9 +128,25 @@ void CheckInvalidation(const InvalidationRequest& request) {
   FUZZ_CHECK(
       (!request.block_hash.has_value() && request.scope != "worker") || !request.worker.empty(),
       "invalidation of a worker's block or scope without the worker");
+  FUZZ_CHECK(!request.flush || revocation, "flush with scope '%s'", request.scope.c_str());
+  if (revocation) {
+    // Every block of the tenant: nothing may narrow it. The rules judge
+    // values, so these fields may be present, at their defaults.
+    FUZZ_CHECK(!request.tenant.empty(), "a tenant revocation without a tenant");
+    FUZZ_CHECK(request.token_ids.empty(), "a tenant revocation with token_ids");
+    FUZZ_CHECK(request.worker.empty(), "a tenant revocation of worker '%s'",
+               request.worker.c_str());
+    FUZZ_CHECK(!request.block_hash.has_value(), "a tenant revocation with a block_hash");
+    FUZZ_CHECK(request.lora_name.empty(), "a tenant revocation of LoRA '%s'",
+               request.lora_name.c_str());
+    FUZZ_CHECK(request.group_idx == 0, "a tenant revocation of group %lld",
+               static_cast<long long>(request.group_idx));
+  }
   nlohmann::json json = CommonFields(request);
   json["scope"] = request.scope;
+  json["flush"] = request.flush;
   CheckRewrite(request, json, DecodeInvalidationRequestJson, SameInvalidation);
+  CheckModelOptionalOnlyForARevocation(request, std::move(json));
 }
 
 template <typename Request, typename Decode, typename Check, typename Same>

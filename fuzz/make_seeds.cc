@@ -108,8 +108,9 @@ std::string Encode(const kvgov::cert::DeletionCertificate& certificate) {
   return *encoded;
 }
 
-// docs/formats/certificate.md section 7, a one-owner certificate, and two
-// that parse but do not verify.
+// docs/formats/certificate.md section 7 (both test vectors), a one-owner
+// certificate, a tenant revocation with one owner, and two that parse but
+// do not verify.
 void WriteCertificates(const fs::path& dir, const kvgov::cert::IssuerKey& key) {
   using namespace kvgov::cert;
   CertificateInput input;
@@ -144,6 +145,43 @@ void WriteCertificates(const fs::path& dir, const kvgov::cert::IssuerKey& key) {
   auto single = MintCertificate(input, key);
   if (!single.ok()) Fail("mint: " + single.status().ToString());
   Write(dir / "single_owner.json", Encode(*single));
+
+  // A tenant revocation (certificate.md section 2) that still found two of
+  // the tenant's old blocks, on one owner.
+  input.subject = std::string("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+  input.directive_id = "d";
+  input.scope = kvgov::KVEvictionScope::kWholePrefixCache;
+  input.owners = {CertOwner{"w1", CertConnector::kVllm, kvgov::KVEvictionScope::kWholePrefixCache,
+                            false, "", Witness{WitnessKind::kBlockRemoved, {5, 9}}}};
+  input.target_count = 2;
+  input.anchor = JournalAnchor{2, std::string(64, 'a'), std::string(64, 'b')};
+  input.issued_at_ms = 1700000000500;
+  input.revocation = CertRevocation{"acme", "llama", 1700000000000, 1700000000400};
+  auto revocation = MintCertificate(input, key);
+  if (!revocation.ok()) Fail("mint: " + revocation.status().ToString());
+  Write(dir / "revocation_one_owner.json", Encode(*revocation));
+
+  // Section 7's second test vector: a revocation that found nothing
+  // resident, so no owner and no target.
+  input.subject = std::string("fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210");
+  input.directive_id = "dir-9";
+  input.scope = kvgov::KVEvictionScope::kExactSpan;
+  input.owners.clear();
+  input.target_count = 0;
+  input.anchor = JournalAnchor{23, std::string(64, 'c'), std::string(64, 'd')};
+  input.issued_at_ms = 1700000000250;
+  input.revocation = CertRevocation{"acme", "", 1700000000000, 1700000000000};
+  auto no_residue = MintCertificate(input, key);
+  if (!no_residue.ok()) Fail("mint: " + no_residue.status().ToString());
+  if (no_residue->certificate_id !=
+          "a4f2084a2dd0d3143af9e60b4a5cf2db0bb72de30112f36b35d0816f4b2361c7" ||
+      no_residue->signature !=
+          "26f95d1b75eceaf2fcb63301b5b803a0cd60f8b3b4259e66ea8a8a7f4503cf94"
+          "e9d70979d990752068053670f6a9c4b4cef66415d03e5ce2ad2a98b9ae680c04") {
+    Fail("the revocation does not match the certificate.md test vector: " +
+         no_residue->certificate_id);
+  }
+  Write(dir / "revocation_no_owners.json", Encode(*no_residue));
 
   DeletionCertificate edited = *golden;
   edited.target_count = 4;

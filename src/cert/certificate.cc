@@ -57,6 +57,14 @@ Json CertificateToJson(const DeletionCertificate& c, Omit omit) {
                        {"hash", c.anchor.hash}};
   out["issued_at_ms"] = c.issued_at_ms;
   out["issuer"] = Json{{"key_id", c.issuer.key_id}, {"public_key", c.issuer.public_key}};
+  // Absent, it has no key at all: a certificate without a revocation keeps
+  // the bytes, id and signature it had before revocations existed.
+  if (c.revocation) {
+    out["revocation"] = Json{{"tenant", c.revocation->tenant},
+                             {"model", c.revocation->model},
+                             {"unreachable_since_ms", c.revocation->unreachable_since_ms},
+                             {"removed_by_ms", c.revocation->removed_by_ms}};
+  }
   if (omit == Omit::kNothing) out["signature"] = c.signature;
   return out;
 }
@@ -80,6 +88,23 @@ Status CheckHex(std::string_view text, size_t length, std::string_view path) {
 Status CheckInteger(uint64_t value, std::string_view path) {
   if (value <= kMaxCertificateInteger) return Status::Ok();
   return PathError(path, "integer " + std::to_string(value) + " is over 2^53-1");
+}
+
+Status CheckMillis(int64_t value, std::string_view path) {
+  if (value >= 0 && static_cast<uint64_t>(value) <= kMaxCertificateInteger) return Status::Ok();
+  return PathError(path, std::to_string(value) + " is outside [0, 2^53-1]");
+}
+
+Status CheckRevocation(const CertRevocation& r) {
+  if (r.tenant.empty()) return PathError("$.revocation.tenant", "empty");
+  KVGOV_RETURN_IF_ERROR(CheckMillis(r.unreachable_since_ms, "$.revocation.unreachable_since_ms"));
+  KVGOV_RETURN_IF_ERROR(CheckMillis(r.removed_by_ms, "$.revocation.removed_by_ms"));
+  if (r.removed_by_ms < r.unreachable_since_ms) {
+    return PathError("$.revocation.removed_by_ms", std::to_string(r.removed_by_ms) +
+                                                       " is before unreachable_since_ms " +
+                                                       std::to_string(r.unreachable_since_ms));
+  }
+  return Status::Ok();
 }
 
 std::string Bytes(std::string_view hex) {
@@ -132,11 +157,16 @@ Status CheckOwner(const CertOwner& owner, KVEvictionScope directive_scope, const
 Status CheckBody(const DeletionCertificate& c, bool require_order) {
   KVGOV_RETURN_IF_ERROR(CheckHex(c.subject, kDigestHex, "$.subject"));
   if (c.directive_id.empty()) return PathError("$.directive_id", "empty");
-  if (c.target_count == 0) {
+  // A tenant revocation certifies its two moments even when none of the
+  // tenant's old blocks was still resident: then no target and no owner.
+  const bool revocation = c.revocation.has_value();
+  if (c.target_count == 0 && !revocation) {
     return PathError("$.target_count", "0: a deletion of zero targets is never certified");
   }
   KVGOV_RETURN_IF_ERROR(CheckInteger(c.target_count, "$.target_count"));
-  if (c.owners.empty()) return PathError("$.owners", "empty: at least one owner witnessed");
+  if (c.owners.empty() && !revocation) {
+    return PathError("$.owners", "empty: at least one owner witnessed");
+  }
   for (size_t i = 0; i < c.owners.size(); ++i) {
     const std::string path = IndexPath("$.owners", i);
     KVGOV_RETURN_IF_ERROR(CheckOwner(c.owners[i], c.scope, path, require_order));
@@ -144,13 +174,12 @@ Status CheckBody(const DeletionCertificate& c, bool require_order) {
       return PathError(path, "not after the previous owner (want ascending worker, connector)");
     }
   }
+  if (revocation) KVGOV_RETURN_IF_ERROR(CheckRevocation(*c.revocation));
   if (c.anchor.journal_seq == 0) return PathError("$.anchor.journal_seq", "0: seqs start at 1");
   KVGOV_RETURN_IF_ERROR(CheckInteger(c.anchor.journal_seq, "$.anchor.journal_seq"));
   KVGOV_RETURN_IF_ERROR(CheckHex(c.anchor.prev_hash, kDigestHex, "$.anchor.prev_hash"));
   KVGOV_RETURN_IF_ERROR(CheckHex(c.anchor.hash, kDigestHex, "$.anchor.hash"));
-  if (c.issued_at_ms < 0 || static_cast<uint64_t>(c.issued_at_ms) > kMaxCertificateInteger) {
-    return PathError("$.issued_at_ms", std::to_string(c.issued_at_ms) + " is outside [0, 2^53-1]");
-  }
+  KVGOV_RETURN_IF_ERROR(CheckMillis(c.issued_at_ms, "$.issued_at_ms"));
   KVGOV_RETURN_IF_ERROR(CheckHex(c.issuer.public_key, kPublicKeyHex, "$.issuer.public_key"));
   KVGOV_RETURN_IF_ERROR(CheckHex(c.issuer.key_id, kKeyIdHex, "$.issuer.key_id"));
   if (c.issuer.key_id != KeyIdOf(c.issuer.public_key)) {
@@ -173,12 +202,14 @@ Status TypeError(const std::string& path, std::string_view want, const Json& got
 }
 
 // Unknown fields first (an unknown field beside a missing one is usually
-// its misspelling), then missing ones.
+// its misspelling), then missing ones. `optional` keys may be absent.
 Status CheckKeys(const Json& object, const std::string& path,
-                 std::initializer_list<std::string_view> keys) {
+                 std::initializer_list<std::string_view> keys,
+                 std::initializer_list<std::string_view> optional = {}) {
   if (!object.is_object()) return TypeError(path, "an object", object);
   for (auto it = object.begin(); it != object.end(); ++it) {
-    if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) {
+    if (std::find(keys.begin(), keys.end(), it.key()) == keys.end() &&
+        std::find(optional.begin(), optional.end(), it.key()) == optional.end()) {
       return PathError(ChildPath(path, it.key()), "unknown field");
     }
   }
@@ -257,6 +288,17 @@ Status ReadOwner(const Json& json, const std::string& path, CertOwner& out) {
   return ReadWitness(json["witness"], ChildPath(path, "witness"), out.witness);
 }
 
+Status ReadRevocation(const Json& json, const std::string& path, CertRevocation& out) {
+  KVGOV_RETURN_IF_ERROR(
+      CheckKeys(json, path, {"tenant", "model", "unreachable_since_ms", "removed_by_ms"}));
+  KVGOV_RETURN_IF_ERROR(ReadString(json["tenant"], ChildPath(path, "tenant"), out.tenant));
+  KVGOV_RETURN_IF_ERROR(ReadString(json["model"], ChildPath(path, "model"), out.model));
+  KVGOV_RETURN_IF_ERROR(ReadInteger(json["unreachable_since_ms"],
+                                    ChildPath(path, "unreachable_since_ms"),
+                                    out.unreachable_since_ms));
+  return ReadInteger(json["removed_by_ms"], ChildPath(path, "removed_by_ms"), out.removed_by_ms);
+}
+
 Status ReadCertificate(const Json& json, DeletionCertificate& out) {
   if (!json.is_object()) return TypeError("$", "an object", json);
   // The schema first: a document of another schema is reported as that,
@@ -271,7 +313,8 @@ Status ReadCertificate(const Json& json, DeletionCertificate& out) {
   KVGOV_RETURN_IF_ERROR(
       CheckKeys(json, "$",
                 {"schema", "certificate_id", "subject", "directive_id", "scope", "owners",
-                 "target_count", "anchor", "issued_at_ms", "issuer", "signature"}));
+                 "target_count", "anchor", "issued_at_ms", "issuer", "signature"},
+                {"revocation"}));
   KVGOV_RETURN_IF_ERROR(ReadString(json["certificate_id"], "$.certificate_id", out.certificate_id));
   KVGOV_RETURN_IF_ERROR(ReadString(json["subject"], "$.subject", out.subject));
   KVGOV_RETURN_IF_ERROR(ReadString(json["directive_id"], "$.directive_id", out.directive_id));
@@ -283,6 +326,10 @@ Status ReadCertificate(const Json& json, DeletionCertificate& out) {
     KVGOV_RETURN_IF_ERROR(ReadOwner(owners[i], IndexPath("$.owners", i), out.owners[i]));
   }
   KVGOV_RETURN_IF_ERROR(ReadInteger(json["target_count"], "$.target_count", out.target_count));
+  if (json.contains("revocation")) {
+    KVGOV_RETURN_IF_ERROR(
+        ReadRevocation(json["revocation"], "$.revocation", out.revocation.emplace()));
+  }
   const Json& anchor = json["anchor"];
   KVGOV_RETURN_IF_ERROR(CheckKeys(anchor, "$.anchor", {"journal_seq", "prev_hash", "hash"}));
   KVGOV_RETURN_IF_ERROR(
@@ -334,6 +381,7 @@ Result<DeletionCertificate> MintCertificate(const CertificateInput& input, const
   c.anchor = input.anchor;
   c.issued_at_ms = input.issued_at_ms;
   c.issuer = CertIssuer{key.key_id(), key.public_key_hex()};
+  c.revocation = input.revocation;
   // Checked in the caller's order, so an error's index names its owner.
   KVGOV_RETURN_IF_ERROR(CheckBody(c, /*require_order=*/false));
 

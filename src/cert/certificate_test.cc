@@ -569,6 +569,264 @@ TEST_F(CertificateTest, VerifyAnchorComparesTheJournalRow) {
             "$.directive_id: journal row 17 is about 'dir-8?', not this directive");
 }
 
+// ---------------------------------------------------------------------------
+// Tenant revocations.
+
+// docs/formats/certificate.md section 7's second vector: a revocation of a
+// tenant none of whose old blocks was still resident, so no owner and no
+// target.
+CertificateInput RevocationInput() {
+  CertificateInput input;
+  input.subject = Repeat("fedcba9876543210", 4);
+  input.directive_id = "dir-9";
+  input.scope = KVEvictionScope::kExactSpan;
+  input.target_count = 0;
+  input.anchor = JournalAnchor{23, Repeat("c", 64), Repeat("d", 64)};
+  input.issued_at_ms = 1700000000250;
+  input.revocation = CertRevocation{"acme", "", 1700000000000, 1700000000000};
+  return input;
+}
+
+// Computed independently of kvgov, as the first vector: python3's json and
+// hashlib for the id, `openssl pkeyutl -sign -rawin` for the signature.
+constexpr char kGoldenRevocationSigned[] =
+    R"({"anchor":{"hash":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",)"
+    R"("journal_seq":23,)"
+    R"("prev_hash":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"},)"
+    R"("certificate_id":"a4f2084a2dd0d3143af9e60b4a5cf2db0bb72de30112f36b35d0816f4b2361c7",)"
+    R"("directive_id":"dir-9","issued_at_ms":1700000000250,)"
+    R"("issuer":{"key_id":"21fe31dfa154a261",)"
+    R"("public_key":"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"},)"
+    R"("owners":[],)"
+    R"("revocation":{"model":"","removed_by_ms":1700000000000,"tenant":"acme",)"
+    R"("unreachable_since_ms":1700000000000},)"
+    R"("schema":"kvgov.deletioncert/v1","scope":"exact_span",)"
+    R"("subject":"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",)"
+    R"("target_count":0})";
+constexpr char kGoldenRevocationId[] =
+    "a4f2084a2dd0d3143af9e60b4a5cf2db0bb72de30112f36b35d0816f4b2361c7";
+constexpr char kGoldenRevocationSignature[] =
+    "26f95d1b75eceaf2fcb63301b5b803a0cd60f8b3b4259e66ea8a8a7f4503cf94"
+    "e9d70979d990752068053670f6a9c4b4cef66415d03e5ce2ad2a98b9ae680c04";
+
+TEST_F(CertificateTest, GoldenRevocationBytesIdAndSignature) {
+  const DeletionCertificate certificate = Mint(RevocationInput());
+  EXPECT_EQ(certificate.certificate_id, kGoldenRevocationId);
+  EXPECT_EQ(certificate.signature, kGoldenRevocationSignature);
+  Result<std::string> signed_bytes = CanonicalCertificateBytes(certificate);
+  ASSERT_TRUE(signed_bytes.ok());
+  EXPECT_EQ(*signed_bytes, kGoldenRevocationSigned);
+  EXPECT_EQ(std::string_view(kGoldenRevocationSigned).size(), 706u);  // as certificate.md says
+}
+
+// No owner and no target: allowed with a revocation, and the certificate
+// mints, encodes, parses back equal and verifies.
+TEST_F(CertificateTest, ARevocationWithZeroOwnersMintsAndVerifies) {
+  const DeletionCertificate certificate = Mint(RevocationInput());
+  EXPECT_TRUE(certificate.owners.empty());
+  EXPECT_EQ(certificate.target_count, 0u);
+  ASSERT_TRUE(certificate.revocation.has_value());
+  EXPECT_EQ(*certificate.revocation, (CertRevocation{"acme", "", 1700000000000, 1700000000000}));
+
+  Result<std::string> document = EncodeCertificateJson(certificate);
+  ASSERT_TRUE(document.ok());
+  Result<DeletionCertificate> parsed = ParseCertificateJson(*document);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, certificate);
+  for (const CertificateCheck& check : CheckCertificate(*parsed, trusted_)) {
+    EXPECT_TRUE(check.status.ok()) << check.name << ": " << check.status.ToString();
+  }
+  EXPECT_TRUE(VerifyAnchor(*parsed, 23, Repeat("c", 64), Repeat("d", 64), "dir-9").ok());
+
+  // With owners and targets, a model and two distinct moments, too.
+  CertificateInput with_owners = Input();
+  with_owners.revocation = CertRevocation{"acme", "llama", 1700000000000, 1700000000400};
+  const DeletionCertificate held = Mint(with_owners);
+  EXPECT_TRUE(VerifyCertificate(held, trusted_).ok())
+      << VerifyCertificate(held, trusted_).ToString();
+  Result<std::string> held_document = EncodeCertificateJson(held);
+  ASSERT_TRUE(held_document.ok());
+  Result<DeletionCertificate> held_parsed = ParseCertificateJson(*held_document);
+  ASSERT_TRUE(held_parsed.ok()) << held_parsed.status().ToString();
+  EXPECT_EQ(*held_parsed, held);
+}
+
+// The relaxed rules are the revocation's only: the same certificate without
+// its revocation is refused for its zero owners and targets.
+TEST_F(CertificateTest, ZeroOwnersAndTargetsNeedARevocation) {
+  CertificateInput input = RevocationInput();
+  input.revocation.reset();
+  Result<DeletionCertificate> minted = MintCertificate(input, *key_);
+  ASSERT_FALSE(minted.ok());
+  EXPECT_EQ(minted.status().message().rfind("$.target_count: 0", 0), 0u)
+      << minted.status().message();
+  input.target_count = 1;
+  minted = MintCertificate(input, *key_);
+  ASSERT_FALSE(minted.ok());
+  EXPECT_EQ(minted.status().message().rfind("$.owners: empty", 0), 0u) << minted.status().message();
+}
+
+// Each revocation field, edited to another well-formed value, and the
+// block removed or added, breaks the id and the signature.
+TEST_F(CertificateTest, TamperingWithTheRevocationFailsVerification) {
+  CertificateInput with_owners = Input();
+  with_owners.revocation = CertRevocation{"acme", "llama", 1700000000000, 1700000000400};
+  for (const DeletionCertificate& genuine : {Mint(RevocationInput()), Mint(with_owners)}) {
+    ASSERT_TRUE(VerifyCertificate(genuine, trusted_).ok());
+    const std::vector<std::pair<std::string, std::function<void(DeletionCertificate&)>>> edits = {
+        {"revocation.tenant", [](DeletionCertificate& c) { c.revocation->tenant = "acmf"; }},
+        {"revocation.model (changed)", [](DeletionCertificate& c) { c.revocation->model += "x"; }},
+        {"revocation.model (to every model)",
+         [](DeletionCertificate& c) {
+           c.revocation->model = c.revocation->model.empty() ? "m" : "";
+         }},
+        {"revocation.unreachable_since_ms",
+         [](DeletionCertificate& c) { c.revocation->unreachable_since_ms -= 1; }},
+        {"revocation.removed_by_ms",
+         [](DeletionCertificate& c) { c.revocation->removed_by_ms += 1; }},
+    };
+    for (const auto& [name, edit] : edits) {
+      DeletionCertificate tampered = genuine;
+      edit(tampered);
+      ASSERT_NE(tampered, genuine) << name;
+      const std::vector<CertificateCheck> checks = CheckCertificate(tampered, trusted_);
+      EXPECT_TRUE(checks[1].status.ok()) << name << ": " << checks[1].status.ToString();
+      EXPECT_EQ(checks[2].status.code(), StatusCode::kPermissionDenied) << name;
+      EXPECT_EQ(checks[3].status.code(), StatusCode::kPermissionDenied) << name;
+      EXPECT_FALSE(VerifyCertificate(tampered, trusted_).ok()) << name;
+    }
+
+    // The block removed: without owners the fields check refuses it; with
+    // them, the id and the signature do.
+    DeletionCertificate removed = genuine;
+    removed.revocation.reset();
+    EXPECT_FALSE(VerifyCertificate(removed, trusted_).ok());
+    if (!genuine.owners.empty()) {
+      EXPECT_EQ(SignatureCheck(removed, trusted_).code(), StatusCode::kPermissionDenied);
+    }
+    // The same through the document.
+    Result<std::string> document = EncodeCertificateJson(genuine);
+    ASSERT_TRUE(document.ok());
+    Json edited = Json::parse(*document);
+    ASSERT_TRUE(edited.contains("revocation"));
+    edited.erase("revocation");
+    Result<DeletionCertificate> parsed = ParseCertificateJson(edited.dump());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_FALSE(VerifyCertificate(*parsed, trusted_).ok());
+  }
+
+  // And a revocation added to a certificate that had none.
+  DeletionCertificate added = Mint(Input());
+  added.revocation = CertRevocation{"acme", "", 1, 2};
+  EXPECT_EQ(SignatureCheck(added, trusted_).code(), StatusCode::kPermissionDenied);
+  EXPECT_FALSE(VerifyCertificate(added, trusted_).ok());
+}
+
+// The generic walk of EditingAnyValueOfTheDocumentIsRefused, over a
+// revocation's document: every value changed or removed is refused.
+TEST_F(CertificateTest, EditingAnyValueOfARevocationDocumentIsRefused) {
+  CertificateInput with_owners = Input();
+  with_owners.revocation = CertRevocation{"acme", "", 1700000000000, 1700000000400};
+  Result<std::string> document = EncodeCertificateJson(Mint(with_owners));
+  ASSERT_TRUE(document.ok());
+  const Json original = Json::parse(*document);
+  const auto refused = [&](const Json& edited) {
+    Result<DeletionCertificate> parsed = ParseCertificateJson(edited.dump());
+    return !parsed.ok() || !VerifyCertificate(*parsed, trusted_).ok();
+  };
+  ASSERT_FALSE(refused(original));
+  for (const char* field : {"tenant", "model", "unreachable_since_ms", "removed_by_ms"}) {
+    const Json::json_pointer pointer(std::string("/revocation/") + field);
+    Json changed = original;
+    Json& value = changed[pointer];
+    value =
+        value.is_string() ? Json(value.get<std::string>() + "x") : Json(value.get<uint64_t>() - 1);
+    EXPECT_TRUE(refused(changed)) << "changed " << field;
+    Json removed = original;
+    removed["revocation"].erase(field);
+    EXPECT_TRUE(refused(removed)) << "removed " << field;
+  }
+  Json added = original;
+  added["revocation"]["extra"] = 1;
+  EXPECT_TRUE(refused(added));
+  Json removed = original;
+  removed.erase("revocation");
+  EXPECT_TRUE(refused(removed));
+}
+
+TEST_F(CertificateTest, MintRefusesAMalformedRevocation) {
+  struct Case {
+    std::string name;
+    std::function<void(CertRevocation&)> edit;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"empty tenant", [](CertRevocation& r) { r.tenant.clear(); }, "$.revocation.tenant: empty"},
+      {"negative unreachable_since_ms", [](CertRevocation& r) { r.unreachable_since_ms = -1; },
+       "$.revocation.unreachable_since_ms: -1 is outside [0, 2^53-1]"},
+      {"removed_by_ms over 2^53-1", [](CertRevocation& r) { r.removed_by_ms = int64_t{1} << 53; },
+       "$.revocation.removed_by_ms: 9007199254740992 is outside [0, 2^53-1]"},
+      {"removed before unreachable", [](CertRevocation& r) { r.removed_by_ms = 1699999999999; },
+       "$.revocation.removed_by_ms: 1699999999999 is before unreachable_since_ms 1700000000000"},
+      {"invalid UTF-8 tenant", [](CertRevocation& r) { r.tenant = "a\xff"; },
+       "$.revocation.tenant: invalid UTF-8"},
+  };
+  for (const Case& c : cases) {
+    CertificateInput input = RevocationInput();
+    c.edit(*input.revocation);
+    Result<DeletionCertificate> minted = MintCertificate(input, *key_);
+    ASSERT_FALSE(minted.ok()) << c.name;
+    EXPECT_EQ(minted.status().code(), StatusCode::kInvalidArgument) << c.name;
+    EXPECT_EQ(minted.status().message().rfind(c.error, 0), 0u)
+        << c.name << ": " << minted.status().message();
+  }
+  // The same rules hold at verification, whoever signed.
+  DeletionCertificate certificate = Mint(RevocationInput());
+  certificate.revocation->removed_by_ms = 0;
+  Status status = VerifyCertificate(certificate, trusted_);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message().rfind("$.revocation.removed_by_ms: 0 is before", 0), 0u)
+      << status.message();
+}
+
+TEST_F(CertificateTest, RevocationParseErrorsNameThePath) {
+  Result<std::string> document = EncodeCertificateJson(Mint(RevocationInput()));
+  ASSERT_TRUE(document.ok());
+  const Json original = Json::parse(*document);
+  const std::vector<std::pair<std::function<void(Json&)>, std::string>> cases = {
+      {[](Json& j) { j["revocation"] = nullptr; }, "$.revocation: want an object, got null"},
+      {[](Json& j) { j["revocation"] = Json::object(); },
+       "$.revocation.tenant: missing required field"},
+      {[](Json& j) { j["revocation"].erase("model"); },
+       "$.revocation.model: missing required field"},
+      {[](Json& j) { j["revocation"]["tenants"] = "acme"; }, "$.revocation.tenants: unknown field"},
+      {[](Json& j) { j["revocation"]["tenant"] = 7; },
+       "$.revocation.tenant: want a string, got number"},
+      {[](Json& j) { j["revocation"]["model"] = nullptr; },
+       "$.revocation.model: want a string, got null"},
+      {[](Json& j) { j["revocation"]["unreachable_since_ms"] = -1; },
+       "$.revocation.unreachable_since_ms: want an integer in [0, 2^53-1], got -1"},
+      {[](Json& j) { j["revocation"]["removed_by_ms"] = 1.5; },
+       "$.revocation.removed_by_ms: want an integer in [0, 2^53-1], got 1.5"},
+      {[](Json& j) { j["revocation"]["removed_by_ms"] = "1700000000000"; },
+       "$.revocation.removed_by_ms: want an integer, got string"},
+      {[](Json& j) { j["revocations"] = j["revocation"]; }, "$.revocations: unknown field"},
+  };
+  for (const auto& [edit, error] : cases) {
+    Json edited = original;
+    edit(edited);
+    Result<DeletionCertificate> parsed = ParseCertificateJson(edited.dump());
+    ASSERT_FALSE(parsed.ok()) << error;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << error;
+    EXPECT_EQ(parsed.status().message().rfind(error, 0), 0u)
+        << error << " <- " << parsed.status().message();
+  }
+  std::string duplicate = *document;
+  duplicate.insert(duplicate.find("\"revocation\":{") + 14, "\"tenant\":\"x\",");
+  EXPECT_EQ(ParseCertificateJson(duplicate).status().message(),
+            "$.revocation.tenant: duplicate key");
+}
+
 // docs/formats/certificate.md section 6, run for real: extract the signed
 // bytes with python3's standard library, build the PEM from the raw public
 // key, and let OpenSSL alone check the Ed25519 signature.

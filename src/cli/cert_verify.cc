@@ -150,11 +150,18 @@ int RunCertVerify(const std::string& file, const std::vector<std::string>& issue
     return 1;
   }
   const cert::DeletionCertificate& certificate = *parsed;
+  std::string revocation;
+  if (const std::optional<cert::CertRevocation>& r = certificate.revocation) {
+    revocation = "; revokes tenant '" + Printable(r->tenant) + "' for " +
+                 (r->model.empty() ? "every model" : "model '" + Printable(r->model) + "'") +
+                 ": unreachable since " + std::to_string(r->unreachable_since_ms) +
+                 " ms, removed by " + std::to_string(r->removed_by_ms) + " ms";
+  }
   report.Ok("parse", "certificate " + Printable(certificate.certificate_id) + ", subject " +
                          Printable(certificate.subject) + ", directive '" +
                          Printable(certificate.directive_id) + "', " +
                          std::to_string(certificate.target_count) + " target(s), " +
-                         std::to_string(certificate.owners.size()) + " owner(s)");
+                         std::to_string(certificate.owners.size()) + " owner(s)" + revocation);
 
   // The trusted issuer keys, and where each came from.
   std::vector<std::string> trusted;

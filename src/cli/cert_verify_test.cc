@@ -107,6 +107,29 @@ TEST_F(CertVerifyTest, GenuineCertificateVerifiesAgainstTheDataDir) {
   EXPECT_FALSE(Has("FAIL")) << output_;
 }
 
+// A tenant revocation's certificate, with no owner and no target, verifies
+// the same way, and the parse line states its two moments.
+TEST_F(CertVerifyTest, RevocationCertificateVerifiesAndShowsItsMoments) {
+  cert::CertificateInput input = Input(rows_[1]);
+  input.owners.clear();
+  input.target_count = 0;
+  input.revocation = cert::CertRevocation{"acme", "", 1700000000000, 1700000000400};
+  EXPECT_EQ(Verify(WriteCertificate(input), {}, data_dir_), 0) << output_;
+  EXPECT_TRUE(
+      Has("0 target(s), 0 owner(s); revokes tenant 'acme' for every model: unreachable "
+          "since 1700000000000 ms, removed by 1700000000400 ms"))
+      << output_;
+  for (const char* line : {"ok   fields:", "ok   certificate_id:", "ok   signature:",
+                           "ok   issuer:", "ok   anchor: journal row 2"}) {
+    EXPECT_TRUE(Has(line)) << line << "\n" << output_;
+  }
+  EXPECT_FALSE(Has("FAIL")) << output_;
+
+  input.revocation->model = "llama";
+  EXPECT_EQ(Verify(WriteCertificate(input), {key_->public_key_hex()}, ""), 0) << output_;
+  EXPECT_TRUE(Has("revokes tenant 'acme' for model 'llama'")) << output_;
+}
+
 TEST_F(CertVerifyTest, IssuerKeyFlagWithoutDataDirSkipsTheAnchor) {
   const std::string file = WriteCertificate(Input(rows_[0]));
   EXPECT_EQ(Verify(file, {key_->public_key_hex()}, ""), 0) << output_;

@@ -1,7 +1,10 @@
 #include "kvgov/codec/directive_record.h"
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +16,7 @@ namespace {
 using Json = nlohmann::json;
 using governance::Directive;
 using governance::OwnerProgress;
+using governance::Revocation;
 
 // A field whose value is outside its vocabulary; caught at the decoder's edge.
 struct RecordError : std::runtime_error {
@@ -35,12 +39,22 @@ Json OwnerJson(const OwnerProgress& owner, bool full) {
           {"pending", owner.pending.size()},
           {"whole_worker", owner.whole_worker},
           {"witness_kind", owner.witness_kind ? ToString(*owner.witness_kind) : ""},
-          {"witness_seqs", owner.witness_seqs}};
+          {"witness_seqs", owner.witness_seqs},
+          {"residue", owner.residue},
+          {"unattributed", owner.unattributed}};
   if (full) {
     json["pending_keys"] = owner.pending;
     json["dispatch_seq"] = owner.dispatch_seq;
   }
   return json;
+}
+
+Json RevocationJson(const Revocation& r) {
+  return {{"all_models_epoch", r.all_models_epoch},
+          {"model_epoch", r.model_epoch},
+          {"unreachable_since_ms", r.unreachable_since_ms},
+          {"flush", r.flush},
+          {"removed_by_ms", r.removed_by_ms}};
 }
 
 Json ToJson(const Directive& d, bool full) {
@@ -53,6 +67,7 @@ Json ToJson(const Directive& d, bool full) {
           {"scope", ToString(d.scope)},     {"targets", d.target_count},
           {"owners", owners},     {"certificate_id", d.certificate_id},
           {"created_ms", d.created_ms}};
+  if (d.revocation) json["revocation"] = RevocationJson(*d.revocation);
   if (full) json["deadline_ms"] = d.deadline_ms;
   return json;
 }
@@ -74,6 +89,59 @@ std::optional<E> OptionalEnumField(const Json& json, const char* field, const st
   return *value;
 }
 
+// The fields of tenant revocations are read strictly: json.value() would
+// take -1 for a uint64_t as 2^64-1, and a record kvgov wrote never holds one.
+std::string Got(const Json& value) {
+  return value.is_number() ? value.dump().substr(0, 32) : std::string(value.type_name());
+}
+
+uint64_t UnsignedValue(const Json& value, const std::string& where) {
+  if (!value.is_number_unsigned()) {
+    throw RecordError(where + ": want an integer in [0, 2^64-1], got " + Got(value));
+  }
+  return value.get<uint64_t>();
+}
+
+int64_t MillisValue(const Json& value, const std::string& where) {
+  if (!value.is_number_unsigned() ||
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw RecordError(where + ": want milliseconds in [0, 2^63-1], got " + Got(value));
+  }
+  return static_cast<int64_t>(value.get<uint64_t>());
+}
+
+bool BoolValue(const Json& value, const std::string& where) {
+  if (!value.is_boolean()) throw RecordError(where + ": want true or false, got " + Got(value));
+  return value.get<bool>();
+}
+
+// A member every revocation record has.
+const Json& Member(const Json& json, const char* field, const std::string& path) {
+  auto it = json.find(field);
+  if (it == json.end()) throw RecordError(path + field + ": missing");
+  return *it;
+}
+
+// An owner's count that records written before revocations lack: 0.
+uint64_t OptionalCount(const Json& json, const char* field, const std::string& path) {
+  auto it = json.find(field);
+  return it == json.end() ? 0 : UnsignedValue(*it, path + field);
+}
+
+Revocation RevocationFromJson(const Json& json) {
+  const std::string path = "revocation.";
+  if (!json.is_object()) throw RecordError("revocation: want an object, got " + Got(json));
+  Revocation r;
+  r.all_models_epoch =
+      UnsignedValue(Member(json, "all_models_epoch", path), path + "all_models_epoch");
+  r.model_epoch = UnsignedValue(Member(json, "model_epoch", path), path + "model_epoch");
+  r.unreachable_since_ms =
+      MillisValue(Member(json, "unreachable_since_ms", path), path + "unreachable_since_ms");
+  r.flush = BoolValue(Member(json, "flush", path), path + "flush");
+  r.removed_by_ms = MillisValue(Member(json, "removed_by_ms", path), path + "removed_by_ms");
+  return r;
+}
+
 Directive DirectiveFromJson(const Json& json) {
   Directive d;
   d.id = json.value("id", "");
@@ -88,6 +156,9 @@ Directive DirectiveFromJson(const Json& json) {
   d.certificate_id = json.value("certificate_id", "");
   d.created_ms = json.value("created_ms", int64_t{0});
   d.deadline_ms = json.value("deadline_ms", int64_t{0});
+  if (auto it = json.find("revocation"); it != json.end()) {
+    d.revocation = RevocationFromJson(*it);
+  }
   // Records written before owners were kept whole have none: they read
   // back with no owners, as they always did.
   for (const Json& o : json.value("owners", Json::array())) {
@@ -109,6 +180,8 @@ Directive DirectiveFromJson(const Json& json) {
     owner.dispatch_seq = o.value("dispatch_seq", int64_t{-1});
     owner.witness_seqs = o.value("witness_seqs", std::vector<uint64_t>{});
     owner.witness_kind = OptionalEnumField<WitnessKind>(o, "witness_kind", path);
+    owner.residue = OptionalCount(o, "residue", path);
+    owner.unattributed = OptionalCount(o, "unattributed", path);
     d.owners.push_back(std::move(owner));
   }
   return d;

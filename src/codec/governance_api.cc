@@ -6,8 +6,14 @@
 namespace kvgov::codec_internal {
 
 // The fields that name a span, alike in a quarantine and an invalidation.
-void SpanFields(auto& v, auto& q) {
-  v.Required("model", q.model);
+// `model_required` is off only for a tenant revocation, which may take
+// every model.
+void SpanFields(auto& v, auto& q, bool model_required = true) {
+  if (model_required) {
+    v.Required("model", q.model);
+  } else {
+    v.Optional("model", q.model);
+  }
   v.Optional("tenant", q.tenant);
   v.Optional("lora_name", q.lora_name);
   v.Optional("token_ids", q.token_ids);
@@ -44,19 +50,39 @@ struct Schema<QuarantineLiftRequest> {
 template <>
 struct Schema<InvalidationRequest> {
   static void Fields(auto& v, auto& q) {
-    SpanFields(v, q);
+    // The scope first: it decides whether model is required.
     v.Optional("scope", q.scope);
+    const bool revocation = q.scope == "tenant";
+    SpanFields(v, q, /*model_required=*/!revocation);
     v.Required("reason", q.reason);
+    v.Optional("flush", q.flush);
     v.Expect("reason", !q.reason.empty(), [] { return std::string("required, got empty"); });
-    v.Expect("scope", q.scope.empty() || q.scope == "worker" || q.scope == "model", [&] {
-      return "want \"worker\" or \"model\" (a tenant's blocks cannot be told apart without "
-             "their prompts: name the span), got '" +
-             q.scope.substr(0, 32) + "'";
-    });
+    v.Expect(
+        "scope", q.scope.empty() || q.scope == "worker" || q.scope == "model" || revocation, [&] {
+          return "want \"worker\", \"model\" or \"tenant\", got '" + q.scope.substr(0, 32) + "'";
+        });
+    if (revocation) {
+      // A revocation takes every block of the tenant's salts so far: a span
+      // or a worker narrowing it would be a different directive. Judged by
+      // value, so the defaults ("", 0) pass.
+      const auto not_with_tenant = [] {
+        return std::string("not with scope tenant (a revocation takes every block of the tenant)");
+      };
+      v.Expect("tenant", !q.tenant.empty(),
+               [] { return std::string("required with scope tenant"); });
+      v.Expect("token_ids", q.token_ids.empty(), not_with_tenant);
+      v.Expect("worker", q.worker.empty(), not_with_tenant);
+      v.Expect("block_hash", !q.block_hash.has_value(), not_with_tenant);
+      v.Expect("lora_name", q.lora_name.empty(), not_with_tenant);
+      v.Expect("group_idx", q.group_idx == 0, not_with_tenant);
+    }
+    v.Expect("flush", !q.flush || revocation, [] { return std::string("only with scope tenant"); });
     const int named = (q.token_ids.empty() ? 0 : 1) + (q.block_hash.has_value() ? 1 : 0) +
                       (q.scope.empty() ? 0 : 1);
     v.Expect("token_ids", named == 1, [] {
-      return std::string("give exactly one of token_ids, worker + block_hash, or scope");
+      return std::string(
+          "give exactly one of token_ids, worker + block_hash, or scope (worker, model or "
+          "tenant)");
     });
     v.Expect("worker", (!q.block_hash.has_value() && q.scope != "worker") || !q.worker.empty(),
              [] { return std::string("required with block_hash or scope worker"); });

@@ -81,6 +81,8 @@ class Transition {
   }
 
   DirectiveEffects operator()(const RemovalSeen& event) {
+    // A revocation's residue is counted, not named: ResidueSeen witnesses it.
+    if (d_.revocation) return {};
     return Witness(event.worker, event.seq, [&](OwnerProgress& owner) {
       WorkerTargets released{owner.worker, {}, false};
       if (owner.whole_worker) return released;  // only a clear witnesses a whole worker
@@ -96,6 +98,18 @@ class Transition {
   }
 
   DirectiveEffects operator()(const ClearSeen& event) {
+    if (d_.revocation) {
+      // The flush's own proof, kept for the certificate; the residue count
+      // still decides (a clear empties everything, so it follows).
+      for (OwnerProgress& owner : d_.owners) {
+        if (owner.worker == event.worker && Called(owner) &&
+            static_cast<int64_t>(event.seq) > owner.dispatch_seq) {
+          owner.witness_kind = WitnessKind::kAllBlocksCleared;
+          owner.witness_seqs.push_back(event.seq);
+        }
+      }
+      return {};
+    }
     return Witness(event.worker, event.seq, [&](OwnerProgress& owner) {
       WorkerTargets released{owner.worker, {owner.pending.begin(), owner.pending.end()},
                              owner.whole_worker};
@@ -107,8 +121,40 @@ class Transition {
     });
   }
 
+  DirectiveEffects operator()(const ResidueSeen& event) {
+    DirectiveEffects effects;
+    if (!d_.revocation || !AwaitsWitness(d_.state)) return effects;
+    bool all_witnessed = true;
+    for (OwnerProgress& owner : d_.owners) {
+      // With a flush, only what is gone after the owner was called counts.
+      const bool watched = d_.revocation->flush ? Called(owner) : owner.state == OwnerState::kPlanned;
+      if (owner.worker == event.worker && watched) {
+        owner.residue = event.residue;
+        owner.unattributed = event.unattributed;
+        if (owner.residue == 0 && owner.unattributed == 0) {
+          owner.state = OwnerState::kWitnessed;
+          if (!owner.witness_kind) owner.witness_kind = WitnessKind::kBlockRemoved;
+          // The batch after which the count was read: the removals that
+          // emptied it are at or before it.
+          if (event.stream_seq >= 0) {
+            owner.witness_seqs.push_back(static_cast<uint64_t>(event.stream_seq));
+          }
+        }
+      }
+      all_witnessed &= owner.state == OwnerState::kWitnessed;
+    }
+    if (all_witnessed) {
+      d_.state = DirectiveState::kWitnessed;
+      // Not before the epoch's own moment, whatever another replica's clock says.
+      d_.revocation->removed_by_ms = std::max(now_ms_, d_.revocation->unreachable_since_ms);
+      effects.certify = true;
+    }
+    return effects;
+  }
+
   DirectiveEffects operator()(const Tick&) {
-    if (!AwaitsWitness(d_.state) || now_ms_ < d_.deadline_ms) return {};
+    // deadline 0: a revocation left to the engines' own evictions.
+    if (!AwaitsWitness(d_.state) || d_.deadline_ms == 0 || now_ms_ < d_.deadline_ms) return {};
     // The targets stay held: nobody saw them go.
     d_.state = DirectiveState::kFailed;
     d_.failure = "witness_timeout";
@@ -126,14 +172,14 @@ class Transition {
 
   DirectiveEffects operator()(const DriverResumed&) {
     if (IsFinished(d_.state)) return {};
-    d_.deadline_ms = std::max(d_.deadline_ms, now_ms_ + witness_timeout_ms_);
+    if (d_.deadline_ms != 0) d_.deadline_ms = std::max(d_.deadline_ms, now_ms_ + witness_timeout_ms_);
     DirectiveEffects effects;
     if (d_.state == DirectiveState::kWitnessed) {
       effects.certify = true;
       return effects;
     }
     for (size_t i = 0; i < d_.owners.size(); ++i) {
-      if (AwaitsCall(d_.owners[i])) effects.call.push_back(i);
+      if (MayCall(d_, i)) effects.call.push_back(i);
     }
     return effects;
   }
@@ -142,6 +188,10 @@ class Transition {
   OwnerProgress* Owner(size_t index) {
     if (IsFinished(d_.state) || index >= d_.owners.size()) return nullptr;
     return &d_.owners[index];
+  }
+
+  static bool Called(const OwnerProgress& owner) {
+    return owner.state == OwnerState::kDispatched || owner.state == OwnerState::kAcknowledged;
   }
 
   // Folds one batch of `worker`'s stream into every owner on it that was
@@ -154,9 +204,7 @@ class Transition {
     if (!AwaitsWitness(d_.state)) return effects;
     bool all_witnessed = true;
     for (OwnerProgress& owner : d_.owners) {
-      const bool called = owner.state == OwnerState::kDispatched ||
-                          owner.state == OwnerState::kAcknowledged;
-      if (owner.worker == worker && called && static_cast<int64_t>(seq) > owner.dispatch_seq) {
+      if (owner.worker == worker && Called(owner) && static_cast<int64_t>(seq) > owner.dispatch_seq) {
         WorkerTargets released = take(owner);
         if (!released.keys.empty() || released.whole_worker) {
           effects.release.push_back(std::move(released));
@@ -218,11 +266,20 @@ std::string DirectiveSubject(std::string_view model, std::string_view requested_
   return DigestFields("kvgov.invalidation.subject.v1", {fields});
 }
 
+std::string RevocationSubject(std::string_view model, std::string_view tenant,
+                              const Revocation& revocation) {
+  return DigestFields("kvgov.revocation.subject.v1",
+                      {model, tenant, std::to_string(revocation.all_models_epoch),
+                       std::to_string(revocation.model_epoch)});
+}
+
 bool AwaitsCall(const OwnerProgress& owner) {
   return owner.state == OwnerState::kPlanned || owner.state == OwnerState::kDispatched;
 }
 
 bool MayCall(const Directive& directive, size_t owner) {
+  // A revocation without a flush has nobody to call: the epoch does it.
+  if (directive.revocation && !directive.revocation->flush) return false;
   return !IsFinished(directive.state) && directive.state != DirectiveState::kWitnessed &&
          owner < directive.owners.size() && AwaitsCall(directive.owners[owner]);
 }
@@ -252,6 +309,24 @@ DirectiveLifecycle::Planned DirectiveLifecycle::Plan(DirectiveDraft draft, int64
   for (OwnerProgress& owner : d.owners) {
     owner.state = OwnerState::kPlanned;
     d.target_count += owner.target_count;
+  }
+  if (draft.revocation) {
+    d.revocation = std::move(draft.revocation);
+    planned.effects.journal = JournalKind(DirectiveState::kPlanned);
+    if (d.owners.empty()) {
+      // Nothing of the old epochs is resident: gone as of its own moment.
+      d.state = DirectiveState::kWitnessed;
+      d.revocation->removed_by_ms = now_ms;
+      d.deadline_ms = 0;
+      planned.effects.certify = true;
+    } else if (d.revocation->flush) {
+      d.state = DirectiveState::kPlanned;
+      for (size_t i = 0; i < d.owners.size(); ++i) planned.effects.call.push_back(i);
+    } else {
+      d.state = DirectiveState::kAcknowledged;
+      d.deadline_ms = 0;
+    }
+    return planned;
   }
   // The referee: a target, a final admission, an admitter. The API caller
   // is the admitter (an authenticated principal where tokens are on).

@@ -383,5 +383,97 @@ TEST(DirectiveLifecycleTest, TheSubjectNamesModelScopeWorkerAndSpan) {
   EXPECT_NE(DirectiveSubject("llama", "model", "", {}), DirectiveSubject("llama", "", "", {}));
 }
 
+// A tenant revocation: owners are the workers holding residue of the
+// tenant's revoked salts; it needs no call unless a flush was asked for.
+DirectiveDraft RevocationDraft(std::vector<std::pair<std::string, uint64_t>> residue, bool flush) {
+  DirectiveDraft draft = Draft({});
+  draft.tenant = "acme";
+  draft.model = "";
+  draft.revocation = Revocation{1, 0, kNowMs, flush, 0};
+  draft.subject = RevocationSubject("", "acme", *draft.revocation);
+  for (const auto& [worker, blocks] : residue) {
+    OwnerProgress owner;
+    owner.worker = worker;
+    owner.residue = blocks;
+    owner.target_count = blocks;
+    draft.owners.push_back(owner);
+  }
+  return draft;
+}
+
+TEST(DirectiveLifecycleTest, ARevocationWithoutFlushWaitsForTheResidueToGo) {
+  DirectiveLifecycle::Planned planned =
+      kLifecycle.Plan(RevocationDraft({{"w1", 5}, {"w2", 2}}, false), kNowMs);
+  Directive& d = planned.directive;
+  EXPECT_EQ(d.state, DirectiveState::kAcknowledged);  // the epoch is in force
+  EXPECT_TRUE(planned.effects.call.empty());
+  EXPECT_TRUE(planned.effects.hold.empty());  // old keys earn no credit anyway
+  EXPECT_EQ(d.target_count, 7u);
+  EXPECT_EQ(d.deadline_ms, 0);
+  EXPECT_FALSE(MayCall(d, 0));
+  // Removals and clears do not witness it: only the residue count does.
+  EXPECT_TRUE(kLifecycle.Apply(d, RemovalSeen{"w1", 9, {11}}, kNowMs + 1).empty());
+  kLifecycle.Apply(d, ClearSeen{"w1", 10}, kNowMs + 1);
+  EXPECT_EQ(d.owners[0].state, OwnerState::kPlanned);
+  // No deadline: a day later it still waits.
+  EXPECT_TRUE(kLifecycle.Apply(d, Tick{}, kNowMs + 86'400'000).empty());
+  EXPECT_EQ(d.state, DirectiveState::kAcknowledged);
+  EXPECT_TRUE(kLifecycle.Apply(d, DriverResumed{}, kNowMs + 2).call.empty());
+  // Unattributed blocks count as residue: fail-closed.
+  EXPECT_FALSE(kLifecycle.Apply(d, ResidueSeen{"w1", 0, 3}, kNowMs + 3).certify);
+  EXPECT_EQ(d.owners[0].unattributed, 3u);
+  EXPECT_NE(d.owners[0].state, OwnerState::kWitnessed);
+  EXPECT_FALSE(kLifecycle.Apply(d, ResidueSeen{"w1", 0, 0}, kNowMs + 4).certify);
+  EXPECT_EQ(d.owners[0].state, OwnerState::kWitnessed);
+  EXPECT_FALSE(kLifecycle.Apply(d, ResidueSeen{"w2", 1, 0}, kNowMs + 5).certify);
+  EXPECT_EQ(d.owners[1].residue, 1u);
+  const DirectiveEffects gone = kLifecycle.Apply(d, ResidueSeen{"w2", 0, 0}, kNowMs + 6);
+  EXPECT_TRUE(gone.certify);
+  EXPECT_EQ(d.state, DirectiveState::kWitnessed);
+  EXPECT_EQ(d.revocation->removed_by_ms, kNowMs + 6);
+  EXPECT_EQ(d.revocation->unreachable_since_ms, kNowMs);
+}
+
+TEST(DirectiveLifecycleTest, ARevocationWithNothingResidentIsWitnessedAtOnce) {
+  DirectiveLifecycle::Planned planned = kLifecycle.Plan(RevocationDraft({}, false), kNowMs);
+  EXPECT_EQ(planned.directive.state, DirectiveState::kWitnessed);
+  EXPECT_TRUE(planned.effects.certify);
+  EXPECT_EQ(planned.effects.journal, "invalidation.planned");
+  EXPECT_EQ(planned.directive.revocation->removed_by_ms, kNowMs);
+  EXPECT_TRUE(planned.directive.failure.empty());
+}
+
+TEST(DirectiveLifecycleTest, AFlushedRevocationCountsOnlyWhatGoesAfterTheCall) {
+  DirectiveLifecycle::Planned planned = kLifecycle.Plan(RevocationDraft({{"w1", 4}}, true), kNowMs);
+  Directive& d = planned.directive;
+  EXPECT_EQ(d.state, DirectiveState::kPlanned);
+  EXPECT_EQ(planned.effects.call, (std::vector<size_t>{0}));
+  EXPECT_EQ(d.deadline_ms, kNowMs + kTimeoutMs);
+  // Before the call, a zero count proves nothing about the flush.
+  EXPECT_FALSE(kLifecycle.Apply(d, ResidueSeen{"w1", 0, 0}, kNowMs + 1).certify);
+  EXPECT_EQ(d.owners[0].state, OwnerState::kPlanned);
+  d = After(d, {CallStarted{0, 7}, Answer(0), CallsEnded{}, ClearSeen{"w1", 6}, ClearSeen{"w1", 8}});
+  EXPECT_EQ(d.state, DirectiveState::kAcknowledged);
+  EXPECT_EQ(d.owners[0].witness_seqs, (std::vector<uint64_t>{8}));
+  EXPECT_EQ(d.owners[0].witness_kind, WitnessKind::kAllBlocksCleared);
+  EXPECT_TRUE(kLifecycle.Apply(d, ResidueSeen{"w1", 0, 0}, kNowMs + 2).certify);
+  EXPECT_EQ(d.state, DirectiveState::kWitnessed);
+  // A flush that never shows fails at the deadline, like any directive.
+  Directive late = kLifecycle.Plan(RevocationDraft({{"w1", 4}}, true), kNowMs).directive;
+  late = After(late, {CallStarted{0, 7}, Answer(0), CallsEnded{}});
+  kLifecycle.Apply(late, Tick{}, kNowMs + kTimeoutMs);
+  EXPECT_EQ(late.state, DirectiveState::kFailed);
+  EXPECT_EQ(late.failure, "witness_timeout");
+}
+
+TEST(DirectiveLifecycleTest, TheRevocationSubjectNamesModelTenantAndEpochs) {
+  const Revocation first{1, 0, 0, false, 0};
+  const Revocation second{2, 0, 0, false, 0};
+  EXPECT_EQ(RevocationSubject("", "acme", first).size(), 64u);
+  EXPECT_NE(RevocationSubject("", "acme", first), RevocationSubject("", "acme", second));
+  EXPECT_NE(RevocationSubject("", "acme", first), RevocationSubject("", "other", first));
+  EXPECT_NE(RevocationSubject("", "acme", first), RevocationSubject("llama", "acme", first));
+}
+
 }  // namespace
 }  // namespace kvgov::governance

@@ -173,6 +173,29 @@ void WarnOfUnknownTenant(const Daemon& daemon, std::string_view tenant, Json& an
                       "it since start; check the name";
 }
 
+// A revocation's residue now: {"blocks","unattributed","workers":[{"worker",
+// "blocks","unattributed","by_tier":{tier: blocks}}]} (governance-api.md).
+Json ResidueJson(const std::vector<index::LineageResidue>& residue) {
+  Json workers = Json::array();
+  uint64_t blocks = 0;
+  uint64_t unattributed = 0;
+  for (const index::LineageResidue& held : residue) {
+    Json by_tier = Json::object();
+    for (size_t t = 0; t < index::kIndexedTiers.size(); ++t) {
+      if (held.matched_by_tier[t] > 0) {
+        by_tier[std::string(ToString(index::kIndexedTiers[t]))] = held.matched_by_tier[t];
+      }
+    }
+    workers.push_back({{"worker", held.worker},
+                       {"blocks", held.matched_refs},
+                       {"unattributed", held.unattributed_refs},
+                       {"by_tier", std::move(by_tier)}});
+    blocks += held.matched_refs;
+    unattributed += held.unattributed_refs;
+  }
+  return {{"blocks", blocks}, {"unattributed", unattributed}, {"workers", std::move(workers)}};
+}
+
 // The longest leading run of `keys` some worker holds.
 uint64_t ResidentBlocks(const Daemon& daemon, std::span<const index::BlockKey> keys) {
   uint64_t longest = 0;
@@ -303,6 +326,10 @@ void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entr
       }
     } else if (key.starts_with("drain/")) {
       (void)daemon.status.SetDraining(key.substr(6), write.value.has_value());
+    } else if (key.starts_with(kSaltEpochPrefix) && write.value.has_value()) {
+      if (auto epochs = DecodeSaltEpochRecord(*write.value); epochs.ok()) {
+        daemon.salt_epochs.Set(epochs->first, epochs->second);
+      }
     } else if (key.starts_with("invalidation/") && write.value.has_value()) {
       daemon.invalidations->ApplyReplicated(*write.value);
     }
@@ -439,6 +466,7 @@ Status RecoverGovernance(Daemon& daemon) {
 namespace {
 
 Status RecoverGovernanceRecords(Daemon& daemon) {
+  KVGOV_RETURN_IF_ERROR(RecoverSaltEpochs(daemon));
   Status scanned = daemon.store->Scan(
       store::Column::kGovernance, kLeasePrefix, "lease0",
       [&](std::string_view key, std::string_view value) {
@@ -626,7 +654,9 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                     Result<InvalidationRequest> body =
                         DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
                     if (!body.ok()) return SendBodyError(response, body.status());
-                    const bool by_tokens = body->scope.empty() && !body->token_ids.empty();
+                    // A tenant-bound token revokes its own tenant only.
+                    const bool by_tokens = (body->scope.empty() && !body->token_ids.empty()) ||
+                                           body->scope == "tenant";
                     if (Status fitted = FitToCaller(caller, by_tokens, body->tenant);
                         !fitted.ok()) {
                       return SendError(response, 403, fitted);
@@ -642,6 +672,10 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                     Json answer = {{"id", directive->id},
                                    {"state", ToString(directive->state)},
                                    {"owners", directive->owners.size()}};
+                    if (directive->revocation) {
+                      answer["unreachable_since_ms"] = directive->revocation->unreachable_since_ms;
+                      answer["residue"] = ResidueJson(daemon.invalidations->Residue(*directive));
+                    }
                     WarnOfUnknownTenant(daemon, body->tenant, answer);
                     SendJson(response, 202, answer);
                   }));
@@ -658,7 +692,11 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                                       Status::NotFound("no invalidation '" +
                                                        request.matches[1].str() + "'"));
                    }
-                   SendJson(response, 200, Json::parse(EncodeDirectiveJson(*directive)));
+                   Json answer = Json::parse(EncodeDirectiveJson(*directive));
+                   if (directive->revocation) {
+                     answer["residue"] = ResidueJson(daemon.invalidations->Residue(*directive));
+                   }
+                   SendJson(response, 200, answer);
                  }));
   // By its id, or a unique prefix of at least 8 hex digits (what the demo
   // and the logs print).

@@ -66,11 +66,11 @@ void InvalidationManager::Stop() {
 }
 
 Status InvalidationManager::Record(const Directive& directive, std::string_view kind,
-                                   std::string_view actor) {
+                                   std::string_view actor, std::span<const store::WriteOp> beside) {
   const std::string record = EncodeDirectiveRecord(directive);
-  const store::WriteOp state{store::Column::kGovernance,
-                             std::string(kDirectivePrefix) + directive.id, record};
-  return RecordGovernance(*daemon_, actor, kind, directive.id, record, {&state, 1}).status();
+  std::vector<store::WriteOp> state(beside.begin(), beside.end());
+  state.push_back({store::Column::kGovernance, std::string(kDirectivePrefix) + directive.id, record});
+  return RecordGovernance(*daemon_, actor, kind, directive.id, record, state).status();
 }
 
 void InvalidationManager::RecordOrLog(const Directive& directive, std::string_view kind) {
@@ -134,6 +134,7 @@ log::Line(log::Level::kError, "directive.replicated_unreadable")
 
 Result<Directive> InvalidationManager::Create(const InvalidationRequest& request,
                                               std::string_view actor) {
+  if (request.scope == "tenant") return CreateRevocation(request, actor);
   governance::DirectiveDraft draft;
   KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
   draft.reason = request.reason;
@@ -172,12 +173,63 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
     draft.owners = governance::OwnersOfWorkers(workers);
   }
   draft.subject = governance::DirectiveSubject(request.model, request.scope, request.worker, span);
-  const int64_t now_ms = WallClockMillis();
-  governance::DirectiveLifecycle::Planned planned = lifecycle_.Plan(std::move(draft), now_ms);
-  const Directive& directive = planned.directive;
+  governance::DirectiveLifecycle::Planned planned =
+      lifecycle_.Plan(std::move(draft), WallClockMillis());
+  KVGOV_RETURN_IF_ERROR(Open(planned, actor, {}));
+  return planned.directive;
+}
 
-  const bool has_target = directive.state == DirectiveState::kPlanned;
-  if (daemon_->replica != nullptr && has_target) {
+Result<Directive> InvalidationManager::CreateRevocation(const InvalidationRequest& request,
+                                                        std::string_view actor) {
+  if (!request.model.empty()) {
+    const std::vector<index::WorkerResidency> workers = daemon_->index.Workers();
+    if (std::none_of(workers.begin(), workers.end(),
+                     [&](const index::WorkerResidency& w) { return w.model == request.model; })) {
+      return Status::NotFound("model: no registered worker serves '" + request.model + "'");
+    }
+  }
+  const router::SaltEpochs::TenantEpochs next =
+      daemon_->salt_epochs.Advanced(request.tenant, request.model);
+  governance::DirectiveDraft draft;
+  KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
+  draft.reason = request.reason;
+  draft.model = request.model;
+  draft.tenant = request.tenant;
+  draft.scope = request.flush ? KVEvictionScope::kWholePrefixCache : KVEvictionScope::kExactSpan;
+  const int64_t now_ms = WallClockMillis();
+  governance::Revocation& revocation = draft.revocation.emplace();
+  revocation.all_models_epoch = next.all_models;
+  if (auto it = next.models.find(request.model); it != next.models.end()) {
+    revocation.model_epoch = it->second;
+  }
+  revocation.unreachable_since_ms = now_ms;
+  revocation.flush = request.flush;
+  draft.subject = governance::RevocationSubject(request.model, request.tenant, revocation);
+  // The residue as of the new epoch: what every salt before it keyed.
+  for (const index::LineageResidue& residue :
+       RevocationResidue(*daemon_, request.tenant, request.model, next, /*by_tier=*/false)) {
+    OwnerProgress& owner = draft.owners.emplace_back();
+    owner.worker = residue.worker;
+    owner.residue = residue.matched_refs;
+    owner.unattributed = residue.unattributed_refs;
+    owner.target_count = residue.matched_refs + residue.unattributed_refs;
+  }
+  governance::DirectiveLifecycle::Planned planned = lifecycle_.Plan(std::move(draft), now_ms);
+  // The epoch and the directive in one journaled write: a revocation the
+  // answer acknowledges is in force after any crash.
+  const store::WriteOp epoch{store::Column::kGovernance,
+                             std::string(kSaltEpochPrefix) + request.tenant,
+                             EncodeSaltEpochRecord(request.tenant, next)};
+  KVGOV_RETURN_IF_ERROR(Open(planned, actor, {&epoch, 1}));
+  daemon_->salt_epochs.Set(request.tenant, next);
+  return planned.directive;
+}
+
+Status InvalidationManager::Open(governance::DirectiveLifecycle::Planned& planned,
+                                 std::string_view actor, std::span<const store::WriteOp> state) {
+  const Directive& directive = planned.directive;
+  const bool to_drive = !governance::IsFinished(directive.state);
+  if (daemon_->replica != nullptr && to_drive) {
     // Claimed before it is in the log, so no other replica takes it over
     // while its creator is alive.
     Result<bool> claimed = daemon_->replica->Claim(ClaimName(directive.id));
@@ -189,8 +241,9 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
     std::lock_guard lock(mu_);
     driving_.insert(directive.id);
   }
-  if (Status recorded = Record(directive, *planned.effects.journal, actor); !recorded.ok()) {
-    if (daemon_->replica != nullptr) {
+  if (Status recorded = Record(directive, *planned.effects.journal, actor, state);
+      !recorded.ok()) {
+    if (daemon_->replica != nullptr && to_drive) {
       daemon_->replica->ReleaseClaim(ClaimName(directive.id));
       std::lock_guard lock(mu_);
       driving_.erase(directive.id);
@@ -200,11 +253,53 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
   std::lock_guard lock(mu_);
   SetGateLocked(planned.effects.hold, true);
   directives_[directive.id] = directive;
-  if (!planned.effects.call.empty()) {
-    queue_.push_back({directive.id, std::move(planned.effects.call), false});
+  if (!planned.effects.call.empty() || planned.effects.certify) {
+    queue_.push_back({directive.id, std::move(planned.effects.call), planned.effects.certify});
     wake_.notify_all();
   }
-  return directive;
+  return Status::Ok();
+}
+
+std::vector<index::LineageResidue> InvalidationManager::Residue(const Directive& directive) const {
+  return ResidueOf(directive, /*by_tier=*/true);
+}
+
+std::vector<index::LineageResidue> InvalidationManager::ResidueOf(const Directive& directive,
+                                                                  bool by_tier) const {
+  if (!directive.revocation) return {};
+  // Against the tenant's epochs now: a later revocation only moves more
+  // salts into the residue.
+  return RevocationResidue(*daemon_, directive.tenant, directive.model,
+                           daemon_->salt_epochs.Get(directive.tenant).value_or(
+                               router::SaltEpochs::TenantEpochs{}),
+                           by_tier);
+}
+
+void InvalidationManager::WatchResidue(int64_t now_ms) {
+  std::vector<Directive> watched;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, directive] : directives_) {
+      const bool awaits = directive.state == DirectiveState::kDispatched ||
+                          directive.state == DirectiveState::kAcknowledged;
+      if (directive.revocation && awaits && DrivesLocked(id)) watched.push_back(directive);
+    }
+  }
+  for (const Directive& directive : watched) {
+    // Read outside the lock: the index takes its own.
+    const std::vector<index::LineageResidue> residue = ResidueOf(directive, /*by_tier=*/false);
+    std::lock_guard lock(mu_);
+    if (!directives_.contains(directive.id)) continue;
+    for (const OwnerProgress& owner : directive.owners) {
+      governance::ResidueSeen seen{owner.worker, 0, 0, StreamSeq(*daemon_, owner.worker)};
+      for (const index::LineageResidue& held : residue) {
+        if (held.worker != owner.worker) continue;
+        seen.residue = held.matched_refs;
+        seen.unattributed = held.unattributed_refs;
+      }
+      ApplyLocked(directive.id, seen, now_ms);
+    }
+  }
 }
 
 void InvalidationManager::Run() {
@@ -319,9 +414,19 @@ log::Line(log::Level::kError, "directive.not_journaled")
   for (const OwnerProgress& owner : directive->owners) {
     cert::CertOwner c;
     c.worker = owner.worker;
-    Result<cert::CertConnector> connector = ParseEnum<cert::CertConnector>(owner.connector);
+    // An owner a revocation never called is named by its engine's kind,
+    // and did what the directive asked: its residue went by eviction.
+    std::string connector_name = owner.connector;
+    if (connector_name.empty()) {
+      if (const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker)) {
+        connector_name = engine->connector.empty() ? std::string(ToString(engine->kind))
+                                                   : engine->connector;
+      }
+    }
+    Result<cert::CertConnector> connector = ParseEnum<cert::CertConnector>(connector_name);
     c.connector = connector.ok() ? *connector : cert::CertConnector::kWebhook;
-    c.scope = owner.scope.value_or(KVEvictionScope::kWholePrefixCache);
+    c.scope = owner.scope.value_or(directive->revocation ? directive->scope
+                                                         : KVEvictionScope::kWholePrefixCache);
     c.degraded = owner.degraded;
     c.degrade_reason = owner.degrade_reason;
     c.witness.kind = owner.witness_kind.value_or(WitnessKind::kBlockRemoved);
@@ -329,6 +434,11 @@ log::Line(log::Level::kError, "directive.not_journaled")
     input.owners.push_back(std::move(c));
   }
   input.target_count = directive->target_count;
+  if (directive->revocation) {
+    input.revocation = cert::CertRevocation{directive->tenant, directive->model,
+                                            directive->revocation->unreachable_since_ms,
+                                            directive->revocation->removed_by_ms};
+  }
   input.anchor = {anchor->seq, anchor->prev_hash, anchor->hash};
   input.issued_at_ms = WallClockMillis();
   Result<cert::DeletionCertificate> certificate = cert::MintCertificate(input, *daemon_->issuer);
@@ -375,6 +485,7 @@ void InvalidationManager::CountCertificate(std::string_view outcome) {
 
 void InvalidationManager::Tick(int64_t now_ms) {
   if (daemon_->replica != nullptr) TendClaims(now_ms);
+  WatchResidue(now_ms);
   std::vector<std::pair<Directive, std::string>> records;
   {
     std::lock_guard lock(mu_);

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -19,6 +20,8 @@
 #include "kvgov/governance/directive.h"
 #include "kvgov/governance/directive_lifecycle.h"
 #include "kvgov/index/block_key.h"
+#include "kvgov/index/residency_index.h"
+#include "kvgov/store/store.h"
 
 namespace kvgov::server {
 
@@ -46,6 +49,11 @@ class InvalidationManager {
   /// model or worker is unknown. The first journal row names `actor`, who
   /// asked; the rows of its progress name kvgov.
   Result<Directive> Create(const InvalidationRequest& request, std::string_view actor);
+
+  /// What a tenant revocation's old salts still hold now, per worker, by
+  /// tier (ResidencyIndex::Residue): the residue its directive waits for.
+  /// Empty for any other directive.
+  std::vector<index::LineageResidue> Residue(const Directive& directive) const;
 
   /// An engine event about to be applied on `worker` at batch `seq`.
   void Observe(std::string_view worker, uint64_t seq, const EngineEvent& event);
@@ -92,6 +100,19 @@ class InvalidationManager {
     bool certify = false;
   };
 
+  // Create for scope "tenant": advances the tenant's salt epoch and opens a
+  // directive over the residue of its earlier salts (docs/adr/0028).
+  Result<Directive> CreateRevocation(const InvalidationRequest& request, std::string_view actor);
+  // Claims (replicas), journals the planned record with `state` beside it
+  // in one write, and queues its first work. The claim is released again
+  // when the write fails.
+  Status Open(governance::DirectiveLifecycle::Planned& planned, std::string_view actor,
+              std::span<const store::WriteOp> state);
+  // Per worker, the residue of the revocation's tenant on the workers it
+  // covers; counts only unless `by_tier`.
+  std::vector<index::LineageResidue> ResidueOf(const Directive& directive, bool by_tier) const;
+  // Tick's part for revocations: each driven one's residue, read again.
+  void WatchResidue(int64_t now_ms);
   void Run();
   void Dispatch(const Work& work);
   // Replicas: renews the claims on driven directives, lets go of finished
@@ -118,7 +139,8 @@ class InvalidationManager {
   // or journaling the anchor failed; the directive stays witnessed).
   void CountCertificate(std::string_view outcome);
   // Journals the directive's current record. REQUIRES: mu_ not held.
-  Status Record(const Directive& directive, std::string_view kind, std::string_view actor);
+  Status Record(const Directive& directive, std::string_view kind, std::string_view actor,
+                std::span<const store::WriteOp> beside = {});
   // Record, with a failure logged: the state stands in memory either way.
   void RecordOrLog(const Directive& directive, std::string_view kind);
   // REQUIRES: mu_ held.

@@ -1,6 +1,9 @@
 #include "server/salting.h"
 
 #include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "kvgov/index/block_key.h"
 #include "server/daemon.h"
@@ -66,6 +69,93 @@ Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request) {
         ->Inc();
   }
   return salt;
+}
+
+std::vector<index::LineageResidue> RevocationResidue(const Daemon& daemon,
+                                                     std::string_view tenant,
+                                                     std::string_view model,
+                                                     const router::SaltEpochs::TenantEpochs& epochs,
+                                                     bool by_tier) {
+  std::set<std::string, std::less<>> models;
+  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
+    if (model.empty() || worker.model == model) models.insert(worker.model);
+  }
+  const std::string tag = router::TenantSaltTag(daemon.tenant_secret, tenant);
+  std::vector<index::LineageResidue> out;
+  // The current salt differs by model, so each model is asked apart and
+  // only its own workers' answers kept.
+  for (const std::string& serving : models) {
+    const auto model_epoch = epochs.models.find(serving);
+    const std::string current = router::TenantCacheSalt(
+        daemon.tenant_secret, tenant, serving,
+        {epochs.all_models, model_epoch == epochs.models.end() ? 0 : model_epoch->second});
+    for (index::LineageResidue& residue : daemon.index.Residue(
+             [&](std::string_view root_extra_key) {
+               return router::KeyedByRevokedSalt(root_extra_key, tag, current);
+             },
+             by_tier)) {
+      if (residue.model == serving) out.push_back(std::move(residue));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.worker < b.worker; });
+  return out;
+}
+
+std::string EncodeSaltEpochRecord(std::string_view tenant,
+                                  const router::SaltEpochs::TenantEpochs& epochs) {
+  nlohmann::json models = nlohmann::json::object();
+  for (const auto& [model, epoch] : epochs.models) models[model] = epoch;
+  return nlohmann::json{{"tenant", tenant}, {"all_models", epochs.all_models}, {"models", models}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Result<std::pair<std::string, router::SaltEpochs::TenantEpochs>> DecodeSaltEpochRecord(
+    std::string_view record) {
+  const nlohmann::json json = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  auto field = [&](const char* name) -> const nlohmann::json* {
+    auto it = json.find(name);
+    return it == json.end() ? nullptr : &*it;
+  };
+  if (!json.is_object()) return Status::Corruption("salt epoch record: not a JSON object");
+  const nlohmann::json* tenant = field("tenant");
+  const nlohmann::json* all = field("all_models");
+  const nlohmann::json* models = field("models");
+  if (tenant == nullptr || !tenant->is_string() || tenant->get<std::string>().empty()) {
+    return Status::Corruption("salt epoch record: tenant: want a non-empty string");
+  }
+  if (all == nullptr || !all->is_number_unsigned()) {
+    return Status::Corruption("salt epoch record: all_models: want an unsigned integer");
+  }
+  if (models == nullptr || !models->is_object()) {
+    return Status::Corruption("salt epoch record: models: want an object");
+  }
+  router::SaltEpochs::TenantEpochs epochs;
+  epochs.all_models = all->get<uint64_t>();
+  for (auto it = models->begin(); it != models->end(); ++it) {
+    if (!it->is_number_unsigned()) {
+      return Status::Corruption("salt epoch record: models." + it.key() +
+                                ": want an unsigned integer");
+    }
+    epochs.models[it.key()] = it->get<uint64_t>();
+  }
+  return std::make_pair(tenant->get<std::string>(), std::move(epochs));
+}
+
+Status RecoverSaltEpochs(Daemon& daemon) {
+  Status unreadable;
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, kSaltEpochPrefix, "salt_epoch0",
+      [&](std::string_view key, std::string_view value) {
+        auto decoded = DecodeSaltEpochRecord(value);
+        if (!decoded.ok()) {
+          unreadable = Status::Corruption(std::string(key) + ": " + decoded.status().message());
+          return false;
+        }
+        daemon.salt_epochs.Set(decoded->first, decoded->second);
+        return true;
+      }));
+  return unreadable;
 }
 
 void MarkDiverted(const RequestSalt& salt, router::RouteDecision& decision) {

@@ -4,9 +4,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvgov/core/status.h"
+#include "kvgov/index/residency_index.h"
 #include "kvgov/router/router.h"
 
 namespace kvgov::server {
@@ -39,6 +41,31 @@ Result<RequestSalt> SaltForPrompt(const Daemon& daemon, std::string_view tenant,
 /// engines proven to key by the salt (RouteRequest::salt_must_be_honoured),
 /// and each diversion is counted.
 Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request);
+
+/// The blocks of `tenant`'s salts before `epochs` still resident, per
+/// worker serving `model` ("": every model), with the blocks whose salt
+/// cannot be told (ResidencyIndex::Residue): a revocation's residue.
+std::vector<index::LineageResidue> RevocationResidue(const Daemon& daemon,
+                                                     std::string_view tenant,
+                                                     std::string_view model,
+                                                     const router::SaltEpochs::TenantEpochs& epochs,
+                                                     bool by_tier);
+
+/// Where a tenant's salt epochs live in the store's governance column
+/// (docs/formats/store.md): `salt_epoch/<tenant>`, the record below.
+inline constexpr std::string_view kSaltEpochPrefix = "salt_epoch/";
+
+/// {"tenant","all_models","models":{model: epoch}}.
+std::string EncodeSaltEpochRecord(std::string_view tenant,
+                                  const router::SaltEpochs::TenantEpochs& epochs);
+/// Corruption naming what is wrong.
+Result<std::pair<std::string, router::SaltEpochs::TenantEpochs>> DecodeSaltEpochRecord(
+    std::string_view record);
+
+/// Installs every recorded salt epoch at start-up. A record that does not
+/// decode stops start-up (Corruption naming its key): skipping it would
+/// give the tenant's revoked salts back.
+Status RecoverSaltEpochs(Daemon& daemon);
 
 /// The verdict of a diverted decision: a quarantine the request was kept
 /// from, whatever the diverted chain earned.

@@ -467,12 +467,20 @@ TEST_F(GatewayE2ETest, AQuarantinedSpanEarnsNoCredit) {
   };
   EXPECT_TRUE(WaitFor([&] { return predicted() == 64; }));
 
+  // A request crossing a quarantine goes out under a diverted salt, only to
+  // an engine proven to key by salts (ADR 0028): a tenant's request proves it.
+  httplib::Headers tenant = {{"X-Kvgov-Tenant", "acme"}};
+  const Json other = {{"model", "llama"}, {"prompt", Tokens(16, 90000)}, {"max_tokens", 1}};
+  ASSERT_EQ(HttpStatus(Post("/v1/completions", other, tenant)), 200);
+  ASSERT_TRUE(WaitFor([&] {
+    return control_->Get("/v1/workers")->body.find("\"reported\"") != std::string::npos;
+  }));
   const Json quarantine = {{"model", "llama"}, {"token_ids", prompt}, {"reason", "poisoned"}};
   httplib::Result quarantined =
       control_->Post("/v1/quarantine", quarantine.dump(), "application/json");
   ASSERT_EQ(HttpStatus(quarantined), 200);
   ASSERT_EQ(HttpStatus(Post("/v1/completions", request)), 200);
-  ASSERT_TRUE(WaitFor([&] { return Predictions() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return Predictions() == 3; }));
   EXPECT_EQ(predicted(), 64);  // nothing credited the second time
 
   // Lifted (journaled, with why), the span earns credit again.
@@ -495,7 +503,7 @@ TEST_F(GatewayE2ETest, AQuarantinedSpanEarnsNoCredit) {
   // Routed where the span is, to w1 again: the release of the last request
   // made both workers idle, so credit decides.
   ASSERT_EQ(HttpStatus(Post("/v1/completions", request)), 200);
-  ASSERT_TRUE(WaitFor([&] { return Predictions() == 3; }));
+  ASSERT_TRUE(WaitFor([&] { return Predictions() == 4; }));
   EXPECT_EQ(predicted(), 128);
 }
 

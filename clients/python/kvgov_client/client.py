@@ -285,21 +285,40 @@ class Client:
     def invalidate(self, model: str, reason: str, *, token_ids: Sequence[int] | None = None,
                    tenant: str | None = None, lora_name: str | None = None,
                    worker: str | None = None, block_hash: int | None = None,
-                   group_idx: int | None = None, scope: str | None = None) -> dict[str, Any]:
+                   group_idx: int | None = None, scope: str | None = None,
+                   flush: bool = False) -> dict[str, Any]:
         """``POST /v1/invalidations``: a deletion directive for a span
-        (``token_ids``), one engine block (``worker`` + ``block_hash``) or a
-        ``scope`` (``"worker"`` with ``worker``, or ``"model"``).
+        (``token_ids``), one engine block (``worker`` + ``block_hash``), a
+        ``scope`` (``"worker"`` with ``worker``, or ``"model"``), or a
+        tenant revocation (``scope="tenant"`` with ``tenant``).
 
-        Returns ``{"id", "state"}``; follow it with
+        A tenant revocation takes every block of the tenant's salts so far,
+        of ``model``, or of every model when ``model`` is ``""``; it names
+        no span, worker, LoRA or group. From the moment kvgov records it
+        (``unreachable_since_ms`` in the answer) no salt kvgov forwards
+        reaches those blocks; the directive is witnessed when the engines'
+        own streams show the ones still resident (``residue``) gone, and
+        its certificate carries both moments in ``revocation``. Without
+        ``flush`` nobody is called and the residue goes by natural
+        eviction; ``flush=True`` (scope ``"tenant"`` only, else kvgov
+        answers 400) also resets each owner's whole prefix cache, every
+        tenant's on it (docs/formats/governance-api.md).
+
+        Returns ``{"id", "state", "owners"}`` (a revocation adds
+        ``unreachable_since_ms`` and ``residue``); follow it with
         :meth:`wait_for_invalidation`.
         """
         _check_str("model", model)
         _check_str("reason", reason)
+        if not isinstance(flush, bool):
+            raise TypeError(f"flush: want bool, got {type(flush).__name__}")
         body = self._span({"model": model, "reason": reason}, token_ids, tenant, lora_name,
                           worker, block_hash, group_idx)
         if scope is not None:
             _check_str("scope", scope)
             body["scope"] = scope
+        if flush:
+            body["flush"] = True
         return dict(self._json("POST", "/v1/invalidations", body))
 
     def invalidation(self, invalidation_id: str) -> dict[str, Any]:

@@ -1,10 +1,13 @@
-"""The event builders and helpers, without a daemon."""
+"""The event builders, the request bodies the client sends, and helpers, without a daemon."""
 
 from __future__ import annotations
 
 import unittest
+from collections.abc import Mapping
+from typing import Any
 
 from kvgov_client import (
+    Client,
     KvgovError,
     digest_token_ids,
     kv_transfer,
@@ -16,6 +19,19 @@ from kvgov_client import (
     tool_result_key,
 )
 from kvgov_client.client import _error_from
+
+
+class _RecordingClient(Client):
+    """Records each JSON call instead of sending it."""
+
+    def __init__(self) -> None:
+        super().__init__("http://127.0.0.1:1")
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def _json(self, method: str, path: str, body: Any = None,
+              query: Mapping[str, Any] | None = None) -> Any:
+        self.calls.append((method, path, body))
+        return {"id": "d1", "state": "planned", "owners": []}
 
 
 class BuildersTest(unittest.TestCase):
@@ -81,6 +97,35 @@ class BuildersTest(unittest.TestCase):
                          "e9d12f1bafbdebfe5d809b55a8a807241be14230d9e492883833bf36e0c9c951")
         self.assertEqual(digest_token_ids([-1]),
                          "2838f9f5aa6d9849c8b0c92b8688daae3bdcc1d9e48b180d9fbc9c5ab44490f2")
+
+
+class InvalidateBodyTest(unittest.TestCase):
+    def test_a_span_sends_no_flush(self) -> None:
+        kv = _RecordingClient()
+        kv.invalidate("llama", "erasure", token_ids=[1, 2, 3], tenant="acme")
+        self.assertEqual(kv.calls, [("POST", "/v1/invalidations", {
+            "model": "llama", "reason": "erasure", "token_ids": [1, 2, 3], "tenant": "acme"})])
+
+    def test_a_tenant_revocation(self) -> None:
+        # docs/formats/governance-api.md: scope "tenant" with tenant; model ""
+        # is every model; flush only when asked for.
+        kv = _RecordingClient()
+        kv.invalidate("", "offboarded", scope="tenant", tenant="acme")
+        kv.invalidate("llama", "breach", scope="tenant", tenant="acme", flush=True)
+        self.assertEqual([body for _, _, body in kv.calls], [
+            {"model": "", "reason": "offboarded", "tenant": "acme", "scope": "tenant"},
+            {"model": "llama", "reason": "breach", "tenant": "acme", "scope": "tenant",
+             "flush": True},
+        ])
+
+    def test_flush_must_be_a_bool(self) -> None:
+        # Which scopes take flush is kvgov's to judge (a 400); its type is checked here.
+        kv = _RecordingClient()
+        with self.assertRaises(TypeError):
+            kv.invalidate("", "r", scope="tenant", tenant="acme", flush=1)  # type: ignore[arg-type]
+        self.assertEqual(kv.calls, [])
+        kv.invalidate("llama", "r", scope="model", flush=True)
+        self.assertEqual(kv.calls[0][2]["flush"], True)
 
 
 class HelpersTest(unittest.TestCase):

@@ -93,15 +93,30 @@ struct CertIssuer {
   friend bool operator==(const CertIssuer&, const CertIssuer&) = default;
 };
 
+/// A tenant revocation's two moments: from `unreachable_since_ms` no salt
+/// kvgov forwards reaches the tenant's earlier KV; by `removed_by_ms` the
+/// engines' own streams showed all of it gone. Both are the issuer's wall
+/// clock, ms since the Unix epoch.
+struct CertRevocation {
+  std::string tenant;                // non-empty, as the directive names it
+  std::string model;                 // "" for every model
+  int64_t unreachable_since_ms = 0;  // >= 0
+  int64_t removed_by_ms = 0;         // >= unreachable_since_ms
+  friend bool operator==(const CertRevocation&, const CertRevocation&) = default;
+};
+
 /// What the caller knows when it mints: everything but the derived fields.
 struct CertificateInput {
   std::string subject;       // the span digest: 64 lowercase hex (SHA-256)
   std::string directive_id;  // non-empty
   KVEvictionScope scope = KVEvictionScope::kExactSpan;  // what the directive asked for
-  std::vector<CertOwner> owners;                        // non-empty
-  uint64_t target_count = 0;                            // > 0: never mint for zero targets
+  std::vector<CertOwner> owners;                        // non-empty unless a revocation
+  uint64_t target_count = 0;                            // > 0 unless a revocation (then >= 0)
   JournalAnchor anchor;
   int64_t issued_at_ms = 0;  // the issuer's wall clock, ms since the Unix epoch; >= 0
+  // Set exactly for a tenant revocation; absent, the certificate's bytes
+  // are those of a certificate from before revocations existed.
+  std::optional<CertRevocation> revocation;
 };
 
 /// A deletion certificate. A plain value; every field is in the signed
@@ -117,6 +132,7 @@ struct DeletionCertificate {
   JournalAnchor anchor;
   int64_t issued_at_ms = 0;
   CertIssuer issuer;
+  std::optional<CertRevocation> revocation;  // signed, and in the id, when present
   std::string signature;  // 128 lowercase hex: Ed25519 over CanonicalCertificateBytes
   friend bool operator==(const DeletionCertificate&, const DeletionCertificate&) = default;
 };
@@ -125,8 +141,10 @@ struct DeletionCertificate {
 /// order and each witness's event seqs in ascending order (dropping
 /// repeats), derives certificate_id and signs. Reads no clock.
 /// InvalidArgument naming the field ("$.target_count: ...") for zero
-/// targets, a missing or malformed field, a repeated (worker, connector)
-/// owner, an integer over kMaxCertificateInteger, or invalid UTF-8.
+/// targets or no owners (both allowed with a revocation), a missing or
+/// malformed field, a revocation with an empty tenant or removed_by_ms
+/// before unreachable_since_ms, a repeated (worker, connector) owner, an
+/// integer over kMaxCertificateInteger, or invalid UTF-8.
 Result<DeletionCertificate> MintCertificate(const CertificateInput& input, const IssuerKey& key);
 
 /// The bytes the signature covers: the RFC 8785 canonical JSON of every
@@ -147,8 +165,9 @@ Result<std::string> EncodeCertificateJson(const DeletionCertificate& certificate
 /// ResourceExhausted; malformed JSON, a repeated key, an unknown or missing
 /// field, a wrong type, an enum value that is not an exact spelling, a
 /// float or an integer outside [0, 2^53-1] is InvalidArgument naming the
-/// path ("$.owners[0].witness.event_seqs[2]: ..."). Parsing checks shape,
-/// not meaning: run VerifyCertificate next.
+/// path ("$.owners[0].witness.event_seqs[2]: ..."). `revocation` is the
+/// one optional field; when present, all four of its members are
+/// required. Parsing checks shape, not meaning: run VerifyCertificate next.
 Result<DeletionCertificate> ParseCertificateJson(std::string_view text,
                                                  size_t max_bytes = kMaxCertificateBytes);
 
@@ -161,10 +180,12 @@ struct CertificateCheck {
 /// Runs every check, in this order, and returns each outcome:
 ///  - schema: `schema` is kCertificateSchema (InvalidArgument);
 ///  - fields: every field is well formed and consistent, errors naming the
-///    path: hex fields are lowercase hex of their length, target_count > 0,
-///    owners non-empty and ordered, degraded iff degrade_reason, an owner
-///    whose scope differs from the directive's is degraded, event seqs
-///    ascending, key_id matches public_key (InvalidArgument);
+///    path: hex fields are lowercase hex of their length, target_count > 0
+///    and owners non-empty (unless there is a revocation), owners ordered,
+///    a revocation's tenant non-empty and its moments in order, degraded
+///    iff degrade_reason, an owner whose scope differs from the
+///    directive's is degraded, event seqs ascending, key_id matches
+///    public_key (InvalidArgument);
 ///  - certificate_id: recomputes from the fields (PermissionDenied);
 ///  - signature: verifies under issuer.public_key over the canonical bytes
 ///    recomputed from the fields, so editing any field fails it

@@ -15,11 +15,16 @@ namespace kvgov {
 std::string EncodeDirectiveJson(const governance::Directive& directive);
 
 /// The whole directive as the store and the replicated log keep it (owners'
-/// pending targets and dispatch seqs included).
+/// pending targets and dispatch seqs included). Both forms carry a tenant
+/// revocation's "revocation" object only when the directive has one, and
+/// every owner's "residue" and "unattributed" always.
 std::string EncodeDirectiveRecord(const governance::Directive& directive);
 
-/// The record back. InvalidArgument for a record of the wrong shape. A
-/// record written before owners were kept whole reads back with no owners.
+/// The record back. InvalidArgument for a record of the wrong shape,
+/// naming the field ("directive record: revocation.flush: ..."). A record
+/// written before owners were kept whole reads back with no owners; one
+/// written before tenant revocations, with no revocation and every owner's
+/// residue and unattributed 0.
 Result<governance::Directive> DecodeDirectiveRecord(std::string_view record);
 
 }  // namespace kvgov

@@ -38,22 +38,31 @@ struct QuarantineLiftRequest {
 Result<QuarantineLiftRequest> DecodeQuarantineLiftRequestJson(std::string_view text,
                                                               const JsonLimits& limits);
 
-/// POST /v1/invalidations: a span (token ids, or a worker's block), or a
-/// whole scope ("worker" with `worker`, or "model").
+/// POST /v1/invalidations: a span (token ids, or a worker's block), a
+/// whole scope ("worker" with `worker`, or "model"), or a tenant revocation
+/// (scope "tenant" with `tenant`: every block of the tenant's salts so far,
+/// of `model`, or of every model when `model` is "").
 struct InvalidationRequest {
-  std::string model;
+  std::string model;  // "" only with scope "tenant": every model
   std::string tenant;
   std::string lora_name;
   std::vector<int64_t> token_ids;
   std::string worker;
   std::optional<uint64_t> block_hash;
   int64_t group_idx = 0;
-  std::string scope;  // "" (a span), "worker" or "model"
+  std::string scope;  // "" (a span), "worker", "model" or "tenant"
   std::string reason;
+  bool flush = false;  // scope "tenant" only: also reset the owners' prefix caches
 };
 
-/// model and reason are required; a span by token_ids or worker +
-/// block_hash, or a scope. Errors as the other decoders.
+/// reason is required, and exactly one of token_ids, worker + block_hash,
+/// or scope. model is required except with scope "tenant", which needs a
+/// non-empty tenant and takes no token_ids, worker, block_hash, lora_name
+/// or group_idx; flush is allowed with scope "tenant" only. Those rules
+/// judge values, not presence: `"worker": ""`, `"group_idx": 0` and
+/// `"flush": false` are the defaults and pass everywhere. InvalidArgument
+/// naming the field ("$.flush: only with scope tenant"), or
+/// ResourceExhausted past `limits`, as the other decoders.
 Result<InvalidationRequest> DecodeInvalidationRequestJson(std::string_view text,
                                                           const JsonLimits& limits);
 

@@ -50,8 +50,30 @@ struct OwnerProgress {
   int64_t dispatch_seq = -1;                // the worker's stream seq when dispatched
   std::vector<uint64_t> witness_seqs;       // the event seqs that showed the removal
   std::optional<WitnessKind> witness_kind;  // the last event that showed one
+  // A tenant revocation's owner: blocks of the tenant's revoked salts it
+  // held when last looked at, and blocks whose salt cannot be told
+  // (brought back by a restart of kvgov before they were attributed), which
+  // count as residue too: fail-closed.
+  uint64_t residue = 0;
+  uint64_t unattributed = 0;
 
   friend bool operator==(const OwnerProgress&, const OwnerProgress&) = default;
+};
+
+/// What a tenant revocation (a directive of requested scope "tenant") did:
+/// the tenant's salt epochs after it, and when its old blocks became
+/// unreachable and were seen gone (docs/adr/0028).
+struct Revocation {
+  uint64_t all_models_epoch = 0;  // the tenant's epoch for every model, after it
+  uint64_t model_epoch = 0;       // its epoch for Directive::model ("": 0)
+  // When the new epoch was recorded: from then on no salt kvgov forwards or
+  // hands out reaches a block of the tenant's earlier salts.
+  int64_t unreachable_since_ms = 0;
+  bool flush = false;  // the owners' prefix caches are reset too (as for scope "model")
+  // When the residue was seen gone on every owner's stream; 0 until then.
+  int64_t removed_by_ms = 0;
+
+  friend bool operator==(const Revocation&, const Revocation&) = default;
 };
 
 /// An invalidation directive: planned over the residency index, dispatched
@@ -64,14 +86,16 @@ struct Directive {
   std::string failure;
   std::string reason;
   std::string model;
-  std::string tenant;   // whose span, when named by tokens under a tenant; "" otherwise
+  std::string tenant;   // whose span (named by tokens under a tenant), or who is revoked
   std::string subject;  // 64 hex: what the certificate names
   KVEvictionScope scope = KVEvictionScope::kExactSpan;  // as asked
   uint64_t target_count = 0;
   std::vector<OwnerProgress> owners;
   std::string certificate_id;
   int64_t created_ms = 0;
-  int64_t deadline_ms = 0;  // witnessed by then, or failed
+  int64_t deadline_ms = 0;  // witnessed by then, or failed; 0: no deadline
+  // Set for a tenant revocation (then `model` is "" for every model).
+  std::optional<Revocation> revocation;
 
   friend bool operator==(const Directive&, const Directive&) = default;
 };

@@ -102,6 +102,17 @@ struct ClearSeen {
   uint64_t seq = 0;
 };
 
+/// A tenant revocation's residue on `worker`, read from the residency
+/// index after its stream's latest batches: blocks of the tenant's revoked
+/// salts, and blocks whose salt cannot be told. Both at zero witness the
+/// owner (after its flush, when one was asked for).
+struct ResidueSeen {
+  std::string worker;
+  uint64_t residue = 0;
+  uint64_t unattributed = 0;
+  int64_t stream_seq = -1;  // the worker's stream when read: the witness's seq
+};
+
 /// Time passed: a directive not witnessed by its deadline fails.
 struct Tick {};
 
@@ -117,7 +128,7 @@ struct Certified {
 struct DriverResumed {};
 
 using DirectiveEvent = std::variant<CallStarted, CallAnswered, CallFailed, CallsEnded, RemovalSeen,
-                                    ClearSeen, Tick, Certified, DriverResumed>;
+                                    ClearSeen, ResidueSeen, Tick, Certified, DriverResumed>;
 
 /// A directive before planning: what it names and who holds it, resolved
 /// against the residency index by the caller (OwnersOfSpan and friends).
@@ -127,8 +138,11 @@ struct DirectiveDraft {
   std::string model;
   std::string tenant;
   KVEvictionScope scope = KVEvictionScope::kExactSpan;
-  std::string subject;  // DirectiveSubject(...)
+  std::string subject;  // DirectiveSubject(...) or RevocationSubject(...)
   std::vector<OwnerProgress> owners;
+  // A tenant revocation: its owners are the workers holding residue (their
+  // residue and unattributed counts set), and it has no targets to hold.
+  std::optional<Revocation> revocation;
 };
 
 /// Each worker holding a leading part of `span` owns that part.
@@ -145,6 +159,11 @@ std::vector<OwnerProgress> OwnersOfWorkers(std::span<const index::WorkerResidenc
 /// ("", "worker" or "model"), the worker and the span's keys in order.
 std::string DirectiveSubject(std::string_view model, std::string_view requested_scope,
                              std::string_view worker, std::span<const index::BlockKey> span);
+
+/// What a tenant revocation's certificate names: 64 hex over the model
+/// ("" for every model), the tenant and the epochs it advanced to.
+std::string RevocationSubject(std::string_view model, std::string_view tenant,
+                              const Revocation& revocation);
 
 /// True for an owner whose call may not have reached it: planned, or
 /// dispatched without a recorded answer.
@@ -173,7 +192,11 @@ class DirectiveLifecycle {
   /// is planned (its targets held, journaled, every owner to call) with a
   /// deadline of now + the witness timeout; one without is failed
   /// "referee_denied: no resident target" and only journaled. Nothing is
-  /// ever certified for zero targets.
+  /// ever certified for zero targets, but a tenant revocation: its epoch
+  /// took effect whatever was resident, so one with no residue is
+  /// witnessed at once and certified. A revocation without a flush calls
+  /// nobody and has no deadline: it is acknowledged (the epoch is in
+  /// force) and waits for the engines to evict the residue.
   Planned Plan(DirectiveDraft draft, int64_t now_ms) const;
 
   /// Applies one event. An event that does not apply in the directive's
