@@ -86,8 +86,7 @@ void CheckQuarantine(const QuarantineRequest& request) {
 // refused by name, or, for a revocation, decodes to the same request with
 // model "". A revocation written with only the fields it needs (flush and
 // model only when set) decodes to itself too: the rest are defaults.
-void CheckModelOptionalOnlyForARevocation(const InvalidationRequest& request,
-                                          nlohmann::json json) {
+void CheckModelOptionalOnlyForARevocation(const InvalidationRequest& request, nlohmann::json json) {
   json.erase("model");
   const std::string without_model = json.dump();
   const Result<InvalidationRequest> again =
@@ -119,9 +118,9 @@ void CheckInvalidation(const InvalidationRequest& request) {
   CheckUtf8(request.scope, "scope");
   FUZZ_CHECK(!request.reason.empty(), "invalidation without a reason");
   const bool revocation = request.scope == "tenant";
-  FUZZ_CHECK(request.scope.empty() || request.scope == "worker" || request.scope == "model" ||
-                 revocation,
-             "invalidation scope '%s'", request.scope.c_str());
+  FUZZ_CHECK(
+      request.scope.empty() || request.scope == "worker" || request.scope == "model" || revocation,
+      "invalidation scope '%s'", request.scope.c_str());
   const int named = (request.token_ids.empty() ? 0 : 1) + (request.block_hash.has_value() ? 1 : 0) +
                     (request.scope.empty() ? 0 : 1);
   FUZZ_CHECK(named == 1, "invalidation names its span %d ways", named);

@@ -42,13 +42,19 @@ void Write(const fs::path& path, std::string_view bytes) {
   std::printf("%s (%zu bytes)\n", path.c_str(), bytes.size());
 }
 
-Row MakeRow(uint64_t seq, int64_t time_ms, std::string kind, std::string subject,
-            std::string payload, std::string prev_hash) {
+// A format-2 row carries who made the write (`actor`, `origin`); a format-1
+// row, as kvgov wrote them before attribution, has neither.
+Row MakeRow(uint32_t format_version, uint64_t seq, int64_t time_ms, std::string kind,
+            std::string subject, std::string actor, std::string origin, std::string payload,
+            std::string prev_hash) {
   Row row;
+  row.format_version = format_version;
   row.seq = seq;
   row.time_ms = time_ms;
   row.kind = std::move(kind);
   row.subject = std::move(subject);
+  row.actor = std::move(actor);
+  row.origin = std::move(origin);
   row.payload = std::move(payload);
   row.payload_digest = kvgov::Sha256Hex(row.payload);
   row.prev_hash = std::move(prev_hash);
@@ -56,28 +62,38 @@ Row MakeRow(uint64_t seq, int64_t time_ms, std::string kind, std::string subject
   return row;
 }
 
-// docs/formats/journal.md section 6, and the bytes around it that a decoder
-// must refuse.
+// docs/formats/journal.md section 6 (its format-1 vectors, and row 1 of
+// format 2), and the bytes around them that a decoder must refuse.
 void WriteJournalRows(const fs::path& dir) {
-  const Row row1 =
-      MakeRow(1, 1700000000000, "worker.drain", "w1", "{\"drain\":true}", std::string(64, '0'));
+  const Row row1 = MakeRow(1, 1, 1700000000000, "worker.drain", "w1", "", "", "{\"drain\":true}",
+                           std::string(64, '0'));
   if (row1.hash != "f47d7e76dd59e4a9a93379ded263d26de3d2f0fb26ac6f336338141e5724eb90") {
-    Fail("row 1 does not match the journal.md test vector: " + row1.hash);
+    Fail("row 1 does not match the journal.md format-1 test vector: " + row1.hash);
   }
-  const Row row2 = MakeRow(2, -5, "config", "", "{}", row1.hash);
+  const Row row2 = MakeRow(1, 2, -5, "config", "", "", "", "{}", row1.hash);
   if (row2.hash != "ba6a3b43c85c8e02daabb161dfc22f180f75c0224b684ba773f874777c10f299") {
-    Fail("row 2 does not match the journal.md test vector: " + row2.hash);
+    Fail("row 2 does not match the journal.md format-1 test vector: " + row2.hash);
+  }
+  const Row attributed = MakeRow(2, 1, 1700000000000, "worker.drain", "w1", "token:ops", "",
+                                 "{\"drain\":true}", std::string(64, '0'));
+  if (attributed.hash != "c0e1bf0a00ab17ce97fbb41b00d5d703a1b8c89c39b33a42fb3aa4d673a60e57") {
+    Fail("row 1 does not match the journal.md format-2 test vector: " + attributed.hash);
   }
   const std::string encoded1 = kvgov::journal::EncodeRow(row1);
   Write(dir / "row1_worker_drain.bin", encoded1);
   Write(dir / "row2_negative_time.bin", kvgov::journal::EncodeRow(row2));
-  // The smallest row: every field empty (41 bytes).
-  Write(dir / "row_empty_fields.bin", kvgov::journal::EncodeRow(Row{}));
+  Write(dir / "row1_v2_attributed.bin", kvgov::journal::EncodeRow(attributed));
+  // The smallest row: format 1, every field empty (41 bytes).
+  Row empty;
+  empty.format_version = 1;
+  Write(dir / "row_empty_fields.bin", kvgov::journal::EncodeRow(empty));
   Write(dir / "invalid_truncated.bin", encoded1.substr(0, encoded1.size() - 1));
   Write(dir / "invalid_trailing_byte.bin", encoded1 + '\0');
+  // A format-1 body under the format-2 version byte: actor and origin are
+  // missing, so the lengths that follow are misread.
   std::string version2 = encoded1;
   version2[0] = '\x02';
-  Write(dir / "invalid_version_2.bin", version2);
+  Write(dir / "invalid_v1_fields_under_version_2.bin", version2);
   std::string long_field = encoded1;
   long_field[20] = '\x7f';  // the low byte of kind's length: past the end
   Write(dir / "invalid_field_past_end.bin", long_field);

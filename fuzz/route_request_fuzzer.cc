@@ -5,6 +5,9 @@
 // out as plain JSON decodes to the same request); small limits only ever
 // refuse; and the one-pass decoder (src/codec/route_request_fast.h) never
 // accepts what the schema path refuses, or decodes it differently.
+// The same bytes also go to DecodeRouteDoneJson (the body of POST
+// /v1/route/{id}/done): a decoded usage has counts in range and no more
+// cached tokens than prompt tokens.
 
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +62,23 @@ void CheckOnePass(std::string_view text, const JsonLimits& limits) {
   FUZZ_CHECK(SameRequest(*fast, *schema), "the one pass and the schema path decoded differently");
 }
 
+bool SameDone(const RouteDoneReport& a, const RouteDoneReport& b) {
+  if (a.usage.has_value() != b.usage.has_value()) return false;
+  return !a.usage.has_value() || (a.usage->prompt_tokens == b.usage->prompt_tokens &&
+                                  a.usage->cached_tokens == b.usage->cached_tokens);
+}
+
+void CheckDone(const RouteDoneReport& report) {
+  if (!report.usage.has_value()) return;
+  const EngineUsage& usage = *report.usage;
+  FUZZ_CHECK(usage.prompt_tokens >= 0 && usage.prompt_tokens <= (int64_t{1} << 31) - 1,
+             "prompt_tokens out of range: %lld", static_cast<long long>(usage.prompt_tokens));
+  FUZZ_CHECK(usage.cached_tokens >= 0 && usage.cached_tokens <= usage.prompt_tokens,
+             "cached_tokens %lld with prompt_tokens %lld",
+             static_cast<long long>(usage.cached_tokens),
+             static_cast<long long>(usage.prompt_tokens));
+}
+
 }  // namespace
 }  // namespace kvgov::fuzz
 
@@ -82,5 +102,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckOnePass(text, defaults);
   CheckOnePass(text, small);
   CheckLimitsAgree(full, bounded, SameRequest);
+
+  const Result<RouteDoneReport> done = DecodeRouteDoneJson(text, defaults);
+  const Result<RouteDoneReport> done_bounded = DecodeRouteDoneJson(text, small);
+  const auto check_done = [&](const Result<RouteDoneReport>& result, const JsonLimits& limits) {
+    if (result.ok()) {
+      CheckDone(*result);
+    } else {
+      CheckJsonFailure(result.status(), text, limits);
+    }
+  };
+  check_done(done, defaults);
+  check_done(done_bounded, small);
+  CheckLimitsAgree(done, done_bounded, SameDone);
   return 0;
 }

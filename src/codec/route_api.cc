@@ -212,7 +212,12 @@ Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const Jso
 
 Result<RouteDoneReport> DecodeRouteDoneJson(std::string_view text, const JsonLimits& limits) {
   RouteDoneReport report;
-  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return report;
+  // Nothing but blanks releases only; past the size limit even blanks are
+  // refused as any oversized body is.
+  if (text.size() <= limits.max_bytes &&
+      text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return report;
+  }
   KVGOV_ASSIGN_OR_RETURN(
       codec_internal::RouteDoneBody body,
       codec_internal::DecodeDocument<codec_internal::RouteDoneBody>(text, limits, "route codec"));

@@ -155,34 +155,48 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
   SendJson(response, 200, {{"accepted", accepted}, {"rejected", std::move(rejected)}});
 }
 
-// A tenant-bound caller (fleet_view false) sees ids, models and health:
-// block counts and stream statistics are aggregates over every tenant.
-// The handler of a POST that takes no body, so that `curl -X POST URL`
-// works: cpp-httplib otherwise reads a POST's body before routing and, with
+// A POST whose body is optional, so that `curl -X POST URL` works:
+// cpp-httplib otherwise reads a POST's body before routing and, with
 // neither Content-Length nor chunked encoding, refuses it as malformed. A
-// body that is sent anyway is read (up to the body limit) and ignored, so a
-// kept-alive connection stays in step.
-httplib::Server::HandlerWithContentReader WithoutBody(size_t max_body_bytes, Handler handler) {
-  return [max_body_bytes, handler = std::move(handler)](const httplib::Request& request,
-                                                        httplib::Response& response,
-                                                        const httplib::ContentReader& read_body) {
-    if (request.has_header("Content-Length") || request.has_header("Transfer-Encoding")) {
-      size_t length = 0;
-      const bool read = read_body([&](const char*, size_t n) {
-        length += n;
-        return length <= max_body_bytes;
-      });
-      if (!read) {
-        return SendError(response, 413,
-                         Status::ResourceExhausted("the body is over the limit of " +
-                                                   std::to_string(max_body_bytes) +
-                                                   " bytes; this route takes none"));
-      }
+// body that is sent is read (up to the body limit), so a kept-alive
+// connection stays in step, and, when `keep`, handed to the handler as the
+// request's.
+httplib::Server::HandlerWithContentReader WithOptionalBody(size_t max_body_bytes, Handler handler,
+                                                           bool keep) {
+  return [max_body_bytes, keep, handler = std::move(handler)](
+             const httplib::Request& request, httplib::Response& response,
+             const httplib::ContentReader& read_body) {
+    if (!request.has_header("Content-Length") && !request.has_header("Transfer-Encoding")) {
+      return handler(request, response);
     }
-    handler(request, response);
+    std::string body;
+    size_t length = 0;
+    const bool read = read_body([&](const char* data, size_t n) {
+      length += n;
+      if (length > max_body_bytes) return false;
+      if (keep) body.append(data, n);
+      return true;
+    });
+    if (!read) {
+      return SendError(response, 413,
+                       Status::ResourceExhausted("the body is over the limit of " +
+                                                 std::to_string(max_body_bytes) + " bytes" +
+                                                 (keep ? "" : "; this route takes none")));
+    }
+    if (!keep) return handler(request, response);
+    httplib::Request with_body = request;
+    with_body.body = std::move(body);
+    handler(with_body, response);
   };
 }
 
+// A POST that takes no body: one sent anyway is read and ignored.
+httplib::Server::HandlerWithContentReader WithoutBody(size_t max_body_bytes, Handler handler) {
+  return WithOptionalBody(max_body_bytes, std::move(handler), /*keep=*/false);
+}
+
+// A tenant-bound caller (fleet_view false) sees ids, models and health:
+// block counts and stream statistics are aggregates over every tenant.
 void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet_view) {
   std::map<std::string, transport::StreamView> streams;
   if (daemon.ingest) {
@@ -490,11 +504,14 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   };
   // Done may carry the engine's usage: the only /v1/route saving counted.
   http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
-            Guard(daemon, Role::kRoute,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                    HandleRouteDone(daemon, request, response, caller);
-                  }));
+            WithOptionalBody(daemon.options.max_body_bytes,
+                             Guard(daemon, Role::kRoute,
+                                   [&daemon](const httplib::Request& request,
+                                             httplib::Response& response,
+                                             const auth::Principal& caller) {
+                                     HandleRouteDone(daemon, request, response, caller);
+                                   }),
+                             /*keep=*/true));
   http.Post(R"(/v1/route/([0-9a-f]{32})/prefilled)",
             decision_step(&router::Router::Prefilled, "decoding"));
   auto set_drain = [&daemon](bool draining) {

@@ -207,9 +207,35 @@ TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="routed"} 1)"), std::string::npos);
   EXPECT_NE(metrics.find("kvgov_route_overlap_blocks_count 1"), std::string::npos);
+  // The credited overlap is a prediction, never a saving (ADR 0028).
+  EXPECT_NE(metrics.find(R"(kvgov_route_predicted_tokens_total{model="llama",tenant="none"} 8)"),
+            std::string::npos);
+  EXPECT_EQ(metrics.find(R"(direction="route")"), std::string::npos);
+
+  // Done with the engine's usage: that, and only that, counts as saved, and
+  // the prediction is scored against it.
+  const Json again = Json::parse(
+      client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12]})",
+                    "application/json")
+          ->body);
+  const std::string reported = "/v1/route/" + again["decision_id"].get<std::string>() + "/done";
+  httplib::Result bad = client_->Post(
+      reported, R"({"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":16}}})",
+      "application/json");
+  ASSERT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("more than prompt_tokens"), std::string::npos) << bad->body;
+  httplib::Result accounted = client_->Post(
+      reported, R"({"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":4}}})",
+      "application/json");
+  ASSERT_EQ(accounted->status, 200) << accounted->body;
+  EXPECT_EQ(Json::parse(accounted->body)["accounted"], true);
+  metrics = Metrics();
   EXPECT_NE(metrics.find(R"(kvgov_cache_events_total{source="ride_engine",plane="kv_transfer",)"
                          R"(direction="route",outcome="ok"} 1)"),
             std::string::npos);
+  EXPECT_NE(metrics.find(R"(kvgov_gateway_predictions_total{worker="w1",outcome="over"} 1)"),
+            std::string::npos)
+      << metrics;  // 8 predicted, 4 reported
 
   // The same prompt with its ids in the compact form routes the same way.
   httplib::Result compact = client_->Post(
@@ -442,10 +468,17 @@ TEST_F(HttpApiTest, QuarantineStopsCreditAndIsJournaled) {
   ASSERT_EQ(quarantined->status, 200) << quarantined->body;
   EXPECT_EQ(Json::parse(quarantined->body)["blocks"], 1);
 
-  // The quarantined first block stops credit for everything after it too.
+  // The quarantined first block stops credit for everything after it too,
+  // and a prompt crossing it goes out under a diverted salt, only to an
+  // engine proven to key by it: w1's events never showed a salt.
   Json route = RouteTo(*client_, tokens);
   EXPECT_EQ(route["overlap_blocks"], 0);
-  EXPECT_EQ(route["verdict"]["kind"], "quarantine");
+  EXPECT_EQ(route["worker"], "");
+  EXPECT_EQ(route["candidates"][0]["reason"], "salt_unverified");
+  EXPECT_TRUE(route["cache_salt"].get<std::string>().find('.') != std::string::npos)
+      << route.dump();
+  EXPECT_NE(Metrics().find(R"(kvgov_quarantine_diversions_total{model="llama",tenant="none"} 1)"),
+            std::string::npos);
   EXPECT_EQ(GetJson("/v1/quarantines")["quarantines"][0]["reason"], "poisoned tool output");
   bool journaled = false;
   Json journal = GetJson("/v1/journal?since=1&limit=100");

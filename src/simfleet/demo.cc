@@ -416,11 +416,15 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                               after["verdict"].value("reason", "");
   std::fprintf(out,
                "  quarantine    tenant-0's system prompt (%llu blocks): on %s it earned %llu "
-               "blocks of credit before, %llu after (%s)\n",
+               "blocks of credit before, %llu after (%s)%s\n",
                static_cast<unsigned long long>(result.quarantined_blocks), holder.c_str(),
                static_cast<unsigned long long>(before.value("overlap_blocks", uint64_t{0})),
                static_cast<unsigned long long>(after.value("overlap_blocks", uint64_t{0})),
-               result.quarantine_verdict.c_str());
+               result.quarantine_verdict.c_str(),
+               after["verdict"].value("reason", "") == "diverted"
+                   ? ";\n                its requests now go out under a diverted salt, so no "
+                     "engine reuses the quarantined KV"
+                   : "");
 
   // Then have its owners delete it, with proof.
   KVGOV_ASSIGN_OR_RETURN(

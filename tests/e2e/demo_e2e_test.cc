@@ -69,7 +69,8 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
       << figures.dump(2);
   EXPECT_LE(figures["live_hit_rate"].get<double>(), 1.0);
   EXPECT_GT(figures["quarantined_blocks"].get<uint64_t>(), 0u);
-  EXPECT_EQ(figures["quarantine_verdict"], "quarantine/taint_denied");
+  // The engine is kept from the span, not only kvgov's credit (ADR 0028).
+  EXPECT_EQ(figures["quarantine_verdict"], "quarantine/diverted");
   EXPECT_EQ(figures["invalidation_state"], "certified");
   EXPECT_TRUE(figures["certificate_verified"].get<bool>());
   EXPECT_TRUE(figures["lease_credited_while_active"].get<bool>());

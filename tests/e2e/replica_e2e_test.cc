@@ -379,6 +379,44 @@ TEST_F(ReplicaE2ETest, OneGovernanceStateAcrossReplicas) {
   EXPECT_EQ(control_.calls(), 1);
 }
 
+// A revocation made on one replica changes the salt every replica gives
+// the tenant, and a quarantine made on one diverts on the others (docs/adr/
+// 0028): what the gateway forwards and /v1/route hands out is the same
+// code, so /v1/route's answer stands for both.
+TEST_F(ReplicaE2ETest, RevocationsAndDiversionsHoldOnEveryReplica) {
+  const Json acme = {{"model", "llama"}, {"tenant", "acme"}, {"token_ids", Tokens(8, 500)}};
+  auto salt_on = [&](int i) { return Post(r(i), "/v1/route", acme).json().value("cache_salt", ""); };
+  const std::string before = salt_on(1);
+  ASSERT_EQ(before.size(), 32u) << before;
+  ASSERT_EQ(salt_on(2), before);
+
+  Reply revoked = Post(r(0), "/v1/invalidations",
+                       {{"scope", "tenant"}, {"tenant", "acme"}, {"reason", "offboarded"}});
+  ASSERT_EQ(revoked.status, 202) << revoked.body << r(0).Stderr();
+  const std::string after = salt_on(0);
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after.substr(0, 16), before.substr(0, 16));  // the tenant's tag stays
+  for (int i : {1, 2}) {
+    EXPECT_TRUE(WaitFor([&] { return salt_on(i) == after; })) << "r" << i << r(i).Stderr();
+  }
+  EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
+
+  // A quarantine of acme's span, made on r0: r1 and r2 divert acme's
+  // requests crossing it. Nothing has proven the fake engine keys by salt,
+  // so the diverted route is refused there, naming why.
+  Json quarantine = acme;
+  quarantine["reason"] = "poisoned_kv";
+  ASSERT_EQ(Post(r(0), "/v1/quarantine", quarantine).status, 200);
+  for (int i : {1, 2}) {
+    Reply diverted;
+    EXPECT_TRUE(WaitFor([&] {
+      diverted = Post(r(i), "/v1/route", acme);
+      return diverted.status == 503;
+    })) << "r" << i << ": " << diverted.status << " " << diverted.body;
+    EXPECT_NE(diverted.body.find("salt_unverified"), std::string::npos) << diverted.body;
+  }
+}
+
 TEST_F(ReplicaE2ETest, KilledDispatcherIsTakenOver) {
   // r0 is still waiting for the owner's first answer when it dies.
   control_.DelayFirstReset(milliseconds(2000));

@@ -87,11 +87,16 @@ class RoutingTest(DaemonTestCase):
         # Quarantine the first block: it and every block extending it lose credit.
         answer = self.client.quarantine("m", "poisoned prefix", token_ids=tokens[:BLOCK])
         self.assertEqual((answer["blocks"], answer["reason"]), (1, "poisoned prefix"))
-        decision = self.route("m", tokens, workers=["w1"])
-        self.assertEqual(decision.overlap_blocks, 0)
-        self.assertEqual(decision.candidates[0]["resident_blocks"], 3)
-        self.assertEqual((decision.verdict.kind, decision.verdict.reason),
-                         ("quarantine", "taint_denied"))
+        # A prompt crossing it goes out under a diverted salt, and only to an
+        # engine proven to key by the salt: w1 never showed one, so none.
+        with self.assertRaises(KvgovError) as refused:
+            self.route("m", tokens, workers=["w1"])
+        self.assertEqual(refused.exception.status, 503)
+        candidate = refused.exception.body["candidates"][0]
+        # Keyed under the diverted salt, nothing of the poisoned copy matches.
+        self.assertEqual((candidate["overlap_blocks"], candidate["resident_blocks"]), (0, 0))
+        self.assertEqual(candidate["reason"], "salt_unverified")
+        self.assertIn(".", refused.exception.body["cache_salt"])
         self.assertIn(answer["id"], [q["id"] for q in self.client.quarantines()])
         self.assertGreaterEqual(self.metric("kvgov_quarantined_blocks"), 1)
         kinds = [row["kind"] for row in self.client.journal(limit=1000)["rows"]]
