@@ -61,7 +61,7 @@ router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
 void GovernanceGate::Quarantine(std::string_view id, std::span<const index::BlockKey> keys) {
   std::unique_lock lock(mu_);
   if (quarantines_.contains(id)) return;
-  std::vector<index::BlockKey>& named = quarantines_[std::string(id)];
+  std::vector<index::BlockKey>& named = quarantines_[std::string(id)].keys;
   named.assign(keys.begin(), keys.end());
   // A key named twice by one quarantine is counted once.
   std::sort(named.begin(), named.end());
@@ -74,7 +74,7 @@ bool GovernanceGate::Lift(std::string_view id) {
   std::unique_lock lock(mu_);
   auto it = quarantines_.find(id);
   if (it == quarantines_.end()) return false;
-  for (index::BlockKey key : it->second) {
+  for (index::BlockKey key : it->second.keys) {
     if (auto counted = quarantined_.find(key); counted != quarantined_.end() && --counted->second <= 0) {
       quarantined_.erase(counted);
     }
@@ -98,13 +98,28 @@ std::vector<std::string> GovernanceGate::QuarantinesCrossed(
     if (!quarantined_.contains(key)) continue;
     // Few quarantines are in force at once; the walk runs only for a
     // prompt that does cross one.
-    for (const auto& [id, keys] : quarantines_) {
-      if (std::binary_search(keys.begin(), keys.end(), key)) crossed.push_back(id);
+    for (const auto& [id, entry] : quarantines_) {
+      if (std::binary_search(entry.keys.begin(), entry.keys.end(), key)) crossed.push_back(id);
     }
   }
   std::sort(crossed.begin(), crossed.end());
   crossed.erase(std::unique(crossed.begin(), crossed.end()), crossed.end());
   return crossed;
+}
+
+void GovernanceGate::CountDiverted(std::span<const std::string> ids) const {
+  std::shared_lock lock(mu_);
+  for (const std::string& id : ids) {
+    if (auto it = quarantines_.find(id); it != quarantines_.end()) {
+      it->second.diverted.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+uint64_t GovernanceGate::Diverted(std::string_view id) const {
+  std::shared_lock lock(mu_);
+  auto it = quarantines_.find(id);
+  return it == quarantines_.end() ? 0 : it->second.diverted.load(std::memory_order_relaxed);
 }
 
 size_t GovernanceGate::quarantined_blocks() const {

@@ -141,7 +141,14 @@ TEST(GovernanceGateTest, QuarantinesCrossedNamesEveryQuarantineOfTheChainInOrder
   EXPECT_EQ(gate.QuarantinesCrossed(chain), (std::vector<std::string>{"q-early", "q-late"}));
   const std::vector<index::BlockKey> prefix = {1};
   EXPECT_TRUE(gate.QuarantinesCrossed(prefix).empty());
+  const std::vector<std::string> both = {"q-early", "q-late", "q-gone"};
+  gate.CountDiverted(both);
+  gate.CountDiverted(std::span(both).first(1));
+  EXPECT_EQ(gate.Diverted("q-early"), 2u);
+  EXPECT_EQ(gate.Diverted("q-late"), 1u);
+  EXPECT_EQ(gate.Diverted("q-gone"), 0u);
   ASSERT_TRUE(gate.Lift("q-early"));
+  EXPECT_EQ(gate.Diverted("q-early"), 0u);
   EXPECT_EQ(gate.QuarantinesCrossed(chain), (std::vector<std::string>{"q-late"}));
   ASSERT_TRUE(gate.Lift("q-late"));
   ASSERT_TRUE(gate.Lift("q-elsewhere"));

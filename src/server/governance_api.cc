@@ -775,6 +775,8 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                          if (json.is_object() && VisibleTo(caller, json.value("tenant", ""))) {
                            json["blocks"] = json["keys"].size();
                            json.erase("keys");
+                           json["diverted_requests"] =
+                               daemon.gate.Diverted(json.value("id", ""));
                            out.push_back(std::move(json));
                          }
                          return true;

@@ -64,6 +64,7 @@ Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request) {
                                        request.token_ids));
   if (salt.diverted()) {
     request.salt_must_be_honoured = true;
+    daemon.gate.CountDiverted(salt.diverted_by);
     daemon.route_metrics.diversions
         ->WithLabels({request.model, request.tenant.empty() ? "none" : request.tenant})
         ->Inc();

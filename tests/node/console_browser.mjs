@@ -138,6 +138,13 @@ try {
   const quarantine = await api(fleetToken, '/v1/quarantine', { model: 'llama', token_ids: prompt, reason: 'console test' });
   assert.equal(quarantine.status, 200, JSON.stringify(quarantine.json));
   await page.waitForSelector(`#quarantines tr[data-quarantine="${quarantine.json.id}"]`, WAIT);
+  // A route crossing it is diverted (ADR 0028), and the row counts it.
+  await api(fleetToken, '/v1/route', { model: 'llama', token_ids: prompt });
+  await page.waitForSelector(`#quarantines tr[data-quarantine="${quarantine.json.id}"] td[data-diverted="1"]`, WAIT);
+  // A tenant's revocation is listed as one, with what it waits for.
+  const revocation = await api(fleetToken, '/v1/invalidations', { scope: 'tenant', tenant: 'console-gone', reason: 'console revocation' });
+  assert.equal(revocation.status, 202, JSON.stringify(revocation.json));
+  await page.waitForSelector(`#directives tr[data-directive="${revocation.json.id}"] td[data-revocation="console-gone"]`, WAIT);
   const directive = await api(fleetToken, '/v1/invalidations', { model: 'llama', token_ids: await tokenize(promptWords), reason: 'console test' });
   assert.equal(directive.status, 202, JSON.stringify(directive.json));
   const certifiedRow = `#directives tr[data-directive="${directive.json.id}"][data-state="certified"]`;

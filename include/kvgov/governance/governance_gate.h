@@ -44,6 +44,12 @@ class GovernanceGate : public router::SpanGate {
   /// in any engine (docs/adr/0028). Takes no lock while nothing is
   /// quarantined.
   std::vector<std::string> QuarantinesCrossed(std::span<const index::BlockKey> chain) const;
+  /// A request crossing `ids` was sent under a diverted salt. Ids no longer
+  /// in force are skipped.
+  void CountDiverted(std::span<const std::string> ids) const;
+  /// Requests diverted by quarantine `id` since this process started (or
+  /// since the quarantine was applied); 0 for an id not in force.
+  uint64_t Diverted(std::string_view id) const;
   size_t quarantined_blocks() const;
 
   /// Blocks under a pending invalidation earn no credit on their worker
@@ -95,7 +101,12 @@ class GovernanceGate : public router::SpanGate {
   // Whether any quarantine is in force; written like holds_anything_.
   std::atomic<bool> holds_quarantines_{false};
   // id -> its keys; key -> how many quarantines in force name it.
-  std::map<std::string, std::vector<index::BlockKey>, std::less<>> quarantines_;  // guarded by mu_
+  struct QuarantineEntry {
+    std::vector<index::BlockKey> keys;  // sorted, unique
+    // Counted by route calls, which hold mu_ shared only.
+    mutable std::atomic<uint64_t> diverted{0};
+  };
+  std::map<std::string, QuarantineEntry, std::less<>> quarantines_;  // guarded by mu_
   std::unordered_map<index::BlockKey, int> quarantined_;                         // guarded by mu_
   std::map<std::string, Lease, std::less<>> leases_;         // guarded by mu_
   std::map<std::string, WorkerRules, std::less<>> workers_;  // guarded by mu_

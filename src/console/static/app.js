@@ -298,6 +298,7 @@ function quarantineRow(quarantine) {
     el("td", { text: quarantine.model }),
     el("td", { text: quarantine.tenant || "(fleet)" }),
     el("td", { text: quarantine.blocks }),
+    el("td", { "data-diverted": quarantine.diverted_requests, text: quarantine.diverted_requests }),
     el("td", { text: quarantine.reason }),
     el("td", { text: isoTime(quarantine.created_ms) }));
 }
@@ -352,13 +353,22 @@ function directiveRow(directive) {
       " ",
       el("button", { type: "button", onclick: () => downloadCertificate(directive.certificate_id), text: "Download" }))
     : "";
+  // A revocation's owners wait for their residue (blocks of the revoked
+  // salts, and blocks whose salt cannot be told) to be evicted.
+  const residue = (owner) => directive.revocation && owner.state !== "witnessed"
+    ? " residue " + (owner.residue + owner.unattributed) : "";
   const owners = (directive.owners || []).map((owner) => owner.worker + " " + owner.state +
-    (owner.attempts ? " (" + owner.attempts + (owner.attempts === 1 ? " call)" : " calls)") : "")).join(", ");
+    (owner.attempts ? " (" + owner.attempts + (owner.attempts === 1 ? " call)" : " calls)") : "") +
+    residue(owner)).join(", ");
+  const reason = directive.revocation
+    ? "revokes tenant " + directive.tenant + (directive.model ? " on " + directive.model : "") +
+      ": " + directive.reason
+    : directive.reason;
   return el("tr", { "data-directive": directive.id, "data-state": directive.state },
     el("th", { scope: "row", text: short(directive.id) }),
     el("td", {}, directivePath(directive)),
     el("td", { text: owners }),
-    el("td", { text: directive.reason }),
+    el("td", { "data-revocation": directive.revocation ? directive.tenant : "", text: reason }),
     el("td", {}, certificate));
 }
 
