@@ -92,7 +92,7 @@ bool GovernanceGate::IsQuarantined(index::BlockKey key) const {
 std::vector<std::string> GovernanceGate::QuarantinesCrossed(
     std::span<const index::BlockKey> chain) const {
   std::vector<std::string> crossed;
-  if (!holds_quarantines_.load(std::memory_order_acquire)) return crossed;
+  if (!HoldsQuarantines()) return crossed;
   std::shared_lock lock(mu_);
   for (index::BlockKey key : chain) {
     if (!quarantined_.contains(key)) continue;

@@ -188,6 +188,7 @@ Result<Directive> InvalidationManager::CreateRevocation(const InvalidationReques
       return Status::NotFound("model: no registered worker serves '" + request.model + "'");
     }
   }
+  std::lock_guard revoking(revoke_mu_);
   const router::SaltEpochs::TenantEpochs next =
       daemon_->salt_epochs.Advanced(request.tenant, request.model);
   governance::DirectiveDraft draft;

@@ -157,6 +157,8 @@ class InvalidationManager {
   int64_t next_claim_round_ms_ = 0;                 // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::atomic<bool> cancel_{false};
+  // Serializes revocations: each advances the epoch it read by exactly one.
+  std::mutex revoke_mu_;
   std::thread thread_;
 };
 

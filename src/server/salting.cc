@@ -38,7 +38,7 @@ Result<RequestSalt> SaltForPrompt(const Daemon& daemon, std::string_view tenant,
                                   std::string_view model, std::string_view lora_name,
                                   std::span<const int64_t> tokens) {
   RequestSalt out{CurrentTenantSalt(daemon, tenant, model), {}};
-  if (daemon.gate.quarantined_blocks() == 0) return out;
+  if (!daemon.gate.HoldsQuarantines()) return out;  // most requests: no chain to key
   const int64_t block_size = BlockSizeOf(daemon, model);
   if (block_size <= 0) return out;  // the router answers for an unknown model
   const std::string ordinary = out.salt;

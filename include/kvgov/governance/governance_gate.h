@@ -39,6 +39,8 @@ class GovernanceGate : public router::SpanGate {
   /// quarantine names them. False for an id not in force.
   bool Lift(std::string_view id);
   bool IsQuarantined(index::BlockKey key) const;
+  /// Whether any quarantine is in force; takes no lock.
+  bool HoldsQuarantines() const { return holds_quarantines_.load(std::memory_order_acquire); }
   /// The ids of the quarantines in force that name any block of `chain`,
   /// sorted: the request whose prompt this is must not reach those blocks
   /// in any engine (docs/adr/0028). Takes no lock while nothing is
