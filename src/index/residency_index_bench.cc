@@ -28,9 +28,11 @@ constexpr int64_t kBlockSize = 16;
 // One engine's worth of BlockStored events: `chains` prefixes of `depth`
 // blocks each, with random engine hashes as vLLM without PYTHONHASHSEED.
 // Tokens count up from `first_token`: engines given the same one hold the
-// same prefixes.
+// same prefixes. With `tenants` > 0, chain c is salted with tenant
+// c % tenants's salt on its first block, as vLLM publishes it (extra_keys),
+// so the index keeps its lineage (ResidencyIndex::Residue).
 std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed,
-                                    int64_t first_token = 1) {
+                                    int64_t first_token = 1, int tenants = 0) {
   std::mt19937_64 rng(seed);
   std::vector<BlockStored> events;
   int64_t next_token = first_token;
@@ -42,6 +44,7 @@ std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed,
       stored.block_hashes.push_back(rng());
       for (int t = 0; t < kBlockSize; ++t) stored.token_ids.push_back(next_token++);
     }
+    if (tenants > 0) stored.extra_keys = {"[\"salt-" + std::to_string(c % tenants) + "\"]"};
     events.push_back(std::move(stored));
   }
   return events;
@@ -55,9 +58,12 @@ size_t HeapInUse() {
   return info.uordblks + info.hblkhd;
 }
 
+// Arg 0: blocks a chain. Arg 1: tenants salting the chains (0: unsalted;
+// a salted chain's refs also get a lineage entry).
 void BM_ApplyBlockStored(benchmark::State& state) {
   const int depth = static_cast<int>(state.range(0));
-  std::vector<BlockStored> events = MakeChains(1024, depth, 1);
+  std::vector<BlockStored> events =
+      MakeChains(1024, depth, 1, 1, static_cast<int>(state.range(1)));
   for (auto _ : state) {
     state.PauseTiming();
     ResidencyIndex index;
@@ -70,7 +76,38 @@ void BM_ApplyBlockStored(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(state.iterations() * 1024 * depth),
                          benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_ApplyBlockStored)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ApplyBlockStored)
+    ->Args({1, 0})
+    ->Args({16, 0})
+    ->Args({1, 64})
+    ->Args({16, 64})
+    ->Unit(benchmark::kMillisecond);
+
+// A revocation's residue over one worker of 1,048,576 salted blocks (64
+// tenants), a sixteenth of them offloaded to DRAM too: the count a
+// directive re-reads every tick (Arg 0), and the by-tier walk GET
+// /v1/invalidations/{id} makes (Arg 1; blocks all in one tier skip it).
+void BM_Residue(benchmark::State& state) {
+  const bool by_tier = state.range(0) != 0;
+  const std::vector<BlockStored> events = MakeChains(1 << 16, 16, 5, 1, 64);
+  ResidencyIndex index;
+  (void)index.AddWorker("w1", "llama", kBlockSize, uint64_t{1} << 20);
+  for (const BlockStored& event : events) (void)index.Apply("w1", event);
+  for (size_t c = 0; c < events.size(); c += 16) {
+    BlockStored offloaded = events[c];
+    offloaded.medium = "CPU";
+    (void)index.Apply("w1", offloaded);
+  }
+  uint64_t matched = 0;
+  for (auto _ : state) {
+    const std::vector<LineageResidue> residue = index.Residue(
+        [](std::string_view root) { return root == "[\"salt-7\"]"; }, by_tier);
+    matched = residue.empty() ? 0 : residue.front().matched_refs;
+    benchmark::DoNotOptimize(residue);
+  }
+  state.counters["matched_blocks"] = static_cast<double>(matched);
+}
+BENCHMARK(BM_Residue)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 // Ingest of two engines' streams on two threads (as ZmqIngest runs them,
 // a thread a stream), into one lock and into two shards (docs/adr/0027),
@@ -183,8 +220,8 @@ BENCHMARK(BM_RequestChain);
 // the blocks come. With `shards` > 1 the workers alternate between shards,
 // each of which keeps its own slot for every key (docs/adr/0027).
 void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool declare_pool,
-                         size_t shards) {
-  const std::vector<BlockStored> events = MakeChains(blocks / 16, 16, 3);
+                         size_t shards, int tenants = 0) {
+  const std::vector<BlockStored> events = MakeChains(blocks / 16, 16, 3, 1, tenants);
   for (auto _ : state) {
     const size_t before = HeapInUse();
     auto index = std::make_unique<ResidencyIndex>(BlockKeyHasher(), shards);
@@ -202,17 +239,19 @@ void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool 
 }
 
 // 1,048,576 blocks on each of Arg workers.
-// Arg 1: 1 = the pool declared. Arg 2: the index's shards.
+// Arg 1: 1 = the pool declared. Arg 2: the index's shards. Arg 3: tenants
+// salting the chains (0: unsalted), whose refs carry a lineage entry.
 void BM_MemoryPerResidentPair(benchmark::State& state) {
   MeasureBytesPerPair(state, static_cast<int>(state.range(0)), 1 << 20, state.range(1) != 0,
-                      static_cast<size_t>(state.range(2)));
+                      static_cast<size_t>(state.range(2)), static_cast<int>(state.range(3)));
 }
 BENCHMARK(BM_MemoryPerResidentPair)
-    ->Args({1, 0, 1})
-    ->Args({2, 0, 1})
-    ->Args({1, 1, 1})
-    ->Args({2, 1, 1})
-    ->Args({2, 1, 2})
+    ->Args({1, 0, 1, 0})
+    ->Args({2, 0, 1, 0})
+    ->Args({1, 1, 1, 0})
+    ->Args({2, 1, 1, 0})
+    ->Args({2, 1, 2, 0})
+    ->Args({1, 1, 1, 64})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
