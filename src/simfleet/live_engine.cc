@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -41,13 +44,164 @@ constexpr size_t kMaxParamBytes = 1024;
 // engine does not know yet.
 constexpr std::chrono::milliseconds kBootstrapRetry{10};
 
+// The error types vLLM's server writes: "BadRequestError" for what its
+// serving layer refuses (create_error_response's default; a
+// VLLMValidationError also names its param), "Bad Request" (the status
+// phrase, param null) for a body its request models cannot parse, which
+// FastAPI raises as a RequestValidationError.
+constexpr const char* kBadRequestError = "BadRequestError";
+constexpr const char* kRequestValidation = "Bad Request";
+
+// OpenAI's error shape, which vLLM's server also uses. An empty `param` is
+// null.
 void SendError(httplib::Response& response, int status, const std::string& message,
-               const char* type = "invalid_request_error") {
-  // OpenAI's error shape, which vLLM's server also uses.
+               const char* type = kBadRequestError, std::string_view param = {}) {
   response.status = status;
+  const Json param_json = param.empty() ? Json() : Json(std::string(param));
   response.set_content(
-      Json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(),
+      Json{{"error",
+            {{"message", message}, {"type", type}, {"param", param_json}, {"code", status}}}}
+          .dump(),
       "application/json");
+}
+
+// vLLM reads a body with pydantic in lax mode (its OpenAIBaseModel sets no
+// strict config), so a value of a near type is converted rather than
+// refused: "4" or 4.0 for an int, "yes" or 1 for a bool. What cannot be
+// converted is a RequestValidationError (400, kRequestValidation). These
+// follow pydantic's lax rules for the fields the simulator reads; each
+// error names the field, with pydantic's wording.
+
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Pydantic's lax int from a string: whitespace around, a sign, digits with
+// single underscores between them, and a fraction of zeros ("1_000.0").
+// nullopt when it is none, or outside int64.
+std::optional<int64_t> ParseIntString(std::string_view text) {
+  while (!text.empty() && IsAsciiSpace(text.front())) text.remove_prefix(1);
+  while (!text.empty() && IsAsciiSpace(text.back())) text.remove_suffix(1);
+  bool negative = false;
+  if (!text.empty() && (text.front() == '+' || text.front() == '-')) {
+    negative = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  if (const size_t dot = text.find('.'); dot != std::string_view::npos) {
+    const std::string_view fraction = text.substr(dot + 1);
+    if (fraction.empty() || fraction.find_first_not_of('0') != std::string_view::npos) {
+      return std::nullopt;
+    }
+    text = text.substr(0, dot);
+  }
+  if (text.empty() || text.front() == '_' || text.back() == '_') return std::nullopt;
+  uint64_t magnitude = 0;
+  char previous = 0;
+  for (const char c : text) {
+    if (c == '_') {
+      if (previous == '_') return std::nullopt;
+    } else if (c >= '0' && c <= '9') {
+      const uint64_t digit = static_cast<uint64_t>(c - '0');
+      if (magnitude > (uint64_t{1} << 63) / 10 || magnitude * 10 + digit > (uint64_t{1} << 63)) {
+        return std::nullopt;
+      }
+      magnitude = magnitude * 10 + digit;
+    } else {
+      return std::nullopt;
+    }
+    previous = c;
+  }
+  if (!negative && magnitude > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+  return negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+}
+
+// An optional int field (`int | None`): nullopt when absent or null.
+Result<std::optional<int64_t>> LaxInt(const Json& body, const char* name) {
+  const auto value = body.find(name);
+  if (value == body.end() || value->is_null()) return std::optional<int64_t>();
+  const std::string field(name);
+  if (value->is_boolean()) return std::optional<int64_t>(value->get<bool>() ? 1 : 0);
+  if (value->is_number_unsigned()) {
+    if (value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return Status::InvalidArgument(field +
+                                     ": Input should be a valid integer, got a number "
+                                     "out of range");
+    }
+    return std::optional<int64_t>(static_cast<int64_t>(value->get<uint64_t>()));
+  }
+  if (value->is_number_integer()) return std::optional<int64_t>(value->get<int64_t>());
+  if (value->is_number_float()) {
+    const double number = value->get<double>();
+    if (!std::isfinite(number)) {
+      return Status::InvalidArgument(field + ": Input should be a finite number");
+    }
+    if (number != std::trunc(number)) {
+      return Status::InvalidArgument(field +
+                                     ": Input should be a valid integer, got a number "
+                                     "with a fractional part");
+    }
+    if (number < -9223372036854775808.0 || number >= 9223372036854775808.0) {
+      return Status::InvalidArgument(field +
+                                     ": Input should be a valid integer, got a number "
+                                     "out of range");
+    }
+    return std::optional<int64_t>(static_cast<int64_t>(number));
+  }
+  if (value->is_string()) {
+    if (std::optional<int64_t> parsed = ParseIntString(value->get_ref<const std::string&>())) {
+      return std::optional<int64_t>(*parsed);
+    }
+    return Status::InvalidArgument(field +
+                                   ": Input should be a valid integer, unable to parse "
+                                   "string as an integer");
+  }
+  return Status::InvalidArgument(field + ": Input should be a valid integer");
+}
+
+// A bool field: nullopt when absent, or null for an optional one
+// (`bool | None`); a null for a plain `bool` is refused, as pydantic does.
+Result<std::optional<bool>> LaxBool(const Json& object, const char* name, std::string_view path,
+                                    bool nullable = true) {
+  const auto value = object.find(name);
+  if (value == object.end()) return std::optional<bool>();
+  const std::string field(path);
+  if (value->is_null()) {
+    if (nullable) return std::optional<bool>();
+    return Status::InvalidArgument(field + ": Input should be a valid boolean");
+  }
+  if (value->is_boolean()) return std::optional<bool>(value->get<bool>());
+  if (value->is_number()) {
+    const double number = value->get<double>();
+    if (number == 0 || number == 1) return std::optional<bool>(number == 1);
+    return Status::InvalidArgument(
+        field + (value->is_number_float()
+                     ? ": Input should be a valid boolean"
+                     : ": Input should be a valid boolean, unable to interpret input"));
+  }
+  if (value->is_string()) {
+    std::string text = value->get<std::string>();
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (const char* yes : {"1", "on", "t", "true", "y", "yes"}) {
+      if (text == yes) return std::optional<bool>(true);
+    }
+    for (const char* no : {"0", "off", "f", "false", "n", "no"}) {
+      if (text == no) return std::optional<bool>(false);
+    }
+    return Status::InvalidArgument(field +
+                                   ": Input should be a valid boolean, unable to interpret input");
+  }
+  return Status::InvalidArgument(field + ": Input should be a valid boolean");
+}
+
+// Python's truthiness of a raw JSON value, which some of vLLM's validators
+// test before the fields are converted.
+bool Truthy(const Json& value) {
+  if (value.is_null()) return false;
+  if (value.is_boolean()) return value.get<bool>();
+  if (value.is_number()) return value.get<double>() != 0;
+  if (value.is_string()) return !value.get_ref<const std::string&>().empty();
+  return !value.empty();  // an array or an object
 }
 
 // The toy tokenizer: one id per whitespace-separated word (FNV-1a of its
@@ -74,13 +228,21 @@ void TokenizeText(std::string_view text, std::vector<int64_t>& out) {
 // message; then the assistant marker when a generation prompt is asked for.
 Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool generation_prompt) {
   std::vector<int64_t> tokens;
-  for (const Json& message : messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& message = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
     if (!message.is_object() || !message.contains("content") || !message["content"].is_string()) {
-      return Status::InvalidArgument("messages: want objects with a string content");
+      return Status::InvalidArgument(where + ": want an object with a string content");
     }
-    const std::string role = message.value("role", "user");
-    tokens.push_back(role == "system" ? kSystemMarker
-                                      : role == "assistant" ? kAssistantMarker : kUserMarker);
+    const auto role = message.find("role");
+    if (role != message.end() && !role->is_string()) {
+      return Status::InvalidArgument(where + ".role: Input should be a valid string");
+    }
+    const std::string_view name =
+        role == message.end() ? "user" : std::string_view(role->get_ref<const std::string&>());
+    tokens.push_back(name == "system"      ? kSystemMarker
+                     : name == "assistant" ? kAssistantMarker
+                                           : kUserMarker);
     TokenizeText(message["content"].get_ref<const std::string&>(), tokens);
   }
   if (generation_prompt) tokens.push_back(kAssistantMarker);
@@ -92,7 +254,10 @@ Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool genera
 Result<std::vector<int64_t>> PromptTokens(const Json& body) {
   if (const auto messages = body.find("messages"); messages != body.end()) {
     if (!messages->is_array()) return Status::InvalidArgument("messages: want an array");
-    return ApplyChatTemplate(*messages, body.value("add_generation_prompt", true));
+    KVGOV_ASSIGN_OR_RETURN(const std::optional<bool> generation_prompt,
+                           LaxBool(body, "add_generation_prompt", "add_generation_prompt",
+                                   /*nullable=*/false));
+    return ApplyChatTemplate(*messages, generation_prompt.value_or(true));
   }
   const auto prompt = body.find("prompt");
   if (prompt == body.end()) return Status::InvalidArgument("prompt: missing");
@@ -429,13 +594,17 @@ struct LiveEngine::Impl {
   void HandleTokenize(const httplib::Request& request, httplib::Response& response) {
     const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
-      return SendError(response, 400, "body: not a JSON object");
+      return SendError(response, 400, "body: not a JSON object", kRequestValidation);
     }
     Result<std::vector<int64_t>> tokens = PromptTokens(body);
-    if (!tokens.ok()) return SendError(response, 400, tokens.status().message());
-    response.set_content(
-        Json{{"count", tokens->size()}, {"max_model_len", 131072}, {"tokens", *tokens}}.dump(),
-        "application/json");
+    if (!tokens.ok()) {
+      return SendError(response, 400, tokens.status().message(), kRequestValidation);
+    }
+    response.set_content(Json{{"count", tokens->size()},
+                              {"max_model_len", options.max_model_len},
+                              {"tokens", *tokens}}
+                             .dump(),
+                         "application/json");
   }
 
   // A completion body, parsed and checked.
@@ -443,31 +612,176 @@ struct LiveEngine::Impl {
     bool chat = false;
     std::vector<int64_t> tokens;
     std::string cache_salt;
+    // Tokens to generate: max_tokens, or for a chat max_completion_tokens
+    // when given (vLLM prefers it); the simulator's default is 0.
     int64_t max_tokens = 0;
+    const char* max_tokens_field = "max_tokens";
     bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+    std::string id;              // "cmpl-..." or "chatcmpl-..."
+    int64_t created = 0;         // unix seconds
   };
+
+  // Why a body's request model refused it, as vLLM words it (400,
+  // kRequestValidation).
+  struct Refusal {
+    explicit Refusal(std::string text, std::string field = "")
+        : message(std::move(text)), param(std::move(field)) {}
+    std::string message;
+    std::string param;  // "" for null
+  };
+
+  // The fields a completion body's request model holds, converted as
+  // pydantic converts them; a refusal when one cannot be. REQUIRES: `body`
+  // is an object.
+  static std::optional<Refusal> ParseCompletion(const Json& body, bool chat,
+                                                Completion& completion) {
+    completion.chat = chat;
+    // vLLM's "before" validators run first: a salt that is not a string,
+    // and stream_options without stream (tested on the raw values).
+    const auto salt = body.find("cache_salt");
+    if (salt != body.end() && !salt->is_null()) {
+      // vLLM also refuses an empty salt; the simulator takes "" as none,
+      // as kvgov's drivers send it for an unsalted decision.
+      if (!salt->is_string()) {
+        return Refusal{
+            "cache_salt: Parameter 'cache_salt' must be a non-empty string if "
+            "provided."};
+      }
+      completion.cache_salt = salt->get<std::string>();
+    }
+    const auto stream_options = body.find("stream_options");
+    const auto stream = body.find("stream");
+    if (stream_options != body.end() && Truthy(*stream_options) &&
+        (stream == body.end() || !Truthy(*stream))) {
+      // A VLLMValidationError: the handler names its param.
+      return Refusal{"stream_options: Stream options can only be defined when `stream=True`.",
+                     "stream_options"};
+    }
+    if (chat && !body.contains("messages")) return Refusal{"messages: Field required"};
+    Result<std::vector<int64_t>> prompt = PromptTokens(body);
+    if (!prompt.ok()) return Refusal{prompt.status().message()};
+    completion.tokens = std::move(prompt).value();
+
+    Result<std::optional<int64_t>> max_tokens = LaxInt(body, "max_tokens");
+    if (!max_tokens.ok()) return Refusal{max_tokens.status().message()};
+    completion.max_tokens = max_tokens->value_or(0);
+    if (chat) {
+      Result<std::optional<int64_t>> max_completion = LaxInt(body, "max_completion_tokens");
+      if (!max_completion.ok()) return Refusal{max_completion.status().message()};
+      if (max_completion->has_value()) {
+        completion.max_tokens = **max_completion;
+        completion.max_tokens_field = "max_completion_tokens";
+      }
+    }
+    Result<std::optional<bool>> streamed = LaxBool(body, "stream", "stream");
+    if (!streamed.ok()) return Refusal{streamed.status().message()};
+    completion.stream = streamed->value_or(false);
+    if (stream_options != body.end() && !stream_options->is_null()) {
+      if (!stream_options->is_object()) {
+        return Refusal{
+            "stream_options: Input should be a valid dictionary or object to extract "
+            "fields from"};
+      }
+      Result<std::optional<bool>> include_usage =
+          LaxBool(*stream_options, "include_usage", "stream_options.include_usage");
+      if (!include_usage.ok()) return Refusal{include_usage.status().message()};
+      // StreamOptions.include_usage defaults to true once stream_options
+      // is given.
+      completion.include_usage = include_usage->value_or(true);
+    }
+    if (const auto request_id = body.find("request_id");
+        request_id != body.end() && !request_id->is_null() && !request_id->is_string()) {
+      return Refusal{"request_id: Input should be a valid string"};
+    }
+    return std::nullopt;
+  }
+
+  // vLLM's context check (its renderer's TokenizeParams): the requested
+  // tokens may not exceed max_model_len, nor the prompt what they leave of
+  // it; an SGLang engine's check (its tokenizer manager) counts the two
+  // together and refuses reaching the limit. Answers 400 and returns true
+  // when the completion does not fit.
+  bool RefusedOverContext(httplib::Response& response, const Completion& completion) {
+    const int64_t limit = options.max_model_len;
+    const int64_t input = static_cast<int64_t>(completion.tokens.size());
+    const int64_t output = completion.max_tokens;
+    const std::string field = completion.max_tokens_field;
+    if (options.kind == ingest::EngineKind::kSglang) {
+      if (input >= limit) {
+        SendError(response, 400,
+                  "The input (" + std::to_string(input) +
+                      " tokens) is longer than the model's context length (" +
+                      std::to_string(limit) + " tokens).");
+        return true;
+      }
+      if (output + input >= limit) {
+        SendError(response, 400,
+                  "Requested token count exceeds the model's maximum context length of " +
+                      std::to_string(limit) + " tokens. You requested a total of " +
+                      std::to_string(output + input) + " tokens: " + std::to_string(input) +
+                      " tokens from the input messages and " + std::to_string(output) +
+                      " tokens for the completion. Please reduce the number of tokens in the "
+                      "input messages or the completion to fit within the limit.");
+        return true;
+      }
+      return false;
+    }
+    // A VLLMValidationError's text ends with its parameter and value.
+    if (output > limit) {
+      const std::string asked = std::to_string(output);
+      SendError(response, 400,
+                field + "=" + asked + " cannot be greater than max_model_len=" +
+                    std::to_string(limit) + ". Please request fewer output tokens. (parameter=" +
+                    field + ", value=" + asked + ")",
+                kBadRequestError, field);
+      return true;
+    }
+    if (input > limit - output) {
+      const std::string passed = std::to_string(input);
+      SendError(response, 400,
+                "You passed " + passed + " input tokens and requested " + std::to_string(output) +
+                    " output tokens. However, the model's context length is only " +
+                    std::to_string(limit) + " tokens, resulting in a maximum input length of " +
+                    std::to_string(limit - output) +
+                    " tokens. Please reduce the length of the input prompt. "
+                    "(parameter=input_tokens, value=" + passed + ")",
+                kBadRequestError, "input_tokens");
+      return true;
+    }
+    return false;
+  }
 
   void HandleCompletion(const httplib::Request& request, httplib::Response& response,
                         bool chat) {
     const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
-      return SendError(response, 400, "body: not a JSON object");
+      return SendError(response, 400, "body: not a JSON object", kRequestValidation);
     }
-    if (chat && !body.contains("messages")) return SendError(response, 400, "messages: missing");
     Completion completion;
-    completion.chat = chat;
-    Result<std::vector<int64_t>> prompt = PromptTokens(body);
-    if (!prompt.ok()) return SendError(response, 400, prompt.status().message());
-    completion.tokens = std::move(prompt).value();
-    if (const auto salt = body.find("cache_salt"); salt != body.end()) {
-      if (!salt->is_string()) return SendError(response, 400, "cache_salt: want a string");
-      completion.cache_salt = salt->get<std::string>();
+    if (std::optional<Refusal> refusal = ParseCompletion(body, chat, completion)) {
+      return SendError(response, 400, refusal->message, kRequestValidation, refusal->param);
     }
-    completion.max_tokens = body.value("max_tokens", int64_t{0});
+    if (RefusedOverContext(response, completion)) return;
+    // The simulator's own bound: every token takes token_interval.
     if (completion.max_tokens < 0 || completion.max_tokens > 4096) {
-      return SendError(response, 400, "max_tokens: want 0..4096");
+      return SendError(response, 400, std::string(completion.max_tokens_field) + ": want 0..4096",
+                       kBadRequestError, completion.max_tokens_field);
     }
-    completion.stream = body.value("stream", false);
+    // vLLM's id: the X-Request-Id header, else the body's request_id, else
+    // a random uuid's 32 hex digits. A header that could not be quoted back
+    // in JSON (not printable ASCII) is passed over.
+    std::string base = request.get_header_value("X-Request-Id");
+    if (base.size() > kMaxRequestIdBytes || !PrintableId(base)) {
+      const auto body_id = body.find("request_id");
+      base = body_id != body.end() && body_id->is_string() ? body_id->get<std::string>() : "";
+    }
+    if (base.empty()) {
+      std::lock_guard lock(mu);
+      base = RandomHexLocked(32);
+    }
+    completion.id = (chat ? "chatcmpl-" : "cmpl-") + base;
+    completion.created = static_cast<int64_t>(WallSeconds());
 
     if (options.kind == ingest::EngineKind::kSglang) {
       return HandleSglangCompletion(response, body, std::move(completion));
@@ -518,8 +832,8 @@ struct LiveEngine::Impl {
       remote = std::move(parsed).value();
     }
     NoteReceived(completion, std::nullopt);
-    if (remote) return DecodeHandedOver(response, body, completion, *remote);
-    PrefillAndAnswer(response, body, completion, *handoff == Handoff::kRemoteDecode, request_id);
+    if (remote) return DecodeHandedOver(response, completion, *remote);
+    PrefillAndAnswer(response, completion, *handoff == Handoff::kRemoteDecode, request_id);
   }
 
   void NoteReceived(const Completion& completion, std::optional<uint64_t> room) {
@@ -544,19 +858,18 @@ struct LiveEngine::Impl {
     NoteReceived(completion, *bootstrap ? std::optional<uint64_t>((*bootstrap)->room)
                                         : std::nullopt);
     if (!*bootstrap || options.role == ingest::EngineRole::kBoth) {
-      return PrefillAndAnswer(response, body, completion, /*hand_over=*/false, "");
+      return PrefillAndAnswer(response, completion, /*hand_over=*/false, "");
     }
     if (options.role == ingest::EngineRole::kPrefill) {
-      return PrefillForRoom(response, body, std::move(completion), (*bootstrap)->room);
+      return PrefillForRoom(response, std::move(completion), (*bootstrap)->room);
     }
-    DecodeFromRoom(response, body, completion, **bootstrap);
+    DecodeFromRoom(response, completion, **bootstrap);
   }
 
   // Prefills the prompt and answers; a handoff also pins the prompt's
   // blocks for a decode engine and answers with the kv_transfer_params it
   // pulls them by.
-  void PrefillAndAnswer(httplib::Response& response, const Json& body,
-                        const Completion& completion, bool hand_over,
+  void PrefillAndAnswer(httplib::Response& response, const Completion& completion, bool hand_over,
                         const std::string& request_id) {
     const std::vector<int64_t>& tokens = completion.tokens;
     sim::PrefillOutcome outcome;
@@ -590,7 +903,7 @@ struct LiveEngine::Impl {
                 {"queue_s", queue_s},
                 {"prefill_s", prefill_s},
                 {"ttft_s", queue_s + prefill_s}};
-    Answer(response, body, completion, prompt_tokens - outcome.computed_tokens, std::move(sim),
+    Answer(response, completion, prompt_tokens - outcome.computed_tokens, std::move(sim),
            std::move(transfer_params));
   }
 
@@ -717,8 +1030,8 @@ struct LiveEngine::Impl {
   // The decode side of a handoff: waits pull_delay, pulls, caches the
   // prompt without prefilling it (what it already held is not pulled),
   // waits the modeled transfer, then answers as a completion does.
-  void DecodeHandedOver(httplib::Response& response, const Json& body,
-                        const Completion& completion, const RemotePrefill& remote) {
+  void DecodeHandedOver(httplib::Response& response, const Completion& completion,
+                        const RemotePrefill& remote) {
     const Clock::time_point arrived = Clock::now();
     const WaitingForKv waiting(pulling);
     std::this_thread::sleep_for(options.pull_delay);
@@ -729,13 +1042,13 @@ struct LiveEngine::Impl {
       failed.fetch_add(1);
       return SendError(response, 503, read.status().message(), "server_error");
     }
-    LandAndAnswer(response, body, completion, arrived);
+    LandAndAnswer(response, completion, arrived);
   }
 
   // A decode engine's handed-over prompt, once its KV has come: cached
   // without prefilling it (what it already held did not move), the modeled
   // transfer waited out, then answered as a completion is.
-  void LandAndAnswer(httplib::Response& response, const Json& body, const Completion& completion,
+  void LandAndAnswer(httplib::Response& response, const Completion& completion,
                      Clock::time_point arrived) {
     const std::vector<int64_t>& tokens = completion.tokens;
     sim::PrefillOutcome outcome;
@@ -764,7 +1077,7 @@ struct LiveEngine::Impl {
                 {"transfer_s", transfer_s},
                 {"ttft_s", queue_s + transfer_s}};
     // Every prompt token was either held or pulled: none was computed here.
-    Answer(response, body, completion, prompt_tokens, std::move(sim), Json());
+    Answer(response, completion, prompt_tokens, std::move(sim), Json());
   }
 
   // SGLang's prefill half: the room registered, the prompt prefilled as
@@ -773,8 +1086,7 @@ struct LiveEngine::Impl {
   // taken the KV, as SGLang finishes a prefill request once its push is
   // done; a 500 once kv_lease has passed without one (SGLang's bootstrap
   // timeout, after which it frees the blocks).
-  void PrefillForRoom(httplib::Response& response, const Json& body, Completion completion,
-                      uint64_t room) {
+  void PrefillForRoom(httplib::Response& response, Completion completion, uint64_t room) {
     const std::vector<int64_t>& tokens = completion.tokens;
     const std::string name = "bootstrap_room " + std::to_string(room);
     sim::PrefillOutcome outcome;
@@ -863,8 +1175,7 @@ struct LiveEngine::Impl {
     // SGLang's prefill engine generates the first token only; the decode
     // engine generates the answer.
     completion.max_tokens = 1;
-    Answer(response, body, completion, prompt_tokens - outcome.computed_tokens, std::move(sim),
-           Json());
+    Answer(response, completion, prompt_tokens - outcome.computed_tokens, std::move(sim), Json());
   }
 
   // Ends a room: its pin, and the wait of its prefill request. REQUIRES: mu
@@ -988,7 +1299,7 @@ struct LiveEngine::Impl {
   // KV from its prefill engine, then lands and answers it as a pulled
   // prompt is; a fetch that fails answers 503, as SGLang fails a request
   // whose transfer failed.
-  void DecodeFromRoom(httplib::Response& response, const Json& body, const Completion& completion,
+  void DecodeFromRoom(httplib::Response& response, const Completion& completion,
                       const Bootstrap& bootstrap) {
     const Clock::time_point arrived = Clock::now();
     const WaitingForKv waiting(pulling);
@@ -998,14 +1309,14 @@ struct LiveEngine::Impl {
       failed.fetch_add(1);
       return SendError(response, 503, fetched.status().message(), "server_error");
     }
-    LandAndAnswer(response, body, completion, arrived);
+    LandAndAnswer(response, completion, arrived);
   }
 
   // The answer of a completion once its prompt is in: max_tokens tokens,
   // streamed or in one body with the modeled times in `sim` and, for a
   // handoff's prefill, its kv_transfer_params.
-  void Answer(httplib::Response& response, const Json& body, const Completion& completion,
-              int64_t cached_tokens, Json sim, Json transfer_params) {
+  void Answer(httplib::Response& response, const Completion& completion, int64_t cached_tokens,
+              Json sim, Json transfer_params) {
     const bool chat = completion.chat;
     const int64_t max_tokens = completion.max_tokens;
     const int64_t prompt_tokens = static_cast<int64_t>(completion.tokens.size());
@@ -1014,7 +1325,7 @@ struct LiveEngine::Impl {
                         {"total_tokens", prompt_tokens + max_tokens},
                         {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
     const char* object = chat ? "chat.completion" : "text_completion";
-    if (completion.stream) return StreamAnswer(response, body, chat, max_tokens, usage);
+    if (completion.stream) return StreamAnswer(response, completion, usage);
     std::string text;
     for (int64_t i = 0; i < max_tokens; ++i) {
       std::this_thread::sleep_for(options.token_interval);
@@ -1024,7 +1335,9 @@ struct LiveEngine::Impl {
                                     {"message", {{"role", "assistant"}, {"content", text}}},
                                     {"finish_reason", "length"}}
                              : Json{{"index", 0}, {"text", text}, {"finish_reason", "length"}};
-    Json answer = {{"object", object},
+    Json answer = {{"id", completion.id},
+                   {"object", object},
+                   {"created", completion.created},
                    {"model", options.model},
                    {"choices", Json::array({choice})},
                    {"usage", usage},
@@ -1035,26 +1348,28 @@ struct LiveEngine::Impl {
   }
 
   // Server-sent events, one chunk a token every token_interval, then the
-  // usage chunk when asked for, then [DONE]. A client that goes away ends
-  // the request (counted), as vLLM aborts it.
-  void StreamAnswer(httplib::Response& response, const Json& body, bool chat, int64_t max_tokens,
-                    const Json& usage) {
-    const bool include_usage =
-        body.contains("stream_options") && body["stream_options"].is_object() &&
-        body["stream_options"].value("include_usage", false);
-    const char* object = chat ? "chat.completion.chunk" : "text_completion";
-    auto chunk = [this, chat, object](const std::string& text, const Json& finish) {
+  // usage chunk when asked for, then [DONE]; every chunk carries the
+  // completion's id, created and model, as vLLM's do. A client that goes
+  // away ends the request (counted), as vLLM aborts it.
+  void StreamAnswer(httplib::Response& response, const Completion& completion, const Json& usage) {
+    const bool chat = completion.chat;
+    const int64_t max_tokens = completion.max_tokens;
+    const bool include_usage = completion.include_usage;
+    const Json head = {{"id", completion.id},
+                       {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                       {"created", completion.created},
+                       {"model", options.model}};
+    auto chunk = [chat, head](const std::string& text, const Json& finish) {
       const Json choice =
           chat ? Json{{"index", 0}, {"delta", {{"content", text}}}, {"finish_reason", finish}}
                : Json{{"index", 0}, {"text", text}, {"finish_reason", finish}};
-      return "data: " +
-             Json{{"object", object}, {"model", options.model}, {"choices", {choice}}}.dump() +
-             "\n\n";
+      Json event = head;
+      event["choices"] = Json::array({choice});
+      return "data: " + event.dump() + "\n\n";
     };
     response.set_chunked_content_provider(
-        "text/event-stream",
-        [this, chunk, max_tokens, include_usage, usage, object, next = int64_t{0}](
-            size_t, httplib::DataSink& sink) mutable {
+        "text/event-stream", [this, chunk, max_tokens, include_usage, usage, head,
+                              next = int64_t{0}](size_t, httplib::DataSink& sink) mutable {
           std::string event;
           if (next < max_tokens) {
             std::this_thread::sleep_for(options.token_interval);
@@ -1063,10 +1378,10 @@ struct LiveEngine::Impl {
           } else {
             event = chunk("", "length");
             if (include_usage) {
-              event += "data: " +
-                       Json{{"object", object}, {"choices", Json::array()}, {"usage", usage}}
-                           .dump() +
-                       "\n\n";
+              Json last = head;
+              last["choices"] = Json::array();
+              last["usage"] = usage;
+              event += "data: " + last.dump() + "\n\n";
             }
             event += "data: [DONE]\n\n";
           }
@@ -1197,6 +1512,10 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
       options.kv_lease > std::chrono::hours(24)) {
     return Status::InvalidArgument("simulated engine " + options.id +
                                    ": kv_lease must be in 1 ms-24 h");
+  }
+  if (options.max_model_len < 1) {
+    return Status::InvalidArgument("simulated engine " + options.id +
+                                   ": max_model_len must be >= 1");
   }
   if (!(options.link_bytes_per_s > 0)) {
     return Status::InvalidArgument("simulated engine " + options.id +

@@ -927,6 +927,286 @@ TEST(LiveEngineSglangTest, BootstrapFieldsMissingOrMistypedAreRefusedNamingThem)
   EXPECT_NE(answer->body.find("bootstrap_room: required"), std::string::npos) << answer->body;
 }
 
+// The body checks vLLM's OpenAI server makes (docs/formats/simulator.md,
+// "HTTP control"), on a plain vLLM engine unless a test says otherwise.
+
+std::unique_ptr<LiveEngine> StartChecked(int64_t max_model_len = 131072,
+                                         ingest::EngineKind kind = ingest::EngineKind::kVllm) {
+  LiveEngineOptions options;
+  options.id = "sim-c";
+  options.kind = kind;
+  options.model = "sim-llama";
+  options.pool.capacity_blocks = 64;
+  options.pool.block_size = 16;
+  options.speedup = 1000;
+  options.token_interval = std::chrono::milliseconds(0);
+  options.max_model_len = max_model_len;
+  Result<std::unique_ptr<LiveEngine>> engine = LiveEngine::Start(options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+// Posts `body` (raw JSON text) to `path`; the status and the parsed answer
+// (null when it is not JSON, as a stream is not).
+std::pair<int, Json> PostRaw(const LiveEngine& engine, const std::string& path,
+                             const std::string& body, const httplib::Headers& headers = {}) {
+  httplib::Client client(engine.control_url());
+  client.set_read_timeout(std::chrono::seconds(10));
+  httplib::Result result = client.Post(path, headers, body, "application/json");
+  if (!result) return {-1, Json()};
+  return {result->status, Json::parse(result->body, nullptr, /*allow_exceptions=*/false)};
+}
+
+// A refusal in vLLM's error shape: {"error": {message, type, param, code}}.
+void ExpectRefusal(const std::pair<int, Json>& answer, const std::string& in_message,
+                   const std::string& type, const Json& param) {
+  EXPECT_EQ(answer.first, 400) << answer.second.dump();
+  ASSERT_TRUE(answer.second.is_object() && answer.second.contains("error")) << answer.second.dump();
+  const Json& error = answer.second["error"];
+  ASSERT_TRUE(error.is_object()) << error.dump();
+  EXPECT_NE(error.value("message", "").find(in_message), std::string::npos) << error.dump();
+  EXPECT_EQ(error.value("type", ""), type) << error.dump();
+  EXPECT_TRUE(error.contains("param")) << error.dump();  // null when none
+  EXPECT_EQ(error.value("param", Json()), param) << error.dump();
+  EXPECT_EQ(error.value("code", 0), 400) << error.dump();
+}
+
+TEST(LiveEngineBadInputTest, AFieldOfTheWrongTypeIsRefusedWith400NamingItNever500) {
+  std::unique_ptr<LiveEngine> engine = StartChecked();
+  ASSERT_NE(engine, nullptr);
+  // Each of these reached a nlohmann conversion that threw (a 500, which
+  // kvgov's gateway retries on another engine) or was refused in another
+  // shape; vLLM's pydantic models refuse them, 400 naming the field.
+  const Json null;
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"max_tokens":"four"})"),
+                "max_tokens: Input should be a valid integer, unable to parse string",
+                "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"max_tokens":2.5})"),
+                "max_tokens: Input should be a valid integer, got a number with a fractional",
+                "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"max_tokens":[4]})"),
+                "max_tokens: Input should be a valid integer", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"stream":"maybe"})"),
+                "stream: Input should be a valid boolean", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"stream":2})"),
+                "stream: Input should be a valid boolean", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":5})"), "prompt", "Bad Request",
+                null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"cache_salt":3})"),
+                "Parameter 'cache_salt' must be a non-empty string", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions",
+                        R"({"prompt":[1,2],"stream":true,"stream_options":{"include_usage":"x"}})"),
+                "stream_options.include_usage: Input should be a valid boolean", "Bad Request",
+                null);
+  ExpectRefusal(PostRaw(*engine, "/v1/completions",
+                        R"({"prompt":[1,2],"stream_options":{"include_usage":true}})"),
+                "Stream options can only be defined when `stream=True`", "Bad Request",
+                "stream_options");
+  ExpectRefusal(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2],"request_id":7})"),
+                "request_id: Input should be a valid string", "Bad Request", null);
+  ExpectRefusal(
+      PostRaw(*engine, "/v1/chat/completions", R"({"messages":[{"role":5,"content":"hi"}]})"),
+      "messages[0].role: Input should be a valid string", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"hi"}],)"
+                        R"("max_completion_tokens":"x"})"),
+                "max_completion_tokens: Input should be a valid integer", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"hi"}],)"
+                        R"("add_generation_prompt":null})"),
+                "add_generation_prompt: Input should be a valid boolean", "Bad Request", null);
+  ExpectRefusal(PostRaw(*engine, "/tokenize",
+                        R"({"messages":[{"role":"user","content":"hi"}],)"
+                        R"("add_generation_prompt":"x"})"),
+                "add_generation_prompt: Input should be a valid boolean", "Bad Request", null);
+  // None of them reached the pool.
+  EXPECT_EQ(engine->resident_blocks(), 0u);
+  EXPECT_EQ(engine->next_seq(), 0u);
+}
+
+TEST(LiveEngineBadInputTest, ANearTypeIsConvertedAsVllmsPydanticModelsConvertIt) {
+  std::unique_ptr<LiveEngine> engine = StartChecked();
+  ASSERT_NE(engine, nullptr);
+  // Pydantic's lax mode, which vLLM's request models use: a numeric string
+  // or an integral float is an int, "yes" or 1 a bool, null is absent.
+  std::pair<int, Json> answer =
+      PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2,3],"max_tokens":" 1_0.0 "})");
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  EXPECT_EQ(answer.second["usage"]["completion_tokens"], 10);
+  answer = PostRaw(*engine, "/v1/completions",
+                   R"({"prompt":[1,2,3],"max_tokens":3.0,"stream":0,"cache_salt":null})");
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  EXPECT_EQ(answer.second["usage"]["completion_tokens"], 3);
+  // "yes" streams: the answer is server-sent events, not one JSON body.
+  httplib::Client client(engine->control_url());
+  httplib::Result streamed =
+      client.Post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":"2","stream":"yes"})",
+                  "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  const std::vector<std::string> events = EventData(streamed->body);
+  ASSERT_EQ(events.size(), 4u) << streamed->body;  // two tokens, the finish, [DONE]
+  EXPECT_EQ(events.back(), "[DONE]");
+  // A chat's max_completion_tokens counts over its max_tokens, as in vLLM.
+  answer = PostRaw(*engine, "/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":9,)"
+                   R"("max_completion_tokens":"2"})");
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  EXPECT_EQ(answer.second["usage"]["completion_tokens"], 2);
+}
+
+TEST(LiveEngineBadInputTest, RefusesWhatDoesNotFitInMaxModelLenInVllmsWords) {
+  std::unique_ptr<LiveEngine> engine = StartChecked(/*max_model_len=*/64);
+  ASSERT_NE(engine, nullptr);
+  // 60 prompt tokens and 4 to generate fill the 64 exactly.
+  std::pair<int, Json> answer = PostRaw(*engine, "/v1/completions",
+                                        Json{{"prompt", Tokens(60, 1)}, {"max_tokens", 4}}.dump());
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  const uint64_t seq = engine->next_seq();
+  const size_t resident = engine->resident_blocks();
+  // One more prompt token does not fit (vLLM's renderer, TokenizeParams).
+  answer = PostRaw(*engine, "/v1/completions",
+                   Json{{"prompt", Tokens(61, 500)}, {"max_tokens", 4}}.dump());
+  ExpectRefusal(answer,
+                "You passed 61 input tokens and requested 4 output tokens. However, the model's "
+                "context length is only 64 tokens, resulting in a maximum input length of 60 "
+                "tokens. Please reduce the length of the input prompt. (parameter=input_tokens, "
+                "value=61)",
+                "BadRequestError", "input_tokens");
+  // Nor does a prompt of 64 tokens with a streamed answer, or a text
+  // prompt of 65 words; nor more tokens than the whole context.
+  answer = PostRaw(*engine, "/v1/completions",
+                   Json{{"prompt", Tokens(64, 500)}, {"max_tokens", 1}, {"stream", true}}.dump());
+  ExpectRefusal(answer, "You passed 64 input tokens and requested 1 output tokens",
+                "BadRequestError", "input_tokens");
+  std::string words;
+  for (int i = 0; i < 65; ++i) words += "w" + std::to_string(i) + " ";
+  answer = PostRaw(*engine, "/v1/completions", Json{{"prompt", words}}.dump());
+  ExpectRefusal(answer, "You passed 65 input tokens and requested 0 output tokens",
+                "BadRequestError", "input_tokens");
+  answer = PostRaw(*engine, "/v1/completions",
+                   Json{{"prompt", Tokens(8, 500)}, {"max_tokens", "65"}}.dump());
+  ExpectRefusal(answer,
+                "max_tokens=65 cannot be greater than max_model_len=64. Please request fewer "
+                "output tokens. (parameter=max_tokens, value=65)",
+                "BadRequestError", "max_tokens");
+  // A chat names the field it counted.
+  answer = PostRaw(
+      *engine, "/v1/chat/completions",
+      Json{{"messages", {{{"role", "user"}, {"content", words}}}}, {"max_completion_tokens", 1}}
+          .dump());
+  ExpectRefusal(answer, "You passed 67 input tokens and requested 1 output tokens",
+                "BadRequestError", "input_tokens");
+  answer = PostRaw(
+      *engine, "/v1/chat/completions",
+      Json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_completion_tokens", 100}}
+          .dump());
+  ExpectRefusal(answer, "max_completion_tokens=100 cannot be greater than max_model_len=64",
+                "BadRequestError", "max_completion_tokens");
+  // Refused before the pool: nothing cached, nothing published.
+  EXPECT_EQ(engine->next_seq(), seq);
+  EXPECT_EQ(engine->resident_blocks(), resident);
+  // /tokenize reports the length, as vLLM's does.
+  answer = PostRaw(*engine, "/tokenize", R"({"prompt":"a b"})");
+  ASSERT_EQ(answer.first, 200);
+  EXPECT_EQ(answer.second["max_model_len"], 64);
+
+  // An SGLang engine refuses reaching the length, in its own words.
+  std::unique_ptr<LiveEngine> sglang = StartChecked(64, ingest::EngineKind::kSglang);
+  ASSERT_NE(sglang, nullptr);
+  answer = PostRaw(*sglang, "/v1/completions",
+                   Json{{"prompt", Tokens(60, 1)}, {"max_tokens", 3}}.dump());
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  answer = PostRaw(*sglang, "/v1/completions",
+                   Json{{"prompt", Tokens(60, 1)}, {"max_tokens", 4}}.dump());
+  ExpectRefusal(answer,
+                "Requested token count exceeds the model's maximum context length of 64 tokens. "
+                "You requested a total of 64 tokens: 60 tokens from the input messages and 4 "
+                "tokens for the completion.",
+                "BadRequestError", Json());
+  answer = PostRaw(*sglang, "/v1/completions", Json{{"prompt", Tokens(64, 1)}}.dump());
+  ExpectRefusal(answer,
+                "The input (64 tokens) is longer than the model's context length (64 tokens).",
+                "BadRequestError", Json());
+
+  LiveEngineOptions options;
+  options.max_model_len = 0;
+  EXPECT_FALSE(LiveEngine::Start(options).ok());
+}
+
+bool IsUnixSecondsNear(const Json& created, int64_t before, int64_t after) {
+  return created.is_number_integer() && created.get<int64_t>() >= before &&
+         created.get<int64_t>() <= after;
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(LiveEngineAnswerTest, AnswersCarryVllmsIdCreatedObjectAndModel) {
+  std::unique_ptr<LiveEngine> engine = StartChecked();
+  ASSERT_NE(engine, nullptr);
+  const int64_t before = UnixSeconds();
+  std::pair<int, Json> answer =
+      PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2,3],"max_tokens":1})");
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  const std::string id = answer.second.value("id", "");
+  ASSERT_TRUE(id.starts_with("cmpl-")) << answer.second.dump();
+  EXPECT_EQ(id.size(), 5u + 32u);
+  EXPECT_TRUE(IsLowerHex(std::string_view(id).substr(5))) << id;
+  EXPECT_EQ(answer.second["object"], "text_completion");
+  EXPECT_EQ(answer.second["model"], "sim-llama");
+  EXPECT_TRUE(IsUnixSecondsNear(answer.second["created"], before, UnixSeconds()))
+      << answer.second.dump();
+  // A second request gets another id.
+  EXPECT_NE(PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2,3]})").second["id"], id);
+  // X-Request-Id, else the body's request_id, names the request.
+  answer = PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2,3],"request_id":"body-7"})",
+                   {{"X-Request-Id", "req-42"}});
+  EXPECT_EQ(answer.second["id"], "cmpl-req-42");
+  answer = PostRaw(*engine, "/v1/completions", R"({"prompt":[1,2,3],"request_id":"body-7"})");
+  EXPECT_EQ(answer.second["id"], "cmpl-body-7");
+  answer = PostRaw(*engine, "/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})");
+  ASSERT_EQ(answer.first, 200) << answer.second.dump();
+  EXPECT_TRUE(answer.second.value("id", "").starts_with("chatcmpl-")) << answer.second.dump();
+  EXPECT_EQ(answer.second["object"], "chat.completion");
+  EXPECT_TRUE(IsUnixSecondsNear(answer.second["created"], before, UnixSeconds()));
+
+  // Streamed, every chunk carries the request's one id and created, the
+  // usage chunk too.
+  for (const bool chat : {false, true}) {
+    const Json body = chat ? Json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                  {"max_tokens", 2},
+                                  {"stream", true},
+                                  {"stream_options", {{"include_usage", true}}}}
+                           : Json{{"prompt", Tokens(3, 1)},
+                                  {"max_tokens", 2},
+                                  {"stream", true},
+                                  {"stream_options", {{"include_usage", true}}}};
+    httplib::Client client(engine->control_url());
+    httplib::Result streamed = client.Post(chat ? "/v1/chat/completions" : "/v1/completions",
+                                           body.dump(), "application/json");
+    ASSERT_TRUE(streamed);
+    ASSERT_EQ(streamed->status, 200) << streamed->body;
+    const std::vector<std::string> events = EventData(streamed->body);
+    ASSERT_EQ(events.size(), 5u) << streamed->body;  // 2 tokens, finish, usage, [DONE]
+    std::string first_id;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      const Json chunk = Json::parse(events[i]);
+      if (i == 0) first_id = chunk.value("id", "");
+      EXPECT_TRUE(first_id.starts_with(chat ? "chatcmpl-" : "cmpl-")) << events[i];
+      EXPECT_EQ(chunk["id"], first_id) << events[i];
+      EXPECT_EQ(chunk["object"], chat ? "chat.completion.chunk" : "text_completion");
+      EXPECT_EQ(chunk["model"], "sim-llama");
+      EXPECT_TRUE(IsUnixSecondsNear(chunk["created"], before, UnixSeconds())) << events[i];
+    }
+    EXPECT_EQ(Json::parse(events[3])["usage"]["completion_tokens"], 2);
+  }
+}
+
 std::string EncodingName(const ::testing::TestParamInfo<sim::WireEncoding>& param) {
   return param.param == sim::WireEncoding::kMap ? "Map" : "LegacyPositional";
 }

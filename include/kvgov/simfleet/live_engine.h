@@ -41,6 +41,11 @@ struct LiveEngineOptions {
   // Wall time between generated tokens (max_tokens in a request; 0 by
   // default, as the load generator asks for none).
   std::chrono::milliseconds token_interval{2};
+  // The context length (vLLM's --max-model-len, SGLang's --context-length):
+  // a completion whose prompt and max_tokens do not fit in it is refused
+  // with 400 in the engine's words. 131072 is the Llama-3.1-8B
+  // configuration's (the Llama-3-8B shape with its longer RoPE).
+  int64_t max_model_len = 131072;
   // False: the engine honours cache_salt but publishes no extra keys, as
   // vLLM did before 0.17 (docs/operations.md, "Tenant salts").
   bool publishes_extra_keys = true;
@@ -76,14 +81,19 @@ struct LiveEngineOptions {
 ///    vllm:num_requests_waiting, vllm:kv_cache_usage_perc),
 ///    POST /reset_prefix_cache (AllBlocksCleared), POST /v1/completions and
 ///    /v1/chat/completions taking a prompt (token ids or text) or messages,
-///    "cache_salt", "max_tokens" and "stream", that prefill against the
-///    block pool: each waits in a FIFO queue for its modeled prefill time,
-///    generates max_tokens tokens one every token_interval (as server-sent
-///    events when streamed, usage last when stream_options.include_usage)
-///    and answers with OpenAI usage, cached tokens included; POST
-///    /tokenize with vLLM's shapes. The tokenizer is a toy (one id per
-///    word) and the chat template fixed (a role marker before each
-///    message, the assistant marker for the generation prompt).
+///    "cache_salt", "max_tokens" (or a chat's "max_completion_tokens") and
+///    "stream", that prefill against the block pool: each waits in a FIFO
+///    queue for its modeled prefill time, generates max_tokens tokens one
+///    every token_interval (as server-sent events when streamed, usage
+///    last when stream_options.include_usage) and answers with vLLM's id,
+///    created and OpenAI usage, cached tokens included; POST /tokenize with
+///    vLLM's shapes. A body is read as vLLM's pydantic models read it (a
+///    near type converted, "4" for 4; any other refused with 400 naming the
+///    field, never 500), and one that does not fit in max_model_len is
+///    refused with 400 in vLLM's (or SGLang's) words. The tokenizer is a
+///    toy (one id per word) and the chat template fixed (a role marker
+///    before each message, the assistant marker for the generation
+///    prompt).
 ///  - vLLM's NixlConnector handoff, by role. A prefill (or both) engine
 ///    takes a completion with kv_transfer_params.do_remote_decode: it
 ///    prefills as usual, answers in one body with the kv_transfer_params a
