@@ -16,7 +16,8 @@ top), and fails, listing each problem, when:
     a parameter's `pattern` is not the server's regex group, anchored;
   - an operation's `x-kvgov-role` differs from the `Role::kX` its
     registration guards it with, an authenticated operation has no
-    `x-kvgov-role`, or one marked `security: []` is guarded;
+    `x-kvgov-role`, one marked `security: []` is guarded, or one the server
+    registers without a guard is not marked `security: []`;
   - a registration's path is not a literal, or has a group this script
     cannot name.
 
@@ -169,8 +170,15 @@ def server_routes(server_dir):
                                 f"(also at {routes[key][1]})")
             statement = text[call.end():statement_end(text, call.end())]
             roles = set(re.findall(r"\bRole::k([A-Za-z]+)", statement))
+            # Certainly open: the handler is a lambda or a function named
+            # alone, and nothing in the registration authenticates. (A
+            # guard built elsewhere, as set_drain(true), is neither.)
+            handler = text[literal.end():statement_end(text, call.end()) - 1]
+            bare = re.match(r"\s*,\s*(\[|[A-Za-z_][A-Za-z0-9_:]*\s*$)", handler) is not None
             guard = {"role": roles.pop().lower() if len(roles) == 1 else None,
-                     "guarded": "Guard" in statement or bool(roles)}
+                     "guarded": "Guard" in statement or bool(roles),
+                     "open": bare and re.search(r"Guard|Role::|Admit|Authoriz",
+                                                statement) is None}
             routes[key] = (params, where, guard)
     if not routes and not problems:
         problems.append(f"no http.Get/Post/... registrations found under {server_dir}")
@@ -284,6 +292,10 @@ def check(source_dir, spec_file, server_dir):
         if info["public"] and guard["guarded"]:
             problems.append(f"{spec_file}:{line}: {method.upper()} {template} says security: [] "
                             f"but the server guards it ({where})")
+        if not info["public"] and guard["open"]:
+            problems.append(f"{spec_file}:{line}: {method.upper()} {template} needs a token in "
+                            f"the spec, but the server answers it without one ({where}): say "
+                            "security: []")
         if not info["public"] and info["role"] is None:
             problems.append(f"{spec_file}:{line}: {method.upper()} {template} needs a token: "
                             "give its x-kvgov-role")

@@ -7,8 +7,9 @@ Copies src/server/*.cc and docs/api/openapi.yaml into a temporary directory,
 breaks the copies one way at a time, and expects openapi_coverage.py to exit
 1 naming the problem: an undocumented route, a documented route the server
 lacks, a method missing from a documented path, a changed id regex, a
-changed or undocumented role, and a templated route whose group has no
-parameter name. The unbroken copies must pass. Python 3 standard library only.
+changed or undocumented role, an open route documented as needing a token,
+and a templated route whose group has no parameter name. The unbroken
+copies must pass. Python 3 standard library only.
 """
 
 import os
@@ -134,6 +135,19 @@ def main():
              "      responses:\n        \"200\":\n          description: the configuration")
         expect("an operation without its role fails", 1,
                "GET /v1/config needs a token: give its x-kvgov-role", server, spec)
+
+        # A route the server answers without a token, documented as needing
+        # one (GET /v1/issuer once did: the spec said read, the server 401).
+        server, spec = fresh()
+        edit(spec, "      operationId: getHealthz\n      summary: Liveness\n"
+             "      description: Answers while the daemon serves. Never needs a token.\n"
+             "      security: []\n",
+             "      operationId: getHealthz\n      summary: Liveness\n"
+             "      description: Answers while the daemon serves. Never needs a token.\n"
+             "      x-kvgov-role: read\n")
+        expect("an open route documented as needing a token fails", 1,
+               "GET /healthz needs a token in the spec, but the server answers it without one",
+               server, spec)
 
         # A path parameter the spec forgot to declare.
         server, spec = fresh()

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <set>
 
 #include "json/bounded_json.h"
@@ -28,13 +29,15 @@ constexpr size_t kMaxFileBytes = size_t{1} << 20;
 constexpr std::string_view kSecretPrefix = "kvgov_";
 constexpr auto kRecheckEvery = std::chrono::milliseconds(250);
 
-struct RoleSpelling {
-  Role role;
-  std::string_view name;
+// The one place roles are spelled (docs/formats/tokens.md, "Roles"): the
+// token file, --role, help texts and error messages all come from here.
+constexpr RoleInfo kRoles[] = {
+    {Role::kIngest, "ingest", "POST /v1/events"},
+    {Role::kRoute, "route", "POST /v1/route and its /done and /prefilled"},
+    {Role::kAdmin, "admin", "quarantines, invalidations, drain, GET /v1/config"},
+    {Role::kRead, "read", "the other GET routes of the control API and /metrics"},
+    {Role::kInfer, "infer", "the gateway (--gateway-listen): the OpenAI API"},
 };
-constexpr RoleSpelling kRoles[] = {
-    {Role::kIngest, "ingest"}, {Role::kRoute, "route"}, {Role::kAdmin, "admin"},
-    {Role::kRead, "read"},     {Role::kInfer, "infer"}};
 
 Status CheckName(std::string_view name) {
   if (name.empty() || name.size() > 64) return Status::InvalidArgument("name: want 1-64 bytes");
@@ -254,17 +257,28 @@ Status CheckTenant(std::string_view tenant) {
   return Status::Ok();
 }
 
+std::span<const RoleInfo> Roles() { return kRoles; }
+
+std::string RoleNames() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kRoles); ++i) {
+    if (i > 0) names += i + 1 == std::size(kRoles) ? " or " : ", ";
+    names += kRoles[i].name;
+  }
+  return names;
+}
+
 Result<Role> ParseRole(std::string_view role) {
-  for (const RoleSpelling& spelling : kRoles) {
-    if (spelling.name == role) return spelling.role;
+  for (const RoleInfo& info : kRoles) {
+    if (info.name == role) return info.role;
   }
   return Status::InvalidArgument("unknown role \"" + std::string(role.substr(0, 32)) +
-                                 "\": want ingest, route, admin or read");
+                                 "\": want " + RoleNames());
 }
 
 std::string_view ToString(Role role) {
-  for (const RoleSpelling& spelling : kRoles) {
-    if (spelling.role == role) return spelling.name;
+  for (const RoleInfo& info : kRoles) {
+    if (info.role == role) return info.name;
   }
   return "unknown";
 }

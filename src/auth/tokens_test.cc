@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 namespace kvgov::auth {
@@ -65,6 +66,32 @@ TEST_F(TokensTest, AddRefusesBadRequestsWithTheReason) {
   ASSERT_FALSE(ingest.ok());
   EXPECT_NE(ingest.status().message().find("cannot be bound to a tenant"), std::string::npos);
   EXPECT_EQ(ParseRole("root").status().code(), StatusCode::kInvalidArgument);
+}
+
+// Roles are spelled in one place: every role round-trips, and the refusal
+// of an unknown one names every role, the gateway's `infer` included (issue
+// 43: the message once stopped at `read`).
+TEST(RolesTest, EveryRoleRoundTripsAndTheRefusalNamesThemAll) {
+  std::set<Role> seen;
+  for (const RoleInfo& info : Roles()) {
+    Result<Role> parsed = ParseRole(info.name);
+    ASSERT_TRUE(parsed.ok()) << info.name;
+    EXPECT_EQ(*parsed, info.role);
+    EXPECT_EQ(ToString(info.role), info.name);
+    EXPECT_FALSE(info.grants.empty()) << info.name;
+    EXPECT_TRUE(seen.insert(info.role).second) << info.name << " is listed twice";
+  }
+  // Every enumerator is listed (kInfer is the last).
+  EXPECT_EQ(seen.size(), static_cast<size_t>(Role::kInfer) + 1);
+  EXPECT_EQ(RoleNames(), "ingest, route, admin, read or infer");
+
+  Result<Role> unknown = ParseRole("root");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  for (const RoleInfo& info : Roles()) {
+    EXPECT_NE(unknown.status().message().find(std::string(info.name)), std::string::npos)
+        << unknown.status().message() << " does not name " << info.name;
+  }
 }
 
 TEST_F(TokensTest, RevokeRemovesOnlyTheNamedToken) {

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -207,6 +209,37 @@ int VerifyJournal(const std::string& data_dir) {
                 "holds them)\n",
                 static_cast<unsigned long long>(span.first_seq),
                 static_cast<unsigned long long>(span.last_seq), span.source.c_str());
+  }
+  return 0;
+}
+
+// `kvgov keygen`: makes each key file that does not exist and keeps the
+// ones that do. The output says which, so a second run (or a path that
+// already held a key) is not mistaken for fresh keys to copy out.
+int RunKeygen(const std::string& issuer_key, const std::string& tenant_secret) {
+  auto exists = [](const std::string& path) {
+    std::error_code error;
+    return std::filesystem::symlink_status(path, error).type() !=
+           std::filesystem::file_type::not_found;
+  };
+  // Looked at before: LoadOrCreate creates exclusively and loads what is
+  // there otherwise, and tells the caller neither.
+  const bool issuer_existed = exists(issuer_key);
+  const bool secret_existed = exists(tenant_secret);
+  Result<std::unique_ptr<cert::IssuerKey>> issuer = cert::IssuerKey::LoadOrCreate(issuer_key);
+  Result<std::string> secret = issuer.ok() ? auth::LoadOrCreateTenantSecret(tenant_secret)
+                                           : Result<std::string>(issuer.status());
+  if (!secret.ok()) {
+    std::fprintf(stderr, "kvgov keygen: %s\n", secret.status().message().c_str());
+    return 1;
+  }
+  constexpr const char* kKept = "kept: it existed, and was not overwritten";
+  std::printf("issuer key %s (key id %s): %s\ntenant secret %s: %s\n", issuer_key.c_str(),
+              (*issuer)->key_id().c_str(), issuer_existed ? kKept : "created",
+              tenant_secret.c_str(), secret_existed ? kKept : "created");
+  if (issuer_existed && secret_existed) {
+    std::printf("nothing new was written; to replace a key, move its file away first (every "
+                "replica must then get the new copy)\n");
   }
   return 0;
 }
@@ -479,8 +512,8 @@ int Run(int argc, char** argv) {
   CLI::App* keygen = app.add_subcommand(
       "keygen",
       "Make the keys kvgov replicas share (serve --redis): an Ed25519 issuer key and a tenant\n"
-      "secret, each mode 0600. An existing file is kept, not replaced. Copy both to every\n"
-      "replica.");
+      "secret, each mode 0600. An existing file is kept, not replaced (the output says which\n"
+      "were kept). Copy both to every replica.");
   keygen->add_option("--issuer-key", keygen_issuer_key, "Where the issuer key goes.")->required();
   keygen->add_option("--tenant-secret-file", keygen_tenant_secret,
                      "Where the tenant secret goes.")
@@ -544,20 +577,7 @@ int Run(int argc, char** argv) {
   if (app.got_subcommand(loadgen)) return RunLoadgenCommand(loadgen_flags);
   if (app.got_subcommand(ingest_spool)) return RunIngestSpool(ingest_spool_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
-  if (keygen->parsed()) {
-    Result<std::unique_ptr<cert::IssuerKey>> issuer =
-        cert::IssuerKey::LoadOrCreate(keygen_issuer_key);
-    Result<std::string> secret = issuer.ok()
-                                     ? auth::LoadOrCreateTenantSecret(keygen_tenant_secret)
-                                     : Result<std::string>(issuer.status());
-    if (!secret.ok()) {
-      std::fprintf(stderr, "kvgov keygen: %s\n", secret.status().message().c_str());
-      return 1;
-    }
-    std::printf("issuer key %s (key id %s)\ntenant secret %s\n", keygen_issuer_key.c_str(),
-                (*issuer)->key_id().c_str(), keygen_tenant_secret.c_str());
-    return 0;
-  }
+  if (keygen->parsed()) return RunKeygen(keygen_issuer_key, keygen_tenant_secret);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);
   return 2;
 }

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "kvgov/auth/tokens.h"
 #include "kvgov/log/log.h"
@@ -28,6 +30,20 @@ int Fail(const char* what, const Status& status) {
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+constexpr const char* kDataDirHelp =
+    "kvgov's data dir; the token file is DIR/tokens.json. Default: ./kvgov-data\n"
+    "in the current directory, as for kvgov serve. Not with --redis.";
+
+// --role's help, from the one list of roles (auth::Roles()).
+std::string RoleHelp() {
+  std::string help = "What the token may call; repeatable:";
+  for (const auth::RoleInfo& info : auth::Roles()) {
+    const size_t pad = info.name.size() < 8 ? 8 - info.name.size() : 1;
+    help += "\n  " + std::string(info.name) + std::string(pad, ' ') + std::string(info.grants);
+  }
+  return help;
+}
+
 }  // namespace
 
 CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
@@ -36,32 +52,38 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
       "Manage the bearer tokens kvgov serve accepts (docs/formats/tokens.md). Changes take\n"
       "effect in a running kvgov within 250 ms.");
   token->require_subcommand(1);
-  token->add_option("--data-dir", flags.data_dir, "kvgov's data dir.")->capture_default_str();
+  flags.data_dir_options.push_back(
+      token->add_option("--data-dir", flags.data_dir, kDataDirHelp)->capture_default_str());
 
   flags.add = token->add_subcommand(
       "add",
       "Create a token and print its secret, once, alone on the last line; only its SHA-256 is\n"
-      "stored. Example: kvgov token add gateway --role route --data-dir ./kvgov-data");
+      "stored, in the data dir the output names. Example:\n"
+      "kvgov token add app --role infer --data-dir /var/lib/kvgov");
   flags.add->add_option("NAME", flags.name, "1-64 of A-Z a-z 0-9 _ . -")->required();
-  flags.add->add_option("--role", flags.roles,
-                        "ingest (POST /v1/events), route (/v1/route), admin (quarantine,\n"
-                        "invalidations, drain, config) or read (everything else); repeatable.")
-      ->required();
+  flags.add->add_option("--role", flags.roles, RoleHelp())->required();
   flags.add->add_option("--tenant", flags.tenant,
                         "Bind the token to one tenant: it routes, reads and governs only that\n"
                         "tenant's spans.");
-  flags.add->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
 
   flags.list = token->add_subcommand("list", "List tokens: name, roles, tenant, creation time.");
-  flags.list->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
 
   flags.revoke = token->add_subcommand("revoke", "Delete a token; it stops working at once.");
   flags.revoke->add_option("NAME", flags.name, "The token's name.")->required();
-  flags.revoke->add_option("--data-dir", flags.data_dir, "kvgov's data dir.");
-  for (CLI::App* command : {flags.add, flags.revoke}) {
-    command->add_option("--redis", flags.redis_url,
+  for (CLI::App* command : {flags.add, flags.list, flags.revoke}) {
+    flags.data_dir_options.push_back(
+        command->add_option("--data-dir", flags.data_dir, kDataDirHelp)->capture_default_str());
+  }
+  flags.add->add_option("--redis", flags.redis_url,
                         "Write to the replicas' governance log on this Redis instead of a data\n"
                         "dir: every replica (kvgov serve --redis) applies it within a second.");
+  flags.revoke->add_option("--redis", flags.redis_url,
+                           "Revoke through the replicas' governance log on this Redis instead of\n"
+                           "a data dir: every replica applies it within a second.");
+  flags.list->add_option("--redis", flags.redis_url,
+                         "List the tokens the replicas' governance log on this Redis holds (its\n"
+                         "snapshot and the entries after it) instead of a data dir's.");
+  for (CLI::App* command : {flags.add, flags.list, flags.revoke}) {
     command->add_option("--redis-prefix", flags.redis_prefix, "The replicas' --redis-prefix.")
         ->capture_default_str();
   }
@@ -103,7 +125,56 @@ int AppendTokenChange(const TokenFlags& flags, std::string_view kind,
 
 }  // namespace
 
+namespace {
+
+void PrintTokens(const std::vector<auth::TokenRecord>& records) {
+  std::printf("%-24s %-28s %-20s %s\n", "NAME", "ROLES", "TENANT", "CREATED");
+  for (const auth::TokenRecord& record : records) {
+    std::string roles;
+    for (auth::Role role : record.roles) {
+      roles += (roles.empty() ? "" : ",") + std::string(auth::ToString(role));
+    }
+    std::printf("%-24s %-28s %-20s %s\n", record.name.c_str(), roles.c_str(),
+                record.tenant.empty() ? "(fleet)" : record.tenant.c_str(),
+                log::IsoUtc(record.created_ms).c_str());
+  }
+}
+
+// The data dir as the reader should find it again: absolute, since the
+// default is relative to wherever the command ran.
+std::string AbsoluteDir(const std::string& dir) {
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, error);
+  return error ? dir : absolute.lexically_normal().string();
+}
+
+bool DataDirGiven(const TokenFlags& flags) {
+  for (const CLI::Option* option : flags.data_dir_options) {
+    if (option != nullptr && option->count() > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int RunToken(const TokenFlags& flags) {
+  const char* command = flags.add->parsed() ? "add" : flags.revoke->parsed() ? "revoke" : "list";
+  const bool data_dir_given = DataDirGiven(flags);
+  if (!flags.redis_url.empty() && data_dir_given) {
+    // Both name a place for the tokens; silently preferring one would leave
+    // the operator believing the other was changed (or read).
+    const char* why = flags.list->parsed()
+                          ? "--redis lists the tokens of the replicas' governance log, not of a "
+                            "data dir"
+                          : "--redis writes the change to the replicas' governance log, and every "
+                            "replica puts it into its own data dir";
+    std::fprintf(stderr,
+                 "kvgov token %s: --redis and --data-dir do not go together: %s. Drop --data-dir "
+                 "for a replicated fleet (kvgov serve --redis), or drop --redis to use one data "
+                 "dir's tokens.json (a single kvgov).\n",
+                 command, why);
+    return 2;
+  }
   const std::string path = auth::TokenFilePath(flags.data_dir);
   if (flags.add->parsed() && !flags.redis_url.empty()) {
     std::vector<auth::Role> roles;
@@ -129,6 +200,13 @@ int RunToken(const TokenFlags& flags) {
     std::printf("revoked token '%s' on the replicas\n", flags.name.c_str());
     return 0;
   }
+  if (flags.list->parsed() && !flags.redis_url.empty()) {
+    Result<replication::ReplicatedTokens> read =
+        replication::Replica::ReadTokens(flags.redis_url, flags.redis_prefix);
+    if (!read.ok()) return Fail("list", read.status());
+    PrintTokens(read->tokens);
+    return 0;
+  }
   if (flags.add->parsed()) {
     // Tokens may be created before kvgov first starts; the dir holds
     // secrets, so it is the owner's alone, as kvgov serve makes it.
@@ -145,35 +223,35 @@ int RunToken(const TokenFlags& flags) {
     }
     Result<std::string> secret = auth::AddToken(path, flags.name, roles, flags.tenant, NowMillis());
     if (!secret.ok()) return Fail("add", secret.status());
-    std::printf("created token '%s'; its secret is shown once, below:\n%s\n", flags.name.c_str(),
-                secret->c_str());
-    return 0;
-  }
-  if (flags.revoke->parsed()) {
-    if (Status revoked = auth::RevokeToken(path, flags.name); !revoked.ok()) {
-      return Fail("revoke", revoked);
+    // Where it went, named in full (the default is relative to wherever
+    // this ran): kvgov serve must use the same data dir to accept it. The
+    // secret stays alone on the last line.
+    if (!data_dir_given) {
+      std::printf("no --data-dir given: using the default, %s (%s); kvgov serve must run with "
+                  "the same data dir to accept this token\n",
+                  flags.data_dir.c_str(), AbsoluteDir(flags.data_dir).c_str());
     }
-    std::printf("revoked token '%s'\n", flags.name.c_str());
+    std::printf("created token '%s' in %s/tokens.json; its secret is shown once, below:\n%s\n",
+                flags.name.c_str(), AbsoluteDir(flags.data_dir).c_str(), secret->c_str());
     return 0;
   }
   // A missing token file is "no tokens" to the daemon, but a missing data
   // dir is most likely a mistyped --data-dir: an empty table would hide it.
   if (std::error_code error; !std::filesystem::is_directory(flags.data_dir, error)) {
-    return Fail("list", Status::NotFound("no data dir '" + flags.data_dir +
-                                         "' (give kvgov's --data-dir)"));
+    return Fail(command, Status::NotFound("no data dir '" + flags.data_dir +
+                                          "' (give kvgov's --data-dir)"));
+  }
+  if (flags.revoke->parsed()) {
+    if (Status revoked = auth::RevokeToken(path, flags.name); !revoked.ok()) {
+      return Fail("revoke", revoked);
+    }
+    std::printf("revoked token '%s' in %s/tokens.json\n", flags.name.c_str(),
+                AbsoluteDir(flags.data_dir).c_str());
+    return 0;
   }
   Result<std::vector<auth::TokenRecord>> records = auth::LoadTokenFile(path);
   if (!records.ok()) return Fail("list", records.status());
-  std::printf("%-24s %-28s %-20s %s\n", "NAME", "ROLES", "TENANT", "CREATED");
-  for (const auth::TokenRecord& record : *records) {
-    std::string roles;
-    for (auth::Role role : record.roles) {
-      roles += (roles.empty() ? "" : ",") + std::string(auth::ToString(role));
-    }
-    std::printf("%-24s %-28s %-20s %s\n", record.name.c_str(), roles.c_str(),
-                record.tenant.empty() ? "(fleet)" : record.tenant.c_str(),
-                log::IsoUtc(record.created_ms).c_str());
-  }
+  PrintTokens(*records);
   return 0;
 }
 

@@ -7,20 +7,26 @@
 
 namespace kvgov::cli {
 
+/// The data dir `kvgov token` uses without --data-dir (kvgov serve's too).
+inline constexpr const char* kDefaultTokenDataDir = "./kvgov-data";
+
 /// Flags of `kvgov token add|list|revoke`.
 struct TokenFlags {
-  std::string data_dir = "./kvgov-data";
+  std::string data_dir = kDefaultTokenDataDir;
   std::string name;
   std::vector<std::string> roles;
   std::string tenant;
   // With a Redis URL, add and revoke go into the replicas' governance log
-  // (every replica applies them to its own token file) instead of a data
-  // dir's token file.
+  // (every replica applies them to its own token file), and list reads it,
+  // instead of a data dir's token file; --data-dir is then refused.
   std::string redis_url;
   std::string redis_prefix = "kvgov";
   CLI::App* add = nullptr;
   CLI::App* list = nullptr;
   CLI::App* revoke = nullptr;
+  // Every --data-dir option (on `token` and on each subcommand), to tell a
+  // data dir given from the default.
+  std::vector<CLI::Option*> data_dir_options;
 };
 
 /// Registers `kvgov token` and its subcommands; returns `token`.

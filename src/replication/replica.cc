@@ -82,18 +82,145 @@ Result<std::string> InstanceToken(store::Store* store) {
   return made;
 }
 
-// A token write from the log, put into (or taken out of) the token file.
-// Idempotent, so an entry re-applied after a crash changes nothing more.
-Status ApplyTokenWrite(const std::string& token_path, const LogWrite& write) {
-  if (!write.value.has_value()) {
-    Status revoked = auth::RevokeToken(token_path, write.key);
-    return revoked.code() == StatusCode::kNotFound ? Status::Ok() : revoked;
-  }
+// A token write's record, checked as every replica checks it; nullopt for
+// a revoke. InvalidArgument (the entry is refused alike everywhere) for a
+// record that does not decode or names another token than its key.
+Result<std::optional<auth::TokenRecord>> DecodeTokenWrite(const LogWrite& write) {
+  if (!write.value.has_value()) return std::optional<auth::TokenRecord>();
   KVGOV_ASSIGN_OR_RETURN(auth::TokenRecord record, auth::DecodeTokenRecord(*write.value));
   if (record.name != write.key) {
     return Status::InvalidArgument("token write: key '" + write.key + "' names another token");
   }
-  return auth::PutTokenRecord(token_path, record);
+  return std::optional<auth::TokenRecord>(std::move(record));
+}
+
+// A token write from the log, put into (or taken out of) the token file.
+// Idempotent, so an entry re-applied after a crash changes nothing more.
+Status ApplyTokenWrite(const std::string& token_path, const LogWrite& write) {
+  KVGOV_ASSIGN_OR_RETURN(std::optional<auth::TokenRecord> record, DecodeTokenWrite(write));
+  if (!record.has_value()) {
+    Status revoked = auth::RevokeToken(token_path, write.key);
+    return revoked.code() == StatusCode::kNotFound ? Status::Ok() : revoked;
+  }
+  return auth::PutTokenRecord(token_path, *record);
+}
+
+// The token file a replica builds from the log, built in memory instead
+// (kvgov token list --redis): the same records in the same order as
+// auth::PutTokenRecord and auth::RevokeToken leave them, and the same
+// write ids remembered over the same window, so a retried append is
+// applied once here too.
+class TokenFold {
+ public:
+  // Where a snapshot leaves a replica (Replica::InstallSnapshot).
+  Status Install(const GovernanceSnapshot& snapshot) {
+    for (const auto& [name, value] : snapshot.tokens) {
+      KVGOV_ASSIGN_OR_RETURN(std::optional<auth::TokenRecord> record,
+                             DecodeTokenWrite(LogWrite{"tokens", name, value}));
+      Put(std::move(*record));
+    }
+    std::vector<std::pair<StreamId, std::string>> loaded;
+    for (const auto& [write_id, first] : snapshot.write_ids) {
+      Result<StreamId> at = ParseStreamId(first);
+      if (!at.ok()) return at.status().WithContext("snapshot write id");
+      loaded.emplace_back(*at, write_id);
+    }
+    std::sort(loaded.begin(), loaded.end());
+    for (auto& [at, write_id] : loaded) {
+      write_ids_.emplace(write_id, at);
+      order_.emplace_back(at, std::move(write_id));
+    }
+    return Status::Ok();
+  }
+
+  // One entry, as Replica::Apply takes it (the guard aside: it refuses
+  // only entries that carry lease records, which token changes never do).
+  void Apply(const LogEntry& entry) {
+    const Result<StreamId> id = ParseStreamId(entry.id);
+    if (!id.ok()) return;
+    if (!entry.write_id.empty() && write_ids_.contains(entry.write_id)) return;  // a duplicate
+    const journal::Attribution by{entry.actor, entry.origin};
+    if (entry.kind.empty() ||
+        journal::CheckRowFits(entry.kind, entry.subject, by, entry.payload).ok()) {
+      for (const LogWrite& write : entry.writes) {
+        if (write.column != kTokensColumn) continue;
+        // A refused write skips the rest of the entry; the ones before it
+        // stay, as they stay in a replica's file.
+        Result<std::optional<auth::TokenRecord>> record = DecodeTokenWrite(write);
+        if (!record.ok()) break;
+        if (record->has_value()) {
+          Put(std::move(**record));
+        } else {
+          std::erase_if(tokens_,
+                        [&](const auth::TokenRecord& token) { return token.name == write.key; });
+        }
+      }
+    }
+    // Applied or skipped alike, its write id is remembered
+    // (Replica::RememberWriteId).
+    while (!order_.empty() && order_.front().first.ms + kWriteIdWindowMs < id->ms) {
+      write_ids_.erase(order_.front().second);
+      order_.pop_front();
+    }
+    if (!entry.write_id.empty() && write_ids_.emplace(entry.write_id, *id).second) {
+      order_.emplace_back(*id, entry.write_id);
+    }
+  }
+
+  std::vector<auth::TokenRecord> TakeTokens() { return std::move(tokens_); }
+
+ private:
+  void Put(auth::TokenRecord record) {
+    auto it = std::find_if(tokens_.begin(), tokens_.end(), [&](const auth::TokenRecord& token) {
+      return token.name == record.name;
+    });
+    if (it == tokens_.end()) {
+      tokens_.push_back(std::move(record));
+    } else {
+      *it = std::move(record);
+    }
+  }
+
+  std::vector<auth::TokenRecord> tokens_;
+  std::map<std::string, StreamId, std::less<>> write_ids_;
+  std::deque<std::pair<StreamId, std::string>> order_;
+};
+
+// One read of the tokens: the snapshot, then every entry after it. Unavailable
+// also when the housekeeper replaced the snapshot or trimmed past it during
+// the read (read again).
+Result<ReplicatedTokens> ReadTokensOnce(GovernanceLog& log, SnapshotStore& snapshots) {
+  KVGOV_ASSIGN_OR_RETURN(std::optional<GovernanceSnapshot> snapshot, snapshots.Get());
+  TokenFold fold;
+  ReplicatedTokens read;
+  StreamId from;
+  if (snapshot.has_value()) {
+    KVGOV_ASSIGN_OR_RETURN(from, ParseStreamId(snapshot->id));
+    KVGOV_RETURN_IF_ERROR(fold.Install(*snapshot).WithContext("snapshot " + snapshot->id));
+    read.snapshot = snapshot->id;
+  }
+  std::string after = from.ToString();
+  while (true) {
+    KVGOV_ASSIGN_OR_RETURN(LogBatch batch,
+                           log.ReadAfter(after, kReadBatch, std::chrono::milliseconds(0)));
+    if (batch.last_id == after) break;
+    for (const LogEntry& entry : batch.entries) fold.Apply(entry);
+    after = batch.last_id;
+  }
+  // After the read, as a replica checks (Replica::MissedHistory): entries
+  // older than the mark may be gone, so a start below it may have missed
+  // some.
+  KVGOV_ASSIGN_OR_RETURN(std::optional<StreamId> trimmed, log.TrimmedBelow());
+  if (trimmed.has_value() && from < *trimmed) {
+    return Status::Unavailable(
+        "the governance log was trimmed below " + trimmed->ToString() + " and " +
+        (snapshot.has_value() ? "the snapshot read (" + snapshot->id + ") is older"
+                              : std::string("no snapshot is in Redis")) +
+        ": the tokens cannot be read whole from Redis now");
+  }
+  read.tokens = fold.TakeTokens();
+  read.as_of = after;
+  return read;
 }
 
 }  // namespace
@@ -256,6 +383,22 @@ Result<std::string> Replica::AppendOnce(const std::string& redis_url, std::strin
     KVGOV_ASSIGN_OR_RETURN(named.write_id, auth::RandomHexId());
   }
   return AppendRetrying(log, named, [](int) { return true; });
+}
+
+Result<ReplicatedTokens> Replica::ReadTokens(const std::string& redis_url,
+                                             std::string_view prefix) {
+  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisUrl(redis_url));
+  const auto timeout = std::chrono::milliseconds(2000);
+  GovernanceLog log(endpoint, StreamKey(prefix), timeout);
+  SnapshotStore snapshots(endpoint, SnapshotKey(prefix), timeout);
+  Result<ReplicatedTokens> read = Status::Unavailable("not read");
+  // A housekeeper may replace its snapshot, or trim, under a read: a
+  // second read sees the new one whole.
+  for (int attempt = 1; attempt <= kAppendAttempts; ++attempt) {
+    read = ReadTokensOnce(log, snapshots);
+    if (read.ok() || read.status().code() != StatusCode::kUnavailable) break;
+  }
+  return read;
 }
 
 Result<bool> Replica::Claim(std::string_view name) {

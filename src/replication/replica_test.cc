@@ -20,10 +20,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kvgov/auth/tokens.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/store/store.h"
 #include "replication/redis_server_process.h"
@@ -466,6 +468,117 @@ TEST_F(ReplicaTest, AReplicaAwayPastTheRetainedHistoryRejoinsFromTheSnapshot) {
   ASSERT_TRUE(last.ok());
   ASSERT_EQ(last->size(), 1u);
   EXPECT_EQ(last->front().subject, "quarantine/after");
+}
+
+// A token change as `kvgov token add|revoke --redis` appends it: one
+// "tokens" write, the record (or none, for a revoke) under the token's name.
+LogEntry TokenEntry(const std::string& write_id, const std::string& key,
+                    const std::optional<auth::TokenRecord>& record) {
+  LogEntry entry;
+  entry.write_id = write_id;
+  entry.origin = "kvgov-token";
+  entry.actor = "cli:test";
+  entry.kind = record ? "token.add" : "token.revoke";
+  entry.subject = key;
+  entry.payload = auth::DescribeTokenChange(key, record ? &*record : nullptr);
+  entry.time_ms = 1;
+  entry.writes = {{"tokens", key,
+                   record ? std::optional<std::string>(auth::EncodeTokenRecord(*record))
+                          : std::nullopt}};
+  return entry;
+}
+
+auth::TokenRecord Minted(const std::string& name, std::vector<auth::Role> roles) {
+  Result<auth::MintedToken> minted = auth::MintToken(name, std::move(roles), "", 1000);
+  EXPECT_TRUE(minted.ok()) << minted.status().ToString();
+  return minted.ok() ? minted->record : auth::TokenRecord{};
+}
+
+// kvgov token list --redis reads the tokens from Redis alone, and gets what
+// a replica's token file holds after applying the same log: a revoke, a
+// retried append of an earlier add (applied once, so the revoke stands), a
+// record every replica refuses, and a token replaced under its name.
+TEST_F(ReplicaTest, TokensReadFromRedisAloneAreWhatAReplicaApplies) {
+  GovernanceLog log = DirectLog();
+  const auth::TokenRecord a = Minted("a", {auth::Role::kRead});
+  const auth::TokenRecord b = Minted("b", {auth::Role::kRoute});
+  const auth::TokenRecord b2 = Minted("b", {auth::Role::kAdmin, auth::Role::kRead});
+  const auth::TokenRecord e = Minted("e", {auth::Role::kInfer});
+  std::string last;
+  for (const LogEntry& entry :
+       {TokenEntry("w1", "a", a), TokenEntry("w2", "b", b), TokenEntry("w3", "a", std::nullopt),
+        TokenEntry("w1", "a", a),  // the add's append sent again after the revoke
+        TokenEntry("w4", "c", a),  // a record under another token's name
+        TokenEntry("w5", "e", e), TokenEntry("w6", "b", b2)}) {
+    Result<std::string> appended = log.Append(entry);
+    ASSERT_TRUE(appended.ok()) << appended.status().ToString();
+    last = *appended;
+  }
+
+  Result<ReplicatedTokens> read = Replica::ReadTokens(redis_.url(), "kvgov");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->tokens, (std::vector<auth::TokenRecord>{b2, e}));
+  EXPECT_EQ(read->as_of, last);
+  EXPECT_EQ(read->snapshot, "");
+
+  Node* node = MustStart("a", Options("a"));
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return node->replica->applied_id() == last; }));
+  Result<std::vector<auth::TokenRecord>> file =
+      auth::LoadTokenFile((root_ / "a.tokens.json").string());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(*file, read->tokens);
+
+  // Another prefix is another log: no tokens.
+  Result<ReplicatedTokens> other = Replica::ReadTokens(redis_.url(), "elsewhere");
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_TRUE(other->tokens.empty());
+  EXPECT_EQ(other->as_of, "0-0");
+}
+
+// After the housekeeper trimmed the log, the read starts from its snapshot
+// (whose write ids still count), and says so when the log was trimmed past
+// every snapshot.
+TEST_F(ReplicaTest, TokensAreReadFromTheSnapshotOnceTheLogIsTrimmed) {
+  GovernanceLog log = DirectLog();
+  const auth::TokenRecord a = Minted("a", {auth::Role::kRead});
+  const auth::TokenRecord b = Minted("b", {auth::Role::kRoute});
+  Result<std::string> first = log.Append(TokenEntry("w1", "a", a));
+  Result<std::string> second = log.Append(TokenEntry("w2", "b", b));
+  ASSERT_TRUE(first.ok() && second.ok());
+
+  GovernanceSnapshot snapshot;
+  snapshot.id = *second;
+  snapshot.journal_seq = 2;
+  snapshot.journal_hash = std::string(64, '0');
+  snapshot.tokens = {{"a", auth::EncodeTokenRecord(a)}, {"b", auth::EncodeTokenRecord(b)}};
+  snapshot.write_ids = {{"w1", *first}, {"w2", *second}};
+  Result<RedisEndpoint> endpoint = ParseRedisUrl(redis_.url());
+  ASSERT_TRUE(endpoint.ok());
+  SnapshotStore snapshots(*endpoint, "kvgov:snapshot", milliseconds(2000));
+  ASSERT_TRUE(snapshots.Put(snapshot).ok());
+  Result<StreamId> at = ParseStreamId(*second);
+  ASSERT_TRUE(at.ok());
+  ASSERT_TRUE(log.TrimBelow(*at).ok());
+  ASSERT_TRUE(log.Append(TokenEntry("w3", "a", std::nullopt)).ok());
+  Result<std::string> last = log.Append(TokenEntry("w1", "a", a));  // a retry, after the revoke
+  ASSERT_TRUE(last.ok());
+
+  Result<ReplicatedTokens> read = Replica::ReadTokens(redis_.url(), "kvgov");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->tokens, (std::vector<auth::TokenRecord>{b}));
+  EXPECT_EQ(read->snapshot, *second);
+  EXPECT_EQ(read->as_of, *last);
+
+  // Trimmed past the snapshot: the entries between are gone.
+  Result<StreamId> end = ParseStreamId(*last);
+  ASSERT_TRUE(end.ok());
+  ASSERT_TRUE(log.TrimBelow(StreamId{end->ms + 1, 0}).ok());
+  Result<ReplicatedTokens> holed = Replica::ReadTokens(redis_.url(), "kvgov");
+  ASSERT_FALSE(holed.ok());
+  EXPECT_EQ(holed.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(holed.status().message().find("trimmed"), std::string::npos)
+      << holed.status().message();
 }
 
 }  // namespace

@@ -64,13 +64,6 @@ std::string ActorOf(const auth::Principal& caller) {
   return caller.token.empty() ? "local" : "token:" + caller.token;
 }
 
-Handler GuardAny(Daemon& daemon, auth::Role role, Handler handler) {
-  return Guard(daemon, role,
-               [handler = std::move(handler)](const httplib::Request& request,
-                                              httplib::Response& response,
-                                              const auth::Principal&) { handler(request, response); });
-}
-
 Status FitToCaller(const auth::Principal& caller, bool names_span_by_tokens,
                    std::string& tenant) {
   if (caller.tenant.empty()) return Status::Ok();

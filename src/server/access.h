@@ -1,8 +1,9 @@
 #pragma once
 
 // Internal to kvgov_server: who may call what (docs/formats/tokens.md).
-// Every route but /healthz is registered through one of these guards, so
-// a route cannot be added without saying which role it needs.
+// Every route but the public ones (/healthz, /v1/issuer, the console's
+// static files) is registered through one of these guards, so a route
+// cannot be added without saying which role it needs.
 
 #include <functional>
 #include <string>
@@ -40,10 +41,6 @@ Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handle
 /// "token:<name>", or "local" for a loopback call while authentication is
 /// off. Never the token's secret.
 std::string ActorOf(const auth::Principal& caller);
-
-/// The same for routes whose answer is the same for every caller with the
-/// role (the issuer key, releasing a decision by its unguessable id).
-Handler GuardAny(Daemon& daemon, auth::Role role, Handler handler);
 
 /// Fits a governance or route request to the caller: a fleet-wide caller
 /// may name any tenant; a tenant-bound one only its own, and an absent

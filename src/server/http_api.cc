@@ -465,7 +465,7 @@ void SendErrorJson(httplib::Response& response, int status, std::string_view cod
 
 void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   using auth::Role;
-  // Liveness stays open: probes carry no token.
+  // Liveness stays open: probes carry no token. (So does /v1/issuer, below.)
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200, {{"status", "ok"}});
   });
@@ -545,14 +545,15 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                     [&daemon](const httplib::Request&, httplib::Response& response) {
                                       SendJsonText(response, 200, ConfigJson(daemon));
                                     }));
-  http.Get("/v1/issuer",
-           GuardAny(daemon, Role::kRead, [&daemon](const httplib::Request&,
-                                                   httplib::Response& response) {
-             SendJson(response, 200,
-                      {{"algorithm", "ed25519"},
-                       {"key_id", daemon.issuer->key_id()},
-                       {"public_key", daemon.issuer->public_key_hex()}});
-           }));
+  // Public, as /healthz is: anyone verifying a deletion certificate
+  // offline needs this key, and it is the public half only
+  // (docs/formats/tokens.md).
+  http.Get("/v1/issuer", [&daemon](const httplib::Request&, httplib::Response& response) {
+    SendJson(response, 200,
+             {{"algorithm", "ed25519"},
+              {"key_id", daemon.issuer->key_id()},
+              {"public_key", daemon.issuer->public_key_hex()}});
+  });
   http.Get("/v1/journal", GuardFleet(daemon, Role::kRead,
                                      [&daemon](const httplib::Request& request,
                                                httplib::Response& response) {

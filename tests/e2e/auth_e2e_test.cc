@@ -122,6 +122,33 @@ TEST(AuthE2ETest, BeyondLoopbackOnlyWithATokenAndTlsWhenConfigured) {
   EXPECT_NE(output.find("TLS: cannot load certificate"), std::string::npos) << output;
 }
 
+// The issuer's public key is public (issue 43: it once answered 401 once a
+// token existed): whoever verifies a deletion certificate offline needs it,
+// token or not. It is the same key a token holder is served.
+TEST(AuthE2ETest, TheIssuerKeyNeedsNoTokenOnceTokensExist) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.Start().ok());
+  httplib::Client client("127.0.0.1", daemon.port());
+  const std::string reader = AddToken(daemon.data_dir(), "reader", {"read"});
+  ASSERT_TRUE(WaitFor([&] { return HttpStatus(client.Get("/v1/workers")) == 401; },
+                      std::chrono::seconds(5)));
+
+  httplib::Result open = client.Get("/v1/issuer");
+  ASSERT_EQ(HttpStatus(open), 200) << (open ? open->body : "no answer");
+  const Json issuer = Json::parse(open->body);
+  EXPECT_EQ(issuer.value("algorithm", ""), "ed25519");
+  EXPECT_EQ(issuer.value("public_key", "").size(), 64u) << issuer.dump();
+  EXPECT_FALSE(issuer.value("key_id", "").empty()) << issuer.dump();
+  httplib::Result with_token = client.Get("/v1/issuer", Bearer(reader));
+  ASSERT_EQ(HttpStatus(with_token), 200);
+  EXPECT_EQ(Json::parse(with_token->body), issuer);
+  // A token that matches nothing is not refused here either: the route
+  // does not look at it.
+  EXPECT_EQ(HttpStatus(client.Get("/v1/issuer", Bearer(reader + "0"))), 200);
+  // Everything else still needs one.
+  EXPECT_EQ(HttpStatus(client.Get("/v1/journal")), 401);
+}
+
 // Two tenants send identical prompts through one engine.
 class TenantIsolationE2ETest : public ::testing::Test {
  protected:
@@ -296,6 +323,18 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   ASSERT_EQ(workers["workers"].size(), 1u);
   EXPECT_FALSE(workers["workers"][0].contains("blocks"));
   EXPECT_TRUE(Get(fleet_, "/v1/workers")["workers"][0].contains("blocks"));
+
+  // Revocation (ADR 0028): a tenant-bound admin revokes its own tenant only.
+  const Json revocation = {{"scope", "tenant"}, {"tenant", "tenant-a"}, {"reason", "offboarded"}};
+  Post(b_, "/v1/invalidations", revocation, &status);
+  EXPECT_EQ(status, 403);
+  const Json revoked = Post(a_, "/v1/invalidations", revocation, &status);
+  ASSERT_EQ(status, 202) << revoked.dump();
+  const Json revoked_directive = Get(a_, "/v1/invalidations/" + revoked.value("id", ""));
+  EXPECT_EQ(revoked_directive.value("tenant", ""), "tenant-a") << revoked_directive.dump();
+  EXPECT_EQ(Route(a_).value("overlap_blocks", -1), 0);  // its blocks are out of reach
+  Get(b_, "/v1/invalidations/" + revoked.value("id", ""), &status);
+  EXPECT_EQ(status, 404);
 }
 
 // Every journal row says who made it: the caller's token by name (never its

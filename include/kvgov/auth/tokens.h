@@ -19,8 +19,22 @@ namespace kvgov::auth {
 
 enum class Role : uint8_t { kIngest, kRoute, kAdmin, kRead, kInfer };
 
-/// "ingest", "route", "admin", "read", "infer"; InvalidArgument naming the
-/// spellings.
+/// A role as people and files spell it, and what it lets a token call.
+struct RoleInfo {
+  Role role;
+  std::string_view name;    // in tokens.json and `kvgov token add --role`
+  std::string_view grants;  // a short list of the routes it opens, for help texts
+};
+
+/// Every role, in the order kvgov lists them: the one place they are
+/// spelled, so help texts and messages list them from here rather than
+/// repeating the list. Static storage; never empty.
+std::span<const RoleInfo> Roles();
+
+/// Every role's name, for messages: "ingest, route, admin, read or infer".
+std::string RoleNames();
+
+/// A role by its name; InvalidArgument naming every spelling (RoleNames).
 Result<Role> ParseRole(std::string_view role);
 std::string_view ToString(Role role);
 

@@ -13,7 +13,9 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
+#include "kvgov/auth/tokens.h"
 #include "kvgov/core/status.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/replication/governance_log.h"
@@ -21,6 +23,14 @@
 #include "kvgov/store/store.h"
 
 namespace kvgov::replication {
+
+/// The tokens the replicated governance log holds: what every replica's
+/// token file holds once it applied the whole log.
+struct ReplicatedTokens {
+  std::vector<auth::TokenRecord> tokens;  // in the order a replica's token file has them
+  std::string as_of;                      // the last stream id read ("0-0": none)
+  std::string snapshot;                   // the snapshot the read started from; "" for none
+};
 
 struct ReplicaOptions {
   std::string redis_url;
@@ -107,6 +117,16 @@ class Replica {
   /// a retry after a broken connection is applied once.
   static Result<std::string> AppendOnce(const std::string& redis_url, std::string_view prefix,
                                         const LogEntry& entry);
+
+  /// The tokens the log holds (kvgov token list --redis), read from Redis
+  /// alone, without a replica: the housekeeper's snapshot, then every
+  /// entry after it, each taken as a replica takes it (a retried append
+  /// once, a record every replica refuses skipped). Unavailable when Redis
+  /// cannot be reached, or when the log was trimmed past every snapshot in
+  /// it (the message says so); InvalidArgument for a snapshot that does
+  /// not decode.
+  static Result<ReplicatedTokens> ReadTokens(const std::string& redis_url,
+                                             std::string_view prefix);
 
   /// Claims on work that must be done once across the replicas.
   Result<bool> Claim(std::string_view name);
