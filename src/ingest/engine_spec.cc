@@ -25,6 +25,17 @@ Result<Endpoint> ParseTcpEndpoint(std::string_view key, std::string_view value) 
     return Status::InvalidArgument(where + "want tcp://HOST:PORT, got '" + std::string(value) +
                                    "'");
   }
+  // vLLM's own endpoint values bind every interface; kvgov connects, and
+  // a connect to them fails only at run time, where it looks like an idle
+  // engine.
+  const std::string_view host = rest.substr(0, colon);
+  if (host == "*" || host == "0.0.0.0" || host == "[::]") {
+    return Status::InvalidArgument(
+        where + "'" + std::string(value) + "' is an address the engine binds; kvgov connects " +
+        "to it, so give the engine's host: tcp://<engine host>:" +
+        std::string(rest.substr(colon + 1)) + " (tcp://127.0.0.1:" +
+        std::string(rest.substr(colon + 1)) + " on the same machine)");
+  }
   int port = 0;
   std::string_view port_text = rest.substr(colon + 1);
   auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
@@ -165,6 +176,9 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
     return Status::InvalidArgument(
         "connector-path: required with connector=webhook, and only with it");
   }
+  // The checks serve makes when it opens the streams, made here too, so
+  // that --print-config and a config check refuse what serve would.
+  KVGOV_RETURN_IF_ERROR(StreamsFor(engine).status());
   return engine;
 }
 

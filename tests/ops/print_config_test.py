@@ -177,6 +177,18 @@ def main():
         if code != 2 or "engine id 'w1' is given twice" not in err:
             raise TestFailure(f"a repeated engine id under --print-config: exit {code}: {err}")
 
+        # ... and so are an engine spec whose replay is its events port, and
+        # vLLM's bind-only endpoint copied as is (kvgov connects).
+        code, _, err = run(binary, "--engine",
+                           "id=w1,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5557,model=m",
+                           "--print-config")
+        if code != 2 or "overlap" not in err:
+            raise TestFailure(f"replay on the events port under --print-config: exit {code}: {err}")
+        code, _, err = run(binary, "--engine", "id=w1,events=tcp://*:5557,model=m",
+                           "--print-config")
+        if code != 2 or "is an address the engine binds" not in err:
+            raise TestFailure(f"a bind-only events address under --print-config: exit {code}: {err}")
+
         # Files CLI11 would misread are refused, naming the line.
         expect_refused(binary, tmp, "hash", '[serve]\ntls-cert = "/etc/a#b.pem"\n',
                        "hash.toml:2: key 'tls-cert': a '#' inside a value")
