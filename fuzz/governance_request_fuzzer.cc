@@ -4,11 +4,13 @@
 // no crash, leak or exception: only the documented error codes, each
 // message led by its path; every decoded request keeps the rules of
 // docs/formats/governance-api.md (a reason; exactly one way of naming the
-// span; a worker wherever a block hash or a worker scope needs one; a
-// tenant revocation, scope "tenant", names its tenant and nothing
-// narrower, and only it may flush or leave out the model); decoding is a
-// function of the values alone (the request written back out as plain JSON
-// decodes to the same request); small limits only ever refuse.
+// span, prompt and messages standing in for token_ids, messages kept as
+// the minified text of a non-empty array of objects; a worker wherever a
+// block hash or a worker scope needs one; a tenant revocation, scope
+// "tenant", names its tenant and nothing narrower, and only it may flush
+// or leave out the model); decoding is a function of the values alone (the
+// request written back out as plain JSON decodes to the same request);
+// small limits only ever refuse.
 
 #include <cstddef>
 #include <cstdint>
@@ -23,22 +25,50 @@
 namespace kvgov::fuzz {
 namespace {
 
+// The messages as kept: "" (none, the default) or the minified text of a
+// non-empty array of objects. Their JSON (an empty array for "").
+template <typename Request>
+nlohmann::json CheckedMessages(const Request& request) {
+  if (request.messages.empty()) return nlohmann::json::array();
+  const nlohmann::json messages = nlohmann::json::parse(request.messages, nullptr, false);
+  FUZZ_CHECK(!messages.is_discarded(), "messages kept as text that is not JSON: %s",
+             request.messages.c_str());
+  FUZZ_CHECK(messages.is_array() && !messages.empty(),
+             "messages kept as something other than a non-empty array: %s",
+             request.messages.c_str());
+  for (const nlohmann::json& message : messages) {
+    FUZZ_CHECK(message.is_object(), "a message that is not an object: %s",
+               request.messages.c_str());
+  }
+  return messages;
+}
+
 // Every field, written by a JSON library that is not kvgov's codec; an
-// absent block hash stays absent.
+// absent block hash stays absent, and absent messages are written as the
+// default, [].
 template <typename Request>
 nlohmann::json CommonFields(const Request& request) {
   nlohmann::json json{{"model", request.model},         {"tenant", request.tenant},
                       {"lora_name", request.lora_name}, {"token_ids", request.token_ids},
+                      {"prompt", request.prompt},       {"messages", CheckedMessages(request)},
                       {"worker", request.worker},       {"group_idx", request.group_idx},
                       {"reason", request.reason}};
   if (request.block_hash.has_value()) json["block_hash"] = *request.block_hash;
   return json;
 }
 
+// How many of token_ids, prompt and messages are given: at most one may be.
+template <typename Request>
+int TokenForms(const Request& request) {
+  return (request.token_ids.empty() ? 0 : 1) + (request.prompt.empty() ? 0 : 1) +
+         (request.messages.empty() ? 0 : 1);
+}
+
 template <typename Request>
 bool SameCommon(const Request& a, const Request& b) {
   return a.model == b.model && a.tenant == b.tenant && a.lora_name == b.lora_name &&
-         a.token_ids == b.token_ids && a.worker == b.worker && a.block_hash == b.block_hash &&
+         a.token_ids == b.token_ids && a.prompt == b.prompt && a.messages == b.messages &&
+         a.worker == b.worker && a.block_hash == b.block_hash &&
          a.group_idx == b.group_idx && a.reason == b.reason;
 }
 
@@ -47,6 +77,8 @@ void CheckCommonStrings(const Request& request) {
   CheckUtf8(request.model, "model");
   CheckUtf8(request.tenant, "tenant");
   CheckUtf8(request.lora_name, "lora_name");
+  CheckUtf8(request.prompt, "prompt");
+  CheckUtf8(request.messages, "messages");
   CheckUtf8(request.worker, "worker");
   CheckUtf8(request.reason, "reason");
 }
@@ -72,7 +104,9 @@ void CheckRewrite(const Request& request, const nlohmann::json& json, Decode dec
 void CheckQuarantine(const QuarantineRequest& request) {
   CheckCommonStrings(request);
   FUZZ_CHECK(!request.reason.empty(), "quarantine without a reason");
-  FUZZ_CHECK(request.token_ids.empty() != !request.block_hash.has_value(),
+  FUZZ_CHECK(TokenForms(request) <= 1, "quarantine names its tokens %d ways",
+             TokenForms(request));
+  FUZZ_CHECK((TokenForms(request) == 1) != request.block_hash.has_value(),
              "quarantine must name its span exactly one way");
   FUZZ_CHECK(!request.block_hash.has_value() || !request.worker.empty(),
              "quarantine of a block hash without its worker");
@@ -121,7 +155,9 @@ void CheckInvalidation(const InvalidationRequest& request) {
   FUZZ_CHECK(
       request.scope.empty() || request.scope == "worker" || request.scope == "model" || revocation,
       "invalidation scope '%s'", request.scope.c_str());
-  const int named = (request.token_ids.empty() ? 0 : 1) + (request.block_hash.has_value() ? 1 : 0) +
+  FUZZ_CHECK(TokenForms(request) <= 1, "invalidation names its tokens %d ways",
+             TokenForms(request));
+  const int named = TokenForms(request) + (request.block_hash.has_value() ? 1 : 0) +
                     (request.scope.empty() ? 0 : 1);
   FUZZ_CHECK(named == 1, "invalidation names its span %d ways", named);
   FUZZ_CHECK(
@@ -133,6 +169,8 @@ void CheckInvalidation(const InvalidationRequest& request) {
     // values, so these fields may be present, at their defaults.
     FUZZ_CHECK(!request.tenant.empty(), "a tenant revocation without a tenant");
     FUZZ_CHECK(request.token_ids.empty(), "a tenant revocation with token_ids");
+    FUZZ_CHECK(request.prompt.empty(), "a tenant revocation with a prompt");
+    FUZZ_CHECK(request.messages.empty(), "a tenant revocation with messages");
     FUZZ_CHECK(request.worker.empty(), "a tenant revocation of worker '%s'",
                request.worker.c_str());
     FUZZ_CHECK(!request.block_hash.has_value(), "a tenant revocation with a block_hash");

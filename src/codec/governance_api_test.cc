@@ -123,8 +123,8 @@ TEST(InvalidationRequestTest, TheScopeAndSpanMessagesListTenant) {
   EXPECT_EQ(ErrorOf(R"({"model":"llama","scope":"Tenant","tenant":"acme","reason":"r"})"),
             R"($.scope: want "worker", "model" or "tenant", got 'Tenant')");
   const std::string kExactlyOne =
-      "$.token_ids: give exactly one of token_ids, worker + block_hash, or scope (worker, model "
-      "or tenant)";
+      "$.token_ids: give exactly one of token_ids, prompt, messages, worker + block_hash, or "
+      "scope (worker, model or tenant)";
   EXPECT_EQ(ErrorOf(R"({"model":"llama","reason":"r"})"), kExactlyOne);
   EXPECT_EQ(ErrorOf(R"({"model":"llama","token_ids":[1],"scope":"model","reason":"r"})"),
             kExactlyOne);
@@ -132,6 +132,117 @@ TEST(InvalidationRequestTest, TheScopeAndSpanMessagesListTenant) {
             "$.worker: required with block_hash or scope worker");
   EXPECT_EQ(ErrorOf(R"({"model":"llama","scope":"model","reason":"r","flsuh":true})"),
             "$.flsuh: unknown field");
+}
+
+TEST(InvalidationRequestTest, APromptOrChatMessagesNameASpanInPlaceOfTokenIds) {
+  Result<InvalidationRequest> prompt =
+      Decode(R"({"model":"llama","tenant":"acme","prompt":"leaked text","reason":"r"})");
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  EXPECT_EQ(prompt->prompt, "leaked text");
+  EXPECT_TRUE(prompt->token_ids.empty());
+  EXPECT_EQ(prompt->messages, "");
+
+  // Kept as minified JSON text, each message as sent (its fields are the
+  // engine's chat template's to judge).
+  Result<InvalidationRequest> chat = Decode(
+      R"({"model":"llama","messages":[ {"role":"user", "content":"hi"} ],"reason":"r"})");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(chat->messages, R"([{"content":"hi","role":"user"}])");
+  EXPECT_EQ(chat->prompt, "");
+}
+
+TEST(InvalidationRequestTest, EachPromptAndMessagesRuleIsRefusedByName) {
+  const std::string kExactlyOne =
+      ": give exactly one of token_ids, prompt, messages, worker + block_hash, or scope (worker, "
+      "model or tenant)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model":"llama","token_ids":[1],"prompt":"p","reason":"r"})",
+       "$.prompt: not with token_ids (give one of token_ids, prompt or messages)"},
+      {R"({"model":"llama","token_ids":[1],"messages":[{}],"reason":"r"})",
+       "$.messages: not with token_ids or prompt (give one of token_ids, prompt or messages)"},
+      {R"({"model":"llama","prompt":"p","messages":[{}],"reason":"r"})",
+       "$.messages: not with token_ids or prompt (give one of token_ids, prompt or messages)"},
+      // Not beside a scope or a worker's block: only where token_ids may stand.
+      {R"({"model":"llama","prompt":"p","scope":"model","reason":"r"})", "$.prompt" + kExactlyOne},
+      {R"({"model":"llama","messages":[{}],"scope":"worker","worker":"w1","reason":"r"})",
+       "$.messages" + kExactlyOne},
+      {R"({"model":"llama","prompt":"p","worker":"w1","block_hash":7,"reason":"r"})",
+       "$.prompt" + kExactlyOne},
+      {R"({"scope":"tenant","tenant":"acme","prompt":"p","reason":"r"})",
+       "$.prompt: not with scope tenant (a revocation takes every block of the tenant)"},
+      {R"({"scope":"tenant","tenant":"acme","messages":[{}],"reason":"r"})",
+       "$.messages: not with scope tenant (a revocation takes every block of the tenant)"},
+      // The types.
+      {R"({"model":"llama","prompt":["p"],"reason":"r"})", "$.prompt: want a string, got array"},
+      {R"({"model":"llama","messages":"hi","reason":"r"})",
+       "$.messages: want an array of chat messages, got string"},
+      {R"({"model":"llama","messages":{"role":"user"},"reason":"r"})",
+       "$.messages: want an array of chat messages, got object"},
+      {R"({"model":"llama","messages":[{"role":"user"},"hi"],"reason":"r"})",
+       "$.messages[1]: want an object, got string"},
+      // The defaults ("" and []) are no span.
+      {R"({"model":"llama","prompt":"","reason":"r"})", "$.token_ids" + kExactlyOne},
+      {R"({"model":"llama","messages":[],"reason":"r"})", "$.token_ids" + kExactlyOne},
+      {R"({"prompt":"p","reason":"r"})", "$.model: missing required field"},
+  };
+  for (const auto& [body, error] : cases) EXPECT_EQ(ErrorOf(body), error) << body;
+  // The defaults pass beside the other forms, and beside a revocation.
+  EXPECT_EQ(ErrorOf(R"({"model":"llama","scope":"model","prompt":"","messages":[],"reason":"r"})"),
+            "ok");
+  EXPECT_EQ(ErrorOf(R"({"scope":"tenant","tenant":"acme","prompt":"","messages":[],"reason":"r"})"),
+            "ok");
+}
+
+TEST(InvalidationRequestTest, MessagesAreBoundedLikeTheRestOfTheBody) {
+  JsonLimits limits;
+  limits.max_depth = 4;
+  Result<InvalidationRequest> deep = DecodeInvalidationRequestJson(
+      R"({"model":"llama","messages":[{"role":"user","content":[[[["x"]]]]}],"reason":"r"})",
+      limits);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), StatusCode::kResourceExhausted) << deep.status().ToString();
+}
+
+Result<QuarantineRequest> DecodeQuarantine(const std::string& body) {
+  return DecodeQuarantineRequestJson(body, JsonLimits{});
+}
+
+TEST(QuarantineRequestTest, APromptOrChatMessagesNameTheSpan) {
+  Result<QuarantineRequest> prompt =
+      DecodeQuarantine(R"({"model":"llama","tenant":"acme","prompt":"p","reason":"r"})");
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  EXPECT_EQ(prompt->prompt, "p");
+  Result<QuarantineRequest> chat = DecodeQuarantine(
+      R"({"model":"llama","messages":[{"role":"user","content":"hi"}],"invalidate":true,)"
+      R"("reason":"r"})");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(chat->messages, R"([{"content":"hi","role":"user"}])");
+  EXPECT_TRUE(chat->invalidate);
+}
+
+TEST(QuarantineRequestTest, EachPromptAndMessagesRuleIsRefusedByName) {
+  const std::string kExactlyOne =
+      ": give token_ids, prompt or messages, or worker and block_hash (exactly one)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model":"llama","reason":"r"})", "$.token_ids" + kExactlyOne},
+      {R"({"model":"llama","prompt":"","reason":"r"})", "$.token_ids" + kExactlyOne},
+      {R"({"model":"llama","token_ids":[1],"prompt":"p","reason":"r"})",
+       "$.prompt: not with token_ids (give one of token_ids, prompt or messages)"},
+      {R"({"model":"llama","prompt":"p","messages":[{}],"reason":"r"})",
+       "$.messages: not with token_ids or prompt (give one of token_ids, prompt or messages)"},
+      {R"({"model":"llama","messages":[{}],"worker":"w1","block_hash":7,"reason":"r"})",
+       "$.messages" + kExactlyOne},
+      {R"({"model":"llama","messages":[1],"reason":"r"})",
+       "$.messages[0]: want an object, got number"},
+      {R"({"model":"llama","prompt":7,"reason":"r"})", "$.prompt: want a string, got number"},
+      {R"({"model":"llama","prompt":"p"})", "$.reason: missing required field"},
+  };
+  for (const auto& [body, error] : cases) {
+    Result<QuarantineRequest> decoded = DecodeQuarantine(body);
+    ASSERT_FALSE(decoded.ok()) << body;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(decoded.status().message(), error) << body;
+  }
 }
 
 }  // namespace

@@ -298,22 +298,50 @@ class GatewayHandler {
   const std::string path_;
 };
 
+Status NoEngineFor(std::string_view model) {
+  return Status::NotFound("model: no worker with an engine URL serves '" + std::string(model) +
+                          "'");
+}
+
+// `body` POSTed to the tokenizer of the engine of a worker serving `model`;
+// a second engine only when the first could not be reached.
+Result<std::vector<int64_t>> TokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
+                                                  std::string_view body) {
+  Result<std::vector<int64_t>> tokens = NoEngineFor(model);
+  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
+    const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
+    if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
+    tokens = daemon.upstreams->Tokenize(OpenAIUrl(*engine), engine->kind, body);
+    if (tokens.ok() || tokens.status().code() != StatusCode::kUnavailable) break;
+  }
+  return tokens;
+}
+
 }  // namespace
 
 Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,
                                             std::string_view prompt) {
   const std::string body = nlohmann::json{{"model", model}, {"prompt", prompt}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
-  Result<std::vector<int64_t>> tokens =
-      Status::NotFound("model: no worker with an engine URL serves '" + std::string(model) + "'");
-  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
-    const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
-    if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
-    tokens = daemon.upstreams->Tokenize(OpenAIUrl(*engine), engine->kind, body);
-    // A second engine only when the first could not be reached.
-    if (tokens.ok() || tokens.status().code() != StatusCode::kUnavailable) break;
-  }
-  return tokens;
+  return TokenizeOnAnEngineOf(daemon, model, body);
+}
+
+Result<std::vector<int64_t>> TokenizeMessages(Daemon& daemon, std::string_view model,
+                                              std::string_view messages) {
+  // No worker serves "": NotFound, as for a prompt, not the gateway
+  // decoder's refusal of an empty model.
+  if (model.empty()) return NoEngineFor(model);
+  // The chat completion these messages would be, decoded as the gateway
+  // decodes one, so the engine gets the very /tokenize body (chat template
+  // and generation prompt included) a gateway request would.
+  const std::string chat =
+      "{\"model\":" +
+      nlohmann::json(model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+      ",\"messages\":" + std::string(messages) + "}";
+  KVGOV_ASSIGN_OR_RETURN(
+      const GatewayRequest request,
+      DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, BodyLimits(daemon)));
+  return TokenizeOnAnEngineOf(daemon, model, request.tokenize_body);
 }
 
 void RegisterGateway(httplib::Server& http, Daemon& daemon) {

@@ -32,4 +32,13 @@ void RegisterGateway(httplib::Server& http, Daemon& daemon);
 Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,
                                             std::string_view prompt);
 
+/// The token ids of an OpenAI chat `messages` array (JSON text), through the
+/// engine's chat template: the /tokenize body the gateway would send for a
+/// chat completion of `model` with those messages. NotFound as
+/// TokenizePrompt; InvalidArgument or ResourceExhausted when the gateway
+/// would refuse that chat (not a non-empty array, past the body limits);
+/// the engine's error otherwise.
+Result<std::vector<int64_t>> TokenizeMessages(Daemon& daemon, std::string_view model,
+                                              std::string_view messages);
+
 }  // namespace kvgov::server

@@ -14,6 +14,7 @@
 #include "kvgov/log/log.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/gateway.h"
 #include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 #include "server/http_api.h"
@@ -205,14 +206,56 @@ uint64_t ResidentBlocks(const Daemon& daemon, std::span<const index::BlockKey> k
   return longest;
 }
 
+// Whether the span is named by token ids, given or to be tokenized.
+template <typename Request>
+bool NamesSpanByTokens(const Request& body) {
+  return !body.token_ids.empty() || !body.prompt.empty() || !body.messages.empty();
+}
+
+// A span named by prompt or messages, tokenized by an engine of the model as
+// the gateway tokenizes a completion or a chat completion: `body.token_ids`
+// then holds the ids and the text is cleared. False once the error is
+// answered: 404 when no worker of the model has an engine URL, 502 when the
+// engine cannot tokenize.
+template <typename Request>
+bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
+  if (body.prompt.empty() && body.messages.empty()) return true;
+  const bool chat = !body.messages.empty();
+  Result<std::vector<int64_t>> tokens = chat
+                                            ? TokenizeMessages(daemon, body.model, body.messages)
+                                            : TokenizePrompt(daemon, body.model, body.prompt);
+  if (!tokens.ok()) {
+    // Anything but a model no engine serves is the engine's failure: it was
+    // unreachable, refused, or answered no token list.
+    if (tokens.status().code() == StatusCode::kNotFound) {
+      SendError(response, 404, tokens.status());
+    } else {
+      SendError(response, 502,
+                Status::Unavailable(std::string("the engine could not tokenize the ") +
+                                    (chat ? "messages" : "prompt") + ": " +
+                                    tokens.status().message()));
+    }
+    return false;
+  }
+  body.token_ids = *std::move(tokens);
+  body.prompt.clear();
+  body.messages.clear();
+  return true;
+}
+
 void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                       httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
   Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, BodyLimits(daemon));
   if (!body.ok()) return SendBodyError(response, body.status());
-  if (Status fitted = FitToCaller(caller, !body->token_ids.empty(), body->tenant); !fitted.ok()) {
+  if (Status fitted = FitToCaller(caller, NamesSpanByTokens(*body), body->tenant); !fitted.ok()) {
     return SendError(response, 403, fitted);
   }
+  const std::string_view token_field = !body->prompt.empty()     ? "prompt"
+                                       : !body->messages.empty() ? "messages"
+                                                                 : "token_ids";
+  const bool tokenized = token_field != "token_ids";
+  if (!TokenizeSpan(daemon, *body, response)) return;
   std::vector<index::BlockKey> keys;
   if (!body->token_ids.empty()) {
     int64_t block_size = 0;
@@ -229,7 +272,10 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                                body->token_ids, block_size);
     if (keys.empty()) {
       return SendError(response, 400,
-                        Status::InvalidArgument("$.token_ids: shorter than one block"));
+                        Status::InvalidArgument(
+                            "$." + std::string(token_field) + ": shorter than one block (" +
+                            std::to_string(body->token_ids.size()) + " tokens, blocks of " +
+                            std::to_string(block_size) + ")"));
     }
   } else {
     Result<std::vector<index::BlockKey>> found = daemon.index.KeysForEngineHashes(
@@ -255,6 +301,8 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                  {"blocks", keys.size()},
                  {"resident_blocks", ResidentBlocks(daemon, keys)},
                  {"reason", body->reason}};
+  // What the text stood for: the caller sees what was quarantined.
+  if (tokenized) answer["token_ids"] = body->token_ids;
   WarnOfUnknownTenant(daemon, body->tenant, answer);
   if (body->invalidate) {
     // The same span, evicted from every engine that holds it.
@@ -655,12 +703,14 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                         DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
                     if (!body.ok()) return SendBodyError(response, body.status());
                     // A tenant-bound token revokes its own tenant only.
-                    const bool by_tokens = (body->scope.empty() && !body->token_ids.empty()) ||
+                    const bool by_tokens = (body->scope.empty() && NamesSpanByTokens(*body)) ||
                                            body->scope == "tenant";
                     if (Status fitted = FitToCaller(caller, by_tokens, body->tenant);
                         !fitted.ok()) {
                       return SendError(response, 403, fitted);
                     }
+                    const bool tokenized = !body->prompt.empty() || !body->messages.empty();
+                    if (!TokenizeSpan(daemon, *body, response)) return;
                     Result<Directive> directive = daemon.invalidations->Create(*body, ActorOf(caller));
                     if (!directive.ok()) {
                       return SendError(response,
@@ -672,6 +722,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                     Json answer = {{"id", directive->id},
                                    {"state", ToString(directive->state)},
                                    {"owners", directive->owners.size()}};
+                    if (tokenized) answer["token_ids"] = body->token_ids;
                     if (directive->revocation) {
                       answer["unreachable_since_ms"] = directive->revocation->unreachable_since_ms;
                       answer["residue"] = ResidueJson(daemon.invalidations->Residue(*directive));

@@ -507,6 +507,65 @@ TEST_F(GatewayE2ETest, AQuarantinedSpanEarnsNoCredit) {
   EXPECT_EQ(predicted(), 128);
 }
 
+// A chat span is quarantined and invalidated by its messages, tokenized by
+// the engine as the gateway tokenizes a chat completion: the answer names
+// the ids, and a chat request with those messages is diverted.
+TEST_F(GatewayE2ETest, AChatSpanIsQuarantinedByItsMessages) {
+  StartKvgov();
+  // A diverted salt goes only to an engine proven to key by salts (ADR
+  // 0028): a tenant's request proves it.
+  httplib::Headers tenant = {{"X-Kvgov-Tenant", "acme"}};
+  const Json other = {{"model", "llama"}, {"prompt", Tokens(16, 90000)}, {"max_tokens", 1}};
+  ASSERT_EQ(HttpStatus(Post("/v1/completions", other, tenant)), 200);
+  ASSERT_TRUE(WaitFor([&] {
+    return control_->Get("/v1/workers")->body.find("\"reported\"") != std::string::npos;
+  }));
+
+  const Json messages = {{{"role", "system"}, {"content", Words(30, "leak")}},
+                         {{"role", "user"}, {"content", "hello there"}}};
+  httplib::Result quarantined = control_->Post(
+      "/v1/quarantine",
+      Json{{"model", "llama"}, {"messages", messages}, {"reason", "leaked"}}.dump(),
+      "application/json");
+  ASSERT_EQ(HttpStatus(quarantined), 200) << (quarantined ? quarantined->body : "");
+  const Json answer = Json::parse(quarantined->body);
+  // Two role markers, 32 words, the generation prompt: two blocks of 16.
+  ASSERT_TRUE(answer.contains("token_ids")) << answer.dump();
+  const std::vector<int64_t> token_ids = answer["token_ids"];
+  EXPECT_EQ(token_ids.size(), 35u);
+  EXPECT_EQ(answer["blocks"], 2);
+
+  // The same messages name the same span for an invalidation.
+  httplib::Result invalidated = control_->Post(
+      "/v1/invalidations",
+      Json{{"model", "llama"}, {"messages", messages}, {"reason", "leaked"}}.dump(),
+      "application/json");
+  ASSERT_EQ(HttpStatus(invalidated), 202) << (invalidated ? invalidated->body : "");
+  EXPECT_EQ(Json::parse(invalidated->body)["token_ids"], token_ids);
+
+  // The engine counts the chat the gateway forwards as those tokens, and
+  // the request crosses the quarantine: diverted.
+  const Json chat = {{"model", "llama"}, {"messages", messages}, {"max_tokens", 1}};
+  httplib::Result served = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(HttpStatus(served), 200) << (served ? served->body : "");
+  EXPECT_EQ(Json::parse(served->body)["usage"]["prompt_tokens"], 35);
+  EXPECT_EQ(Metric("kvgov_quarantine_diversions_total{model=\"llama\",tenant=\"none\"}"), 1);
+
+  // A model no worker serves is named; and a span is named one way only.
+  httplib::Result unknown = control_->Post(
+      "/v1/quarantine", Json{{"model", "mistral"}, {"prompt", "hi"}, {"reason", "r"}}.dump(),
+      "application/json");
+  ASSERT_EQ(HttpStatus(unknown), 404);
+  EXPECT_NE(unknown->body.find("mistral"), std::string::npos) << unknown->body;
+  httplib::Result both = control_->Post(
+      "/v1/invalidations",
+      Json{{"model", "llama"}, {"prompt", "hi"}, {"token_ids", token_ids}, {"reason", "r"}}
+          .dump(),
+      "application/json");
+  ASSERT_EQ(HttpStatus(both), 400);
+  EXPECT_NE(both->body.find("$.prompt: not with token_ids"), std::string::npos) << both->body;
+}
+
 // The engine that holds the prefix cannot be reached: the request goes to
 // the next candidate before any byte reached the client, and is counted.
 TEST_F(GatewayE2ETest, AnUnreachableEngineIsRetriedOnTheNextCandidate) {
