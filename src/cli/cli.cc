@@ -179,6 +179,16 @@ int Serve(const ServeFlags& flags) {
                "%s://%s:%u/ui/\n",
                scheme, options.host.c_str(), (*started)->port(), options.data_dir.c_str(), scheme,
                options.host.c_str(), (*started)->port());
+  if (!options.gateway_host.empty()) {
+    std::fprintf(stderr, "kvgov serve: the gateway is at %s://%s:%u/v1\n", scheme,
+                 options.gateway_host.c_str(), (*started)->gateway_port());
+  }
+  if (options.engines.empty()) {
+    std::fprintf(stderr,
+                 "kvgov serve: warning: no engine is configured, so nothing is followed or "
+                 "routed to; add one with --engine id=w1,events=tcp://HOST:PORT,model=NAME or "
+                 "engine = [\"id=w1,...\"] under [serve] in the config file\n");
+  }
 
   const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov serve: signal %d, shutting down\n", received);
@@ -308,7 +318,9 @@ int Run(int argc, char** argv) {
                     "Follow an engine's KV-event stream (repeatable). Comma-separated key=value:\n"
                     "  id=w1,kind=vllm|sglang|mooncake,events=tcp://HOST:PORT,model=NAME\n"
                     "  and optionally replay=tcp://HOST:PORT,block-size=16,dp-ranks=1,\n"
-                    "  control=http://HOST:PORT, connector=vllm|sglang|lmcache|webhook and\n"
+                    "  control=http://HOST:PORT, openai=http://HOST:PORT (where the gateway\n"
+                    "  sends requests; default: the control URL, as vLLM and SGLang serve both\n"
+                    "  on one port), connector=vllm|sglang|lmcache|webhook and\n"
                     "  connector-path=/PATH (webhook). With dp-ranks=N, rank r is at port+r.\n"
                     "  pool-blocks=N (the engine's KV pool in blocks, per rank) sizes the\n"
                     "  index's tables up front: faster ingest, ~40 B per pool block at start.\n"

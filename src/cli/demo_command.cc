@@ -50,8 +50,9 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& flags) {
   CLI::App* command = app.add_subcommand(
       "demo",
       "See kvgov work without GPUs: start a simulated vLLM fleet (ZeroMQ KV events, HTTP\n"
-      "control) and kvgov serving it, drive a multi-tenant agent workload through kvgov's\n"
-      "/v1/route, compare with round-robin, quarantine a span and certify its invalidation,\n"
+      "control) and kvgov serving it, send a multi-tenant agent workload through kvgov's\n"
+      "OpenAI-compatible gateway (/v1/completions, as an OpenAI client would), compare with\n"
+      "round-robin on the same trace, quarantine a span and certify its invalidation,\n"
       "and let a NIXL lease lapse. Then kvgov keeps running until Ctrl-C. `make run` runs it.");
   command->add_option("--listen", flags.listen, "HOST:PORT for kvgov's HTTP API (loopback only).")
       ->capture_default_str();

@@ -11,6 +11,8 @@ Checks that:
   - --print-config prints every setting, exits 0 and starts nothing (no
     data dir, no listening socket, no ready file);
   - flags override the file, which overrides the defaults;
+  - every key of an --engine spec (the parser's unknown-key error lists
+    them) is described in serve --help and in deploy/kvgov.toml;
   - the output, written to a file and loaded with --config, prints the same
     output again (round trip), for the defaults, for deploy/kvgov.toml and
     for a configuration that sets every kind of value;
@@ -88,6 +90,34 @@ def check_example(binary, source_dir, reference):
     return out
 
 
+def check_engine_keys(binary, help_text, example_text):
+    """Every key the engine spec parser accepts (its unknown-key error lists
+    them) is described in serve --help's --engine and in deploy/kvgov.toml's
+    engine comment."""
+    code, _, err = run(binary, "--engine", "id=w1,no-such-key=1", "--print-config")
+    match = re.search(r"unknown key 'no-such-key' \(want ([a-z0-9, -]+)\)", err)
+    if code != 2 or not match:
+        raise TestFailure(f"an unknown engine key: want exit 2 listing the keys, got {code}: {err}")
+    spec_keys = [key.strip() for key in match.group(1).split(",")]
+    if len(spec_keys) < 10:
+        raise TestFailure(f"the engine spec's key list looks cut short: {spec_keys}")
+    start = help_text.find("--engine ")
+    end = help_text.find("\n  --", start + 1)
+    engine_help = help_text[start:end if end != -1 else len(help_text)]
+    missing = [key for key in spec_keys
+               if not re.search(r"(?<![a-z-])" + re.escape(key) + "=", engine_help)]
+    if start == -1 or missing:
+        raise TestFailure(f"serve --help's --engine does not describe {missing}:\n{engine_help}")
+    start = example_text.find("# ---- Engines")
+    end = example_text.find("\n# ----", start + 1)
+    engine_comment = example_text[start:end]
+    missing = [key for key in spec_keys
+               if not re.search(r"(?<![a-z-])" + re.escape(key) + r"(?![a-z-])", engine_comment)]
+    if start == -1 or missing:
+        raise TestFailure(f"deploy/kvgov.toml's engine comment does not describe {missing}")
+    return spec_keys
+
+
 def round_trip(binary, tmp, name, out):
     path = os.path.join(tmp, name + ".toml")
     with open(path, "w", encoding="utf-8") as f:
@@ -130,6 +160,8 @@ def main():
         round_trip(binary, tmp, "defaults", defaults)
 
         example = check_example(binary, source_dir, reference)
+        with open(os.path.join(source_dir, "deploy", "kvgov.toml"), encoding="utf-8") as f:
+            engine_keys = check_engine_keys(binary, help_out + help_err, f.read())
         round_trip(binary, tmp, "example", example)
 
         # Every kind of value, and flags over the file over the defaults.
@@ -205,7 +237,7 @@ def main():
         if 'admit = ["a", "b"]' not in print_config(binary, "--config", multi).split("\n"):
             raise TestFailure("a multi-line array with a trailing comma did not load")
     print(f"--print-config: {len(reference)} settings, all in deploy/kvgov.toml; "
-          "round trips hold")
+          f"{len(engine_keys)} engine keys, all in --help and the file; round trips hold")
     return 0
 
 
