@@ -22,6 +22,7 @@
 #include "cli/cert_verify.h"
 #include "cli/config_file.h"
 #include "cli/demo_command.h"
+#include "cli/engines_command.h"
 #include "cli/listen.h"
 #include "cli/loadgen_command.h"
 #include "cli/simulate_command.h"
@@ -493,6 +494,8 @@ int Run(int argc, char** argv) {
   CLI::App* simulate = AddSimulateCommand(app, simulate_flags);
   DemoFlags demo_flags;
   CLI::App* demo = AddDemoCommand(app, demo_flags);
+  EnginesFlags engines_flags;
+  CLI::App* engines = AddEnginesCommand(app, engines_flags);
   TokenFlags token_flags;
   CLI::App* token = AddTokenCommand(app, token_flags);
   LoadgenFlags loadgen_flags;
@@ -585,6 +588,7 @@ int Run(int argc, char** argv) {
   }
   if (app.got_subcommand(simulate)) return RunSimulate(simulate_flags);
   if (app.got_subcommand(demo)) return RunDemo(demo_flags);
+  if (app.got_subcommand(engines)) return RunEngines(engines_flags);
   if (app.got_subcommand(token)) return RunToken(token_flags);
   if (app.got_subcommand(loadgen)) return RunLoadgenCommand(loadgen_flags);
   if (app.got_subcommand(ingest_spool)) return RunIngestSpool(ingest_spool_flags);

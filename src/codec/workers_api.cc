@@ -14,6 +14,8 @@ Json StreamJson(const WorkerStreamView& stream, Json row) {
   row["kind"] = stream.kind;
   row["role"] = stream.role;
   row["events_endpoint"] = stream.events_endpoint;
+  if (!stream.replay_endpoint.empty()) row["replay_endpoint"] = stream.replay_endpoint;
+  if (!stream.control_url.empty()) row["control_url"] = stream.control_url;
   row["last_seq"] = stream.last_seq;
   row["seq_gaps"] = stream.seq_gaps;
   row["replays"] = stream.replays;
@@ -39,14 +41,26 @@ Json StreamJson(const WorkerStreamView& stream, Json row) {
   return row;
 }
 
+std::string_view StateName(const WorkerView& view) {
+  switch (view.no_events_yet) {
+    case NoEventsYet::kNotApplicable: return index::ToString(view.residency.state);
+    case NoEventsYet::kIdle: return "idle";
+    case NoEventsYet::kSilent: return "silent";
+    case NoEventsYet::kStreamFailed: return "stream_failed";
+  }
+  return "unknown";
+}
+
 Json WorkerJson(const WorkerView& view) {
   const index::WorkerResidency& worker = view.residency;
   Json row = {{"id", worker.id},
               {"model", worker.model},
               {"block_size", worker.block_size},
-              {"state", view.waiting_for_events_ms >= 0 ? "waiting_for_events"
-                                                         : index::ToString(worker.state)}};
-  if (view.waiting_for_events_ms >= 0) row["waiting_for_events_ms"] = view.waiting_for_events_ms;
+              {"state", StateName(view)}};
+  if (view.no_events_yet != NoEventsYet::kNotApplicable) {
+    row["waiting_for_events_ms"] = view.waiting_for_events_ms;
+    if (view.fleet_view && !view.stream_error.empty()) row["stream_error"] = view.stream_error;
+  }
   row["salts"] = index::ToString(worker.salts);
   if (view.fleet_view) row["blocks"] = codec_internal::TierJson(worker.blocks);
   if (view.health) {

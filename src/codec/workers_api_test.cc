@@ -1,5 +1,7 @@
 #include "kvgov/codec/workers_api.h"
 
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +20,9 @@ WorkerView StaleWorker(bool fleet_view) {
   view.load.in_flight_requests = 2;
   WorkerStreamView& stream = view.stream.emplace();
   stream.kind = "vllm";
+  stream.events_endpoint = "tcp://10.0.0.7:5557";
+  stream.replay_endpoint = "tcp://10.0.0.7:5558";
+  stream.control_url = "http://10.0.0.7:8000";
   stream.last_seq = 41;
   stream.diagnostics.stale_reason = ingest::StaleReason::kGapLost;
   stream.diagnostics.stale_detail = "batch 7 never arrived";
@@ -36,6 +41,10 @@ TEST(WorkersApiTest, TheFleetViewShowsBlocksLoadStreamAndWhyItIsStale) {
   EXPECT_EQ(row["load"]["in_flight_requests"], 2);
   EXPECT_EQ(row["kind"], "vllm");
   EXPECT_EQ(row["last_seq"], 41);
+  // Where the engine is, so an operator can reach it.
+  EXPECT_EQ(row["events_endpoint"], "tcp://10.0.0.7:5557");
+  EXPECT_EQ(row["replay_endpoint"], "tcp://10.0.0.7:5558");
+  EXPECT_EQ(row["control_url"], "http://10.0.0.7:8000");
   EXPECT_EQ(row["diagnostics"]["stale"]["reason"], "gap_lost");
   EXPECT_EQ(row["diagnostics"]["stale"]["for_ms"], 500);
 }
@@ -46,23 +55,36 @@ TEST(WorkersApiTest, ATenantsViewHasIdsModelsStateAndHealthOnly) {
   const WorkerView view = StaleWorker(false);
   const nlohmann::json row =
       nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
-  for (const char* hidden : {"blocks", "load", "kind", "last_seq", "diagnostics"}) {
+  for (const char* hidden : {"blocks", "load", "kind", "last_seq", "diagnostics",
+                             "events_endpoint", "replay_endpoint", "control_url"}) {
     EXPECT_FALSE(row.contains(hidden)) << hidden;
   }
   EXPECT_EQ(row["model"], "llama");
   EXPECT_TRUE(row.contains("health"));
 }
 
-// An engine kvgov follows that has published nothing yet is not "live".
-TEST(WorkersApiTest, AWorkerWithoutEventsYetIsWaitingForThem) {
+// An engine kvgov follows that has published nothing yet is not "live",
+// and its state says why: idle, silent though it served requests, or a
+// stream kvgov could not subscribe to.
+TEST(WorkersApiTest, AWorkerWithoutEventsYetSaysWhy) {
+  const std::pair<NoEventsYet, const char*> cases[] = {{NoEventsYet::kIdle, "idle"},
+                                                       {NoEventsYet::kSilent, "silent"},
+                                                       {NoEventsYet::kStreamFailed, "stream_failed"}};
   for (bool fleet_view : {true, false}) {
-    WorkerView view = StaleWorker(fleet_view);
-    view.residency.state = index::WorkerState::kLive;
-    view.waiting_for_events_ms = 1200;
-    const nlohmann::json row =
-        nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
-    EXPECT_EQ(row["state"], "waiting_for_events");
-    EXPECT_EQ(row["waiting_for_events_ms"], 1200);
+    for (const auto& [reason, state] : cases) {
+      WorkerView view = StaleWorker(fleet_view);
+      view.residency.state = index::WorkerState::kLive;
+      view.no_events_yet = reason;
+      view.waiting_for_events_ms = 1200;
+      if (reason == NoEventsYet::kStreamFailed) view.stream_error = "cannot subscribe to tcp://x:1";
+      const nlohmann::json row =
+          nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
+      EXPECT_EQ(row["state"], state);
+      EXPECT_EQ(row["waiting_for_events_ms"], 1200);
+      // Why the stream failed names an endpoint: the fleet view's only.
+      EXPECT_EQ(row.contains("stream_error"), fleet_view && reason == NoEventsYet::kStreamFailed)
+          << row.dump();
+    }
   }
   WorkerView published = StaleWorker(true);
   published.residency.state = index::WorkerState::kLive;

@@ -20,6 +20,8 @@
 #include "kvgov/replication/replica.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/gateway_upstream.h"
+#include "server/handoff.h"
 #include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"
@@ -210,24 +212,34 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
     WorkerView& view = views.emplace_back();
     view.health = daemon.status.Get(worker.id);
     view.fleet_view = fleet_view;
-    if (fleet_view) {
-      view.load = daemon.router->LoadOf(worker.id);
-      view.predictions = daemon.predictions.Of(worker.id);
-    }
+    // Read for every caller, shown only in the fleet view: they are
+    // aggregates over every tenant.
+    router::WorkerLoad load = daemon.router->LoadOf(worker.id);
+    std::optional<router::PredictionScore> predictions = daemon.predictions.Of(worker.id);
+    const std::optional<double> running = router::RunningRequests(load.scraped);
     if (auto it = streams.find(worker.id); it != streams.end()) {
       const ingest::StreamStats& stats = *it->second.stats;
-      // The scraped load is the fleet view's only: a tenant's view has none.
       const ingest::EngineDiagnostics diagnostics =
-          ingest::DiagnoseEngine(stats, router::RunningRequests(view.load.scraped), now_ms,
-                                 daemon.options.engine_silence_ms);
+          ingest::DiagnoseEngine(stats, running, now_ms, daemon.options.engine_silence_ms);
       if (worker.state == index::WorkerState::kLive && stats.last_seq.load() < 0) {
         view.waiting_for_events_ms = diagnostics.silent_for_ms;
+        view.stream_error = stats.stream_error();
+        // Served work (answered through the gateway, or running by the
+        // engine's own metrics) computes blocks, and blocks are published.
+        const bool served = (predictions && predictions->scored() > 0) || running.value_or(0) > 0;
+        view.no_events_yet = !view.stream_error.empty() ? NoEventsYet::kStreamFailed
+                             : served                   ? NoEventsYet::kSilent
+                                                        : NoEventsYet::kIdle;
       }
       if (fleet_view) {
         WorkerStreamView& stream = view.stream.emplace();
         stream.kind = std::string(ToString(it->second.kind));
         stream.role = std::string(ToString(RoleOf(daemon, worker.id)));
         stream.events_endpoint = it->second.events;
+        stream.replay_endpoint = it->second.replay;
+        if (const ingest::EngineSpec* engine = EngineOf(daemon, worker.id); engine != nullptr) {
+          stream.control_url = engine->control;
+        }
         stream.last_seq = stats.last_seq.load();
         stream.seq_gaps = stats.seq_gaps.load();
         stream.replays = stats.replays_ok.load() + stats.replays_failed.load();
@@ -240,6 +252,10 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
         stream.last_batch_ms = stats.last_batch_ms.load();
         stream.diagnostics = diagnostics;
       }
+    }
+    if (fleet_view) {
+      view.load = std::move(load);
+      view.predictions = std::move(predictions);
     }
     view.residency = std::move(worker);
   }

@@ -25,23 +25,27 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kModel = "sim-llama-3-8b";
+constexpr const char* kModel = kDemoModel;
 
 // The demo's shape: the full agent workload, or a small one for CI.
 struct Plan {
   sim::AgentWorkloadOptions workload;
   sim::FleetOptions fleet;
-  double speedup = 4;
+  double speedup = 1;
 };
 
 Plan MakePlan(const DemoOptions& options) {
+  // The simulated round-robin fleet compared against is the live one.
+  const LiveEngineOptions engine = DemoEngineOptions(0, options.seed);
   Plan plan;
   plan.workload.seed = options.seed;
   plan.fleet.seed = options.seed;
   plan.fleet.model = kModel;
-  plan.fleet.shape = sim::ModelShape::kLlama3_8B;
+  plan.fleet.shape = engine.shape;
   plan.fleet.engines = 4;
-  plan.fleet.capacity_blocks = 4096;
+  plan.fleet.capacity_blocks = engine.pool.capacity_blocks;
+  plan.fleet.block_size = engine.pool.block_size;
+  plan.speedup = engine.speedup;
   if (options.quick) {
     plan.workload.tenants = 3;
     plan.workload.sessions_per_tenant = 3;
@@ -156,6 +160,18 @@ struct Demo::Impl {
   }
 };
 
+LiveEngineOptions DemoEngineOptions(size_t index, uint64_t seed) {
+  LiveEngineOptions engine;
+  engine.id = sim::Fleet::WorkerId(index);
+  engine.model = kDemoModel;
+  engine.pool.capacity_blocks = 4096;
+  engine.pool.block_size = 16;
+  engine.pool.hash_seed = seed * 1000003 + index;
+  engine.shape = sim::ModelShape::kLlama3_8B;
+  engine.speedup = 4;
+  return engine;
+}
+
 Demo::Demo() : impl_(std::make_unique<Impl>()) {}
 Demo::~Demo() { Stop(); }
 
@@ -175,12 +191,9 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
 
   // The fleet: live engines on loopback.
   for (int i = 0; i < plan.fleet.engines; ++i) {
-    LiveEngineOptions engine;
-    engine.id = sim::Fleet::WorkerId(static_cast<size_t>(i));
-    engine.model = kModel;
+    LiveEngineOptions engine = DemoEngineOptions(static_cast<size_t>(i), options.seed);
     engine.pool.capacity_blocks = plan.fleet.capacity_blocks;
     engine.pool.block_size = plan.fleet.block_size;
-    engine.pool.hash_seed = options.seed * 1000003 + static_cast<uint64_t>(i);
     engine.shape = plan.fleet.shape;
     engine.speedup = plan.speedup;
     KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<LiveEngine> live, LiveEngine::Start(engine));
@@ -224,6 +237,10 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                plan.fleet.engines, plan.fleet.engines - 1, plan.fleet.capacity_blocks,
                static_cast<long long>(plan.fleet.block_size),
                std::string(sim::ToString(plan.fleet.shape)).c_str());
+  std::fprintf(out, "  engines   their specs, for a kvgov serve of your own (--engine SPEC each):\n");
+  for (const auto& engine : impl_->engines) {
+    std::fprintf(out, "            %s\n", engine->EngineSpec().c_str());
+  }
   std::fprintf(out,
                "  workload  %d tenants x %d agent sessions x %d turns = %zu requests; one system "
                "prompt\n            per tenant, each turn re-sends the transcript, a cache salt "

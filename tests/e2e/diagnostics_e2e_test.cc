@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/daemon_process.h"
 #include "e2e/fake_control.h"
 #include "e2e/one_engine_test.h"
 #include "e2e/wait.h"
@@ -53,6 +54,29 @@ TEST_F(DiagnosticsE2ETest, ASilentPublisherOfABusyEngineFiresAndClears) {
   EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
 }
 
+// Before its first batch an engine is idle while it has nothing to
+// compute, silent once it serves requests and still publishes nothing (the
+// state a misconfigured --kv-events-config leaves), live once it publishes.
+TEST_F(DiagnosticsE2ETest, AnEngineWithoutEventsIsIdleUntilItServesRequests) {
+  auto row = [&] {
+    Json worker = Worker();
+    return worker.is_object() ? worker : Json::object();
+  };
+  auto state = [&] { return row().value("state", std::string()); };
+  control_.SetMetrics("vllm:num_requests_running{engine=\"0\"} 0\n");
+  ASSERT_TRUE(WaitFor([&] { return row().value(Json::json_pointer("/health/probed"), false); }))
+      << Worker().dump();
+  EXPECT_EQ(state(), "idle") << Worker().dump();
+  EXPECT_GE(row().value("waiting_for_events_ms", int64_t{-1}), 0);
+  EXPECT_EQ(row().value("control_url", std::string()), control_.url());
+  control_.SetMetrics("vllm:num_requests_running{engine=\"0\"} 1\n");
+  ASSERT_TRUE(WaitFor([&] { return state() == "silent"; })) << Worker().dump();
+  publisher_.Store(std::nullopt, 1, 100);
+  ASSERT_TRUE(WaitFor([&] { return state() == "live"; })) << Worker().dump();
+  EXPECT_FALSE(row().contains("waiting_for_events_ms"));
+  EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
+}
+
 TEST_F(DiagnosticsE2ETest, OrphanBlocksAndHashDriftAreCountedPerWorker) {
   // A chain under a parent kvgov never saw (a batch it missed).
   publisher_.Store(uint64_t{0xDEADBEEF}, 2, 100);
@@ -69,6 +93,30 @@ TEST_F(DiagnosticsE2ETest, OrphanBlocksAndHashDriftAreCountedPerWorker) {
   EXPECT_TRUE(MetricIs(R"(kvgov_engine_hash_drift_blocks_total{worker="w1"})", "3"));
   EXPECT_EQ(Diagnostics()["orphan_blocks"], 2);
   EXPECT_EQ(daemon_.Stop(), 0) << daemon_.Stderr();
+}
+
+// A stream kvgov cannot subscribe to at all is an error state of the
+// worker, with the reason, not an engine waiting for work. ZeroMQ refuses
+// the host's '!' when kvgov connects, after the spec was accepted.
+TEST(StreamStateE2ETest, AStreamThatCannotBeSubscribedIsAnErrorState) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon
+                  .Start({"--engine",
+                          "id=w1,kind=vllm,events=tcp://engine!1:5557,model=llama,block-size=16"})
+                  .ok())
+      << daemon.Stderr();
+  httplib::Client client("127.0.0.1", daemon.port());
+  Json worker;
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result response = client.Get("/v1/workers");
+    if (!response || response->status != 200) return false;
+    worker = Json::parse(response->body)["workers"][0];
+    return worker.value("state", std::string()) == "stream_failed";
+  })) << worker.dump() << daemon.Stderr();
+  EXPECT_NE(worker.value("stream_error", std::string()).find("cannot subscribe to tcp://engine!1:5557"),
+            std::string::npos)
+      << worker.dump();
+  EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
 }
 
 }  // namespace

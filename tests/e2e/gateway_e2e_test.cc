@@ -138,11 +138,11 @@ TEST_F(GatewayE2ETest, HealthAndModelsNameTheFleetsModels) {
 // repeated prompt is a hit the engine itself reports.
 TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
   StartKvgov();
-  // Neither engine has published yet: they are waiting for events, not live.
+  // Neither engine has published yet, nor been sent work: idle, not live.
   {
     const Json rows = Json::parse(control_->Get("/v1/workers")->body);
     for (const Json& w : rows["workers"]) {
-      EXPECT_EQ(w["state"], "waiting_for_events") << w.dump();
+      EXPECT_EQ(w["state"], "idle") << w.dump();
       EXPECT_GE(w["waiting_for_events_ms"].get<int64_t>(), 0) << w.dump();
     }
   }

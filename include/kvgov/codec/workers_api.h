@@ -21,6 +21,10 @@ struct WorkerStreamView {
   std::string kind;             // vllm, sglang, mooncake
   std::string role;             // both, prefill, decode (the engine spec's)
   std::string events_endpoint;  // the PUB endpoint followed
+  // From the engine spec, so an operator can reach the engine: "" when the
+  // spec names none.
+  std::string replay_endpoint;
+  std::string control_url;
   int64_t last_seq = -1;  // -1 before the first applied batch
   uint64_t seq_gaps = 0;
   uint64_t replays = 0;
@@ -34,16 +38,25 @@ struct WorkerStreamView {
   ingest::EngineDiagnostics diagnostics;
 };
 
+/// Why a followed engine has published no batch yet, as its state says.
+enum class NoEventsYet : uint8_t {
+  kNotApplicable,  // it has published, or kvgov follows no stream of it
+  kIdle,           // nothing was sent to it: it has computed nothing to publish
+  kSilent,         // it has served requests, yet no batch came: events off or misdirected
+  kStreamFailed,   // kvgov could not subscribe to its stream at all
+};
+
 /// One worker as GET /v1/workers shows it. A tenant-bound caller gets ids,
 /// models, state and health only (`fleet_view` false): block counts, load
 /// and stream statistics are aggregates over every tenant.
 struct WorkerView {
   index::WorkerResidency residency;
   std::optional<router::WorkerStatus> health;
-  // >= 0: a live worker whose engine stream kvgov follows but which has
-  // published nothing yet, for this long; its state reads
-  // "waiting_for_events" (both views: it is no aggregate).
-  int64_t waiting_for_events_ms = -1;
+  // A live worker whose engine stream kvgov follows but which has published
+  // nothing yet, and why (its state; both views: it is no aggregate).
+  NoEventsYet no_events_yet = NoEventsYet::kNotApplicable;
+  int64_t waiting_for_events_ms = -1;  // >= 0 with no_events_yet: since kvgov began following
+  std::string stream_error;            // kStreamFailed: why, fleet view only
   bool fleet_view = false;
   router::WorkerLoad load;                 // fleet view only
   std::optional<WorkerStreamView> stream;  // fleet view, workers that follow a stream

@@ -93,10 +93,21 @@ struct StreamStats {
     std::lock_guard lock(detail_mu_);
     stale_detail_ = std::move(detail);
   }
+  /// Why kvgov could not subscribe to the stream at all ("" while it
+  /// could): the worker then waits for nothing, and says so.
+  std::string stream_error() const {
+    std::lock_guard lock(detail_mu_);
+    return stream_error_;
+  }
+  void set_stream_error(std::string error) {
+    std::lock_guard lock(detail_mu_);
+    stream_error_ = std::move(error);
+  }
 
  private:
   mutable std::mutex detail_mu_;
   std::string stale_detail_;
+  std::string stream_error_;
 };
 
 /// Receives the envelope entry every applied engine event lowers to.
@@ -194,6 +205,10 @@ class EngineStream {
   /// Counts a message whose framing was wrong (no usable seq), so it could
   /// not be ordered at all.
   void OnBadFraming(std::string_view detail);
+
+  /// The transport could not subscribe to the stream at all; kept in the
+  /// stats for operators.
+  void OnSubscribeFailed(std::string error) { stats_.set_stream_error(std::move(error)); }
 
   const std::string& worker() const { return worker_; }
   const StreamStats& stats() const { return stats_; }

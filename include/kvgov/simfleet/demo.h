@@ -7,8 +7,17 @@
 #include <string>
 
 #include "kvgov/core/status.h"
+#include "kvgov/simfleet/live_engine.h"
 
 namespace kvgov::simfleet {
+
+/// The model the demo's engines serve.
+inline constexpr char kDemoModel[] = "sim-llama-3-8b";
+
+/// The demo's engine number `index` (id sim-<index>) of the workload with
+/// `seed`: the full workload's pool, Llama-3-8B's modeled prefill, 4x
+/// faster than the GPU. `kvgov engines` starts the same ones.
+LiveEngineOptions DemoEngineOptions(size_t index, uint64_t seed);
 
 struct DemoOptions {
   std::string host = "127.0.0.1";

@@ -27,6 +27,7 @@ struct StreamView {
   std::string worker;
   ingest::EngineKind kind;
   std::string events;
+  std::string replay;  // "" when the engine has no replay socket
   const ingest::StreamStats* stats;
 };
 

@@ -126,7 +126,9 @@ function tierBar(blocks) {
 
 function workerState(worker) {
   const parts = [worker.state];
-  if (worker.state === "waiting_for_events") parts[0] += " (" + seconds(worker.waiting_for_events_ms) + ")";
+  // idle, silent or stream_failed: no batch yet, for this long.
+  if (worker.waiting_for_events_ms !== undefined) parts[0] += " (" + seconds(worker.waiting_for_events_ms) + ")";
+  if (worker.stream_error) parts.push(worker.stream_error);
   const stale = worker.diagnostics && worker.diagnostics.stale;
   if (stale) parts.push(stale.reason + ": " + stale.detail);
   if (worker.health) {

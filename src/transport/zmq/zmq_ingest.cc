@@ -127,10 +127,14 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
     monitor.connect(monitor_endpoint);
     sub.connect(stream.spec.events);
   } catch (const zmq::error_t& error) {
-log::Line(log::Level::kError, "stream.subscribe_failed")
+    log::Line(log::Level::kError, "stream.subscribe_failed")
         .Field("worker", stream.spec.worker)
         .Field("endpoint", stream.spec.events)
         .Field("error", error.what());
+    // GET /v1/workers shows it: without it the worker would look like an
+    // engine nobody has sent work to.
+    stream.stream->OnSubscribeFailed("cannot subscribe to " + stream.spec.events + ": " +
+                                     error.what());
     return;
   }
   std::vector<zmq::message_t> frames;
@@ -298,7 +302,8 @@ std::vector<StreamView> ZmqIngest::Streams() const {
   std::vector<StreamView> views;
   for (const auto& stream : impl_->streams) {
     views.push_back(
-        {stream->spec.worker, stream->kind, stream->spec.events, &stream->stream->stats()});
+        {stream->spec.worker, stream->kind, stream->spec.events, stream->spec.replay,
+         &stream->stream->stats()});
   }
   return views;
 }
