@@ -559,9 +559,19 @@ int Run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    const int code = app.exit(error);
-    if (code == 0) return 0;  // --help, --version
-    std::fputs(Suggestions(app, argc, argv).c_str(), stderr);
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
+    // A suggestion explains an unexpected argument, or a subcommand CLI11
+    // did not recognise, better than CLI11's own words for either, so those
+    // words are left out when there is one.
+    const std::string suggestions = Suggestions(app, argc, argv);
+    std::fputs(suggestions.c_str(), stderr);
+    const bool explained = dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr ||
+                           dynamic_cast<const CLI::RequiredError*>(&error) != nullptr;
+    if (suggestions.empty() || !explained) {
+      app.exit(error);
+    } else {
+      std::fputs("Run with --help for more information.\n", stderr);
+    }
     // A bad value from the file: say where it was written.
     for (const auto& [flag, where] : config_lines) {
       if (std::string_view(error.what()).find(flag + ":") != std::string_view::npos) {

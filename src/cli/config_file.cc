@@ -1,7 +1,12 @@
 #include "cli/config_file.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <optional>
+#include <vector>
+
+#include "cli/suggest.h"
 
 namespace kvgov::cli {
 namespace {
@@ -197,8 +202,25 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
     }
     const CLI::Option* option = section->get_option_no_throw("--" + key);
     if (option == nullptr || key == "config") {
-      return Status::InvalidArgument(where + "key '" + key + "' is not a setting of [" +
-                                     section_name + "] (see kvgov " + section_name + " --help)");
+      std::vector<std::string> keys;
+      for (const CLI::Option* known : section->get_options()) {
+        for (const std::string& name : known->get_lnames()) {
+          if (name != "config" && name != "help") keys.push_back(name);
+        }
+      }
+      // Keys are the flags' names, dashes and all: gateway_listen is
+      // gateway-listen, which edit distance alone may not find.
+      std::string dashed = key;
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      std::optional<std::string> near;
+      if (std::find(keys.begin(), keys.end(), dashed) != keys.end()) {
+        near = dashed;
+      } else {
+        near = ClosestName(key, keys);
+      }
+      return Status::InvalidArgument(
+          where + "key '" + key + "' is not a setting of [" + section_name + "]" +
+          (near ? "; did you mean '" + *near + "'?" : " (see kvgov " + section_name + " --help)"));
     }
     std::string value(Trim(text.substr(equals + 1)));
     // CLI11, which reads the file after this check, cuts a line at its

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <numeric>
 
 namespace kvgov::cli {
@@ -59,22 +60,46 @@ std::string Suggestions(CLI::App& app, int argc, const char* const* argv) {
   for (const CLI::App* sub : given->get_subcommands([](const CLI::App*) { return true; })) {
     subcommands.push_back(sub->get_name());
   }
+  const auto is_flag = [&](std::string_view name) {
+    return std::find(flags.begin(), flags.end(), name) != flags.end();
+  };
+  const std::string where = "' is not a flag of '" + given->get_name() + "'; ";
   std::string out;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
-    std::optional<std::string> near;
     if (arg.starts_with("--")) {
       arg = arg.substr(0, arg.find('='));
-      if (std::find(flags.begin(), flags.end(), arg) != flags.end()) continue;
-      near = ClosestName(arg, flags);
+      if (is_flag(arg)) continue;
+      if (std::optional<std::string> near = ClosestName(arg, flags)) {
+        out += "kvgov: '" + std::string(arg) + where + "did you mean '" + *near + "'?\n";
+        continue;
+      }
+      // A flag's first words (--gateway for --gateway-listen) are too far
+      // from it by edits but plainly meant it.
+      std::vector<std::string> longer;
+      for (const std::string& flag : flags) {
+        if (flag.starts_with(std::string(arg) + "-")) longer.push_back("'" + flag + "'");
+      }
+      if (!longer.empty()) {
+        out += "kvgov: '" + std::string(arg) + where + "did you mean ";
+        for (size_t j = 0; j < longer.size(); ++j) {
+          out += (j == 0 ? "" : j + 1 == longer.size() ? " or " : ", ") + longer[j];
+        }
+        out += "?\n";
+      }
+    } else if (arg.size() > 2 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1]))) {
+      arg = arg.substr(0, arg.find('='));
+      const std::string doubled = "-" + std::string(arg);
+      if (is_flag(doubled)) {
+        out += "kvgov: '" + std::string(arg) + where + "long flags take two dashes: '" +
+               doubled + "'\n";
+      }
     } else if (!arg.starts_with("-") && given->get_subcommands().empty() && !subcommands.empty() &&
                std::find(subcommands.begin(), subcommands.end(), arg) == subcommands.end()) {
-      near = ClosestName(arg, subcommands);
-    }
-    if (near) {
-      out += "kvgov: '" + std::string(arg) + "' is not a " +
-             (arg.starts_with("--") ? "flag" : "command") + " of '" + given->get_name() +
-             "'; did you mean '" + *near + "'?\n";
+      if (std::optional<std::string> near = ClosestName(arg, subcommands)) {
+        out += "kvgov: '" + std::string(arg) + "' is not a command of '" + given->get_name() +
+               "'; did you mean '" + *near + "'?\n";
+      }
     }
   }
   return out;

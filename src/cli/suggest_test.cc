@@ -25,6 +25,8 @@ TEST(SuggestionsTest, NamesTheNearestCommandOrFlag) {
     std::string listen;
     CLI::App* serve = app.add_subcommand("serve", "");
     serve->add_option("--gateway-listen", listen, "");
+    serve->add_option("--gateway-ready-file", listen, "");
+    serve->add_option("--listen", listen, "");
     app.add_subcommand("simulate", "");
     argv.insert(argv.begin(), "kvgov");
     try {
@@ -40,6 +42,17 @@ TEST(SuggestionsTest, NamesTheNearestCommandOrFlag) {
   EXPECT_EQ(parse({"serv"}),
             "kvgov: 'serv' is not a command of 'kvgov'; did you mean 'serve'?\n");
   EXPECT_EQ(parse({"serve", "--nothing-like-it"}), "");
+  // A flag's first word names every flag it begins.
+  EXPECT_EQ(parse({"serve", "--gateway", "x"}),
+            "kvgov: '--gateway' is not a flag of 'serve'; did you mean '--gateway-listen' or "
+            "'--gateway-ready-file'?\n");
+  // One dash where two belong.
+  EXPECT_EQ(parse({"serve", "-listen", "x"}),
+            "kvgov: '-listen' is not a flag of 'serve'; long flags take two dashes: "
+            "'--listen'\n");
+  EXPECT_EQ(parse({"serve", "-listen=x"}),
+            "kvgov: '-listen' is not a flag of 'serve'; long flags take two dashes: "
+            "'--listen'\n");
   EXPECT_EQ(parse({"serve", "--gateway-listen=x"}), "parsed");
 }
 

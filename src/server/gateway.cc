@@ -109,14 +109,23 @@ class GatewayHandler {
     }
     std::vector<std::string> serving = ServingWorkers(daemon_, decoded->model);
     if (serving.empty()) {
-      const std::vector<index::WorkerResidency> workers = daemon_.index.Workers();
-      const bool known = std::any_of(workers.begin(), workers.end(), [&](const auto& w) {
-        return w.model == decoded->model;
-      });
-      if (!known) {
-        return SendOpenAIError(response, 404,
-                               "the model '" + decoded->model + "' does not exist",
-                               "invalid_request_error", "model", "model_not_found");
+      std::set<std::string> served;
+      for (const index::WorkerResidency& worker : daemon_.index.Workers()) {
+        served.insert(worker.model);
+      }
+      if (!served.contains(decoded->model)) {
+        std::string message = "the model '" + decoded->model + "' does not exist; ";
+        if (served.empty()) {
+          message += "no engine is configured (serve --engine)";
+        } else {
+          message += "this gateway serves ";
+          for (const std::string& model : served) {
+            if (&model != &*served.begin()) message += ", ";
+            message += "'" + model + "'";
+          }
+        }
+        return SendOpenAIError(response, 404, message, "invalid_request_error", "model",
+                               "model_not_found");
       }
       return SendOpenAIError(response, 503,
                              "no worker of '" + decoded->model +

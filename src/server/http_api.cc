@@ -181,9 +181,8 @@ httplib::Server::HandlerWithContentReader WithOptionalBody(size_t max_body_bytes
     });
     if (!read) {
       return SendError(response, 413,
-                       Status::ResourceExhausted("the body is over the limit of " +
-                                                 std::to_string(max_body_bytes) + " bytes" +
-                                                 (keep ? "" : "; this route takes none")));
+                       Status::ResourceExhausted(keep ? BodyOverLimitMessage(max_body_bytes)
+                                                      : "body: this route takes none"));
     }
     if (!keep) return handler(request, response);
     httplib::Request with_body = request;
@@ -471,6 +470,11 @@ bool RequireJsonContentType(const httplib::Request& request, httplib::Response& 
             Status::InvalidArgument("Content-Type: want application/json, got '" +
                                     request.get_header_value("Content-Type").substr(0, 64) + "'"));
   return false;
+}
+
+std::string BodyOverLimitMessage(size_t max_body_bytes) {
+  return "body: longer than the " + std::to_string(max_body_bytes) +
+         "-byte limit; `kvgov serve --max-body-bytes` (max-body-bytes in the config) raises it";
 }
 
 void SendErrorJson(httplib::Response& response, int status, std::string_view code,

@@ -52,6 +52,9 @@ void SendBodyError(httplib::Response& response, const Status& error);
 /// True for a JSON body; otherwise answers 415 naming the type sent.
 bool RequireJsonContentType(const httplib::Request& request, httplib::Response& response);
 
+/// What a 413 says: the limit, and the flag that raises it.
+std::string BodyOverLimitMessage(size_t max_body_bytes);
+
 /// A JSON answer (invalid UTF-8 in strings written as U+FFFD).
 void SendJson(httplib::Response& response, int status, const nlohmann::json& body);
 

@@ -69,6 +69,36 @@ bool IsLoopbackHost(const std::string& host) {
 
 namespace {
 
+// Words for a refusal cpp-httplib makes before any handler runs (so every
+// error answer has a body): what was wrong and what to do about it.
+std::string DescribeListenerRefusal(const httplib::Request& request, int status,
+                                    size_t max_body) {
+  switch (status) {
+    case 404:
+      return "no route for " + request.method + " " + request.path;
+    case 413:
+      return BodyOverLimitMessage(max_body);
+    case 411:
+      return "Content-Length: required on a request with a body";
+    case 414:
+      return "request target: too long";
+    case 431:
+      return "headers: too large";
+    case 400:
+      // cpp-httplib refuses a POST that announces no body at all (neither
+      // Content-Length nor chunked) as malformed; say what it lacks.
+      if ((request.method == "POST" || request.method == "PUT") &&
+          !request.has_header("Content-Length") && !request.has_header("Transfer-Encoding")) {
+        return "body: missing; " + request.method + " " + request.path +
+               " takes a JSON object, sent with Content-Length and Content-Type: application/json";
+      }
+      return "malformed HTTP request: the request line or a header could not be parsed";
+    default:
+      if (status >= 500) return "internal error";
+      return "request refused (HTTP " + std::to_string(status) + ")";
+  }
+}
+
 // A listener: an SSLServer with TLS configured, its pool sized, Nagle off,
 // bodies bounded. InvalidArgument when the TLS files do not load.
 Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& options,
@@ -77,12 +107,21 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
   if (options.tls_cert_file.empty()) {
     http = std::make_unique<httplib::Server>();
     if (!IsLoopbackHost(host)) {
-log::Line(log::Level::kWarn, "listen.no_tls")
+      log::Line(log::Level::kWarn, "listen.no_tls")
           .Field("host", host)
           .Field("detail",
                  "bearer tokens cross the network in the clear (set --tls-cert and --tls-key)");
     }
   } else {
+    // OpenSSL reports an unreadable file and a mismatched pair alike; tell
+    // them apart first, since the fixes differ.
+    for (const auto& [flag, path] : {std::pair{"--tls-cert", &options.tls_cert_file},
+                                     std::pair{"--tls-key", &options.tls_key_file}}) {
+      if (std::ifstream file(*path); !file) {
+        return Status::InvalidArgument(std::string("TLS: cannot read ") + flag + " '" + *path +
+                                       "': " + std::strerror(errno));
+      }
+    }
     auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
                                                     options.tls_key_file.c_str());
     if (!tls->is_valid()) {
@@ -174,33 +213,13 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                                     httplib::Response& response) {
     // Only fill in bodies the handlers did not write themselves.
     if (!response.body.empty()) return;
-    // The rest are refusals cpp-httplib makes before any handler runs;
-    // every error answer carries a body naming the problem.
-    switch (response.status) {
-      case 404:
-        return SendErrorJson(response, 404, "not_found",
-                             "no route for " + request.method + " " + request.path);
-      case 413:
-        return SendErrorJson(response, 413, "resource_exhausted",
-                             "body: longer than the " + std::to_string(max_body) + "-byte limit");
-      case 411:
-        return SendErrorJson(response, 411, "invalid_argument",
-                             "Content-Length: required on a request with a body");
-      case 414:
-        return SendErrorJson(response, 414, "resource_exhausted", "request target: too long");
-      case 431:
-        return SendErrorJson(response, 431, "resource_exhausted", "headers: too large");
-      case 400:
-        return SendErrorJson(response, 400, "invalid_argument", "malformed HTTP request");
-      default:
-        if (response.status >= 500) {
-          return SendErrorJson(response, response.status, "internal", "internal error");
-        }
-        if (response.status >= 400) {
-          return SendErrorJson(response, response.status, "invalid_argument",
-                               "request refused (HTTP " + std::to_string(response.status) + ")");
-        }
-    }
+    const int status = response.status;
+    const std::string message = DescribeListenerRefusal(request, status, max_body);
+    std::string_view code = "invalid_argument";
+    if (status == 404) code = "not_found";
+    if (status == 413 || status == 414 || status == 431) code = "resource_exhausted";
+    if (status >= 500) code = "internal";
+    if (status >= 400) SendErrorJson(response, status, code, message);
   });
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
@@ -215,25 +234,15 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                                                 httplib::Response& response) {
       if (!response.body.empty()) return;
       const int status = response.status;
-      if (status == 404) {
-        response.set_content(EncodeOpenAIErrorJson("no route for " + request.method + " " +
-                                                       request.path,
-                                                   "invalid_request_error", "", "not_found"),
-                             "application/json");
-      } else if (status == 413) {
-        response.set_content(
-            EncodeOpenAIErrorJson("body: longer than the " + std::to_string(max_body) +
-                                      "-byte limit",
-                                  "invalid_request_error", "", "request_too_large"),
-            "application/json");
-      } else if (status >= 400) {
-        response.set_content(EncodeOpenAIErrorJson("request refused (HTTP " +
-                                                       std::to_string(status) + ")",
-                                                   status >= 500 ? "server_error"
-                                                                 : "invalid_request_error",
-                                                   "", "refused"),
-                             "application/json");
-      }
+      if (status < 400) return;
+      std::string_view code = "refused";
+      if (status == 404) code = "not_found";
+      if (status == 413) code = "request_too_large";
+      response.set_content(
+          EncodeOpenAIErrorJson(DescribeListenerRefusal(request, status, max_body),
+                                status >= 500 ? "server_error" : "invalid_request_error", "",
+                                code),
+          "application/json");
     });
     impl->gateway->set_exception_handler(
         [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {

@@ -90,9 +90,9 @@ TEST_F(ServerTest, UnknownRouteIsAJsonNotFoundNamingTheRoute) {
 
 // Sends raw bytes and returns the answer: headers and a Content-Length
 // body, or whatever came within two seconds.
-std::string RawExchange(uint16_t port, const std::string& request) {
+std::string RawExchange(uint16_t port, const std::string& request, time_t timeout_s = 2) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const timeval timeout{2, 0};
+  const timeval timeout{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -128,6 +128,30 @@ TEST_F(ServerTest, RequestsRefusedBeforeAnyHandlerGetAJsonError) {
   const std::string long_target = RawExchange(
       (*server)->port(), "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_NE(long_target.find(R"("error")"), std::string::npos) << long_target.substr(0, 300);
+}
+
+// `curl -X POST` to a route that takes a body, and a body over the limit:
+// the answer says what is missing, or which flag raises the limit. (The
+// bodyless one is answered once cpp-httplib's 5 s read timeout has waited
+// for a body that could still come without a length.)
+TEST_F(ServerTest, ABodylessOrOversizedPostIsToldWhatToDo) {
+  ServerOptions options = Options();
+  options.max_body_bytes = 1024;
+  Result<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string bodyless = RawExchange(
+      (*server)->port(), "POST /v1/quarantine HTTP/1.1\r\nHost: x\r\n\r\n",
+      /*timeout_s=*/15);
+  EXPECT_EQ(bodyless.rfind("HTTP/1.1 400", 0), 0u) << bodyless;
+  EXPECT_NE(bodyless.find("body: missing; POST /v1/quarantine takes a JSON object"),
+            std::string::npos)
+      << bodyless;
+  const std::string oversized = RawExchange(
+      (*server)->port(), "POST /v1/quarantine HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n"
+                         "Connection: close\r\n\r\n" + std::string(4096, ' '));
+  EXPECT_EQ(oversized.rfind("HTTP/1.1 413", 0), 0u) << oversized;
+  EXPECT_NE(oversized.find("1024-byte limit; `kvgov serve --max-body-bytes`"), std::string::npos)
+      << oversized;
 }
 
 // `curl -X POST URL` sends neither a body nor Content-Length: the routes

@@ -120,6 +120,15 @@ TEST(AuthE2ETest, BeyondLoopbackOnlyWithATokenAndTlsWhenConfigured) {
                                      &output),
             1);
   EXPECT_NE(output.find("TLS: cannot load certificate"), std::string::npos) << output;
+  // A file that is not there is not a mismatch: the answer says which.
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--data-dir", daemon.data_dir(), "--tls-cert",
+                                      cert, "--tls-key", key + ".missing", "--listen",
+                                      "127.0.0.1:0"},
+                                     &output),
+            1);
+  EXPECT_NE(output.find("TLS: cannot read --tls-key '" + key + ".missing': No such file"),
+            std::string::npos)
+      << output;
 }
 
 // The issuer's public key is public (issue 43: it once answered 401 once a

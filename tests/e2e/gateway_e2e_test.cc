@@ -379,6 +379,7 @@ TEST_F(GatewayE2ETest, BadRequestsGetOpenAIErrors) {
   httplib::Result unknown = Post("/v1/completions", {{"model", "gpt-9"}, {"prompt", "hi"}});
   ASSERT_EQ(HttpStatus(unknown), 404);
   EXPECT_EQ(Json::parse(unknown->body)["error"]["code"], "model_not_found");
+  EXPECT_NE(unknown->body.find("this gateway serves 'llama'"), std::string::npos) << unknown->body;
   httplib::Result batch = Post("/v1/completions", {{"model", "llama"}, {"prompt", {"a", "b"}}});
   ASSERT_EQ(HttpStatus(batch), 400);
   EXPECT_EQ(Json::parse(batch->body)["error"]["param"], "prompt");

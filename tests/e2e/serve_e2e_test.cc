@@ -57,6 +57,27 @@ TEST(CliE2ETest, VersionAndHelp) {
   EXPECT_NE(DaemonProcess::RunToExit({"no-such-command"}, &output), 0);
 }
 
+// A mistyped command or flag is answered by the suggestion alone, not by
+// CLI11's "A subcommand is required" or a bare "arguments were not expected".
+TEST(CliE2ETest, AMistypedCommandOrFlagIsAnsweredWithWhatWasMeant) {
+  std::string output;
+  EXPECT_EQ(DaemonProcess::RunToExit({"simulte"}, &output), 2);
+  EXPECT_EQ(output.rfind("kvgov: 'simulte' is not a command of 'kvgov'; did you mean "
+                         "'simulate'?", 0),
+            0u)
+      << output;
+  EXPECT_EQ(output.find("A subcommand is required"), std::string::npos) << output;
+
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--gateway", "127.0.0.1:0"}, &output), 2);
+  EXPECT_NE(output.find("'--gateway' is not a flag of 'serve'; did you mean '--gateway-listen'"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("were not expected"), std::string::npos) << output;
+
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "-listen", "127.0.0.1:0"}, &output), 2);
+  EXPECT_NE(output.find("long flags take two dashes: '--listen'"), std::string::npos) << output;
+}
+
 }  // namespace
 }  // namespace kvgov::testing
 
@@ -92,6 +113,16 @@ TEST(ServeE2ETest, ConfigFileErrorsNameTheKey) {
   std::string output;
   EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 2);
   EXPECT_NE(output.find(":2: key 'colour' is not a setting of [serve]"), std::string::npos)
+      << output;
+  // A key written the way TOML files usually spell names is the flag's.
+  {
+    std::ofstream out(config);
+    out << "[serve]\ngateway_listen = \"127.0.0.1:0\"\n";
+  }
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--config", config.string()}, &output), 2);
+  EXPECT_NE(output.find(":2: key 'gateway_listen' is not a setting of [serve]; did you mean "
+                        "'gateway-listen'?"),
+            std::string::npos)
       << output;
 
   {
