@@ -719,9 +719,11 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                                            : GovernanceWriteHttpStatus(directive.status()),
                                        directive.status());
                     }
-                    Json answer = {{"id", directive->id},
-                                   {"state", ToString(directive->state)},
-                                   {"owners", directive->owners.size()}};
+                    // The owners as GET /v1/invalidations/{id} shows them.
+                    Json answer = {
+                        {"id", directive->id},
+                        {"state", ToString(directive->state)},
+                        {"owners", Json::parse(EncodeDirectiveJson(*directive))["owners"]}};
                     if (tokenized) answer["token_ids"] = body->token_ids;
                     if (directive->revocation) {
                       answer["unreachable_since_ms"] = directive->revocation->unreachable_since_ms;

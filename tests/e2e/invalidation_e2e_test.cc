@@ -12,6 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "e2e/daemon_process.h"
@@ -58,7 +59,14 @@ TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
       Json({{"model", "llama"}, {"token_ids", Tokens(8, 100)}, {"reason", "poisoned_kv"}}).dump(),
       "application/json");
   ASSERT_EQ(created->status, 202) << created->body;
-  const std::string id = Json::parse(created->body)["id"];
+  const Json answer = Json::parse(created->body);
+  const std::string id = answer["id"];
+  // The answer names the engines it goes to, as the directive's record does.
+  std::set<std::string> answered_owners;
+  for (const Json& owner : answer["owners"]) {
+    answered_owners.insert(owner["worker"].get<std::string>());
+  }
+  EXPECT_EQ(answered_owners, (std::set<std::string>{"w1", "w2"})) << created->body;
 
   Json directive;
   ASSERT_TRUE(WaitFor([&] {
