@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,12 +29,15 @@ namespace fs = std::filesystem;
 
 constexpr const char* kChromium = "/usr/bin/chromium";
 
-// 40 words: the simulated engine tokenizes one token a word, so 2 blocks.
-std::string PromptWords() {
+// `count` words: the simulated engine tokenizes one token a word.
+std::string Words(const std::string& stem, int count) {
   std::string words;
-  for (int i = 0; i < 40; ++i) words += (i ? " " : "") + std::string("w") + std::to_string(i);
+  for (int i = 0; i < count; ++i) words += (i ? " " : "") + stem + std::to_string(i);
   return words;
 }
+
+// 40 words, so 2 blocks.
+std::string PromptWords() { return Words("w", 40); }
 
 TEST(ConsoleE2ETest, TheConsoleShowsWhatTheApiSaysInARealBrowser) {
   const fs::path node_dir = KVGOV_NODE_TESTS_DIR;
@@ -67,10 +71,16 @@ TEST(ConsoleE2ETest, TheConsoleShowsWhatTheApiSaysInARealBrowser) {
                           "--traffic-interval-ms", "500", "--witness-timeout-ms", "10000"})
                   .ok());
   httplib::Client control("127.0.0.1", daemon.port());
-  // w1 holds the prompt, as the engine's events say.
+  // w1 holds the prompt, as the engine's events say; w2 holds 8 blocks of
+  // another, so the fleet's bars have two lengths to draw to one scale.
   httplib::Client engine(engines[0]->control_url());
   ASSERT_EQ(HttpStatus(engine.Post("/v1/completions", Json{{"prompt", PromptWords()}}.dump(),
                                    "application/json")),
+            200);
+  httplib::Client other_engine(engines[1]->control_url());
+  ASSERT_EQ(HttpStatus(other_engine.Post("/v1/completions",
+                                         Json{{"prompt", Words("other", 136)}}.dump(),
+                                         "application/json")),
             200);
   std::string last;
   ASSERT_TRUE(WaitFor(
@@ -79,13 +89,13 @@ TEST(ConsoleE2ETest, TheConsoleShowsWhatTheApiSaysInARealBrowser) {
         last = std::to_string(HttpStatus(workers)) + " " + (workers ? workers->body : "");
         if (!workers || workers->status != 200) return false;
         int healthy = 0;
-        int64_t hbm = 0;
+        std::map<std::string, int64_t> hbm;
         const Json page = Json::parse(workers->body);
         for (const Json& w : page["workers"]) {
           healthy += w["health"]["healthy"] == true;
-          hbm += w["blocks"]["hbm"].get<int64_t>();
+          hbm[w["id"]] = w["blocks"]["hbm"].get<int64_t>();
         }
-        return healthy == 2 && hbm == 2;
+        return healthy == 2 && hbm["w1"] == 2 && hbm["w2"] == 8;
       },
       std::chrono::seconds(15)))
       << last;

@@ -27,6 +27,31 @@ TEST(ServeE2ETest, HealthzAnswersAndSigtermStopsCleanly) {
   EXPECT_NE(daemon.Stderr().find("shutting down"), std::string::npos) << daemon.Stderr();
 }
 
+// The start lines say where the gateway is, and warn when nothing is
+// configured to follow (deploy/kvgov.toml as shipped has no engine).
+TEST(ServeE2ETest, TheStartLinesNameTheGatewayAndWarnOfNoEngine) {
+  DaemonProcess bare;
+  ASSERT_TRUE(bare.Start({"--gateway-listen", "127.0.0.1:0"}).ok()) << bare.Stderr();
+  EXPECT_EQ(bare.Stop(), 0);
+  EXPECT_NE(bare.Stderr().find("kvgov serve: the gateway is at http://127.0.0.1:"),
+            std::string::npos)
+      << bare.Stderr();
+  EXPECT_NE(bare.Stderr().find("warning: no engine is configured"), std::string::npos)
+      << bare.Stderr();
+
+  DaemonProcess with_engine;
+  ASSERT_TRUE(with_engine.Start({"--engine", "id=w1,events=tcp://127.0.0.1:1,model=m"}).ok())
+      << with_engine.Stderr();
+  EXPECT_EQ(with_engine.Stop(), 0);
+  EXPECT_NE(with_engine.Stderr().find("kvgov serve: listening on http://127.0.0.1:"),
+            std::string::npos)
+      << with_engine.Stderr();
+  EXPECT_EQ(with_engine.Stderr().find("the gateway is at"), std::string::npos)
+      << with_engine.Stderr();
+  EXPECT_EQ(with_engine.Stderr().find("no engine is configured"), std::string::npos)
+      << with_engine.Stderr();
+}
+
 TEST(ServeE2ETest, RefusesToListenBeyondLoopback) {
   std::string output;
   int code = DaemonProcess::RunToExit({"serve", "--listen", "0.0.0.0:0", "--data-dir",

@@ -70,6 +70,26 @@ try {
       return row && row.textContent.includes(text);
     }, WAIT, worker.id, total + ' blocks');
   }
+  // The bars share one scale: the largest worker fills the track, the others
+  // in proportion to their blocks (not each its own full-length share).
+  const bars = await page.evaluate(() => [...document.querySelectorAll('#workers tr[data-worker]')].map((row) => {
+    const bar = row.querySelector('.bar');
+    return {
+      id: row.dataset.worker,
+      blocks: parseInt(row.querySelector('.tiers .count').textContent, 10),
+      spans: bar.children.length,
+      filled: [...bar.children].reduce((sum, span) => sum + span.getBoundingClientRect().width, 0),
+      track: bar.getBoundingClientRect().width,
+    };
+  }));
+  const largest = Math.max(...bars.map((b) => b.blocks));
+  for (const b of bars) {
+    const expected = b.track * b.blocks / largest;
+    // Each tier's span is at least 2px wide, so a sliver may draw a little long.
+    assert.ok(Math.abs(b.filled - expected) <= 1 + 2 * b.spans,
+      `bar of ${b.id}: ${b.filled}px of ${b.track}px for ${b.blocks} of ${largest} blocks`);
+  }
+  seen.bar_fill = bars.map((b) => +(b.filled / b.track).toFixed(3));
   seen.workers = workers.map((w) => w.id);
   seen.hbm_blocks = workers.map((w) => w.blocks.hbm);
   assert.ok(seen.hbm_blocks.some((n) => n > 0), 'the warmed engine holds blocks: ' + JSON.stringify(workers));

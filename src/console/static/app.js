@@ -110,18 +110,24 @@ function fill(tbody, rows, empty) {
 // ---------------------------------------------------------------------------
 // Fleet.
 
-function tierBar(blocks) {
-  const total = TIERS.reduce((sum, tier) => sum + (blocks[tier] || 0), 0);
+function blockTotal(blocks) {
+  return TIERS.reduce((sum, tier) => sum + (blocks[tier] || 0), 0);
+}
+
+// Every worker's bar is drawn to one scale, `scale` blocks for the full
+// track (the fleet's largest worker), so 5 blocks draw short beside 4,096.
+function tierBar(blocks, scale) {
   const bar = el("div", { class: "bar", role: "img" });
   const parts = [];
   for (const tier of TIERS) {
     const count = blocks[tier] || 0;
     if (count === 0) continue;
     parts.push(tier + " " + count);
-    bar.append(el("span", { class: "tier-" + tier, style: { flexGrow: String(count) }, title: tier + ": " + count }));
+    const width = (100 * count / scale).toFixed(3) + "%";
+    bar.append(el("span", { class: "tier-" + tier, style: { width }, title: tier + ": " + count }));
   }
   bar.setAttribute("aria-label", parts.length ? parts.join(", ") : "no blocks");
-  return el("div", { class: "tiers" }, bar, el("span", { class: "count", text: total + " blocks" }));
+  return el("div", { class: "tiers" }, bar, el("span", { class: "count", text: blockTotal(blocks) + " blocks" }));
 }
 
 function workerState(worker) {
@@ -140,7 +146,7 @@ function workerState(worker) {
   return parts.join("; ");
 }
 
-function workerRow(worker) {
+function workerRow(worker, scale) {
   const load = worker.load || {};
   const scraped = load.scraped ? ", engine " + load.scraped.running + " running / " + load.scraped.waiting + " waiting" : "";
   const predictions = worker.predictions
@@ -158,7 +164,7 @@ function workerRow(worker) {
     el("td", { text: worker.model }),
     el("td", { class: "state state-" + worker.state, text: state }),
     el("td", { text: worker.salts || "" }),
-    el("td", {}, worker.blocks ? tierBar(worker.blocks) : "(fleet view only)"),
+    el("td", {}, worker.blocks ? tierBar(worker.blocks, scale) : "(fleet view only)"),
     el("td", { text: worker.load ? load.in_flight_requests + " in flight" + scraped : "" }),
     el("td", { text: predictions }),
     el("td", { text: diagnostics.join(", ") || (worker.diagnostics ? "none" : "") }));
@@ -167,7 +173,9 @@ function workerRow(worker) {
 async function refreshFleet() {
   const { json } = await api("/v1/workers");
   const workers = json.workers || [];
-  fill(document.querySelector("#workers tbody"), workers.map(workerRow), "No workers registered.");
+  const scale = Math.max(1, ...workers.map((worker) => (worker.blocks ? blockTotal(worker.blocks) : 0)));
+  fill(document.querySelector("#workers tbody"), workers.map((worker) => workerRow(worker, scale)),
+    "No workers registered.");
   const models = [...new Set(workers.map((worker) => worker.model))];
   document.getElementById("models").replaceChildren(...models.map((model) => el("option", { value: model })));
   const input = document.getElementById("explain-model");
