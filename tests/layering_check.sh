@@ -33,6 +33,11 @@ check "kvgov_core must do no I/O and read no clock or entropy" \
   '#include *<(fstream|iostream|cstdio|stdio\.h|chrono|ctime|random|thread|filesystem|sys/|unistd\.h|arpa/|netinet/)' \
   "$root/src/core" "$root/include/kvgov/core"
 
+check "prompts (cache breakers) must do no I/O, read no clock or entropy and use no third party" \
+  '#include *(<(fstream|iostream|cstdio|chrono|ctime|random|thread|filesystem)>|"kvgov/(log|store|codec)/)' \
+  "$root/src/prompts" "$root/include/kvgov/prompts"
+check "kvgov_prompts must not include third-party headers" "$third_party" "$root/src/prompts"
+
 check "governance must not use HTTP, a JSON library or the store" \
   '#include *[<"](httplib|nlohmann|rocksdb|kvgov/store/|kvgov/codec/)' \
   "$root/src/governance" "$root/include/kvgov/governance"

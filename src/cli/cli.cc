@@ -56,6 +56,8 @@ struct ServeFlags {
   int64_t gateway_connect_timeout_ms = 2000;
   int64_t gateway_first_byte_timeout_ms = 60000;
   uint64_t gateway_max_in_flight = 0;
+  bool prefix_diagnostics = true;
+  uint32_t breaker_granule_tokens = 16;
   int http_threads = 32;
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -98,6 +100,8 @@ int Serve(const ServeFlags& flags) {
   }
   options.gateway_ready_file = flags.gateway_ready_file;
   options.gateway_max_in_flight = flags.gateway_max_in_flight;
+  options.prefix_diagnostics = flags.prefix_diagnostics;
+  options.breaker_granule_tokens = flags.breaker_granule_tokens;
   options.http_threads = flags.http_threads;
   options.gateway_timeouts = {flags.gateway_connect_timeout_ms,
                               flags.gateway_first_byte_timeout_ms};
@@ -310,6 +314,16 @@ int Run(int argc, char** argv) {
                     "Retry-After. 0: no limit.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}));
+  serve->add_option("--prefix-diagnostics", serve_flags.prefix_diagnostics,
+                    "Look for cache breakers in the prompts the gateway and /v1/route see:\n"
+                    "volatile spans early in otherwise static prompts (GET\n"
+                    "/v1/diagnostics/prefix). Only keyed hashes of prompts are kept.")
+      ->capture_default_str();
+  serve->add_option("--breaker-granule-tokens", serve_flags.breaker_granule_tokens,
+                    "Prompts are compared in granules of this many tokens: set it to the\n"
+                    "engines' block size.")
+      ->capture_default_str()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{1024}));
   serve->add_option("--http-threads", serve_flags.http_threads,
                     "Threads of each listener (control API, gateway). A kept-alive\n"
                     "connection or a streamed answer holds one for its whole length.")

@@ -614,6 +614,21 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
+  if (options.prefix_diagnostics) {
+    prompts::DetectorOptions detector;
+    detector.granule_tokens = options.breaker_granule_tokens;
+    KVGOV_RETURN_IF_ERROR(auth::FillRandom(
+        std::span(reinterpret_cast<char*>(&detector.key), sizeof(detector.key))));
+    daemon->breakers = std::make_unique<prompts::CacheBreakerDetector>(detector);
+    KVGOV_ASSIGN_OR_RETURN(
+        daemon->prefix_avoidable_tokens,
+        daemon->metrics.AddCounter(
+            {"kvgov_prefix_avoidable_prefill_tokens_total",
+             "Prompt tokens the engine recomputed only because of a cache breaker earlier in the "
+             "prompt (docs/formats/prefix-diagnostics.md), by model, tenant and cause (breaker, "
+             "reordering).",
+             {"model", "tenant", "cause"}}));
+  }
   daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status,
                                                     options.route, &daemon->gate);
   metrics::CacheAccounting* accounting = daemon->accounting.get();

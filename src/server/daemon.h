@@ -16,6 +16,7 @@
 #include "kvgov/index/residency_index.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/metrics/registry.h"
+#include "kvgov/prompts/cache_breakers.h"
 #include "kvgov/router/prediction_score.h"
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
@@ -184,6 +185,9 @@ struct Daemon {
   OpenPredictions route_predictions;     // /v1/route's, until done
   RouteTotals route_totals;              // counted by /v1/route and the gateway
   HandoffLog handoffs;                   // the gateway's newest, for GET /v1/handoffs
+  // Cache breakers in routed prompts; null with --prefix-diagnostics=false.
+  std::unique_ptr<prompts::CacheBreakerDetector> breakers;
+  metrics::CounterFamily* prefix_avoidable_tokens = nullptr;  // {model,tenant,cause}
   ChainCheck chain_check;                // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines

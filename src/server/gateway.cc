@@ -18,6 +18,7 @@
 #include "server/gateway_upstream.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
+#include "server/prefix_diagnostics.h"
 #include "server/salting.h"
 
 namespace kvgov::server {
@@ -166,6 +167,7 @@ class GatewayHandler {
       tokens = *std::move(tokenized);
     }
     const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
+    ObservePrompt(daemon_, decoded->model, *tenant, tokens);
     router::RouteRequest route{decoded->model, *tenant, std::move(tokens), "", serving};
     Result<RequestSalt> salted = SaltRoute(daemon_, route);
     if (!salted.ok()) {

@@ -34,6 +34,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,7 +68,8 @@ class GatewayFleet {
   // `roles` are the two engines': both, or a prefill and a decode engine.
   Status Start(std::chrono::milliseconds token_interval, const std::string& warm_body,
                std::array<ingest::EngineRole, 2> roles = {ingest::EngineRole::kBoth,
-                                                          ingest::EngineRole::kBoth}) {
+                                                          ingest::EngineRole::kBoth},
+               bool prefix_diagnostics = true) {
     dir_ = std::filesystem::temp_directory_path() /
            ("kvgov_gateway_bench_" + std::to_string(::getpid()) + "_" +
             std::to_string(next_fleet_++));
@@ -77,6 +79,7 @@ class GatewayFleet {
     options.data_dir = (dir_ / "data").string();
     options.gateway_host = "127.0.0.1";
     options.gateway_port = 0;
+    options.prefix_diagnostics = prefix_diagnostics;
     for (int i = 0; i < 2; ++i) {
       simfleet::LiveEngineOptions engine_options;
       engine_options.id = i == 0 ? "w1" : "w2";
@@ -145,9 +148,12 @@ class GatewayFleet {
   connectors::ControlEndpoint direct_;
 };
 
-std::string CompletionBody(bool stream, int max_tokens, int64_t first_token = 1000) {
+// `stamp`, when set, replaces token 40: a timestamp in a system prompt.
+std::string CompletionBody(bool stream, int max_tokens, int64_t first_token = 1000,
+                           std::optional<int64_t> stamp = std::nullopt) {
   std::vector<int64_t> prompt(kPromptTokens);
   for (int i = 0; i < kPromptTokens; ++i) prompt[i] = first_token + i;
+  if (stamp) prompt[40] = *stamp;
   return Json{{"model", "llama"}, {"prompt", prompt}, {"max_tokens", max_tokens},
               {"stream", stream}}
       .dump();
@@ -234,6 +240,55 @@ void BM_GatewayTtfbVsDirect(benchmark::State& state) {
   state.counters["tokenize_p99_us"] = bench::Percentile(tokenize_us, 0.99);
 }
 BENCHMARK(BM_GatewayTtfbVsDirect)->Iterations(2000)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// What cache-breaker detection adds to a request: the same gateway with
+// --prefix-diagnostics on and off, side by side, sent the same prompts, each
+// with a new timestamp at token 40 (so the detector finds, and counts, a
+// breaker on every request: its busiest path).
+void BM_GatewayTtfbDetectionOnVsOff(benchmark::State& state) {
+  GatewayFleet on, off;
+  const std::string warm = CompletionBody(/*stream=*/true, /*max_tokens=*/1, 1000, 0);
+  const std::array<ingest::EngineRole, 2> both = {ingest::EngineRole::kBoth,
+                                                  ingest::EngineRole::kBoth};
+  for (auto [fleet, detecting] : {std::pair{&on, true}, std::pair{&off, false}}) {
+    if (Status started = fleet->Start(std::chrono::milliseconds(0), warm, both, detecting);
+        !started.ok()) {
+      state.SkipWithError(started.ToString().c_str());
+      return;
+    }
+  }
+  std::unique_ptr<httplib::Client> with = KeptAlive("127.0.0.1", on.gateway_port());
+  std::unique_ptr<httplib::Client> without = KeptAlive("127.0.0.1", off.gateway_port());
+  std::vector<double> on_us, off_us;
+  int64_t stamp = 1;
+  bool on_first = false;
+  for (auto _ : state) {
+    const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/1, 1000, ++stamp);
+    double via_on = 0, via_off = 0;
+    if (on_first) via_on = TimeToFirstByte(*with, "/v1/completions", body);
+    via_off = TimeToFirstByte(*without, "/v1/completions", body);
+    if (!on_first) via_on = TimeToFirstByte(*with, "/v1/completions", body);
+    on_first = !on_first;
+    if (via_on < 0 || via_off < 0) {
+      state.SkipWithError("a request failed");
+      break;
+    }
+    on_us.push_back(via_on);
+    off_us.push_back(via_off);
+    state.SetIterationTime(via_on / 1e6);
+  }
+  if (state.error_occurred()) return;
+  state.counters["on_ttfb_p50_us"] = bench::Percentile(on_us, 0.50);
+  state.counters["off_ttfb_p50_us"] = bench::Percentile(off_us, 0.50);
+  state.counters["on_ttfb_p99_us"] = bench::Percentile(on_us, 0.99);
+  state.counters["off_ttfb_p99_us"] = bench::Percentile(off_us, 0.99);
+  state.counters["added_p50_us"] =
+      bench::Percentile(on_us, 0.50) - bench::Percentile(off_us, 0.50);
+}
+BENCHMARK(BM_GatewayTtfbDetectionOnVsOff)
+    ->Iterations(1000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Completed requests in `duration` from `clients` threads, each on its own
 // kept-alive connection to host:port.

@@ -22,6 +22,7 @@
 #include "server/daemon.h"
 #include "server/gateway_upstream.h"
 #include "server/handoff.h"
+#include "server/prefix_diagnostics.h"
 #include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"
@@ -308,6 +309,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   count("routed");
   MarkDiverted(*salt, *decision);
+  ObservePrompt(daemon, route->model, route->tenant, route->token_ids);
   daemon.tenants_seen.Note(route->tenant);
   daemon.route_totals.Count(*decision);
   // A prediction, kept apart from savings: only the engine's usage, if the

@@ -22,6 +22,7 @@
 #include "server/gateway.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
+#include "server/prefix_diagnostics.h"
 
 namespace kvgov::server {
 namespace {
@@ -208,6 +209,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   RegisterHttpApi(http, *impl->daemon);
   RegisterConsoleApi(http, *impl->daemon);
   RegisterHandoffApi(http, *impl->daemon);
+  RegisterPrefixDiagnosticsApi(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
   http.set_error_handler([max_body](const httplib::Request& request,
                                     httplib::Response& response) {

@@ -35,6 +35,11 @@ struct ServerOptions {
   // worker is skipped, and with every worker busy the answer is 429.
   // 0: no limit.
   uint64_t gateway_max_in_flight = 0;
+  // Cache-breaker detection on routed prompts
+  // (docs/formats/prefix-diagnostics.md), compared in granules of this many
+  // tokens.
+  bool prefix_diagnostics = true;
+  uint32_t breaker_granule_tokens = 16;
   // cpp-httplib serves a kept-alive connection on one pool thread until it
   // has been idle for 5 s, so the pool must cover the clients that keep
   // connections open (routers, gateways) or the rest wait behind them.
