@@ -26,6 +26,7 @@
 #include "cli/listen.h"
 #include "cli/loadgen_command.h"
 #include "cli/simulate_command.h"
+#include "cli/lint_command.h"
 #include "cli/spool_command.h"
 #include "cli/stop_signals.h"
 #include "cli/suggest.h"
@@ -516,6 +517,8 @@ int Run(int argc, char** argv) {
   CLI::App* loadgen = AddLoadgenCommand(app, loadgen_flags);
   IngestSpoolFlags ingest_spool_flags;
   CLI::App* ingest_spool = AddIngestSpoolCommand(app, ingest_spool_flags);
+  LintFlags lint_flags;
+  CLI::App* lint = AddLintCommand(app, lint_flags);
 
   app.add_subcommand("version", "Print kvgov's version and exit.");
 
@@ -616,6 +619,7 @@ int Run(int argc, char** argv) {
   if (app.got_subcommand(token)) return RunToken(token_flags);
   if (app.got_subcommand(loadgen)) return RunLoadgenCommand(loadgen_flags);
   if (app.got_subcommand(ingest_spool)) return RunIngestSpool(ingest_spool_flags);
+  if (app.got_subcommand(lint)) return RunLint(lint_flags);
   if (verify->parsed()) return VerifyJournal(journal_data_dir);
   if (keygen->parsed()) return RunKeygen(keygen_issuer_key, keygen_tenant_secret);
   if (cert_verify->parsed()) return RunCertVerify(cert_file, cert_issuer_keys, cert_data_dir);

@@ -349,6 +349,12 @@ Result<std::vector<int64_t>> TokenizeMessages(Daemon& daemon, std::string_view m
       "{\"model\":" +
       nlohmann::json(model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
       ",\"messages\":" + std::string(messages) + "}";
+  return TokenizeChat(daemon, model, chat);
+}
+
+Result<std::vector<int64_t>> TokenizeChat(Daemon& daemon, std::string_view model,
+                                          std::string_view chat) {
+  if (model.empty()) return NoEngineFor(model);
   KVGOV_ASSIGN_OR_RETURN(
       const GatewayRequest request,
       DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, BodyLimits(daemon)));

@@ -41,4 +41,10 @@ Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view mod
 Result<std::vector<int64_t>> TokenizeMessages(Daemon& daemon, std::string_view model,
                                               std::string_view messages);
 
+/// The token ids of an OpenAI chat completion body (JSON text, its model
+/// `model`), as TokenizeMessages: its messages and the chat-template fields
+/// the gateway forwards (tools among them).
+Result<std::vector<int64_t>> TokenizeChat(Daemon& daemon, std::string_view model,
+                                          std::string_view chat);
+
 }  // namespace kvgov::server

@@ -2,13 +2,16 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "kvgov/codec/lint_api.h"
 #include "kvgov/codec/prefix_diagnostics_api.h"
 #include "kvgov/log/log.h"
 #include "server/access.h"
 #include "server/daemon.h"
+#include "server/gateway.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
@@ -38,7 +41,71 @@ void ObservePrompt(Daemon& daemon, std::string_view model, std::string_view tena
   }
 }
 
+namespace {
+
+size_t CommonPrefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first -
+                             a.begin());
+}
+
+// POST /v1/lint/prompt: the rules from the requests' text, the token
+// figures from the engine's tokenizer (each request as sent and as it
+// would be with the rules kept).
+void HandleLint(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
+  if (!RequireJsonContentType(request, response)) return;
+  Result<std::vector<LintedRequest>> requests =
+      DecodeLintRequestJson(request.body, BodyLimits(daemon));
+  if (!requests.ok()) return SendBodyError(response, requests.status());
+  std::vector<prompts::LintRequest> lint;
+  for (const LintedRequest& r : *requests) lint.push_back(r.lint);
+  LintAnswer answer;
+  answer.findings = prompts::LintPrompts(lint);
+  std::vector<std::vector<int64_t>> sent, fixed;
+  for (size_t i = 0; i < requests->size(); ++i) {
+    const LintedRequest& r = (*requests)[i];
+    for (auto [body, out] : {std::pair{&r.chat_body, &sent}, std::pair{&r.fixed_chat_body, &fixed}}) {
+      Result<std::vector<int64_t>> tokens = TokenizeChat(daemon, r.model, *body);
+      if (!tokens.ok()) {
+        const StatusCode code = tokens.status().code();
+        const std::string where = "$.requests[" + std::to_string(i) + "]: ";
+        if (code == StatusCode::kNotFound) {
+          return SendError(response, 404, Status::NotFound(where + tokens.status().message()));
+        }
+        if (code == StatusCode::kInvalidArgument || code == StatusCode::kResourceExhausted) {
+          return SendError(response, 400,
+                           Status::InvalidArgument(where + tokens.status().message()));
+        }
+        return SendError(response, 502,
+                         Status::Unavailable(where + "the engine could not tokenize it: " +
+                                             tokens.status().message()));
+      }
+      out->push_back(*std::move(tokens));
+    }
+    answer.formats.push_back(r.format);
+    answer.prompt_tokens.push_back(static_cast<int64_t>(sent.back().size()));
+    answer.stable_prefix_tokens.push_back(
+        static_cast<int64_t>(CommonPrefix(sent.back(), fixed.back())));
+  }
+  if (sent.size() >= 2) {
+    size_t shared = sent[0].size(), shared_fixed = fixed[0].size();
+    for (size_t i = 1; i < sent.size(); ++i) {
+      shared = std::min(shared, CommonPrefix(sent[0], sent[i]));
+      shared_fixed = std::min(shared_fixed, CommonPrefix(fixed[0], fixed[i]));
+    }
+    answer.shared_prefix_tokens = static_cast<int64_t>(shared);
+    answer.shared_prefix_tokens_if_fixed = static_cast<int64_t>(shared_fixed);
+  }
+  response.status = 200;
+  response.set_content(EncodeLintAnswerJson(answer), "application/json");
+}
+
+}  // namespace
+
 void RegisterPrefixDiagnosticsApi(httplib::Server& http, Daemon& daemon) {
+  http.Post("/v1/lint/prompt",
+            Guard(daemon, auth::Role::kRead,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal&) { HandleLint(daemon, request, response); }));
   http.Get("/v1/diagnostics/prefix",
            Guard(daemon, auth::Role::kRead,
                  [&daemon](const httplib::Request& request, httplib::Response& response,

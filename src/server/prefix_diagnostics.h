@@ -2,7 +2,8 @@
 
 // Cache breakers in the routed traffic (docs/formats/prefix-diagnostics.md):
 // the gateway and /v1/route feed each prompt to the daemon's detector;
-// GET /v1/diagnostics/prefix reports what it found.
+// GET /v1/diagnostics/prefix reports what it found, and POST
+// /v1/lint/prompt checks requests given against the rules, no traffic needed.
 
 #include <cstdint>
 #include <span>

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -139,6 +142,32 @@ TEST_F(PrefixDiagnosticsE2ETest, ATimestampInTheSystemPromptIsNamedWithWhatItCos
   EXPECT_TRUE(WaitFor([&] { return daemon_.Stderr().find("prefix.breaker_found") != std::string::npos; }));
 }
 
+// Tool definitions serialized in another order on each call (a map
+// iterated in hash order): the same content, reordered.
+TEST_F(PrefixDiagnosticsE2ETest, ToolDefinitionsInAnotherOrderAreAReordering) {
+  auto tool = [](const std::string& name, int words) {
+    std::string text = "tool " + name + ":";
+    for (int i = 0; i < words; ++i) text += " " + name + std::to_string(i);
+    return text;
+  };
+  const std::string system = "you are an agent with these tools.";
+  const std::string search = tool("search", 300);
+  const std::string fetch = tool("fetch", 250);
+  const std::string shell = tool("shell", 200);
+  Complete(acme_, system + " " + search + " " + fetch + " " + shell + " question one");
+  Complete(acme_, system + " " + fetch + " " + search + " " + shell + " question two");
+
+  const Json report = Report(operator_);
+  ASSERT_EQ(report["findings"].size(), 1u) << report.dump();
+  const Json& finding = report["findings"][0];
+  EXPECT_EQ(finding["kind"], "reordering");
+  EXPECT_LE(finding["position_tokens"].get<int64_t>(), 16);  // where the first tool starts
+  // The tools recur but for what granules straddle: about 750 tokens.
+  EXPECT_GE(finding["avoidable_tokens_per_request"].get<int64_t>(), 600);
+  EXPECT_LE(finding["avoidable_tokens_per_request"].get<int64_t>(), 760);
+  EXPECT_NE(finding["advice"].get<std::string>().find("one fixed order"), std::string::npos);
+}
+
 TEST_F(PrefixDiagnosticsE2ETest, ATenantSeesItsOwnFindingsOnly) {
   for (int minute = 0; minute < 2; ++minute) {
     Complete(acme_, Prompt("09:1" + std::to_string(minute), "q"));
@@ -153,6 +182,100 @@ TEST_F(PrefixDiagnosticsE2ETest, ATenantSeesItsOwnFindingsOnly) {
 
   httplib::Client control("127.0.0.1", daemon_.port());
   EXPECT_EQ(HttpStatus(control.Get("/v1/diagnostics/prefix?tenant=beta", Bearer(acme_))), 403);
+}
+
+// The lint: no traffic, the requests given, tokenized by the engine.
+TEST_F(PrefixDiagnosticsE2ETest, TheLintNamesTheRulesARequestBreaksAndWhatFixingThemSaves) {
+  std::string rules;
+  for (int i = 0; i < 60; ++i) rules += " rule" + std::to_string(i);
+  auto chat = [&](const std::string& opening, const Json& tools) {
+    return Json{{"model", "llama"},
+                {"messages",
+                 {{{"role", "system"}, {"content", opening + rules}},
+                  {{"role", "user"}, {"content", "what now?"}}}},
+                {"tools", tools}};
+  };
+  const Json search = {{"type", "function"}, {"function", {{"name", "search"}}}};
+  const Json fetch = {{"type", "function"}, {"function", {{"name", "fetch"}}}};
+  httplib::Client control("127.0.0.1", daemon_.port());
+  auto lint = [&](const Json& body) {
+    httplib::Result answer =
+        control.Post("/v1/lint/prompt", Bearer(acme_), body.dump(), "application/json");
+    EXPECT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
+    return answer && answer->status == 200 ? Json::parse(answer->body) : Json();
+  };
+
+  const Json broken = lint({{"requests",
+                             {chat("It is 2026-12-04 09:41.", Json::array({search, fetch})),
+                              chat("It is 2026-12-04 09:42.", Json::array({fetch, search}))}}});
+  std::set<std::string> rules_found;
+  for (const Json& finding : broken["findings"]) rules_found.insert(finding["rule"]);
+  EXPECT_EQ(rules_found, (std::set<std::string>{"volatile_before_static", "tool_order"}))
+      << broken.dump();
+  // The engine's tokens: the stamp early, so little is shared as sent;
+  // with it moved out and one tool order, all but the question is.
+  const int64_t prompt_tokens = broken["requests"][0]["prompt_tokens"];
+  EXPECT_GT(prompt_tokens, 60);
+  EXPECT_LT(broken["shared_prefix_tokens"].get<int64_t>(), 10);
+  EXPECT_GT(broken["shared_prefix_tokens_if_fixed"].get<int64_t>(), prompt_tokens - 10);
+  EXPECT_LT(broken["requests"][0]["stable_prefix_tokens"].get<int64_t>(), 10);
+
+  const Json clean = lint({{"requests",
+                            {chat("Hello.", Json::array({search, fetch})),
+                             chat("Hello.", Json::array({search, fetch}))}}});
+  EXPECT_TRUE(clean["findings"].empty()) << clean.dump();
+  EXPECT_EQ(clean["shared_prefix_tokens"], clean["shared_prefix_tokens_if_fixed"]);
+
+  // Anthropic's shape: a breakpoint after a system prompt that changes.
+  auto messages = [&](const std::string& user) {
+    return Json{{"model", "llama"},
+                {"system",
+                 {{{"type", "text"},
+                   {"text", "You help " + user + "." + rules},
+                   {"cache_control", {{"type", "ephemeral"}}}}}},
+                {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  };
+  const Json anthropic = lint({{"requests", {messages("alice"), messages("bob")}}});
+  ASSERT_EQ(anthropic["findings"].size(), 1u) << anthropic.dump();
+  EXPECT_EQ(anthropic["findings"][0]["rule"], "breakpoint_changes");
+  EXPECT_EQ(anthropic["findings"][0]["where"], "$.requests[1].system[0].text");
+  EXPECT_EQ(anthropic["requests"][0]["format"], "anthropic");
+
+  // kvgov lint sends a file of requests, one a line, and exits 1 on a
+  // broken rule, 0 on none.
+  auto run_lint = [&](const Json& first, const Json& second, std::string* output) {
+    const std::filesystem::path file = daemon_.dir() / "requests.jsonl";
+    std::ofstream(file) << first.dump() << "\n\n" << second.dump() << "\n";
+    return DaemonProcess::RunToExit({"lint", file.string(), "--kvgov",
+                                     "http://127.0.0.1:" + std::to_string(daemon_.port()),
+                                     "--token", acme_},
+                                    output);
+  };
+  std::string output;
+  EXPECT_EQ(run_lint(chat("Hello.", Json::array({search, fetch})),
+                     chat("Hello.", Json::array({fetch, search})), &output),
+            1);
+  EXPECT_NE(output.find("$.requests[1].tools: tool_order: the same tools as request 0 in another "
+                        "order"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("2 requests, 1 finding; shared prefix "), std::string::npos) << output;
+  EXPECT_EQ(run_lint(chat("Hello.", Json::array({search})), chat("Hello.", Json::array({search})),
+                     &output),
+            0)
+      << output;
+
+  // A model no engine serves, and a bad body, say so.
+  Json unknown = chat("Hello.", Json::array());
+  unknown["model"] = "nope";
+  httplib::Result refused = control.Post("/v1/lint/prompt", Bearer(acme_),
+                                         Json{{"requests", {unknown}}}.dump(), "application/json");
+  EXPECT_EQ(HttpStatus(refused), 404);
+  EXPECT_NE(refused->body.find("$.requests[0]"), std::string::npos) << refused->body;
+  httplib::Result bad = control.Post("/v1/lint/prompt", Bearer(acme_), R"({"requests":{}})",
+                                     "application/json");
+  EXPECT_EQ(HttpStatus(bad), 400);
+  EXPECT_NE(bad->body.find("$.requests: want a non-empty array"), std::string::npos) << bad->body;
 }
 
 }  // namespace
