@@ -144,6 +144,21 @@ try {
   seen.explained = explained.text;
   await page.screenshot({ path: path.join(shots, 'route.png'), fullPage: true });
 
+  // Fleet: a cache breaker in routed prompts (token 20 of 256 changes each
+  // time) is named with its granule and what it costs.
+  const stamped = (stamp) => Array.from({ length: 256 }, (_, i) => (i === 20 ? 90000 + stamp : 5000 + i));
+  for (let stamp = 0; stamp < 2; ++stamp) {
+    const routed = await api(fleetToken, '/v1/route', { model: 'llama', token_ids: stamped(stamp) });
+    assert.equal(routed.status, 200, JSON.stringify(routed.json));
+    await api(fleetToken, `/v1/route/${routed.json.decision_id}/done`, {});
+  }
+  await page.click('#tab-fleet');
+  await page.waitForSelector('#breakers tr[data-kind="breaker"]', WAIT);
+  seen.breaker = await page.$eval('#breakers tr[data-kind="breaker"]', (row) => row.innerText);
+  assert.match(seen.breaker, /16 \(\+16\)/, 'the granule of token 20: ' + seen.breaker);
+  assert.match(seen.breaker, /224 of 256 tokens/, 'the 14 granules after it: ' + seen.breaker);
+  await page.screenshot({ path: path.join(shots, 'breakers.png'), fullPage: true });
+
   // Governance: a quarantine made through the API appears; a directive is
   // followed to certified and its certificate verified in the page.
   await page.click('#tab-governance');

@@ -170,7 +170,28 @@ function workerRow(worker, scale) {
     el("td", { text: diagnostics.join(", ") || (worker.diagnostics ? "none" : "") }));
 }
 
+function breakerRow(finding) {
+  return el("tr", { "data-family": finding.family, "data-kind": finding.kind },
+    el("th", { scope: "row", text: finding.kind }),
+    el("td", { text: finding.model }),
+    el("td", { text: finding.tenant || "(none)" }),
+    el("td", { text: finding.position_tokens + (finding.length_tokens ? " (+" + finding.length_tokens + ")" : "") }),
+    el("td", { "data-avoidable": finding.avoidable_tokens_per_request,
+      text: finding.avoidable_tokens_per_request + " of " + finding.prompt_tokens + " tokens" }),
+    el("td", { text: finding.occurrences + (finding.occurrences === 1 ? " request" : " requests") }),
+    el("td", { text: finding.advice }));
+}
+
+async function refreshBreakers() {
+  // 404: detection is off (serve --prefix-diagnostics=false).
+  const { status, json } = await api("/v1/diagnostics/prefix", { accept: [404] });
+  const findings = status === 200 ? json.findings : [];
+  fill(document.querySelector("#breakers tbody"), findings.map(breakerRow),
+    status === 200 ? "No cache breakers found in the traffic so far." : "Detection is off.");
+}
+
 async function refreshFleet() {
+  await refreshBreakers();
   const { json } = await api("/v1/workers");
   const workers = json.workers || [];
   const scale = Math.max(1, ...workers.map((worker) => (worker.blocks ? blockTotal(worker.blocks) : 0)));
