@@ -27,6 +27,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kModel = kDemoModel;
 
+// Where the breaker tenant's system prompt carries its timestamp, and the
+// token ids the timestamps take (none of the workload's own).
+constexpr size_t kBreakerToken = 40;
+constexpr int64_t kTimestampTokens = 900000;
+
 // The demo's shape: the full agent workload, or a small one for CI.
 struct Plan {
   sim::AgentWorkloadOptions workload;
@@ -160,6 +165,33 @@ struct Demo::Impl {
   }
 };
 
+// What kvgov's prefix diagnostics found in the breaker tenant's traffic.
+Status ReportBreaker(httplib::Client& kvgov, FILE* out, DemoResult& result) {
+  KVGOV_ASSIGN_OR_RETURN(Json report,
+                         GetJson(kvgov, "/v1/diagnostics/prefix?tenant=" + result.breaker_tenant));
+  for (const Json& finding : report["findings"]) {
+    if (finding.value("kind", "") != "breaker") continue;
+    result.breaker_kind = "breaker";
+    result.breaker_position_tokens = finding.value("position_tokens", int64_t{-1});
+    result.breaker_avoidable_tokens = finding.value("avoidable_tokens_per_request", int64_t{0});
+    result.breaker_occurrences = finding.value("occurrences", uint64_t{0});
+    std::fprintf(out,
+                 "  breakers  %s: tokens %lld..%lld of its prompts differ on every request (the "
+                 "timestamp);\n            moving it after the static prompt would let the "
+                 "engines reuse %lld more tokens\n            per request, %llu requests so far "
+                 "(GET /v1/diagnostics/prefix)\n",
+                 result.breaker_tenant.c_str(),
+                 static_cast<long long>(result.breaker_position_tokens),
+                 static_cast<long long>(finding.value("position_tokens", int64_t{0}) +
+                                        finding.value("length_tokens", int64_t{0})),
+                 static_cast<long long>(result.breaker_avoidable_tokens),
+                 static_cast<unsigned long long>(result.breaker_occurrences));
+    return Status::Ok();
+  }
+  std::fprintf(out, "  breakers  none found in %s's traffic\n\n", result.breaker_tenant.c_str());
+  return Status::Ok();
+}
+
 LiveEngineOptions DemoEngineOptions(size_t index, uint64_t seed) {
   LiveEngineOptions engine;
   engine.id = sim::Fleet::WorkerId(index);
@@ -185,9 +217,17 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   const bool tty = isatty(fileno(out)) != 0;
   const Plan plan = MakePlan(options);
   DemoResult result;
-  KVGOV_ASSIGN_OR_RETURN(const std::vector<sim::SimRequest> trace,
-                         sim::AgentWorkload(plan.workload));
+  KVGOV_ASSIGN_OR_RETURN(std::vector<sim::SimRequest> trace, sim::AgentWorkload(plan.workload));
   result.requests = trace.size();
+  // A cache breaker, as agent frameworks often write one: the last tenant's
+  // system prompt carries the current time at token 40, so every request
+  // recomputes the rest of it (kvgov's prefix diagnostics name it below).
+  result.breaker_tenant = "tenant-" + std::to_string(plan.workload.tenants - 1);
+  for (sim::SimRequest& request : trace) {
+    if (request.tenant == result.breaker_tenant && request.tokens.size() > kBreakerToken) {
+      request.tokens[kBreakerToken] = kTimestampTokens + static_cast<int64_t>(request.id);
+    }
+  }
 
   // The fleet: live engines on loopback.
   for (int i = 0; i < plan.fleet.engines; ++i) {
@@ -244,9 +284,9 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   std::fprintf(out,
                "  workload  %d tenants x %d agent sessions x %d turns = %zu requests; one system "
                "prompt\n            per tenant, each turn re-sends the transcript, a cache salt "
-               "per tenant\n\n",
+               "per tenant;\n            %s's system prompt carries a timestamp at token %zu\n\n",
                plan.workload.tenants, plan.workload.sessions_per_tenant, plan.workload.turns,
-               trace.size());
+               trace.size(), result.breaker_tenant.c_str(), kBreakerToken);
   std::fflush(out);
 
   // Wait until kvgov has probed every engine healthy.
@@ -309,6 +349,7 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   }
   std::fprintf(out, "            ride_engine saving (engine-reported cached tokens) by tenant: %s\n\n",
                savings.empty() ? "none" : savings.c_str());
+  KVGOV_RETURN_IF_ERROR(ReportBreaker(kvgov, out, result));
   if (live.errors > 0) {
     std::fprintf(out, "  %llu requests failed; the first: %s\n\n",
                  static_cast<unsigned long long>(live.errors), live.first_error.c_str());

@@ -68,6 +68,15 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
             figures["round_robin_hit_rate"].get<double>() + 0.05)
       << figures.dump(2);
   EXPECT_LE(figures["live_hit_rate"].get<double>(), 1.0);
+  // The timestamp in the last tenant's system prompt is named, within a
+  // granule of token 40, with what moving it saves.
+  EXPECT_EQ(figures["breaker_tenant"], "tenant-2");
+  EXPECT_EQ(figures["breaker_kind"], "breaker") << figures.dump(2);
+  EXPECT_LE(figures["breaker_position_tokens"].get<int64_t>(), 40);
+  EXPECT_GT(figures["breaker_position_tokens"].get<int64_t>(), 40 - 16);
+  EXPECT_GT(figures["breaker_avoidable_tokens"].get<int64_t>(), 1000) << figures.dump(2);
+  EXPECT_GT(figures["breaker_occurrences"].get<uint64_t>(), 0u);
+  EXPECT_NE(output.find("breakers  tenant-2: tokens 32..48"), std::string::npos) << output;
   EXPECT_GT(figures["quarantined_blocks"].get<uint64_t>(), 0u);
   // The engine is kept from the span, not only kvgov's credit (ADR 0028).
   EXPECT_EQ(figures["quarantine_verdict"], "quarantine/diverted");

@@ -57,6 +57,13 @@ struct DemoResult {
   double live_ttft_p90_s = 0;
   double round_robin_hit_rate = 0;  // the same trace and engines, round-robin (simulated)
   double round_robin_ttft_p90_s = 0;
+  // The last tenant's system prompt carries a timestamp at token 40, new
+  // on every request: what kvgov's prefix diagnostics said of it.
+  std::string breaker_tenant;
+  std::string breaker_kind;           // "breaker" when it was found
+  int64_t breaker_position_tokens = -1;
+  int64_t breaker_avoidable_tokens = 0;  // per request
+  uint64_t breaker_occurrences = 0;
   uint64_t quarantined_blocks = 0;
   std::string quarantine_verdict;  // the route verdict reason for the quarantined span
   std::string invalidation_state;  // "certified" when it all went through
