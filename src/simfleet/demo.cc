@@ -179,7 +179,7 @@ Status ReportBreaker(httplib::Client& kvgov, FILE* out, DemoResult& result) {
                  "  breakers  %s: tokens %lld..%lld of its prompts differ on every request (the "
                  "timestamp);\n            moving it after the static prompt would let the "
                  "engines reuse %lld more tokens\n            per request, %llu requests so far "
-                 "(GET /v1/diagnostics/prefix)\n",
+                 "(GET /v1/diagnostics/prefix)\n\n",
                  result.breaker_tenant.c_str(),
                  static_cast<long long>(result.breaker_position_tokens),
                  static_cast<long long>(finding.value("position_tokens", int64_t{0}) +
