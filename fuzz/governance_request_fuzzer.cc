@@ -186,22 +186,6 @@ void CheckInvalidation(const InvalidationRequest& request) {
   CheckModelOptionalOnlyForARevocation(request, std::move(json));
 }
 
-template <typename Request, typename Decode, typename Check, typename Same>
-void Run(std::string_view text, Decode decode, Check check, Same same) {
-  const JsonLimits defaults;
-  const JsonLimits small = SmallJsonLimits();
-  const Result<Request> full = decode(text, defaults);
-  const Result<Request> bounded = decode(text, small);
-  for (const Result<Request>* result : {&full, &bounded}) {
-    if (result->ok()) {
-      check(**result);
-    } else {
-      CheckJsonFailure(result->status(), text, result == &full ? defaults : small);
-    }
-  }
-  CheckLimitsAgree(full, bounded, same);
-}
-
 }  // namespace
 }  // namespace kvgov::fuzz
 
@@ -209,8 +193,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvgov;
   using namespace kvgov::fuzz;
   const std::string_view text = AsText(data, size);
-  Run<QuarantineRequest>(text, DecodeQuarantineRequestJson, CheckQuarantine, SameQuarantine);
-  Run<InvalidationRequest>(text, DecodeInvalidationRequestJson, CheckInvalidation,
-                           SameInvalidation);
+  RunJsonDecoder<QuarantineRequest>(text, DecodeQuarantineRequestJson, CheckQuarantine,
+                                    SameQuarantine);
+  RunJsonDecoder<InvalidationRequest>(text, DecodeInvalidationRequestJson, CheckInvalidation,
+                                      SameInvalidation);
   return 0;
 }

@@ -58,4 +58,23 @@ void CheckLimitsAgree(const Result<T>& full, const Result<T>& bounded, Equal equ
   }
 }
 
+/// One body through `decode` under the default and the small limits:
+/// `check` what each accepts, the refusals as CheckJsonFailure, and the
+/// limits against each other as CheckLimitsAgree.
+template <typename Decoded, typename Decode, typename Check, typename Same>
+void RunJsonDecoder(std::string_view text, Decode decode, Check check, Same same) {
+  const JsonLimits defaults;
+  const JsonLimits small = SmallJsonLimits();
+  const Result<Decoded> full = decode(text, defaults);
+  const Result<Decoded> bounded = decode(text, small);
+  for (const Result<Decoded>* result : {&full, &bounded}) {
+    if (result->ok()) {
+      check(**result);
+    } else {
+      CheckJsonFailure(result->status(), text, result == &full ? defaults : small);
+    }
+  }
+  CheckLimitsAgree(full, bounded, same);
+}
+
 }  // namespace kvgov::fuzz

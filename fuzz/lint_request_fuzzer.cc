@@ -77,18 +77,7 @@ bool Same(const std::vector<LintedRequest>& a, const std::vector<LintedRequest>&
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvgov;
   using namespace kvgov::fuzz;
-  const std::string_view text = AsText(data, size);
-  const JsonLimits defaults;
-  const JsonLimits small = SmallJsonLimits();
-  const Result<std::vector<LintedRequest>> full = DecodeLintRequestJson(text, defaults);
-  const Result<std::vector<LintedRequest>> bounded = DecodeLintRequestJson(text, small);
-  for (const auto* result : {&full, &bounded}) {
-    if (result->ok()) {
-      Check(**result);
-    } else {
-      CheckJsonFailure(result->status(), text, result == &full ? defaults : small);
-    }
-  }
-  CheckLimitsAgree(full, bounded, Same);
+  RunJsonDecoder<std::vector<LintedRequest>>(AsText(data, size), DecodeLintRequestJson, Check,
+                                             Same);
   return 0;
 }

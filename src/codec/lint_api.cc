@@ -133,25 +133,46 @@ Ordered FixedTools(const Ordered& tools, const std::vector<std::string>& names) 
   return out;
 }
 
-Result<LintedRequest> LowerOpenAI(const Ordered& request, const std::string& path) {
+// What both formats begin with: the model, the messages and the tools
+// array (null when there is none), checked.
+struct Lowering {
   LintedRequest out;
-  out.format = "openai";
-  KVGOV_ASSIGN_OR_RETURN(out.model, ReadModel(request, path));
-  KVGOV_ASSIGN_OR_RETURN(const Ordered* messages, ReadMessages(request, path));
-  const std::string messages_path = ChildPath(path, "messages");
+  const Ordered* messages = nullptr;
+  std::string messages_path;
+  const Ordered* tools = nullptr;
+  std::string tools_path;
+};
+
+Result<Lowering> BeginLowering(const Ordered& request, const std::string& path,
+                               std::string format) {
+  Lowering lowering;
+  lowering.out.format = std::move(format);
+  KVGOV_ASSIGN_OR_RETURN(lowering.out.model, ReadModel(request, path));
+  KVGOV_ASSIGN_OR_RETURN(lowering.messages, ReadMessages(request, path));
+  lowering.messages_path = ChildPath(path, "messages");
+  if (request.contains("tools")) {
+    lowering.tools = &request["tools"];
+    lowering.tools_path = ChildPath(path, "tools");
+    if (!lowering.tools->is_array()) return PathError(lowering.tools_path, "want an array");
+    lowering.out.lint.tools_where = lowering.tools_path;
+  }
+  return lowering;
+}
+
+Result<LintedRequest> LowerOpenAI(const Ordered& request, const std::string& path) {
+  KVGOV_ASSIGN_OR_RETURN(Lowering lowering, BeginLowering(request, path, "openai"));
+  LintedRequest& out = lowering.out;
+  const Ordered* messages = lowering.messages;
   Ordered chat = {{"model", out.model}, {"messages", *messages}};
   Ordered fixed = {{"model", out.model}, {"messages", Masked(*messages)}};
 
   std::vector<prompts::PromptPart> tool_parts;
-  if (request.contains("tools")) {
-    const Ordered& tools = request["tools"];
-    const std::string tools_path = ChildPath(path, "tools");
-    if (!tools.is_array()) return PathError(tools_path, "want an array");
-    out.lint.tools_where = tools_path;
+  if (lowering.tools != nullptr) {
+    const Ordered& tools = *lowering.tools;
     std::vector<std::string> names;
     for (size_t k = 0; k < tools.size(); ++k) {
       const Ordered& tool = tools[k];
-      const std::string tool_path = IndexPath(tools_path, k);
+      const std::string tool_path = IndexPath(lowering.tools_path, k);
       const Ordered* function =
           tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
       if (function == nullptr || !function->is_object() || !function->contains("name") ||
@@ -167,7 +188,7 @@ Result<LintedRequest> LowerOpenAI(const Ordered& request, const std::string& pat
     fixed["tools"] = FixedTools(tools, names);
   }
   for (size_t i = 0; i < messages->size(); ++i) {
-    const std::string content_path = ChildPath(IndexPath(messages_path, i), "content");
+    const std::string content_path = ChildPath(IndexPath(lowering.messages_path, i), "content");
     KVGOV_ASSIGN_OR_RETURN(Content content,
                            ReadContent((*messages)[i]["content"], content_path,
                                        i + 1 == messages->size()));
@@ -179,27 +200,22 @@ Result<LintedRequest> LowerOpenAI(const Ordered& request, const std::string& pat
   }
   out.chat_body = Dump(chat);
   out.fixed_chat_body = Dump(fixed);
-  return out;
+  return std::move(out);
 }
 
 Result<LintedRequest> LowerAnthropic(const Ordered& request, const std::string& path) {
-  LintedRequest out;
-  out.format = "anthropic";
-  KVGOV_ASSIGN_OR_RETURN(out.model, ReadModel(request, path));
-  KVGOV_ASSIGN_OR_RETURN(const Ordered* messages, ReadMessages(request, path));
-  const std::string messages_path = ChildPath(path, "messages");
+  KVGOV_ASSIGN_OR_RETURN(Lowering lowering, BeginLowering(request, path, "anthropic"));
+  LintedRequest& out = lowering.out;
+  const Ordered* messages = lowering.messages;
   // Anthropic's cache order: tools, then system, then messages.
   Ordered chat_tools = Ordered::array();
   Ordered fixed_tools = Ordered::array();
-  if (request.contains("tools")) {
-    const Ordered& tools = request["tools"];
-    const std::string tools_path = ChildPath(path, "tools");
-    if (!tools.is_array()) return PathError(tools_path, "want an array");
-    out.lint.tools_where = tools_path;
+  if (lowering.tools != nullptr) {
+    const Ordered& tools = *lowering.tools;
     std::vector<std::string> names;
     for (size_t k = 0; k < tools.size(); ++k) {
       const Ordered& tool = tools[k];
-      const std::string tool_path = IndexPath(tools_path, k);
+      const std::string tool_path = IndexPath(lowering.tools_path, k);
       if (!tool.is_object() || !tool.contains("name") || !tool["name"].is_string()) {
         return PathError(ChildPath(tool_path, "name"), "want a string");
       }
@@ -224,7 +240,7 @@ Result<LintedRequest> LowerAnthropic(const Ordered& request, const std::string& 
   }
   for (size_t i = 0; i < messages->size(); ++i) {
     const Ordered& message = (*messages)[i];
-    const std::string content_path = ChildPath(IndexPath(messages_path, i), "content");
+    const std::string content_path = ChildPath(IndexPath(lowering.messages_path, i), "content");
     KVGOV_ASSIGN_OR_RETURN(Content content, ReadContent(message["content"], content_path,
                                                         i + 1 == messages->size()));
     for (prompts::PromptPart& part : content.parts) out.lint.parts.push_back(std::move(part));
@@ -238,7 +254,7 @@ Result<LintedRequest> LowerAnthropic(const Ordered& request, const std::string& 
   }
   out.chat_body = Dump(chat);
   out.fixed_chat_body = Dump(fixed);
-  return out;
+  return std::move(out);
 }
 
 }  // namespace
