@@ -1,6 +1,6 @@
 // The gateway's untrusted bytes: DecodeGatewayRequestJson (a client's
-// OpenAI body, both endpoints), ForwardedBody, DecodeTokenizeAnswerJson and
-// DecodeEngineUsage (an engine's answers), SseSplitter (an engine's
+// OpenAI body, both endpoints), ForwardedBody, DecodeTokenizeAnswerJson,
+// DecodeDetokenizeAnswerJson and DecodeEngineUsage (an engine's answers), SseSplitter (an engine's
 // stream). Checked, beyond no crash, leak or exception: only the documented
 // error codes, each message led by its path; a decoded request has a model,
 // token ids in range or a tokenize body that is a JSON object naming the
@@ -116,6 +116,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Result<std::vector<int64_t>> tokens = DecodeTokenizeAnswerJson(text, defaults);
   if (tokens.ok()) FUZZ_CHECK(CheckTokenIds(*tokens).ok(), "a tokenized id out of range");
   (void)DecodeEngineUsage(text, small);
+  if (const Result<std::string> detokenized = DecodeDetokenizeAnswerJson(text, defaults);
+      !detokenized.ok()) {
+    FUZZ_CHECK(CodeIsOneOf(detokenized.status(), StatusCode::kInvalidArgument,
+                           StatusCode::kResourceExhausted),
+               "detokenize answer: %s", Describe(detokenized.status()).c_str());
+  }
   CheckSplitter(text);
   return 0;
 }

@@ -59,6 +59,7 @@ struct ServeFlags {
   uint64_t gateway_max_in_flight = 0;
   bool prefix_diagnostics = true;
   uint32_t breaker_granule_tokens = 16;
+  std::vector<std::string> prefix_context_tenants;
   int http_threads = 32;
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -103,6 +104,7 @@ int Serve(const ServeFlags& flags) {
   options.gateway_max_in_flight = flags.gateway_max_in_flight;
   options.prefix_diagnostics = flags.prefix_diagnostics;
   options.breaker_granule_tokens = flags.breaker_granule_tokens;
+  options.prefix_context_tenants = flags.prefix_context_tenants;
   options.http_threads = flags.http_threads;
   options.gateway_timeouts = {flags.gateway_connect_timeout_ms,
                               flags.gateway_first_byte_timeout_ms};
@@ -325,6 +327,10 @@ int Run(int argc, char** argv) {
                     "engines' block size.")
       ->capture_default_str()
       ->check(CLI::Range(uint32_t{1}, uint32_t{1024}));
+  serve->add_option("--prefix-context-tenant", serve_flags.prefix_context_tenants,
+                    "A tenant whose cache breakers may show the few tokens around them, as\n"
+                    "the engine detokenizes them ('-' for untenanted traffic); repeatable.\n"
+                    "Prompts are the tenant's data: none by default.");
   serve->add_option("--http-threads", serve_flags.http_threads,
                     "Threads of each listener (control API, gateway). A kept-alive\n"
                     "connection or a streamed answer holds one for its whole length.")

@@ -383,6 +383,17 @@ Result<std::vector<int64_t>> DecodeTokenizeAnswerJson(std::string_view body,
   return tokens;
 }
 
+Result<std::string> DecodeDetokenizeAnswerJson(std::string_view body, const JsonLimits& limits) {
+  KVGOV_ASSIGN_OR_RETURN(Json json, codec_internal::ParseJson(body, limits));
+  for (const char* field : {"prompt", "text"}) {
+    if (json.is_object() && json.contains(field) && json[field].is_string()) {
+      return json[field].get<std::string>();
+    }
+  }
+  return Status::InvalidArgument(
+      "detokenize answer: want an object with a \"prompt\" (or \"text\") string");
+}
+
 std::string EncodeOpenAIErrorJson(std::string_view message, std::string_view type,
                                   std::string_view param, std::string_view code) {
   return codec_internal::Dump(

@@ -26,10 +26,12 @@ std::string PrefixFindingAdvice(const prompts::Finding& finding) {
   return "";
 }
 
-std::string EncodePrefixDiagnosticsJson(std::span<const prompts::Finding> findings,
-                                        uint32_t granule_tokens, size_t families) {
+std::string EncodePrefixDiagnosticsJson(
+    std::span<const prompts::Finding> findings, uint32_t granule_tokens, size_t families,
+    std::span<const std::optional<PrefixFindingContext>> contexts) {
   nlohmann::json out = nlohmann::json::array();
-  for (const prompts::Finding& f : findings) {
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const prompts::Finding& f = findings[i];
     out.push_back({{"kind", std::string(prompts::ToString(f.kind))},
                    {"model", f.model},
                    {"tenant", f.tenant},
@@ -43,6 +45,16 @@ std::string EncodePrefixDiagnosticsJson(std::span<const prompts::Finding> findin
                    {"first_seen_ms", f.first_seen_ms},
                    {"last_seen_ms", f.last_seen_ms},
                    {"advice", PrefixFindingAdvice(f)}});
+    if (i < contexts.size() && contexts[i].has_value()) {
+      nlohmann::json context = {{"offset_tokens", f.context_offset},
+                                {"tokens", f.context_tokens.size()}};
+      if (contexts[i]->error.empty()) {
+        context["text"] = contexts[i]->text;
+      } else {
+        context["error"] = contexts[i]->error;
+      }
+      out.back()["context"] = std::move(context);
+    }
   }
   return nlohmann::json{{"granule_tokens", granule_tokens},
                         {"families", families},

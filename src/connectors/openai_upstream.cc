@@ -32,6 +32,10 @@ std::string_view TokenizePath(ingest::EngineKind kind) {
   return kind == ingest::EngineKind::kSglang ? "/v1/tokenize" : "/tokenize";
 }
 
+std::string_view DetokenizePath(ingest::EngineKind kind) {
+  return kind == ingest::EngineKind::kSglang ? "/v1/detokenize" : "/detokenize";
+}
+
 UpstreamConnections::UpstreamConnections(UpstreamTimeouts timeouts) : timeouts_(timeouts) {}
 
 UpstreamConnections::~UpstreamConnections() = default;
@@ -92,10 +96,10 @@ void UpstreamConnections::CloseIdle() {
   idle_.clear();
 }
 
-Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& base_url,
-                                                           ingest::EngineKind kind,
-                                                           std::string_view body) {
-  const std::string path(TokenizePath(kind));
+Result<std::string> UpstreamConnections::PostForAnswer(const std::string& base_url,
+                                                       const std::string& path,
+                                                       std::string_view body,
+                                                       std::string_view what) {
   for (int attempt = 0;; ++attempt) {
     bool kept = false;
     KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> connection, Take(base_url, &kept));
@@ -117,24 +121,43 @@ Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& ba
     const Clock::time_point sent = Clock::now();
     httplib::Result result = connection->client->send(request);
     if (too_long) {
-      return Status::ResourceExhausted("tokenize: the engine's answer is longer than " +
+      return Status::ResourceExhausted(std::string(what) + ": the engine's answer is longer than " +
                                        std::to_string(kMaxTokenizeAnswerBytes) + " bytes");
     }
     if (!result) {
       if (ClosedWhileKept(kept, attempt, sent)) continue;
-      return Status::Unavailable("tokenize at " + base_url + path + ": " +
+      return Status::Unavailable(std::string(what) + " at " + base_url + path + ": " +
                                  RequestErrorText(result.error()));
     }
     Keep(base_url, std::move(connection));
     if (result->status != 200) {
-      return Status::Unavailable("tokenize at " + base_url + path + ": HTTP " +
+      return Status::Unavailable(std::string(what) + " at " + base_url + path + ": HTTP " +
                                  std::to_string(result->status) + ": " + Excerpt(answer));
     }
-    JsonLimits limits;
-    limits.max_bytes = kMaxTokenizeAnswerBytes;
-    limits.max_array_items = kMaxTokenizeAnswerBytes;
-    return DecodeTokenizeAnswerJson(answer, limits);
+    return answer;
   }
+}
+
+Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& base_url,
+                                                           ingest::EngineKind kind,
+                                                           std::string_view body) {
+  KVGOV_ASSIGN_OR_RETURN(const std::string answer,
+                         PostForAnswer(base_url, std::string(TokenizePath(kind)), body, "tokenize"));
+  JsonLimits limits;
+  limits.max_bytes = kMaxTokenizeAnswerBytes;
+  limits.max_array_items = kMaxTokenizeAnswerBytes;
+  return DecodeTokenizeAnswerJson(answer, limits);
+}
+
+Result<std::string> UpstreamConnections::Detokenize(const std::string& base_url,
+                                                    ingest::EngineKind kind,
+                                                    std::string_view body) {
+  KVGOV_ASSIGN_OR_RETURN(
+      const std::string answer,
+      PostForAnswer(base_url, std::string(DetokenizePath(kind)), body, "detokenize"));
+  JsonLimits limits;
+  limits.max_bytes = kMaxTokenizeAnswerBytes;
+  return DecodeDetokenizeAnswerJson(answer, limits);
 }
 
 Status UpstreamConnections::Forward(

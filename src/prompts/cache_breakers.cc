@@ -154,7 +154,8 @@ CacheBreakerDetector::CacheBreakerDetector(DetectorOptions options) : options_(o
 CacheBreakerDetector::~CacheBreakerDetector() = default;
 
 Observation CacheBreakerDetector::Observe(std::string_view model, std::string_view tenant,
-                                          std::span<const int64_t> tokens, int64_t now_ms) {
+                                          std::span<const int64_t> tokens, int64_t now_ms,
+                                          bool keep_context) {
   const uint32_t granule = std::max<uint32_t>(options_.granule_tokens, 1);
   tokens = tokens.first(std::min<size_t>(tokens.size(), options_.max_prompt_tokens));
   Observation observation;
@@ -196,6 +197,17 @@ Observation CacheBreakerDetector::Observe(std::string_view model, std::string_vi
       finding->family = family_id;
       finding->first_seen_ms = now_ms;
       finding->last_seen_ms = now_ms;
+      if (keep_context) {
+        const size_t from = finding->position_tokens > kContextMarginTokens
+                                ? finding->position_tokens - kContextMarginTokens
+                                : 0;
+        const size_t to = std::min<size_t>(
+            {tokens.size(), from + kMaxContextTokens,
+             size_t{finding->position_tokens} + finding->length_tokens + kContextMarginTokens});
+        finding->context_offset = static_cast<uint32_t>(from);
+        finding->context_tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(from),
+                                       tokens.begin() + static_cast<ptrdiff_t>(to));
+      }
       Record(scope, *std::move(finding), observation);
     }
   } else {
@@ -307,6 +319,8 @@ void CacheBreakerDetector::Record(Scope& scope, Finding finding, Observation& ob
     kept.avoidable_tokens = finding.avoidable_tokens;
     kept.prompt_tokens = finding.prompt_tokens;
     kept.last_seen_ms = finding.last_seen_ms;
+    kept.context_tokens = finding.context_tokens;
+    kept.context_offset = finding.context_offset;
   }
   ++kept.occurrences;
   kept.avoidable_tokens_total += finding.avoidable_tokens;

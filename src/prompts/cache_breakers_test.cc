@@ -66,6 +66,26 @@ TEST(CacheBreakerDetectorTest, ATimestampEarlyInALongPromptIsABreaker) {
   EXPECT_EQ(findings[0].last_seen_ms, 11000);
 }
 
+// Tokens are kept only where the tenant allows it, and then only the few
+// around the span.
+TEST(CacheBreakerDetectorTest, ContextTokensAreKeptOnlyWhenAllowed) {
+  CacheBreakerDetector detector(Options());
+  detector.Observe("llama", "acme", TimestampedPrompt(7), 1);
+  const Observation withheld = detector.Observe("llama", "acme", TimestampedPrompt(8), 2);
+  ASSERT_TRUE(withheld.finding.has_value());
+  EXPECT_TRUE(withheld.finding->context_tokens.empty());
+
+  const Observation allowed =
+      detector.Observe("llama", "acme", TimestampedPrompt(9), 3, /*keep_context=*/true);
+  ASSERT_TRUE(allowed.finding.has_value());
+  // The span's granule (32..48) and 8 tokens either side.
+  EXPECT_EQ(allowed.finding->context_offset, 24u);
+  ASSERT_EQ(allowed.finding->context_tokens.size(), 32u);
+  EXPECT_EQ(allowed.finding->context_tokens[40 - 24], 9);
+  EXPECT_EQ(allowed.finding->context_tokens[0], 1024);
+  EXPECT_EQ(detector.Findings()[0].context_tokens, allowed.finding->context_tokens);
+}
+
 // A timestamp that changes length shifts everything after it off the
 // granule grid: the rest still meets the earlier prompt.
 TEST(CacheBreakerDetectorTest, ABreakerThatChangesLengthIsStillFound) {

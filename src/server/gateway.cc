@@ -330,6 +330,21 @@ Result<std::vector<int64_t>> TokenizeOnAnEngineOf(Daemon& daemon, std::string_vi
 
 }  // namespace
 
+Result<std::string> DetokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
+                                           std::span<const int64_t> tokens) {
+  const std::string body =
+      nlohmann::json{{"model", model}, {"tokens", tokens}}.dump(
+          -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  Result<std::string> text = NoEngineFor(model);
+  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
+    const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
+    if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
+    text = daemon.upstreams->Detokenize(OpenAIUrl(*engine), engine->kind, body);
+    if (text.ok() || text.status().code() != StatusCode::kUnavailable) break;
+  }
+  return text;
+}
+
 Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,
                                             std::string_view prompt) {
   const std::string body = nlohmann::json{{"model", model}, {"prompt", prompt}}.dump(

@@ -4,6 +4,8 @@
 // gateway (docs/formats/gateway.md).
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +42,12 @@ Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view mod
 /// the engine's error otherwise.
 Result<std::vector<int64_t>> TokenizeMessages(Daemon& daemon, std::string_view model,
                                               std::string_view messages);
+
+/// The text of `tokens`, from the detokenizer of the engine of a worker
+/// serving `model`. NotFound as TokenizePrompt; the engine's error
+/// otherwise.
+Result<std::string> DetokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
+                                           std::span<const int64_t> tokens);
 
 /// The token ids of an OpenAI chat completion body (JSON text, its model
 /// `model`), as TokenizeMessages: its messages and the chat-template fields

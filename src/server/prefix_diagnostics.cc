@@ -19,8 +19,11 @@ namespace kvgov::server {
 void ObservePrompt(Daemon& daemon, std::string_view model, std::string_view tenant,
                    std::span<const int64_t> tokens) {
   if (!daemon.breakers) return;
-  const prompts::Observation seen = daemon.breakers->Observe(model, tenant, tokens,
-                                                             WallClockMillis());
+  const std::vector<std::string>& allowed = daemon.options.prefix_context_tenants;
+  const std::string_view named = tenant.empty() ? std::string_view("-") : tenant;
+  const bool keep_context = std::find(allowed.begin(), allowed.end(), named) != allowed.end();
+  const prompts::Observation seen =
+      daemon.breakers->Observe(model, tenant, tokens, WallClockMillis(), keep_context);
   if (!seen.finding) return;
   const prompts::Finding& finding = *seen.finding;
   if (finding.avoidable_tokens > 0) {
@@ -134,11 +137,21 @@ void RegisterPrefixDiagnosticsApi(httplib::Server& http, Daemon& daemon) {
                        return finding.model != model;
                      });
                    }
+                   // The few tokens a tenant allowed kvgov to keep, as text.
+                   std::vector<std::optional<PrefixFindingContext>> contexts(findings.size());
+                   for (size_t i = 0; i < findings.size(); ++i) {
+                     if (findings[i].context_tokens.empty()) continue;
+                     Result<std::string> text =
+                         DetokenizeOnAnEngineOf(daemon, findings[i].model,
+                                                findings[i].context_tokens);
+                     contexts[i] = text.ok() ? PrefixFindingContext{*text, ""}
+                                             : PrefixFindingContext{"", text.status().message()};
+                   }
                    response.status = 200;
                    response.set_content(
                        EncodePrefixDiagnosticsJson(findings,
                                                    daemon.breakers->options().granule_tokens,
-                                                   daemon.breakers->families()),
+                                                   daemon.breakers->families(), contexts),
                        "application/json");
                  }));
 }

@@ -211,22 +211,54 @@ constexpr int64_t kUserMarker = 1;
 constexpr int64_t kAssistantMarker = 2;
 constexpr int64_t kSystemMarker = 3;
 
-void TokenizeText(std::string_view text, std::vector<int64_t>& out) {
+// The words the toy tokenizer has met, by id: its vocabulary, learnt as it
+// goes, so /detokenize answers as a real tokenizer would for ids it made.
+// Bounded: past kMaxWords a new word is not kept, and an id it does not
+// know reads as "<id>". Thread-safe: one mutex.
+class Vocabulary {
+ public:
+  static constexpr size_t kMaxWords = size_t{1} << 20;
+
+  void Remember(int64_t id, std::string_view word) {
+    std::lock_guard lock(mutex_);
+    if (words_.size() < kMaxWords) words_.try_emplace(id, word);
+  }
+
+  std::string Text(const std::vector<int64_t>& ids) const {
+    std::string text;
+    std::lock_guard lock(mutex_);
+    for (const int64_t id : ids) {
+      if (!text.empty()) text += ' ';
+      const auto word = words_.find(id);
+      text += word != words_.end() ? word->second : "<" + std::to_string(id) + ">";
+    }
+    return text;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<int64_t, std::string> words_;
+};
+
+void TokenizeText(std::string_view text, std::vector<int64_t>& out, Vocabulary& vocabulary) {
   size_t i = 0;
   while (i < text.size()) {
     while (i < text.size() && text[i] == ' ') ++i;
     if (i == text.size()) break;
+    const size_t start = i;
     uint64_t hash = 1469598103934665603ULL;
     while (i < text.size() && text[i] != ' ') {
       hash = (hash ^ static_cast<unsigned char>(text[i++])) * 1099511628211ULL;
     }
     out.push_back(static_cast<int64_t>(100 + hash % 50000));
+    vocabulary.Remember(out.back(), text.substr(start, i - start));
   }
 }
 
 // The fixed chat template: a role marker, then the content, for each
 // message; then the assistant marker when a generation prompt is asked for.
-Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool generation_prompt) {
+Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool generation_prompt,
+                                               Vocabulary& vocabulary) {
   std::vector<int64_t> tokens;
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& message = messages[i];
@@ -243,7 +275,7 @@ Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool genera
     tokens.push_back(name == "system"      ? kSystemMarker
                      : name == "assistant" ? kAssistantMarker
                                            : kUserMarker);
-    TokenizeText(message["content"].get_ref<const std::string&>(), tokens);
+    TokenizeText(message["content"].get_ref<const std::string&>(), tokens, vocabulary);
   }
   if (generation_prompt) tokens.push_back(kAssistantMarker);
   return tokens;
@@ -251,19 +283,19 @@ Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool genera
 
 // The prompt of a completions body (token ids or text) or of a chat or
 // tokenize body (messages).
-Result<std::vector<int64_t>> PromptTokens(const Json& body) {
+Result<std::vector<int64_t>> PromptTokens(const Json& body, Vocabulary& vocabulary) {
   if (const auto messages = body.find("messages"); messages != body.end()) {
     if (!messages->is_array()) return Status::InvalidArgument("messages: want an array");
     KVGOV_ASSIGN_OR_RETURN(const std::optional<bool> generation_prompt,
                            LaxBool(body, "add_generation_prompt", "add_generation_prompt",
                                    /*nullable=*/false));
-    return ApplyChatTemplate(*messages, generation_prompt.value_or(true));
+    return ApplyChatTemplate(*messages, generation_prompt.value_or(true), vocabulary);
   }
   const auto prompt = body.find("prompt");
   if (prompt == body.end()) return Status::InvalidArgument("prompt: missing");
   std::vector<int64_t> tokens;
   if (prompt->is_string()) {
-    TokenizeText(prompt->get_ref<const std::string&>(), tokens);
+    TokenizeText(prompt->get_ref<const std::string&>(), tokens, vocabulary);
     return tokens;
   }
   if (!prompt->is_array()) return Status::InvalidArgument("prompt: want token ids or a string");
@@ -596,7 +628,7 @@ struct LiveEngine::Impl {
     if (body.is_discarded() || !body.is_object()) {
       return SendError(response, 400, "body: not a JSON object", kRequestValidation);
     }
-    Result<std::vector<int64_t>> tokens = PromptTokens(body);
+    Result<std::vector<int64_t>> tokens = PromptTokens(body, vocabulary);
     if (!tokens.ok()) {
       return SendError(response, 400, tokens.status().message(), kRequestValidation);
     }
@@ -605,6 +637,24 @@ struct LiveEngine::Impl {
                               {"tokens", *tokens}}
                              .dump(),
                          "application/json");
+  }
+
+  // vLLM's POST /detokenize: {"model","tokens"} -> {"prompt"}.
+  void HandleDetokenize(const httplib::Request& request, httplib::Response& response) {
+    const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    const auto tokens = body.is_object() ? body.find("tokens") : body.end();
+    if (tokens == body.end() || !tokens->is_array()) {
+      return SendError(response, 400, "tokens: Field required", kRequestValidation);
+    }
+    std::vector<int64_t> ids;
+    for (const Json& id : *tokens) {
+      if (!id.is_number_integer()) {
+        return SendError(response, 400, "tokens: Input should be a valid integer",
+                         kRequestValidation);
+      }
+      ids.push_back(id.get<int64_t>());
+    }
+    response.set_content(Json{{"prompt", vocabulary.Text(ids)}}.dump(), "application/json");
   }
 
   // A completion body, parsed and checked.
@@ -634,8 +684,7 @@ struct LiveEngine::Impl {
   // The fields a completion body's request model holds, converted as
   // pydantic converts them; a refusal when one cannot be. REQUIRES: `body`
   // is an object.
-  static std::optional<Refusal> ParseCompletion(const Json& body, bool chat,
-                                                Completion& completion) {
+  std::optional<Refusal> ParseCompletion(const Json& body, bool chat, Completion& completion) {
     completion.chat = chat;
     // vLLM's "before" validators run first: a salt that is not a string,
     // and stream_options without stream (tested on the raw values).
@@ -659,7 +708,7 @@ struct LiveEngine::Impl {
                      "stream_options"};
     }
     if (chat && !body.contains("messages")) return Refusal{"messages: Field required"};
-    Result<std::vector<int64_t>> prompt = PromptTokens(body);
+    Result<std::vector<int64_t>> prompt = PromptTokens(body, vocabulary);
     if (!prompt.ok()) return Refusal{prompt.status().message()};
     completion.tokens = std::move(prompt).value();
 
@@ -1474,6 +1523,8 @@ struct LiveEngine::Impl {
   std::optional<uint64_t> last_bootstrap_room;
   std::atomic<uint64_t> aborted{0};  // streams whose client went away
 
+  Vocabulary vocabulary;  // what the toy tokenizer has met, for /detokenize
+
   std::mutex history_mu;  // guards history; the replay thread reads it
   std::deque<std::pair<uint64_t, std::string>> history;
 
@@ -1573,6 +1624,9 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   });
   http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleTokenize(request, response);
+  });
+  http.Post("/detokenize", [self](const httplib::Request& request, httplib::Response& response) {
+    self->HandleDetokenize(request, response);
   });
   if (options.kind == ingest::EngineKind::kSglang) {
     // SGLang's path for the same shapes (connectors::TokenizePath).

@@ -53,8 +53,9 @@ class PrefixDiagnosticsE2ETest : public ::testing::Test {
     operator_ = AddToken(daemon_.data_dir(), "operator", {"read", "admin"});
     acme_ = AddToken(daemon_.data_dir(), "acme-app", {"infer", "read"}, "acme");
     beta_ = AddToken(daemon_.data_dir(), "beta-app", {"infer", "read"}, "beta");
-    gateway_port_ =
-        StartGatewayDaemon(daemon_, {engine_->EngineSpec()}, {}, Bearer(operator_));
+    // beta lets kvgov show the tokens around its breakers; acme does not.
+    gateway_port_ = StartGatewayDaemon(daemon_, {engine_->EngineSpec()},
+                                       {"--prefix-context-tenant", "beta"}, Bearer(operator_));
     ASSERT_NE(gateway_port_, 0);
   }
 
@@ -177,6 +178,15 @@ TEST_F(PrefixDiagnosticsE2ETest, ATenantSeesItsOwnFindingsOnly) {
   const Json acme = Report(acme_);
   ASSERT_EQ(acme["findings"].size(), 1u) << acme.dump();
   EXPECT_EQ(acme["findings"][0]["tenant"], "acme");
+  EXPECT_FALSE(acme["findings"][0].contains("context")) << acme.dump();
+  // beta allowed it: the span and a few tokens either side, as the engine
+  // detokenizes them (the newest prompt's, stamped 10:11).
+  const Json beta = Report(beta_);
+  ASSERT_EQ(beta["findings"].size(), 1u) << beta.dump();
+  const Json& context = beta["findings"][0]["context"];
+  EXPECT_EQ(context["offset_tokens"], beta["findings"][0]["position_tokens"].get<int64_t>() - 8);
+  const std::string text = context.value("text", "");
+  EXPECT_NE(text.find("s39 10:11 s41"), std::string::npos) << beta.dump();
   EXPECT_EQ(Report(operator_, "?tenant=beta")["findings"][0]["tenant"], "beta");
   EXPECT_TRUE(Report(operator_, "?model=other")["findings"].empty());
 

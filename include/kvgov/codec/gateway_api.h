@@ -97,6 +97,10 @@ class SseSplitter {
 Result<std::vector<int64_t>> DecodeTokenizeAnswerJson(std::string_view body,
                                                       const JsonLimits& limits);
 
+/// The text of an engine's /detokenize answer: vLLM's {"prompt": ...};
+/// {"text": ...} is read too.
+Result<std::string> DecodeDetokenizeAnswerJson(std::string_view body, const JsonLimits& limits);
+
 /// {"error": {"message", "type", "param" (null when empty), "code"}}.
 std::string EncodeOpenAIErrorJson(std::string_view message, std::string_view type,
                                   std::string_view param, std::string_view code);

@@ -29,6 +29,10 @@ struct UpstreamTimeouts {
 /// ...} and answer {"tokens","count","max_model_len"}.
 std::string_view TokenizePath(ingest::EngineKind kind);
 
+/// Where an engine of `kind` turns token ids back into text: vLLM's POST
+/// /detokenize, SGLang's POST /v1/detokenize. Both take {"model","tokens"}.
+std::string_view DetokenizePath(ingest::EngineKind kind);
+
 /// What reached the gateway of one forwarded request.
 struct UpstreamAnswer {
   bool head_seen = false;  // the engine answered with a status line
@@ -66,6 +70,11 @@ class UpstreamConnections {
   Result<std::vector<int64_t>> Tokenize(const std::string& base_url, ingest::EngineKind kind,
                                         std::string_view body);
 
+  /// POSTs `body` ({"model","tokens"}) to the engine's detokenizer
+  /// (DetokenizePath) and returns the text; errors as Tokenize.
+  Result<std::string> Detokenize(const std::string& base_url, ingest::EngineKind kind,
+                                 std::string_view body);
+
   /// Forwards `body` to `base_url` + `path` and streams the answer:
   /// `on_head(status, content_type)` once, then `on_chunk` for every piece
   /// of the body as it arrives. Either returning false stops reading and
@@ -87,6 +96,10 @@ class UpstreamConnections {
 
  private:
   struct Connection;
+  // POSTs a small JSON body and returns the 200 answer's body, read up to
+  // a bound; `what` names the call in errors.
+  Result<std::string> PostForAnswer(const std::string& base_url, const std::string& path,
+                                    std::string_view body, std::string_view what);
   // A kept connection to `base_url` (`*kept` true) or a new one.
   Result<std::unique_ptr<Connection>> Take(const std::string& base_url, bool* kept);
   void Keep(const std::string& base_url, std::unique_ptr<Connection> connection);

@@ -76,6 +76,10 @@ struct Finding {
   uint32_t prompt_tokens = 0;
   uint64_t occurrences = 0;  // requests it was seen in
   uint64_t avoidable_tokens_total = 0;
+  /// Only for a scope whose tenant allows it (Observe's keep_context): the
+  /// newest prompt's tokens around the span, from token `context_offset`.
+  std::vector<int64_t> context_tokens;
+  uint32_t context_offset = 0;
   int64_t first_seen_ms = 0;
   int64_t last_seen_ms = 0;
 };
@@ -100,9 +104,14 @@ class CacheBreakerDetector {
   CacheBreakerDetector& operator=(const CacheBreakerDetector&) = delete;
 
   /// Compares `tokens` with the recent prompts of its family in the scope
-  /// (model, tenant), then remembers it.
+  /// (model, tenant), then remembers it. With `keep_context` (the tenant
+  /// allows it), a finding keeps the tokens around its span, at most
+  /// kMaxContextTokens of them: the only tokens the detector ever keeps.
   Observation Observe(std::string_view model, std::string_view tenant,
-                      std::span<const int64_t> tokens, int64_t now_ms);
+                      std::span<const int64_t> tokens, int64_t now_ms, bool keep_context = false);
+
+  static constexpr size_t kContextMarginTokens = 8;  // before and after the span
+  static constexpr size_t kMaxContextTokens = 64;
 
   /// Findings, most avoidable tokens first; only `tenant`'s when given.
   std::vector<Finding> Findings(std::optional<std::string_view> tenant = std::nullopt) const;

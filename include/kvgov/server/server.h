@@ -40,6 +40,10 @@ struct ServerOptions {
   // tokens.
   bool prefix_diagnostics = true;
   uint32_t breaker_granule_tokens = 16;
+  // Tenants whose findings may show the few tokens around a breaker, as
+  // the engine detokenizes them ("-" for untenanted traffic). Prompts are
+  // the tenant's data: none by default.
+  std::vector<std::string> prefix_context_tenants;
   // cpp-httplib serves a kept-alive connection on one pool thread until it
   // has been idle for 5 s, so the pool must cover the clients that keep
   // connections open (routers, gateways) or the rest wait behind them.
