@@ -578,17 +578,17 @@ Status Demo::RunGatewaySession(FILE* out, DemoResult& result) {
   TuneForRequests(gateway);
   httplib::Client kvgov(result.kvgov_url);
   TuneForRequests(kvgov);
-  // The blocks kvgov has indexed over the fleet: the next turn is routed on
-  // them, so it waits until the engine's events about this one are in.
-  auto indexed_blocks = [&]() -> Result<uint64_t> {
+  // The event batches kvgov has applied over the fleet: the next turn is
+  // routed on the blocks the first one stored, so it waits until the
+  // engine's batch about them is in. (Not a block count: with full pools a
+  // turn evicts as many blocks as it stores.)
+  auto applied_batches = [&]() -> Result<int64_t> {
     KVGOV_ASSIGN_OR_RETURN(Json workers, GetJson(kvgov, "/v1/workers"));
-    uint64_t blocks = 0;
-    for (const Json& worker : workers["workers"]) {
-      for (const auto& [tier, count] : worker["blocks"].items()) blocks += count.get<uint64_t>();
-    }
-    return blocks;
+    int64_t batches = 0;
+    for (const Json& worker : workers["workers"]) batches += worker.value("last_seq", int64_t{-1}) + 1;
+    return batches;
   };
-  KVGOV_ASSIGN_OR_RETURN(const uint64_t blocks_before, indexed_blocks());
+  KVGOV_ASSIGN_OR_RETURN(const int64_t batches_before, applied_batches());
   std::fprintf(out, "Gateway: an agent's two chat turns through kvgov (tokenized by the engine's "
                     "own /tokenize, routed by kvgov)\n");
   for (int turn = 1; turn <= 2; ++turn) {
@@ -609,8 +609,8 @@ Status Demo::RunGatewaySession(FILE* out, DemoResult& result) {
     if (turn == 1) {
       KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::seconds(10), "the first turn indexed",
                                       [&]() -> Result<bool> {
-                                        KVGOV_ASSIGN_OR_RETURN(uint64_t blocks, indexed_blocks());
-                                        return blocks > blocks_before;
+                                        KVGOV_ASSIGN_OR_RETURN(int64_t batches, applied_batches());
+                                        return batches > batches_before;
                                       }));
     }
   }
