@@ -314,18 +314,27 @@ Status NoEngineFor(std::string_view model) {
                           "'");
 }
 
-// `body` POSTed to the tokenizer of the engine of a worker serving `model`;
-// a second engine only when the first could not be reached.
-Result<std::vector<int64_t>> TokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
-                                                  std::string_view body) {
-  Result<std::vector<int64_t>> tokens = NoEngineFor(model);
+// `call(engine)` on the engine of a worker serving `model`; on a second
+// engine only when the first could not be reached. NotFound when no worker
+// with an engine URL serves the model.
+template <typename T, typename Call>
+Result<T> OnAnEngineOf(Daemon& daemon, std::string_view model, Call call) {
+  Result<T> answer = NoEngineFor(model);
   for (const index::WorkerResidency& worker : daemon.index.Workers()) {
     const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
     if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
-    tokens = daemon.upstreams->Tokenize(OpenAIUrl(*engine), engine->kind, body);
-    if (tokens.ok() || tokens.status().code() != StatusCode::kUnavailable) break;
+    answer = call(*engine);
+    if (answer.ok() || answer.status().code() != StatusCode::kUnavailable) break;
   }
-  return tokens;
+  return answer;
+}
+
+// `body` POSTed to the tokenizer of the engine of a worker serving `model`.
+Result<std::vector<int64_t>> TokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
+                                                  std::string_view body) {
+  return OnAnEngineOf<std::vector<int64_t>>(daemon, model, [&](const ingest::EngineSpec& engine) {
+    return daemon.upstreams->Tokenize(OpenAIUrl(engine), engine.kind, body);
+  });
 }
 
 }  // namespace
@@ -335,14 +344,9 @@ Result<std::string> DetokenizeOnAnEngineOf(Daemon& daemon, std::string_view mode
   const std::string body =
       nlohmann::json{{"model", model}, {"tokens", tokens}}.dump(
           -1, ' ', false, nlohmann::json::error_handler_t::replace);
-  Result<std::string> text = NoEngineFor(model);
-  for (const index::WorkerResidency& worker : daemon.index.Workers()) {
-    const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
-    if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
-    text = daemon.upstreams->Detokenize(OpenAIUrl(*engine), engine->kind, body);
-    if (text.ok() || text.status().code() != StatusCode::kUnavailable) break;
-  }
-  return text;
+  return OnAnEngineOf<std::string>(daemon, model, [&](const ingest::EngineSpec& engine) {
+    return daemon.upstreams->Detokenize(OpenAIUrl(engine), engine.kind, body);
+  });
 }
 
 Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,

@@ -31,7 +31,7 @@ import tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kvgov_ops import (Kvgov, TestFailure, analyze_promql, free_port, http,  # noqa: E402
-                       parse_exposition, series_names)
+                       parse_exposition, run_main, series_names)
 
 TARGET_LABELS = {"job", "instance"}  # attached by Prometheus at scrape time
 SAVINGS = "kvgov_prefill_tokens_saved_total"
@@ -250,8 +250,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TestFailure as error:
-        print(f"FAIL: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

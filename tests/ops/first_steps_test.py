@@ -24,7 +24,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvgov_ops import TestFailure, fail, free_port  # noqa: E402
+from kvgov_ops import fail, free_port, run_main  # noqa: E402
 
 MARKER = "<!-- first-steps: the suite runs the next block -->"
 
@@ -109,8 +109,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TestFailure as error:
-        print(f"FAIL: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,16 @@ class TestFailure(Exception):
 
 def fail(message):
     raise TestFailure(message)
+
+
+def run_main(main):
+    """Runs an ops test's main() as its script: its return code, or 1 with
+    the failure on stderr."""
+    try:
+        sys.exit(main())
+    except TestFailure as error:
+        print(f"FAIL: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 def wait_for(what, predicate, timeout_s, interval_s=0.05, process=None):

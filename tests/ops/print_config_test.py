@@ -28,7 +28,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvgov_ops import TestFailure  # noqa: E402
+from kvgov_ops import TestFailure, run_main  # noqa: E402
 
 # A setting: `key = value`, or commented out as `# key = value` (spaces
 # around '=' then, so prose such as "# id=w1" is not taken for one).
@@ -242,8 +242,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TestFailure as error:
-        print(f"FAIL: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

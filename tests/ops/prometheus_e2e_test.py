@@ -32,7 +32,7 @@ import urllib.parse
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvgov_ops import SKIP, Kvgov, TestFailure, free_port, http, wait_for  # noqa: E402
+from kvgov_ops import SKIP, Kvgov, TestFailure, free_port, http, run_main, wait_for  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -203,8 +203,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TestFailure as error:
-        print(f"FAIL: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -25,7 +25,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvgov_ops import TestFailure  # noqa: E402
+from kvgov_ops import TestFailure, run_main  # noqa: E402
 
 REQUIRED = {
     "User": "kvgov",
@@ -122,8 +122,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TestFailure as error:
-        print(f"FAIL: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <list>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
