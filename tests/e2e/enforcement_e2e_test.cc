@@ -276,6 +276,17 @@ TEST_F(EnforcementE2ETest, ARevokedTenantReachesNoneOfItsOldBlocksAndIsCertified
   const std::vector<int64_t> fresh = Tokens(64, 700000);
   ASSERT_EQ(Cached("globex", fresh), 0);
   ASSERT_EQ(Cached("globex", fresh), 64);
+  // The engine's answer comes before its events reach kvgov: wait until the
+  // index holds the prompt (a route credits all of it), or the revocation
+  // may find no residue yet (seen under ASan).
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result routed =
+        Control("/v1/route", {{"model", "llama"}, {"tenant", "globex"}, {"token_ids", fresh}});
+    if (HttpStatus(routed) != 200) return false;
+    const Json decision = Json::parse(routed->body);
+    Control("/v1/route/" + decision.value("decision_id", "") + "/done", Json::object());
+    return decision.value("overlap_blocks", int64_t{0}) == 64 / kBlockSize;
+  })) << last_body_;
   httplib::Result flushed =
       Control("/v1/invalidations",
               {{"scope", "tenant"}, {"tenant", "globex"}, {"reason", "erasure"}, {"flush", true}});
