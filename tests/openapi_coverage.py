@@ -19,7 +19,8 @@ top), and fails, listing each problem, when:
     `x-kvgov-role`, one marked `security: []` is guarded, or one the server
     registers without a guard is not marked `security: []`;
   - a registration's path is not a literal, or has a group this script
-    cannot name.
+    cannot name;
+  - a `$ref` names a component the spec does not define.
 
 Python 3 standard library only.
 """
@@ -272,6 +273,34 @@ def spec_paths(spec_file):
     return paths
 
 
+REF = re.compile(r"""\$ref:\s*["']?#/components/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)""")
+
+
+def unresolved_refs(spec_file):
+    """Every `$ref: "#/components/SECTION/NAME"` whose target the spec's
+    top-level `components:` does not define (NAME at indent 4 under SECTION
+    at indent 2): a definition indented into the wrong block still parses,
+    but nothing finds it."""
+    defined, section, in_components = set(), None, False
+    with open(spec_file, encoding="utf-8") as spec:
+        lines = spec.read().splitlines()
+    for text in lines:
+        if text and not text.startswith(" ") and not text.startswith("#"):
+            in_components = text.rstrip() == "components:"
+            section = None
+        elif in_components and re.match(r"^  [A-Za-z]", text):
+            section = text.strip().rstrip(":")
+        elif in_components and section and re.match(r"^    [A-Za-z0-9_.-]+:", text):
+            defined.add((section, text.strip().split(":")[0]))
+    problems = []
+    for number, text in enumerate(lines, 1):
+        for match in REF.finditer(text):
+            if (match.group(1), match.group(2)) not in defined:
+                problems.append(f"{spec_file}:{number}: $ref to #/components/{match.group(1)}/"
+                                f"{match.group(2)}, which components: does not define")
+    return problems
+
+
 def check(source_dir, spec_file, server_dir):
     routes, problems = server_routes(server_dir)
     paths = spec_paths(spec_file)
@@ -323,6 +352,7 @@ def check(source_dir, spec_file, server_dir):
                                 f"but not registered by the server{hint}")
         if not item["ops"]:
             problems.append(f"{spec_file}:{item['line']}: {template} has no operations")
+    problems.extend(unresolved_refs(spec_file))
     return routes, spec_ops, problems
 
 

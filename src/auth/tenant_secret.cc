@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kvgov/auth/entropy.h"
+#include "kvgov/core/secret_file_mode.h"
 
 namespace kvgov::auth {
 namespace {
@@ -25,10 +26,11 @@ Result<std::string> ReadSecret(const std::string& path) {
     ::close(fd);
     return Status::IOError(Errno("tenant secret '" + path + "'"));
   }
-  if (info.st_mode & 077) {
+  if (Status private_enough =
+          CheckSecretFileMode("tenant secret '" + path + "'", info.st_mode, info.st_uid);
+      !private_enough.ok()) {
     ::close(fd);
-    return Status::PermissionDenied("tenant secret '" + path +
-                                    "' is readable by group or others; chmod 600 it");
+    return private_enough;
   }
   std::array<char, kSecretBytes + 1> buffer{};
   ssize_t got = ::read(fd, buffer.data(), buffer.size());

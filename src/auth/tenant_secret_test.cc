@@ -49,7 +49,7 @@ TEST_F(TenantSecretTest, ASecretOthersCanReadIsRefused) {
   std::ofstream(path_) << std::string(32, 'k');
   std::filesystem::permissions(path_, std::filesystem::perms::owner_read |
                                           std::filesystem::perms::owner_write |
-                                          std::filesystem::perms::group_read);
+                                          std::filesystem::perms::others_read);
   Result<std::string> loaded = LoadOrCreateTenantSecret(path_);
   EXPECT_EQ(loaded.status().code(), StatusCode::kPermissionDenied);
   // The secret itself is never part of an error.

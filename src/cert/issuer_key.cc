@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvgov/core/digest.h"
+#include "kvgov/core/secret_file_mode.h"
 
 namespace kvgov::cert {
 namespace {
@@ -49,10 +50,15 @@ Status ReadSeed(const std::string& path, unsigned char* seed) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(Errno("issuer key '" + path + "'"));
   struct stat info {};
-  if (::fstat(fd, &info) != 0 || (info.st_mode & 077) != 0) {
+  if (::fstat(fd, &info) != 0) {
     ::close(fd);
-    return Status::PermissionDenied("issuer key '" + path +
-                                    "' is readable by group or others; chmod 600 it");
+    return Status::IOError(Errno("issuer key '" + path + "'"));
+  }
+  if (Status private_enough =
+          CheckSecretFileMode("issuer key '" + path + "'", info.st_mode, info.st_uid);
+      !private_enough.ok()) {
+    ::close(fd);
+    return private_enough;
   }
   unsigned char buffer[kSeedBytes + 1];
   ssize_t got = ::read(fd, buffer, sizeof(buffer));

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kvgov/auth/tokens.h"
+#include "kvgov/core/digest.h"
 #include "kvgov/log/log.h"
 #include "kvgov/replication/governance_log.h"
 #include "kvgov/replication/replica.h"
@@ -70,7 +72,18 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
 
   flags.revoke = token->add_subcommand("revoke", "Delete a token; it stops working at once.");
   flags.revoke->add_option("NAME", flags.name, "The token's name.")->required();
-  for (CLI::App* command : {flags.add, flags.list, flags.revoke}) {
+
+  flags.import = token->add_subcommand(
+      "import",
+      "Add the tokens of a token file (docs/formats/tokens.md: names, roles, tenants and the\n"
+      "secrets' hashes; no secret) that are missing, and replace those that differ; tokens\n"
+      "not in the file are kept. Idempotent, and safe to run from several places at once:\n"
+      "made for an init container that declares a fleet's tokens from a Secret. Example:\n"
+      "kvgov token import /etc/kvgov/tokens/tokens.json --redis redis://kvgov-redis:6379");
+  flags.import->add_option("FILE", flags.import_file, "A tokens.json, e.g. made with kvgov token "
+                                                     "add --data-dir on another machine.")
+      ->required();
+  for (CLI::App* command : {flags.add, flags.list, flags.revoke, flags.import}) {
     flags.data_dir_options.push_back(
         command->add_option("--data-dir", flags.data_dir, kDataDirHelp)->capture_default_str());
   }
@@ -83,7 +96,10 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
   flags.list->add_option("--redis", flags.redis_url,
                          "List the tokens the replicas' governance log on this Redis holds (its\n"
                          "snapshot and the entries after it) instead of a data dir's.");
-  for (CLI::App* command : {flags.add, flags.list, flags.revoke}) {
+  flags.import->add_option("--redis", flags.redis_url,
+                           "Import into the replicas' governance log on this Redis instead of a\n"
+                           "data dir: every replica applies it within a second.");
+  for (CLI::App* command : {flags.add, flags.list, flags.revoke, flags.import}) {
     command->add_option("--redis-prefix", flags.redis_prefix, "The replicas' --redis-prefix.")
         ->capture_default_str();
   }
@@ -105,22 +121,22 @@ std::string CliActor() {
 // write each replica puts into its own token file
 // (docs/formats/governance-log.md). The journal row names the token, never
 // its hash.
-int AppendTokenChange(const TokenFlags& flags, std::string_view kind,
-                      std::optional<auth::TokenRecord> record) {
+// `write_id` "" draws a random one; a replica applies an entry whose write
+// id it has seen once only.
+Status AppendTokenChange(const TokenFlags& flags, std::string_view kind, const std::string& name,
+                         std::optional<auth::TokenRecord> record, std::string write_id = "") {
   replication::LogEntry entry;
   entry.origin = "kvgov-token";
   entry.kind = std::string(kind);
-  entry.subject = flags.name;
+  entry.subject = name;
   entry.time_ms = NowMillis();
   entry.actor = CliActor();
-  entry.payload = auth::DescribeTokenChange(flags.name, record ? &*record : nullptr);
+  entry.write_id = std::move(write_id);
+  entry.payload = auth::DescribeTokenChange(name, record ? &*record : nullptr);
   entry.writes.push_back(replication::LogWrite{
-      "tokens", flags.name,
+      "tokens", name,
       record ? std::optional<std::string>(auth::EncodeTokenRecord(*record)) : std::nullopt});
-  Result<std::string> appended =
-      replication::Replica::AppendOnce(flags.redis_url, flags.redis_prefix, entry);
-  if (!appended.ok()) return Fail(record ? "add" : "revoke", appended.status());
-  return 0;
+  return replication::Replica::AppendOnce(flags.redis_url, flags.redis_prefix, entry).status();
 }
 
 }  // namespace
@@ -155,10 +171,94 @@ bool DataDirGiven(const TokenFlags& flags) {
   return false;
 }
 
+// What importing a record does to the tokens in force.
+enum class ImportStep { kAdd, kReplace, kKeep };
+
+ImportStep StepFor(const auth::TokenRecord& wanted,
+                   const std::vector<auth::TokenRecord>& in_force) {
+  const auto same_name =
+      std::find_if(in_force.begin(), in_force.end(),
+                   [&](const auth::TokenRecord& r) { return r.name == wanted.name; });
+  if (same_name == in_force.end()) return ImportStep::kAdd;
+  auto sorted_roles = [](std::vector<auth::Role> roles) {
+    std::sort(roles.begin(), roles.end());
+    return roles;
+  };
+  // created_ms is when a token was made, not what it grants: a record that
+  // differs only there is the same token.
+  const bool same = same_name->sha256 == wanted.sha256 && same_name->tenant == wanted.tenant &&
+                    sorted_roles(same_name->roles) == sorted_roles(wanted.roles);
+  return same ? ImportStep::kKeep : ImportStep::kReplace;
+}
+
+int RunImport(const TokenFlags& flags) {
+  if (std::error_code error; !std::filesystem::is_regular_file(flags.import_file, error)) {
+    return Fail("import", Status::NotFound("no token file '" + flags.import_file + "'"));
+  }
+  Result<std::vector<auth::TokenRecord>> wanted = auth::LoadTokenFile(flags.import_file);
+  if (!wanted.ok()) return Fail("import", wanted.status());
+  if (wanted->empty()) {
+    return Fail("import", Status::InvalidArgument("'" + flags.import_file +
+                                                  "' holds no token: nothing to import"));
+  }
+  const bool replicated = !flags.redis_url.empty();
+  const std::string path = auth::TokenFilePath(flags.data_dir);
+  std::vector<auth::TokenRecord> in_force;
+  std::string log_position;
+  if (replicated) {
+    Result<replication::ReplicatedTokens> read =
+        replication::Replica::ReadTokens(flags.redis_url, flags.redis_prefix);
+    if (!read.ok()) return Fail("import", read.status());
+    in_force = std::move(read->tokens);
+    log_position = std::move(read->as_of);
+  } else {
+    std::error_code made;
+    std::filesystem::create_directories(flags.data_dir, made);
+    if (made || ::chmod(flags.data_dir.c_str(), 0700) != 0) {
+      return Fail("import", Status::IOError("cannot create data dir " + flags.data_dir));
+    }
+    Result<std::vector<auth::TokenRecord>> read = auth::LoadTokenFile(path);
+    if (!read.ok()) return Fail("import", read.status());
+    in_force = std::move(*read);
+  }
+  int added = 0, replaced = 0, kept = 0;
+  for (const auth::TokenRecord& record : *wanted) {
+    const ImportStep step = StepFor(record, in_force);
+    if (step == ImportStep::kKeep) {
+      ++kept;
+      std::printf("unchanged %s\n", record.name.c_str());
+      continue;
+    }
+    Status done;
+    if (replicated) {
+      // Importers that read the log at the same position (init containers
+      // of replicas starting together) append the same write id, which
+      // every replica applies once.
+      const std::string write_id =
+          "token-import-" +
+          Sha256Hex(log_position + "\n" + auth::EncodeTokenRecord(record)).substr(0, 40);
+      done = AppendTokenChange(flags, "token.add", record.name, record, write_id);
+    } else {
+      done = auth::PutTokenRecord(path, record);
+    }
+    if (!done.ok()) return Fail("import", done.WithContext("token '" + record.name + "'"));
+    ++(step == ImportStep::kAdd ? added : replaced);
+    std::printf("%s %s\n", step == ImportStep::kAdd ? "added" : "replaced", record.name.c_str());
+  }
+  const std::string place = replicated ? "the replicas' governance log"
+                                       : AbsoluteDir(flags.data_dir) + "/tokens.json";
+  std::printf("imported %s into %s: %d added, %d replaced, %d unchanged\n",
+              flags.import_file.c_str(), place.c_str(), added, replaced, kept);
+  return 0;
+}
+
 }  // namespace
 
 int RunToken(const TokenFlags& flags) {
-  const char* command = flags.add->parsed() ? "add" : flags.revoke->parsed() ? "revoke" : "list";
+  const char* command = flags.add->parsed()      ? "add"
+                        : flags.revoke->parsed() ? "revoke"
+                        : flags.import->parsed() ? "import"
+                                                 : "list";
   const bool data_dir_given = DataDirGiven(flags);
   if (!flags.redis_url.empty() && data_dir_given) {
     // Both name a place for the tokens; silently preferring one would leave
@@ -175,6 +275,7 @@ int RunToken(const TokenFlags& flags) {
                  command, why);
     return 2;
   }
+  if (flags.import->parsed()) return RunImport(flags);
   const std::string path = auth::TokenFilePath(flags.data_dir);
   if (flags.add->parsed() && !flags.redis_url.empty()) {
     std::vector<auth::Role> roles;
@@ -186,16 +287,18 @@ int RunToken(const TokenFlags& flags) {
     Result<auth::MintedToken> minted =
         auth::MintToken(flags.name, roles, flags.tenant, NowMillis());
     if (!minted.ok()) return Fail("add", minted.status());
-    if (int failed = AppendTokenChange(flags, "token.add", minted->record); failed != 0) {
-      return failed;
+    if (Status appended = AppendTokenChange(flags, "token.add", flags.name, minted->record);
+        !appended.ok()) {
+      return Fail("add", appended);
     }
     std::printf("created token '%s' for the replicas; its secret is shown once, below:\n%s\n",
                 flags.name.c_str(), minted->secret.c_str());
     return 0;
   }
   if (flags.revoke->parsed() && !flags.redis_url.empty()) {
-    if (int failed = AppendTokenChange(flags, "token.revoke", std::nullopt); failed != 0) {
-      return failed;
+    if (Status appended = AppendTokenChange(flags, "token.revoke", flags.name, std::nullopt);
+        !appended.ok()) {
+      return Fail("revoke", appended);
     }
     std::printf("revoked token '%s' on the replicas\n", flags.name.c_str());
     return 0;

@@ -10,12 +10,13 @@ namespace kvgov::cli {
 /// The data dir `kvgov token` uses without --data-dir (kvgov serve's too).
 inline constexpr const char* kDefaultTokenDataDir = "./kvgov-data";
 
-/// Flags of `kvgov token add|list|revoke`.
+/// Flags of `kvgov token add|list|revoke|import`.
 struct TokenFlags {
   std::string data_dir = kDefaultTokenDataDir;
   std::string name;
   std::vector<std::string> roles;
   std::string tenant;
+  std::string import_file;  // token import FILE
   // With a Redis URL, add and revoke go into the replicas' governance log
   // (every replica applies them to its own token file), and list reads it,
   // instead of a data dir's token file; --data-dir is then refused.
@@ -24,6 +25,7 @@ struct TokenFlags {
   CLI::App* add = nullptr;
   CLI::App* list = nullptr;
   CLI::App* revoke = nullptr;
+  CLI::App* import = nullptr;
   // Every --data-dir option (on `token` and on each subcommand), to tell a
   // data dir given from the default.
   std::vector<CLI::Option*> data_dir_options;

@@ -291,8 +291,10 @@ log::Line(log::Level::kWarn, "replica.log_unreachable")
   }
   KVGOV_ASSIGN_OR_RETURN(StreamId target, ParseStreamId(*last));
   std::unique_lock lock(replica->mu_);
-  if (!replica->applied_cv_.wait_for(lock, replica->options_.catch_up_wait,
-                                     [&] { return replica->applied_ >= target; })) {
+  if (replica->applied_cv_.wait_for(lock, replica->options_.catch_up_wait,
+                                    [&] { return replica->applied_ >= target; })) {
+    replica->caught_up_.store(true);
+  } else {
 log::Line(log::Level::kWarn, "replica.catching_up")
         .Field("replica", replica->id())
         .Field("applied", replica->applied_.ToString())
@@ -491,6 +493,9 @@ log::Line(log::Level::kError, "replica.entry_retrying")
       // The batch ended on skipped entries: the cursor moves past them too.
       if (Status moved = AdvanceCursor(batch->last_id); moved.ok()) after = batch->last_id;
     }
+    // A read shorter than asked for reached the stream's end, and all of it
+    // is applied: this replica knows what the fleet knew then.
+    if (batch->entries.size() + batch->rejected.size() < kReadBatch) caught_up_.store(true);
     MaybeSnapshotAndTrim();
   }
 }

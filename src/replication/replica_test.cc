@@ -238,6 +238,36 @@ class ReplicaTest : public ::testing::Test {
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
+// Readiness (GET /readyz): a replica that could not read the log at start
+// serves on local state, which may lack the fleet's quarantines; it is not
+// caught up until it has read the log to its end and applied it.
+TEST_F(ReplicaTest, AReplicaIsCaughtUpOnlyOnceItHasAppliedTheLogToItsEnd) {
+  // A Redis of its own that keeps the log across a restart, so what the
+  // late replica finds once Redis is back was written before it could read.
+  RedisServerProcess redis;
+  redis.set_append_only(true);
+  ASSERT_TRUE(redis.Start().ok());
+  Node* writer = MustStart("writer", Options("writer", redis.url()));
+  ASSERT_NE(writer, nullptr);
+  EXPECT_TRUE(writer->replica->caught_up());  // an empty log, read at start
+  ASSERT_TRUE(Put(*writer->replica, "quarantine/q1", "{}").ok());
+  redis.Stop();
+  ReplicaOptions late_options = Options("late", redis.url());
+  late_options.catch_up_wait = milliseconds(100);
+  Node* late = MustStart("late", late_options);
+  ASSERT_NE(late, nullptr);
+  EXPECT_FALSE(late->replica->caught_up());
+  ASSERT_TRUE(redis.Restart().ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!late->replica->caught_up() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(late->replica->caught_up());
+  EXPECT_EQ(late->Governance().count("quarantine/q1"), 1u)
+      << "caught up before applying what the log held";
+  nodes_.clear();  // before their Redis goes
+}
+
 // The reply to an XADD is lost after Redis appended the entry: the writer
 // sends it again under the same write id, so the stream holds it twice,
 // and every replica applies it once; the writer answers with the row.

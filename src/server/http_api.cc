@@ -491,6 +491,21 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200, {{"status", "ok"}});
   });
+  // Readiness: a replica that has not yet applied the governance log may
+  // route around no quarantine the fleet holds, so it takes no traffic
+  // until it has. A single node is ready once it serves (recovery runs
+  // before the listener opens).
+  http.Get("/readyz", [&daemon](const httplib::Request&, httplib::Response& response) {
+    if (daemon.replica != nullptr && !daemon.replica->caught_up()) {
+      SendJson(response, 503,
+               {{"status", "catching_up"},
+                {"detail", daemon.replica->connected()
+                               ? "applying the governance log up to its end"
+                               : "the governance log on Redis is not reachable yet"}});
+      return;
+    }
+    SendJson(response, 200, {{"status", "ready"}});
+  });
   http.Post("/v1/events", GuardFleetWrite(daemon, Role::kIngest,
                                           [&daemon](const httplib::Request& request,
                                                     httplib::Response& response,

@@ -112,6 +112,45 @@ class Kvgov:
         self.stop()
 
 
+class RedisServer:
+    """A real redis-server on a free loopback port, with no persistence, in
+    `workdir`; stopped by its PID."""
+
+    def __init__(self, workdir, timeout_s=10):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(workdir, "redis.log"), "wb")
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", workdir],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            wait_for("redis-server's PONG", self._pong, timeout_s, process=self.process)
+        except TestFailure:
+            self.stop()
+            raise
+
+    def _pong(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
 def http(method, url, body=None, headers=None, timeout_s=10):
     """(status, body text) of one request; never raises on an HTTP error."""
     data = None

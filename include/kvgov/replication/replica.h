@@ -137,6 +137,11 @@ class Replica {
   bool housekeeper() const { return housekeeper_.load(); }
   /// True while the last read of the log succeeded.
   bool connected() const { return connected_.load(); }
+  /// True once this replica has applied the log to its end as one read
+  /// found it (or was there at start), and from then on: until then its
+  /// governance state may lack quarantines and revocations the fleet holds,
+  /// so it should take no traffic (GET /readyz).
+  bool caught_up() const { return caught_up_.load(); }
   const std::string& id() const { return options_.replica_id; }
   std::string applied_id() const;
   uint64_t rejected_entries() const { return rejected_.load(); }
@@ -216,6 +221,7 @@ class Replica {
   std::chrono::steady_clock::time_point next_snapshot_;  // the applier's own
   bool stopping_ = false;                                 // guarded by mu_
   std::atomic<bool> connected_{false};
+  std::atomic<bool> caught_up_{false};
   std::atomic<bool> housekeeper_{false};
   std::atomic<bool> fatal_{false};
   std::atomic<uint64_t> rejected_{0};
