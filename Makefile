@@ -15,7 +15,7 @@ BENCH_FILTER ?= -TenMillion
 # CI builds treat warnings as errors.
 WERROR     := $(if $(CI),ON,OFF)
 
-.PHONY: all deps configure build test test-asan soak soak-replicas bench run serve clean fuzz-build fuzz fuzz-smoke
+.PHONY: all deps configure build test test-asan soak soak-replicas bench run serve clean fuzz-build fuzz fuzz-smoke image image-test
 
 all: build
 
@@ -41,6 +41,17 @@ bench: deps
 	  || { cat $(BENCH_DIR).configure.log; exit 1; }
 	@cmake --build $(BENCH_DIR) -j $(JOBS)
 	@bash scripts/run-benchmarks.sh $(BENCH_DIR) '$(BENCH_FILTER)'
+
+# The OCI image, from Debian's packages alone (deploy/image/build.sh; takes
+# a minute and Debian's archive, so not part of `make test`), and the test
+# that runs its entrypoint from the unpacked filesystem (tests/image).
+IMAGE_DIR ?= build-image
+image: build
+	@bash scripts/install-deps.sh --image
+	@bash deploy/image/build.sh --binary $(BUILD_DIR)/apps/kvgov/kvgov --out $(IMAGE_DIR)
+
+image-test: image
+	@python3 tests/image/image_test.py $(IMAGE_DIR)/kvgov.oci.tar
 
 # The demo: kvgov on $(LISTEN) with a simulated vLLM fleet attached, an agent
 # workload routed through it, then kvgov keeps serving until Ctrl-C.

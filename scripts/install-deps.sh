@@ -15,13 +15,19 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
   # test peers and tooling (prometheus brings promtool, which checks /metrics)
-  python3-zmq python3-msgpack curl prometheus
+  python3-zmq python3-msgpack python3-yaml curl prometheus
   # the test-only Node clients (tests/node, from the npm registry at test time),
   # and the browser the console's test drives (puppeteer-core, no download)
   nodejs chromium
   # replicas (--redis): the Redis client library, and redis-server for the tests
   libhiredis-dev redis-server
 )
+
+# make image (deploy/image/build.sh) only: Debian's tree builder and the
+# OCI image tool.
+if [ "${1:-}" = "--image" ]; then
+  packages+=(mmdebstrap buildah)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -25,6 +25,7 @@
 #include "cli/engines_command.h"
 #include "cli/listen.h"
 #include "cli/loadgen_command.h"
+#include "cli/redis_password.h"
 #include "cli/simulate_command.h"
 #include "cli/lint_command.h"
 #include "cli/spool_command.h"
@@ -76,6 +77,7 @@ struct ServeFlags {
   std::vector<std::string> admit;
   std::string spool_dir;
   std::string redis_url;
+  std::string redis_password_file;
   std::string redis_prefix = "kvgov";
   std::string replica_id;
   int64_t claim_ttl_ms = 3000;
@@ -123,6 +125,14 @@ int Serve(const ServeFlags& flags) {
   options.engine_silence_ms = flags.engine_silence_ms;
   options.spool_dir = flags.spool_dir;
   options.redis_url = flags.redis_url;
+  if (!flags.redis_password_file.empty()) {
+    Result<std::string> url = WithRedisPasswordFile(flags.redis_url, flags.redis_password_file);
+    if (!url.ok()) {
+      std::fprintf(stderr, "kvgov serve: %s\n", url.status().message().c_str());
+      return url.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    options.redis_url = *std::move(url);
+  }
   options.redis_prefix = flags.redis_prefix;
   options.replica_id = flags.replica_id;
   options.claim_ttl_ms = flags.claim_ttl_ms;
@@ -478,6 +488,9 @@ int Run(int argc, char** argv) {
                     "sharing governance through a log on Redis Streams. Needs --issuer-key\n"
                     "and --tenant-secret-file, the same files on every replica. Without it\n"
                     "kvgov is a single node.")
+      ->group(replicas);
+  serve->add_option("--redis-password-file", serve_flags.redis_password_file,
+                    kRedisPasswordFileHelp)
       ->group(replicas);
   serve->add_option("--redis-prefix", serve_flags.redis_prefix,
                     "Prefix of every Redis key kvgov uses; the replicas of one fleet share it.")

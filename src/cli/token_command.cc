@@ -17,6 +17,7 @@
 #include "kvgov/log/log.h"
 #include "kvgov/replication/governance_log.h"
 #include "kvgov/replication/replica.h"
+#include "cli/redis_password.h"
 
 namespace kvgov::cli {
 namespace {
@@ -100,6 +101,8 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
                            "Import into the replicas' governance log on this Redis instead of a\n"
                            "data dir: every replica applies it within a second.");
   for (CLI::App* command : {flags.add, flags.list, flags.revoke, flags.import}) {
+    command->add_option("--redis-password-file", flags.redis_password_file,
+                        kRedisPasswordFileHelp);
     command->add_option("--redis-prefix", flags.redis_prefix, "The replicas' --redis-prefix.")
         ->capture_default_str();
   }
@@ -254,7 +257,8 @@ int RunImport(const TokenFlags& flags) {
 
 }  // namespace
 
-int RunToken(const TokenFlags& flags) {
+int RunToken(const TokenFlags& given) {
+  TokenFlags flags = given;
   const char* command = flags.add->parsed()      ? "add"
                         : flags.revoke->parsed() ? "revoke"
                         : flags.import->parsed() ? "import"
@@ -274,6 +278,11 @@ int RunToken(const TokenFlags& flags) {
                  "dir's tokens.json (a single kvgov).\n",
                  command, why);
     return 2;
+  }
+  if (!flags.redis_password_file.empty()) {
+    Result<std::string> url = WithRedisPasswordFile(flags.redis_url, flags.redis_password_file);
+    if (!url.ok()) return Fail(command, url.status());
+    flags.redis_url = *std::move(url);
   }
   if (flags.import->parsed()) return RunImport(flags);
   const std::string path = auth::TokenFilePath(flags.data_dir);

@@ -21,6 +21,7 @@ struct TokenFlags {
   // (every replica applies them to its own token file), and list reads it,
   // instead of a data dir's token file; --data-dir is then refused.
   std::string redis_url;
+  std::string redis_password_file;
   std::string redis_prefix = "kvgov";
   CLI::App* add = nullptr;
   CLI::App* list = nullptr;

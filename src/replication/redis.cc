@@ -1,9 +1,12 @@
 #include "kvgov/replication/redis.h"
 
 #include <hiredis/hiredis.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,8 +15,11 @@
 #include <charconv>
 #include <climits>
 #include <csignal>
+#include <cstring>
 #include <ctime>
 #include <utility>
+
+#include "kvgov/core/secret_file_mode.h"
 
 namespace kvgov::replication {
 namespace {
@@ -534,6 +540,58 @@ Result<RedisReply> RedisConnection::Run(std::span<const std::string> args,
   Result<RedisReply> reply = RoundTrip(context_->c, endpoint_, args, timeout, timeout_, &broken);
   if (broken) context_.reset();
   return reply;
+}
+
+Result<std::string> RedisUrlWithPassword(std::string_view url, std::string_view password) {
+  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisUrl(url));
+  if (!endpoint.password.empty() || url.find('@') != std::string_view::npos) {
+    return Status::InvalidArgument(
+        "password: the URL carries one and a password file gives another; keep it in one place "
+        "(the file: the URL then shows in process listings without it)");
+  }
+  const size_t host_start = url.find("://") + 3;
+  std::string encoded;
+  for (const unsigned char c : password) {
+    if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+      encoded.push_back(static_cast<char>(c));
+    } else {
+      constexpr char kHex[] = "0123456789ABCDEF";
+      encoded += {'%', kHex[c >> 4], kHex[c & 0xF]};
+    }
+  }
+  return std::string(url.substr(0, host_start)) + ":" + encoded + "@" +
+         std::string(url.substr(host_start));
+}
+
+Result<std::string> ReadRedisPasswordFile(const std::string& path) {
+  const std::string what = "redis password file '" + path + "'";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(what + ": " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return Status::IOError(what + ": " + std::strerror(error));
+  }
+  if (Status private_enough = CheckSecretFileMode(what, info.st_mode, info.st_uid);
+      !private_enough.ok()) {
+    ::close(fd);
+    return private_enough;
+  }
+  constexpr size_t kMaxBytes = 1024;
+  std::string password(kMaxBytes + 1, '\0');
+  const ssize_t got = ::read(fd, password.data(), password.size());
+  ::close(fd);
+  if (got < 0) return Status::IOError(what + ": " + std::strerror(errno));
+  if (static_cast<size_t>(got) > kMaxBytes) {
+    return Status::InvalidArgument(what + ": longer than 1024 bytes");
+  }
+  password.resize(static_cast<size_t>(got));
+  while (!password.empty() && std::isspace(static_cast<unsigned char>(password.back())) != 0) {
+    password.pop_back();
+  }
+  if (password.empty()) return Status::InvalidArgument(what + ": empty");
+  return password;
 }
 
 }  // namespace kvgov::replication

@@ -222,6 +222,30 @@ TEST_F(RedisConnectionTest, BlockingCommandTimesOutAsUnavailableThenReconnects) 
   EXPECT_TRUE(redis.Command({"PING"}).ok());
 }
 
+// --redis-password-file: the file's password goes into the URL escaped, so
+// the URL parser gives back exactly the bytes the file held.
+TEST(RedisUrlWithPasswordTest, EscapesThePasswordAndRoundTripsThroughTheParser) {
+  for (const std::string password : {"plain", "p@ss/w:rd", "100%", "sp ace#?"}) {
+    Result<std::string> url = RedisUrlWithPassword("redis://kvgov-redis:6380/2", password);
+    ASSERT_TRUE(url.ok()) << url.status().ToString();
+    Result<RedisEndpoint> endpoint = ParseRedisUrl(*url);
+    ASSERT_TRUE(endpoint.ok()) << *url << ": " << endpoint.status().ToString();
+    EXPECT_EQ(endpoint->password, password);
+    EXPECT_EQ(endpoint->host, "kvgov-redis");
+    EXPECT_EQ(endpoint->port, 6380);
+    EXPECT_EQ(endpoint->db, 2);
+  }
+}
+
+TEST(RedisUrlWithPasswordTest, RefusesAUrlWithAPasswordOfItsOwn) {
+  Result<std::string> url = RedisUrlWithPassword("redis://:inline@host", "fromfile");
+  EXPECT_EQ(url.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(url.status().message().find("inline"), std::string::npos);
+  EXPECT_EQ(url.status().message().find("fromfile"), std::string::npos);
+  EXPECT_EQ(RedisUrlWithPassword("http://host", "x").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(RedisConnectionAuthTest, AuthenticatesWithThePasswordAndNeverShowsIt) {
   RedisServerProcess server;
   ASSERT_TRUE(server.Start().ok());

@@ -689,6 +689,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         daemon->replica,
         replication::Replica::Start(std::move(replica), daemon->journal.get(), daemon->store.get(),
                                     daemon->router.get(), std::move(hooks)));
+    // The log's tokens reached the token file while the replica caught up:
+    // read them now, not at the first reload after the listener opens.
+    KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
   }
   if (Status started =
           RecordGovernance(*daemon, kDaemonActor, "serve.start", "config", DescribeConfig(*daemon), {})

@@ -181,19 +181,27 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   const bool gateway = !options.gateway_host.empty();
   const bool loopback =
       IsLoopbackHost(options.host) && (!gateway || IsLoopbackHost(options.gateway_host));
-  if (!loopback) {
-    // Beyond loopback every call needs a token, so there must be one.
+  const bool replicated = !options.redis_url.empty();
+  // Beyond loopback every call needs a token, so there must be one. A
+  // single node's are in its token file now; a replica's come with the
+  // governance log, which it has applied once its daemon is built.
+  auto check_a_token_exists = [&]() -> Status {
+    if (loopback) return Status::Ok();
     KVGOV_ASSIGN_OR_RETURN(const std::vector<auth::TokenRecord> tokens,
                            auth::LoadTokenFile(auth::TokenFilePath(options.data_dir)));
-    if (tokens.empty()) {
-      return Status::PermissionDenied(
-          "refusing to listen on '" + (IsLoopbackHost(options.host) ? options.gateway_host
-                                                                     : options.host) +
-          "': no bearer token exists, and kvgov serves beyond loopback (127.0.0.1, ::1, "
-          "localhost) only with authentication; create one with `kvgov token add NAME --role "
-          "ROLE --data-dir " + options.data_dir + "`");
-    }
-  }
+    if (!tokens.empty()) return Status::Ok();
+    return Status::PermissionDenied(
+        "refusing to listen on '" +
+        (IsLoopbackHost(options.host) ? options.gateway_host : options.host) +
+        "': no bearer token exists, and kvgov serves beyond loopback (127.0.0.1, ::1, "
+        "localhost) only with authentication; " +
+        (replicated ? "the governance log on Redis holds none (or could not be read): create "
+                      "one with `kvgov token add NAME --role ROLE --redis URL`, or `kvgov token "
+                      "import FILE --redis URL`"
+                    : "create one with `kvgov token add NAME --role ROLE --data-dir " +
+                          options.data_dir + "`"));
+  };
+  if (!replicated) KVGOV_RETURN_IF_ERROR(check_a_token_exists());
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return Status::InvalidArgument("TLS needs both a certificate file and a key file");
   }
@@ -205,6 +213,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     KVGOV_ASSIGN_OR_RETURN(impl->gateway, MakeListener(options, options.gateway_host));
   }
   KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
+  if (replicated) KVGOV_RETURN_IF_ERROR(check_a_token_exists());
   httplib::Server& http = *impl->http;
   RegisterHttpApi(http, *impl->daemon);
   RegisterConsoleApi(http, *impl->daemon);

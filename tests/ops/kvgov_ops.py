@@ -61,14 +61,15 @@ def free_port():
 
 
 class Kvgov:
-    """`kvgov serve --listen 127.0.0.1:0` in `workdir`, stopped by its PID."""
+    """`kvgov serve --listen 127.0.0.1:0` (or another `listen`) in `workdir`,
+    stopped by its PID; `url` is on loopback either way."""
 
-    def __init__(self, binary, workdir, extra_args=(), timeout_s=30):
+    def __init__(self, binary, workdir, extra_args=(), timeout_s=30, listen="127.0.0.1:0"):
         self.data_dir = os.path.join(workdir, "data")
         self.ready_file = os.path.join(workdir, "ready")
         self.log_path = os.path.join(workdir, "kvgov.log")
         self.log = open(self.log_path, "wb")
-        args = [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", self.data_dir,
+        args = [binary, "serve", "--listen", listen, "--data-dir", self.data_dir,
                 "--ready-file", self.ready_file, *extra_args]
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
@@ -114,15 +115,17 @@ class Kvgov:
 
 class RedisServer:
     """A real redis-server on a free loopback port, with no persistence, in
-    `workdir`; stopped by its PID."""
+    `workdir`, optionally with a password (`url` never carries it); stopped
+    by its PID."""
 
-    def __init__(self, workdir, timeout_s=10):
+    def __init__(self, workdir, timeout_s=10, password=None):
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}"
         self.log = open(os.path.join(workdir, "redis.log"), "wb")
+        auth = ["--requirepass", password] if password else []
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", workdir],
+             "--appendonly", "no", "--dir", workdir, *auth],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             wait_for("redis-server's PONG", self._pong, timeout_s, process=self.process)
@@ -134,7 +137,7 @@ class RedisServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
                 s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up, either way
         except OSError:
             return False
 

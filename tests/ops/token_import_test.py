@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """`kvgov token import`: a fleet's tokens declared from a file, as a
 Kubernetes init container does it (deploy/k8s), into a single node's data
-dir and into the replicas' governance log on a real redis-server.
+dir and into the replicas' governance log on a real redis-server with a
+password (given by --redis-password-file); a fresh replica then starts
+beyond loopback on the log's tokens alone, and is ready (/readyz) once it
+has applied the log.
 
 Usage: token_import_test.py KVGOV_BINARY SOURCE_DIR
 """
@@ -74,28 +77,64 @@ def check_single_node(binary, workdir, declared):
         fail("a refused import changed the token file")
 
 
+def check_password_file(binary, redis, password_file):
+    """--redis-password-file: the password stays out of the URL, once."""
+    with_password = redis.url.replace("redis://", "redis://:inline@")
+    both = run(binary, "token", "list", "--redis", with_password, "--redis-password-file",
+               password_file, expect=2)
+    if "keep it in one place" not in both:
+        fail(f"a password in the URL and in a file: {both}")
+    os.chmod(password_file, 0o644)
+    loose = run(binary, "token", "list", "--redis", redis.url, "--redis-password-file",
+                password_file, expect=1)
+    os.chmod(password_file, 0o600)
+    if "has mode 0644" not in loose:
+        fail(f"a password file others can read: {loose}")
+    without = run(binary, "token", "list", "--redis", redis.url, expect=1)
+    if "NOAUTH" not in without and "auth" not in without.lower():
+        fail(f"Redis without its password should refuse: {without}")
+
+
 def check_replicas(binary, workdir, declared, ops_secret):
-    with RedisServer(workdir) as redis:
+    password = "p@ss/w:rd"  # characters a URL would have to escape
+    with RedisServer(workdir, password=password) as redis:
+        password_file = os.path.join(workdir, "redis-password")
+        with open(password_file, "w", encoding="utf-8") as f:
+            f.write(password + "\n")
+        os.chmod(password_file, 0o600)
+        check_password_file(binary, redis, password_file)
+        keys = os.path.join(workdir, "keys")
+        os.makedirs(keys)
+        issuer, salt = os.path.join(keys, "issuer.key"), os.path.join(keys, "tenant-salt.key")
+        run(binary, "keygen", "--issuer-key", issuer, "--tenant-secret-file", salt)
+        redis_args = ("--redis", redis.url, "--redis-password-file", password_file)
+        replica_args = (*redis_args, "--issuer-key", issuer, "--tenant-secret-file", salt)
+
+        # Beyond loopback a replica needs a token, and its tokens are the
+        # log's: with none there it refuses to start, and says where to add one.
+        refused = run(binary, "serve", "--listen", "0.0.0.0:0", "--data-dir",
+                      os.path.join(workdir, "tokenless"), "--replica-id", "r0", *replica_args,
+                      expect=1)
+        if "the governance log on Redis holds none" not in refused or "--redis URL" not in refused:
+            fail(f"a replica without tokens beyond loopback: {refused}")
+
         # Two init containers starting together import the same file at once.
-        importers = [subprocess.Popen([binary, "token", "import", declared, "--redis", redis.url],
+        importers = [subprocess.Popen([binary, "token", "import", declared, *redis_args],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                      for _ in range(2)]
         for importer in importers:
             out, _ = importer.communicate(timeout=60)
             if importer.returncode != 0:
                 fail(f"a concurrent import failed: {out}")
-        if listed_names(run(binary, "token", "list", "--redis", redis.url)) != ["app", "ops"]:
+        if listed_names(run(binary, "token", "list", *redis_args)) != ["app", "ops"]:
             fail("the log does not hold exactly the imported tokens")
 
-        keys = os.path.join(workdir, "keys")
-        os.makedirs(keys)
-        issuer, salt = os.path.join(keys, "issuer.key"), os.path.join(keys, "tenant-salt.key")
-        run(binary, "keygen", "--issuer-key", issuer, "--tenant-secret-file", salt)
+        # Its fresh data dir holds no token file: the imported tokens reach it
+        # through the log before it listens beyond loopback.
         replica_dir = os.path.join(workdir, "replica")
         os.makedirs(replica_dir)
-        args = ("--redis", redis.url, "--issuer-key", issuer, "--tenant-secret-file", salt,
-                "--replica-id", "r1")
-        with Kvgov(binary, replica_dir, args) as kvgov:
+        with Kvgov(binary, replica_dir, (*replica_args, "--replica-id", "r1"),
+                   listen="0.0.0.0:0") as kvgov:
             wait_for("the replica's /readyz", lambda: http("GET", kvgov.url + "/readyz")[0] == 200,
                      10, process=kvgov.process)
             status, body = http("GET", kvgov.url + "/v1/journal?limit=100",

@@ -31,6 +31,18 @@ struct RedisEndpoint {
 /// InvalidArgument naming what is wrong (scheme, port, db).
 Result<RedisEndpoint> ParseRedisUrl(std::string_view url);
 
+/// `url` with `password` put into it (percent-encoded), for a password kept
+/// in a file rather than in the URL, where it would show in the process's
+/// arguments and in --print-config. InvalidArgument when the URL has a
+/// password of its own (two would be ambiguous) or does not parse.
+Result<std::string> RedisUrlWithPassword(std::string_view url, std::string_view password);
+
+/// The password a file holds (--redis-password-file): its bytes without
+/// trailing whitespace, at most 1 KiB, not empty. The file must be private
+/// as kvgov's other secret files (CheckSecretFileMode). Errors name the
+/// file, never its content.
+Result<std::string> ReadRedisPasswordFile(const std::string& path);
+
 /// One reply, converted out of hiredis so no hiredis type leaves the module.
 struct RedisReply {
   enum class Type { kNil, kString, kInteger, kArray, kStatus };
