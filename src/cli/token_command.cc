@@ -207,13 +207,13 @@ int RunImport(const TokenFlags& flags) {
   const bool replicated = !flags.redis_url.empty();
   const std::string path = auth::TokenFilePath(flags.data_dir);
   std::vector<auth::TokenRecord> in_force;
-  std::string log_position;
+  replication::ReplicatedTokens log_view;
   if (replicated) {
     Result<replication::ReplicatedTokens> read =
         replication::Replica::ReadTokens(flags.redis_url, flags.redis_prefix);
     if (!read.ok()) return Fail("import", read.status());
-    in_force = std::move(read->tokens);
-    log_position = std::move(read->as_of);
+    log_view = std::move(*read);
+    in_force = log_view.tokens;
   } else {
     std::error_code made;
     std::filesystem::create_directories(flags.data_dir, made);
@@ -234,12 +234,15 @@ int RunImport(const TokenFlags& flags) {
     }
     Status done;
     if (replicated) {
-      // Importers that read the log at the same position (init containers
-      // of replicas starting together) append the same write id, which
-      // every replica applies once.
+      // The write id names this change of this token from the state the
+      // import saw it in: importers that saw the same state (init
+      // containers of replicas starting together, however their reads and
+      // appends interleave) append the same id, which every replica
+      // applies once; after a later revoke the state, and the id, differ.
       const std::string write_id =
-          "token-import-" +
-          Sha256Hex(log_position + "\n" + auth::EncodeTokenRecord(record)).substr(0, 40);
+          "token-import-" + Sha256Hex(log_view.ChangedAt(record.name) + "\n" +
+                                      auth::EncodeTokenRecord(record))
+                                .substr(0, 40);
       done = AppendTokenChange(flags, "token.add", record.name, record, write_id);
     } else {
       done = auth::PutTokenRecord(path, record);

@@ -1,6 +1,5 @@
 #include "kvgov/core/secret_file_mode.h"
 
-#include <cstdio>
 #include <string>
 
 namespace kvgov {
@@ -10,8 +9,10 @@ Status CheckSecretFileMode(std::string_view what, uint32_t mode, uint32_t owner_
   constexpr uint32_t kGroupWriteExecAndOthers = 037;
   if ((mode & kGroupAndOthers) == 0) return Status::Ok();
   if (owner_uid == 0 && (mode & kGroupWriteExecAndOthers) == 0) return Status::Ok();
-  char octal[8];
-  std::snprintf(octal, sizeof(octal), "%04o", static_cast<unsigned>(mode & 07777));
+  std::string octal(4, '0');  // the permission bits as chmod spells them
+  for (int digit = 3, shift = 0; digit >= 0; --digit, shift += 3) {
+    octal[digit] = static_cast<char>('0' + ((mode >> shift) & 07));
+  }
   return Status::PermissionDenied(
       std::string(what) + " has mode " + octal + (owner_uid == 0 ? " (owner root)" : "") +
       ": group or others may use it; chmod 600 it (a file root owns may be 640)");

@@ -148,6 +148,7 @@ class TokenFold {
         // stay, as they stay in a replica's file.
         Result<std::optional<auth::TokenRecord>> record = DecodeTokenWrite(write);
         if (!record.ok()) break;
+        changed_at_[write.key] = entry.id;
         if (record->has_value()) {
           Put(std::move(**record));
         } else {
@@ -168,6 +169,7 @@ class TokenFold {
   }
 
   std::vector<auth::TokenRecord> TakeTokens() { return std::move(tokens_); }
+  std::map<std::string, std::string> TakeChangedAt() { return std::move(changed_at_); }
 
  private:
   void Put(auth::TokenRecord record) {
@@ -182,6 +184,7 @@ class TokenFold {
   }
 
   std::vector<auth::TokenRecord> tokens_;
+  std::map<std::string, std::string> changed_at_;  // name -> the last entry that wrote it
   std::map<std::string, StreamId, std::less<>> write_ids_;
   std::deque<std::pair<StreamId, std::string>> order_;
 };
@@ -219,6 +222,7 @@ Result<ReplicatedTokens> ReadTokensOnce(GovernanceLog& log, SnapshotStore& snaps
         ": the tokens cannot be read whole from Redis now");
   }
   read.tokens = fold.TakeTokens();
+  read.changed_at = fold.TakeChangedAt();
   read.as_of = after;
   return read;
 }

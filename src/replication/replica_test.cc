@@ -535,6 +535,7 @@ TEST_F(ReplicaTest, TokensReadFromRedisAloneAreWhatAReplicaApplies) {
   const auth::TokenRecord b2 = Minted("b", {auth::Role::kAdmin, auth::Role::kRead});
   const auth::TokenRecord e = Minted("e", {auth::Role::kInfer});
   std::string last;
+  std::vector<std::string> ids;
   for (const LogEntry& entry :
        {TokenEntry("w1", "a", a), TokenEntry("w2", "b", b), TokenEntry("w3", "a", std::nullopt),
         TokenEntry("w1", "a", a),  // the add's append sent again after the revoke
@@ -543,6 +544,7 @@ TEST_F(ReplicaTest, TokensReadFromRedisAloneAreWhatAReplicaApplies) {
     Result<std::string> appended = log.Append(entry);
     ASSERT_TRUE(appended.ok()) << appended.status().ToString();
     last = *appended;
+    ids.push_back(last);
   }
 
   Result<ReplicatedTokens> read = Replica::ReadTokens(redis_.url(), "kvgov");
@@ -550,6 +552,13 @@ TEST_F(ReplicaTest, TokensReadFromRedisAloneAreWhatAReplicaApplies) {
   EXPECT_EQ(read->tokens, (std::vector<auth::TokenRecord>{b2, e}));
   EXPECT_EQ(read->as_of, last);
   EXPECT_EQ(read->snapshot, "");
+  // Where each name last changed (token import's write ids): the revoke
+  // for a (its retried add was a duplicate), the replacement for b; the
+  // refused record changed nothing; a name never written, the log's start.
+  EXPECT_EQ(read->ChangedAt("a"), ids[2]);
+  EXPECT_EQ(read->ChangedAt("b"), ids[6]);
+  EXPECT_EQ(read->ChangedAt("e"), ids[5]);
+  EXPECT_EQ(read->ChangedAt("never"), "0-0");
 
   Node* node = MustStart("a", Options("a"));
   ASSERT_NE(node, nullptr);

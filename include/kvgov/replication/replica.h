@@ -30,6 +30,19 @@ struct ReplicatedTokens {
   std::vector<auth::TokenRecord> tokens;  // in the order a replica's token file has them
   std::string as_of;                      // the last stream id read ("0-0": none)
   std::string snapshot;                   // the snapshot the read started from; "" for none
+  // Token name -> the id of the last entry after the snapshot that wrote it
+  // (added, replaced or revoked it); names it lacks last changed at or
+  // before the snapshot.
+  std::map<std::string, std::string> changed_at;
+
+  /// Where the named token last changed as this read saw it: its entry,
+  /// else the snapshot, else "0-0". Readers that saw the same state of the
+  /// token agree on it, whatever else the log got between their reads.
+  std::string ChangedAt(const std::string& name) const {
+    const auto it = changed_at.find(name);
+    if (it != changed_at.end()) return it->second;
+    return snapshot.empty() ? "0-0" : snapshot;
+  }
 };
 
 struct ReplicaOptions {
