@@ -98,27 +98,16 @@ class Transition {
   }
 
   DirectiveEffects operator()(const ClearSeen& event) {
-    if (d_.revocation) {
-      // The flush's own proof, kept for the certificate; the residue count
-      // still decides (a clear empties everything, so it follows).
-      for (OwnerProgress& owner : d_.owners) {
-        if (owner.worker == event.worker && Called(owner) &&
-            static_cast<int64_t>(event.seq) > owner.dispatch_seq) {
-          owner.witness_kind = WitnessKind::kAllBlocksCleared;
-          owner.witness_seqs.push_back(event.seq);
-        }
-      }
-      return {};
+    return Cleared(event.worker, event.seq, WitnessKind::kAllBlocksCleared);
+  }
+
+  DirectiveEffects operator()(const RestartSeen& event) {
+    // The new process numbers its batches from the start: each of them
+    // comes after the calls made to the old one.
+    for (OwnerProgress& owner : d_.owners) {
+      if (owner.worker == event.worker && Called(owner)) owner.dispatch_seq = -1;
     }
-    return Witness(event.worker, event.seq, [&](OwnerProgress& owner) {
-      WorkerTargets released{owner.worker, {owner.pending.begin(), owner.pending.end()},
-                             owner.whole_worker};
-      owner.pending.clear();
-      owner.whole_worker = false;
-      owner.witness_kind = WitnessKind::kAllBlocksCleared;
-      owner.witness_seqs.push_back(event.seq);
-      return released;
-    });
+    return Cleared(event.worker, event.seq, WitnessKind::kEngineRestart);
   }
 
   DirectiveEffects operator()(const ResidueSeen& event) {
@@ -192,6 +181,39 @@ class Transition {
 
   static bool Called(const OwnerProgress& owner) {
     return owner.state == OwnerState::kDispatched || owner.state == OwnerState::kAcknowledged;
+  }
+
+  // Every block of `worker` is gone as of batch `seq` (a clear, or a
+  // restart): witnesses its owners called before it.
+  DirectiveEffects Cleared(std::string_view worker, uint64_t seq, WitnessKind kind) {
+    if (d_.revocation) {
+      // The flush's own proof, kept for the certificate; the residue count
+      // still decides (a clear empties everything, so it follows).
+      for (OwnerProgress& owner : d_.owners) {
+        if (owner.worker == worker && Called(owner) &&
+            static_cast<int64_t>(seq) > owner.dispatch_seq) {
+          RecordWitness(owner, seq, kind);
+        }
+      }
+      return {};
+    }
+    return Witness(worker, seq, [&](OwnerProgress& owner) {
+      WorkerTargets released{owner.worker, {owner.pending.begin(), owner.pending.end()},
+                             owner.whole_worker};
+      owner.pending.clear();
+      owner.whole_worker = false;
+      RecordWitness(owner, seq, kind);
+      return released;
+    });
+  }
+
+  // A restart's seq is the new process's: the old one's seqs witnessed
+  // before it are not comparable, and the restart alone shows every block
+  // gone, so it is the whole witness.
+  static void RecordWitness(OwnerProgress& owner, uint64_t seq, WitnessKind kind) {
+    owner.witness_kind = kind;
+    if (kind == WitnessKind::kEngineRestart) owner.witness_seqs.clear();
+    owner.witness_seqs.push_back(seq);
   }
 
   // Folds one batch of `worker`'s stream into every owner on it that was

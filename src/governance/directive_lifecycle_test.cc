@@ -75,6 +75,7 @@ std::vector<NamedEvent> EveryEvent() {
           {"CallsEnded", CallsEnded{}, kNowMs + 1},
           {"RemovalSeen", RemovalSeen{"w1", 9, kSpan}, kNowMs + 1},
           {"ClearSeen", ClearSeen{"w1", 9}, kNowMs + 1},
+          {"RestartSeen", RestartSeen{"w1", 0}, kNowMs + 1},
           {"Tick", Tick{}, kNowMs + kTimeoutMs},
           {"Certified", Certified{"cert-2"}, kNowMs + 1},
           {"DriverResumed", DriverResumed{}, kNowMs + 1}};
@@ -101,6 +102,7 @@ const Row kTable[] = {
     {DirectiveState::kPlanned, "CallsEnded", ""},
     {DirectiveState::kPlanned, "RemovalSeen", ""},  // nothing was asked yet: no proof
     {DirectiveState::kPlanned, "ClearSeen", ""},
+    {DirectiveState::kPlanned, "RestartSeen", ""},  // nothing was asked of the old process
     {DirectiveState::kPlanned, "Tick", ""},
     {DirectiveState::kPlanned, "Certified", ""},
     {DirectiveState::kPlanned, "DriverResumed", "planned", false, false, /*call=*/true},
@@ -112,6 +114,8 @@ const Row kTable[] = {
     {DirectiveState::kDispatched, "RemovalSeen", "witnessed", false, /*certify=*/true, false,
      /*release=*/true},
     {DirectiveState::kDispatched, "ClearSeen", "witnessed", false, true, false, true},
+    // A restart's first batch counts from 0, below the call's seq, and still witnesses.
+    {DirectiveState::kDispatched, "RestartSeen", "witnessed", false, true, false, true},
     {DirectiveState::kDispatched, "Tick", "failed", /*journal=*/true},
     {DirectiveState::kDispatched, "Certified", ""},
     {DirectiveState::kDispatched, "DriverResumed", "dispatched", false, false, /*call=*/true},
@@ -122,6 +126,7 @@ const Row kTable[] = {
     {DirectiveState::kAcknowledged, "CallsEnded", ""},
     {DirectiveState::kAcknowledged, "RemovalSeen", "witnessed", false, true, false, true},
     {DirectiveState::kAcknowledged, "ClearSeen", "witnessed", false, true, false, true},
+    {DirectiveState::kAcknowledged, "RestartSeen", "witnessed", false, true, false, true},
     {DirectiveState::kAcknowledged, "Tick", "failed", true},
     {DirectiveState::kAcknowledged, "Certified", ""},
     {DirectiveState::kAcknowledged, "DriverResumed", "acknowledged"},  // a fresh deadline only
@@ -132,6 +137,7 @@ const Row kTable[] = {
     {DirectiveState::kWitnessed, "CallsEnded", ""},
     {DirectiveState::kWitnessed, "RemovalSeen", ""},
     {DirectiveState::kWitnessed, "ClearSeen", ""},
+    {DirectiveState::kWitnessed, "RestartSeen", ""},
     {DirectiveState::kWitnessed, "Tick", ""},  // seen gone: no timeout
     {DirectiveState::kWitnessed, "Certified", "certified"},
     {DirectiveState::kWitnessed, "DriverResumed", "witnessed", false, /*certify=*/true},
@@ -268,6 +274,32 @@ TEST(DirectiveLifecycleTest, AWholeWorkerIsWitnessedOnlyByAClear) {
   EXPECT_TRUE(cleared.certify);
   EXPECT_EQ(d.owners[0].witness_kind, WitnessKind::kAllBlocksCleared);
   EXPECT_FALSE(d.owners[0].whole_worker);
+}
+
+// An engine that restarts after kvgov's flush call (issue 41): its cleared
+// cache witnesses the whole-worker directive, though the new process's
+// batches count from 0, below the seq the call was made at.
+TEST(DirectiveLifecycleTest, AnEngineRestartAfterTheCallWitnessesItDespiteItsSmallerSeqs) {
+  index::WorkerResidency worker{"w1", "llama", 16, index::WorkerState::kLive, {}};
+  worker.blocks[0] = 500;
+  Directive d = After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs)
+                          .directive,
+                      {CallStarted{0, 40}, Answer(0), CallsEnded{}});
+  ASSERT_EQ(d.state, DirectiveState::kAcknowledged);
+  EXPECT_TRUE(kLifecycle.Apply(d, ClearSeen{"w1", 3}, kNowMs).empty());  // an old batch
+  DirectiveEffects restarted = kLifecycle.Apply(d, RestartSeen{"w1", 0}, kNowMs);
+  EXPECT_EQ(restarted.release, (std::vector<WorkerTargets>{{"w1", {}, true}}));
+  EXPECT_TRUE(restarted.certify);
+  EXPECT_EQ(d.state, DirectiveState::kWitnessed);
+  EXPECT_EQ(d.owners[0].witness_kind, WitnessKind::kEngineRestart);
+  EXPECT_EQ(d.owners[0].witness_seqs, (std::vector<uint64_t>{0}));
+
+  // A restart on another worker witnesses nothing here.
+  Directive other = After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs)
+                              .directive,
+                          {CallStarted{0, 40}, Answer(0), CallsEnded{}});
+  EXPECT_TRUE(kLifecycle.Apply(other, RestartSeen{"w9", 0}, kNowMs).empty());
+  EXPECT_EQ(other.owners[0].dispatch_seq, 40);
 }
 
 // The engine may publish the removal before its HTTP answer arrives: the

@@ -94,7 +94,7 @@ bool EngineStream::CatchUp() {
         .Field("worker", worker_)
         .Field("after_seq", last_seq_.value_or(0))
         .Field("detail", "the engine holds another history than the one applied; clearing it");
-    StartOver();
+    StartOver(first_seq_);
     restarted = false;
     current = CatchUpOnce(&restarted);  // without state: nothing to compare
   }
@@ -170,7 +170,7 @@ void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
         .Field("after_seq", *last_seq_)
         .Field("seq", seq)
         .Field("detail", "a newer batch counts from the start again; clearing it");
-    StartOver();
+    StartOver(seq);
   }
   const uint64_t expected = last_seq_.has_value() ? *last_seq_ + 1 : first_seq_;
   bool contiguous = true;
@@ -260,7 +260,7 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
   stats_.ignored_event_types.fetch_add(batch->ignored.unknown_event_types,
                                        std::memory_order_relaxed);
   for (const EngineEvent& event : batch->events) {
-    if (observer_ && !reapplying_) observer_(worker_, seq, event);
+    if (observer_.event && !reapplying_) observer_.event(worker_, seq, event);
     Result<index::ApplyResult> applied = index_->Apply(worker_, event);
     if (!applied.ok()) {
       stats_.rejected_events.fetch_add(1, std::memory_order_relaxed);
@@ -295,9 +295,10 @@ int64_t EngineStream::BlockSize() {
   return block_size_;
 }
 
-void EngineStream::StartOver() {
+void EngineStream::StartOver(uint64_t seq) {
   (void)index_->ClearWorker(worker_);
   if (durability_ != nullptr) durability_->OnRestart(worker_);
+  if (observer_.restart && !reapplying_) observer_.restart(worker_, seq);
   last_seq_.reset();
   last_ts_ = 0;
   MarkLive();

@@ -647,9 +647,14 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       [stream_store, recovered](ingest::EngineStream& stream) {
         return stream_store->Recover(stream, recovered);
       },
-      [invalidations](std::string_view worker, uint64_t seq, const EngineEvent& event) {
-        invalidations->Observe(worker, seq, event);
-      });
+      ingest::StreamObserver{
+          .event = [invalidations](std::string_view worker, uint64_t seq,
+                                   const EngineEvent& event) {
+            invalidations->Observe(worker, seq, event);
+          },
+          .restart = [invalidations](std::string_view worker, uint64_t seq) {
+            invalidations->ObserveRestart(worker, seq);
+          }});
   KVGOV_RETURN_IF_ERROR(daemon->ingest->AddEngines(options.engines));
   for (const ingest::EngineSpec& engine : options.engines) {
     KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> streams, ingest::StreamsFor(engine));

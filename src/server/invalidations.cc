@@ -381,6 +381,14 @@ void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
   } else {
     return;
   }
+  WitnessAll(seen);
+}
+
+void InvalidationManager::ObserveRestart(std::string_view worker, uint64_t seq) {
+  WitnessAll(governance::RestartSeen{std::string(worker), seq});
+}
+
+void InvalidationManager::WitnessAll(const governance::DirectiveEvent& seen) {
   const int64_t now_ms = WallClockMillis();
   std::lock_guard lock(mu_);
   for (const auto& [id, directive] : directives_) {

@@ -57,6 +57,9 @@ class InvalidationManager {
 
   /// An engine event about to be applied on `worker` at batch `seq`.
   void Observe(std::string_view worker, uint64_t seq, const EngineEvent& event);
+  /// `worker`'s engine restarted (EngineStream's restart observer): its
+  /// emptied cache witnesses the directives on it (RestartSeen).
+  void ObserveRestart(std::string_view worker, uint64_t seq);
 
   /// Fails directives whose witnesses did not come in time.
   void Tick(int64_t now_ms);
@@ -123,6 +126,9 @@ class InvalidationManager {
   // always for a single node, while it holds the claim for a replica.
   // REQUIRES: mu_ held.
   bool DrivesLocked(std::string_view id) const;
+  // Applies what a stream showed (a removal, a clear, a restart) to every
+  // directive this kvgov drives. Takes mu_.
+  void WitnessAll(const governance::DirectiveEvent& seen);
   // Moves the gate's pending targets from `before` (may be null) to `after`.
   // REQUIRES: mu_ held.
   void SyncGateLocked(const Directive* before, const Directive& after);

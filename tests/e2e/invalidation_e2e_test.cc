@@ -220,6 +220,53 @@ TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   EXPECT_EQ(route["candidates"][0]["resident_blocks"], 1);
 }
 
+// An engine that restarts after kvgov's flush call, instead of publishing
+// AllBlocksCleared (issue 41): its new process numbers its batches from 0,
+// below the seq the call was made at, and holds none of the old cache. The
+// restart witnesses the whole-worker directive, and the certificate says
+// so; before, it waited out witness_timeout.
+TEST(InvalidationE2ETest, AnEngineRestartAfterTheFlushWitnessesAWholeWorkerDirective) {
+  FakeEnginePublisher vllm(kBlockSize);
+  FakeControl control("/reset_prefix_cache", [] {});  // accepts; the engine then restarts
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon
+                  .Start({"--engine", EngineArg("w1", "vllm", vllm, control, kBlockSize),
+                          "--witness-timeout-ms", "20000", "--probe-interval-ms", "50"})
+                  .ok());
+  ASSERT_TRUE(vllm.WaitForSubscriber(milliseconds(20000)));
+  httplib::Client client("127.0.0.1", daemon.port());
+  for (int prefix = 0; prefix < 5; ++prefix) vllm.Store(std::nullopt, 1, 100 + 10 * prefix);
+  ASSERT_TRUE(WaitFor([&] {
+    return Json::parse(client.Get("/v1/workers")->body)["workers"][0]["blocks"]["hbm"] == 5;
+  }));
+  httplib::Result created = client.Post(
+      "/v1/invalidations",
+      Json({{"model", "llama"}, {"scope", "worker"}, {"worker", "w1"}, {"reason", "r"}}).dump(),
+      "application/json");
+  ASSERT_EQ(created->status, 202) << created->body;
+  const std::string id = Json::parse(created->body)["id"];
+  ASSERT_TRUE(WaitFor([&] { return control.calls() >= 1; }));
+  Json directive;
+  ASSERT_TRUE(WaitFor([&] {
+    directive = Json::parse(client.Get("/v1/invalidations/" + id)->body);
+    return directive["state"] == "acknowledged";
+  })) << directive.dump();
+
+  vllm.Restart();
+  vllm.Store(std::nullopt, 1, 900);  // seq 0 of the new process
+  ASSERT_TRUE(WaitFor([&] {
+    directive = Json::parse(client.Get("/v1/invalidations/" + id)->body);
+    return directive["state"] == "certified" || directive["state"] == "failed";
+  })) << directive.dump();
+  ASSERT_EQ(directive["state"], "certified") << directive.dump() << daemon.Stderr();
+  EXPECT_EQ(directive["owners"][0]["witness_kind"], "engine_restart");
+  const Json certificate = Json::parse(
+      client.Get("/v1/certificates/" + directive["certificate_id"].get<std::string>())->body);
+  EXPECT_EQ(certificate["owners"][0]["witness"],
+            Json({{"event_seqs", {0}}, {"kind", "engine_restart"}}))
+      << certificate.dump();
+}
+
 // A directive waiting for its witness survives a crash of kvgov: its owners
 // and their targets come back, the targets still earn no credit, the owner
 // that acknowledged is not called again, and the removal the engine

@@ -277,9 +277,10 @@ KVGOV_ENUM_SPELLING(KVEvictionScope, "kv eviction scope",
 
 /// What an owner's own event stream showed after kvgov's eviction directive:
 /// the named blocks removed, or every block cleared.
-enum class WitnessKind { kBlockRemoved, kAllBlocksCleared };
+enum class WitnessKind { kBlockRemoved, kAllBlocksCleared, kEngineRestart };
 KVGOV_ENUM_SPELLING(WitnessKind, "witness kind", {WitnessKind::kBlockRemoved, "block_removed"},
-                    {WitnessKind::kAllBlocksCleared, "all_blocks_cleared"});
+                    {WitnessKind::kAllBlocksCleared, "all_blocks_cleared"},
+                    {WitnessKind::kEngineRestart, "engine_restart"});
 
 /// Mooncake store and transfer-engine operations (seed section 2.2, plus the
 /// store's own put and remove).

@@ -102,6 +102,16 @@ struct ClearSeen {
   uint64_t seq = 0;
 };
 
+/// `worker`'s engine restarted: its batches count from the start again
+/// (batch `seq` is the first kvgov saw of the new process). The restart
+/// emptied its cache, which witnesses every owner on it as a clear does;
+/// and the new process's seqs, though smaller, all come after the calls
+/// made to the old one.
+struct RestartSeen {
+  std::string worker;
+  uint64_t seq = 0;
+};
+
 /// A tenant revocation's residue on `worker`, read from the residency
 /// index after its stream's latest batches: blocks of the tenant's revoked
 /// salts, and blocks whose salt cannot be told. Both at zero witness the
@@ -128,7 +138,8 @@ struct Certified {
 struct DriverResumed {};
 
 using DirectiveEvent = std::variant<CallStarted, CallAnswered, CallFailed, CallsEnded, RemovalSeen,
-                                    ClearSeen, ResidueSeen, Tick, Certified, DriverResumed>;
+                                    ClearSeen, RestartSeen, ResidueSeen, Tick, Certified,
+                                    DriverResumed>;
 
 /// A directive before planning: what it names and who holds it, resolved
 /// against the residency index by the caller (OwnersOfSpan and friends).

@@ -113,12 +113,18 @@ struct StreamStats {
 /// Receives the envelope entry every applied engine event lowers to.
 using EntrySink = std::function<void(const Entry&)>;
 
-/// Sees every engine event just before the index applies it, with the seq
-/// of its batch: governance witnesses removals through it (a block's key is
-/// still resolvable from its engine hash at that point). Called from the
-/// stream's thread; must be quick.
-using EventObserver =
-    std::function<void(std::string_view worker, uint64_t seq, const EngineEvent& event)>;
+/// What governance watches a stream for, to witness removals by it. Both
+/// are called from the stream's thread, never while recovery re-applies
+/// logged batches, and must be quick; either may be empty.
+struct StreamObserver {
+  /// Every engine event just before the index applies it, with the seq of
+  /// its batch (a block's key is still resolvable from its engine hash).
+  std::function<void(std::string_view worker, uint64_t seq, const EngineEvent& event)> event;
+  /// The engine restarted and the worker was just cleared: `seq` is the
+  /// new process's batch that showed it (its first seq when a catch-up
+  /// found another history). The new process numbers from the start again.
+  std::function<void(std::string_view worker, uint64_t seq)> restart;
+};
 
 /// Makes a stream's progress durable (implemented over the store by the
 /// server). Called from the stream's thread.
@@ -168,7 +174,7 @@ class EngineStream {
                ReplaySource* replay, EntrySink sink, StreamDurability* durability = nullptr);
 
   /// Installs the observer (before the stream's thread starts).
-  void set_observer(EventObserver observer) { observer_ = std::move(observer); }
+  void set_observer(StreamObserver observer) { observer_ = std::move(observer); }
 
   /// Replaces the clock (ms since the epoch) stats are stamped with; tests.
   void set_clock(std::function<int64_t()> now_ms) { now_ms_ = std::move(now_ms); }
@@ -226,7 +232,9 @@ class EngineStream {
   bool CatchUpOnce(bool* restarted);
   // Whether the engine's copy of the last applied batch is that batch.
   bool SameAsLastApplied(std::string_view payload, const Result<EngineEventBatch>& batch) const;
-  void StartOver();
+  // The engine restarted (batch `seq` of the new process showed it): clear
+  // the worker and count from the start.
+  void StartOver(uint64_t seq);
   void MarkStale(StaleReason reason, std::string detail);
   void MarkLive();
   // The worker's block size in the index (0 while it is not registered).
@@ -238,7 +246,7 @@ class EngineStream {
   ReplaySource* const replay_;
   const EntrySink sink_;
   StreamDurability* const durability_;
-  EventObserver observer_;
+  StreamObserver observer_;
   const uint64_t first_seq_;  // what the publisher counts from
   bool reapplying_ = false;   // recovery: apply without logging again
   bool resume_pending_ = false;  // Resume ran and no CatchUp since

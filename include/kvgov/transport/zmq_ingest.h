@@ -50,7 +50,7 @@ class ZmqIngest {
   /// be null) must outlive this object; `recover` may be empty.
   ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits = {},
             ingest::StreamDurability* durability = nullptr, RecoverFn recover = {},
-            ingest::EventObserver observer = {});
+            ingest::StreamObserver observer = {});
   ~ZmqIngest();
   ZmqIngest(const ZmqIngest&) = delete;
   ZmqIngest& operator=(const ZmqIngest&) = delete;

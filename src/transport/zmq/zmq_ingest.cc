@@ -208,7 +208,7 @@ struct ZmqIngest::Impl {
   ReplayLimits limits;
   ingest::StreamDurability* durability;
   RecoverFn recover;
-  ingest::EventObserver observer;
+  ingest::StreamObserver observer;
   zmq::context_t context{1};
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;  // guards streams
@@ -217,7 +217,7 @@ struct ZmqIngest::Impl {
 
 ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits,
                      ingest::StreamDurability* durability, RecoverFn recover,
-                     ingest::EventObserver observer)
+                     ingest::StreamObserver observer)
     : impl_(std::make_unique<Impl>()) {
   impl_->index = index;
   impl_->sink = std::move(sink);
@@ -260,7 +260,7 @@ Status ZmqIngest::AddEngines(std::span<const ingest::EngineSpec> engines) {
       stream->stream = std::make_unique<ingest::EngineStream>(
           spec.worker, engine.kind, impl_->index, stream->replay.get(), impl_->sink,
           impl_->durability);
-      if (impl_->observer) stream->stream->set_observer(impl_->observer);
+      stream->stream->set_observer(impl_->observer);
       added.push_back(std::move(stream));
       engine_of.push_back(&engine);
     }
