@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_set>
 
 namespace kvgov::governance {
 namespace {
@@ -183,6 +184,83 @@ void GovernanceGate::UpdateLease(const NIXLLease& record) {
   std::unique_lock lock(mu_);
   auto it = leases_.find(record.lease_id);
   if (it != leases_.end()) it->second.record = record;
+}
+
+size_t GovernanceGate::ForgetEnded(
+    int64_t now_ms, const std::function<bool(std::string_view, index::BlockKey)>& held) {
+  // What to ask about, copied under the lock; `held` reads the index, whose
+  // locks a route may hold while it waits for this gate's.
+  struct Ended {
+    std::string id;
+    std::string worker;
+    std::vector<index::BlockKey> keys;
+  };
+  std::vector<Ended> ended;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [id, lease] : leases_) {
+      if (lease.next_check_ms <= now_ms &&
+          LeaseStateAt(lease.record, now_ms) != NIXLLeaseState::kActive) {
+        ended.push_back({id, lease.worker, lease.keys});
+      }
+    }
+  }
+  if (ended.empty()) return 0;
+  std::vector<std::pair<size_t, std::vector<index::BlockKey>>> gone;  // by ended's index
+  for (size_t i = 0; i < ended.size(); ++i) {
+    std::vector<index::BlockKey> keys;
+    for (index::BlockKey key : ended[i].keys) {
+      if (!held(ended[i].worker, key)) keys.push_back(key);
+    }
+    if (!keys.empty()) gone.emplace_back(i, std::move(keys));
+  }
+  size_t dropped = 0;
+  std::unique_lock lock(mu_);
+  for (const Ended& asked : ended) {
+    if (auto lease = leases_.find(asked.id); lease != leases_.end()) {
+      lease->second.next_check_ms = now_ms + kEndedRecheckMs;
+    }
+  }
+  for (auto& [i, keys] : gone) {
+    auto lease = leases_.find(ended[i].id);
+    // Covered anew meanwhile (a create under a reused id): not this lease.
+    if (lease == leases_.end() || LeaseStateAt(lease->second.record, now_ms) ==
+                                      NIXLLeaseState::kActive) {
+      continue;
+    }
+    auto rules = workers_.find(lease->second.worker);
+    if (rules != workers_.end()) {
+      for (index::BlockKey key : keys) {
+        auto covered = rules->second.covered.find(key);
+        // Only this lease's own entries: a later lease may cover the key.
+        if (covered != rules->second.covered.end() && covered->second == ended[i].id) {
+          rules->second.covered.erase(covered);
+        }
+      }
+      ForgetIfEmpty(rules);
+    }
+    const std::unordered_set<index::BlockKey> left(keys.begin(), keys.end());
+    std::erase_if(lease->second.keys, [&](index::BlockKey key) { return left.contains(key); });
+    if (lease->second.keys.empty()) {
+      leases_.erase(lease);
+      ++dropped;
+    }
+  }
+  // Ended leases that covered nothing (a span that could not be read).
+  std::erase_if(leases_, [&](const auto& entry) {
+    const bool empty_and_ended =
+        entry.second.keys.empty() &&
+        LeaseStateAt(entry.second.record, now_ms) != NIXLLeaseState::kActive;
+    dropped += empty_and_ended ? 1 : 0;
+    return empty_and_ended;
+  });
+  UpdateHoldsAnything();
+  return dropped;
+}
+
+size_t GovernanceGate::lease_count() const {
+  std::shared_lock lock(mu_);
+  return leases_.size();
 }
 
 }  // namespace kvgov::governance

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace kvgov::governance {
 namespace {
 
@@ -262,6 +264,82 @@ TEST(GovernanceGateTest, TheLastLeaseToCoverABlockDecides) {
   empty.lease_id = "empty";
   gate.CoverLease(empty, "w2", {});
   EXPECT_EQ(gate.Creditable("w2", chain, 2, 500).creditable, 2u);
+}
+
+}  // namespace
+}  // namespace kvgov::governance
+
+namespace kvgov::governance {
+namespace {
+
+NIXLLease LeaseUntil(std::string id, int64_t expires_at_ms) {
+  NIXLLease lease;
+  lease.lease_id = std::move(id);
+  lease.span_digest = "s";
+  lease.granted_at_ms = 0;
+  lease.expires_at_ms = expires_at_ms;
+  return lease;
+}
+
+// Ended reported leases are not kept for ever (issue 41): what an ended
+// lease still governs is its blocks the worker holds; the rest is let go.
+TEST(GovernanceGateTest, AnEndedLeaseIsForgottenBlockByBlockAsItsWorkerDropsThem) {
+  GovernanceGate gate;
+  const std::vector<index::BlockKey> chain = {1, 2, 3};
+  const std::vector<index::BlockKey> covered = {2, 3};
+  gate.CoverLease(LeaseUntil("ended", 100), "w1", covered);
+  gate.CoverLease(LeaseUntil("active", 10000), "w2", covered);
+  std::set<index::BlockKey> held_on_w1 = {2, 3};
+  auto held = [&](std::string_view worker, index::BlockKey key) {
+    return worker != "w1" || held_on_w1.contains(key);
+  };
+
+  // Active, or ended with every block still held: nothing changes.
+  EXPECT_EQ(gate.ForgetEnded(50, held), 0u);
+  EXPECT_EQ(gate.ForgetEnded(500, held), 0u);
+  EXPECT_EQ(gate.lease_count(), 2u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, 500).creditable, 1u);
+
+  // Block 3 leaves w1: once the lease is asked about again, block 3 is no
+  // longer watched; block 2 still refuses.
+  held_on_w1.erase(3);
+  const int64_t next = 500 + GovernanceGate::kEndedRecheckMs;
+  EXPECT_EQ(gate.ForgetEnded(next, held), 0u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, next).creditable, 1u);
+  const std::vector<index::BlockKey> stored_again = {1, 3};  // w1's own KV now
+  EXPECT_EQ(gate.Creditable("w1", stored_again, 2, next).creditable, 2u);
+
+  // Block 2 leaves too: the lease is dropped, and w1 has nothing to check.
+  // The lease on w2 has ended by now, but its blocks are held: it stays.
+  held_on_w1.clear();
+  EXPECT_EQ(gate.ForgetEnded(next - 1, held), 0u);  // not asked about again yet
+  const int64_t later = next + GovernanceGate::kEndedRecheckMs;
+  EXPECT_EQ(gate.ForgetEnded(later, held), 1u);
+  EXPECT_EQ(gate.lease_count(), 1u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 3, later).creditable, 3u);
+  EXPECT_EQ(gate.Creditable("w2", chain, 3, 500).creditable, 3u);
+  EXPECT_EQ(gate.Creditable("w2", chain, 3, later).creditable, 1u);
+}
+
+TEST(GovernanceGateTest, ForgettingALeaseLeavesTheBlocksALaterLeaseCovers) {
+  GovernanceGate gate;
+  const std::vector<index::BlockKey> chain = {1, 2};
+  const std::vector<index::BlockKey> covered = {2};
+  gate.CoverLease(LeaseUntil("old", 100), "w1", covered);
+  gate.CoverLease(LeaseUntil("new", 200), "w1", covered);  // ends too, later
+  auto gone = [](std::string_view, index::BlockKey) { return false; };
+  // Both ended and the block is gone: both dropped, nothing watched.
+  EXPECT_EQ(gate.ForgetEnded(300, gone), 2u);
+  EXPECT_EQ(gate.lease_count(), 0u);
+
+  gate.CoverLease(LeaseUntil("old", 100), "w1", covered);
+  gate.CoverLease(LeaseUntil("new", 200), "w1", covered);
+  auto held = [](std::string_view, index::BlockKey) { return true; };
+  // "old" no longer decides block 2 ("new" does); at 150 only "old" ended.
+  EXPECT_EQ(gate.ForgetEnded(150, gone), 1u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 2, 150).creditable, 2u);  // "new" still active
+  EXPECT_EQ(gate.ForgetEnded(250, held), 0u);
+  EXPECT_EQ(gate.Creditable("w1", chain, 2, 250).creditable, 1u);  // "new" ended, still held
 }
 
 }  // namespace

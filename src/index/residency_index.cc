@@ -823,6 +823,16 @@ std::optional<WorkerResidency> ResidencyIndex::Worker(std::string_view worker) c
                          slot->state, slot->blocks, slot->salts};
 }
 
+bool ResidencyIndex::Holds(std::string_view worker, BlockKey key) const {
+  auto [slot, lock] = LockWorker<ReadLock>(worker);
+  if (slot == nullptr) return false;
+  uint32_t single = 0;
+  for (uint32_t holder : ShardOf(slot->number).holders.Holders(key, single)) {
+    if (HolderIndex::WorkerOf(holder) == slot->number) return true;
+  }
+  return false;
+}
+
 std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> chain) const {
   std::vector<WorkerOverlap> out;
   if (chain.empty()) return out;

@@ -483,6 +483,10 @@ log::Line(log::Level::kError, "governance.write_failed")
 }
 
 void ForgetEndedLeases(Daemon& daemon, int64_t now_ms) {
+  // The gate keeps an ended lease's blocks only while their worker holds them.
+  daemon.gate.ForgetEnded(now_ms, [&daemon](std::string_view worker, index::BlockKey key) {
+    return daemon.index.Holds(worker, key);
+  });
   const std::vector<std::string> handoffs =
       daemon.leases.ForgetEndedBefore(now_ms - 3600 * 1000, now_ms - 60 * 1000);
   if (handoffs.empty()) return;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <shared_mutex>
 #include <string>
@@ -70,11 +71,28 @@ class GovernanceGate : public router::SpanGate {
   /// The lease's new record after an event. Unknown leases are ignored.
   void UpdateLease(const NIXLLease& lease);
 
+  /// Forgets what ended leases (not active at `now_ms`) no longer govern:
+  /// a covered block its worker no longer holds (`held` false) stops being
+  /// watched, since KV stored there again is the engine's own, under
+  /// whatever covers it then; a lease none of whose blocks is still watched
+  /// is dropped. A block still held keeps refusing credit: the ended
+  /// lease's KV is there and not to be reused. So memory follows the ended
+  /// leases' blocks still resident, not every lease ever reported.
+  /// `held` is called with no lock of this gate held, for each ended lease
+  /// at most every kEndedRecheckMs. Returns the leases dropped.
+  // How often ForgetEnded asks about one ended lease's blocks: each ask is
+  // an index lookup per block, and it runs on a 100 ms timer.
+  static constexpr int64_t kEndedRecheckMs = 5000;
+  size_t ForgetEnded(int64_t now_ms,
+                     const std::function<bool(std::string_view worker, index::BlockKey key)>& held);
+  size_t lease_count() const;
+
  private:
   struct Lease {
     std::string worker;
     std::vector<index::BlockKey> keys;
     NIXLLease record;
+    int64_t next_check_ms = 0;  // ended: when ForgetEnded next asks about its blocks
   };
   // What governance holds against one worker. Absent, or with every member
   // empty and zero, it refuses nothing, so a route over a worker with no

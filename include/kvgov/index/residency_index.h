@@ -180,6 +180,10 @@ class ResidencyIndex {
   std::vector<WorkerResidency> Workers() const;
   std::optional<WorkerResidency> Worker(std::string_view worker) const;
 
+  /// Whether `worker` (live or stale) holds `key` in any tier; false for an
+  /// unknown worker.
+  bool Holds(std::string_view worker, BlockKey key) const;
+
   /// For each live worker holding chain[0], how many leading blocks of the
   /// chain it holds. Stale workers are left out. Sorted by worker id.
   std::vector<WorkerOverlap> Overlap(std::span<const BlockKey> chain) const;
