@@ -15,7 +15,7 @@ BENCH_FILTER ?= -TenMillion
 # CI builds treat warnings as errors.
 WERROR     := $(if $(CI),ON,OFF)
 
-.PHONY: all deps configure build test test-asan soak soak-replicas bench run serve clean fuzz-build fuzz fuzz-smoke image image-test
+.PHONY: all deps configure build test test-asan soak soak-replicas bench run serve clean fuzz-build fuzz fuzz-smoke image image-test faults
 
 all: build
 
@@ -52,6 +52,11 @@ image: build
 
 image-test: image
 	@python3 tests/image/image_test.py $(IMAGE_DIR)/kvgov.oci.tar
+
+# The fault matrix (tests/faults/matrix.tsv): every row's tests, and the
+# table in docs/reliability.md written from what happened.
+faults: build
+	@python3 tests/faults/run_matrix.py --build $(BUILD_DIR) --run --doc docs/reliability.md
 
 # The demo: kvgov on $(LISTEN) with a simulated vLLM fleet attached, an agent
 # workload routed through it, then kvgov keeps serving until Ctrl-C.
