@@ -667,6 +667,26 @@ Result<uint64_t> GovernanceLog::Length() {
   return static_cast<uint64_t>(reply.integer);
 }
 
+Result<std::string> GovernanceLog::EnsureIdentity(std::string_view candidate) {
+  {
+    std::lock_guard<std::mutex> lock(append_mu_);
+    KVGOV_ASSIGN_OR_RETURN(RedisReply set, append_.Command({"SET", stream_key_ + ":identity",
+                                                            candidate, "NX"}));
+    (void)set;  // OK when this call set it, nil when it was set before
+  }
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> identity, Identity());
+  if (!identity.has_value()) return UnexpectedReply("GET", "the identity just set is gone");
+  return *std::move(identity);
+}
+
+Result<std::optional<std::string>> GovernanceLog::Identity() {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  KVGOV_ASSIGN_OR_RETURN(RedisReply reply, read_.Command({"GET", stream_key_ + ":identity"}));
+  if (reply.type == RedisReply::Type::kNil) return std::optional<std::string>();
+  if (reply.type != RedisReply::Type::kString) return UnexpectedReply("GET", "want a string");
+  return std::optional<std::string>(reply.text);
+}
+
 ClaimStore::ClaimStore(const RedisEndpoint& endpoint, std::string key_prefix,
                        std::chrono::milliseconds timeout)
     : prefix_(std::move(key_prefix)), connection_(endpoint, timeout) {}

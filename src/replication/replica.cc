@@ -13,6 +13,7 @@ namespace {
 
 constexpr std::string_view kCursorKey = "replication/applied";
 constexpr std::string_view kInstanceKey = "replication/instance";
+constexpr std::string_view kLogIdentityKey = "replication/log_identity";
 // meta "replication/write/<write id>" -> the stream id it was applied at.
 constexpr std::string_view kWriteIdPrefix = "replication/write/";
 // A write id is remembered this long, by stream time: far longer than a
@@ -270,6 +271,9 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
     replica->applied_ = *applied;
   }
   KVGOV_RETURN_IF_ERROR(replica->LoadWriteIds());
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> identity,
+                         store->Get(store::Column::kMeta, std::string(kLogIdentityKey)));
+  replica->log_identity_ = identity.value_or("");
   // Two processes under one id would share its claims and its rows'
   // origin: the second is refused while the first is alive.
   Result<bool> claimed = replica->claims_.Acquire(IdClaim(replica->id()), replica->instance_,
@@ -283,6 +287,7 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
   // Counted as live before its first heartbeat: a restarted replica holds
   // the trim back from the start.
   (void)replica->applied_board_.Publish(replica->applied_);
+  (void)replica->CheckLogIdentity();  // Redis away: checked again by both loops
   Result<std::string> last = replica->log_.LastId();
   replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
   replica->heartbeat_ = std::thread([r = replica.get()] { r->HeartbeatLoop(); });
@@ -334,6 +339,7 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
     return Status::Unavailable("this process no longer serves as replica '" + id() +
                                "': another process holds its id");
   }
+  if (log_reset_.load()) return LogResetError();
   const journal::Attribution by{std::string(actor), options_.replica_id};
   // Refused here, not after the append: every replica would refuse the row.
   if (!kind.empty()) KVGOV_RETURN_IF_ERROR(journal::CheckRowFits(kind, subject, by, payload));
@@ -453,6 +459,12 @@ log::Line(log::Level::kInfo, "replica.log_following")
           .Field("after", after);
     }
     backoff = std::chrono::milliseconds(50);
+    // Entries of another log than the one followed (Redis lost its data and
+    // a new log began) are not applied on top of this one's state.
+    if ((!batch->entries.empty() || !batch->rejected.empty()) && !CheckLogIdentity()) {
+      if (!WaitFor(std::chrono::milliseconds(1000))) return;
+      continue;
+    }
     // After the read: a trim between the last check and the read would
     // otherwise put this batch after a hole.
     Result<bool> missed = MissedHistory();
@@ -825,11 +837,53 @@ void Replica::HeartbeatLoop() {
       next_renew = std::chrono::steady_clock::now() + renew_every;
       KeepReplicaId();
       if (fatal_.load()) return;
+      (void)CheckLogIdentity();  // a log lost while nothing is written
       Result<bool> held = claims_.Acquire("housekeeper", options_.replica_id, options_.claim_ttl);
       housekeeper_.store(held.ok() && *held);
       (void)applied_board_.Publish(*ParseStreamId(applied_id()));
     }
   }
+}
+
+bool Replica::CheckLogIdentity() {
+  std::string known;
+  {
+    std::lock_guard lock(mu_);
+    known = log_identity_;
+  }
+  if (known.empty()) {
+    // The first meeting with this log (a new replica, or one from before
+    // logs had identities): adopt it, or give a new log its identity.
+    Result<std::string> candidate = auth::RandomHexId();
+    if (!candidate.ok()) return false;
+    Result<std::string> identity = log_.EnsureIdentity(*candidate);
+    if (!identity.ok()) return false;
+    const store::WriteOp remember{store::Column::kMeta, std::string(kLogIdentityKey), *identity};
+    if (!store_->Write({&remember, 1}, /*sync=*/true).ok()) return false;
+    std::lock_guard lock(mu_);
+    log_identity_ = *identity;
+    return true;
+  }
+  Result<std::optional<std::string>> identity = log_.Identity();
+  if (!identity.ok()) return false;  // Redis away: no news of the log
+  const bool same = identity->has_value() && **identity == known;
+  if (!same && !log_reset_.exchange(true)) {
+log::Line(log::Level::kError, "replica.log_reset")
+        .Field("replica", id())
+        .Field("detail", LogResetError().message());
+  } else if (same && log_reset_.exchange(false)) {
+log::Line(log::Level::kInfo, "replica.log_restored")
+        .Field("replica", id());
+  }
+  return same;
+}
+
+Status Replica::LogResetError() const {
+  return Status::Unavailable(
+      "the governance log on Redis is not the one replica '" + id() +
+      "' followed (Redis lost its data, or was replaced): governance writes are refused and "
+      "the replica is not ready; restore Redis from its backup, or start every replica on a "
+      "fresh data dir");
 }
 
 void Replica::KeepReplicaId() {

@@ -268,6 +268,40 @@ TEST_F(ReplicaTest, AReplicaIsCaughtUpOnlyOnceItHasAppliedTheLogToItsEnd) {
   nodes_.clear();  // before their Redis goes
 }
 
+// Redis loses its data (a FLUSHALL, a volume lost without a backup) while a
+// replica follows its log (issue 41): the replica notices the log's
+// identity is gone, applies nothing of the new log a fresh replica starts,
+// refuses governance writes and is not ready. Before, it applied the new
+// log on top of the old state, and its chain parted from the fresh one's.
+TEST_F(ReplicaTest, AReplicaWhoseLogRedisLostAppliesNoOtherLogAndIsNotReady) {
+  Node* old_node = MustStart("old", Options("old"));
+  ASSERT_NE(old_node, nullptr);
+  ASSERT_TRUE(Put(*old_node->replica, "quarantine/q1", "{}").ok());
+  EXPECT_FALSE(old_node->replica->log_reset());
+
+  redis_.Kill();
+  ASSERT_TRUE(redis_.Restart().ok());  // no persistence: an empty Redis
+  ASSERT_TRUE(WaitUntil([&] { return old_node->replica->log_reset(); }));
+  EXPECT_FALSE(old_node->replica->caught_up());
+  Result<journal::Row> refused = Put(*old_node->replica, "quarantine/q2", "{}");
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("not the one replica 'old' followed"),
+            std::string::npos)
+      << refused.status().ToString();
+
+  // A fresh replica starts a new log on the empty Redis; the old one keeps
+  // out of it.
+  Node* fresh = MustStart("fresh", Options("fresh"));
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_FALSE(fresh->replica->log_reset());
+  ASSERT_TRUE(Put(*fresh->replica, "quarantine/q3", "{}").ok());
+  // Nothing to wait for in a refusal: give the old applier time to read the
+  // new entry twice (it waits 1 s after a batch of another log).
+  std::this_thread::sleep_for(milliseconds(2500));
+  EXPECT_EQ(old_node->Governance().count("quarantine/q3"), 0u);
+  EXPECT_TRUE(old_node->replica->log_reset());
+}
+
 // The reply to an XADD is lost after Redis appended the entry: the writer
 // sends it again under the same write id, so the stream holds it twice,
 // and every replica applies it once; the writer answers with the row.

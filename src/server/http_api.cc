@@ -496,6 +496,13 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   // until it has. A single node is ready once it serves (recovery runs
   // before the listener opens).
   http.Get("/readyz", [&daemon](const httplib::Request&, httplib::Response& response) {
+    if (daemon.replica != nullptr && daemon.replica->log_reset()) {
+      SendJson(response, 503,
+               {{"status", "log_reset"},
+                {"detail", "the governance log on Redis is not the one this replica followed "
+                           "(Redis lost its data): restore Redis from its backup"}});
+      return;
+    }
     if (daemon.replica != nullptr && !daemon.replica->caught_up()) {
       SendJson(response, 503,
                {{"status", "catching_up"},

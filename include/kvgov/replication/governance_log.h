@@ -116,6 +116,15 @@ class GovernanceLog {
   /// The number of entries in the stream (XLEN).
   Result<uint64_t> Length();
 
+  /// The log's identity, `<stream>:identity`: set once (SET NX) to
+  /// `candidate` by the first replica of a fleet, and gone only with
+  /// Redis's data. A replica remembers it, and one that finds another (or
+  /// none) knows the log it followed was lost. Returns the identity in
+  /// force.
+  Result<std::string> EnsureIdentity(std::string_view candidate);
+  /// The identity in force; nullopt when there is none (never set, or lost).
+  Result<std::optional<std::string>> Identity();
+
  private:
   const std::string stream_key_;
   const std::chrono::milliseconds timeout_;  // a blocking read waits block + timeout_

@@ -154,7 +154,12 @@ class Replica {
   /// found it (or was there at start), and from then on: until then its
   /// governance state may lack quarantines and revocations the fleet holds,
   /// so it should take no traffic (GET /readyz).
-  bool caught_up() const { return caught_up_.load(); }
+  bool caught_up() const { return caught_up_.load() && !log_reset_.load(); }
+  /// True while Redis holds another governance log than the one this
+  /// replica followed (its identity differs, or is gone): Redis lost its
+  /// data. Governance writes are refused and the log is not applied until
+  /// the log it followed is back (Redis restored from its backup).
+  bool log_reset() const { return log_reset_.load(); }
   const std::string& id() const { return options_.replica_id; }
   std::string applied_id() const;
   uint64_t rejected_entries() const { return rejected_.load(); }
@@ -198,6 +203,11 @@ class Replica {
   Result<GovernanceSnapshot> TakeSnapshot();
   void HeartbeatLoop();
   void KeepReplicaId();
+  // Whether Redis holds the log this replica followed; adopts the log's
+  // identity at the first meeting, and sets or clears log_reset_. False
+  // also when Redis cannot be read.
+  bool CheckLogIdentity();
+  Status LogResetError() const;
   bool WaitFor(std::chrono::milliseconds period);  // false once stopping
 
   const ReplicaOptions options_;
@@ -235,6 +245,8 @@ class Replica {
   bool stopping_ = false;                                 // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<bool> caught_up_{false};
+  std::atomic<bool> log_reset_{false};
+  std::string log_identity_;  // the log followed; "" until first met. Guarded by mu_.
   std::atomic<bool> housekeeper_{false};
   std::atomic<bool> fatal_{false};
   std::atomic<uint64_t> rejected_{0};
