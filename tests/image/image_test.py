@@ -24,7 +24,6 @@ stopped by PID: SIGTERM to the entrypoint, as a runtime stops a container.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tarfile
@@ -32,7 +31,8 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import RedisServer, fail, http, run_main, wait_for  # noqa: E402
+from kvgov_ops import (RedisServer, fail, http, read_port_file, run_main,  # noqa: E402
+                       stop_process, wait_for)
 
 RUN_IN_IMAGE = "--run-in-image"
 MESSAGES = [
@@ -141,16 +141,9 @@ class InImage:
 
     def stop(self):
         """SIGTERM to the entrypoint, as a runtime stops a container; SIGKILL
-        to all of it after 20 s."""
+        to unshare after 20 s (--kill-child takes the rest)."""
         if self.process.poll() is None:
-            child = self.entrypoint_pid()
-            if child is not None:
-                os.kill(child, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)  # --kill-child takes the rest
-                self.process.wait()
+            stop_process(self.process, grace_s=20, pid=self.entrypoint_pid())
         self.log.close()
 
 
@@ -177,15 +170,6 @@ def image_command(rootfs, config, workdir, name, *args):
         fail(f"kvgov {' '.join(args)} in the image exited {command.process.returncode}:\n"
              f"{command.output()}")
     return command.output()
-
-
-def read_port(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read().strip()
-    except FileNotFoundError:
-        return None
-    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def check_serving(rootfs, config, workdir, redis):
@@ -224,10 +208,10 @@ def check_serving(rootfs, config, workdir, redis):
             serve_args += ["--engine", spec]
         kvgov = InImage(rootfs, config, serve_args, os.path.join(workdir, "serve.log"))
         try:
-            port = wait_for("kvgov's ready file", lambda: read_port(inside("/tmp/port")), 30,
+            port = wait_for("kvgov's ready file", lambda: read_port_file(inside("/tmp/port")), 30,
                             process=kvgov.process)
             gateway_port = wait_for("the gateway's ready file",
-                                    lambda: read_port(inside("/tmp/gateway-port")), 30,
+                                    lambda: read_port_file(inside("/tmp/gateway-port")), 30,
                                     process=kvgov.process)
             check_api(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{gateway_port}",
                       secrets, redis, kvgov)

@@ -64,7 +64,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -72,8 +71,8 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvgov_ops import (SKIP, RedisServer, TestFailure, fail, http, run_main,  # noqa: E402
-                       wait_for)
+from kvgov_ops import (SKIP, RedisServer, TestFailure, fail, http, read_port_file,  # noqa: E402
+                       run_main, stop_process, wait_for)
 
 try:
     import yaml
@@ -966,28 +965,16 @@ class Served:
                                             stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL)
 
-        def port():
-            try:
-                with open(ready, encoding="utf-8") as f:
-                    text = f.read().strip()
-            except FileNotFoundError:
-                return None
-            return int(text) if text.isdigit() and int(text) > 0 else None
         try:
-            self.url = f"http://127.0.0.1:{wait_for(what, port, timeout_s, process=self.process)}"
+            port = wait_for(what, lambda: read_port_file(ready), timeout_s, process=self.process)
+            self.url = f"http://127.0.0.1:{port}"
         except TestFailure as error:
             self.stop()
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
                 fail(f"{error}; its log:\n{f.read()[-3000:]}")
 
     def stop(self):
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_process(self.process)
 
 
 def check_running(where, objects, binary, commands, probe_paths, token_secrets, tmp):

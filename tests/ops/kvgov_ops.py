@@ -60,6 +60,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+def read_port_file(path):
+    """The port a ready file holds, or None until one is written."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def stop_process(process, grace_s=15, pid=None):
+    """SIGTERM (to `pid`, by default the process itself), then SIGKILL to the
+    process after `grace_s`; waits for it either way."""
+    if process.poll() is not None:
+        return
+    os.kill(pid or process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 class Kvgov:
     """`kvgov serve --listen 127.0.0.1:0` (or another `listen`) in `workdir`,
     stopped by its PID; `url` is on loopback either way."""
@@ -83,12 +106,7 @@ class Kvgov:
         self.url = f"http://127.0.0.1:{port}"
 
     def _read_port(self):
-        try:
-            with open(self.ready_file, encoding="utf-8") as f:
-                text = f.read().strip()
-        except FileNotFoundError:
-            return None
-        return int(text) if text.isdigit() and int(text) > 0 else None
+        return read_port_file(self.ready_file)
 
     def read_log(self):
         if not self.log.closed:
@@ -97,13 +115,7 @@ class Kvgov:
             return f.read()
 
     def stop(self):
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_process(self.process)
         self.log.close()
 
     def __enter__(self):
