@@ -366,9 +366,11 @@ namespace {
 TEST_F(EngineStreamTest, BatchesCountDecodedBatchesOnceApplied) {
   EngineStream stream = MakeStream(nullptr);
   std::vector<uint64_t> batches_seen;
-  stream.set_observer({.event = [&](std::string_view, uint64_t, const EngineEvent&) {
+  StreamObserver observer;
+  observer.event = [&](std::string_view, uint64_t, const EngineEvent&) {
     batches_seen.push_back(stream.stats().batches.load());
-  }});
+  };
+  stream.set_observer(std::move(observer));
   stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Stored({2}, 1, 200).Bytes());
   EXPECT_EQ(batches_seen, (std::vector<uint64_t>{0, 0}));
   EXPECT_EQ(stream.stats().batches.load(), 1u);
