@@ -667,6 +667,9 @@ Result<uint64_t> GovernanceLog::Length() {
   return static_cast<uint64_t>(reply.integer);
 }
 
+// Both on the append connection: the read connection is held through a
+// blocking read, and the heartbeat that checks the identity must not wait
+// for one (it renews the replica's claims).
 Result<std::string> GovernanceLog::EnsureIdentity(std::string_view candidate) {
   {
     std::lock_guard<std::mutex> lock(append_mu_);
@@ -680,8 +683,8 @@ Result<std::string> GovernanceLog::EnsureIdentity(std::string_view candidate) {
 }
 
 Result<std::optional<std::string>> GovernanceLog::Identity() {
-  std::lock_guard<std::mutex> lock(read_mu_);
-  KVGOV_ASSIGN_OR_RETURN(RedisReply reply, read_.Command({"GET", stream_key_ + ":identity"}));
+  std::lock_guard<std::mutex> lock(append_mu_);
+  KVGOV_ASSIGN_OR_RETURN(RedisReply reply, append_.Command({"GET", stream_key_ + ":identity"}));
   if (reply.type == RedisReply::Type::kNil) return std::optional<std::string>();
   if (reply.type != RedisReply::Type::kString) return UnexpectedReply("GET", "want a string");
   return std::optional<std::string>(reply.text);
