@@ -292,7 +292,7 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
   replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
   replica->heartbeat_ = std::thread([r = replica.get()] { r->HeartbeatLoop(); });
   if (!last.ok()) {
-log::Line(log::Level::kWarn, "replica.log_unreachable")
+    log::Line(log::Level::kWarn, "replica.log_unreachable")
         .Field("replica", replica->id())
         .Field("error", last.status().ToString())
         .Field("detail", "serving on local state; governance writes refused until it returns");
@@ -304,7 +304,7 @@ log::Line(log::Level::kWarn, "replica.log_unreachable")
                                     [&] { return replica->applied_ >= target; })) {
     replica->caught_up_.store(true);
   } else {
-log::Line(log::Level::kWarn, "replica.catching_up")
+    log::Line(log::Level::kWarn, "replica.catching_up")
         .Field("replica", replica->id())
         .Field("applied", replica->applied_.ToString())
         .Field("last", *last);
@@ -445,7 +445,7 @@ void Replica::ApplyLoop() {
     Result<LogBatch> batch = log_.ReadAfter(after, kReadBatch, kReadBlock);
     if (!batch.ok()) {
       if (connected_.exchange(false)) {
-log::Line(log::Level::kWarn, "replica.log_lost")
+        log::Line(log::Level::kWarn, "replica.log_lost")
             .Field("replica", options_.replica_id)
             .Field("error", batch.status().ToString());
       }
@@ -454,7 +454,7 @@ log::Line(log::Level::kWarn, "replica.log_lost")
       continue;
     }
     if (!connected_.exchange(true)) {
-log::Line(log::Level::kInfo, "replica.log_following")
+      log::Line(log::Level::kInfo, "replica.log_following")
           .Field("replica", options_.replica_id)
           .Field("after", after);
     }
@@ -476,7 +476,7 @@ log::Line(log::Level::kInfo, "replica.log_following")
     }
     if (*missed) {
       if (Status installed = InstallSnapshot(); !installed.ok()) {
-log::Line(log::Level::kError, "replica.snapshot_install_failed")
+        log::Line(log::Level::kError, "replica.snapshot_install_failed")
             .Field("replica", options_.replica_id)
             .Field("error", installed.ToString());
         if (!WaitFor(std::chrono::milliseconds(1000))) return;
@@ -497,7 +497,7 @@ log::Line(log::Level::kError, "replica.snapshot_install_failed")
           applied = Skip(entry, applied);
         }
         if (applied.ok()) break;
-log::Line(log::Level::kError, "replica.entry_retrying")
+        log::Line(log::Level::kError, "replica.entry_retrying")
             .Field("replica", options_.replica_id)
             .Field("entry", entry.id)
             .Field("error", applied.ToString());
@@ -530,7 +530,7 @@ Status Replica::AdvanceCursor(const std::string& id) {
 
 void Replica::NoteSkipped(const std::string& id, const Status& why) {
   rejected_.fetch_add(1);
-log::Line(log::Level::kWarn, "replica.entry_skipped")
+  log::Line(log::Level::kWarn, "replica.entry_skipped")
       .Field("replica", options_.replica_id)
       .Field("entry", id)
       .Field("error", why.ToString());
@@ -630,7 +630,7 @@ Status Replica::Apply(const LogEntry& entry) {
     if (IsLocalFailure(verdict)) return verdict.WithContext("guard");
     if (!verdict.ok()) {
       refused_.fetch_add(1);
-log::Line(log::Level::kInfo, "replica.entry_refused")
+      log::Line(log::Level::kInfo, "replica.entry_refused")
           .Field("replica", options_.replica_id)
           .Field("entry", entry.id)
           .Field("kind", entry.kind)
@@ -751,7 +751,7 @@ Status Replica::InstallSnapshot() {
   }
   applied_cv_.notify_all();
   (void)applied_board_.Publish(at);  // holds the next trim back at once
-log::Line(log::Level::kWarn, "replica.snapshot_installed")
+  log::Line(log::Level::kWarn, "replica.snapshot_installed")
       .Field("replica", options_.replica_id)
       .Field("snapshot", snapshot.id)
       .Field("journal_seq", snapshot.journal_seq)
@@ -791,13 +791,13 @@ void Replica::MaybeSnapshotAndTrim() {
     // the applied id exactly. Nothing applied since the last: nothing to take.
     Result<GovernanceSnapshot> snapshot = TakeSnapshot();
     if (!snapshot.ok()) {
-log::Line(log::Level::kError, "replica.snapshot_failed")
+      log::Line(log::Level::kError, "replica.snapshot_failed")
           .Field("replica", options_.replica_id)
           .Field("error", snapshot.status().ToString());
       return;
     }
     if (Status put = snapshots_.Put(*snapshot); !put.ok()) {
-log::Line(log::Level::kWarn, "replica.snapshot_failed")
+      log::Line(log::Level::kWarn, "replica.snapshot_failed")
           .Field("replica", options_.replica_id)
           .Field("error", put.ToString());
       return;
@@ -816,7 +816,7 @@ log::Line(log::Level::kWarn, "replica.snapshot_failed")
   const StreamId below{bound.ms - retain, 0};
   Result<bool> trimmed = log_.TrimBelow(below);
   if (!trimmed.ok()) {
-log::Line(log::Level::kWarn, "replica.trim_failed")
+    log::Line(log::Level::kWarn, "replica.trim_failed")
         .Field("replica", options_.replica_id)
         .Field("error", trimmed.status().ToString());
   }
@@ -868,11 +868,11 @@ bool Replica::CheckLogIdentity() {
   if (!identity.ok()) return false;  // Redis away: no news of the log
   const bool same = identity->has_value() && **identity == known;
   if (!same && !log_reset_.exchange(true)) {
-log::Line(log::Level::kError, "replica.log_reset")
+    log::Line(log::Level::kError, "replica.log_reset")
         .Field("replica", id())
         .Field("detail", LogResetError().message());
   } else if (same && log_reset_.exchange(false)) {
-log::Line(log::Level::kInfo, "replica.log_restored")
+    log::Line(log::Level::kInfo, "replica.log_restored")
         .Field("replica", id());
   }
   return same;
@@ -897,7 +897,7 @@ void Replica::KeepReplicaId() {
       "replica id '" + id() + "' was taken by another kvgov while this one could not renew it "
       "(paused, or cut off from Redis, for longer than --claim-ttl-ms); this process stops "
       "serving as that replica");
-log::Line(log::Level::kError, "replica.id_lost")
+  log::Line(log::Level::kError, "replica.id_lost")
       .Field("replica", id())
       .Field("error", lost.ToString());
   if (hooks_.fatal) hooks_.fatal(lost);

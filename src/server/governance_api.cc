@@ -474,7 +474,7 @@ void RecordLeaseTransitions(Daemon& daemon,
     auto [worker, keys] = PersistedSpan(daemon, lease->lease_id);
     if (Status recorded = PersistTransition(daemon, kDaemonActor, transition, *lease, worker, keys);
         !recorded.ok()) {
-log::Line(log::Level::kError, "governance.write_failed")
+      log::Line(log::Level::kError, "governance.write_failed")
           .Field("kind", "lease.transition")
           .Field("subject", lease->lease_id)
           .Field("error", recorded.ToString());
@@ -523,7 +523,7 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
       store::Column::kGovernance, kLeasePrefix, "lease0",
       [&](std::string_view key, std::string_view value) {
         if (!RestoreLeaseRecord(daemon, value)) {
-log::Line(log::Level::kWarn, "recovery.record_skipped")
+          log::Line(log::Level::kWarn, "recovery.record_skipped")
               .Field("key", key)
               .Field("detail", "not a lease record");
         }

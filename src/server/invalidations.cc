@@ -75,7 +75,7 @@ Status InvalidationManager::Record(const Directive& directive, std::string_view 
 
 void InvalidationManager::RecordOrLog(const Directive& directive, std::string_view kind) {
   if (Status recorded = Record(directive, kind, kDaemonActor); !recorded.ok()) {
-log::Line(log::Level::kError, "directive.not_journaled")
+    log::Line(log::Level::kError, "directive.not_journaled")
         .Field("directive", directive.id)
         .Field("kind", kind)
         .Field("error", recorded.ToString());
@@ -121,7 +121,7 @@ std::optional<std::pair<Directive, std::string>> InvalidationManager::ApplyLocke
 void InvalidationManager::ApplyReplicated(std::string_view record) {
   Result<Directive> directive = DecodeDirectiveRecord(record);
   if (!directive.ok()) {
-log::Line(log::Level::kError, "directive.replicated_unreadable")
+    log::Line(log::Level::kError, "directive.replicated_unreadable")
         .Field("error", directive.status().ToString());
     return;
   }
@@ -409,7 +409,7 @@ void InvalidationManager::Certify(const std::string& id) {
       RecordGovernance(*daemon_, kDaemonActor, "invalidation.witnessed", directive->id, record,
                        {&state, 1});
   if (!anchor.ok()) {
-log::Line(log::Level::kError, "directive.not_journaled")
+    log::Line(log::Level::kError, "directive.not_journaled")
         .Field("directive", id)
         .Field("kind", "invalidation.witnessed")
         .Field("error", anchor.status().ToString());
@@ -454,7 +454,7 @@ log::Line(log::Level::kError, "directive.not_journaled")
   Result<std::string> encoded = certificate.ok() ? cert::EncodeCertificateJson(*certificate)
                                                  : Result<std::string>(certificate.status());
   if (!encoded.ok()) {
-log::Line(log::Level::kError, "directive.not_certified")
+    log::Line(log::Level::kError, "directive.not_certified")
         .Field("directive", id)
         .Field("error", encoded.status().ToString());
     CountCertificate("failed");
@@ -475,7 +475,7 @@ log::Line(log::Level::kError, "directive.not_certified")
                                          certificate->certificate_id, *encoded, ops)
                             .status();
       !recorded.ok()) {
-log::Line(log::Level::kError, "directive.not_certified")
+    log::Line(log::Level::kError, "directive.not_certified")
         .Field("directive", id)
         .Field("error", "certificate not stored: " + recorded.ToString());
     CountCertificate("failed");
@@ -542,7 +542,7 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
     Result<bool> renewed = replica.RenewClaim(ClaimName(id));
     if (renewed.ok() && !*renewed) {
       // Another replica took it over: from now on its records are the truth.
-log::Line(log::Level::kWarn, "directive.claim_lost")
+      log::Line(log::Level::kWarn, "directive.claim_lost")
           .Field("replica", replica.id())
           .Field("directive", id);
       std::lock_guard lock(mu_);
@@ -558,7 +558,7 @@ log::Line(log::Level::kWarn, "directive.claim_lost")
       replica.ReleaseClaim(ClaimName(id));
       continue;
     }
-log::Line(log::Level::kWarn, "directive.taken_over")
+    log::Line(log::Level::kWarn, "directive.taken_over")
         .Field("replica", replica.id())
         .Field("directive", id)
         .Field("state", ToString(directive.state));

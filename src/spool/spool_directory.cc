@@ -63,7 +63,7 @@ Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Open(std::string dir, Si
 void SpoolDirectory::LogOnce(const std::string& file, const std::string& problem) {
   errors_->WithLabels({})->Inc();
   if (logged_.insert(file).second) {
-log::Line(log::Level::kWarn, "spool.file_failed")
+    log::Line(log::Level::kWarn, "spool.file_failed")
         .Field("file", file)
         .Field("error", problem)
         .Field("detail", "left in place; retried every scan");

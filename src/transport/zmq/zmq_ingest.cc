@@ -193,7 +193,7 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
       }
     } catch (const zmq::error_t& error) {
       if (error.num() == ETERM) return;
-log::Line(log::Level::kError, "stream.socket_error")
+      log::Line(log::Level::kError, "stream.socket_error")
           .Field("worker", stream.spec.worker)
           .Field("error", error.what());
     }
