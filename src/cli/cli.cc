@@ -179,10 +179,11 @@ int Serve(const ServeFlags& flags) {
 
   const sigset_t stop_signals = BlockStopSignals();
 
-  // A replica that lost its id stops as if signalled, and exits 1.
-  static std::atomic<bool> lost_replica{false};
+  // A replica that lost its id, or a store that failed an fsync, stops as
+  // if signalled, and exits 1.
+  static std::atomic<bool> stopped_on_fatal{false};
   options.on_fatal = [](const Status& why) {
-    if (lost_replica.exchange(true)) return;
+    if (stopped_on_fatal.exchange(true)) return;
     std::fprintf(stderr, "kvgov serve: %s\n", why.ToString().c_str());
     ::kill(::getpid(), SIGTERM);
   };
@@ -211,7 +212,7 @@ int Serve(const ServeFlags& flags) {
   const int received = WaitForStopSignal(stop_signals);
   std::fprintf(stderr, "kvgov serve: signal %d, shutting down\n", received);
   (*started)->Shutdown();
-  return lost_replica.load() ? 1 : 0;
+  return stopped_on_fatal.load() ? 1 : 0;
 }
 
 int VerifyJournal(const std::string& data_dir) {

@@ -66,6 +66,7 @@ std::string StreamStore::Progress::Digest() const {
 void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
                             std::string_view payload) {
   uint64_t epoch = 0;
+  bool unlogged = false;
   std::optional<Progress> snapshot_at;  // when this batch is the one to snapshot after
   {
     std::lock_guard lock(mu_);
@@ -78,28 +79,41 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     if (!current.undigested.has_value()) current.undigested.emplace();
     current.undigested->assign(payload);  // reuses the buffer: no allocation once grown
     epoch = current.epoch;
+    unlogged = current.unlogged;
     if (++current.since_snapshot >= snapshot_every_) {
       current.since_snapshot = 0;
       snapshot_at = current;
     }
   }
-  std::string value;
-  value.reserve(8 + payload.size());
-  value.append(EncodeDouble(ts)).append(payload);
-  WriteOp op{Column::kEventLog, LogKey(worker, epoch, seq), std::move(value)};
-  Status logged = store_->Write({&op, 1}, /*sync=*/false);
-  if (!logged.ok()) {
-log::Line(log::Level::kError, "store.batch_not_logged")
-        .Field("worker", worker)
-        .Field("seq", seq)
-        .Field("error", logged.ToString());
-    return;
+  if (!unlogged) {
+    std::string value;
+    value.reserve(8 + payload.size());
+    value.append(EncodeDouble(ts)).append(payload);
+    WriteOp op{Column::kEventLog, LogKey(worker, epoch, seq), std::move(value)};
+    Status logged = store_->Write({&op, 1}, /*sync=*/false);
+    if (!logged.ok()) {
+      {
+        std::lock_guard lock(mu_);
+        progress_[std::string(worker)].unlogged = true;
+      }
+      log::Line(log::Level::kError, "store.batch_not_logged")
+          .Field("worker", worker)
+          .Field("seq", seq)
+          .Field("detail", "applied in memory; not logged again until a snapshot is written")
+          .Field("error", logged.ToString());
+      return;
+    }
   }
   if (snapshot_at.has_value()) {
-    if (Status snapped = Snapshot(worker, *snapshot_at); !snapped.ok()) {
-log::Line(log::Level::kError, "store.snapshot_failed")
+    Status snapped = Snapshot(worker, *snapshot_at);
+    if (!snapped.ok()) {
+      log::Line(log::Level::kError, "store.snapshot_failed")
           .Field("worker", worker)
           .Field("error", snapped.ToString());
+    } else if (unlogged) {
+      std::lock_guard lock(mu_);
+      progress_[std::string(worker)].unlogged = false;
+      log::Line(log::Level::kInfo, "store.batches_logged_again").Field("worker", worker);
     }
   }
 }
@@ -120,7 +134,11 @@ void StreamStore::OnRestart(std::string_view worker) {
   Status snapped = collected.ok() ? Snapshot(worker, progress) : collected;
   if (snapped.ok() && !ops.empty()) snapped = store_->Write(ops, /*sync=*/true);
   if (!snapped.ok()) {
-log::Line(log::Level::kError, "store.restart_not_recorded")
+    {
+      std::lock_guard lock(mu_);
+      progress_[std::string(worker)].unlogged = true;  // the new epoch has no snapshot yet
+    }
+    log::Line(log::Level::kError, "store.restart_not_recorded")
         .Field("worker", worker)
         .Field("error", snapped.ToString());
   }
@@ -166,7 +184,7 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
       // the snapshot: its keys mean nothing now. Start the worker empty and
       // let the engine's replay (or staleness) take it from there.
       // A new epoch, so the old log is never re-applied on top.
-log::Line(log::Level::kWarn, "store.snapshot_dropped")
+      log::Line(log::Level::kWarn, "store.snapshot_dropped")
           .Field("worker", worker)
           .Field("error", restore.message());
       std::lock_guard lock(mu_);
@@ -218,7 +236,7 @@ Status StreamStore::SnapshotAll() {
     all = progress_;
   }
   for (const auto& [worker, progress] : all) {
-    if (progress.since_snapshot == 0) continue;
+    if (progress.since_snapshot == 0 && !progress.unlogged) continue;
     KVGOV_RETURN_IF_ERROR(Snapshot(worker, progress));
   }
   return Status::Ok();

@@ -511,7 +511,7 @@ void Daemon::Stop() {
   if (group_commit) group_commit->Stop();
   if (stream_store) {
     if (Status snapped = stream_store->SnapshotAll(); !snapped.ok()) {
-log::Line(log::Level::kError, "store.snapshot_failed")
+      log::Line(log::Level::kError, "store.snapshot_failed")
           .Field("detail", "at shutdown")
           .Field("error", snapped.ToString());
     }
@@ -605,7 +605,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                          cert::IssuerKey::LoadOrCreate(options.issuer_key_file.empty()
                                                            ? options.data_dir + "/issuer.key"
                                                            : options.issuer_key_file));
-  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store"));
+  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store", options.on_fatal));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
   daemon->stream_store = std::make_unique<ingest::StreamStore>(
       daemon->store.get(), &daemon->index, std::max<uint64_t>(1, options.snapshot_every_batches));
@@ -705,7 +705,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     // A single node whose journal cannot take the row does not start; a
     // replica without Redis serves on local state until the log returns.
     if (!replicated) return started;
-log::Line(log::Level::kWarn, "governance.write_failed")
+    log::Line(log::Level::kWarn, "governance.write_failed")
         .Field("kind", "serve.start")
         .Field("error", started.ToString());
   }
@@ -749,11 +749,17 @@ log::Line(log::Level::kWarn, "governance.write_failed")
       });
   store::Store* store = daemon->store.get();
   daemon->group_commit = std::make_unique<PeriodicTask>(
-      std::chrono::milliseconds(std::max<int64_t>(1, options.group_commit_ms)), [store] {
-        if (Status synced = store->SyncWal(); !synced.ok()) {
-log::Line(log::Level::kError, "store.group_commit_failed")
+      std::chrono::milliseconds(std::max<int64_t>(1, options.group_commit_ms)),
+      // Said once per failure, not every interval while a disk stays full.
+      [store, failing = std::string()]() mutable {
+        Status synced = store->SyncWal();
+        if (synced.ok() && !failing.empty()) {
+          log::Line(log::Level::kInfo, "store.group_commit_resumed");
+        } else if (!synced.ok() && synced.ToString() != failing) {
+          log::Line(log::Level::kError, "store.group_commit_failed")
               .Field("error", synced.ToString());
         }
+        failing = synced.ok() ? std::string() : synced.ToString();
       });
   if (!options.spool_dir.empty()) {
     Daemon* raw = daemon.get();

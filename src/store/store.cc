@@ -9,13 +9,19 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include <cstdarg>
+#include <cstdio>
+
 #include <algorithm>
 #include <array>
 #include <exception>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include "kvgov/log/log.h"
 
 namespace kvgov::store {
 namespace {
@@ -78,8 +84,47 @@ rocksdb::ColumnFamilyOptions ColumnOptions(const std::shared_ptr<rocksdb::Cache>
   return options;
 }
 
-rocksdb::DBOptions DatabaseOptions() {
+// RocksDB's own log, as kvgov's log lines (event store.rocksdb), warnings
+// and errors only, instead of a LOG file in the store's directory: that
+// file is on the disk that fills up, and Debian's RocksDB (built with
+// assertions) aborts the process on the write after one its info log
+// failed. The last line is kept for Open's error, which RocksDB's status
+// alone does not locate (a damaged WAL record's file and offset).
+//
+// Thread-safe: RocksDB logs from any thread.
+class RocksLog final : public rocksdb::Logger {
+ public:
+  explicit RocksLog(std::string dir)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), dir_(std::move(dir)) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;
+    std::array<char, 1024> line{};  // RocksDB's lines are short; a longer one is cut
+    std::vsnprintf(line.data(), line.size(), format, ap);
+    log::Line(level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? log::Level::kError
+                                                          : log::Level::kWarn,
+              "store.rocksdb")
+        .Field("store", dir_)
+        .Field("detail", line.data());
+    std::lock_guard lock(mu_);
+    last_ = line.data();
+  }
+
+  std::string last() const {
+    std::lock_guard lock(mu_);
+    return last_;
+  }
+
+ private:
+  const std::string dir_;
+  mutable std::mutex mu_;
+  std::string last_;  // guarded by mu_
+};
+
+rocksdb::DBOptions DatabaseOptions(std::shared_ptr<rocksdb::Logger> info_log) {
   rocksdb::DBOptions options;
+  options.info_log = std::move(info_log);
   options.create_if_missing = true;
   options.create_missing_column_families = true;
   options.paranoid_checks = true;  // refuse to open on any inconsistency
@@ -89,7 +134,6 @@ rocksdb::DBOptions DatabaseOptions() {
   // unflushed memtables would pin every old WAL file. Past 64 MiB of WAL,
   // RocksDB flushes the families holding the oldest one.
   options.max_total_wal_size = 64 << 20;
-  options.keep_log_file_num = 10;  // RocksDB's info LOGs: two per start
   // Not track_and_verify_wals_in_manifest: in RocksDB before 7.10 a
   // SyncWAL racing a flush can record a deleted WAL and then refuse every
   // later open with a false "Missing WAL" (facebook/rocksdb#10892); Debian
@@ -132,14 +176,17 @@ Status CheckNotOrphaned(const std::string& dir) {
 
 class RocksStore final : public Store {
  public:
-  RocksStore(std::string dir, std::shared_ptr<rocksdb::Cache> cache)
-      : dir_(std::move(dir)), cache_(std::move(cache)) {}
+  RocksStore(std::string dir, std::shared_ptr<rocksdb::Cache> cache,
+             std::function<void(const Status&)> on_fatal)
+      : dir_(std::move(dir)), cache_(std::move(cache)), on_fatal_(std::move(on_fatal)) {}
 
   ~RocksStore() override {
     if (db_ == nullptr) return;
     // Unsynced writes reach the disk on a clean close (best effort: there
-    // is no one left to tell about a failure).
-    (void)db_->FlushWAL(/*sync=*/true);
+    // is no one left to tell about a failure). Not after a failed write:
+    // the WAL's writer holds the error, and Debian's RocksDB asserts on a
+    // write to it.
+    if (ReadyToWrite().ok()) (void)db_->FlushWAL(/*sync=*/true);
     for (rocksdb::ColumnFamilyHandle* handle : handles_) {
       (void)db_->DestroyColumnFamilyHandle(handle);
     }
@@ -165,7 +212,7 @@ class RocksStore final : public Store {
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     rocksdb::Status opened =
-        rocksdb::DB::Open(DatabaseOptions(), dir_, descriptors, &handles, &db);
+        rocksdb::DB::Open(DatabaseOptions(rocks_log_), dir_, descriptors, &handles, &db);
     if (!opened.ok()) return OpenError(opened);
     db_.reset(db);
     handles_ = std::move(handles);
@@ -200,9 +247,10 @@ class RocksStore final : public Store {
                                 : batch.Delete(handle, ToSlice(op.key));
         if (!s.ok()) return FromRocks(s, "store " + dir_ + ": batch");
       }
+      KVGOV_RETURN_IF_ERROR(ReadyToWrite());
       rocksdb::WriteOptions options;
       options.sync = sync;
-      return FromRocks(db_->Write(options, &batch), "store " + dir_ + ": write");
+      return AfterWrite(db_->Write(options, &batch), "write");
     } catch (const std::exception& e) {
       return Status::Internal("store " + dir_ + ": write: " + e.what());
     }
@@ -251,7 +299,8 @@ class RocksStore final : public Store {
 
   Status SyncWal() override {
     try {
-      return FromRocks(db_->SyncWAL(), "store " + dir_ + ": sync WAL");
+      KVGOV_RETURN_IF_ERROR(ReadyToWrite());
+      return AfterWrite(db_->SyncWAL(), "sync WAL");
     } catch (const std::exception& e) {
       return Status::Internal("store " + dir_ + ": sync WAL: " + e.what());
     }
@@ -271,6 +320,59 @@ class RocksStore final : public Store {
   const std::string& dir() const override { return dir_; }
 
  private:
+  // Refuses a write while the store is failed, or while the disk is full
+  // and RocksDB cannot resume yet (asked at most every kResumeInterval:
+  // a resume flushes memtables, which a full disk refuses too).
+  Status ReadyToWrite() {
+    rocksdb::Status resumed;
+    {
+      std::lock_guard lock(health_mu_);
+      if (!fatal_.ok()) return fatal_;
+      if (!out_of_space_.has_value()) return Status::Ok();
+      const auto now = std::chrono::steady_clock::now();
+      if (now < next_resume_) return *out_of_space_;
+      next_resume_ = now + kResumeInterval;
+      resumed = db_->Resume();
+      if (resumed.ok()) {
+        out_of_space_.reset();
+        return Status::Ok();
+      }
+      // Busy: RocksDB's own recovery is under way (it waits for a
+      // memtable's worth of free space); the next write asks again.
+      if (resumed.IsBusy() || resumed.IsNoSpace()) return *out_of_space_;
+    }
+    return AfterWrite(resumed, "resume after the disk filled");
+  }
+
+  // Sorts a failed write: a full disk is waited out, any other I/O error is
+  // fatal (see Store::Open), and on_fatal_ hears of it once, unlocked.
+  Status AfterWrite(const rocksdb::Status& s, std::string_view what) {
+    if (s.ok()) return Status::Ok();
+    Status failed;
+    bool became_fatal = false;
+    {
+      std::lock_guard lock(health_mu_);
+      if (s.IsNoSpace()) {
+        out_of_space_ = Status::Unavailable(
+            "store " + dir_ + ": no space left on device (" + std::string(what) + ": " +
+            s.ToString() + "); not acknowledged; writes are taken again once space is freed");
+        next_resume_ = std::chrono::steady_clock::now() + kResumeInterval;
+        return *out_of_space_;
+      }
+      if (!s.IsIOError()) return FromRocks(s, "store " + dir_ + ": " + std::string(what));
+      became_fatal = fatal_.ok();
+      if (became_fatal) {
+        fatal_ = Status::IOError(
+            "store " + dir_ + ": " + std::string(what) + ": " + s.ToString() +
+            "; not acknowledged. After a failed write or fsync the disk's state is unknown, so "
+            "the store takes no more writes: restart kvgov to recover from its write-ahead log");
+      }
+      failed = fatal_;
+    }
+    if (became_fatal && on_fatal_) on_fatal_(failed);
+    return failed;
+  }
+
   // handles_[0] is RocksDB's default family; the kvgov columns follow.
   // Throws std::out_of_range for a value outside the enum (caught by the
   // caller and reported as Internal).
@@ -284,10 +386,11 @@ class RocksStore final : public Store {
 
   Status OpenError(const rocksdb::Status& s) const {
     if (s.IsCorruption()) {
-      // A damaged WAL record's message does not name the log; RocksDB's
-      // own LOG does.
-      return Status::Corruption("store " + dir_ + ": open: " + s.ToString() + " (details in " +
-                                dir_ + "/LOG)");
+      // A damaged WAL record's status does not name the log; RocksDB's
+      // last log line does.
+      const std::string detail = rocks_log_->last();
+      return Status::Corruption("store " + dir_ + ": open: " + s.ToString() +
+                                (detail.empty() ? "" : " (RocksDB: " + detail + ")"));
     }
     return FromRocks(s, "store " + dir_ + ": open");
   }
@@ -334,7 +437,7 @@ class RocksStore final : public Store {
   }
 
   Status CheckExistingLocked() {
-    rocksdb::DBOptions db_options = DatabaseOptions();
+    rocksdb::DBOptions db_options = DatabaseOptions(rocks_log_);
     std::vector<std::string> existing;
     rocksdb::Status listed = rocksdb::DB::ListColumnFamilies(db_options, dir_, &existing);
     if (!listed.ok()) return FromRocks(listed, "store " + dir_ + ": open");
@@ -385,8 +488,15 @@ class RocksStore final : public Store {
 
   const std::string dir_;
   std::shared_ptr<rocksdb::Cache> cache_;
+  const std::function<void(const Status&)> on_fatal_;
+  const std::shared_ptr<RocksLog> rocks_log_ = std::make_shared<RocksLog>(dir_);
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+
+  std::mutex health_mu_;
+  Status fatal_;                         // guarded by health_mu_; ok until a fatal error
+  std::optional<Status> out_of_space_;   // guarded by health_mu_; set while the disk is full
+  std::chrono::steady_clock::time_point next_resume_;  // guarded by health_mu_
 };
 
 }  // namespace
@@ -410,14 +520,16 @@ Result<uint64_t> ParseKeyU64(std::string_view key) {
   return value;
 }
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir,
+                                           std::function<void(const Status&)> on_fatal) {
   try {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Status::IOError("store " + dir + ": create directory: " + ec.message());
     KVGOV_RETURN_IF_ERROR(CheckNotOrphaned(dir));
     // 16 MiB of uncompressed blocks, shared by every column.
-    auto store = std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20));
+    auto store = std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20),
+                                              std::move(on_fatal));
     KVGOV_RETURN_IF_ERROR(store->OpenDb());
     KVGOV_RETURN_IF_ERROR(store->CheckFormatVersion());
     return std::unique_ptr<Store>(std::move(store));

@@ -84,18 +84,23 @@ def stop_process(process, grace_s=15, pid=None):
 
 
 class Kvgov:
-    """`kvgov serve --listen 127.0.0.1:0` (or another `listen`) in `workdir`,
-    stopped by its PID; `url` is on loopback either way."""
+    """`kvgov serve --listen 127.0.0.1:0` (or another `listen`) in `workdir`
+    (its data in `data_dir`, by default workdir/data; `env` as Popen's),
+    stopped by its PID;
+    `url` is on loopback either way."""
 
-    def __init__(self, binary, workdir, extra_args=(), timeout_s=30, listen="127.0.0.1:0"):
-        self.data_dir = os.path.join(workdir, "data")
+    def __init__(self, binary, workdir, extra_args=(), timeout_s=30, listen="127.0.0.1:0",
+                 data_dir=None, env=None):
+        self.data_dir = data_dir or os.path.join(workdir, "data")
         self.ready_file = os.path.join(workdir, "ready")
         self.log_path = os.path.join(workdir, "kvgov.log")
         self.log = open(self.log_path, "wb")
+        if os.path.exists(self.ready_file):  # an earlier run's port
+            os.unlink(self.ready_file)
         args = [binary, "serve", "--listen", listen, "--data-dir", self.data_dir,
                 "--ready-file", self.ready_file, *extra_args]
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, env=env)
         try:
             port = wait_for("kvgov's ready file", self._read_port, timeout_s,
                             process=self.process)

@@ -24,6 +24,12 @@ namespace kvgov::ingest {
 /// A restart of the engine starts a new epoch: the log of the old process
 /// can never be mistaken for the new one's, whose seqs start over.
 ///
+/// A batch the store refuses (a full disk) is applied but not logged, and
+/// the worker's later batches are not logged either until a snapshot, tried
+/// at the usual cadence, covers them: the log never has a hole for Recover
+/// to step over. A crash before that snapshot resumes from the last logged
+/// batch, and the engine's replay brings the rest.
+///
 /// Thread-safe: stream threads call OnApplied/OnRestart concurrently for
 /// different workers; one mutex guards the per-worker counters.
 class StreamStore : public StreamDurability {
@@ -56,6 +62,9 @@ class StreamStore : public StreamDurability {
     uint64_t seq = 0;
     double ts = 0;
     uint64_t since_snapshot = 0;
+    // A batch since the last snapshot could not be logged: log nothing
+    // more until a snapshot succeeds.
+    bool unlogged = false;
     std::string last_digest;  // Sha256Hex of the last applied batch; "" unknown
     // The last applied batch's bytes, while its digest is not computed:
     // only a snapshot record needs the digest, and hashing every batch cost

@@ -101,9 +101,11 @@ struct ServerOptions {
   // replica when it trims, and how often it snapshots and trims.
   int64_t log_retain_ms = 600000;
   int64_t snapshot_interval_ms = 30000;
-  // Called once, from a replica thread, when this process can no longer
-  // serve as its replica (another process took its replica id). The
-  // caller stops the server; serve exits 1.
+  // Called when this process can no longer serve: another process took
+  // its replica id (from a replica thread), or the store failed a write or
+  // an fsync (from the writer's thread; docs/adr/0032). Must not block or
+  // write to the store; may be called more than once (once per cause).
+  // The caller stops the server; serve exits 1.
   std::function<void(const Status&)> on_fatal;
   // The Ed25519 issuer key; replicas share one file so their certificates
   // verify alike. Empty: <data_dir>/issuer.key, created when missing.

@@ -3,6 +3,7 @@
 // kvgov's embedded store: RocksDB in the data dir, one column family per
 // kind of record. Layout: docs/formats/store.md.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,7 +41,8 @@ std::string KeyU64(uint64_t value);
 /// Inverse of KeyU64; InvalidArgument unless `key` is 8 bytes.
 Result<uint64_t> ParseKeyU64(std::string_view key);
 
-/// Thread-safe: RocksDB's own guarantees (concurrent reads and writes).
+/// Thread-safe: RocksDB's own guarantees (concurrent reads and writes); the
+/// failure state (full disk, fatal error) is behind a mutex of its own.
 /// Owned by the daemon; closed on destruction.
 class Store {
  public:
@@ -50,7 +52,21 @@ class Store {
   ///    store's format version is not kStoreFormatVersion;
   ///  - IOError when the directory cannot be used (permissions, a second
   ///    kvgov holding the lock).
-  static Result<std::unique_ptr<Store>> Open(const std::string& dir);
+  ///
+  /// Writes that fail are never acknowledged, and fail in one of two ways:
+  ///  - the disk is full: Unavailable naming it. The store asks RocksDB to
+  ///    resume at a later write (at most every kResumeInterval), so writes
+  ///    are taken again by themselves once space is freed;
+  ///  - any other I/O error (a failed write or fsync): IOError, and fatal.
+  ///    After a failed fsync the file system's state is unknown (the dirty
+  ///    pages may be gone, and a retried fsync can succeed on nothing), so
+  ///    the store refuses every later write with that error and calls
+  ///    `on_fatal` once, from the failing writer's thread; the owner stops,
+  ///    and a restart recovers from the write-ahead log.
+  static Result<std::unique_ptr<Store>> Open(
+      const std::string& dir, std::function<void(const Status&)> on_fatal = {});
+
+  static constexpr std::chrono::milliseconds kResumeInterval{200};
 
   virtual ~Store() = default;
 
