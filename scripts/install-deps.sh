@@ -16,6 +16,8 @@ packages=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
   # test peers and tooling (prometheus brings promtool, which checks /metrics)
   python3-zmq python3-msgpack python3-yaml curl prometheus
+  # the fault matrix's clock steps (tests/faults/clock_step_test.py)
+  libfaketime
   # the test-only Node clients (tests/node, from the npm registry at test time),
   # and the browser the console's test drives (puppeteer-core, no download)
   nodejs chromium

@@ -38,6 +38,10 @@ check "prompts (cache breakers) must do no I/O, read no clock or entropy and use
   "$root/src/prompts" "$root/include/kvgov/prompts"
 check "kvgov_prompts must not include third-party headers" "$third_party" "$root/src/prompts"
 
+check "the clock reads the standard library's clocks only: no kvgov module, no third party" \
+  '#include *("kvgov/[^c]|<(fstream|iostream|cstdio|thread|random)>)' \
+  "$root/src/clock/clock.cc" "$root/include/kvgov/clock"
+
 check "governance must not use HTTP, a JSON library or the store" \
   '#include *[<"](httplib|nlohmann|rocksdb|kvgov/store/|kvgov/codec/)' \
   "$root/src/governance" "$root/include/kvgov/governance"

@@ -278,6 +278,7 @@ Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
     journal->head_seq_ = row->seq;
     journal->head_hash_ = row->hash;
   }
+  journal->head_time_ms_ = row->time_ms;
   return journal;
 }
 
@@ -351,6 +352,7 @@ Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
   }
   head_seq_ = row.seq;
   head_hash_ = row.hash;
+  head_time_ms_ = std::max(head_time_ms_, row.time_ms);
   return row;
 }
 
@@ -375,6 +377,11 @@ Result<std::vector<Row>> Journal::Read(uint64_t since, size_t limit) const {
   KVGOV_RETURN_IF_ERROR(scanned);
   KVGOV_RETURN_IF_ERROR(decode_error);
   return rows;
+}
+
+int64_t Journal::head_time_ms() const {
+  std::lock_guard lock(mu_);
+  return head_time_ms_;
 }
 
 uint64_t Journal::head_seq() const {

@@ -350,6 +350,22 @@ TEST_F(JournalTest, ReopenResumesTheChain) {
   EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
 }
 
+// The head's time survives a reopen, so a writer whose clock went back
+// across the restart can stamp no earlier row.
+TEST_F(JournalTest, HeadTimeIsTheLastRowsAndSurvivesAReopen) {
+  {
+    std::unique_ptr<Journal> journal = OpenJournal();
+    ASSERT_NE(journal, nullptr);
+    EXPECT_EQ(journal->head_time_ms(), 0);
+    AppendRows(*journal, 3);  // times 1001..1003
+    EXPECT_EQ(journal->head_time_ms(), 1003);
+  }
+  OpenStore();
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->head_time_ms(), 1003);
+}
+
 // A replica that rejoins from a snapshot adopts the fleet's head: the rows
 // it never had are an adopted span, which Verify crosses and reports; the
 // next row chains to the adopted hash, and a reopen resumes from it.

@@ -6,6 +6,7 @@
 
 #include "kvgov/auth/entropy.h"
 #include "kvgov/auth/tokens.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/log/log.h"
 
 namespace kvgov::replication {
@@ -49,12 +50,6 @@ std::string LoadPrefix(std::string_view prefix) { return std::string(prefix) + "
 std::string AppliedPrefix(std::string_view prefix) { return std::string(prefix) + ":applied:"; }
 std::string SnapshotKey(std::string_view prefix) { return std::string(prefix) + ":snapshot"; }
 std::string IdClaim(std::string_view replica_id) { return "replica/" + std::string(replica_id); }
-
-int64_t WallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Appends an entry that has a write id, sending it again after a failure
 // that may be a lost reply (Unavailable): the id makes that safe, and the
@@ -350,7 +345,9 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
   entry.kind = std::string(kind);
   entry.subject = std::string(subject);
   entry.payload = std::string(payload);
-  entry.time_ms = WallClockMs();
+  // Never before the head this replica has applied: one process's rows stay
+  // ordered by time, and rows from several keep the order their writers saw.
+  entry.time_ms = std::max(clock::NowMillis(), journal_->head_time_ms());
   for (const store::WriteOp& op : state) {
     if (op.column != store::Column::kGovernance) {
       return Status::InvalidArgument("a replicated write goes to the governance column only");

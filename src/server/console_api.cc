@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/route_api.h"
 #include "kvgov/console/assets.h"
 #include "server/access.h"
@@ -75,7 +76,7 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
   if (!salt.ok()) return SendError(response, 503, salt.status());
   route.salt_must_be_honoured = salt->diverted();
   Result<router::RouteDecision> decision =
-      daemon.router->Explain(route, salt->salt, WallClockMillis());
+      daemon.router->Explain(route, salt->salt, clock::NowMillis());
   if (!decision.ok()) {
     return SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
                      decision.status());

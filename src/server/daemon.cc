@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "kvgov/clock/clock.h"
 #include "kvgov/connectors/health_prober.h"
 #include "kvgov/connectors/openai_upstream.h"
 #include "kvgov/log/log.h"
@@ -142,7 +143,7 @@ Status RegisterEngineMetrics(Daemon& daemon) {
           }
         }
         if (!state->ingest) return;
-        const int64_t now_ms = WallClockMillis();
+        const int64_t now_ms = clock::NowMillis();
         for (const transport::StreamView& view : state->ingest->Streams()) {
           const ingest::StreamStats& stats = *view.stats;
           const std::string_view worker = view.worker;
@@ -287,14 +288,24 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
   KVGOV_ASSIGN_OR_RETURN(auto* quarantined,
                          daemon.metrics.AddCallbackGauge(
                              {"kvgov_quarantined_blocks", "Blocks under quarantine."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* clock_skew,
+      daemon.metrics.AddCallbackGauge(
+          {"kvgov_clock_wall_skew_seconds",
+           "The wall clock minus kvgov's clock, which is the wall clock at start advanced by the "
+           "monotonic clock (ADR 0033): how far the wall clock stepped since; kvgov takes the "
+           "step at its next start."}));
   Daemon* state = &daemon;
   return daemon.metrics
       .RegisterCollector([=](metrics::CollectorSink& sink) {
-        std::map<NIXLLeaseState, uint64_t> counts = state->leases.CountByState(WallClockMillis());
+        std::map<NIXLLeaseState, uint64_t> counts =
+            state->leases.CountByState(clock::NowMillis());
         for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseState>::kValues) {
           sink.Emit(leases, {spelling}, static_cast<double>(counts[value]));
         }
         sink.Emit(quarantined, {}, static_cast<double>(state->gate.quarantined_blocks()));
+        sink.Emit(clock_skew, {},
+                  static_cast<double>(clock::ProcessClock().WallSkewMillis()) / 1000.0);
         if (state->invalidations) {
           for (const auto& [name, count] : state->invalidations->CountByState()) {
             sink.Emit(invalidations, {name}, static_cast<double>(count));
@@ -429,12 +440,6 @@ Status RestoreDrains(Daemon& daemon) {
 
 }  // namespace
 
-int64_t WallClockMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint64_t head_seq) {
   std::lock_guard lock(mu_);
   if (last_.has_value() && last_->first == head_seq) return last_->second;
@@ -525,8 +530,11 @@ Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
                                       std::span<const store::WriteOp> state) {
   Result<journal::Row> row = Status::Unavailable("the governance log is not followed yet");
   if (!daemon.replicated()) {
+    // Never before the head: journal times stay ordered across a restart
+    // after the wall clock stepped back.
     row = daemon.journal->Append(kind, subject, {std::string(actor), ""}, payload,
-                                 WallClockMillis(), state);
+                                 std::max(clock::NowMillis(), daemon.journal->head_time_ms()),
+                                 state);
   } else if (daemon.replica) {
     // A row appended here and not through the log would fork the chain.
     row = daemon.replica->Record(kind, subject, actor, payload, state);
@@ -728,7 +736,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   // in the journal and the metrics soon after, without waiting for an event.
   daemon->housekeeping =
       std::make_unique<PeriodicTask>(std::chrono::milliseconds(100), [router, state] {
-        const int64_t now = WallClockMillis();
+        const int64_t now = clock::NowMillis();
         router->ExpireDecisions(now);
         // One replica records expiries for all; the others' routes see an
         // expired lease by the clock until its record arrives.
@@ -742,10 +750,10 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   const int64_t traffic_interval_ms = std::max<int64_t>(100, options.traffic_interval_ms);
   daemon->traffic = std::make_unique<metrics::TrafficHistory>(
       static_cast<size_t>(15 * 60 * 1000 / traffic_interval_ms));
-  daemon->traffic->Sample(WallClockMillis(), daemon->route_totals.Read(*daemon->accounting));
+  daemon->traffic->Sample(clock::NowMillis(), daemon->route_totals.Read(*daemon->accounting));
   daemon->traffic_samples = std::make_unique<PeriodicTask>(
       std::chrono::milliseconds(traffic_interval_ms), [state] {
-        state->traffic->Sample(WallClockMillis(), state->route_totals.Read(*state->accounting));
+        state->traffic->Sample(clock::NowMillis(), state->route_totals.Read(*state->accounting));
       });
   store::Store* store = daemon->store.get();
   daemon->group_commit = std::make_unique<PeriodicTask>(

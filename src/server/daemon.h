@@ -250,8 +250,4 @@ Status CheckServerOptions(const ServerOptions& options);
 /// started.
 Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options);
 
-/// Milliseconds since the epoch on the wall clock: lease times and decision
-/// ages are compared with what engines report.
-int64_t WallClockMillis();
-
 }  // namespace kvgov::server

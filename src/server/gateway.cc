@@ -11,6 +11,7 @@
 
 #include "kvgov/auth/entropy.h"
 #include "kvgov/auth/tokens.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/connectors/openai_upstream.h"
 #include "server/access.h"
@@ -215,7 +216,7 @@ class GatewayHandler {
                                "internal");
       }
       Result<router::RouteDecision> decision =
-          daemon_.router->Route(route, salt, *id, WallClockMillis());
+          daemon_.router->Route(route, salt, *id, clock::NowMillis());
       if (!decision.ok()) {
         return SendOpenAIError(response, 400, decision.status().message(),
                                "invalid_request_error", "", "invalid_value");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/cert/certificate.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/digest.h"
@@ -287,7 +288,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
   if (!id.ok()) return SendError(response, 500, id.status());
   const Json record = {{"id", *id},          {"model", body->model}, {"tenant", body->tenant},
                        {"reason", body->reason}, {"keys", keys},
-                       {"created_ms", WallClockMillis()}};
+                       {"created_ms", clock::NowMillis()}};
   const store::WriteOp state{store::Column::kGovernance, std::string(kQuarantinePrefix) + *id,
                              record.dump()};
   if (Status recorded =
@@ -438,7 +439,7 @@ Status GuardReplicatedGovernance(const Daemon& daemon, const replication::LogEnt
 
 Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
                         const std::optional<SpanResidency>& residency, std::string_view actor) {
-  const int64_t now = WallClockMillis();
+  const int64_t now = clock::NowMillis();
   if (daemon.replica) return ApplyReplicatedLeaseReport(daemon, report, residency, actor, now);
   Result<std::optional<governance::LeaseTransition>> applied = daemon.leases.Apply(report, now);
   if (!applied.ok()) {
@@ -547,7 +548,7 @@ Status RecoverGovernanceRecords(Daemon& daemon) {
   KVGOV_RETURN_IF_ERROR(unreadable);
   // A replica leaves expiry to whichever replica keeps house.
   if (!daemon.replicated()) {
-    RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(WallClockMillis()));
+    RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(clock::NowMillis()));
   }
   return Status::Ok();
 }
@@ -801,7 +802,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    // a tenant-bound caller sees none.
                    Json leases = Json::array();
                    if (caller.tenant.empty()) {
-                     const int64_t now = WallClockMillis();
+                     const int64_t now = clock::NowMillis();
                      for (const NIXLLease& lease : daemon.leases.All()) {
                        leases.push_back(LeaseJson(lease, now));
                      }

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "kvgov/auth/entropy.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/index/block_key.h"
@@ -83,7 +84,7 @@ class Handoff {
       : daemon_(daemon), request_(std::move(request)) {
     record_.model = request_.model;
     record_.tenant = request_.tenant;
-    record_.started_ms = WallClockMillis();
+    record_.started_ms = clock::NowMillis();
   }
   Handoff(const Handoff&) = delete;
   Handoff& operator=(const Handoff&) = delete;
@@ -196,7 +197,7 @@ class Handoff {
     }
     const router::RouteRequest route = Route(pool, pullable);
     Result<router::RouteDecision> decision =
-        daemon_.router->Route(route, request_.salt, *id, WallClockMillis());
+        daemon_.router->Route(route, request_.salt, *id, clock::NowMillis());
     if (!decision.ok()) {
       Fail(failure, decision.status().message(), 400, "invalid_value");
       return std::nullopt;
@@ -279,7 +280,7 @@ class Handoff {
       }
       daemon_.gateway_metrics.retries->WithLabels({})->Inc();
     }
-    record_.prefill_done_ms = WallClockMillis();
+    record_.prefill_done_ms = clock::NowMillis();
     prefill_answered_ = Clock::now();
     Result<std::optional<std::string>> params = DecodeKvTransferParams(answer, UsageLimits());
     if (!params.ok()) {
@@ -407,7 +408,7 @@ class Handoff {
   // router chose by load and the prefix it holds itself.
   bool StartDecode() {
     uint64_t pullable = 0;
-    if (std::optional<Withdrawal> withdrawn = Pullable(WallClockMillis(), &pullable)) {
+    if (std::optional<Withdrawal> withdrawn = Pullable(clock::NowMillis(), &pullable)) {
       return Fail(withdrawn->outcome, withdrawn->reason, 503, "span_withdrawn");
     }
     std::optional<router::RouteDecision> decision =
@@ -488,7 +489,7 @@ class Handoff {
         return false;
       }
       uint64_t pullable = 0;
-      std::optional<Withdrawal> withdrawn = Pullable(WallClockMillis(), &pullable);
+      std::optional<Withdrawal> withdrawn = Pullable(clock::NowMillis(), &pullable);
       if (withdrawn && (request_.stream || withdrawn->outcome != HandoffOutcome::kExpired)) {
         EndDecode();
         return Fail(withdrawn->outcome, withdrawn->reason, 503, "span_withdrawn");
@@ -513,7 +514,7 @@ class Handoff {
                       body.substr(0, 256),
                   decode_status_, "upstream_error");
     }
-    record_.first_token_ms = WallClockMillis();
+    record_.first_token_ms = clock::NowMillis();
     daemon_.gateway_metrics.handoff_seconds->WithLabels({})->Observe(
         std::chrono::duration<double>(Clock::now() - prefill_answered_).count());
     return true;
@@ -557,7 +558,7 @@ class Handoff {
         body.clear();
       }
     }
-    record_.prefill_done_ms = WallClockMillis();
+    record_.prefill_done_ms = clock::NowMillis();
     (void)daemon_.router->Done(prefill_->decision_id);
     Account(daemon_, prefill_->worker, prefill_->decision_id, prefill_->prediction,
             body.empty() ? std::nullopt : DecodeEngineUsage(body, UsageLimits()));

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/config_api.h"
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/codec/route_api.h"
@@ -91,7 +92,7 @@ Status Ingest(Daemon& daemon, const IngestEvent& event, std::string_view actor) 
           // Checked for every event, not only at the grant: a later
           // report is lowered and counted too.
           KVGOV_RETURN_IF_ERROR(CheckNIXLLeaseReport(record));
-          return FromNIXLLease(record, WallClockMillis());
+          return FromNIXLLease(record, clock::NowMillis());
         } else if constexpr (std::is_same_v<R, ProviderCache>) {
           return FromProviderCache(record);
         } else if constexpr (std::is_same_v<R, ToolResult>) {
@@ -207,7 +208,7 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
     }
   }
   std::vector<WorkerView> views;
-  const int64_t now_ms = WallClockMillis();
+  const int64_t now_ms = clock::NowMillis();
   for (index::WorkerResidency& worker : daemon.index.Workers()) {
     WorkerView& view = views.emplace_back();
     view.health = daemon.status.Get(worker.id);
@@ -295,7 +296,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     return;
   }
   Result<router::RouteDecision> decision =
-      daemon.router->Route(*route, salt->salt, std::move(id).value(), WallClockMillis());
+      daemon.router->Route(*route, salt->salt, std::move(id).value(), clock::NowMillis());
   if (!decision.ok()) {
     count(decision.status().code() == StatusCode::kNotFound ? "unknown_model" : "bad_request");
     SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,

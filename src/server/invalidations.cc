@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kvgov/clock/clock.h"
 #include "kvgov/log/log.h"
 #include "kvgov/cert/certificate.h"
 #include "kvgov/codec/directive_record.h"
@@ -174,7 +175,7 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
   }
   draft.subject = governance::DirectiveSubject(request.model, request.scope, request.worker, span);
   governance::DirectiveLifecycle::Planned planned =
-      lifecycle_.Plan(std::move(draft), WallClockMillis());
+      lifecycle_.Plan(std::move(draft), clock::NowMillis());
   KVGOV_RETURN_IF_ERROR(Open(planned, actor, {}));
   return planned.directive;
 }
@@ -197,7 +198,7 @@ Result<Directive> InvalidationManager::CreateRevocation(const InvalidationReques
   draft.model = request.model;
   draft.tenant = request.tenant;
   draft.scope = request.flush ? KVEvictionScope::kWholePrefixCache : KVEvictionScope::kExactSpan;
-  const int64_t now_ms = WallClockMillis();
+  const int64_t now_ms = clock::NowMillis();
   governance::Revocation& revocation = draft.revocation.emplace();
   revocation.all_models_epoch = next.all_models;
   if (auto it = next.models.find(request.model); it != next.models.end()) {
@@ -334,10 +335,10 @@ void InvalidationManager::Dispatch(const Work& work) {
       // Answered meanwhile (a second round for the same owner), or the
       // directive finished or was witnessed: nothing to call.
       if (!governance::MayCall(directives_.at(work.id), i)) continue;
-      ApplyLocked(work.id, governance::CallStarted{i, stream_seq}, WallClockMillis());
+      ApplyLocked(work.id, governance::CallStarted{i, stream_seq}, clock::NowMillis());
       if (!connector.ok()) {
         ApplyLocked(work.id, governance::CallFailed{i, "", connector.status().message()},
-                    WallClockMillis());
+                    clock::NowMillis());
         continue;
       }
     }
@@ -357,12 +358,12 @@ void InvalidationManager::Dispatch(const Work& work) {
                     : governance::DirectiveEvent(
                           governance::CallFailed{i, name, result.status().message()});
     std::lock_guard lock(mu_);
-    ApplyLocked(work.id, answer, WallClockMillis());
+    ApplyLocked(work.id, answer, clock::NowMillis());
   }
   std::optional<std::pair<Directive, std::string>> record;
   {
     std::lock_guard lock(mu_);
-    record = ApplyLocked(work.id, governance::CallsEnded{}, WallClockMillis());
+    record = ApplyLocked(work.id, governance::CallsEnded{}, clock::NowMillis());
   }
   if (record) RecordOrLog(record->first, record->second);
 }
@@ -389,7 +390,7 @@ void InvalidationManager::ObserveRestart(std::string_view worker, uint64_t seq) 
 }
 
 void InvalidationManager::WitnessAll(const governance::DirectiveEvent& seen) {
-  const int64_t now_ms = WallClockMillis();
+  const int64_t now_ms = clock::NowMillis();
   std::lock_guard lock(mu_);
   for (const auto& [id, directive] : directives_) {
     // Witnessing journals nothing: the certify step journals the anchor.
@@ -449,7 +450,7 @@ void InvalidationManager::Certify(const std::string& id) {
                                             directive->revocation->removed_by_ms};
   }
   input.anchor = {anchor->seq, anchor->prev_hash, anchor->hash};
-  input.issued_at_ms = WallClockMillis();
+  input.issued_at_ms = clock::NowMillis();
   Result<cert::DeletionCertificate> certificate = cert::MintCertificate(input, *daemon_->issuer);
   Result<std::string> encoded = certificate.ok() ? cert::EncodeCertificateJson(*certificate)
                                                  : Result<std::string>(certificate.status());
@@ -605,7 +606,7 @@ void InvalidationManager::CallRecoveredOwners() {
 }
 
 Status InvalidationManager::Recover() {
-  const int64_t now_ms = WallClockMillis();
+  const int64_t now_ms = clock::NowMillis();
   Status unreadable;
   KVGOV_RETURN_IF_ERROR(daemon_->store->Scan(
       store::Column::kGovernance, kDirectivePrefix, "invalidation0",

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/lint_api.h"
 #include "kvgov/codec/prefix_diagnostics_api.h"
 #include "kvgov/log/log.h"
@@ -23,7 +24,7 @@ void ObservePrompt(Daemon& daemon, std::string_view model, std::string_view tena
   const std::string_view named = tenant.empty() ? std::string_view("-") : tenant;
   const bool keep_context = std::find(allowed.begin(), allowed.end(), named) != allowed.end();
   const prompts::Observation seen =
-      daemon.breakers->Observe(model, tenant, tokens, WallClockMillis(), keep_context);
+      daemon.breakers->Observe(model, tenant, tokens, clock::NowMillis(), keep_context);
   if (!seen.finding) return;
   const prompts::Finding& finding = *seen.finding;
   if (finding.avoidable_tokens > 0) {

@@ -103,6 +103,11 @@ class Journal {
   uint64_t head_seq() const;
   std::string head_hash() const;
 
+  /// The time of the last row this journal holds (0 when none): writers
+  /// stamp no earlier time, so journal times stay ordered. An adopted head
+  /// does not move it (its row is not here).
+  int64_t head_time_ms() const;
+
  private:
   explicit Journal(store::Store* store) : store_(store) {}
 
@@ -110,6 +115,7 @@ class Journal {
   mutable std::mutex mu_;
   uint64_t head_seq_ = 0;  // guarded by mu_
   std::string head_hash_;  // guarded by mu_
+  int64_t head_time_ms_ = 0;  // guarded by mu_
 };
 
 /// Rows this journal never held, whose chain it adopted (AdoptHead).
