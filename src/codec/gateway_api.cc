@@ -323,11 +323,11 @@ Result<std::string> BootstrapBody(std::string_view forwarded, std::string_view h
   return codec_internal::Dump(body);
 }
 
-std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits) {
-  Result<Json> parsed = codec_internal::ParseJson(json, limits);
-  if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
-  auto usage = parsed->find("usage");
-  if (usage == parsed->end() || !usage->is_object()) return std::nullopt;
+namespace {
+
+std::optional<EngineUsage> UsageOf(const Json& answer) {
+  auto usage = answer.find("usage");
+  if (usage == answer.end() || !usage->is_object()) return std::nullopt;
   EngineUsage out;
   if (auto prompt = usage->find("prompt_tokens");
       prompt != usage->end() && prompt->is_number_integer()) {
@@ -340,9 +340,27 @@ std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLi
       out.cached_tokens = cached->get<int64_t>();
     }
   }
-  auto choices = parsed->find("choices");
-  out.usage_only = choices == parsed->end() || (choices->is_array() && choices->empty());
+  auto choices = answer.find("choices");
+  out.usage_only = choices == answer.end() || (choices->is_array() && choices->empty());
   return out;
+}
+
+}  // namespace
+
+std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits) {
+  Result<Json> parsed = codec_internal::ParseJson(json, limits);
+  if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
+  return UsageOf(*parsed);
+}
+
+Result<std::optional<EngineUsage>> DecodeWholeAnswer(std::string_view json,
+                                                     const JsonLimits& limits) {
+  KVGOV_ASSIGN_OR_RETURN(Json parsed, codec_internal::ParseJson(json, limits));
+  if (!parsed.is_object()) {
+    return Status::InvalidArgument(std::string("$: the answer is a JSON ") + parsed.type_name() +
+                                   ", not an object");
+  }
+  return UsageOf(parsed);
 }
 
 std::vector<std::string> SseSplitter::Push(std::string_view bytes) {

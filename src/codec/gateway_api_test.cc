@@ -189,6 +189,31 @@ TEST(GatewayApiTest, TheEnginesUsageIsReadFromAnswersAndEvents) {
   EXPECT_FALSE(DecodeEngineUsage("[DONE]", JsonLimits{}));
 }
 
+// A whole answer that is not a JSON object is an error naming why; one
+// without usage is an answer with no usage.
+TEST(GatewayApiTest, AWholeAnswerMustBeAJsonObject) {
+  Result<std::optional<EngineUsage>> answer = DecodeWholeAnswer(
+      R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":7}})", JsonLimits{});
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  ASSERT_TRUE(answer->has_value());
+  EXPECT_EQ((*answer)->prompt_tokens, 7);
+  Result<std::optional<EngineUsage>> no_usage =
+      DecodeWholeAnswer(R"({"choices":[{"text":"x"}]})", JsonLimits{});
+  ASSERT_TRUE(no_usage.ok());
+  EXPECT_FALSE(no_usage->has_value());
+
+  Result<std::optional<EngineUsage>> html =
+      DecodeWholeAnswer("<html><body>502 Bad Gateway</body></html>", JsonLimits{});
+  ASSERT_FALSE(html.ok());
+  EXPECT_EQ(html.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(html.status().message().find("malformed JSON"), std::string::npos)
+      << html.status().message();
+  Result<std::optional<EngineUsage>> array = DecodeWholeAnswer("[1,2]", JsonLimits{});
+  ASSERT_FALSE(array.ok());
+  EXPECT_NE(array.status().message().find("a JSON array, not an object"), std::string::npos)
+      << array.status().message();
+}
+
 // Events are whole however the bytes were cut.
 TEST(GatewayApiTest, TheSplitterYieldsWholeEvents) {
   SseSplitter splitter;

@@ -10,18 +10,12 @@
 #include <utility>
 
 #include "connectors/control_url.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/log/log.h"
 #include "kvgov/connectors/engine_metrics.h"
 
 namespace kvgov::connectors {
 namespace {
-
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 
 std::vector<std::string> WorkerIds(const std::vector<ingest::StreamSpec>& streams) {
   std::vector<std::string> workers;
@@ -30,6 +24,9 @@ std::vector<std::string> WorkerIds(const std::vector<ingest::StreamSpec>& stream
   return workers;
 }
 
+// An engine's /health answer is read for its status; a body past this is
+// not an answer kvgov waits to the end of.
+constexpr size_t kMaxHealthBodyBytes = 64 << 10;
 
 }  // namespace
 
@@ -132,14 +129,25 @@ void HealthProber::ProbeEngine(Target& target) {
   try {
     bool ok = false;
     std::string error;
-    if (httplib::Result health = target.client.Get("/health"); !health) {
+    // Health is the status alone; the body is counted and dropped, so an
+    // engine answering without end costs a probe, not memory.
+    size_t body_bytes = 0;
+    httplib::Result health =
+        target.client.Get("/health", [&body_bytes](const char*, size_t length) {
+          body_bytes += length;
+          return body_bytes <= kMaxHealthBodyBytes;
+        });
+    if (!health && body_bytes > kMaxHealthBodyBytes) {
+      error = "GET " + target.url + "/health: the answer is longer than " +
+              std::to_string(kMaxHealthBodyBytes) + " bytes";
+    } else if (!health) {
       error = "GET " + target.url + "/health: " + RequestErrorText(health.error());
     } else if (health->status < 200 || health->status >= 300) {
       error = "GET " + target.url + "/health: HTTP " + std::to_string(health->status);
     } else {
       ok = true;
     }
-    const int64_t probed_at = NowMillis();
+    const int64_t probed_at = clock::NowMillis();
     // NotFound means the worker was removed from the table; nothing to do.
     for (const std::string& worker : target.workers) {
       const std::optional<router::WorkerStatus> before = table_->Get(worker);
@@ -167,7 +175,7 @@ void HealthProber::ProbeEngine(Target& target) {
     if (!metrics) return;
     // target.workers are the engine's ranks in order.
     Result<std::vector<router::ScrapedLoad>> loads =
-        ParseEngineMetricsByRank(body, NowMillis(), target.workers.size(), max_bytes);
+        ParseEngineMetricsByRank(body, clock::NowMillis(), target.workers.size(), max_bytes);
     if (!loads.ok()) return;
     for (size_t rank = 0; rank < target.workers.size(); ++rank) {
       (void)table_->RecordScrape(target.workers[rank], (*loads)[rank]);
@@ -175,7 +183,7 @@ void HealthProber::ProbeEngine(Target& target) {
   } catch (const std::exception& e) {
     try {
       for (const std::string& worker : target.workers) {
-        (void)table_->RecordProbe(worker, false, NowMillis(),
+        (void)table_->RecordProbe(worker, false, clock::NowMillis(),
                                   std::string("probe failed: ") + e.what());
       }
     } catch (...) {

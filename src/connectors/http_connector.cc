@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include "kvgov/clock/clock.h"
+
 namespace kvgov::connectors {
 namespace {
 
@@ -16,12 +18,6 @@ namespace {
 constexpr auto kCancelPollSlice = std::chrono::milliseconds(5);
 // How much of an error answer's body goes into an attempt record.
 constexpr size_t kBodySummaryBytes = 160;
-
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The start of an error answer's body, on one printable line, with every
 // occurrence of `secret` (the admin token) blanked: an owner that echoes
@@ -88,7 +84,7 @@ Result<DispatchResult> HttpConnector::Dispatch(const EvictionRequest& request,
     for (int attempt = 1;; ++attempt) {
       if (cancel.load(std::memory_order_acquire)) return Status::Unavailable("cancelled");
       Attempt& record = result.attempts.emplace_back();
-      record.at_ms = NowMillis();
+      record.at_ms = clock::NowMillis();
       httplib::Result answer =
           body.empty() ? client.Post(target_.path, headers)
                        : client.Post(target_.path, headers, body, "application/json");

@@ -10,9 +10,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A tokenize answer is the prompt's ids, 8-12 bytes each: 64 MiB is far past
-// any context window.
-constexpr size_t kMaxTokenizeAnswerBytes = size_t{64} << 20;
+// A tokenize answer is the prompt's ids, 8-12 bytes each: 32 MiB holds
+// 2.7 M of them, past any context window served today.
+constexpr size_t kMaxTokenizeAnswerBytes = size_t{32} << 20;
 
 // The start of an answer's body, printable ASCII only, for an error text.
 std::string Excerpt(std::string_view body) {

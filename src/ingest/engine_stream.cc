@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "kvgov/adapters/engine_wire.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/log/log.h"
 
@@ -16,12 +17,6 @@ size_t DecodeErrorSlot(std::string_view reason) {
     if (StreamStats::kDecodeErrorReasons[i] == reason) return i;
   }
   return StreamStats::kDecodeErrorReasons.size() - 1;
-}
-
-int64_t SystemNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 std::string Seqs(uint64_t first, uint64_t last) {
@@ -58,7 +53,7 @@ EngineStream::EngineStream(std::string worker, EngineKind kind, index::Residency
       sink_(std::move(sink)),
       durability_(durability),
       first_seq_(kind == EngineKind::kMooncake ? 1 : 0),
-      now_ms_(SystemNowMs) {
+      now_ms_(clock::NowMillis) {
   stats_.started_ms.store(now_ms_(), std::memory_order_relaxed);
 }
 

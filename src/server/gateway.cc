@@ -151,9 +151,11 @@ class GatewayHandler {
       // The engine's own tokenizer and chat template, on a worker that may
       // serve the request; a second one when the first cannot answer.
       Result<std::vector<int64_t>> tokenized = Status::Unavailable("no worker tried");
+      std::string tokenizer;  // the engine whose answer is the one reported
       for (size_t i = 0; i < serving.size() && i < 2; ++i) {
         // A serving worker's engine has a URL (MayServe).
         const ingest::EngineSpec& engine = *EngineOf(daemon_, serving[i]);
+        tokenizer = engine.id;
         tokenized = daemon_.upstreams->Tokenize(OpenAIUrl(engine), engine.kind,
                                                 decoded->tokenize_body);
         if (tokenized.ok() || tokenized.status().code() != StatusCode::kUnavailable) break;
@@ -161,7 +163,7 @@ class GatewayHandler {
       if (!tokenized.ok()) {
         daemon_.gateway_metrics.tokenize_failures->WithLabels({decoded->model})->Inc();
         return SendOpenAIError(response, 502,
-                               "the engine could not tokenize the request: " +
+                               "engine '" + tokenizer + "' could not tokenize the request: " +
                                    tokenized.status().message(),
                                "upstream_error", "", "tokenizer_unavailable");
       }
@@ -247,9 +249,11 @@ class GatewayHandler {
       // candidate, without this one.
       (void)daemon_.router->Done(upstream->decision_id);
       if (last) {
+        const std::string failed_worker = upstream->worker;
         upstream.reset();
         const bool timed_out = failure.code() == StatusCode::kDeadlineExceeded;
-        return SendOpenAIError(response, timed_out ? 504 : 502, failure.message(),
+        return SendOpenAIError(response, timed_out ? 504 : 502,
+                               "engine '" + failed_worker + "': " + failure.message(),
                                "upstream_error", "",
                                timed_out ? "upstream_timeout" : "upstream_unreachable");
       }
@@ -269,19 +273,26 @@ class GatewayHandler {
     response.status = status;
     if (!stream) {
       std::string body;
-      bool finished = false;
-      Status outcome;
-      while (!finished) {
-        for (std::string& chunk : upstream->relay->Next(&finished, &outcome)) body += chunk;
-      }
+      const Status outcome = ReadWholeBody(*upstream->relay, &body);
       (void)daemon->router->Done(upstream->decision_id);
+      // A 200 must be an answer the client's SDK can read: a JSON object.
+      Result<std::optional<EngineUsage>> answer =
+          outcome.ok() && status == 200 ? DecodeWholeAnswer(body, UsageLimits())
+                                        : Result<std::optional<EngineUsage>>(std::nullopt);
       Account(*daemon, upstream->worker, upstream->decision_id, upstream->prediction,
-              outcome.ok() && status == 200 ? DecodeEngineUsage(body, UsageLimits())
-                                            : std::nullopt);
+              answer.ok() ? *answer : std::nullopt);
       if (!outcome.ok()) {
         return SendOpenAIError(response, 502,
-                               "the engine's answer broke off: " + outcome.message(),
+                               "engine '" + upstream->worker +
+                                   "': the answer broke off: " + outcome.message(),
                                "upstream_error", "", "upstream_unreachable");
+      }
+      if (!answer.ok()) {
+        return SendOpenAIError(response, 502,
+                               "engine '" + upstream->worker + "' answered 200 with " +
+                                   (content_type.empty() ? "no content type" : content_type) +
+                                   " that is not an OpenAI answer: " + answer.status().message(),
+                               "upstream_error", "", "upstream_malformed_answer");
       }
       response.set_content(std::move(body),
                            content_type.empty() ? "application/json" : content_type);

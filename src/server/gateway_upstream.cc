@@ -71,6 +71,23 @@ void Account(Daemon& daemon, const std::string& worker, const std::string& decis
   m.predictions->WithLabels({worker, std::string(router::ToString(outcome))})->Inc();
 }
 
+Status ReadWholeBody(Relay& relay, std::string* body) {
+  bool finished = false;
+  Status outcome;
+  while (!finished) {
+    for (std::string& chunk : relay.Next(&finished, &outcome)) {
+      if (body->size() + chunk.size() > kMaxWholeAnswerBytes) {
+        relay.Cancel();
+        return Status::ResourceExhausted(
+            "the answer is longer than " + std::to_string(kMaxWholeAnswerBytes) +
+            " bytes, kvgov's limit on an answer it holds whole (ask for a stream instead)");
+      }
+      *body += chunk;
+    }
+  }
+  return outcome;
+}
+
 bool StreamPump::Pump(httplib::DataSink& sink) {
   bool finished = false;
   Status outcome;

@@ -163,6 +163,14 @@ struct Upstream {
   ~Upstream() { relay->Cancel(); }
 };
 
+/// A non-streamed answer is held whole (its usage is read from it); an
+/// engine's answer past this, far beyond any completion's, is refused.
+inline constexpr size_t kMaxWholeAnswerBytes = size_t{32} << 20;
+
+/// Takes the rest of `relay`'s answer into `body`: the relay's outcome, or
+/// ResourceExhausted (and the relay cancelled) past kMaxWholeAnswerBytes.
+Status ReadWholeBody(Relay& relay, std::string* body);
+
 /// A streamed answer on its way to the client: each Pump passes on the
 /// events that have arrived (one call of a chunked content provider),
 /// keeping the usage the engine reported and leaving out the usage chunk

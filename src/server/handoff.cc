@@ -576,12 +576,7 @@ class Handoff {
                           std::string* body) {
     Status failure;
     if (!upstream.relay->WaitForHead(status, content_type, &failure)) return failure;
-    bool finished = false;
-    Status outcome;
-    while (!finished) {
-      for (std::string& chunk : upstream.relay->Next(&finished, &outcome)) *body += chunk;
-    }
-    return outcome;
+    return ReadWholeBody(*upstream.relay, body);
   }
 
   Prediction PredictionFor(const router::RouteDecision& decision) const {

@@ -98,6 +98,19 @@ std::string JournalHead(const DaemonProcess& replica) {
   return json["head_seq"].dump() + "/" + json["head_hash"].dump();
 }
 
+// Every row of a replica's journal, by seq.
+std::vector<Json> AllRows(const DaemonProcess& replica) {
+  std::vector<Json> rows;
+  uint64_t since = 1;
+  while (true) {
+    Json page = Get(replica, "/v1/journal?since=" + std::to_string(since) + "&limit=1000").json();
+    if (!page.is_object() || !page["rows"].is_array() || page["rows"].empty()) break;
+    for (Json& row : page["rows"]) rows.push_back(std::move(row));
+    since = rows.back().value("seq", uint64_t{0}) + 1;
+  }
+  return rows;
+}
+
 bool ListsQuarantine(const DaemonProcess& replica, const std::string& id) {
   Json json = Get(replica, "/v1/quarantines").json();
   if (!json.is_object() || !json["quarantines"].is_array()) return false;
@@ -503,6 +516,62 @@ TEST_F(ReplicaE2ETest, RedisOutageRefusesWritesKeepsRoutingAndConverges) {
   EXPECT_TRUE(JournalHeadsConverge({0, 1, 2}));
 }
 
+// Redis stalls (SIGSTOP, past the 5 s a write waits for its entry) while
+// two replicas write: each write answers 200 or fails, never is applied
+// twice (a write retried after a reply it never saw carries the same write
+// id), and once Redis goes on every acknowledged write is in every journal
+// exactly once and the chains are one.
+TEST_F(ReplicaE2ETest, ARedisStallDelaysOrFailsWritesButNeverAppliesOneTwice) {
+  std::mutex mu;
+  std::vector<std::string> acked;  // guarded by mu
+  std::map<int, int> answers;      // guarded by mu; by HTTP status (0: none)
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int w : {0, 1}) {
+    writers.emplace_back([&, w] {
+      for (int n = 0; !stop.load(); ++n) {
+        Json body = kQuarantine;
+        body["reason"] = "stall-" + std::to_string(w) + "-" + std::to_string(n);
+        Reply reply = Post(r(w), "/v1/quarantine", body);
+        {
+          std::lock_guard lock(mu);
+          ++answers[reply.status];
+          if (reply.status == 200) acked.push_back(reply.json().value("id", ""));
+        }
+        std::this_thread::sleep_for(milliseconds(50));
+      }
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  ASSERT_EQ(::kill(redis_.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(seconds(6));
+  ASSERT_EQ(::kill(redis_.pid(), SIGCONT), 0);
+  std::this_thread::sleep_for(seconds(1));
+  stop.store(true);
+  for (std::thread& writer : writers) writer.join();
+  ASSERT_TRUE(JournalHeadsConverge({0, 1, 2}, seconds(30)));
+
+  std::lock_guard lock(mu);
+  std::string tally;
+  for (const auto& [status, count] : answers) {
+    tally += " " + std::to_string(status) + ":" + std::to_string(count);
+  }
+  EXPECT_GT(answers[200], 0) << tally;
+  EXPECT_GT(answers[503] + answers[0], 0) << "no write noticed the stall:" << tally;
+  for (int i = 0; i < kReplicas; ++i) {
+    std::map<std::string, int> rows_of;  // quarantine id -> rows
+    for (const Json& row : AllRows(r(i))) {
+      if (row.value("kind", "") == "quarantine") ++rows_of[row.value("subject", "")];
+    }
+    for (const auto& [id, rows] : rows_of) {
+      EXPECT_EQ(rows, 1) << "r" << i << ": quarantine " << id << " applied " << rows << " times";
+    }
+    for (const std::string& id : acked) {
+      EXPECT_EQ(rows_of[id], 1) << "r" << i << ": acknowledged quarantine " << id << " is missing";
+    }
+  }
+}
+
 // Two replicas do not pile onto one worker: a decision in flight on r0
 // counts in r1's cost within a few load exchanges, and stops counting once
 // released.
@@ -792,20 +861,6 @@ class ReplicaChaosTest : public ReplicaE2ETest {
   void SetHealth(int i, Health health) {
     std::lock_guard lock(health_mu_);
     health_[i] = health;
-  }
-
-  // Every row of a replica's journal, by seq.
-  std::vector<Json> AllRows(const DaemonProcess& replica) {
-    std::vector<Json> rows;
-    uint64_t since = 1;
-    while (true) {
-      Json page =
-          Get(replica, "/v1/journal?since=" + std::to_string(since) + "&limit=1000").json();
-      if (!page.is_object() || !page["rows"].is_array() || page["rows"].empty()) break;
-      for (Json& row : page["rows"]) rows.push_back(std::move(row));
-      since = rows.back().value("seq", uint64_t{0}) + 1;
-    }
-    return rows;
   }
 
   std::mutex health_mu_;

@@ -75,6 +75,10 @@ struct EngineUsage {
 };
 /// Nothing when the JSON carries no usage object (or is not JSON).
 std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits);
+/// A whole (non-streamed) answer: InvalidArgument naming the problem when
+/// it is not a JSON object; else its usage, nothing when it carries none.
+Result<std::optional<EngineUsage>> DecodeWholeAnswer(std::string_view json,
+                                                     const JsonLimits& limits);
 
 /// Splits a stream of server-sent events into whole events. Thread-
 /// compatible.
