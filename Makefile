@@ -56,7 +56,8 @@ image-test: image
 # The fault matrix (tests/faults/matrix.tsv): every row's tests, and the
 # table in docs/reliability.md written from what happened.
 faults: build
-	@python3 tests/faults/run_matrix.py --build $(BUILD_DIR) --run --doc docs/reliability.md
+	@KVGOV_VOLUME_SCALE=1000000 python3 tests/faults/run_matrix.py --build $(BUILD_DIR) --run \
+	  --doc docs/reliability.md
 
 # The demo: kvgov on $(LISTEN) with a simulated vLLM fleet attached, an agent
 # workload routed through it, then kvgov keeps serving until Ctrl-C.

@@ -73,6 +73,7 @@ struct ServeFlags {
   uint64_t snapshot_every_batches = 10000;
   size_t index_shards = 0;
   int64_t witness_timeout_ms = 30000;
+  int64_t lease_retain_ms = 3600000;
   int64_t engine_silence_ms = 30000;
   std::vector<std::string> admit;
   std::string spool_dir;
@@ -122,6 +123,7 @@ int Serve(const ServeFlags& flags) {
   options.snapshot_every_batches = flags.snapshot_every_batches;
   options.index_shards = flags.index_shards;
   options.witness_timeout_ms = flags.witness_timeout_ms;
+  options.lease_retain_ms = flags.lease_retain_ms;
   options.engine_silence_ms = flags.engine_silence_ms;
   options.spool_dir = flags.spool_dir;
   options.redis_url = flags.redis_url;
@@ -465,6 +467,11 @@ int Run(int argc, char** argv) {
                     "streams have not shown the removal by then.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
+  serve->add_option("--lease-retain-ms", serve_flags.lease_retain_ms,
+                    "A transport-reported lease that ended is listed by GET /v1/leases\n"
+                    "this long, then forgotten from memory (its journal rows stay).")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1000}, int64_t{604800000}));
   serve->add_option("--engine-silence-ms", serve_flags.engine_silence_ms,
                     "An engine whose event stream has been silent this long while its\n"
                     "scraped metrics show requests running is reported silent\n"

@@ -1,6 +1,34 @@
 #include "kvgov/governance/lease_table.h"
 
 namespace kvgov::governance {
+namespace {
+
+// A lease that ends by its clock unless an event ends it first.
+bool MayExpire(const NIXLLease& lease) {
+  return (lease.event == NIXLLeaseEvent::kCreate || lease.event == NIXLLeaseEvent::kHeartbeat) &&
+         lease.expires_at_ms > 0;
+}
+
+}  // namespace
+
+void LeaseTable::MarkEndedLocked(const std::string& lease_id, int64_t at_ms,
+                                 NIXLLeaseWitness witness) {
+  if (!ended_at_ms_.try_emplace(lease_id, at_ms).second) return;
+  (witness == NIXLLeaseWitness::kHandoff ? ended_handoff_ : ended_reported_)
+      .emplace(at_ms, lease_id);
+}
+
+void LeaseTable::PutLocked(const NIXLLease& lease, std::optional<int64_t> ended_at_ms) {
+  auto [it, inserted] = leases_.try_emplace(lease.lease_id, lease);
+  if (!inserted) {
+    expiring_.erase({it->second.expires_at_ms, lease.lease_id});
+    it->second = lease;
+  }
+  if (ended_at_ms.has_value()) MarkEndedLocked(lease.lease_id, *ended_at_ms, lease.witness);
+  if (MayExpire(lease) && !ended_at_ms_.contains(lease.lease_id)) {
+    expiring_.emplace(lease.expires_at_ms, lease.lease_id);
+  }
+}
 
 Result<LeaseTable::Change> LeaseTable::PreviewLocked(const NIXLLease& report,
                                                      int64_t now_ms) const {
@@ -33,26 +61,24 @@ Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report
                                                          int64_t now_ms) {
   std::lock_guard lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(Change change, PreviewLocked(report, now_ms));
-  leases_[change.next.lease_id] = change.next;
-  if (IsTerminal(LeaseStateAt(change.next, now_ms))) {
-    ended_at_ms_.try_emplace(change.next.lease_id, now_ms);
-  }
+  PutLocked(change.next, IsTerminal(LeaseStateAt(change.next, now_ms))
+                             ? std::optional<int64_t>(now_ms)
+                             : std::nullopt);
   return change.transition;
 }
 
 std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
   std::lock_guard lock(mu_);
   std::vector<LeaseTransition> expired;
-  for (auto& [id, lease] : leases_) {
-    if (lease.event != NIXLLeaseEvent::kCreate && lease.event != NIXLLeaseEvent::kHeartbeat) {
-      continue;  // already ended by an event
-    }
-    if (lease.expires_at_ms <= 0 || now_ms < lease.expires_at_ms) continue;
-    if (ended_at_ms_.contains(id)) continue;  // expiry already recorded
+  while (!expiring_.empty() && expiring_.begin()->first <= now_ms) {
+    const std::string id = expiring_.begin()->second;
+    expiring_.erase(expiring_.begin());
+    auto lease = leases_.find(id);
+    if (lease == leases_.end()) continue;
     // Make the expiry explicit in the record, so it reads the same after a
     // restart whatever the clock then says.
-    lease.event = NIXLLeaseEvent::kExpiry;
-    ended_at_ms_.emplace(id, now_ms);
+    lease->second.event = NIXLLeaseEvent::kExpiry;
+    MarkEndedLocked(id, now_ms, lease->second.witness);
     expired.push_back(LeaseTransition{id, NIXLLeaseState::kActive, NIXLLeaseState::kExpired,
                                       now_ms});
   }
@@ -61,14 +87,13 @@ std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
 
 void LeaseTable::Restore(const NIXLLease& lease) {
   std::lock_guard lock(mu_);
-  leases_[lease.lease_id] = lease;
   // An ended lease (by its event: the clock is not read here) is forgotten
   // like one that ended in this process; its end is not recorded, and it
   // ended no earlier than its grant.
-  if (lease.event == NIXLLeaseEvent::kTransferComplete || lease.event == NIXLLeaseEvent::kAbort ||
-      lease.event == NIXLLeaseEvent::kExpiry) {
-    ended_at_ms_.emplace(lease.lease_id, lease.granted_at_ms);
-  }
+  const bool ended = lease.event == NIXLLeaseEvent::kTransferComplete ||
+                     lease.event == NIXLLeaseEvent::kAbort ||
+                     lease.event == NIXLLeaseEvent::kExpiry;
+  PutLocked(lease, ended ? std::optional<int64_t>(lease.granted_at_ms) : std::nullopt);
 }
 
 std::optional<NIXLLease> LeaseTable::Get(std::string_view lease_id) const {
@@ -96,18 +121,17 @@ std::vector<std::string> LeaseTable::ForgetEndedBefore(int64_t cutoff_ms,
                                                        int64_t handoff_cutoff_ms) {
   std::lock_guard lock(mu_);
   std::vector<std::string> handoffs;
-  for (auto it = ended_at_ms_.begin(); it != ended_at_ms_.end();) {
-    auto lease = leases_.find(it->first);
-    const bool handoff =
-        lease != leases_.end() && lease->second.witness == NIXLLeaseWitness::kHandoff;
-    if (it->second < (handoff ? handoff_cutoff_ms : cutoff_ms)) {
-      if (handoff) handoffs.push_back(it->first);
-      leases_.erase(it->first);
-      it = ended_at_ms_.erase(it);
-    } else {
-      ++it;
+  auto forget = [this](ByTime& ended, int64_t cutoff, std::vector<std::string>* forgotten) {
+    while (!ended.empty() && ended.begin()->first < cutoff) {
+      const std::string& id = ended.begin()->second;
+      if (forgotten != nullptr) forgotten->push_back(id);
+      leases_.erase(id);
+      ended_at_ms_.erase(id);
+      ended.erase(ended.begin());
     }
-  }
+  };
+  forget(ended_reported_, cutoff_ms, nullptr);
+  forget(ended_handoff_, handoff_cutoff_ms, &handoffs);
   return handoffs;
 }
 

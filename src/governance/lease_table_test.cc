@@ -81,6 +81,43 @@ TEST(LeaseTableTest, ExpiryIsATimerNotOnlyALazyCheck) {
             StatusCode::kFailedPrecondition);
 }
 
+// Expiry follows each lease's own deadline, as heartbeats and ends move
+// it: the index the timer walks stays in step with the records.
+TEST(LeaseTableTest, ManyLeasesExpireEachAtItsDeadlineAsHeartbeatsAndEndsMoveIt) {
+  LeaseTable table;
+  for (int i = 0; i < 100; ++i) {
+    NIXLLease report = Report(NIXLLeaseEvent::kCreate, 1000 + 10 * i);  // due at 1000 + 10 i
+    report.lease_id = "l" + std::to_string(i);
+    ASSERT_TRUE(table.Apply(report, 0).ok());
+  }
+  NIXLLease heartbeat = Report(NIXLLeaseEvent::kHeartbeat);
+  heartbeat.lease_id = "l0";
+  ASSERT_TRUE(table.Apply(heartbeat, 900).ok());  // due at 1900 now
+  NIXLLease complete = Report(NIXLLeaseEvent::kTransferComplete);
+  complete.lease_id = "l1";
+  ASSERT_TRUE(table.Apply(complete, 900).ok());  // ends: never expires
+
+  std::vector<LeaseTransition> expired = table.ExpireDue(1100);
+  std::vector<std::string> ids;
+  for (const LeaseTransition& transition : expired) ids.push_back(transition.lease_id);
+  // l2..l10 were due at 1020..1100; l0 moved past, l1 ended.
+  EXPECT_EQ(ids, (std::vector<std::string>{"l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9",
+                                           "l10"}));
+  EXPECT_EQ(table.ExpireDue(1899).size(), 79u);  // l11..l89, due by 1890
+  expired = table.ExpireDue(1900);  // l0 after its heartbeat, and l90
+  ASSERT_EQ(expired.size(), 2u);
+  EXPECT_EQ(expired[0].lease_id, "l0");
+  EXPECT_EQ(expired[1].lease_id, "l90");
+  EXPECT_EQ(table.ExpireDue(5000).size(), 9u);  // l91..l99
+  EXPECT_EQ(table.CountByState(5000)[NIXLLeaseState::kExpired], 99u);
+
+  // Forgotten by end time: everything ended by 1900, not what ended after.
+  table.ForgetEndedBefore(1901, 1901);
+  EXPECT_FALSE(table.Get("l0").has_value());
+  EXPECT_FALSE(table.Get("l1").has_value());
+  EXPECT_TRUE(table.Get("l95").has_value());
+}
+
 TEST(LeaseTableTest, CountsByStateAndForgetsEndedLeases) {
   LeaseTable table;
   for (const char* id : {"a", "b", "c"}) {

@@ -489,7 +489,7 @@ void ForgetEndedLeases(Daemon& daemon, int64_t now_ms) {
     return daemon.index.Holds(worker, key);
   });
   const std::vector<std::string> handoffs =
-      daemon.leases.ForgetEndedBefore(now_ms - 3600 * 1000, now_ms - 60 * 1000);
+      daemon.leases.ForgetEndedBefore(now_ms - daemon.options.lease_retain_ms, now_ms - 60 * 1000);
   if (handoffs.empty()) return;
   std::vector<store::WriteOp> deletes;
   deletes.reserve(handoffs.size());

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,10 @@ struct LeaseTransition {
 /// states never revive; a heartbeat moves expiry to now + ttl; expiry holds
 /// at now >= expires_at whether or not an expiry event arrives (ExpireDue,
 /// run by a timer, records it).
+///
+/// Expiry and forgetting walk time-ordered indexes from their oldest end,
+/// not the table: a timer runs both every 100 ms over however many leases
+/// an hour of retention holds.
 ///
 /// Thread-safe: one mutex.
 class LeaseTable {
@@ -73,10 +78,21 @@ class LeaseTable {
  private:
   // REQUIRES: mu_ held.
   Result<Change> PreviewLocked(const NIXLLease& report, int64_t now_ms) const;
+  // REQUIRES: mu_ held. Puts `lease` in the table, replacing its earlier
+  // record, and keeps the indexes in step; an ended lease is noted as
+  // ended at `ended_at_ms` unless it already was.
+  void PutLocked(const NIXLLease& lease, std::optional<int64_t> ended_at_ms);
+  // REQUIRES: mu_ held.
+  void MarkEndedLocked(const std::string& lease_id, int64_t at_ms, NIXLLeaseWitness witness);
+
+  using ByTime = std::set<std::pair<int64_t, std::string>>;  // (ms, lease id)
 
   mutable std::mutex mu_;
   std::map<std::string, NIXLLease, std::less<>> leases_;      // guarded by mu_
   std::map<std::string, int64_t, std::less<>> ended_at_ms_;   // guarded by mu_
+  ByTime expiring_;        // guarded by mu_; active leases by expires_at_ms
+  ByTime ended_reported_;  // guarded by mu_; ended transport-reported leases by end
+  ByTime ended_handoff_;   // guarded by mu_; ended handoff-witnessed leases by end
 };
 
 }  // namespace kvgov::governance

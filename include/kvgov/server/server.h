@@ -78,6 +78,10 @@ struct ServerOptions {
   // An invalidation whose removals the engines have not shown by then fails
   // with witness_timeout.
   int64_t witness_timeout_ms = 30000;
+  // A transport-reported lease that ended (completed, expired, failed) is
+  // kept in memory this long, for GET /v1/leases; its journal rows and its
+  // stored record stay.
+  int64_t lease_retain_ms = 3600000;
   // An engine stream silent this long while the engine's scraped metrics
   // show requests running is reported silent (events off, publisher dead).
   int64_t engine_silence_ms = 30000;
