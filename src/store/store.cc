@@ -186,7 +186,7 @@ class RocksStore final : public Store {
     // is no one left to tell about a failure). Not after a failed write:
     // the WAL's writer holds the error, and Debian's RocksDB asserts on a
     // write to it.
-    if (ReadyToWrite().ok()) (void)db_->FlushWAL(/*sync=*/true);
+    if (Writable()) (void)db_->FlushWAL(/*sync=*/true);
     for (rocksdb::ColumnFamilyHandle* handle : handles_) {
       (void)db_->DestroyColumnFamilyHandle(handle);
     }
@@ -320,6 +320,12 @@ class RocksStore final : public Store {
   const std::string& dir() const override { return dir_; }
 
  private:
+  // Neither failed nor waiting for space.
+  bool Writable() {
+    std::lock_guard lock(health_mu_);
+    return fatal_.ok() && !out_of_space_.has_value();
+  }
+
   // Refuses a write while the store is failed, or while the disk is full
   // and RocksDB cannot resume yet (asked at most every kResumeInterval:
   // a resume flushes memtables, which a full disk refuses too).
