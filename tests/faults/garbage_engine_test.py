@@ -37,7 +37,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import Kvgov, fail, http, read_port_file, run_main, wait_for  # noqa: E402
+from kvgov_ops import (Kvgov, fail, http, read_port_file, rss_bytes, run_main,  # noqa: E402
+                       wait_for)
 
 MODEL = "m"
 # kvgov holds a tokenize answer and a non-streamed answer whole, each at
@@ -110,14 +111,6 @@ class GarbageHandler(socketserver.BaseRequestHandler):
                 conn.sendall(chunk)
                 sent += len(chunk)
         conn.shutdown(socket.SHUT_RDWR)
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    fail(f"no VmRSS for pid {pid}")
 
 
 def worker(url):

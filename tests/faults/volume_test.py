@@ -31,7 +31,7 @@ from http.client import HTTPConnection
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import Kvgov, fail, http, run_main, wait_for  # noqa: E402
+from kvgov_ops import Kvgov, fail, http, rss_bytes, run_main, wait_for  # noqa: E402
 
 ENGINE = ["--engine", "id=w1,kind=vllm,events=tcp://127.0.0.1:9,model=llama,block-size=16"]
 THREADS = 4
@@ -40,14 +40,6 @@ THREADS = 4
 # children are bounded (the registry folds past its cap).
 BUDGET_PER_ROUTE_BYTES = 1024
 BUDGET_FLOOR_BYTES = 64 << 20
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    fail(f"no VmRSS for pid {pid}")
 
 
 def parallel(port, count, request):

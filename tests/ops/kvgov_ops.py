@@ -83,6 +83,15 @@ def stop_process(process, grace_s=15, pid=None):
         process.wait()
 
 
+def rss_bytes(pid):
+    """A process's resident set size, from /proc."""
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    fail(f"no VmRSS for pid {pid}")
+
+
 class Kvgov:
     """`kvgov serve --listen 127.0.0.1:0` (or another `listen`) in `workdir`
     (its data in `data_dir`, by default workdir/data; `env` as Popen's),
