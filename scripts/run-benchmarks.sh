@@ -42,6 +42,7 @@ RATIOS = {
     "ratio_two_indexes_vs_one_stream": ("ingest: 2 streams on 2 threads, 2 separate indexes (the machine's ceiling) / 1 stream", None, None),
     "ratio_one_lock_vs_one_stream": ("ingest: 2 streams on 2 threads, one lock / 1 stream on 1 thread", None, None),
     "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second", ">= 0.8", lambda r: r >= 0.8),
+    "ratio_grouped_vs_one_writer": ("journal rows per second: writers sharing fsyncs / one fsync per row", None, None),
 }
 print()
 print("Ratios, each measured side by side within one run:")

@@ -285,7 +285,9 @@ Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
 Status Journal::AdoptHead(uint64_t seq, std::string_view hash, std::string_view source,
                           std::span<const store::WriteOp> extra) {
   if (!IsHex64(hash)) return Status::InvalidArgument("journal: adopted hash is not 64 hex digits");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock lock(mu_);
+  // Not under a group's write: the head it chains from must not move.
+  settled_.wait(lock, [this] { return !committing_; });
   if (seq < head_seq_ || (seq == head_seq_ && hash != head_hash_)) {
     return Status::FailedPrecondition(
         "journal: cannot adopt head " + std::to_string(seq) + "/" + std::string(hash) +
@@ -316,6 +318,19 @@ Status CheckRowFits(std::string_view kind, std::string_view subject, const Attri
   return Status::Ok();
 }
 
+// One caller's Append while it waits in the queue: its input (the caller's,
+// alive while it waits) and, once its group is written, its outcome.
+struct Journal::PendingAppend {
+  std::string_view kind;
+  std::string_view subject;
+  const Attribution& by;
+  std::string_view payload;
+  int64_t time_ms;
+  std::span<const store::WriteOp> extra;
+  bool settled;
+  Result<Row> outcome;
+};
+
 Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
                             const Attribution& by, std::string_view payload, int64_t time_ms,
                             std::span<const store::WriteOp> extra) {
@@ -327,33 +342,64 @@ Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
     }
   }
 
-  Row row;
-  row.format_version = kRowFormatVersion;
-  row.time_ms = time_ms;
-  row.kind = kind;
-  row.subject = subject;
-  row.actor = by.actor;
-  row.origin = by.origin;
-  row.payload = payload;
-  row.payload_digest = Sha256Hex(payload);
-
-  std::lock_guard<std::mutex> lock(mu_);
-  row.seq = head_seq_ + 1;
-  row.prev_hash = head_hash_;
-  row.hash = RowHash(row);
-
-  std::vector<store::WriteOp> ops;
-  ops.reserve(extra.size() + 1);
-  ops.push_back({store::Column::kJournal, store::KeyU64(row.seq), EncodeRow(row)});
-  ops.insert(ops.end(), extra.begin(), extra.end());
-  Status written = store_->Write(ops, /*sync=*/true);
-  if (!written.ok()) {
-    return written.WithContext("journal: append seq " + std::to_string(row.seq));
+  PendingAppend mine{kind, subject, by, payload, time_ms, extra, /*settled=*/false,
+                     Status::Internal("journal: append not settled")};
+  std::unique_lock lock(mu_);
+  queue_.push_back(&mine);
+  settled_.wait(lock, [&] { return mine.settled || (!committing_ && queue_.front() == &mine); });
+  if (!mine.settled) {
+    // This append leads: it writes every one queued behind it too.
+    const size_t rows = std::min(queue_.size(), kMaxGroupRows);
+    const auto end = queue_.begin() + static_cast<ptrdiff_t>(rows);
+    std::vector<PendingAppend*> group(queue_.begin(), end);
+    queue_.erase(queue_.begin(), end);
+    committing_ = true;
+    CommitGroup(std::move(group), lock);
   }
-  head_seq_ = row.seq;
-  head_hash_ = row.hash;
-  head_time_ms_ = std::max(head_time_ms_, row.time_ms);
-  return row;
+  return std::move(mine.outcome);
+}
+
+void Journal::CommitGroup(std::vector<PendingAppend*> group, std::unique_lock<std::mutex>& lock) {
+  std::vector<Row> rows;
+  rows.reserve(group.size());
+  std::vector<store::WriteOp> ops;
+  uint64_t seq = head_seq_;
+  std::string prev_hash = head_hash_;
+  for (const PendingAppend* pending : group) {
+    Row& row = rows.emplace_back();
+    row.format_version = kRowFormatVersion;
+    row.seq = ++seq;
+    row.time_ms = pending->time_ms;
+    row.kind = pending->kind;
+    row.subject = pending->subject;
+    row.actor = pending->by.actor;
+    row.origin = pending->by.origin;
+    row.payload = pending->payload;
+    row.payload_digest = Sha256Hex(pending->payload);
+    row.prev_hash = prev_hash;
+    row.hash = RowHash(row);
+    prev_hash = row.hash;
+    ops.push_back({store::Column::kJournal, store::KeyU64(row.seq), EncodeRow(row)});
+    ops.insert(ops.end(), pending->extra.begin(), pending->extra.end());
+  }
+
+  lock.unlock();  // appends arriving now queue up for the next group
+  const Status written = store_->Write(ops, /*sync=*/true);
+  lock.lock();
+
+  committing_ = false;
+  if (written.ok()) {
+    head_seq_ = rows.back().seq;
+    head_hash_ = rows.back().hash;
+    for (const Row& row : rows) head_time_ms_ = std::max(head_time_ms_, row.time_ms);
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    group[i]->outcome = written.ok() ? Result<Row>(std::move(rows[i]))
+                                     : written.WithContext("journal: append seq " +
+                                                           std::to_string(rows[i].seq));
+    group[i]->settled = true;
+  }
+  settled_.notify_all();
 }
 
 Result<std::vector<Row>> Journal::Read(uint64_t since, size_t limit) const {

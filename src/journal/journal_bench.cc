@@ -1,5 +1,5 @@
-// Journal append latency (one synced RocksDB write per row) and Verify
-// throughput.
+// Journal append latency (one synced RocksDB write per row), group commit
+// (concurrent writers sharing synced writes) and Verify throughput.
 //   cmake -B build-bench -DCMAKE_BUILD_TYPE=Release -DKVGOV_BUILD_BENCHMARKS=ON
 //   cmake --build build-bench --target kvgov_journal_bench
 //   build-bench/src/journal/kvgov_journal_bench
@@ -10,7 +10,11 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "kvgov/core/digest.h"
@@ -81,6 +85,64 @@ void BM_JournalAppendSynced(benchmark::State& state) {
 }
 // Wall time: the fsync is the cost, and it is not CPU time.
 BENCHMARK(BM_JournalAppendSynced)->Arg(256)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Rows per second that `writers` threads append to `journal`, `rows` in all.
+double AppendRate(Journal& journal, int writers, int rows, std::string* error) {
+  const std::string payload = Payload(256);
+  std::mutex error_mu;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < writers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = w; i < rows; i += writers) {
+        Result<Row> row = journal.Append("lease.transition", "lease-" + std::to_string(i),
+                                         {"token:bench", ""}, payload, 1700000000000 + i);
+        if (!row.ok()) {
+          std::lock_guard lock(error_mu);
+          *error = row.status().ToString();
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return rows / seconds;
+}
+
+// Group commit, side by side on one disk: `range(0)` writers sharing synced
+// writes, against one writer, whose rate is what any number of writers got
+// when every row had an fsync of its own (the journal serialised them).
+void BM_JournalGroupCommit(benchmark::State& state) {
+  const int writers = static_cast<int>(state.range(0));
+  constexpr int kRows = 400;
+  double one_writer = 0;
+  double grouped = 0;
+  for (auto _ : state) {
+    for (int pass = 0; pass < 2; ++pass) {
+      TempStore temp(pass == 0 ? "one_writer" : "grouped");
+      Result<std::unique_ptr<Journal>> journal =
+          temp.status().ok() ? Journal::Open(&temp.store()) : temp.status();
+      if (!journal.ok()) {
+        state.SkipWithError(journal.status().ToString().c_str());
+        return;
+      }
+      std::string error;
+      const double rate = AppendRate(**journal, pass == 0 ? 1 : writers, kRows, &error);
+      if (!error.empty()) {
+        state.SkipWithError(error.c_str());
+        return;
+      }
+      (pass == 0 ? one_writer : grouped) = rate;
+    }
+  }
+  state.counters["rows_per_s_one_writer"] = one_writer;
+  state.counters["rows_per_s_grouped"] = grouped;
+  state.counters["ratio_grouped_vs_one_writer"] = grouped / one_writer;
+}
+BENCHMARK(BM_JournalGroupCommit)->Arg(8)->Arg(32)->Iterations(1)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Verify over a chain of `rows` rows with 256-byte payloads, flushed into
 // table files first so the walk reads (and checksums) SSTs.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -190,6 +191,41 @@ TEST(RowCodecTest, RejectsDamagedRows) {
   huge[0] = 1;
   expect_corruption(huge, "1048577 bytes, over the 1048576-byte limit");
 }
+
+// The real store, with every synced write slowed down (as a disk's fsync
+// is) and counted, and, when `fail_next` is set, the next one refused.
+class SlowSyncStore final : public store::Store {
+ public:
+  explicit SlowSyncStore(store::Store* real) : real_(real) {}
+  Status Write(std::span<const WriteOp> ops, bool sync) override {
+    if (sync) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      synced_writes.fetch_add(1);
+      if (fail_next.exchange(false)) return Status::IOError("store: injected failure");
+    }
+    return real_->Write(ops, sync);
+  }
+  Result<std::optional<std::string>> Get(Column column, std::string_view key) const override {
+    return real_->Get(column, key);
+  }
+  Status Scan(Column column, std::string_view begin, std::string_view end,
+              const std::function<bool(std::string_view, std::string_view)>& visit)
+      const override {
+    return real_->Scan(column, begin, end, visit);
+  }
+  Result<std::optional<std::string>> LastKey(Column column) const override {
+    return real_->LastKey(column);
+  }
+  Status SyncWal() override { return real_->SyncWal(); }
+  Status FlushForTest() override { return real_->FlushForTest(); }
+  const std::string& dir() const override { return real_->dir(); }
+
+  std::atomic<int> synced_writes{0};
+  std::atomic<bool> fail_next{false};
+
+ private:
+  store::Store* const real_;
+};
 
 class JournalTest : public ::testing::Test {
  protected:
@@ -579,6 +615,80 @@ TEST_F(JournalTest, AFailedWriteWritesNothingAndLeavesTheHead) {
   EXPECT_EQ(next->seq, 3u);
   EXPECT_EQ(next->prev_hash, head);
   EXPECT_FALSE(MustVerify().first_broken_seq.has_value());
+}
+
+// Concurrent appends share synced writes, and each still gets its own row
+// of one unbroken chain, durable when Append returns.
+TEST_F(JournalTest, ConcurrentAppendsShareSyncedWritesInOneChain) {
+  SlowSyncStore slow(store_.get());
+  Result<std::unique_ptr<Journal>> opened = Journal::Open(&slow);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Journal& journal = **opened;
+  constexpr int kThreads = 8;
+  constexpr int kEach = 20;
+  std::vector<std::thread> writers;
+  std::vector<std::vector<uint64_t>> seqs(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string subject = std::to_string(t) + "/" + std::to_string(i);
+        Result<Row> row = journal.Append("kind", subject, kBy, "{}", 1000 + i);
+        ASSERT_TRUE(row.ok()) << row.status().ToString();
+        // Durable on return: the row is in the store as returned.
+        EXPECT_EQ(StoredRow(row->seq), *row);
+        seqs[t].push_back(row->seq);
+      }
+    });
+  }
+  for (std::thread& writer : writers) writer.join();
+  std::set<uint64_t> all;
+  for (const auto& mine : seqs) all.insert(mine.begin(), mine.end());
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kEach));
+  EXPECT_EQ(*all.rbegin(), static_cast<uint64_t>(kThreads * kEach));
+  EXPECT_EQ(journal.head_seq(), static_cast<uint64_t>(kThreads * kEach));
+  EXPECT_LT(slow.synced_writes.load(), kThreads * kEach / 2)
+      << "the appends did not share synced writes";
+  const VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, static_cast<uint64_t>(kThreads * kEach));
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+}
+
+// A group whose write fails fails every append in it and moves nothing; the
+// next group chains from the head as it was.
+TEST_F(JournalTest, AFailedGroupFailsEachOfItsAppendsAndTheNextChainsOn) {
+  SlowSyncStore slow(store_.get());
+  Result<std::unique_ptr<Journal>> opened = Journal::Open(&slow);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Journal& journal = **opened;
+  ASSERT_TRUE(journal.Append("kind", "first", kBy, "{}", 1).ok());
+  const std::string head = journal.head_hash();
+  slow.fail_next = true;
+  std::atomic<int> failed{0};
+  std::atomic<int> written{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 6; ++t) {
+    writers.emplace_back([&, t] {
+      Result<Row> row = journal.Append("kind", "w" + std::to_string(t), kBy, "{}", 2);
+      (row.ok() ? written : failed).fetch_add(1);
+      if (!row.ok()) {
+        EXPECT_NE(row.status().message().find("injected failure"), std::string::npos)
+            << row.status().ToString();
+      }
+    });
+  }
+  for (std::thread& writer : writers) writer.join();
+  EXPECT_GE(failed.load(), 1);
+  EXPECT_EQ(failed.load() + written.load(), 6);
+  EXPECT_EQ(journal.head_seq(), static_cast<uint64_t>(1 + written.load()));
+  Result<Row> next = journal.Append("kind", "after", kBy, "{}", 3);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->seq, static_cast<uint64_t>(2 + written.load()));
+  const VerifyReport report = MustVerify();
+  EXPECT_EQ(report.rows, next->seq);
+  EXPECT_FALSE(report.first_broken_seq.has_value()) << report.problem;
+  if (written.load() == 0) {
+    EXPECT_EQ(next->prev_hash, head);
+  }
 }
 
 // An upgraded kvgov appends format-2 rows after the format-1 rows an older

@@ -4,7 +4,9 @@
 // decision and state change. Row format: docs/formats/journal.md.
 
 #include <cstddef>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,13 +69,21 @@ Result<Row> DecodeRow(std::string_view bytes);
 
 /// The hash chain over the store's journal column.
 ///
-/// Thread-safe: Append is serialised by a mutex (the chain is a total
-/// order); reads go to the store directly.
+/// Thread-safe. Appends are chained in one total order under a mutex and
+/// committed in groups: the appends that arrive while one synced write is
+/// under way wait for it, and the first of them then writes them all in
+/// one synced write (at most kMaxGroupRows), so concurrent writers share
+/// an fsync. Each Append still returns only once its row is durable, and a
+/// failed write fails every append of its group and moves nothing. Reads
+/// go to the store directly.
 class Journal {
  public:
   /// Loads the chain head from `store` (which must outlive the journal),
   /// verifying the last row. Corruption when the head does not verify.
   static Result<std::unique_ptr<Journal>> Open(store::Store* store);
+
+  /// The most appends one synced write commits.
+  static constexpr size_t kMaxGroupRows = 256;
 
   /// Appends a row and, in the same atomic store write, `extra` (the state
   /// change the row records), synced before returning. Returns the row.
@@ -111,8 +121,17 @@ class Journal {
  private:
   explicit Journal(store::Store* store) : store_(store) {}
 
+  struct PendingAppend;
+  // Writes `group` (the queue's front) as one synced write and settles each
+  // append. REQUIRES: `lock` holds mu_ and committing_ is set; releases mu_
+  // during the write.
+  void CommitGroup(std::vector<PendingAppend*> group, std::unique_lock<std::mutex>& lock);
+
   store::Store* const store_;
   mutable std::mutex mu_;
+  std::condition_variable settled_;     // a group was committed (or failed)
+  std::deque<PendingAppend*> queue_;    // guarded by mu_; appends not yet written
+  bool committing_ = false;             // guarded by mu_; a group's write is under way
   uint64_t head_seq_ = 0;  // guarded by mu_
   std::string head_hash_;  // guarded by mu_
   int64_t head_time_ms_ = 0;  // guarded by mu_
