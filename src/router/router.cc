@@ -326,15 +326,23 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
       std::max(chosen->credited_blocks,
                static_cast<double>(std::min(request.pullable_blocks, decision.prompt_blocks)));
   const uint64_t blocks = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(to_prefill)), 1);
+  if (auto known = decisions_.find(decision.decision_id); known != decisions_.end()) {
+    ReleaseLocked(known);  // an id given twice: the later decision stands
+  }
   decisions_[decision.decision_id] = InFlight{.worker = decision.worker,
                                               .tenant = request.tenant,
                                               .prompt_blocks = decision.prompt_blocks,
                                               .blocks = blocks,
                                               .decoding = false,
                                               .created_ms = now_ms};
+  decisions_by_age_.emplace(now_ms, decision.decision_id);
   Totals& totals = totals_[decision.worker];
   ++totals.requests;
   totals.blocks += blocks;
+  while (decisions_.size() > weights_.max_decisions_in_flight) {
+    ReleaseLocked(decisions_.find(decisions_by_age_.begin()->second));
+    ++decisions_evicted_;
+  }
   return decision;
 }
 
@@ -347,6 +355,7 @@ void Router::ReleaseLocked(Decisions::iterator it) {
     }
     totals->second.blocks -= std::min(totals->second.blocks, it->second.blocks);
   }
+  decisions_by_age_.erase({it->second.created_ms, it->first});
   decisions_.erase(it);
 }
 
@@ -394,15 +403,17 @@ Status Router::Done(std::string_view decision_id, std::string_view caller_tenant
 size_t Router::ExpireDecisions(int64_t now_ms) {
   std::lock_guard lock(mu_);
   size_t released = 0;
-  for (auto it = decisions_.begin(); it != decisions_.end();) {
-    auto next = std::next(it);
-    if (now_ms - it->second.created_ms >= weights_.decision_ttl_ms) {
-      ReleaseLocked(it);
-      ++released;
-    }
-    it = next;
+  while (!decisions_by_age_.empty() &&
+         now_ms - decisions_by_age_.begin()->first >= weights_.decision_ttl_ms) {
+    ReleaseLocked(decisions_.find(decisions_by_age_.begin()->second));
+    ++released;
   }
   return released;
+}
+
+uint64_t Router::decisions_evicted() const {
+  std::lock_guard lock(mu_);
+  return decisions_evicted_;
 }
 
 WorkerLoad Router::LoadOf(std::string_view worker) const {

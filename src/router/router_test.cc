@@ -436,6 +436,39 @@ TEST_F(RouterTest, DecisionsReleaseThemselvesAfterTheirTtl) {
   EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 0u);
 }
 
+// Decisions created at different times expire each at its own ttl, and a
+// decision released by done is not released again.
+TEST_F(RouterTest, DecisionsExpireInTheOrderTheyWereMade) {
+  for (int64_t at : {0, 100, 200}) {
+    ASSERT_TRUE(router_.Route({"llama", "", Tokens(4), "", {"w1"}}, "", "t" + std::to_string(at),
+                              at)
+                    .ok());
+  }
+  ASSERT_TRUE(router_.Done("t100").ok());
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 2u);
+  EXPECT_EQ(router_.ExpireDecisions(weights_.decision_ttl_ms + 150), 1u);  // t0
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 1u);
+  EXPECT_EQ(router_.ExpireDecisions(weights_.decision_ttl_ms + 200), 1u);  // t200
+  EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 0u);
+  EXPECT_EQ(router_.Done("t0").code(), StatusCode::kNotFound);
+}
+
+// Past max_decisions_in_flight the oldest decision is released, counted.
+TEST_F(RouterTest, TheOldestDecisionIsReleasedPastTheCap) {
+  RouteWeights capped = weights_;
+  capped.max_decisions_in_flight = 3;
+  Router router(&index_, &status_, capped);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(
+        router.Route({"llama", "", Tokens(4), "", {"w1"}}, "", "c" + std::to_string(i), i).ok());
+  }
+  EXPECT_EQ(router.LoadOf("w1").in_flight_requests, 3u);
+  EXPECT_EQ(router.decisions_evicted(), 2u);
+  EXPECT_EQ(router.Done("c0").code(), StatusCode::kNotFound);
+  EXPECT_EQ(router.Done("c1").code(), StatusCode::kNotFound);
+  EXPECT_TRUE(router.Done("c4").ok());
+}
+
 TEST_F(RouterTest, UnknownModelAndEmptyModel) {
   EXPECT_EQ(router_.Route({"qwen", "", Tokens(1), "", {}}, "", "z", 0).status().code(),
             StatusCode::kNotFound);

@@ -347,7 +347,20 @@ Status RegisterRouteMetrics(Daemon& daemon) {
                                  "(kvgov_prefill_tokens_saved_total counts what engines "
                                  "reported).",
                                  {"model", "tenant"}}));
-  return Status::Ok();
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* evicted,
+      daemon.metrics.AddCallbackCounter(
+          {"kvgov_route_decisions_evicted_total",
+           "Route decisions released before their done or their ttl because 1,048,576 were in "
+           "flight: callers of /v1/route that never report done."}));
+  Daemon* state = &daemon;
+  return daemon.metrics
+      .RegisterCollector([=](metrics::CollectorSink& sink) {
+        if (state->router) {
+          sink.Emit(evicted, {}, static_cast<double>(state->router->decisions_evicted()));
+        }
+      })
+      .status();
 }
 
 Status RegisterReplicaMetrics(Daemon& daemon) {

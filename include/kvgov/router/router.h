@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,9 @@ struct RouteWeights {
   double temperature = 0;       // 0: lowest cost wins; > 0: softmax sampling
   uint64_t seed = 0;            // of the sampling generator
   int64_t decision_ttl_ms = 60000;  // an unreleased decision releases itself after this
+  // Past this many decisions in flight the oldest is released: callers that
+  // never report done cost bounded memory (about 1 KiB each, docs/reliability.md).
+  size_t max_decisions_in_flight = size_t{1} << 20;
 };
 
 /// Where governance says a chain stops earning credit: quarantined or
@@ -164,6 +168,9 @@ class Router {
   /// Releases decisions older than decision_ttl_ms; returns how many.
   size_t ExpireDecisions(int64_t now_ms);
 
+  /// Decisions released early because max_decisions_in_flight was reached.
+  uint64_t decisions_evicted() const;
+
   WorkerLoad LoadOf(std::string_view worker) const;
 
   /// This router's in-flight blocks per worker (workers with none left
@@ -213,6 +220,10 @@ class Router {
   mutable std::mutex mu_;
   std::mt19937_64 rng_;
   Decisions decisions_;
+  // decisions_ by (created_ms, id), oldest first: expiry and eviction take
+  // from the front instead of walking every decision under the mutex.
+  std::set<std::pair<int64_t, std::string>> decisions_by_age_;  // guarded by mu_
+  uint64_t decisions_evicted_ = 0;                              // guarded by mu_
   std::map<std::string, Totals, std::less<>> totals_;
   std::map<std::string, uint64_t, std::less<>> peer_blocks_;
 };
