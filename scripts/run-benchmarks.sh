@@ -43,6 +43,7 @@ RATIOS = {
     "ratio_one_lock_vs_one_stream": ("ingest: 2 streams on 2 threads, one lock / 1 stream on 1 thread", None, None),
     "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second", ">= 0.8", lambda r: r >= 0.8),
     "ratio_grouped_vs_one_writer": ("journal rows per second: writers sharing fsyncs / one fsync per row", None, None),
+    "ratio_whole_vs_resumed": ("chain check after 100 new rows of 100,000: whole walk / resumed walk", None, None),
 }
 print()
 print("Ratios, each measured side by side within one run:")

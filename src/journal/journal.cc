@@ -441,14 +441,20 @@ std::string Journal::head_hash() const {
 }
 
 Result<VerifyReport> Verify(const store::Store& store) {
-  VerifyReport report;
-  uint64_t expected = 1;
-  std::string prev_hash = ZeroHash();
+  KVGOV_ASSIGN_OR_RETURN(VerifyCursor cursor, VerifyFrom(store, VerifyCursor{}));
+  return std::move(cursor.report);
+}
+
+Result<VerifyCursor> VerifyFrom(const store::Store& store, VerifyCursor cursor) {
+  if (cursor.report.first_broken_seq.has_value()) return cursor;
+  VerifyReport& report = cursor.report;
+  uint64_t& expected = cursor.next_seq;
+  std::string& prev_hash = cursor.prev_hash;
   Result<std::map<uint64_t, AdoptedSpan>> spans = AdoptedSpans(store);
   if (!spans.ok()) {
     report.first_broken_seq = expected;
     report.problem = spans.status().message();
-    return report;
+    return cursor;
   }
   // Steps over an adopted span that starts where the chain stands.
   auto cross_adopted = [&] {
@@ -464,7 +470,8 @@ Result<VerifyReport> Verify(const store::Store& store) {
     return false;
   };
   Status scanned = store.Scan(
-      store::Column::kJournal, "", "", [&](std::string_view key, std::string_view value) {
+      store::Column::kJournal, store::KeyU64(expected), "",
+      [&](std::string_view key, std::string_view value) {
         Result<uint64_t> key_seq = store::ParseKeyU64(key);
         if (!key_seq.ok()) {
           return broken(expected, "malformed key after row " + std::to_string(expected - 1) +
@@ -499,11 +506,11 @@ Result<VerifyReport> Verify(const store::Store& store) {
   // followed past it. Anything else means the store cannot be read.
   if (scanned.code() == StatusCode::kCorruption && !report.first_broken_seq.has_value()) {
     broken(expected, scanned.message());
-    return report;
+    return cursor;
   }
   KVGOV_RETURN_IF_ERROR(scanned);
   if (!report.first_broken_seq.has_value()) cross_adopted();  // a span after the last row
-  return report;
+  return cursor;
 }
 
 }  // namespace kvgov::journal

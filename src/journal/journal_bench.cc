@@ -144,15 +144,9 @@ void BM_JournalGroupCommit(benchmark::State& state) {
 BENCHMARK(BM_JournalGroupCommit)->Arg(8)->Arg(32)->Iterations(1)->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// Verify over a chain of `rows` rows with 256-byte payloads, flushed into
-// table files first so the walk reads (and checksums) SSTs.
-void BM_JournalVerify(benchmark::State& state) {
-  const uint64_t rows = static_cast<uint64_t>(state.range(0));
-  TempStore temp("verify");
-  if (!temp.status().ok()) {
-    state.SkipWithError(temp.status().ToString().c_str());
-    return;
-  }
+// Writes a chain of `rows` rows with 256-byte payloads, flushed into table
+// files so a walk reads (and checksums) SSTs.
+Status WriteChain(store::Store& store, uint64_t rows) {
   const std::string payload = Payload(256);
   const std::string payload_digest = Sha256Hex(payload);
   std::string prev_hash(64, '0');
@@ -170,16 +164,20 @@ void BM_JournalVerify(benchmark::State& state) {
     prev_hash = row.hash;
     batch.push_back({store::Column::kJournal, store::KeyU64(seq), EncodeRow(row)});
     if (batch.size() == 1000 || seq == rows) {
-      Status written = temp.store().Write(batch, /*sync=*/false);
-      if (!written.ok()) {
-        state.SkipWithError(written.ToString().c_str());
-        return;
-      }
+      KVGOV_RETURN_IF_ERROR(store.Write(batch, /*sync=*/false));
       batch.clear();
     }
   }
-  if (Status flushed = temp.store().FlushForTest(); !flushed.ok()) {
-    state.SkipWithError(flushed.ToString().c_str());
+  return store.FlushForTest();
+}
+
+// Verify over a chain of `rows` rows.
+void BM_JournalVerify(benchmark::State& state) {
+  const uint64_t rows = static_cast<uint64_t>(state.range(0));
+  TempStore temp("verify");
+  Status written = temp.status().ok() ? WriteChain(temp.store(), rows) : temp.status();
+  if (!written.ok()) {
+    state.SkipWithError(written.ToString().c_str());
     return;
   }
   for (auto _ : state) {
@@ -195,6 +193,61 @@ void BM_JournalVerify(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_JournalVerify)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// What the running daemon's chain check costs once the chain has grown by
+// 100 rows: VerifyFrom resumed from the cursor of the walk before, against
+// the whole walk it replaced, side by side on the same chain.
+void BM_JournalVerifyResumed(benchmark::State& state) {
+  const uint64_t rows = static_cast<uint64_t>(state.range(0));
+  constexpr uint64_t kNewRows = 100;
+  TempStore temp("verify_resumed");
+  Status written = temp.status().ok() ? WriteChain(temp.store(), rows) : temp.status();
+  if (!written.ok()) {
+    state.SkipWithError(written.ToString().c_str());
+    return;
+  }
+  // The cursor of a walk that stopped kNewRows rows before the head.
+  Result<Row> before_new = [&]() -> Result<Row> {
+    KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> bytes,
+                           temp.store().Get(store::Column::kJournal,
+                                            store::KeyU64(rows - kNewRows)));
+    if (!bytes.has_value()) return Status::NotFound("row");
+    return DecodeRow(*bytes);
+  }();
+  if (!before_new.ok()) {
+    state.SkipWithError(before_new.status().ToString().c_str());
+    return;
+  }
+  VerifyCursor cursor;
+  cursor.report.rows = rows - kNewRows;
+  cursor.next_seq = rows - kNewRows + 1;
+  cursor.prev_hash = before_new->hash;
+
+  const auto whole_start = std::chrono::steady_clock::now();
+  Result<VerifyReport> whole = Verify(temp.store());
+  const double whole_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - whole_start).count();
+  if (!whole.ok() || whole->rows != rows) {
+    state.SkipWithError("the whole walk did not pass");
+    return;
+  }
+  double resumed_s = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    Result<VerifyCursor> resumed = VerifyFrom(temp.store(), cursor);
+    resumed_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!resumed.ok() || resumed->report.rows != rows ||
+        resumed->report.first_broken_seq.has_value()) {
+      state.SkipWithError("the resumed walk did not pass");
+      break;
+    }
+  }
+  resumed_s /= static_cast<double>(state.iterations());
+  state.counters["whole_walk_ms"] = whole_s * 1e3;
+  state.counters["resumed_walk_us"] = resumed_s * 1e6;
+  state.counters["ratio_whole_vs_resumed"] = whole_s / resumed_s;
+}
+BENCHMARK(BM_JournalVerifyResumed)->Arg(100000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov::journal

@@ -691,6 +691,43 @@ TEST_F(JournalTest, AFailedGroupFailsEachOfItsAppendsAndTheNextChainsOn) {
   }
 }
 
+// A walk resumed from its cursor checks only what was appended since, and
+// reports what a whole walk would; damage in the new rows is found.
+TEST_F(JournalTest, AResumedWalkChecksTheNewRowsAndReportsAsAWholeOne) {
+  std::unique_ptr<Journal> journal = OpenJournal();
+  ASSERT_NE(journal, nullptr);
+  AppendRows(*journal, 5);
+  Result<VerifyCursor> first = VerifyFrom(*store_, VerifyCursor{});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->report.rows, 5u);
+  EXPECT_EQ(first->next_seq, 6u);
+  EXPECT_EQ(first->prev_hash, journal->head_hash());
+
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(journal->Append("more", "s", kBy, "{}", 10 + i).ok());
+  Result<VerifyCursor> resumed = VerifyFrom(*store_, *first);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(resumed->report.rows, 8u);
+  EXPECT_EQ(resumed->next_seq, 9u);
+  EXPECT_FALSE(resumed->report.first_broken_seq.has_value()) << resumed->report.problem;
+  EXPECT_EQ(resumed->report.rows, MustVerify().rows);
+
+  // Row 9 claims another predecessor: the resumed walk finds it.
+  Row forged = StoredRow(8);
+  forged.seq = 9;
+  forged.prev_hash = kZeros;
+  forged.hash = RowHash(forged);
+  PutRaw(9, EncodeRow(forged));
+  Result<VerifyCursor> broken = VerifyFrom(*store_, *resumed);
+  ASSERT_TRUE(broken.ok());
+  EXPECT_EQ(broken->report.first_broken_seq, std::optional<uint64_t>(9));
+  EXPECT_NE(broken->report.problem.find("prev_hash mismatch"), std::string::npos)
+      << broken->report.problem;
+  // A broken cursor comes back as it is.
+  Result<VerifyCursor> again = VerifyFrom(*store_, *broken);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->report.first_broken_seq, std::optional<uint64_t>(9));
+}
+
 // An upgraded kvgov appends format-2 rows after the format-1 rows an older
 // one wrote; the chain runs through both.
 TEST_F(JournalTest, ChainContinuesFromFormat1Rows) {

@@ -455,10 +455,16 @@ Status RestoreDrains(Daemon& daemon) {
 
 Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint64_t head_seq) {
   std::lock_guard lock(mu_);
-  if (last_.has_value() && last_->first == head_seq) return last_->second;
-  KVGOV_ASSIGN_OR_RETURN(journal::VerifyReport report, journal::Verify(store));
-  last_.emplace(head_seq, report);
-  return report;
+  const int64_t now_ms = clock::NowMillis();
+  const bool whole = !cursor_.has_value() || cursor_->report.first_broken_seq.has_value() ||
+                     now_ms - whole_walk_at_ms_ >= kWholeWalkEvery;
+  if (!whole && cursor_->next_seq > head_seq) return cursor_->report;  // nothing new
+  KVGOV_ASSIGN_OR_RETURN(
+      journal::VerifyCursor cursor,
+      journal::VerifyFrom(store, whole ? journal::VerifyCursor{} : *cursor_));
+  if (whole) whole_walk_at_ms_ = now_ms;
+  cursor_ = std::move(cursor);
+  return cursor_->report;
 }
 
 void RouteTotals::Count(const router::RouteDecision& decision) {

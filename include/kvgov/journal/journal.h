@@ -161,4 +161,20 @@ struct VerifyReport {
 /// cannot be read at all).
 Result<VerifyReport> Verify(const store::Store& store);
 
+/// Where a walk of the chain stands: what it verified, and the row it
+/// expects next with the hash that row must chain to.
+struct VerifyCursor {
+  VerifyReport report;
+  uint64_t next_seq = 1;
+  std::string prev_hash = std::string(64, '0');
+};
+
+/// Verify, from `cursor` on: the rows from cursor.next_seq are checked as
+/// Verify checks them, and the returned cursor stands after the last one
+/// (or at the first broken row, which its report names). Resuming from a
+/// returned cursor checks only the rows appended since: the same report a
+/// whole walk would give, for what is new. A broken cursor is returned as
+/// it is.
+Result<VerifyCursor> VerifyFrom(const store::Store& store, VerifyCursor cursor);
+
 }  // namespace kvgov::journal
