@@ -37,8 +37,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import (Kvgov, fail, http, read_port_file, rss_bytes, run_main,  # noqa: E402
-                       wait_for)
+from kvgov_ops import (Kvgov, fail, http, read_port_file, rss_budget, rss_bytes,  # noqa: E402
+                       run_main, wait_for)
 
 MODEL = "m"
 # kvgov holds a tokenize answer and a non-streamed answer whole, each at
@@ -191,9 +191,9 @@ def main():
                 sampler.join()
                 grown = peak - rss_before
                 print(f"RSS {rss_before >> 20} MiB before, peak {peak >> 20} MiB")
-                if grown > RSS_BUDGET_BYTES:
+                if grown > rss_budget(RSS_BUDGET_BYTES):
                     fail(f"kvgov's RSS grew {grown >> 20} MiB on garbage answers "
-                         f"(budget {RSS_BUDGET_BYTES >> 20} MiB)")
+                         f"(budget {rss_budget(RSS_BUDGET_BYTES) >> 20} MiB)")
                 load = worker(kvgov.url)["load"]
                 if load["in_flight_requests"] != 0:
                     fail(f"failed requests left in flight: {load}")

@@ -31,7 +31,8 @@ from http.client import HTTPConnection
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import Kvgov, fail, http, rss_bytes, run_main, wait_for  # noqa: E402
+from kvgov_ops import (Kvgov, fail, http, rss_budget, rss_bytes, run_main,  # noqa: E402
+                       wait_for)
 
 ENGINE = ["--engine", "id=w1,kind=vllm,events=tcp://127.0.0.1:9,model=llama,block-size=16"]
 THREADS = 4
@@ -103,7 +104,8 @@ def main():
                    extra_args=[*ENGINE, "--lease-retain-ms", "2000"]) as kvgov:
             pid = kvgov.process.pid
 
-            def phase(name, items, budget, run):
+            def phase(name, items, stated_budget, run):
+                budget = rss_budget(stated_budget)
                 before = rss_bytes(pid)
                 started = time.monotonic()
                 run()

@@ -83,6 +83,16 @@ def stop_process(process, grace_s=15, pid=None):
         process.wait()
 
 
+def rss_budget(budget_bytes):
+    """A test's RSS budget for the kvgov under test: as stated in a plain
+    build; under AddressSanitizer (make test-asan sets ASAN_OPTIONS), whose
+    shadow memory, redzones and quarantine grow every allocation, four times
+    that and 64 MiB more."""
+    if os.environ.get("ASAN_OPTIONS"):
+        return budget_bytes * 4 + (64 << 20)
+    return budget_bytes
+
+
 def rss_bytes(pid):
     """A process's resident set size, from /proc."""
     with open(f"/proc/{pid}/status", encoding="utf-8") as f:
