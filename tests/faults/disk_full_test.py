@@ -31,8 +31,8 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import (SKIP, Kvgov, fail, http, read_port_file, run_main,  # noqa: E402
-                       stop_process, wait_for)
+from kvgov_ops import (SKIP, Kvgov, fail, http, listed_quarantines, read_port_file,  # noqa: E402
+                       run_main, stop_process, wait_for)
 
 INSIDE = "KVGOV_DISK_FULL_TEST_IN_NAMESPACE"
 # RocksDB clears a full-disk error only once a memtable's worth (8 MiB) is
@@ -94,13 +94,6 @@ def worker_blocks(url):
         fail(f"GET /v1/workers: {status} {body}")
     workers = json.loads(body)["workers"]
     return sum(workers[0].get("blocks", {}).values()) if workers else 0
-
-
-def listed_quarantines(url):
-    status, body = http("GET", url + "/v1/quarantines")
-    if status != 200:
-        fail(f"GET /v1/quarantines: {status} {body}")
-    return {q["id"] for q in json.loads(body)["quarantines"]}
 
 
 def serve(binary, workdir, data_dir, engine_args):
@@ -201,7 +194,7 @@ def run(binary, workdir):
 
         wait_for("a write once space returned", write_taken, 30, interval_s=0.25)
         chat(gateway, 8)
-        missing = acked - listed_quarantines(kvgov.url)
+        missing = acked - set(listed_quarantines(kvgov.url))
         if missing:
             fail(f"acknowledged quarantines not listed: {sorted(missing)}")
 
@@ -209,7 +202,7 @@ def run(binary, workdir):
         blocks_before_stop = worker_blocks(kvgov.url)
         kvgov.stop()
         kvgov, gateway = serve(binary, workdir, data_dir, engine_args)
-        lost = acked - listed_quarantines(kvgov.url)
+        lost = acked - set(listed_quarantines(kvgov.url))
         if lost:
             fail(f"{len(lost)} acknowledged quarantines lost over the restart: {sorted(lost)}")
         status, body = http("GET", kvgov.url + "/v1/journal/verify")

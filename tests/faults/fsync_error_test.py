@@ -22,7 +22,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from kvgov_ops import Kvgov, fail, http, run_main, wait_for  # noqa: E402
+from kvgov_ops import Kvgov, fail, http, listed_quarantines, run_main, wait_for  # noqa: E402
 
 
 # A worker that serves the model (the quarantine names its blocks); nothing
@@ -33,13 +33,6 @@ ENGINE = ["--engine", "id=w1,kind=vllm,events=tcp://127.0.0.1:9,model=llama,bloc
 def quarantine(url, n):
     return http("POST", url + "/v1/quarantine",
                 {"model": "llama", "reason": f"fsync-{n}", "token_ids": [2000 + n] * 32})
-
-
-def listed_quarantines(url):
-    status, body = http("GET", url + "/v1/quarantines")
-    if status != 200:
-        fail(f"GET /v1/quarantines: {status} {body}")
-    return {q["id"]: q for q in json.loads(body)["quarantines"]}
 
 
 def main():

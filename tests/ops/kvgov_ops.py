@@ -205,6 +205,14 @@ def http(method, url, body=None, headers=None, timeout_s=10):
         return error.code, error.read().decode("utf-8", errors="replace")
 
 
+def listed_quarantines(url):
+    """kvgov's quarantines by id (GET /v1/quarantines), failing on an error."""
+    status, body = http("GET", url + "/v1/quarantines")
+    if status != 200:
+        fail(f"GET /v1/quarantines: {status} {body}")
+    return {q["id"]: q for q in json.loads(body)["quarantines"]}
+
+
 # ---- the Prometheus text exposition -------------------------------------
 
 SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$")
