@@ -16,6 +16,10 @@ find_package(cppzmq REQUIRED)
 # Debian ships cpp-httplib prebuilt; its pkg-config flags carry the defines
 # the .so was built with, so they must be used or the class layout differs.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# Boost.Beast and Asio (header-only, from libboost1.74-dev) and OpenSSL:
+# the gateway's event-driven front door (ADR 0034).
+find_package(Boost 1.74 REQUIRED)
+find_package(OpenSSL REQUIRED)
 # RocksDB::rocksdb (static), linked by kvgov_store only. Its config appends
 # its own Find modules to CMAKE_MODULE_PATH: find TBB with CONFIG if ever needed.
 find_package(RocksDB REQUIRED)

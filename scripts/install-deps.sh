@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   # libraries
   nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
+  libboost-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libxxhash-dev
   # test peers and tooling (prometheus brings promtool, which checks /metrics)
   python3-zmq python3-msgpack python3-yaml curl prometheus
