@@ -58,6 +58,9 @@ struct ServeFlags {
   int64_t gateway_connect_timeout_ms = 2000;
   int64_t gateway_first_byte_timeout_ms = 60000;
   uint64_t gateway_max_in_flight = 0;
+  int gateway_loops = 0;
+  size_t gateway_max_connections = 100000;
+  uint64_t gateway_max_requests = 16384;
   bool prefix_diagnostics = true;
   uint32_t breaker_granule_tokens = 16;
   std::vector<std::string> prefix_context_tenants;
@@ -105,6 +108,9 @@ int Serve(const ServeFlags& flags) {
   }
   options.gateway_ready_file = flags.gateway_ready_file;
   options.gateway_max_in_flight = flags.gateway_max_in_flight;
+  options.gateway_loops = flags.gateway_loops;
+  options.gateway_max_connections = flags.gateway_max_connections;
+  options.gateway_max_requests = flags.gateway_max_requests;
   options.prefix_diagnostics = flags.prefix_diagnostics;
   options.breaker_granule_tokens = flags.breaker_granule_tokens;
   options.prefix_context_tenants = flags.prefix_context_tenants;
@@ -330,6 +336,21 @@ int Run(int argc, char** argv) {
                     "Retry-After. 0: no limit.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}));
+  serve->add_option("--gateway-loops", serve_flags.gateway_loops,
+                    "The gateway's event-loop threads, which serve every client connection\n"
+                    "and engine connection between them. 0: one per core.")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  serve->add_option("--gateway-max-connections", serve_flags.gateway_max_connections,
+                    "Client connections the gateway holds open at most; more are closed as\n"
+                    "they are accepted. Each needs a file descriptor (ulimit -n).")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{10000000}));
+  serve->add_option("--gateway-max-requests", serve_flags.gateway_max_requests,
+                    "Requests, streams included, the gateway serves at once at most; more\n"
+                    "are answered 429 with Retry-After.")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
   serve->add_option("--prefix-diagnostics", serve_flags.prefix_diagnostics,
                     "Look for cache breakers in the prompts the gateway and /v1/route see:\n"
                     "volatile spans early in otherwise static prompts (GET\n"

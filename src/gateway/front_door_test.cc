@@ -232,8 +232,13 @@ TEST(FrontDoorTest, AClientThatLeavesIsSeenWhileTheHandlerWaits) {
 
 TEST(FrontDoorTest, ABlockingJobAnswersThroughTheLoop) {
   auto handler = [](Exchange& exchange) -> asio::awaitable<void> {
-    co_await exchange.RunBlocking([](BlockingAnswer& answer) {
+    const bool whole = exchange.request().target() == "/whole";
+    co_await exchange.RunBlocking([whole](BlockingAnswer& answer) {
       std::this_thread::sleep_for(20ms);  // blocks its own thread, not the loop
+      if (whole) {
+        answer.Respond(201, "application/json", "{\"whole\":true}", {{"Retry-After", "1"}});
+        return;
+      }
       answer.StartStream(200, "text/plain");
       answer.Send("one ");
       answer.Send("two");
@@ -255,6 +260,11 @@ TEST(FrontDoorTest, ABlockingJobAnswersThroughTheLoop) {
   other.join();
   EXPECT_EQ(first, "one two");
   EXPECT_EQ(second, "one two");
+  httplib::Result whole = client.Get("/whole");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 201);
+  EXPECT_EQ(whole->body, "{\"whole\":true}");
+  EXPECT_EQ(whole->get_header_value("Retry-After"), "1");
 }
 
 TEST(FrontDoorTest, ForwardsThroughAPooledKeptEngineConnection) {

@@ -199,6 +199,17 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                                     "directive stays witnessed).",
                                                     {"outcome"}}));
   GatewayMetrics& gateway = daemon.gateway_metrics;
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.requests,
+      daemon.metrics.AddCounter({"kvgov_gateway_requests_total",
+                                 "Gateway requests by endpoint (completions, chat/completions), "
+                                 "counted as they reach the request path.",
+                                 {"endpoint"}}));
+  KVGOV_ASSIGN_OR_RETURN(gateway.bytes_relayed,
+                         daemon.metrics.AddCounter(
+                             {"kvgov_gateway_relayed_bytes_total",
+                              "Bytes of engines' answers the gateway passed on to its clients."}));
+  gateway.bytes_relayed->WithLabels({});
   KVGOV_ASSIGN_OR_RETURN(gateway.retries,
                          daemon.metrics.AddCounter(
                              {"kvgov_gateway_upstream_retries_total",

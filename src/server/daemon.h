@@ -73,6 +73,8 @@ struct GatewayMetrics {
   metrics::CounterFamily* unaccounted = nullptr;          // answers without usage
   metrics::CounterFamily* handoffs = nullptr;             // {outcome}: HandoffOutcome
   metrics::HistogramFamily* handoff_seconds = nullptr;    // prefill answer -> decode first token
+  metrics::CounterFamily* requests = nullptr;             // {endpoint}: requests admitted to a path
+  metrics::CounterFamily* bytes_relayed = nullptr;        // answer bytes passed on to clients
 };
 
 /// What the routes that chose a worker asked and were credited, since

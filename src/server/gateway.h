@@ -9,23 +9,21 @@
 #include <string_view>
 #include <vector>
 
+#include "gateway/front_door.h"
 #include "kvgov/core/status.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace kvgov::server {
 
 struct Daemon;
 
-/// Registers GET /health, GET /v1/models, POST /v1/completions and POST
-/// /v1/chat/completions on `http`, a listener of its own beside the control
-/// API. Each request is tokenized (by the engine), routed in process with
-/// the caller's tenant salt, and forwarded to the chosen engine, its answer
-/// streamed back as it arrives. Handlers run on `http`'s pool; each
-/// forwarded request has one upstream thread of its own.
-void RegisterGateway(httplib::Server& http, Daemon& daemon);
+/// The front door's handler (gateway::FrontDoor, a listener of its own
+/// beside the control API): GET /health, GET /v1/models, POST
+/// /v1/completions and POST /v1/chat/completions. Each request is tokenized
+/// (by the engine), routed in process with the caller's tenant salt, and
+/// forwarded to the chosen engine, its answer streamed back as it arrives,
+/// all on the front door's loops; a disaggregated model's handoff runs on a
+/// thread of the daemon's RelayThreads.
+gateway::Handler GatewayHandler(Daemon& daemon);
 
 /// The token ids of `prompt`, from the tokenizer of the engine of a worker
 /// serving `model` (what the gateway would do for a completion). NotFound

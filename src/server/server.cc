@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <map>
 #include <thread>
 
 #include "kvgov/auth/tokens.h"
@@ -20,6 +21,9 @@
 #include "server/console_api.h"
 #include "server/daemon.h"
 #include "server/gateway.h"
+#include "server/gateway_upstream.h"
+#include "server/relay_threads.h"
+#include "gateway/front_door.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
 #include "server/prefix_diagnostics.h"
@@ -154,6 +158,86 @@ Result<uint16_t> Listen(httplib::Server& http, const std::string& host, uint16_t
   return bound;
 }
 
+// The gateway's front door on --gateway-listen: the same TLS files and
+// body limit as the control API, the upstream timeouts of --gateway-*.
+Result<std::unique_ptr<gateway::FrontDoor>> StartGateway(const ServerOptions& options,
+                                                         Daemon& daemon) {
+  gateway::FrontDoorOptions door;
+  door.host = options.gateway_host;
+  door.port = options.gateway_port;
+  door.loops = options.gateway_loops;
+  door.max_body_bytes = options.max_body_bytes;
+  door.max_connections = options.gateway_max_connections;
+  door.tls_cert_file = options.tls_cert_file;
+  door.tls_key_file = options.tls_key_file;
+  door.upstream_timeouts = options.gateway_timeouts;
+  door.run_blocking = [threads = daemon.relay_threads.get()](std::function<void()> job) {
+    threads->Run(std::move(job));
+  };
+  const size_t max_body = options.max_body_bytes;
+  door.error_body = [max_body](int status, std::string_view message) {
+    std::string_view code = "refused";
+    if (status == 413) code = "request_too_large";
+    if (status == 431) code = "headers_too_large";
+    return EncodeOpenAIErrorJson(status == 413 ? BodyOverLimitMessage(max_body) : message,
+                                 status >= 500 ? "server_error" : "invalid_request_error", "",
+                                 code);
+  };
+  return gateway::FrontDoor::Start(std::move(door), GatewayHandler(daemon));
+}
+
+// The front door's state on /metrics: connections, requests being served,
+// engine connections per engine.
+Result<metrics::CollectorId> CollectGatewayStats(Daemon& daemon, const gateway::FrontDoor& door) {
+  KVGOV_ASSIGN_OR_RETURN(
+      metrics::CallbackFamily * connections,
+      daemon.metrics.AddCallbackGauge({"kvgov_gateway_connections",
+                                       "Client connections open on the gateway's listener."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      metrics::CallbackFamily * open_requests,
+      daemon.metrics.AddCallbackGauge(
+          {"kvgov_gateway_open_requests",
+           "Gateway requests being served now (streams included), over the event loops."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      metrics::CallbackFamily * refused,
+      daemon.metrics.AddCallbackCounter(
+          {"kvgov_gateway_connections_refused_total",
+           "Client connections closed as accepted because --gateway-max-connections were "
+           "open."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      metrics::CallbackFamily * dropped,
+      daemon.metrics.AddCallbackCounter(
+          {"kvgov_gateway_slow_clients_dropped_total",
+           "Client connections dropped for sending a request head or body, or taking an "
+           "answer, slower than the gateway's timeouts."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      metrics::CallbackFamily * upstream,
+      daemon.metrics.AddCallbackGauge(
+          {"kvgov_gateway_upstream_connections",
+           "The gateway's connections to each engine's OpenAI server: idle (kept for the next "
+           "request) or active.",
+           {"engine", "state"}}));
+  std::map<std::string, std::string, std::less<>> engine_of_url;
+  for (const ingest::EngineSpec& engine : daemon.options.engines) {
+    engine_of_url.emplace(OpenAIUrl(engine), engine.id);
+  }
+  return daemon.metrics.RegisterCollector([&door, connections, open_requests, refused, dropped,
+                                           upstream, engine_of_url = std::move(engine_of_url)](
+                                              metrics::CollectorSink& sink) {
+    const gateway::FrontDoorStats stats = door.stats();
+    sink.Emit(connections, {}, static_cast<double>(stats.connections));
+    sink.Emit(open_requests, {}, static_cast<double>(stats.exchanges));
+    sink.Emit(refused, {}, static_cast<double>(stats.connections_refused));
+    sink.Emit(dropped, {}, static_cast<double>(stats.dropped_slow));
+    for (const auto& [url, pool] : door.upstream_stats()) {
+      const auto engine = engine_of_url.find(url);
+      const std::string_view name = engine == engine_of_url.end() ? url : engine->second;
+      sink.Emit(upstream, {name, "idle"}, static_cast<double>(pool.idle));
+      sink.Emit(upstream, {name, "active"}, static_cast<double>(pool.active));
+    }
+  });
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -161,8 +245,8 @@ struct Server::Impl {
   std::unique_ptr<httplib::Server> http;  // an SSLServer with TLS configured
   std::thread listener;
   uint16_t port = 0;
-  std::unique_ptr<httplib::Server> gateway;  // --gateway-listen; null without
-  std::thread gateway_listener;
+  std::unique_ptr<gateway::FrontDoor> gateway;  // --gateway-listen; null without
+  std::optional<metrics::CollectorId> gateway_collector;
   uint16_t gateway_port = 0;
   bool stopped = false;
   std::mutex mu;  // guards `stopped`
@@ -209,9 +293,6 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 
   auto impl = std::make_unique<Impl>();
   KVGOV_ASSIGN_OR_RETURN(impl->http, MakeListener(options, options.host));
-  if (gateway) {
-    KVGOV_ASSIGN_OR_RETURN(impl->gateway, MakeListener(options, options.gateway_host));
-  }
   KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
   if (replicated) KVGOV_RETURN_IF_ERROR(check_a_token_exists());
   httplib::Server& http = *impl->http;
@@ -239,37 +320,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         SendErrorJson(response, 500, "internal", "internal error");
       });
 
-  if (gateway) {
-    RegisterGateway(*impl->gateway, *impl->daemon);
-    impl->gateway->set_error_handler([max_body](const httplib::Request& request,
-                                                httplib::Response& response) {
-      if (!response.body.empty()) return;
-      const int status = response.status;
-      if (status < 400) return;
-      std::string_view code = "refused";
-      if (status == 404) code = "not_found";
-      if (status == 413) code = "request_too_large";
-      response.set_content(
-          EncodeOpenAIErrorJson(DescribeListenerRefusal(request, status, max_body),
-                                status >= 500 ? "server_error" : "invalid_request_error", "",
-                                code),
-          "application/json");
-    });
-    impl->gateway->set_exception_handler(
-        [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
-          response.status = 500;
-          response.set_content(
-              EncodeOpenAIErrorJson("internal error", "server_error", "", "internal"),
-              "application/json");
-        });
-  }
-
   KVGOV_ASSIGN_OR_RETURN(impl->port, Listen(http, options.host, options.port, &impl->listener));
   if (gateway) {
-    KVGOV_ASSIGN_OR_RETURN(impl->gateway_port,
-                           Listen(*impl->gateway, options.gateway_host, options.gateway_port,
-                                  &impl->gateway_listener));
+    KVGOV_ASSIGN_OR_RETURN(impl->gateway, StartGateway(options, *impl->daemon));
+    impl->gateway_port = impl->gateway->port();
+    KVGOV_ASSIGN_OR_RETURN(impl->gateway_collector,
+                           CollectGatewayStats(*impl->daemon, *impl->gateway));
   }
+
   std::unique_ptr<Server> server(new Server(std::move(impl)));
   if (!options.ready_file.empty()) {
     KVGOV_RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server->port()));
@@ -286,8 +344,10 @@ void Server::Shutdown() {
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
-  if (impl_->gateway) impl_->gateway->stop();
-  if (impl_->gateway_listener.joinable()) impl_->gateway_listener.join();
+  if (impl_->gateway_collector) {
+    (void)impl_->daemon->metrics.RemoveCollector(*impl_->gateway_collector);
+  }
+  if (impl_->gateway) impl_->gateway->Stop();
   impl_->http->stop();
   if (impl_->listener.joinable()) impl_->listener.join();
   impl_->daemon->Stop();

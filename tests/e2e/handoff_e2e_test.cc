@@ -366,7 +366,7 @@ TEST_F(HandoffE2ETest, AFailedPrefillIsRetriedOnAnotherPrefillWorker) {
   const std::string content = Words(40, "r");
   HoldOn("p0", EngineTokens("p0", content));
   httplib::Result answer = Post(Chat(content, false));
-  ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
+  ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "") << daemon_.Stderr();
   const Json record = Handoffs(1)[0];
   EXPECT_EQ(record["outcome"], "completed");
   EXPECT_EQ(record["prefill"]["worker"], "p1");

@@ -35,6 +35,14 @@ struct ServerOptions {
   // worker is skipped, and with every worker busy the answer is 429.
   // 0: no limit.
   uint64_t gateway_max_in_flight = 0;
+  // The gateway's event loops (threads); 0: one per core.
+  int gateway_loops = 0;
+  // Client connections the gateway holds open at most; more are closed as
+  // they are accepted.
+  size_t gateway_max_connections = 100000;
+  // Requests (streams included) the gateway serves at once at most; more
+  // are answered 429 with Retry-After.
+  uint64_t gateway_max_requests = 16384;
   // Cache-breaker detection on routed prompts
   // (docs/formats/prefix-diagnostics.md), compared in granules of this many
   // tokens.
