@@ -61,6 +61,7 @@ struct ServeFlags {
   int gateway_loops = 0;
   size_t gateway_max_connections = 100000;
   uint64_t gateway_max_requests = 16384;
+  int64_t gateway_header_timeout_ms = 10000;
   bool prefix_diagnostics = true;
   uint32_t breaker_granule_tokens = 16;
   std::vector<std::string> prefix_context_tenants;
@@ -111,6 +112,7 @@ int Serve(const ServeFlags& flags) {
   options.gateway_loops = flags.gateway_loops;
   options.gateway_max_connections = flags.gateway_max_connections;
   options.gateway_max_requests = flags.gateway_max_requests;
+  options.gateway_header_timeout_ms = flags.gateway_header_timeout_ms;
   options.prefix_diagnostics = flags.prefix_diagnostics;
   options.breaker_granule_tokens = flags.breaker_granule_tokens;
   options.prefix_context_tenants = flags.prefix_context_tenants;
@@ -351,6 +353,11 @@ int Run(int argc, char** argv) {
                     "are answered 429 with Retry-After.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  serve->add_option("--gateway-header-timeout-ms", serve_flags.gateway_header_timeout_ms,
+                    "A client's request line and headers must arrive within this of its\n"
+                    "first byte; a client trickling them (slow-loris) is dropped.")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{600000}));
   serve->add_option("--prefix-diagnostics", serve_flags.prefix_diagnostics,
                     "Look for cache breakers in the prompts the gateway and /v1/route see:\n"
                     "volatile spans early in otherwise static prompts (GET\n"

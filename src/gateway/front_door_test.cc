@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -269,13 +270,22 @@ TEST(FrontDoorTest, ABlockingJobAnswersThroughTheLoop) {
 
 TEST(FrontDoorTest, ForwardsThroughAPooledKeptEngineConnection) {
   httplib::Server engine;
-  std::atomic<int> connections{0};
-  engine.set_socket_options([&](socket_t) { connections.fetch_add(1); });
-  engine.Post("/v1/echo", [](const httplib::Request& request, httplib::Response& response) {
+  // The engine's connections, told apart by the gateway's port on each.
+  std::mutex ports_mu;
+  std::set<int> client_ports;
+  engine.Post("/v1/echo", [&](const httplib::Request& request, httplib::Response& response) {
+    {
+      std::lock_guard lock(ports_mu);
+      client_ports.insert(request.remote_port);
+    }
     response.set_content("engine:" + request.body + ":" + request.get_header_value("X-Request-Id"),
                          "application/json");
   });
-  engine.Post("/v1/stream", [](const httplib::Request&, httplib::Response& response) {
+  engine.Post("/v1/stream", [&](const httplib::Request& request, httplib::Response& response) {
+    {
+      std::lock_guard lock(ports_mu);
+      client_ports.insert(request.remote_port);
+    }
     response.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
       for (int i = 0; i < 3; ++i) {
         const std::string event = "data: " + std::to_string(i) + "\n\n";
@@ -328,7 +338,10 @@ TEST(FrontDoorTest, ForwardsThroughAPooledKeptEngineConnection) {
   httplib::Result streamed = client.Post("/v1/stream", "{}", "application/json");
   ASSERT_TRUE(streamed);
   EXPECT_EQ(streamed->body, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
-  EXPECT_EQ(connections.load(), 1) << "every request rode the first engine connection";
+  {
+    std::lock_guard lock(ports_mu);
+    EXPECT_EQ(client_ports.size(), 1u) << "every request rode the first engine connection";
+  }
   // The call goes back to the pool as the handler returns, just after the
   // client has its answer.
   auto stats = (*door)->upstream_stats();

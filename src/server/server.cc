@@ -168,6 +168,7 @@ Result<std::unique_ptr<gateway::FrontDoor>> StartGateway(const ServerOptions& op
   door.loops = options.gateway_loops;
   door.max_body_bytes = options.max_body_bytes;
   door.max_connections = options.gateway_max_connections;
+  door.head_timeout = std::chrono::milliseconds(options.gateway_header_timeout_ms);
   door.tls_cert_file = options.tls_cert_file;
   door.tls_key_file = options.tls_key_file;
   door.upstream_timeouts = options.gateway_timeouts;

@@ -43,6 +43,9 @@ struct ServerOptions {
   // Requests (streams included) the gateway serves at once at most; more
   // are answered 429 with Retry-After.
   uint64_t gateway_max_requests = 16384;
+  // A client's request head (line and headers) must be in within this of
+  // its first byte; one trickling it (slow-loris) is dropped.
+  int64_t gateway_header_timeout_ms = 10000;
   // Cache-breaker detection on routed prompts
   // (docs/formats/prefix-diagnostics.md), compared in granules of this many
   // tokens.
