@@ -189,8 +189,30 @@ Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const simdjson::dom::ele
 
 }  // namespace
 
-Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::string_view body,
-                                                const JsonLimits& limits) {
+namespace {
+
+// A JSON value's kind, in the words nlohmann's type_name() uses.
+const char* TypeName(const simdjson::dom::element& element) {
+  switch (element.type()) {
+    case simdjson::dom::element_type::ARRAY:
+      return "array";
+    case simdjson::dom::element_type::OBJECT:
+      return "object";
+    case simdjson::dom::element_type::STRING:
+      return "string";
+    case simdjson::dom::element_type::BOOL:
+      return "boolean";
+    case simdjson::dom::element_type::NULL_VALUE:
+      return "null";
+    default:
+      return "number";
+  }
+}
+
+// `read(root)` over `body` parsed by simdjson under `limits`, with the
+// bounded nlohmann parser's refusals (CheckStructure) and its messages.
+template <typename T, typename Read>
+Result<T> ReadParsed(std::string_view body, const JsonLimits& limits, Read read) {
   if (body.size() > limits.max_bytes) {
     return Status::ResourceExhausted("$: body is " + std::to_string(body.size()) +
                                      " bytes, over the limit of " +
@@ -198,7 +220,7 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
   }
   // simdjson reads ahead of the last byte: the body is copied into padded
   // memory, and the parser sized for it (a parser per call: its buffers
-  // would otherwise stay at the largest body each handler thread saw).
+  // would otherwise stay at the largest body each thread saw).
   try {
     const simdjson::padded_string padded(body);
     simdjson::dom::parser parser;
@@ -228,11 +250,19 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
     }
     std::vector<PathFrame> frames;
     KVGOV_RETURN_IF_ERROR(CheckStructure(root, limits, frames));
-    return Decode(endpoint, root);
+    return read(root);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted("$: no memory to parse a body of " +
                                      std::to_string(body.size()) + " bytes");
   }
+}
+
+}  // namespace
+
+Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::string_view body,
+                                                const JsonLimits& limits) {
+  return ReadParsed<GatewayRequest>(
+      body, limits, [endpoint](const simdjson::dom::element& root) { return Decode(endpoint, root); });
 }
 
 namespace {
@@ -325,42 +355,48 @@ Result<std::string> BootstrapBody(std::string_view forwarded, std::string_view h
 
 namespace {
 
-std::optional<EngineUsage> UsageOf(const Json& answer) {
-  auto usage = answer.find("usage");
-  if (usage == answer.end() || !usage->is_object()) return std::nullopt;
+// The usage of an answer or an SSE event's data (an object).
+std::optional<EngineUsage> UsageOf(const simdjson::dom::object& answer) {
+  simdjson::dom::object usage;
+  if (answer["usage"].get(usage) != simdjson::SUCCESS) return std::nullopt;
   EngineUsage out;
-  if (auto prompt = usage->find("prompt_tokens");
-      prompt != usage->end() && prompt->is_number_integer()) {
-    out.prompt_tokens = prompt->get<int64_t>();
+  if (int64_t prompt = 0; usage["prompt_tokens"].get(prompt) == simdjson::SUCCESS) {
+    out.prompt_tokens = prompt;
   }
-  if (auto details = usage->find("prompt_tokens_details");
-      details != usage->end() && details->is_object()) {
-    if (auto cached = details->find("cached_tokens");
-        cached != details->end() && cached->is_number_integer()) {
-      out.cached_tokens = cached->get<int64_t>();
+  if (simdjson::dom::object details;
+      usage["prompt_tokens_details"].get(details) == simdjson::SUCCESS) {
+    if (int64_t cached = 0; details["cached_tokens"].get(cached) == simdjson::SUCCESS) {
+      out.cached_tokens = cached;
     }
   }
-  auto choices = answer.find("choices");
-  out.usage_only = choices == answer.end() || (choices->is_array() && choices->empty());
+  simdjson::dom::element choices;
+  if (answer["choices"].get(choices) != simdjson::SUCCESS) {
+    out.usage_only = true;
+  } else if (simdjson::dom::array list; choices.get(list) == simdjson::SUCCESS) {
+    out.usage_only = list.size() == 0;
+  }
   return out;
 }
 
 }  // namespace
 
 std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLimits& limits) {
-  Result<Json> parsed = codec_internal::ParseJson(json, limits);
-  if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
-  return UsageOf(*parsed);
+  Result<std::optional<EngineUsage>> usage = DecodeWholeAnswer(json, limits);
+  return usage.ok() ? *usage : std::nullopt;
 }
 
 Result<std::optional<EngineUsage>> DecodeWholeAnswer(std::string_view json,
                                                      const JsonLimits& limits) {
-  KVGOV_ASSIGN_OR_RETURN(Json parsed, codec_internal::ParseJson(json, limits));
-  if (!parsed.is_object()) {
-    return Status::InvalidArgument(std::string("$: the answer is a JSON ") + parsed.type_name() +
-                                   ", not an object");
-  }
-  return UsageOf(parsed);
+  return ReadParsed<std::optional<EngineUsage>>(
+      json, limits,
+      [](const simdjson::dom::element& root) -> Result<std::optional<EngineUsage>> {
+        simdjson::dom::object answer;
+        if (root.get(answer) != simdjson::SUCCESS) {
+          return Status::InvalidArgument(std::string("$: the answer is a JSON ") +
+                                         TypeName(root) + ", not an object");
+        }
+        return UsageOf(answer);
+      });
 }
 
 std::vector<std::string> SseSplitter::Push(std::string_view bytes) {
@@ -385,20 +421,24 @@ std::string_view SseSplitter::Data(std::string_view event) {
 
 Result<std::vector<int64_t>> DecodeTokenizeAnswerJson(std::string_view body,
                                                       const JsonLimits& limits) {
-  KVGOV_ASSIGN_OR_RETURN(Json json, codec_internal::ParseJson(body, limits));
-  if (!json.is_object() || !json.contains("tokens") || !json["tokens"].is_array()) {
-    return Status::InvalidArgument("tokenize answer: want an object with a \"tokens\" array");
-  }
-  std::vector<int64_t> tokens;
-  tokens.reserve(json["tokens"].size());
-  for (const Json& id : json["tokens"]) {
-    if (!id.is_number_integer()) {
-      return Status::InvalidArgument("tokenize answer: $.tokens: want integers");
-    }
-    tokens.push_back(id.get<int64_t>());
-  }
-  KVGOV_RETURN_IF_ERROR(CheckTokenIds(tokens, "tokenize answer: $.tokens"));
-  return tokens;
+  return ReadParsed<std::vector<int64_t>>(
+      body, limits, [](const simdjson::dom::element& root) -> Result<std::vector<int64_t>> {
+        simdjson::dom::array ids;
+        if (root["tokens"].get(ids) != simdjson::SUCCESS) {
+          return Status::InvalidArgument("tokenize answer: want an object with a \"tokens\" array");
+        }
+        std::vector<int64_t> tokens;
+        tokens.reserve(ids.size());
+        for (const simdjson::dom::element id : ids) {
+          int64_t value = 0;
+          if (!id.is_int64() || id.get(value) != simdjson::SUCCESS) {
+            return Status::InvalidArgument("tokenize answer: $.tokens: want integers");
+          }
+          tokens.push_back(value);
+        }
+        KVGOV_RETURN_IF_ERROR(CheckTokenIds(tokens, "tokenize answer: $.tokens"));
+        return tokens;
+      });
 }
 
 Result<std::string> DecodeDetokenizeAnswerJson(std::string_view body, const JsonLimits& limits) {

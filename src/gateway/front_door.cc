@@ -85,10 +85,13 @@ struct FrontDoor::Impl {
 
 namespace {
 
-// Counts a connection open for as long as it lives.
+// Counts one more for as long as it lives; or, adopting, one counted
+// already.
 class Counted {
  public:
-  explicit Counted(std::atomic<int64_t>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
+  explicit Counted(std::atomic<int64_t>& n, bool adopt = false) : n_(n) {
+    if (!adopt) n_.fetch_add(1, std::memory_order_relaxed);
+  }
   ~Counted() { n_.fetch_sub(1, std::memory_order_relaxed); }
   Counted(const Counted&) = delete;
   Counted& operator=(const Counted&) = delete;
@@ -315,7 +318,7 @@ asio::awaitable<void> Refuse(Stream& stream, const FrontDoorOptions& options, in
 
 template <typename Stream>
 asio::awaitable<void> FrontDoor::Impl::Serve(Stream stream, Loop& loop) {
-  Counted open(connections);
+  Counted open(connections, /*adopt=*/true);  // counted as it was accepted
   beast::error_code ec;
   if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
     Lowest(stream).expires_after(options.head_timeout);
@@ -424,8 +427,11 @@ asio::awaitable<void> FrontDoor::Impl::Accept() {
       co_await pause.async_wait(kAwaitEc(ec));
       continue;
     }
-    if (static_cast<size_t>(connections.load(std::memory_order_relaxed)) >=
+    // Counted here, not when its loop starts serving it, so a burst of
+    // accepts cannot overshoot the limit.
+    if (static_cast<size_t>(connections.fetch_add(1, std::memory_order_relaxed)) >=
         options.max_connections) {
+      connections.fetch_sub(1, std::memory_order_relaxed);
       connections_refused.fetch_add(1, std::memory_order_relaxed);
       socket.close(ec);
       continue;

@@ -15,8 +15,8 @@ namespace kvgov::simfleet {
 
 struct InstantEngineOptions {
   std::string model = "sim-model";
-  // Between a stream's events (and before a non-streamed answer, once per
-  // token); 0: at once.
+  // Before each token of an answer, streamed or not; 0: at once. A request
+  // may set its own ("sim_token_interval_ms").
   std::chrono::milliseconds token_interval{0};
   int loops = 1;
 };

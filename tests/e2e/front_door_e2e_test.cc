@@ -244,5 +244,48 @@ TEST_F(FrontDoorE2ETest, ClientsTricklingTheirHeadsHoldNobodyUp) {
             std::string::npos);
 }
 
+// Idle connections past --gateway-max-connections are closed as they are
+// accepted; the ones held cost no thread, and the gateway serves again as
+// soon as some go.
+TEST_F(FrontDoorE2ETest, IdleConnectionsPastTheLimitAreClosedAndTheRestCostNoThread) {
+  constexpr int kLimit = 3000;
+  constexpr int kOver = 500;
+  StartFleet(0ms, {"--gateway-max-connections", std::to_string(kLimit)});
+  const int threads_before = ThreadsOf(daemon_.pid());
+  std::vector<std::unique_ptr<Socket>> idle;
+  for (int i = 0; i < kLimit + kOver; ++i) {
+    idle.push_back(std::make_unique<Socket>(gateway_port_));
+    ASSERT_GE(idle.back()->fd(), 0) << "connection " << i;
+  }
+  // The last kOver were closed by kvgov: reading them finds the end.
+  int closed = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    closed = 0;
+    std::string ignored;
+    for (const auto& socket : idle) {
+      if (!socket->Drain(&ignored)) ++closed;
+    }
+    return closed == kOver;
+  })) << closed << " connections closed";
+  EXPECT_LE(ThreadsOf(daemon_.pid()), threads_before + 2);
+  httplib::Client control("127.0.0.1", daemon_.port());
+  httplib::Result metrics = control.Get("/metrics");
+  ASSERT_EQ(HttpStatus(metrics), 200) << "the control API is served meanwhile";
+  EXPECT_NE(metrics->body.find("kvgov_gateway_connections " + std::to_string(kLimit)),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find("kvgov_gateway_connections_refused_total " +
+                               std::to_string(kOver)),
+            std::string::npos);
+  // Some go: a new client is served.
+  idle.resize(kLimit - 10);
+  httplib::Client client("127.0.0.1", gateway_port_);
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result answer = client.Post(
+        "/v1/completions", Json{{"model", "llama"}, {"prompt", "hi"}, {"max_tokens", 1}}.dump(),
+        "application/json");
+    return HttpStatus(answer) == 200;
+  }));
+}
+
 }  // namespace
 }  // namespace kvgov::testing
