@@ -35,6 +35,7 @@ test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
 bench: deps
+	@bash scripts/install-deps.sh --bench
 	@cmake -S . -B $(BENCH_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DKVGOV_BUILD_BENCHMARKS=ON -DKVGOV_BUILD_TESTS=OFF -DKVGOV_WERROR=$(WERROR) \
 	  > $(BENCH_DIR).configure.log 2>&1 \

@@ -31,6 +31,12 @@ packages=(
 if [ "${1:-}" = "--image" ]; then
   packages+=(mmdebstrap buildah)
 fi
+# make bench only: the gateway's load generator and the reverse proxy it is
+# compared with (src/server/gateway_scale_bench.cc). nginx is run by the
+# benchmark, never as a service: its package's start is refused below.
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(wrk nginx-light)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -59,4 +65,12 @@ fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
+# Packages' services (nginx's) are not started: a policy-rc.d that refuses,
+# for the install only, when none is there already.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" > /dev/null
+  $sudo chmod 755 "$policy"
+  trap '$sudo rm -f "$policy"' EXIT
+fi
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -41,7 +41,11 @@ RATIOS = {
     "ratio_two_shards_vs_one_stream": ("ingest: 2 streams on 2 threads, 2 shards / 1 stream on 1 thread", None, None),
     "ratio_two_indexes_vs_one_stream": ("ingest: 2 streams on 2 threads, 2 separate indexes (the machine's ceiling) / 1 stream", None, None),
     "ratio_one_lock_vs_one_stream": ("ingest: 2 streams on 2 threads, one lock / 1 stream on 1 thread", None, None),
-    "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second", ">= 0.8", lambda r: r >= 0.8),
+    "ratio_gateway_vs_direct_throughput": ("gateway / direct requests per second (simulated engines)", None, None),
+    "ratio_gateway_vs_nginx_instant_engine": ("gateway / nginx as a reverse proxy, requests per second, instant engine (issue 36)", ">= 0.5", lambda r: r >= 0.5),
+    "ratio_gateway_vs_direct_instant_engine": ("gateway / engine called directly, requests per second, instant engine", None, None),
+    "ratio_gateway_vs_nginx_2ms_engine": ("gateway / nginx as a reverse proxy, requests per second, 2 ms engine", None, None),
+    "ratio_gateway_vs_direct_2ms_engine": ("gateway / engine called directly, requests per second, 2 ms engine (issue 36)", ">= 0.8", lambda r: r >= 0.8),
     "ratio_grouped_vs_one_writer": ("journal rows per second: writers sharing fsyncs / one fsync per row", None, None),
     "ratio_whole_vs_resumed": ("chain check after 100 new rows of 100,000: whole walk / resumed walk", None, None),
 }
@@ -83,6 +87,18 @@ for name in sys.argv[1:]:
                 verdict = f"  target <= 32 (issue 19): {'met' if bench['bytes_per_pair'] <= 32 else 'MISSED'}"
             print(f"  {bench['name']}: heap bytes per resident pair = "
                   f"{bench['bytes_per_pair']:.3g} at {pairs:.0f} pairs{verdict}")
+        # Issue 36's absolute targets for the gateway's front door.
+        if "kvgov_rss_bytes_per_stream" in bench:
+            per = bench["kvgov_rss_bytes_per_stream"]
+            grew = bench["kvgov_threads_with_streams"] - bench["kvgov_threads_before"]
+            print(f"  {bench['name']}: {bench['streams']:.0f} streams held: {per:.4g} resident bytes a "
+                  f"stream, target < 32768 (issue 36): {'met' if per < 32768 else 'MISSED'}; "
+                  f"threads grew by {grew:.0f}, target 0: {'met' if grew <= 0 else 'MISSED'}")
+        if "added_ttfb_p50_us" in bench and "held_streams" in bench:
+            p50, p99 = bench["added_ttfb_p50_us"], bench["added_ttfb_p99_us"]
+            print(f"  {bench['name']}: added TTFB at {bench['held_streams']:.0f} streams p50 {p50:.4g} us "
+                  f"(target < 200: {'met' if p50 < 200 else 'MISSED'}), p99 {p99:.4g} us "
+                  f"(target < 1000: {'met' if p99 < 1000 else 'MISSED'}) (issue 36)")
         if "kill9_to_ready_s" in bench:
             ready = bench["kill9_to_ready_s"]
             print(f"  {bench['name']}: kill -9 to serving = {ready:.3g} s  target < 2 (issue 19): "

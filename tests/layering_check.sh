@@ -4,8 +4,9 @@
 # decides without HTTP, JSON, the store, a clock or a thread; ingest follows
 # streams without the store (kvgov_stream_store, its own library, is the
 # exception) and spool reads files without the index or threads;
-# connectors (clients of engines' HTTP APIs) know no index; only the daemon
-# (and the simulated engines of src/simfleet) serve HTTP. Tests and benchmarks beside the code may use
+# connectors (clients of engines' HTTP APIs) know no index; only the daemon,
+# the gateway's front door (src/gateway, which knows no daemon) and the
+# simulated engines of src/simfleet serve HTTP. Tests and benchmarks beside the code may use
 # their frameworks.
 # Usage: layering_check.sh REPO_ROOT
 set -euo pipefail
@@ -63,6 +64,20 @@ check "spool must not use the index or threads (the daemon scans it)" \
   '#include *("kvgov/index/|<thread>)' "$root/src/spool" "$root/include/kvgov/spool"
 check "connectors must not use the residency index or the store" \
   '#include *"kvgov/(index|store)/' "$root/src/connectors" "$root/include/kvgov/connectors"
+# The gateway's front door (src/gateway) knows no daemon: the request path
+# is src/server's handler, so a listener stays a listener.
+check "the gateway's I/O must not use the daemon, the store or the index" \
+  '#include *"(server/|kvgov/(store|index|router|governance|journal)/)' "$root/src/gateway"
+# Beast and Asio serve HTTP only in src/gateway (and what runs on it: the
+# simulated instant engine).
+beast_users=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" '#include *<boost/(beast|asio)' \
+  "$root/src" "$root/apps" "$root/include" 2>/dev/null |
+  grep -vE "^$root/src/(gateway|server|simfleet)/" || true)
+if [ -n "$beast_users" ]; then
+  echo "layering: Boost.Beast and Asio belong to src/gateway (and its users in src/server and src/simfleet)"
+  echo "$beast_users"
+  status=1
+fi
 # The server side of cpp-httplib: only the daemon listens (and the
 # simulated engines, which stand in for vLLM's own server).
 server_side=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" 'httplib::(SSL)?Server' \
