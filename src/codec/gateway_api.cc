@@ -10,6 +10,7 @@
 #include <simdjson.h>
 
 #include "codec/json_fields.h"
+#include "kvgov/codec/messages_api.h"
 #include "json/bounded_json.h"
 #include "kvgov/core/engine_events.h"
 
@@ -261,6 +262,15 @@ Result<T> ReadParsed(std::string_view body, const JsonLimits& limits, Read read)
 
 Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::string_view body,
                                                 const JsonLimits& limits) {
+  if (endpoint == GatewayEndpoint::kMessages) {
+    // Tokenized as the chat completion the engine makes of it; a Messages
+    // stream reports usage unasked (message_start, message_delta).
+    KVGOV_ASSIGN_OR_RETURN(const std::string chat, MessagesChatRequestJson(body, limits));
+    KVGOV_ASSIGN_OR_RETURN(GatewayRequest request,
+                           DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, limits));
+    request.ask_usage = false;
+    return request;
+  }
   return ReadParsed<GatewayRequest>(
       body, limits, [endpoint](const simdjson::dom::element& root) { return Decode(endpoint, root); });
 }

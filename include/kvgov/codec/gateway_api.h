@@ -14,7 +14,10 @@
 
 namespace kvgov {
 
-enum class GatewayEndpoint { kCompletions, kChatCompletions };
+/// The wires the gateway serves: OpenAI's completions and chat completions,
+/// and Anthropic's Messages (decoded as the chat completion an engine makes
+/// of it: messages_api.h).
+enum class GatewayEndpoint { kCompletions, kChatCompletions, kMessages };
 
 /// What the gateway needs from an OpenAI request; the body itself is
 /// forwarded as sent (WithCacheSalt).
