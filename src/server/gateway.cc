@@ -18,6 +18,7 @@
 #include "kvgov/auth/tokens.h"
 #include "kvgov/clock/clock.h"
 #include "kvgov/codec/gateway_api.h"
+#include "kvgov/codec/messages_api.h"
 #include "kvgov/connectors/openai_upstream.h"
 #include "server/access.h"
 #include "server/daemon.h"
@@ -54,8 +55,18 @@ struct ErrorAnswer {
   HeaderList headers;
 };
 
-asio::awaitable<void> Send(Exchange& exchange, ErrorAnswer error) {
-  std::string body = EncodeOpenAIErrorJson(error.message, error.type, error.param, error.code);
+// Which error shape a request is answered in: OpenAI's, or Anthropic's on
+// the Messages endpoint.
+enum class Wire { kOpenAI, kAnthropic };
+
+Wire WireOf(GatewayEndpoint endpoint) {
+  return endpoint == GatewayEndpoint::kMessages ? Wire::kAnthropic : Wire::kOpenAI;
+}
+
+asio::awaitable<void> Send(Exchange& exchange, ErrorAnswer error, Wire wire = Wire::kOpenAI) {
+  std::string body = wire == Wire::kAnthropic
+                         ? EncodeMessagesErrorJson(error.status, error.message)
+                         : EncodeOpenAIErrorJson(error.message, error.type, error.param, error.code);
   co_await exchange.Respond(error.status, kJson, std::move(body), error.headers);
 }
 
@@ -65,8 +76,16 @@ std::string HeaderOf(const gateway::Request& request, std::string_view name) {
 
 // The caller, with `role`; otherwise the 401 or 403.
 std::variant<auth::Principal, ErrorAnswer> Authorize(Daemon& daemon, auth::Role role,
-                                                     const gateway::Request& request) {
-  Result<auth::Principal> caller = daemon.auth->Authorize(HeaderOf(request, "Authorization"), role);
+                                                     const gateway::Request& request, Wire wire) {
+  std::string authorization = HeaderOf(request, "Authorization");
+  // Anthropic's SDKs send the key as x-api-key (Authorization: Bearer only
+  // with an auth token).
+  if (authorization.empty() && wire == Wire::kAnthropic) {
+    if (std::string key = HeaderOf(request, "x-api-key"); !key.empty()) {
+      authorization = "Bearer " + key;
+    }
+  }
+  Result<auth::Principal> caller = daemon.auth->Authorize(authorization, role);
   if (caller.ok()) return *caller;
   if (caller.status().code() == StatusCode::kUnauthenticated) {
     return ErrorAnswer{401, caller.status().message(), "authentication_error", "",
@@ -253,7 +272,7 @@ class RequestPath {
     std::variant<Admitted, ErrorAnswer> admitted =
         Admit(daemon_, caller, endpoint_, exchange_.request());
     if (auto* refused = std::get_if<ErrorAnswer>(&admitted)) {
-      co_await Send(exchange_, std::move(*refused));
+      co_await Refuse(std::move(*refused));
       co_return;
     }
     Admitted& request = std::get<Admitted>(admitted);
@@ -278,7 +297,7 @@ class RequestPath {
                                   "engine '" + tokenizer + "' could not tokenize the request: " +
                                       tokenized.status().message(),
                                   "upstream_error", "", "tokenizer_unavailable", {}};
-        co_await Send(exchange_, std::move(error));
+        co_await Refuse(std::move(error));
         co_return;
       }
       tokens = *std::move(tokenized);
@@ -291,12 +310,21 @@ class RequestPath {
     if (!salted.ok()) {
       ErrorAnswer error{503, salted.status().message(), "service_unavailable", "",
                                 "quarantine_unresolved", {}};
-      co_await Send(exchange_, std::move(error));
+      co_await Refuse(std::move(error));
       co_return;
     }
     const std::string& salt = salted->salt;
     std::string body = ForwardedBody(exchange_.request().body(), salt, decoded.ask_usage);
     if (ServedDisaggregated(daemon_, request.serving)) {
+      if (endpoint_ == GatewayEndpoint::kMessages) {
+        ErrorAnswer error{400,
+                          "'" + decoded.model +
+                              "' is served by prefill and decode pools, and the gateway hands "
+                              "over OpenAI requests only: send /v1/chat/completions",
+                          "invalid_request_error", "", "invalid_value", {}};
+        co_await Refuse(std::move(error));
+        co_return;
+      }
       co_await Handoff(request, std::move(route.token_ids), salt, salted->diverted(),
                        std::move(body));
       co_return;
@@ -313,7 +341,7 @@ class RequestPath {
       Result<std::string> id = auth::RandomHexId();
       if (!id.ok()) {
         ErrorAnswer error{500, id.status().message(), "server_error", "", "internal", {}};
-        co_await Send(exchange_, std::move(error));
+        co_await Refuse(std::move(error));
         co_return;
       }
       Result<router::RouteDecision> decision =
@@ -321,13 +349,13 @@ class RequestPath {
       if (!decision.ok()) {
         ErrorAnswer error{400, decision.status().message(), "invalid_request_error", "",
                                   "invalid_value", {}};
-        co_await Send(exchange_, std::move(error));
+        co_await Refuse(std::move(error));
         co_return;
       }
       if (decision->worker.empty()) {
         ErrorAnswer error{503, "no eligible worker (" + IneligibleReasons(*decision) + ")",
                                   "service_unavailable", "", "no_eligible_worker", {}};
-        co_await Send(exchange_, std::move(error));
+        co_await Refuse(std::move(error));
         co_return;
       }
       MarkDiverted(*salted, *decision);
@@ -372,7 +400,7 @@ class RequestPath {
                                   "upstream_error", "", timed_out ? "upstream_timeout"
                                                                   : "upstream_unreachable",
                                   {}};
-        co_await Send(exchange_, std::move(error));
+        co_await Refuse(std::move(error));
         co_return;
       }
       daemon_.gateway_metrics.retries->WithLabels({})->Inc();
@@ -393,6 +421,10 @@ class RequestPath {
     Prediction prediction;
   };
 
+  asio::awaitable<void> Refuse(ErrorAnswer error) {
+    co_await Send(exchange_, std::move(error), WireOf(endpoint_));
+  }
+
   // The decision's load released, what the engine reported accounted.
   void Release(const Forwarded& forwarded, const std::optional<EngineUsage>& usage) {
     (void)daemon_.router->Done(forwarded.decision_id);
@@ -408,14 +440,20 @@ class RequestPath {
     }
     // A 200 must be an answer the client's SDK can read: a JSON object.
     Result<std::optional<EngineUsage>> answer = std::optional<EngineUsage>();
-    if (body.ok() && call.status() == 200) answer = DecodeWholeAnswer(*body, UsageLimits());
+    if (body.ok() && call.status() == 200) {
+      if (endpoint_ == GatewayEndpoint::kMessages) {
+        answer = DecodeWholeMessagesAnswer(*body, UsageLimits());
+      } else {
+        answer = DecodeWholeAnswer(*body, UsageLimits());
+      }
+    }
     Release(forwarded, answer.ok() ? *answer : std::nullopt);
     if (!body.ok()) {
       ErrorAnswer error{502,
                                 "engine '" + forwarded.worker +
                                     "': the answer broke off: " + body.status().message(),
                                 "upstream_error", "", "upstream_unreachable", {}};
-      co_await Send(exchange_, std::move(error));
+      co_await Refuse(std::move(error));
       co_return;
     }
     if (!answer.ok()) {
@@ -423,9 +461,10 @@ class RequestPath {
       ErrorAnswer error{502,
                                 "engine '" + forwarded.worker + "' answered 200 with " +
                                     (type.empty() ? "no content type" : type) +
-                                    " that is not an OpenAI answer: " + answer.status().message(),
+                                    " that is not an answer of its API: " +
+                                    answer.status().message(),
                                 "upstream_error", "", "upstream_malformed_answer", {}};
-      co_await Send(exchange_, std::move(error));
+      co_await Refuse(std::move(error));
       co_return;
     }
     daemon_.gateway_metrics.bytes_relayed->WithLabels({})->Add(static_cast<double>(body->size()));
@@ -461,8 +500,15 @@ class RequestPath {
       std::string out;
       for (std::string& event : splitter.Push(*piece)) {
         const std::string_view data = SseSplitter::Data(event);
-        if (std::optional<EngineUsage> reported =
-                data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits()) : std::nullopt) {
+        if (endpoint_ == GatewayEndpoint::kMessages) {
+          // message_start carries the prompt, message_delta the final
+          // count with the cached part.
+          if (std::optional<EngineUsage> reported = DecodeMessagesUsage(data, UsageLimits())) {
+            usage = reported;
+          }
+        } else if (std::optional<EngineUsage> reported =
+                       data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits())
+                                             : std::nullopt) {
           usage = reported;
           if (strip_usage && reported->usage_only) continue;
         }
@@ -485,7 +531,12 @@ class RequestPath {
     }
     std::string rest = splitter.Rest();
     if (!outcome.ok()) {
-      rest += EncodeOpenAIErrorEvent("the engine's answer broke off: " + outcome.message());
+      const std::string why = "the engine's answer broke off: " + outcome.message();
+      if (endpoint_ == GatewayEndpoint::kMessages) {
+        rest += EncodeMessagesErrorEvent(why);
+      } else {
+        rest += EncodeOpenAIErrorEvent(why);
+      }
     }
     co_await exchange_.Send(rest);
     co_await exchange_.EndStream();
@@ -518,7 +569,7 @@ class RequestPath {
                                 "no " + std::string(missing) + " worker of '" + handoff.model +
                                     "' is live, healthy and not draining",
                                 "service_unavailable", "", "no_eligible_worker", {}};
-      co_await Send(exchange_, std::move(error));
+      co_await Refuse(std::move(error));
       co_return;
     }
     Daemon* daemon = &daemon_;
@@ -613,12 +664,14 @@ namespace {
 // A handler for callers with `role`: others are answered 401 or 403.
 using GuardedHandler =
     std::function<asio::awaitable<void>(Exchange&, const auth::Principal& caller)>;
-gateway::Handler Guard(Daemon& daemon, auth::Role role, GuardedHandler handler) {
-  return [&daemon, role, handler = std::move(handler)](Exchange& exchange) -> asio::awaitable<void> {
+gateway::Handler Guard(Daemon& daemon, auth::Role role, GuardedHandler handler,
+                       Wire wire = Wire::kOpenAI) {
+  return [&daemon, role, wire,
+          handler = std::move(handler)](Exchange& exchange) -> asio::awaitable<void> {
     std::variant<auth::Principal, ErrorAnswer> caller =
-        Authorize(daemon, role, exchange.request());
+        Authorize(daemon, role, exchange.request(), wire);
     if (auto* refused = std::get_if<ErrorAnswer>(&caller)) {
-      co_await Send(exchange, std::move(*refused));
+      co_await Send(exchange, std::move(*refused), wire);
       co_return;
     }
     co_await handler(exchange, std::get<auth::Principal>(caller));
@@ -648,11 +701,13 @@ GuardedHandler Forward(Daemon& daemon, GatewayEndpoint endpoint, std::string pat
       ~Held() { n.fetch_sub(1); }
     } held{*open};
     if (const uint64_t limit = daemon.options.gateway_max_requests; open->fetch_add(1) >= limit) {
-      ErrorAnswer error{429,
+      // Anthropic's clients know overload as 529.
+      const Wire wire = WireOf(endpoint);
+      ErrorAnswer error{wire == Wire::kAnthropic ? 529 : 429,
                         "the gateway is serving " + std::to_string(limit) +
                             " requests, its limit (serve --gateway-max-requests); retry shortly",
                         "rate_limit_error", "", "gateway_at_capacity", {{"Retry-After", "1"}}};
-      co_await Send(exchange, std::move(error));
+      co_await Send(exchange, std::move(error), wire);
       co_return;
     }
     RequestPath request_path(daemon, exchange, endpoint, path);
@@ -681,6 +736,10 @@ gateway::Handler GatewayHandler(Daemon& daemon) {
             Guard(daemon, auth::Role::kInfer,
                   Forward(daemon, GatewayEndpoint::kChatCompletions, "/v1/chat/completions",
                           open)));
+  http.Post("/v1/messages",
+            Guard(daemon, auth::Role::kInfer,
+                  Forward(daemon, GatewayEndpoint::kMessages, "/v1/messages", open),
+                  Wire::kAnthropic));
   return std::move(http).Dispatch([](Exchange& exchange) -> asio::awaitable<void> {
     const gateway::Request& request = exchange.request();
     ErrorAnswer error{404,

@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "kvgov/codec/messages_api.h"
 #include "kvgov/server/http_listener.h"
 #include "simfleet/replay_responder.h"
 
@@ -263,7 +264,12 @@ Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool genera
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& message = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!message.is_object() || !message.contains("content") || !message["content"].is_string()) {
+    // Content is a string, content parts (text, image_url), or null beside
+    // tool_calls, as OpenAI's chat allows.
+    const auto content = message.is_object() ? message.find("content") : message.end();
+    const bool has_tool_calls = message.is_object() && message.contains("tool_calls");
+    if (!message.is_object() || content == message.end() ||
+        !(content->is_string() || content->is_array() || (content->is_null() && has_tool_calls))) {
       return Status::InvalidArgument(where + ": want an object with a string content");
     }
     const auto role = message.find("role");
@@ -275,7 +281,26 @@ Result<std::vector<int64_t>> ApplyChatTemplate(const Json& messages, bool genera
     tokens.push_back(name == "system"      ? kSystemMarker
                      : name == "assistant" ? kAssistantMarker
                                            : kUserMarker);
-    TokenizeText(message["content"].get_ref<const std::string&>(), tokens, vocabulary);
+    if (content->is_string()) {
+      TokenizeText(content->get_ref<const std::string&>(), tokens, vocabulary);
+    } else if (content->is_array()) {
+      for (const Json& part : *content) {
+        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+            part["text"].is_string()) {
+          TokenizeText(part["text"].get_ref<const std::string&>(), tokens, vocabulary);
+        } else {
+          TokenizeText("<image>", tokens, vocabulary);  // one token for any other part
+        }
+      }
+    }
+    if (has_tool_calls && message["tool_calls"].is_array()) {
+      for (const Json& call : message["tool_calls"]) {
+        const Json function = call.is_object() ? call.value("function", Json::object()) : Json();
+        if (!function.is_object()) continue;
+        TokenizeText(function.value("name", "") + " " + function.value("arguments", ""), tokens,
+                     vocabulary);
+      }
+    }
   }
   if (generation_prompt) tokens.push_back(kAssistantMarker);
   return tokens;
@@ -799,6 +824,128 @@ struct LiveEngine::Impl {
       return true;
     }
     return false;
+  }
+
+  // vLLM's POST /v1/messages: the Messages request made into the chat
+  // completion vLLM makes of it (its stream asking for usage), served as
+  // one, and answered in Anthropic's shape: a message, or its events
+  // (message_start, content_block_*, message_delta, message_stop).
+  void HandleMessages(const httplib::Request& request, httplib::Response& response) {
+    auto refuse = [&response](int status, std::string_view message) {
+      response.status = status;
+      response.set_content(EncodeMessagesErrorJson(status, message), "application/json");
+    };
+    Result<std::string> lowered = MessagesChatRequestJson(request.body, JsonLimits{});
+    if (!lowered.ok()) return refuse(400, lowered.status().message());
+    Json chat = Json::parse(*lowered);
+    const bool stream = chat.value("stream", false);
+    if (stream) chat["stream_options"] = {{"include_usage", true}};
+    Result<std::vector<int64_t>> prompt = PromptTokens(chat, vocabulary);
+    const int64_t prompt_tokens = prompt.ok() ? static_cast<int64_t>(prompt->size()) : 0;
+    httplib::Request as_chat = request;
+    as_chat.body = chat.dump();
+    httplib::Response answer;
+    HandleCompletion(as_chat, answer, /*chat=*/true);
+    // A handler that set no status answered 200 (cpp-httplib's default).
+    if (answer.status != -1 && answer.status != 200) {
+      const Json error = Json::parse(answer.body, nullptr, false);
+      return refuse(answer.status, error.is_object() && error.contains("error")
+                                       ? error["error"].value("message", answer.body)
+                                       : answer.body);
+    }
+    const std::string model = options.model;
+    // usage in Anthropic's words: the cached part apart from input_tokens.
+    auto usage_of = [](const Json& usage) {
+      const int64_t cached = usage.value(Json::json_pointer("/prompt_tokens_details/cached_tokens"),
+                                         int64_t{0});
+      return Json{{"input_tokens", usage.value("prompt_tokens", int64_t{0}) - cached},
+                  {"output_tokens", usage.value("completion_tokens", int64_t{0})},
+                  {"cache_read_input_tokens", cached},
+                  {"cache_creation_input_tokens", 0}};
+    };
+    if (!stream) {
+      const Json completion = Json::parse(answer.body);
+      const Json& choice = completion["choices"][0];
+      Json message = {{"id", "msg_" + completion.value("id", std::string())},
+                      {"type", "message"},
+                      {"role", "assistant"},
+                      {"model", model},
+                      {"content",
+                       Json::array({{{"type", "text"},
+                                     {"text", choice["message"].value("content", std::string())}}})},
+                      {"stop_reason", choice.value("finish_reason", "") == "length" ? "max_tokens"
+                                                                                   : "end_turn"},
+                      {"stop_sequence", nullptr},
+                      {"usage", usage_of(completion["usage"])}};
+      response.set_content(message.dump(), "application/json");
+      return;
+    }
+    // Each chunk of the chat stream, as the Messages events it makes.
+    auto event = [](const char* name, const Json& data) {
+      return std::string("event: ") + name + "\ndata: " + data.dump() + "\n\n";
+    };
+    auto convert = [event, model, prompt_tokens, usage_of, started = false,
+                    buffer = std::string()](std::string_view chunk) mutable {
+      buffer.append(chunk);
+      std::string out;
+      for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+        const std::string line = buffer.substr(0, end);
+        buffer.erase(0, end + 2);
+        if (!line.starts_with("data: ") || line == "data: [DONE]") continue;
+        const Json data = Json::parse(line.substr(6), nullptr, false);
+        if (!data.is_object()) continue;
+        if (!started) {
+          started = true;
+          out += event("message_start",
+                       {{"type", "message_start"},
+                        {"message",
+                         {{"id", "msg_" + data.value("id", std::string())},
+                          {"type", "message"},
+                          {"role", "assistant"},
+                          {"model", model},
+                          {"content", Json::array()},
+                          {"stop_reason", nullptr},
+                          {"stop_sequence", nullptr},
+                          {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}});
+          out += event("content_block_start", {{"type", "content_block_start"},
+                                               {"index", 0},
+                                               {"content_block", {{"type", "text"}, {"text", ""}}}});
+        }
+        if (data.contains("usage") && data["usage"].is_object() && data["choices"].empty()) {
+          out += event("message_delta", {{"type", "message_delta"},
+                                         {"delta", {{"stop_reason", "max_tokens"},
+                                                    {"stop_sequence", nullptr}}},
+                                         {"usage", usage_of(data["usage"])}});
+          out += event("message_stop", {{"type", "message_stop"}});
+          continue;
+        }
+        if (data["choices"].empty()) continue;
+        const Json& choice = data["choices"][0];
+        const std::string text = choice["delta"].value("content", std::string());
+        if (!text.empty()) {
+          out += event("content_block_delta",
+                       {{"type", "content_block_delta"},
+                        {"index", 0},
+                        {"delta", {{"type", "text_delta"}, {"text", text}}}});
+        }
+        if (!choice["finish_reason"].is_null()) {
+          out += event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
+        }
+      }
+      return out;
+    };
+    auto chat_stream = std::make_shared<httplib::ContentProvider>(std::move(answer.content_provider_));
+    response.set_chunked_content_provider(
+        "text/event-stream", [chat_stream, convert](size_t offset, httplib::DataSink& sink) mutable {
+          httplib::DataSink proxy;
+          proxy.write = [&](const char* data, size_t size) {
+            const std::string out = convert(std::string_view(data, size));
+            return out.empty() || sink.write(out.data(), out.size());
+          };
+          proxy.done = [&] { sink.done(); };
+          proxy.is_writable = [&] { return sink.is_writable(); };
+          return (*chat_stream)(offset, 0, proxy);
+        });
   }
 
   void HandleCompletion(const httplib::Request& request, httplib::Response& response,
@@ -1621,6 +1768,9 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   http.Post("/v1/chat/completions", [self](const httplib::Request& request,
                                            httplib::Response& response) {
     self->HandleCompletion(request, response, /*chat=*/true);
+  });
+  http.Post("/v1/messages", [self](const httplib::Request& request, httplib::Response& response) {
+    self->HandleMessages(request, response);
   });
   http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleTokenize(request, response);

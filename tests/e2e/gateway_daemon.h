@@ -91,4 +91,14 @@ inline int RunOpenAISdkChecks(int gateway_port, const std::string& token, std::s
                     output);
 }
 
+// tests/node/anthropic_sdk_gateway.mjs against the gateway (the SDK adds
+// /v1/messages to the base URL itself).
+inline int RunAnthropicSdkChecks(int gateway_port, const std::string& token, std::string* output) {
+  const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
+  return RunCommand("node " + (node_dir / "anthropic_sdk_gateway.mjs").string() +
+                        " http://127.0.0.1:" + std::to_string(gateway_port) + " " + token +
+                        " 2>&1",
+                    output);
+}
+
 }  // namespace kvgov::testing

@@ -723,5 +723,31 @@ TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {
   RecordProperty("openai_sdk", output);
 }
 
+// The official Anthropic SDK (npm's @anthropic-ai/sdk, pinned by
+// tests/node's lockfile) against the gateway's Messages endpoint, with the
+// engine's own accounting checked on kvgov's side.
+TEST_F(GatewayE2ETest, TheOfficialAnthropicClientWorksThroughTheGateway) {
+  if (const std::string missing = NodePackageMissing("@anthropic-ai/sdk"); !missing.empty()) {
+    GTEST_SKIP() << missing;
+  }
+  const std::string sdk = AddToken(daemon_.data_dir(), "sdk", {"infer"});
+  control_headers_ = Bearer(AddToken(daemon_.data_dir(), "reader", {"read"}));
+  StartKvgov();
+  std::string output;
+  ASSERT_EQ(RunAnthropicSdkChecks(gateway_port_, sdk, &output), 0) << output;
+  // Its last line: one JSON object (with objects inside).
+  std::string last = output.substr(0, output.find_last_not_of('\n') + 1);
+  last = last.substr(last.rfind('\n') + 1);
+  const Json seen = Json::parse(last);
+  EXPECT_EQ(seen["ok"], true);
+  EXPECT_GE(seen["cache_read_input_tokens"].get<int>(), 32);
+  // kvgov routed on the engine's own tokens, and read the Messages usage.
+  EXPECT_EQ(Metric("kvgov_gateway_tokenize_mismatch_total{model=\"llama\"}"), -1)
+      << "a Messages prompt was tokenized differently from the engine";
+  EXPECT_GE(Predictions(), 3);
+  EXPECT_EQ(Metric("kvgov_gateway_requests_total{endpoint=\"messages\"}"), 5);
+  RecordProperty("anthropic_sdk", output);
+}
+
 }  // namespace
 }  // namespace kvgov::testing
