@@ -8,12 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
-#include <functional>
 #include <variant>
 
+#include "gateway/routes.h"
+#include "gateway/upstream_pool.h"
 #include "kvgov/auth/entropy.h"
 #include "kvgov/auth/tokens.h"
 #include "kvgov/clock/clock.h"
@@ -23,8 +25,6 @@
 #include "server/access.h"
 #include "server/daemon.h"
 #include "server/gateway_upstream.h"
-#include "gateway/routes.h"
-#include "gateway/upstream_pool.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
 #include "server/prefix_diagnostics.h"
@@ -45,7 +45,8 @@ using gateway::HeaderList;
 constexpr std::string_view kJson = "application/json";
 constexpr std::string_view kEventStream = "text/event-stream";
 
-// An answer in OpenAI's error shape, decided before any await.
+// An error answer, decided before any await; written in the shape of the
+// request's wire (Send).
 struct ErrorAnswer {
   int status = 500;
   std::string message;

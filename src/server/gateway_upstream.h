@@ -1,8 +1,11 @@
 #pragma once
 
 // Internal to kvgov_server: what the gateway's two request paths share
-// (gateway.cc, colocated; handoff.cc, disaggregated): the relay of one
-// forwarded request's answer and the accounting of what the engine reported.
+// (gateway.cc, colocated, on the front door's loops; handoff.cc,
+// disaggregated, on a relay thread): the engine of a worker and the
+// accounting of what the engine reported; and the handoff's blocking relay
+// of one forwarded request's answer (Relay, StartUpstream, StreamPump),
+// until the handoff runs on the loops too (ADR 0034).
 
 #include <chrono>
 #include <condition_variable>

@@ -11,10 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <thread>
 
+#include "gateway/front_door.h"
 #include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/server/http_listener.h"
@@ -22,11 +23,10 @@
 #include "server/daemon.h"
 #include "server/gateway.h"
 #include "server/gateway_upstream.h"
-#include "server/relay_threads.h"
-#include "gateway/front_door.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
 #include "server/prefix_diagnostics.h"
+#include "server/relay_threads.h"
 
 namespace kvgov::server {
 namespace {
