@@ -44,6 +44,7 @@
 #include "kvgov/server/server.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "router/route_bench_fleet.h"
+#include "server/ttfb_probe.h"
 
 namespace kvgov::server {
 namespace {
@@ -159,24 +160,7 @@ std::string CompletionBody(bool stream, int max_tokens, int64_t first_token = 10
       .dump();
 }
 
-// Microseconds from sending a streamed completion to its first body byte;
-// the rest is read to the end. Negative on failure.
-double TimeToFirstByte(httplib::Client& client, const std::string& path, const std::string& body) {
-  httplib::Request request;
-  request.method = "POST";
-  request.path = path;
-  request.body = body;
-  request.set_header("Content-Type", "application/json");
-  Clock::time_point first{};
-  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-    if (first == Clock::time_point{}) first = Clock::now();
-    return true;
-  };
-  const auto sent = Clock::now();
-  httplib::Result result = client.send(request);
-  if (!result || result->status != 200 || first == Clock::time_point{}) return -1;
-  return Micros(first - sent);
-}
+using bench::TimeToFirstByte;
 
 std::unique_ptr<httplib::Client> KeptAlive(const std::string& host, int port) {
   auto client = std::make_unique<httplib::Client>(host, port);

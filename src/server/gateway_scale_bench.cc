@@ -47,6 +47,7 @@
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "router/route_bench_fleet.h"
+#include "server/ttfb_probe.h"
 #include "simfleet/instant_engine.h"
 
 #ifndef KVGOV_BINARY
@@ -455,24 +456,6 @@ void BM_FrontDoorStreamsHeld(benchmark::State& state) {
 }
 BENCHMARK(BM_FrontDoorStreamsHeld)->Arg(9000)->Iterations(2)->Unit(benchmark::kMillisecond);
 
-// Microseconds from sending a streamed completion to its first body byte.
-double TimeToFirstByte(httplib::Client& client, const std::string& body) {
-  httplib::Request request;
-  request.method = "POST";
-  request.path = "/v1/completions";
-  request.body = body;
-  request.set_header("Content-Type", "application/json");
-  Clock::time_point first{};
-  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-    if (first == Clock::time_point{}) first = Clock::now();
-    return true;
-  };
-  const auto sent = Clock::now();
-  httplib::Result result = client.send(request);
-  if (!result || result->status != 200 || first == Clock::time_point{}) return -1;
-  return std::chrono::duration<double, std::micro>(first - sent).count();
-}
-
 void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   ScaleFleet fleet;
   if (Status started = fleet.Start(0); !started.ok()) {
@@ -506,16 +489,16 @@ void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   }
   const std::string body = CompletionBody(true, 1, 0, 5000);
   for (int i = 0; i < 50; ++i) {
-    (void)TimeToFirstByte(direct, body);
-    (void)TimeToFirstByte(gateway, body);
+    (void)bench::TimeToFirstByte(direct, "/v1/completions", body);
+    (void)bench::TimeToFirstByte(gateway, "/v1/completions", body);
   }
   std::vector<double> direct_us, gateway_us;
   bool gateway_first = false;
   for (auto _ : state) {
     double via_direct = 0, via_gateway = 0;
-    if (gateway_first) via_gateway = TimeToFirstByte(gateway, body);
-    via_direct = TimeToFirstByte(direct, body);
-    if (!gateway_first) via_gateway = TimeToFirstByte(gateway, body);
+    if (gateway_first) via_gateway = bench::TimeToFirstByte(gateway, "/v1/completions", body);
+    via_direct = bench::TimeToFirstByte(direct, "/v1/completions", body);
+    if (!gateway_first) via_gateway = bench::TimeToFirstByte(gateway, "/v1/completions", body);
     gateway_first = !gateway_first;
     if (via_direct < 0 || via_gateway < 0) {
       state.SkipWithError("a probe failed");
