@@ -16,6 +16,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -81,6 +83,8 @@ class RawClient {
 // temporary made by ?: in one: the handlers below pass named values.
 constexpr std::string_view kTextPlain = "text/plain";
 constexpr std::string_view kEventStream = "text/event-stream";
+
+int HttpStatusOf(const httplib::Result& result) { return result ? result->status : -1; }
 
 FrontDoorOptions TestOptions() {
   FrontDoorOptions options;
@@ -374,6 +378,48 @@ TEST(FrontDoorTest, AnUnreachableEngineIsUnavailableAndNamed) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 502);
   EXPECT_NE(r->body.find("engine 'http://127.0.0.1:1'"), std::string::npos) << r->body;
+}
+
+TEST(FrontDoorTest, SpeaksTlsWithTheFilesGivenAndRefusesFilesThatDoNotLoad) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("front_door_tls_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string key = (dir / "tls.key").string();
+  const std::string cert = (dir / "tls.crt").string();
+  const std::string openssl = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+                              "-nodes -days 1 -subj /CN=localhost -keyout " + key + " -out " +
+                              cert + " 2>/dev/null";
+  ASSERT_EQ(std::system(openssl.c_str()), 0);
+  FrontDoorOptions options = TestOptions();
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  Result<std::unique_ptr<FrontDoor>> door = FrontDoor::Start(options, Echo);
+  ASSERT_TRUE(door.ok()) << door.status().ToString();
+  httplib::SSLClient tls("127.0.0.1", (*door)->port());
+  tls.enable_server_certificate_verification(false);
+  httplib::Result answer = tls.Post("/v1/x", "over tls", "text/plain");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->body, "POST /v1/x over tls");
+  std::string streamed;
+  ASSERT_TRUE(tls.Get("/stream", [&](const char* data, size_t n) {
+    streamed.append(data, n);
+    return true;
+  }));
+  EXPECT_EQ(streamed, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+  httplib::Client plain("127.0.0.1", (*door)->port());
+  plain.set_read_timeout(1, 0);
+  EXPECT_NE(HttpStatusOf(plain.Get("/v1/x")), 200) << "plaintext is not spoken";
+
+  options.tls_key_file = cert;  // not a key
+  Result<std::unique_ptr<FrontDoor>> wrong = FrontDoor::Start(options, Echo);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("cannot load certificate"), std::string::npos);
+  options.tls_key_file = (dir / "missing.key").string();
+  wrong = FrontDoor::Start(options, Echo);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("cannot read --tls-key"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(FrontDoorTest, ABusyAddressIsAnIOErrorNamingIt) {
