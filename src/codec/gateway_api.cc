@@ -271,6 +271,23 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
     request.ask_usage = false;
     return request;
   }
+  if (endpoint == GatewayEndpoint::kResponses) {
+    // Tokenized as the chat completion the engine makes of it; a Responses
+    // stream reports usage unasked (response.completed).
+    KVGOV_ASSIGN_OR_RETURN(const std::string chat, ResponsesChatRequestJson(body, limits));
+    KVGOV_ASSIGN_OR_RETURN(GatewayRequest request,
+                           DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, limits));
+    request.ask_usage = false;
+    const nlohmann::json sent = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (const auto previous = sent.find("previous_response_id");
+        previous != sent.end() && !previous->is_null()) {
+      if (!previous->is_string() || previous->get_ref<const std::string&>().empty()) {
+        return FieldError("previous_response_id", "want a non-empty string");
+      }
+      request.previous_response_id = previous->get<std::string>();
+    }
+    return request;
+  }
   return ReadParsed<GatewayRequest>(
       body, limits, [endpoint](const simdjson::dom::element& root) { return Decode(endpoint, root); });
 }

@@ -274,7 +274,157 @@ std::optional<EngineUsage> UsageOf(const Ordered& usage) {
   return out;
 }
 
+// A Responses input item's content: a string, or parts (input_text,
+// output_text, input_image) as chat content.
+Result<Ordered> ResponsesContent(const Ordered& content, const std::string& path) {
+  if (content.is_string()) return content;
+  if (!content.is_array()) return PathError(path, "want a string or content parts");
+  Ordered parts = Ordered::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Ordered& part = content[i];
+    const std::string part_path = IndexPath(path, i);
+    if (IsType(part, "input_text") || IsType(part, "output_text") || IsType(part, "text")) {
+      KVGOV_ASSIGN_OR_RETURN(std::string text, TextOf(part, part_path));
+      parts.push_back({{"type", "text"}, {"text", std::move(text)}});
+    } else if (IsType(part, "input_image")) {
+      if (!part.contains("image_url") || !part["image_url"].is_string()) {
+        return PathError(ChildPath(part_path, "image_url"), "want a string");
+      }
+      parts.push_back({{"type", "image_url"}, {"image_url", {{"url", part["image_url"]}}}});
+    } else {
+      return PathError(ChildPath(part_path, "type"),
+                       "want input_text, output_text or input_image");
+    }
+  }
+  return ContentOf(std::move(parts));
+}
+
+Result<Ordered> LowerResponsesRequest(const Ordered& request) {
+  if (!request.is_object()) return PathError("$", "want a JSON object");
+  if (!request.contains("model") || !request["model"].is_string()) {
+    return PathError("$.model", "want a non-empty string");
+  }
+  Ordered chat = {{"model", request["model"]}};
+  Ordered messages = Ordered::array();
+  if (request.contains("instructions") && request["instructions"].is_string()) {
+    messages.push_back({{"role", "system"}, {"content", request["instructions"]}});
+  }
+  if (!request.contains("input")) return PathError("$.input", "missing required field");
+  const Ordered& input = request["input"];
+  if (input.is_string()) {
+    messages.push_back({{"role", "user"}, {"content", input}});
+  } else if (input.is_array()) {
+    for (size_t i = 0; i < input.size(); ++i) {
+      const Ordered& item = input[i];
+      const std::string path = IndexPath("$.input", i);
+      if (!item.is_object()) return PathError(path, "want an object");
+      if (IsType(item, "function_call")) {
+        if (!item.contains("call_id") || !item.contains("name") || !item["name"].is_string()) {
+          return PathError(path, "a function_call wants call_id and name");
+        }
+        const Ordered arguments = item.contains("arguments") ? item["arguments"] : Ordered("{}");
+        messages.push_back({{"role", "assistant"},
+                            {"content", nullptr},
+                            {"tool_calls",
+                             Ordered::array({{{"id", item["call_id"]},
+                                              {"type", "function"},
+                                              {"function", {{"name", item["name"]},
+                                                            {"arguments", arguments}}}}})}});
+      } else if (IsType(item, "function_call_output")) {
+        if (!item.contains("call_id")) return PathError(ChildPath(path, "call_id"), "missing");
+        const Ordered output = item.contains("output") ? item["output"] : Ordered("");
+        messages.push_back({{"role", "tool"},
+                            {"tool_call_id", item["call_id"]},
+                            {"content", output.is_string() ? output : Ordered(output.dump())}});
+      } else {
+        if (!item.contains("role") || !item["role"].is_string()) {
+          return PathError(ChildPath(path, "role"), "want a string");
+        }
+        std::string role = item["role"].get<std::string>();
+        if (role == "developer") role = "system";
+        if (!item.contains("content")) return PathError(ChildPath(path, "content"), "missing");
+        KVGOV_ASSIGN_OR_RETURN(Ordered content,
+                               ResponsesContent(item["content"], ChildPath(path, "content")));
+        messages.push_back({{"role", role}, {"content", std::move(content)}});
+      }
+    }
+  } else {
+    return PathError("$.input", "want a string or an array of items");
+  }
+  if (messages.empty()) return PathError("$.input", "want at least one item");
+  chat["messages"] = std::move(messages);
+  if (request.contains("tools") && request["tools"].is_array()) {
+    Ordered functions = Ordered::array();
+    for (size_t i = 0; i < request["tools"].size(); ++i) {
+      const Ordered& tool = request["tools"][i];
+      if (!IsType(tool, "function")) continue;  // built-in tools render nothing here
+      if (!tool.contains("name") || !tool["name"].is_string()) {
+        return PathError(ChildPath(IndexPath("$.tools", i), "name"), "want a string");
+      }
+      Ordered function = {{"name", tool["name"]}};
+      if (tool.contains("description")) function["description"] = tool["description"];
+      if (tool.contains("parameters")) function["parameters"] = tool["parameters"];
+      functions.push_back({{"type", "function"}, {"function", std::move(function)}});
+    }
+    if (!functions.empty()) chat["tools"] = std::move(functions);
+  }
+  if (request.contains("max_output_tokens")) chat["max_tokens"] = request["max_output_tokens"];
+  for (const char* field : {"temperature", "top_p", "stream", "cache_salt", "kv_transfer_params",
+                            "bootstrap_host", "bootstrap_port", "bootstrap_room"}) {
+    if (request.contains(field)) chat[field] = request[field];
+  }
+  return chat;
+}
+
 }  // namespace
+
+Result<std::string> ResponsesChatRequestJson(std::string_view body, const JsonLimits& limits) {
+  KVGOV_ASSIGN_OR_RETURN(const Ordered request, ParseObject(body, limits));
+  KVGOV_ASSIGN_OR_RETURN(const Ordered chat, LowerResponsesRequest(request));
+  return chat.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<EngineUsage> DecodeResponsesUsage(std::string_view json, const JsonLimits& limits) {
+  Result<Ordered> parsed = ParseObject(json, limits);
+  if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
+  const Ordered* response = &*parsed;
+  if (IsType(*parsed, "response.completed") || IsType(*parsed, "response.incomplete")) {
+    if (!parsed->contains("response")) return std::nullopt;
+    response = &(*parsed)["response"];
+  }
+  if (!response->is_object() || !response->contains("usage") ||
+      !(*response)["usage"].is_object()) {
+    return std::nullopt;
+  }
+  const Ordered& usage = (*response)["usage"];
+  if (!usage.contains("input_tokens") || !usage["input_tokens"].is_number_integer()) {
+    return std::nullopt;
+  }
+  EngineUsage out;
+  out.prompt_tokens = usage["input_tokens"].get<int64_t>();
+  if (usage.contains("input_tokens_details") && usage["input_tokens_details"].is_object()) {
+    const Ordered& details = usage["input_tokens_details"];
+    if (details.contains("cached_tokens") && details["cached_tokens"].is_number_integer()) {
+      out.cached_tokens = details["cached_tokens"].get<int64_t>();
+    }
+  }
+  return out;
+}
+
+std::string DecodeResponseId(std::string_view json, const JsonLimits& limits) {
+  Result<Ordered> parsed = ParseObject(json, limits);
+  if (!parsed.ok() || !parsed->is_object()) return "";
+  const Ordered* response = &*parsed;
+  if (IsType(*parsed, "response.created") && parsed->contains("response")) {
+    response = &(*parsed)["response"];
+  } else if (!parsed->contains("object") || (*parsed)["object"] != "response") {
+    return "";  // another event, or not a response
+  }
+  if (!response->is_object() || !response->contains("id") || !(*response)["id"].is_string()) {
+    return "";
+  }
+  return (*response)["id"].get<std::string>();
+}
 
 Result<std::string> MessagesChatRequestJson(std::string_view body, const JsonLimits& limits) {
   KVGOV_ASSIGN_OR_RETURN(const Ordered request, ParseObject(body, limits));

@@ -116,6 +116,60 @@ TEST(MessagesApiTest, UsageCountsTheCachedPartInThePrompt) {
   EXPECT_FALSE(DecodeWholeMessagesAnswer("[1]", limits).ok());
 }
 
+TEST(ResponsesApiTest, InputItemsBecomeTheChatTheEngineMakes) {
+  Result<std::string> chat_json = ResponsesChatRequestJson(R"({"model":"m","instructions":"Be brief.",
+    "max_output_tokens":5,"stream":true,"previous_response_id":"resp_1",
+    "tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}],
+    "input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},
+             {"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\": 1}"},
+             {"type":"function_call_output","call_id":"c1","output":"42"},
+             {"type":"message","role":"developer","content":"note"}]})",
+                                                           JsonLimits{});
+  ASSERT_TRUE(chat_json.ok()) << chat_json.status().ToString();
+  const Json chat = Json::parse(*chat_json);
+  const Json& messages = chat["messages"];
+  ASSERT_EQ(messages.size(), 5u);
+  EXPECT_EQ(messages[0], (Json{{"role", "system"}, {"content", "Be brief."}}));
+  EXPECT_EQ(messages[1], (Json{{"role", "user"}, {"content", "hi"}}));
+  EXPECT_EQ(messages[2]["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+  EXPECT_EQ(messages[3], (Json{{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}}));
+  EXPECT_EQ(messages[4]["role"], "system");
+  EXPECT_EQ(chat["tools"].size(), 1u) << "built-in tools render nothing";
+  EXPECT_EQ(chat["max_tokens"], 5);
+  EXPECT_FALSE(chat.contains("previous_response_id"));
+
+  Result<GatewayRequest> request = DecodeGatewayRequestJson(
+      GatewayEndpoint::kResponses, R"({"model":"m","input":"hello","previous_response_id":"resp_7"})",
+      JsonLimits{});
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_EQ(request->previous_response_id, "resp_7");
+  EXPECT_EQ(Json::parse(request->tokenize_body)["messages"][0]["content"], "hello");
+  EXPECT_FALSE(DecodeGatewayRequestJson(GatewayEndpoint::kResponses,
+                                        R"({"model":"m","input":"x","previous_response_id":7})",
+                                        JsonLimits{})
+                   .ok());
+  EXPECT_FALSE(DecodeGatewayRequestJson(GatewayEndpoint::kResponses, R"({"model":"m"})", JsonLimits{})
+                   .ok());
+}
+
+TEST(ResponsesApiTest, UsageAndIdFromTheWholeResponseOrItsEvents) {
+  const JsonLimits limits;
+  const std::string whole =
+      R"({"id":"resp_1","object":"response","usage":{"input_tokens":40,"input_tokens_details":{"cached_tokens":32},"output_tokens":3}})";
+  ASSERT_TRUE(DecodeResponsesUsage(whole, limits));
+  EXPECT_EQ(DecodeResponsesUsage(whole, limits)->prompt_tokens, 40);
+  EXPECT_EQ(DecodeResponsesUsage(whole, limits)->cached_tokens, 32);
+  EXPECT_EQ(DecodeResponseId(whole, limits), "resp_1");
+  EXPECT_EQ(DecodeResponseId(R"({"type":"response.created","response":{"id":"resp_2"}})", limits),
+            "resp_2");
+  EXPECT_EQ(DecodeResponseId(R"({"type":"response.output_text.delta","delta":"x"})", limits), "");
+  const std::string completed =
+      R"({"type":"response.completed","response":{"id":"resp_2","usage":{"input_tokens":9,"output_tokens":1}}})";
+  ASSERT_TRUE(DecodeResponsesUsage(completed, limits));
+  EXPECT_EQ(DecodeResponsesUsage(completed, limits)->prompt_tokens, 9);
+  EXPECT_FALSE(DecodeResponsesUsage(R"({"type":"response.created","response":{}})", limits));
+}
+
 TEST(MessagesApiTest, ErrorsInAnthropicsShape) {
   EXPECT_EQ(Json::parse(EncodeMessagesErrorJson(529, "busy")),
             (Json{{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", "busy"}}}}));

@@ -8,10 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <variant>
 
 #include "gateway/routes.h"
@@ -264,10 +267,47 @@ void Deliver(httplib::Response& response, gateway::BlockingAnswer& answer) {
 // The request path of POST /v1/completions and /v1/chat/completions:
 // tokenize (by the engine), route with the tenant's salt, forward, relay,
 // account. Runs on a loop of the front door; only the handoff runs off it.
+// Which worker answered each recent Responses response: a request naming
+// it as previous_response_id must go there, where its conversation is
+// (vLLM and SGLang keep it in the answering process only). The newest
+// kKept; older ids are forgotten, and go wherever the route sends them.
+//
+// Thread-safe: one mutex.
+class ResponseOwners {
+ public:
+  static constexpr size_t kKept = 65536;
+
+  void Note(std::string id, std::string worker) {
+    if (id.empty()) return;
+    std::lock_guard lock(mu_);
+    if (worker_of_.insert_or_assign(id, std::move(worker)).second) order_.push_back(std::move(id));
+    while (order_.size() > kKept) {
+      worker_of_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  std::optional<std::string> Find(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    const auto it = worker_of_.find(id);
+    if (it == worker_of_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::string> worker_of_;
+  std::deque<std::string> order_;  // oldest first
+};
+
 class RequestPath {
  public:
-  RequestPath(Daemon& daemon, Exchange& exchange, GatewayEndpoint endpoint, std::string path)
-      : daemon_(daemon), exchange_(exchange), endpoint_(endpoint), path_(std::move(path)) {}
+  RequestPath(Daemon& daemon, Exchange& exchange, GatewayEndpoint endpoint, std::string path,
+              ResponseOwners& owners)
+      : daemon_(daemon),
+        exchange_(exchange),
+        endpoint_(endpoint),
+        path_(std::move(path)),
+        owners_(owners) {}
 
   asio::awaitable<void> Serve(const auth::Principal& caller) {
     std::variant<Admitted, ErrorAnswer> admitted =
@@ -305,6 +345,23 @@ class RequestPath {
     }
     const int64_t routed_tokens = static_cast<int64_t>(tokens.size());
     ObservePrompt(daemon_, decoded.model, request.tenant, tokens);
+    if (!decoded.previous_response_id.empty()) {
+      if (std::optional<std::string> owner = owners_.Find(decoded.previous_response_id)) {
+        if (std::find(request.serving.begin(), request.serving.end(), *owner) ==
+            request.serving.end()) {
+          ErrorAnswer error{503,
+                            "previous_response_id '" + decoded.previous_response_id +
+                                "' was answered by worker '" + *owner +
+                                "', which is not live, healthy and undrained now; its "
+                                "conversation is held there only",
+                            "service_unavailable", "previous_response_id",
+                            "previous_response_unavailable", {}};
+          co_await Refuse(std::move(error));
+          co_return;
+        }
+        request.serving = {*owner};
+      }
+    }
     router::RouteRequest route{decoded.model, request.tenant, std::move(tokens), "",
                                request.serving};
     Result<RequestSalt> salted = SaltRoute(daemon_, route);
@@ -317,11 +374,12 @@ class RequestPath {
     const std::string& salt = salted->salt;
     std::string body = ForwardedBody(exchange_.request().body(), salt, decoded.ask_usage);
     if (ServedDisaggregated(daemon_, request.serving)) {
-      if (endpoint_ == GatewayEndpoint::kMessages) {
+      if (endpoint_ == GatewayEndpoint::kMessages || endpoint_ == GatewayEndpoint::kResponses) {
         ErrorAnswer error{400,
                           "'" + decoded.model +
                               "' is served by prefill and decode pools, and the gateway hands "
-                              "over OpenAI requests only: send /v1/chat/completions",
+                              "over completions and chat completions only: send "
+                              "/v1/chat/completions",
                           "invalid_request_error", "", "invalid_value", {}};
         co_await Refuse(std::move(error));
         co_return;
@@ -369,7 +427,7 @@ class RequestPath {
       forwarded = {decision->worker, decision->decision_id,
                    Prediction{decoded.model, request.tenant, routed_tokens,
                               static_cast<int64_t>(decision->overlap_blocks) * block_size,
-                              block_size}};
+                              block_size, decoded.previous_response_id.empty()}};
 
       Status failure;
       const std::string url = OpenAIUrl(daemon_, forwarded.worker);
@@ -447,6 +505,10 @@ class RequestPath {
       } else {
         answer = DecodeWholeAnswer(*body, UsageLimits());
       }
+      if (endpoint_ == GatewayEndpoint::kResponses && answer.ok()) {
+        answer = DecodeResponsesUsage(*body, UsageLimits());
+        owners_.Note(DecodeResponseId(*body, UsageLimits()), forwarded.worker);
+      }
     }
     Release(forwarded, answer.ok() ? *answer : std::nullopt);
     if (!body.ok()) {
@@ -491,6 +553,7 @@ class RequestPath {
         daemon_.gateway_metrics.bytes_relayed->WithLabels({});
     SseSplitter splitter;
     bool first_event = true;
+    bool response_noted = false;
     Status outcome;
     while (!call.done()) {
       Result<std::string_view> piece = co_await call.Read();
@@ -505,6 +568,16 @@ class RequestPath {
           // message_start carries the prompt, message_delta the final
           // count with the cached part.
           if (std::optional<EngineUsage> reported = DecodeMessagesUsage(data, UsageLimits())) {
+            usage = reported;
+          }
+        } else if (endpoint_ == GatewayEndpoint::kResponses) {
+          // response.created names the response, response.completed counts.
+          if (!response_noted) {
+            std::string id = DecodeResponseId(data, UsageLimits());
+            response_noted = !id.empty();
+            owners_.Note(std::move(id), forwarded.worker);
+          }
+          if (std::optional<EngineUsage> reported = DecodeResponsesUsage(data, UsageLimits())) {
             usage = reported;
           }
         } else if (std::optional<EngineUsage> reported =
@@ -587,6 +660,7 @@ class RequestPath {
   Exchange& exchange_;
   const GatewayEndpoint endpoint_;
   const std::string path_;
+  ResponseOwners& owners_;
 };
 
 Status NoEngineFor(std::string_view model) {
@@ -693,8 +767,9 @@ asio::awaitable<void> ListModels(Daemon& daemon, Exchange& exchange) {
 // The request path of one endpoint, under the gateway's cap on requests
 // served at once (`open`, shared by every endpoint).
 GuardedHandler Forward(Daemon& daemon, GatewayEndpoint endpoint, std::string path,
-                       std::shared_ptr<std::atomic<uint64_t>> open) {
-  return [&daemon, endpoint, path = std::move(path), open](
+                       std::shared_ptr<std::atomic<uint64_t>> open,
+                       std::shared_ptr<ResponseOwners> owners) {
+  return [&daemon, endpoint, path = std::move(path), open, owners](
              Exchange& exchange, const auth::Principal& caller) -> asio::awaitable<void> {
     daemon.gateway_metrics.requests->WithLabels({path.substr(4)})->Inc();
     struct Held {
@@ -711,7 +786,7 @@ GuardedHandler Forward(Daemon& daemon, GatewayEndpoint endpoint, std::string pat
       co_await Send(exchange, std::move(error), wire);
       co_return;
     }
-    RequestPath request_path(daemon, exchange, endpoint, path);
+    RequestPath request_path(daemon, exchange, endpoint, path, *owners);
     co_await request_path.Serve(caller);
   };
 }
@@ -720,6 +795,7 @@ GuardedHandler Forward(Daemon& daemon, GatewayEndpoint endpoint, std::string pat
 
 gateway::Handler GatewayHandler(Daemon& daemon) {
   auto open = std::make_shared<std::atomic<uint64_t>>(0);
+  auto owners = std::make_shared<ResponseOwners>();
   gateway::Routes http;
   http.Get("/health", [](Exchange& exchange) -> asio::awaitable<void> {
     std::string body = R"({"status":"ok"})";
@@ -732,14 +808,17 @@ gateway::Handler GatewayHandler(Daemon& daemon) {
                  }));
   http.Post("/v1/completions",
             Guard(daemon, auth::Role::kInfer,
-                  Forward(daemon, GatewayEndpoint::kCompletions, "/v1/completions", open)));
+                  Forward(daemon, GatewayEndpoint::kCompletions, "/v1/completions", open, owners)));
   http.Post("/v1/chat/completions",
             Guard(daemon, auth::Role::kInfer,
                   Forward(daemon, GatewayEndpoint::kChatCompletions, "/v1/chat/completions",
-                          open)));
+                          open, owners)));
+  http.Post("/v1/responses",
+            Guard(daemon, auth::Role::kInfer,
+                  Forward(daemon, GatewayEndpoint::kResponses, "/v1/responses", open, owners)));
   http.Post("/v1/messages",
             Guard(daemon, auth::Role::kInfer,
-                  Forward(daemon, GatewayEndpoint::kMessages, "/v1/messages", open),
+                  Forward(daemon, GatewayEndpoint::kMessages, "/v1/messages", open, owners),
                   Wire::kAnthropic));
   return std::move(http).Dispatch([](Exchange& exchange) -> asio::awaitable<void> {
     const gateway::Request& request = exchange.request();

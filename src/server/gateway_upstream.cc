@@ -57,7 +57,7 @@ void Account(Daemon& daemon, const std::string& worker, const std::string& decis
     m.unaccounted->WithLabels({})->Inc();
     return;
   }
-  if (usage->prompt_tokens != prediction.routed_tokens) {
+  if (prediction.whole_prompt && usage->prompt_tokens != prediction.routed_tokens) {
     m.tokenize_mismatches->WithLabels({prediction.model})->Inc();
   }
   Entry entry = RouteSavingEntry(decision_id, worker, usage->cached_tokens);

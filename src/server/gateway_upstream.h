@@ -143,6 +143,10 @@ struct Prediction {
   int64_t routed_tokens = 0;
   int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
   int64_t block_size = 1;
+  // False when the engine prepends what kvgov never tokenized (a Responses
+  // request's previous_response_id): its prompt count is not held against
+  // the routed tokens.
+  bool whole_prompt = true;
 };
 
 /// The engine's usage against the prediction: the engine's cached tokens are

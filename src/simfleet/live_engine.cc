@@ -948,6 +948,184 @@ struct LiveEngine::Impl {
         });
   }
 
+  // vLLM's POST /v1/responses: the request made into the chat completion
+  // vLLM makes of it, with the conversation of previous_response_id (kept
+  // here, in this engine only, as vLLM keeps it) before it; answered as a
+  // response, or its events (response.created ... response.completed).
+  void HandleResponses(const httplib::Request& request, httplib::Response& response) {
+    auto refuse = [&response](int status, const std::string& message) {
+      SendError(response, status, message);
+    };
+    Result<std::string> lowered = ResponsesChatRequestJson(request.body, JsonLimits{});
+    if (!lowered.ok()) return refuse(400, lowered.status().message());
+    Json chat = Json::parse(*lowered);
+    const Json sent = Json::parse(request.body);
+    if (sent.contains("previous_response_id") && sent["previous_response_id"].is_string()) {
+      const std::string previous = sent["previous_response_id"].get<std::string>();
+      Json before;
+      {
+        std::lock_guard lock(mu);
+        const auto it = conversations.find(previous);
+        if (it != conversations.end()) before = it->second;
+      }
+      if (before.is_null()) {
+        return refuse(404, "Response with id '" + previous + "' not found.");
+      }
+      // The new input after the old conversation (its instructions do not
+      // carry over: vLLM drops the previous system message).
+      Json messages = Json::array();
+      for (const Json& message : before) {
+        if (message.value("role", "") != "system") messages.push_back(message);
+      }
+      for (const Json& message : chat["messages"]) {
+        if (message.value("role", "") == "system") {
+          messages.insert(messages.begin(), message);
+        } else {
+          messages.push_back(message);
+        }
+      }
+      chat["messages"] = std::move(messages);
+    }
+    const bool stream = chat.value("stream", false);
+    if (stream) chat["stream_options"] = {{"include_usage", true}};
+    httplib::Request as_chat = request;
+    as_chat.body = chat.dump();
+    httplib::Response answer;
+    HandleCompletion(as_chat, answer, /*chat=*/true);
+    if (answer.status != -1 && answer.status != 200) {
+      response.status = answer.status;
+      response.set_content(answer.body, "application/json");
+      return;
+    }
+    std::string id;
+    {
+      std::lock_guard lock(mu);
+      id = "resp_" + RandomHexLocked(32);
+    }
+    const std::string item_id = "msg_" + id.substr(5);
+    const std::string model = options.model;
+    auto usage_of = [](const Json& usage) {
+      const int64_t prompt = usage.value("prompt_tokens", int64_t{0});
+      const int64_t output = usage.value("completion_tokens", int64_t{0});
+      return Json{{"input_tokens", prompt},
+                  {"input_tokens_details",
+                   {{"cached_tokens", usage.value(Json::json_pointer("/prompt_tokens_details/cached_tokens"),
+                                                  int64_t{0})}}},
+                  {"output_tokens", output},
+                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                  {"total_tokens", prompt + output}};
+    };
+    auto item_of = [item_id](const std::string& text, const char* status) {
+      return Json{{"type", "message"},
+                  {"id", item_id},
+                  {"status", status},
+                  {"role", "assistant"},
+                  {"content", Json::array({{{"type", "output_text"},
+                                            {"text", text},
+                                            {"annotations", Json::array()}}})}};
+    };
+    auto response_of = [id, model](const char* status, Json output, Json usage) {
+      Json out = {{"id", id},           {"object", "response"}, {"created_at", 0},
+                  {"status", status},   {"model", model},       {"output", std::move(output)},
+                  {"parallel_tool_calls", true}, {"tool_choice", "auto"}, {"tools", Json::array()}};
+      if (!usage.is_null()) out["usage"] = std::move(usage);
+      return out;
+    };
+    // The conversation so far, for the next request naming this one.
+    auto remember = [this, id, messages = chat["messages"]](const std::string& text) {
+      Json conversation = messages;
+      conversation.push_back({{"role", "assistant"}, {"content", text}});
+      std::lock_guard lock(mu);
+      if (conversations.size() >= kMaxConversations) conversations.clear();
+      conversations[id] = std::move(conversation);
+    };
+    if (!stream) {
+      const Json completion = Json::parse(answer.body);
+      const std::string text = completion["choices"][0]["message"].value("content", std::string());
+      remember(text);
+      response.set_content(response_of("completed", Json::array({item_of(text, "completed")}),
+                                       usage_of(completion["usage"]))
+                               .dump(),
+                           "application/json");
+      return;
+    }
+    auto convert = [response_of, item_of, usage_of, remember, item_id, sequence = int64_t{0},
+                    started = false, text = std::string(),
+                    buffer = std::string()](std::string_view chunk) mutable {
+      auto event = [&sequence](const char* type, Json data) {
+        data["type"] = type;
+        data["sequence_number"] = sequence++;
+        return std::string("event: ") + type + "\ndata: " + data.dump() + "\n\n";
+      };
+      buffer.append(chunk);
+      std::string out;
+      for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+        const std::string line = buffer.substr(0, end);
+        buffer.erase(0, end + 2);
+        if (!line.starts_with("data: ") || line == "data: [DONE]") continue;
+        const Json data = Json::parse(line.substr(6), nullptr, false);
+        if (!data.is_object()) continue;
+        const Json part = {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}};
+        if (!started) {
+          started = true;
+          out += event("response.created",
+                       {{"response", response_of("in_progress", Json::array(), nullptr)}});
+          out += event("response.in_progress",
+                       {{"response", response_of("in_progress", Json::array(), nullptr)}});
+          out += event("response.output_item.added",
+                       {{"output_index", 0}, {"item", item_of("", "in_progress")}});
+          out += event("response.content_part.added", {{"item_id", item_id},
+                                                       {"output_index", 0},
+                                                       {"content_index", 0},
+                                                       {"part", part}});
+        }
+        if (data.contains("usage") && data["usage"].is_object() && data["choices"].empty()) {
+          Json done_part = part;
+          done_part["text"] = text;
+          out += event("response.output_text.done", {{"item_id", item_id},
+                                                     {"output_index", 0},
+                                                     {"content_index", 0},
+                                                     {"text", text}});
+          out += event("response.content_part.done", {{"item_id", item_id},
+                                                      {"output_index", 0},
+                                                      {"content_index", 0},
+                                                      {"part", done_part}});
+          out += event("response.output_item.done",
+                       {{"output_index", 0}, {"item", item_of(text, "completed")}});
+          out += event("response.completed",
+                       {{"response", response_of("completed",
+                                                 Json::array({item_of(text, "completed")}),
+                                                 usage_of(data["usage"]))}});
+          remember(text);
+          continue;
+        }
+        if (data["choices"].empty()) continue;
+        const std::string delta = data["choices"][0]["delta"].value("content", std::string());
+        if (delta.empty()) continue;
+        text += delta;
+        out += event("response.output_text.delta", {{"item_id", item_id},
+                                                    {"output_index", 0},
+                                                    {"content_index", 0},
+                                                    {"delta", delta}});
+      }
+      return out;
+    };
+    auto chat_stream =
+        std::make_shared<httplib::ContentProvider>(std::move(answer.content_provider_));
+    response.set_chunked_content_provider(
+        "text/event-stream",
+        [chat_stream, convert](size_t offset, httplib::DataSink& sink) mutable {
+          httplib::DataSink proxy;
+          proxy.write = [&](const char* data, size_t size) {
+            const std::string out = convert(std::string_view(data, size));
+            return out.empty() || sink.write(out.data(), out.size());
+          };
+          proxy.done = [&] { sink.done(); };
+          proxy.is_writable = [&] { return sink.is_writable(); };
+          return (*chat_stream)(offset, 0, proxy);
+        });
+  }
+
   void HandleCompletion(const httplib::Request& request, httplib::Response& response,
                         bool chat) {
     const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
@@ -1648,6 +1826,10 @@ struct LiveEngine::Impl {
   // guards pool, busy_until, queue, next_seq, pub, handoffs, expiries,
   // rooms, room_expiries, every PendingRoom, rng
   mutable std::mutex mu;
+  // Responses' conversations by response id (previous_response_id), newest
+  // kMaxConversations; guarded by mu.
+  static constexpr size_t kMaxConversations = 4096;
+  std::unordered_map<std::string, Json> conversations;
   sim::BlockPool pool;
   sim::PrefillCostModel cost;
   Clock::time_point busy_until{};
@@ -1772,6 +1954,10 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   http.Post("/v1/messages", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleMessages(request, response);
   });
+  http.Post("/v1/responses",
+            [self](const httplib::Request& request, httplib::Response& response) {
+              self->HandleResponses(request, response);
+            });
   http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleTokenize(request, response);
   });

@@ -723,6 +723,40 @@ TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {
   RecordProperty("openai_sdk", output);
 }
 
+// A Responses conversation stays on the worker that holds it: each
+// follow-up naming previous_response_id goes where that response was
+// answered, whatever the router would have chosen.
+TEST_F(GatewayE2ETest, AResponsesConversationStaysOnTheWorkerThatHoldsIt) {
+  StartKvgov();
+  httplib::Result first = Post("/v1/responses", Json{{"model", "llama"},
+                                                     {"input", Words(40, "conv")},
+                                                     {"max_output_tokens", 1}});
+  ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
+  std::string previous = Json::parse(first->body)["id"];
+  const size_t owner = engines_[0]->received_salts().size() == 1 ? 0 : 1;
+  ASSERT_EQ(engines_[owner]->received_salts().size(), 1u);
+  // Load the owner so the router alone would send new work elsewhere.
+  for (int turn = 0; turn < 6; ++turn) {
+    httplib::Result next = Post("/v1/responses", Json{{"model", "llama"},
+                                                      {"previous_response_id", previous},
+                                                      {"input", Words(8, "t" + std::to_string(turn))},
+                                                      {"max_output_tokens", 1}});
+    ASSERT_EQ(HttpStatus(next), 200) << "turn " << turn << ": " << (next ? next->body : "");
+    previous = Json::parse(next->body)["id"];
+  }
+  EXPECT_EQ(engines_[owner]->received_salts().size(), 7u);
+  EXPECT_EQ(engines_[1 - owner]->received_salts().size(), 0u);
+  // A response no engine answered through this gateway: the engine says so.
+  httplib::Result unknown = Post("/v1/responses", Json{{"model", "llama"},
+                                                       {"previous_response_id", "resp_nobody"},
+                                                       {"input", "x"},
+                                                       {"max_output_tokens", 1}});
+  EXPECT_EQ(HttpStatus(unknown), 404) << (unknown ? unknown->body : "");
+  // The engine counted its whole prompt, kvgov only the new input: no
+  // mismatch is counted for a follow-up.
+  EXPECT_EQ(Metric("kvgov_gateway_tokenize_mismatch_total{model=\"llama\"}"), -1);
+}
+
 // The official Anthropic SDK (npm's @anthropic-ai/sdk, pinned by
 // tests/node's lockfile) against the gateway's Messages endpoint, with the
 // engine's own accounting checked on kvgov's side.

@@ -14,10 +14,10 @@
 
 namespace kvgov {
 
-/// The wires the gateway serves: OpenAI's completions and chat completions,
-/// and Anthropic's Messages (decoded as the chat completion an engine makes
-/// of it: messages_api.h).
-enum class GatewayEndpoint { kCompletions, kChatCompletions, kMessages };
+/// The wires the gateway serves: OpenAI's completions, chat completions and
+/// Responses, and Anthropic's Messages (the last two decoded as the chat
+/// completion an engine makes of them: messages_api.h).
+enum class GatewayEndpoint { kCompletions, kChatCompletions, kMessages, kResponses };
 
 /// What the gateway needs from an OpenAI request; the body itself is
 /// forwarded as sent (WithCacheSalt).
@@ -31,6 +31,9 @@ struct GatewayRequest {
   std::vector<int64_t> token_ids;
   /// Otherwise the body to POST to the engine's /tokenize.
   std::string tokenize_body;
+  /// A Responses request's previous_response_id: the engine prepends that
+  /// response's conversation, which only the engine that answered it holds.
+  std::string previous_response_id;
 };
 
 /// Decodes under `limits`. InvalidArgument names the field as "$.field: ..."

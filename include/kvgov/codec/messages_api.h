@@ -29,6 +29,26 @@ namespace kvgov {
 /// InvalidArgument names the field as "$.field: ...".
 Result<std::string> MessagesChatRequestJson(std::string_view body, const JsonLimits& limits);
 
+/// The chat completion vLLM and SGLang make of an OpenAI Responses request:
+/// `instructions` as the system message; `input` a string (one user
+/// message) or items: messages (content a string or input_text/output_text
+/// parts, input_image as an image part), function_call items as the
+/// assistant's tool_calls, function_call_output items as tool messages;
+/// function `tools` as chat tools; `max_output_tokens` as max_tokens;
+/// `stream`. The conversation of `previous_response_id` is the engine's to
+/// prepend: it is not in the result. Errors as MessagesChatRequestJson.
+Result<std::string> ResponsesChatRequestJson(std::string_view body, const JsonLimits& limits);
+
+/// A Responses answer's usage: the whole response's `usage`, or a stream's
+/// `response.completed` event's `response.usage`: input_tokens (the whole
+/// prompt) and input_tokens_details.cached_tokens. Nothing for anything
+/// else.
+std::optional<EngineUsage> DecodeResponsesUsage(std::string_view json, const JsonLimits& limits);
+
+/// The response id a Responses answer carries: the whole response's `id`,
+/// or a stream's `response.created` event's `response.id`; "" otherwise.
+std::string DecodeResponseId(std::string_view json, const JsonLimits& limits);
+
 /// The usage an Anthropic answer reports: the whole message's `usage`, a
 /// stream's `message_start` event's `message.usage` or a `message_delta`
 /// event's `usage`. The prompt is input_tokens + cache_read_input_tokens +
