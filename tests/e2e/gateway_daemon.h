@@ -83,11 +83,15 @@ inline std::string NodePackageMissing(std::string_view package) {
 /// Runs tests/node/openai_sdk_gateway.mjs (the official OpenAI SDK's checks)
 /// against the gateway at `gateway_port` with `token`; its exit status, and
 /// what it printed in `output` (a JSON line last).
-inline int RunOpenAISdkChecks(int gateway_port, const std::string& token, std::string* output) {
+/// `responses` false leaves out the Responses checks (a model served by
+/// prefill and decode pools, which the gateway serves over completions and
+/// chat only).
+inline int RunOpenAISdkChecks(int gateway_port, const std::string& token, std::string* output,
+                              bool responses = true) {
   const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
   return RunCommand("node " + (node_dir / "openai_sdk_gateway.mjs").string() +
                         " http://127.0.0.1:" + std::to_string(gateway_port) + "/v1 " + token +
-                        " 2>&1",
+                        (responses ? "" : " --no-responses") + " 2>&1",
                     output);
 }
 

@@ -425,7 +425,7 @@ TEST_F(HandoffE2ETest, TheOfficialOpenAIClientWorksThroughADisaggregatedFleet) {
   control_headers_ = Bearer(AddToken(daemon_.data_dir(), "reader", {"read"}));
   StartFleet({{"p0", ingest::EngineRole::kPrefill}, {"d0", ingest::EngineRole::kDecode}});
   std::string output;
-  ASSERT_EQ(RunOpenAISdkChecks(gateway_port_, sdk, &output), 0) << output;
+  ASSERT_EQ(RunOpenAISdkChecks(gateway_port_, sdk, &output, /*responses=*/false), 0) << output;
   EXPECT_EQ(Json::parse(output.substr(output.rfind('{')))["ok"], true);
   // Every request the SDK made went through a handoff.
   const Json handoffs = Handoffs(4);
