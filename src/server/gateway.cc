@@ -221,11 +221,15 @@ asio::awaitable<Result<std::vector<int64_t>>> TokenizeOn(Exchange& exchange,
   const std::string path(connectors::TokenizePath(engine.kind));
   Result<gateway::UpstreamCall> call = co_await exchange.upstreams().Open(url);
   if (!call.ok()) co_return call.status();
+  // The call is this frame's: its abort goes with it, however this returns.
   exchange.OnClientGone([&call] { call->Abort(); });
+  struct Unwatch {
+    Exchange& exchange;
+    ~Unwatch() { exchange.OnClientGone(nullptr); }
+  } unwatch{exchange};
   Status sent = co_await call->Send(path, std::move(body));
   if (!sent.ok()) co_return sent;
   Result<std::string> answer = co_await call->ReadAll(kMaxTokenizeAnswerBytes);
-  exchange.OnClientGone(nullptr);
   if (!answer.ok()) co_return answer.status();
   if (call->status() != 200) {
     co_return Status::Unavailable("tokenize at " + url + path + ": HTTP " +

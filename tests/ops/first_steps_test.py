@@ -58,6 +58,9 @@ def check(answers):
         for field in ("events_endpoint", "replay_endpoint", "control_url"):
             if not row.get(field):
                 fail(f"worker {row.get('id')} does not say its {field}: {row}")
+    for answer in (chat1, chat2, chat3):
+        if "usage" not in answer:
+            fail(f"a chat answered without usage: {answer}")
     prompt_tokens = chat1["usage"]["prompt_tokens"]
     if prompt_tokens < 32:
         fail(f"the chat is {prompt_tokens} tokens: too short to fill a block")
