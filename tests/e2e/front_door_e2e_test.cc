@@ -160,10 +160,18 @@ TEST_F(FrontDoorE2ETest, AClientThatLeavesBeforeTheFirstEventCancelsTheEnginesRe
 }
 
 // Thousands of streams open at once, each forwarded to the engine at once
-// (none waits for a thread), on the threads kvgov had before them.
+// (none waits for a thread), on the threads kvgov had before them. Under
+// the sanitizers (make test-asan), every request costs several times as
+// much: a quarter of the streams there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kStreams = 500;
+#else
+constexpr int kStreams = 2000;
+#endif
 TEST_F(FrontDoorE2ETest, TwoThousandStreamsAtOnceOnTheLoopsThreads) {
-  constexpr int kStreams = 2000;
-  StartFleet(200ms, {"--gateway-loops", "2"});
+  // An event every 2 s a stream: the streams already open stay cheap while
+  // the rest start.
+  StartFleet(2000ms, {"--gateway-loops", "2"});
   const int threads_before = ThreadsOf(daemon_.pid());
   std::vector<std::unique_ptr<Socket>> clients;
   for (int i = 0; i < kStreams; ++i) {
@@ -173,7 +181,7 @@ TEST_F(FrontDoorE2ETest, TwoThousandStreamsAtOnceOnTheLoopsThreads) {
   // Every stream's first event, within a bound.
   std::vector<std::string> received(kStreams);
   int started = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
   while (started < kStreams && std::chrono::steady_clock::now() < deadline) {
     std::vector<pollfd> fds;
     for (const auto& client : clients) fds.push_back({client->fd(), POLLIN, 0});
