@@ -112,7 +112,6 @@ class Connection final : public Exchange {
   void Begin(Request request) {
     request_ = std::move(request);
     answered_ = false;
-    streaming_ = false;
     on_gone_ = nullptr;
   }
 
@@ -142,7 +141,6 @@ class Connection final : public Exchange {
 
   asio::awaitable<bool> StartStream(int status, std::string_view content_type) override {
     answered_ = true;
-    streaming_ = true;
     keep_alive_ = request_.keep_alive();
     http::response<http::empty_body> response{static_cast<http::status>(status),
                                               request_.version()};
@@ -291,7 +289,6 @@ class Connection final : public Exchange {
   Loop& loop_;
   Request request_;
   bool answered_ = false;
-  bool streaming_ = false;
   bool keep_alive_ = false;
   bool gone_ = false;
   bool watching_ = false;

@@ -339,6 +339,27 @@ Result<std::vector<int64_t>> PromptTokens(const Json& body, Vocabulary& vocabula
   return tokens;
 }
 
+// Passes `chat`'s streamed answer on into `response` through `convert`
+// (chat SSE bytes in, another wire's events out): how the simulated engine
+// serves Messages and Responses streams over its chat completions. A client
+// that goes away fails the chat stream's write, as it would its own.
+template <typename Convert>
+void RelayConverted(httplib::Response& chat, Convert convert, httplib::Response& response) {
+  auto chat_stream = std::make_shared<httplib::ContentProvider>(std::move(chat.content_provider_));
+  response.set_chunked_content_provider(
+      "text/event-stream",
+      [chat_stream, convert = std::move(convert)](size_t offset, httplib::DataSink& sink) mutable {
+        httplib::DataSink proxy;
+        proxy.write = [&](const char* data, size_t size) {
+          const std::string out = convert(std::string_view(data, size));
+          return out.empty() || sink.write(out.data(), out.size());
+        };
+        proxy.done = [&] { sink.done(); };
+        proxy.is_writable = [&] { return sink.is_writable(); };
+        return (*chat_stream)(offset, 0, proxy);
+      });
+}
+
 // What a handoff asks of an engine, from a body's kv_transfer_params.
 enum class Handoff {
   kNone,           // absent, null, or neither flag set: a plain completion
@@ -934,18 +955,7 @@ struct LiveEngine::Impl {
       }
       return out;
     };
-    auto chat_stream = std::make_shared<httplib::ContentProvider>(std::move(answer.content_provider_));
-    response.set_chunked_content_provider(
-        "text/event-stream", [chat_stream, convert](size_t offset, httplib::DataSink& sink) mutable {
-          httplib::DataSink proxy;
-          proxy.write = [&](const char* data, size_t size) {
-            const std::string out = convert(std::string_view(data, size));
-            return out.empty() || sink.write(out.data(), out.size());
-          };
-          proxy.done = [&] { sink.done(); };
-          proxy.is_writable = [&] { return sink.is_writable(); };
-          return (*chat_stream)(offset, 0, proxy);
-        });
+    RelayConverted(answer, std::move(convert), response);
   }
 
   // vLLM's POST /v1/responses: the request made into the chat completion
@@ -1110,20 +1120,7 @@ struct LiveEngine::Impl {
       }
       return out;
     };
-    auto chat_stream =
-        std::make_shared<httplib::ContentProvider>(std::move(answer.content_provider_));
-    response.set_chunked_content_provider(
-        "text/event-stream",
-        [chat_stream, convert](size_t offset, httplib::DataSink& sink) mutable {
-          httplib::DataSink proxy;
-          proxy.write = [&](const char* data, size_t size) {
-            const std::string out = convert(std::string_view(data, size));
-            return out.empty() || sink.write(out.data(), out.size());
-          };
-          proxy.done = [&] { sink.done(); };
-          proxy.is_writable = [&] { return sink.is_writable(); };
-          return (*chat_stream)(offset, 0, proxy);
-        });
+    RelayConverted(answer, std::move(convert), response);
   }
 
   void HandleCompletion(const httplib::Request& request, httplib::Response& response,
