@@ -316,12 +316,13 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     invalidation.block_hash = body->block_hash;
     invalidation.group_idx = body->group_idx;
     invalidation.reason = "quarantine " + *id + ": " + body->reason;
-    Result<Directive> directive = daemon.invalidations->Create(invalidation, ActorOf(caller));
-    if (!directive.ok()) {
-      return SendError(response, GovernanceWriteHttpStatus(directive.status()),
-                       directive.status());
+    Result<InvalidationManager::Opened> opened =
+        daemon.invalidations->Create(invalidation, ActorOf(caller));
+    if (!opened.ok()) {
+      return SendError(response, GovernanceWriteHttpStatus(opened.status()), opened.status());
     }
-    answer["invalidation"] = {{"id", directive->id}, {"state", ToString(directive->state)}};
+    answer["invalidation"] = {{"id", opened->directive.id},
+                              {"state", ToString(opened->directive.state)}};
   }
   SendJson(response, 200, answer);
 }
@@ -716,23 +717,26 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                     }
                     const bool tokenized = !body->prompt.empty() || !body->messages.empty();
                     if (!TokenizeSpan(daemon, *body, response)) return;
-                    Result<Directive> directive = daemon.invalidations->Create(*body, ActorOf(caller));
-                    if (!directive.ok()) {
+                    Result<InvalidationManager::Opened> opened =
+                        daemon.invalidations->Create(*body, ActorOf(caller));
+                    if (!opened.ok()) {
                       return SendError(response,
-                                       directive.status().code() == StatusCode::kNotFound
+                                       opened.status().code() == StatusCode::kNotFound
                                            ? 404
-                                           : GovernanceWriteHttpStatus(directive.status()),
-                                       directive.status());
+                                           : GovernanceWriteHttpStatus(opened.status()),
+                                       opened.status());
                     }
+                    const Directive& directive = opened->directive;
                     // The owners as GET /v1/invalidations/{id} shows them.
                     Json answer = {
-                        {"id", directive->id},
-                        {"state", ToString(directive->state)},
-                        {"owners", Json::parse(EncodeDirectiveJson(*directive))["owners"]}};
+                        {"id", directive.id},
+                        {"state", ToString(directive.state)},
+                        {"owners", Json::parse(EncodeDirectiveJson(directive))["owners"]}};
                     if (tokenized) answer["token_ids"] = body->token_ids;
-                    if (directive->revocation) {
-                      answer["unreachable_since_ms"] = directive->revocation->unreachable_since_ms;
-                      answer["residue"] = ResidueJson(daemon.invalidations->Residue(*directive));
+                    if (directive.revocation) {
+                      // What it was opened over, as its owners count it.
+                      answer["unreachable_since_ms"] = directive.revocation->unreachable_since_ms;
+                      answer["residue"] = ResidueJson(opened->residue);
                     }
                     WarnOfUnknownTenant(daemon, body->tenant, answer);
                     SendJson(response, 202, answer);

@@ -133,8 +133,8 @@ void InvalidationManager::ApplyReplicated(std::string_view record) {
   directives_[directive->id] = std::move(directive).value();
 }
 
-Result<Directive> InvalidationManager::Create(const InvalidationRequest& request,
-                                              std::string_view actor) {
+Result<InvalidationManager::Opened> InvalidationManager::Create(const InvalidationRequest& request,
+                                                                std::string_view actor) {
   if (request.scope == "tenant") return CreateRevocation(request, actor);
   governance::DirectiveDraft draft;
   KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
@@ -177,11 +177,11 @@ Result<Directive> InvalidationManager::Create(const InvalidationRequest& request
   governance::DirectiveLifecycle::Planned planned =
       lifecycle_.Plan(std::move(draft), clock::NowMillis());
   KVGOV_RETURN_IF_ERROR(Open(planned, actor, {}));
-  return planned.directive;
+  return Opened{std::move(planned.directive), {}};
 }
 
-Result<Directive> InvalidationManager::CreateRevocation(const InvalidationRequest& request,
-                                                        std::string_view actor) {
+Result<InvalidationManager::Opened> InvalidationManager::CreateRevocation(
+    const InvalidationRequest& request, std::string_view actor) {
   if (!request.model.empty()) {
     const std::vector<index::WorkerResidency> workers = daemon_->index.Workers();
     if (std::none_of(workers.begin(), workers.end(),
@@ -208,8 +208,9 @@ Result<Directive> InvalidationManager::CreateRevocation(const InvalidationReques
   revocation.flush = request.flush;
   draft.subject = governance::RevocationSubject(request.model, request.tenant, revocation);
   // The residue as of the new epoch: what every salt before it keyed.
-  for (const index::LineageResidue& residue :
-       RevocationResidue(*daemon_, request.tenant, request.model, next, /*by_tier=*/false)) {
+  std::vector<index::LineageResidue> residue_by_tier =
+      RevocationResidue(*daemon_, request.tenant, request.model, next, /*by_tier=*/true);
+  for (const index::LineageResidue& residue : residue_by_tier) {
     OwnerProgress& owner = draft.owners.emplace_back();
     owner.worker = residue.worker;
     owner.residue = residue.matched_refs;
@@ -224,7 +225,7 @@ Result<Directive> InvalidationManager::CreateRevocation(const InvalidationReques
                              EncodeSaltEpochRecord(request.tenant, next)};
   KVGOV_RETURN_IF_ERROR(Open(planned, actor, {&epoch, 1}));
   daemon_->salt_epochs.Set(request.tenant, next);
-  return planned.directive;
+  return Opened{std::move(planned.directive), std::move(residue_by_tier)};
 }
 
 Status InvalidationManager::Open(governance::DirectiveLifecycle::Planned& planned,

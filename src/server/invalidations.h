@@ -44,11 +44,20 @@ class InvalidationManager {
   InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms);
   ~InvalidationManager();
 
+  /// A directive as Create opened it.
+  struct Opened {
+    Directive directive;
+    /// For a tenant revocation, the residue it was opened over, per worker
+    /// by tier, read before its first call: the dispatcher may flush it
+    /// away before the caller could read it again. Empty otherwise.
+    std::vector<index::LineageResidue> residue;
+  };
+
   /// Plans, referees and journals a directive and queues it for dispatch.
   /// Returns the planned (or referee-denied) directive; NotFound when the
   /// model or worker is unknown. The first journal row names `actor`, who
   /// asked; the rows of its progress name kvgov.
-  Result<Directive> Create(const InvalidationRequest& request, std::string_view actor);
+  Result<Opened> Create(const InvalidationRequest& request, std::string_view actor);
 
   /// What a tenant revocation's old salts still hold now, per worker, by
   /// tier (ResidencyIndex::Residue): the residue its directive waits for.
@@ -105,7 +114,7 @@ class InvalidationManager {
 
   // Create for scope "tenant": advances the tenant's salt epoch and opens a
   // directive over the residue of its earlier salts (docs/adr/0028).
-  Result<Directive> CreateRevocation(const InvalidationRequest& request, std::string_view actor);
+  Result<Opened> CreateRevocation(const InvalidationRequest& request, std::string_view actor);
   // Claims (replicas), journals the planned record with `state` beside it
   // in one write, and queues its first work. The claim is released again
   // when the write fails.
