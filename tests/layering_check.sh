@@ -68,6 +68,11 @@ check "connectors must not use the residency index or the store" \
 # is src/server's handler, so a listener stays a listener.
 check "the gateway's I/O must not use the daemon, the store or the index" \
   '#include *"(server/|kvgov/(store|index|router|governance|journal)/)' "$root/src/gateway"
+check "the handoff's rules are pure: no I/O, no clock, no entropy, no third party" \
+  '#include *(<(boost/|fstream|iostream|cstdio|chrono|ctime|random|thread|filesystem)|"kvgov/(log|clock|connectors|codec)/)' \
+  "$root/src/gateway/handoff_rules.cc" "$root/include/kvgov/gateway"
+check "the handoff's rules must not include third-party headers" "$third_party" \
+  "$root/src/gateway/handoff_rules.cc"
 # Beast and Asio serve HTTP only in src/gateway (and what runs on it: the
 # simulated instant engine).
 beast_users=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" '#include *<boost/(beast|asio)' \

@@ -14,6 +14,7 @@
 #include "kvgov/clock/clock.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/core/nixl_lease.h"
+#include "kvgov/gateway/handoff_rules.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/log/log.h"
 #include "server/access.h"
@@ -70,85 +71,103 @@ std::string HostOf(std::string_view url) {
   return std::string(url.substr(0, url.rfind(':')));
 }
 
-// Why a pinned span earns no decode-side credit now.
-struct Withdrawal {
-  HandoffOutcome outcome;
-  std::string reason;
-};
+// The failure, for a client that has no byte of the answer yet: an
+// engine's own refusal as it came, else an OpenAI error.
+void AnswerFailure(const gateway::HandoffFailure& failure, const std::string& engine_body,
+                   httplib::Response& response) {
+  if (failure.engine_answer && !engine_body.empty()) {
+    response.status = failure.status;
+    response.set_content(engine_body, "application/json");
+    return;
+  }
+  const std::string_view type = failure.code == "internal"  ? "server_error"
+                                : failure.status == 503     ? "service_unavailable"
+                                                            : "upstream_error";
+  SendOpenAIError(response, failure.status, failure.message, type, "", failure.code);
+}
 
-// One request's way through both steps. Lives on the handler's stack, or
-// in a shared_ptr for a streamed answer's provider; one thread at a time.
+using gateway::HandoffLeg;
+using gateway::HandoffProtocol;
+using gateway::HandoffRules;
+using gateway::HandoffStep;
+using gateway::LeaseMove;
+using gateway::LegAnswer;
+
+// One request's way through both steps: performs what HandoffRules decides
+// (routing, the legs' I/O, the lease reports) and records it. Lives on the
+// handler's stack, or in a shared_ptr for a streamed answer's provider;
+// one thread at a time.
 class Handoff {
  public:
   Handoff(Daemon& daemon, HandoffRequest request)
-      : daemon_(daemon), request_(std::move(request)) {
+      : daemon_(daemon),
+        request_(std::move(request)),
+        rules_(ProtocolOf(daemon, request_), request_.prefill_pool, request_.decode_pool,
+               request_.stream) {
     record_.model = request_.model;
     record_.tenant = request_.tenant;
+    record_.protocol = bootstrap() ? "bootstrap" : "nixl";
     record_.started_ms = clock::NowMillis();
   }
   Handoff(const Handoff&) = delete;
   Handoff& operator=(const Handoff&) = delete;
 
-  // Ends what is still open (a lease no first token released, the decode
-  // decision's load) and records the handoff, once.
+  // Ends what is still open (the decode decision's load, a lease no first
+  // token released) and records the handoff, once.
   ~Handoff() {
     if (decode_) EndDecode();
-    if (record_.first_token_ms > 0) Settle();
+    if (rules_.step() == HandoffStep::kRelay) Settle();
+    Perform(rules_.ClientGone());  // abandoned before the relay; else nothing
     if (prefill_) {
       (void)daemon_.router->Done(prefill_->decision_id);
       prefill_.reset();
     }
-    if (lease_open_) EndLease(NIXLLeaseEvent::kAbort);
+    record_.outcome = rules_.outcome();
+    record_.error = rules_.step() == HandoffStep::kFailed ? rules_.failure().message : "";
+    record_.prefill_worker = rules_.prefill_worker();
+    record_.decode_worker = rules_.decode_worker();
+    record_.prefill_attempts = rules_.prefill_attempts();
     daemon_.gateway_metrics.handoffs->WithLabels({std::string(ToString(record_.outcome))})->Inc();
     daemon_.handoffs.Add(std::move(record_));
   }
 
-  // Everything before the decode step: the request id, the protocol, the
-  // prefill (NIXL: answered; SGLang: dispatched with its decode leg).
+  // Everything before the decode step: the request id and, for NIXL, the
+  // prefill leg answered and pinned (SGLang's is sent with its decode leg).
   // False when the client has been answered (an error).
   bool Prepare(httplib::Response& response) {
     Result<std::string> id = auth::RandomHexId();
-    if (!id.ok()) {
-      SendOpenAIError(response, 500, id.status().message(), "server_error", "", "internal");
-      return Fail(HandoffOutcome::kPrefillFailed, id.status().message());
-    }
+    if (!id.ok()) return Refuse(Internal(id.status()), response);
     record_.request_id = *id;
-    // A pool mixes engine kinds only by mistake; the prefill worker's kind
-    // decides the protocol.
-    const ingest::EngineSpec* first = EngineOf(daemon_, request_.prefill_pool.front());
-    bootstrap_ = first != nullptr && first->kind == ingest::EngineKind::kSglang;
-    record_.protocol = bootstrap_ ? "bootstrap" : "nixl";
-    prefill_candidates_ = request_.prefill_pool;
-    return bootstrap_ ? true : Prefill(response);
+    return bootstrap() ? true : Prefill(response);
   }
 
   // The decode step, up to the first token: routes, sends, and waits while
-  // the span stays pinned and governed. False when the handoff failed; its
-  // error is then `error()` with `error_status()`, and nothing was sent to
-  // the client.
+  // the span stays pinned and governed. False when the handoff failed
+  // (`rules().failure()`); nothing was sent to the client then.
   bool Decode() {
-    for (int attempt = 0; attempt < (bootstrap_ ? 2 : 1); ++attempt) {
-      if (bootstrap_ && !DispatchBoth()) return false;
-      if (!bootstrap_ && !StartDecode()) return false;
+    for (;;) {
+      if (rules_.step() == HandoffStep::kRouteBoth) {
+        if (!DispatchBoth()) return false;
+      } else if (!StartDecode()) {
+        return false;
+      }
       if (AwaitFirstToken()) return true;
       // SGLang's prefill failed before the first token: both legs go again
-      // with a new room, on the next prefill worker, and the failure
-      // recorded is that of the try that follows.
-      if (!bootstrap_ || !retry_prefill_) return false;
-      retry_prefill_ = false;
-      record_.outcome = HandoffOutcome::kCompleted;
-      record_.error.clear();
+      // with a new room, on the next prefill worker.
+      if (rules_.step() != HandoffStep::kRouteBoth) return false;
       daemon_.gateway_metrics.retries->WithLabels({})->Inc();
     }
-    return false;
   }
 
   // After the first token has gone on to the client, off its path: the
   // lease is released (the transfer is done) and SGLang's prefill answer
   // read and accounted. Idempotent.
   void Settle() {
-    if (lease_open_) EndLease(NIXLLeaseEvent::kTransferComplete);
-    if (bootstrap_) FinishPrefillLeg();
+    if (complete_lease_) {
+      complete_lease_ = false;
+      EndLease(NIXLLeaseEvent::kTransferComplete);
+    }
+    if (bootstrap()) FinishPrefillLeg();
   }
 
   // The decode worker's answer, for the client: a head that came with the
@@ -158,63 +177,65 @@ class Handoff {
   const std::string& decode_content_type() const { return decode_content_type_; }
   std::unique_ptr<Upstream> TakeDecode() { return std::move(decode_); }
 
-  int error_status() const { return error_status_; }
-  const std::string& error() const { return record_.error; }
-  const std::string& error_code() const { return error_code_; }
-  // An engine's own error answer, passed on as it came (a 4xx of the
-  // prefill worker is the client's to read).
+  const HandoffRules& rules() const { return rules_; }
+  // An engine's own error answer, passed on as it came when the rules say
+  // so (a 4xx is the client's to read).
   const std::string& engine_error_body() const { return engine_error_body_; }
 
-  void ClientGone() { Fail(HandoffOutcome::kClientGone, "the client went away"); }
+  void ClientGone() { Perform(rules_.ClientGone()); }
 
  private:
-  // Records the failure; the destructor ends the lease and counts it.
-  bool Fail(HandoffOutcome outcome, std::string error, int status = 502,
-            std::string code = "upstream_error") {
-    record_.outcome = outcome;
-    record_.error = std::move(error);
-    error_status_ = status;
-    error_code_ = std::move(code);
-    return false;
+  static HandoffProtocol ProtocolOf(const Daemon& daemon, const HandoffRequest& request) {
+    // A pool mixes engine kinds only by mistake; the first prefill worker's
+    // kind decides.
+    const ingest::EngineSpec* first =
+        request.prefill_pool.empty() ? nullptr : EngineOf(daemon, request.prefill_pool.front());
+    return first != nullptr && first->kind == ingest::EngineKind::kSglang
+               ? HandoffProtocol::kBootstrap
+               : HandoffProtocol::kNixl;
+  }
+  bool bootstrap() const { return rules_.protocol() == HandoffProtocol::kBootstrap; }
+
+  static gateway::HandoffFailure Internal(const Status& status) {
+    return {gateway::HandoffOutcome::kPrefillFailed, 500, "internal", status.message()};
   }
 
-  router::RouteRequest Route(const std::vector<std::string>& pool, uint64_t pullable) const {
+  void Perform(LeaseMove move) {
+    if (move == LeaseMove::kAbort) EndLease(NIXLLeaseEvent::kAbort);
+    // kComplete waits for Settle, off the first token's path.
+    if (move == LeaseMove::kComplete) complete_lease_ = true;
+  }
+
+  // Routes one leg among `pool`; nullopt (the failure given to the rules)
+  // when the route is refused or no worker there is eligible.
+  std::optional<router::RouteDecision> Decide(const std::vector<std::string>& pool,
+                                              uint64_t pullable, HandoffLeg leg) {
+    const gateway::HandoffOutcome failed = leg == HandoffLeg::kPrefill
+                                               ? gateway::HandoffOutcome::kPrefillFailed
+                                               : gateway::HandoffOutcome::kDecodeFailed;
+    Result<std::string> id = auth::RandomHexId();
+    if (!id.ok()) {
+      Perform(rules_.Fail({failed, 500, "internal", id.status().message()}));
+      return std::nullopt;
+    }
     router::RouteRequest route{request_.model, request_.tenant, request_.tokens, "", pool};
     route.pullable_blocks = pullable;
     route.salt_must_be_honoured = request_.diverted;
-    return route;
-  }
-
-  // Routes one step among `pool`; nullopt (and the failure recorded) when
-  // no worker there is eligible.
-  std::optional<router::RouteDecision> Decide(const std::vector<std::string>& pool,
-                                              uint64_t pullable, HandoffOutcome failure,
-                                              std::string_view step) {
-    Result<std::string> id = auth::RandomHexId();
-    if (!id.ok()) {
-      Fail(failure, id.status().message(), 500, "internal");
-      return std::nullopt;
-    }
-    const router::RouteRequest route = Route(pool, pullable);
     Result<router::RouteDecision> decision =
         daemon_.router->Route(route, request_.salt, *id, clock::NowMillis());
     if (!decision.ok()) {
-      Fail(failure, decision.status().message(), 400, "invalid_value");
+      Perform(rules_.Fail({failed, 400, "invalid_value", decision.status().message()}));
       return std::nullopt;
     }
     if (decision->worker.empty()) {
-      const std::string reasons = IneligibleReasons(*decision);
-      Fail(failure,
-           "no eligible " + std::string(step) + " worker" +
-               (reasons.empty() ? std::string() : " (" + reasons + ")"),
-           503, "no_eligible_worker");
+      Perform(rules_.NoEligibleWorker(leg, IneligibleReasons(*decision)));
       return std::nullopt;
     }
     daemon_.tenants_seen.Note(request_.tenant);
     ExpectSaltedBlocks(daemon_, route, request_.salt, *decision);
     // The console's traffic counts a request once, by its prefill: the
     // decode step's credit is what it need not pull, not prefill saved.
-    if (step == "prefill") daemon_.route_totals.Count(*decision);
+    if (leg == HandoffLeg::kPrefill) daemon_.route_totals.Count(*decision);
     return *std::move(decision);
   }
 
@@ -231,82 +252,69 @@ class Handoff {
   // gives no answer or a 5xx; its kv_transfer_params then pin the span.
   bool Prefill(httplib::Response& response) {
     Result<std::string> body = NixlPrefillBody(request_.body);
-    if (!body.ok()) {
-      SendOpenAIError(response, 500, body.status().message(), "server_error", "", "internal");
-      return Fail(HandoffOutcome::kPrefillFailed, body.status().message());
-    }
-    std::vector<std::string> pool = request_.prefill_pool;
+    if (!body.ok()) return Refuse(Internal(body.status()), response);
     std::string answer;
-    for (int attempt = 0;; ++attempt) {
+    int status = 0;
+    std::string content_type;
+    while (rules_.step() == HandoffStep::kRoutePrefill) {
       std::optional<router::RouteDecision> decision =
-          Decide(pool, 0, HandoffOutcome::kPrefillFailed, "prefill");
-      if (!decision) return Refuse(response);
-      ++record_.prefill_attempts;
-      record_.prefill_worker = decision->worker;
+          Decide(rules_.prefill_candidates(), 0, HandoffLeg::kPrefill);
+      if (!decision) break;
+      rules_.PrefillRouted(decision->worker);
       record_.prefill_overlap_blocks = decision->overlap_blocks;
       prefill_ = StartUpstream(daemon_, decision->worker, decision->decision_id, request_.path,
                                *body, record_.request_id);
       KeyTheSpan(decision->worker);
       prefill_->prediction = PredictionFor(*decision);
-      int status = 0;
-      std::string content_type;
+      answer.clear();
       Status failure = ReadWhole(*prefill_, &status, &content_type, &answer);
       (void)daemon_.router->Done(prefill_->decision_id);
-      const bool answered = failure.ok() && status < 500;
-      if (answered) {
+      LegAnswer leg{failure.ok(), failure.code() == StatusCode::kDeadlineExceeded, status,
+                    failure.message()};
+      if (leg.reached && status < 500) {
         Account(daemon_, prefill_->worker, prefill_->decision_id, prefill_->prediction,
                 status == 200 ? DecodeEngineUsage(answer, UsageLimits()) : std::nullopt);
       }
       prefill_.reset();
-      if (answered && status != 200) {
-        // The engine refused the request itself: the client's to read.
-        engine_error_body_ = answer;
-        Fail(HandoffOutcome::kPrefillFailed,
-             "the prefill worker answered HTTP " + std::to_string(status), status,
-             "upstream_error");
+      gateway::PinParams pin = gateway::PinParams::kNone;
+      if (leg.reached && status == 200) {
+        Result<std::optional<std::string>> params = DecodeKvTransferParams(answer, UsageLimits());
+        if (!params.ok()) {
+          pin = gateway::PinParams::kMalformed;
+          leg.error = params.status().message();
+        } else if (params->has_value()) {
+          pin = gateway::PinParams::kPresent;
+          kv_transfer_params_ = **params;
+        }
+      }
+      rules_.PrefillAnswered(leg, pin);
+      if (rules_.step() == HandoffStep::kRoutePrefill) {
+        daemon_.gateway_metrics.retries->WithLabels({})->Inc();
+      }
+    }
+    if (rules_.step() == HandoffStep::kFailed) {
+      if (rules_.failure().engine_answer) {
         response.status = status;
         response.set_content(answer, content_type.empty() ? "application/json" : content_type);
         return false;
       }
-      if (answered) break;
-      std::erase(pool, record_.prefill_worker);
-      const std::string why =
-          failure.ok() ? "HTTP " + std::to_string(status) : failure.message();
-      if (attempt == 1 || pool.empty()) {
-        const bool timed_out = failure.code() == StatusCode::kDeadlineExceeded;
-        Fail(HandoffOutcome::kPrefillFailed, "the prefill worker failed: " + why,
-             timed_out ? 504 : 502, timed_out ? "upstream_timeout" : "upstream_unreachable");
-        return Refuse(response);
-      }
-      daemon_.gateway_metrics.retries->WithLabels({})->Inc();
+      return Refuse(response);
     }
     record_.prefill_done_ms = clock::NowMillis();
     prefill_answered_ = Clock::now();
-    Result<std::optional<std::string>> params = DecodeKvTransferParams(answer, UsageLimits());
-    if (!params.ok()) {
-      Fail(HandoffOutcome::kPrefillFailed,
-           "the prefill worker's answer: " + params.status().message());
-      return Refuse(response);
-    }
-    if (!params->has_value()) {
-      // vLLM freed the blocks at once (nothing to send, or the request did
-      // not finish by length): the decode worker prefills on its own.
-      record_.outcome = HandoffOutcome::kUnpinned;
-      return true;
-    }
-    kv_transfer_params_ = **params;
-    return Pin(NIXLTransferRole::kPrefillPin) || Refuse(response);
+    if (rules_.step() == HandoffStep::kPin && !Pin()) return Refuse(response);
+    return true;
   }
 
   // Witnesses the pin as a lease of its own: the prefill worker's span,
-  // its engine's pin time as the TTL. False (the failure recorded) when it
+  // its engine's pin time as the TTL. False (the rules told) when it
   // cannot be recorded.
-  bool Pin(NIXLTransferRole role) {
-    const ingest::EngineSpec* engine = EngineOf(daemon_, record_.prefill_worker);
+  bool Pin() {
+    const ingest::EngineSpec* engine = EngineOf(daemon_, rules_.prefill_worker());
     NIXLLease lease;
     lease.lease_id = "handoff-" + record_.request_id;
     lease.request_id = record_.request_id;
-    lease.remote_engine = record_.prefill_worker;
+    lease.remote_engine = rules_.prefill_worker();
     // The span by its last block's key: it names the whole chain. A prompt
     // shorter than a block pins nothing kvgov can name: unidentified.
     if (!keys_.empty()) {
@@ -317,27 +325,24 @@ class Handoff {
     }
     lease.tokens = static_cast<int64_t>(request_.tokens.size());
     lease.model_id = request_.model;
-    lease.role = role;
+    lease.role = rules_.lease_role();
     lease.event = NIXLLeaseEvent::kCreate;
     lease.ttl_ms = engine == nullptr ? 30000 : engine->kv_lease_ms;
     lease.witness = NIXLLeaseWitness::kHandoff;
     SpanResidency span;
-    span.worker = record_.prefill_worker;
+    span.worker = rules_.prefill_worker();
     span.token_ids = request_.tokens;
     span.cache_salt = request_.salt;
     if (Status pinned = ApplyLeaseReport(daemon_, lease, span, kDaemonActor); !pinned.ok()) {
-      // Fail closed: a handoff kvgov cannot witness is not run.
-      return Fail(HandoffOutcome::kPrefillFailed,
-                  "the handoff's lease could not be recorded: " + pinned.message(), 503,
-                  "service_unavailable");
+      rules_.PinRefused(pinned.message());
+      return false;
     }
     record_.lease_id = lease.lease_id;
-    lease_open_ = true;
+    rules_.Pinned();
     return true;
   }
 
   void EndLease(NIXLLeaseEvent event) {
-    lease_open_ = false;
     NIXLLease report;
     report.lease_id = record_.lease_id;
     report.event = event;
@@ -352,51 +357,24 @@ class Handoff {
     }
   }
 
-  // The pinned blocks a decode worker may take now, at the route's clock:
-  // none once the lease is not active; up to the first block governance
-  // refuses on the prefill worker (a quarantine, a pending invalidation).
-  std::optional<Withdrawal> Pullable(int64_t now_ms, uint64_t* blocks) const {
-    *blocks = 0;
-    if (!lease_open_) return std::nullopt;
+  // The pin as the lease table and the gate see it at the route's clock.
+  gateway::PinView ViewPin(int64_t now_ms) const {
+    gateway::PinView pin;
+    if (!rules_.lease_open()) return pin;
+    pin.lease_id = record_.lease_id;
+    pin.span_blocks = keys_.size();
     const std::optional<NIXLLease> lease = daemon_.leases.Get(record_.lease_id);
-    const NIXLLeaseState state =
-        lease ? LeaseStateAt(*lease, now_ms) : NIXLLeaseState::kFailed;
-    if (keys_.empty() && state == NIXLLeaseState::kUnidentified) return std::nullopt;
-    if (state == NIXLLeaseState::kExpired) {
-      return Withdrawal{HandoffOutcome::kExpired,
-                        "the prefill worker's pin (lease " + record_.lease_id +
-                            ") expired before the decode worker's first token"};
-    }
-    if (state != NIXLLeaseState::kActive) {
-      return Withdrawal{HandoffOutcome::kWithdrawn,
-                        "the lease " + record_.lease_id + " is " +
-                            std::string(ToString(state))};
-    }
+    pin.lease_state = lease ? LeaseStateAt(*lease, now_ms) : NIXLLeaseState::kFailed;
+    if (pin.lease_state != NIXLLeaseState::kActive) return pin;
     const router::SpanGate::Limit limit =
-        daemon_.gate.Creditable(record_.prefill_worker, keys_, keys_.size(), now_ms);
-    if (limit.creditable < keys_.size()) {
-      return Withdrawal{HandoffOutcome::kWithdrawn,
-                        "the prefilled span was withdrawn (" +
-                            std::string(ToString(limit.kind)) +
-                            (limit.reason == LookupReason::kNone
-                                 ? std::string()
-                                 : "/" + std::string(ToString(limit.reason))) +
-                            ") before the decode worker's first token"};
-    }
-    *blocks = keys_.size();
-    return std::nullopt;
-  }
-
-  // The decode pool without the prefill worker (a worker of role both may
-  // be in both pools; it does not hand over to itself).
-  std::vector<std::string> DecodePool() const {
-    std::vector<std::string> pool = request_.decode_pool;
-    std::erase(pool, record_.prefill_worker);
-    return pool;
+        daemon_.gate.Creditable(rules_.prefill_worker(), keys_, keys_.size(), now_ms);
+    pin.creditable_blocks = limit.creditable;
+    pin.limit = std::string(ToString(limit.kind));
+    if (limit.reason != LookupReason::kNone) pin.limit += "/" + std::string(ToString(limit.reason));
+    return pin;
   }
 
   void NoteDecodeDecision(const router::RouteDecision& decision) {
-    record_.decode_worker = decision.worker;
     for (const router::Candidate& candidate : decision.candidates) {
       if (candidate.worker != decision.worker) continue;
       record_.decode_overlap_blocks = candidate.overlap_blocks;
@@ -407,14 +385,14 @@ class Handoff {
   // vLLM: the decode leg, with the pin's params, to the decode worker the
   // router chose by load and the prefix it holds itself.
   bool StartDecode() {
-    uint64_t pullable = 0;
-    if (std::optional<Withdrawal> withdrawn = Pullable(clock::NowMillis(), &pullable)) {
-      return Fail(withdrawn->outcome, withdrawn->reason, 503, "span_withdrawn");
-    }
+    const gateway::PinView pin = ViewPin(clock::NowMillis());
+    Perform(rules_.CheckPinBeforeDecode(pin));
+    if (rules_.step() != HandoffStep::kRouteDecode) return false;
     std::optional<router::RouteDecision> decision =
-        Decide(DecodePool(), pullable, HandoffOutcome::kDecodeFailed, "decode");
+        Decide(rules_.DecodeCandidates(), rules_.Pullable(pin), HandoffLeg::kDecode);
     if (!decision) return false;
     NoteDecodeDecision(*decision);
+    rules_.DecodeRouted(decision->worker);
     std::string body = kv_transfer_params_.empty()
                            ? request_.body
                            : NixlDecodeBody(request_.body, kv_transfer_params_);
@@ -427,16 +405,10 @@ class Handoff {
   // worker at once (SGLang's router does the same); the prefill worker
   // pushes its KV to the decode worker, which streams the answer.
   bool DispatchBoth() {
-    const std::vector<std::string>& pool = prefill_candidates_;
-    if (pool.empty()) {
-      return Fail(HandoffOutcome::kPrefillFailed, "no prefill worker left to try", 502,
-                  "upstream_unreachable");
-    }
     std::optional<router::RouteDecision> prefill =
-        Decide(pool, 0, HandoffOutcome::kPrefillFailed, "prefill");
+        Decide(rules_.prefill_candidates(), 0, HandoffLeg::kPrefill);
     if (!prefill) return false;
-    ++record_.prefill_attempts;
-    record_.prefill_worker = prefill->worker;
+    rules_.PrefillRouted(prefill->worker);
     record_.prefill_overlap_blocks = prefill->overlap_blocks;
     KeyTheSpan(prefill->worker);
     const ingest::EngineSpec* engine = EngineOf(daemon_, prefill->worker);
@@ -446,21 +418,23 @@ class Handoff {
                       engine == nullptr ? 8998 : engine->bootstrap_port, rooms());
     if (!body.ok()) {
       (void)daemon_.router->Done(prefill->decision_id);
-      return Fail(HandoffOutcome::kPrefillFailed, body.status().message(), 500, "internal");
+      Perform(rules_.Fail(Internal(body.status())));
+      return false;
     }
-    if (record_.prefill_attempts > 1) {
+    if (rules_.prefill_attempts() > 1) {
       // A fresh id for the second try: its lease is its own.
       Result<std::string> id = auth::RandomHexId();
       if (id.ok()) record_.request_id = *id;
     }
-    std::optional<router::RouteDecision> decode = Decide(
-        DecodePool(), keys_.size(), HandoffOutcome::kDecodeFailed, "decode");
+    std::optional<router::RouteDecision> decode =
+        Decide(rules_.DecodeCandidates(), keys_.size(), HandoffLeg::kDecode);
     if (!decode) {
       (void)daemon_.router->Done(prefill->decision_id);
       return false;
     }
     NoteDecodeDecision(*decode);
-    if (!Pin(NIXLTransferRole::kPushWrite)) {
+    rules_.DecodeRouted(decode->worker);
+    if (!Pin()) {
       (void)daemon_.router->Done(prefill->decision_id);
       (void)daemon_.router->Done(decode->decision_id);
       return false;
@@ -475,44 +449,39 @@ class Handoff {
   }
 
   // Waits for the decode worker's first token (the first byte of its body)
-  // while watching the pin: a lease that ends or a span governance
+  // while the rules watch the pin: a lease that ends or a span governance
   // withdraws fails the handoff, and the decode request is closed so the
-  // engine aborts it. Only a streamed answer's first byte is the first
-  // token; a whole answer's comes at its end, so an expiry is not judged
-  // for one (the pull may long be done).
+  // engine aborts it.
   bool AwaitFirstToken() {
     // An engine may hold its head back until the first token as well as
     // send it at once: the pin is watched through both.
     while (!decode_->relay->WaitForChunkOrEnd(kWithdrawalCheck)) {
-      if (bootstrap_ && PrefillLegFailed()) {
+      if (bootstrap()) WatchPrefillLeg();
+      if (rules_.step() == HandoffStep::kAwaitFirstToken) {
+        Perform(rules_.CheckPinWhileWaiting(ViewPin(clock::NowMillis())));
+      }
+      if (rules_.step() != HandoffStep::kAwaitFirstToken) {
         EndDecode();
         return false;
       }
-      uint64_t pullable = 0;
-      std::optional<Withdrawal> withdrawn = Pullable(clock::NowMillis(), &pullable);
-      if (withdrawn && (request_.stream || withdrawn->outcome != HandoffOutcome::kExpired)) {
-        EndDecode();
-        return Fail(withdrawn->outcome, withdrawn->reason, 503, "span_withdrawn");
-      }
     }
     Status failure;
-    if (!decode_->relay->WaitForHead(&decode_status_, &decode_content_type_, &failure)) {
-      EndDecode();
-      return Fail(HandoffOutcome::kDecodeFailed, "the decode worker failed: " + failure.message(),
-                  failure.code() == StatusCode::kDeadlineExceeded ? 504 : 502,
-                  "upstream_unreachable");
-    }
-    if (decode_status_ >= 400) {
-      std::string body;
+    LegAnswer leg;
+    leg.reached = decode_->relay->WaitForHead(&decode_status_, &decode_content_type_, &failure);
+    leg.status = decode_status_;
+    if (!leg.reached) {
+      leg.timed_out = failure.code() == StatusCode::kDeadlineExceeded;
+      leg.error = failure.message();
+    } else if (decode_status_ >= 400) {
       int status = 0;
       std::string content_type;
-      (void)ReadWhole(*decode_, &status, &content_type, &body);
-      engine_error_body_ = body;
+      (void)ReadWhole(*decode_, &status, &content_type, &engine_error_body_);
+      leg.error = engine_error_body_.substr(0, 256);
+    }
+    Perform(rules_.DecodeAnswered(leg));
+    if (rules_.step() != HandoffStep::kRelay) {
       EndDecode();
-      return Fail(HandoffOutcome::kDecodeFailed,
-                  "the decode worker answered HTTP " + std::to_string(decode_status_) + ": " +
-                      body.substr(0, 256),
-                  decode_status_, "upstream_error");
+      return false;
     }
     record_.first_token_ms = clock::NowMillis();
     daemon_.gateway_metrics.handoff_seconds->WithLabels({})->Observe(
@@ -521,30 +490,18 @@ class Handoff {
   }
 
   // SGLang: the prefill leg's answer, read on the side while the decode
-  // leg waits. True once it failed (no answer, or an error status);
-  // `retry_prefill_` then says whether another prefill worker may try.
-  bool PrefillLegFailed() {
-    if (!prefill_ || !prefill_->relay->WaitForChunkOrEnd(std::chrono::milliseconds(0))) {
-      return false;
-    }
+  // leg waits; a failure goes to the rules (a retry, or the end).
+  void WatchPrefillLeg() {
+    if (!prefill_ || !prefill_->relay->WaitForChunkOrEnd(std::chrono::milliseconds(0))) return;
     int status = 0;
     std::string content_type;
     std::string body;
     Status read = ReadWhole(*prefill_, &status, &content_type, &body);
-    if (read.ok() && status == 200) {
-      FinishPrefillLeg(std::move(body));
-      return false;
-    }
+    if (read.ok() && status == 200) return FinishPrefillLeg(std::move(body));
     (void)daemon_.router->Done(prefill_->decision_id);
-    std::erase(prefill_candidates_, record_.prefill_worker);
     prefill_.reset();
-    if (lease_open_) EndLease(NIXLLeaseEvent::kAbort);
-    retry_prefill_ = record_.prefill_attempts < 2 && !prefill_candidates_.empty();
-    Fail(HandoffOutcome::kPrefillFailed,
-         "the prefill worker failed: " +
-             (read.ok() ? "HTTP " + std::to_string(status) : read.message()),
-         502, "upstream_unreachable");
-    return true;
+    Perform(rules_.PrefillLegFailed(
+        {read.ok(), read.code() == StatusCode::kDeadlineExceeded, status, read.message()}));
   }
 
   // SGLang's prefill answer is read to its end and dropped (its router
@@ -586,44 +543,31 @@ class Handoff {
             static_cast<int64_t>(decision.overlap_blocks) * block_size, block_size};
   }
 
-  // Answers the client with the recorded failure.
+  // Fails with `failure` and answers the client with it.
+  bool Refuse(gateway::HandoffFailure failure, httplib::Response& response) {
+    Perform(rules_.Fail(std::move(failure)));
+    return Refuse(response);
+  }
+  // Answers the client with the rules' failure.
   bool Refuse(httplib::Response& response) const {
-    SendOpenAIError(response, error_status_, record_.error,
-                    error_status_ == 503 ? "service_unavailable" : "upstream_error", "",
-                    error_code_);
+    AnswerFailure(rules_.failure(), engine_error_body_, response);
     return false;
   }
 
   Daemon& daemon_;
   const HandoffRequest request_;
+  HandoffRules rules_;
   HandoffRecord record_;
-  bool bootstrap_ = false;  // SGLang's protocol; else vLLM's NixlConnector
   std::vector<index::BlockKey> keys_;
   std::string kv_transfer_params_;  // the prefill answer's, opaque
-  bool lease_open_ = false;         // created, and no event of ours ended it yet
+  bool complete_lease_ = false;     // the rules completed the lease; Settle reports it
   Clock::time_point prefill_answered_;
   std::unique_ptr<Upstream> prefill_;  // the prefill leg, until its answer is read
   std::unique_ptr<Upstream> decode_;
-  std::vector<std::string> prefill_candidates_;  // SGLang: those not yet failed
-  bool retry_prefill_ = false;
   int decode_status_ = 0;
   std::string decode_content_type_;
-  int error_status_ = 502;
-  std::string error_code_ = "upstream_error";
   std::string engine_error_body_;
 };
-
-// A failed decode step, for a client that has no byte of the answer yet.
-void AnswerFailure(const Handoff& handoff, httplib::Response& response) {
-  if (!handoff.engine_error_body().empty() && handoff.error_status() < 500) {
-    response.status = handoff.error_status();
-    response.set_content(handoff.engine_error_body(), "application/json");
-    return;
-  }
-  SendOpenAIError(response, handoff.error_status(), handoff.error(),
-                  handoff.error_status() == 503 ? "service_unavailable" : "upstream_error", "",
-                  handoff.error_code());
-}
 
 }  // namespace
 
@@ -664,7 +608,9 @@ void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& res
   auto handoff = std::make_shared<Handoff>(daemon, std::move(request));
   if (!handoff->Prepare(response)) return;
   if (!stream) {
-    if (!handoff->Decode()) return AnswerFailure(*handoff, response);
+    if (!handoff->Decode()) {
+      return AnswerFailure(handoff->rules().failure(), handoff->engine_error_body(), response);
+    }
     std::string body;
     bool finished = false;
     Status outcome;
@@ -702,7 +648,8 @@ void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& res
             return false;
           }
           if (!state->handoff->Decode()) {
-            const std::string event = EncodeOpenAIErrorEvent(state->handoff->error());
+            const std::string event =
+                EncodeOpenAIErrorEvent(state->handoff->rules().failure().message);
             sink.write(event.data(), event.size());
             sink.done();
             return true;

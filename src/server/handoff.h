@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvgov/core/enum_spelling.h"
+#include "kvgov/gateway/handoff_rules.h"
 #include "kvgov/ingest/engine_spec.h"
 
 namespace httplib {
@@ -22,34 +22,7 @@ class Server;
 
 namespace kvgov::server {
 
-/// How a handoff ended.
-enum class HandoffOutcome {
-  kCompleted,      // the decode worker's first token came while the pin was live
-  kUnpinned,       // the prefill answer carried no kv_transfer_params: decode prefilled itself
-  kPrefillFailed,  // no prefill worker answered (after one retry), or one refused the request
-  kDecodeFailed,   // no decode worker was eligible, or the one chosen failed
-  kWithdrawn,      // the span was quarantined or put under invalidation during the handoff
-  kExpired,        // the pin's lease ran out before the decode worker's first token
-  kClientGone,     // the client went away between the steps or before the first token
-};
-
-}  // namespace kvgov::server
-
-template <>
-struct kvgov::EnumSpelling<kvgov::server::HandoffOutcome> {
-  static constexpr std::string_view kName = "handoff outcome";
-  static constexpr auto kValues =
-      std::to_array<std::pair<server::HandoffOutcome, std::string_view>>(
-          {{server::HandoffOutcome::kCompleted, "completed"},
-           {server::HandoffOutcome::kUnpinned, "unpinned"},
-           {server::HandoffOutcome::kPrefillFailed, "prefill_failed"},
-           {server::HandoffOutcome::kDecodeFailed, "decode_failed"},
-           {server::HandoffOutcome::kWithdrawn, "withdrawn"},
-           {server::HandoffOutcome::kExpired, "expired"},
-           {server::HandoffOutcome::kClientGone, "client_gone"}});
-};
-
-namespace kvgov::server {
+using gateway::HandoffOutcome;
 
 struct Daemon;
 
