@@ -5,7 +5,7 @@
 # streams without the store (kvgov_stream_store, its own library, is the
 # exception) and spool reads files without the index or threads;
 # connectors (clients of engines' HTTP APIs) know no index; only the daemon,
-# the gateway's front door (src/gateway, which knows no daemon) and the
+# the gateway (src/gateway, which knows no daemon) and the
 # simulated engines of src/simfleet serve HTTP. Tests and benchmarks beside the code may use
 # their frameworks.
 # Usage: layering_check.sh REPO_ROOT
@@ -64,10 +64,16 @@ check "spool must not use the index or threads (the daemon scans it)" \
   '#include *("kvgov/index/|<thread>)' "$root/src/spool" "$root/include/kvgov/spool"
 check "connectors must not use the residency index or the store" \
   '#include *"kvgov/(index|store)/' "$root/src/connectors" "$root/include/kvgov/connectors"
-# The gateway's front door (src/gateway) knows no daemon: the request path
-# is src/server's handler, so a listener stays a listener.
-check "the gateway's I/O must not use the daemon, the store or the index" \
-  '#include *"(server/|kvgov/(store|index|router|governance|journal)/)' "$root/src/gateway"
+# The gateway (src/gateway) knows no daemon: its request path reaches
+# kvgov's state through a Plane that src/server implements, and its I/O
+# (the listener, the engine connections, the routes) knows no routing.
+check "the gateway must not use the daemon, the store, the index or the journal" \
+  '#include *"(server/|kvgov/(store|index|governance|journal)/)' "$root/src/gateway" \
+  "$root/include/kvgov/gateway"
+check "the gateway's I/O must not route" '#include *"(gateway/(plane|request_path)\.h|kvgov/router/)' \
+  "$root/src/gateway/front_door.h" "$root/src/gateway/front_door.cc" \
+  "$root/src/gateway/upstream_pool.h" "$root/src/gateway/upstream_pool.cc" \
+  "$root/src/gateway/routes.h" "$root/src/gateway/routes.cc"
 check "the handoff's rules are pure: no I/O, no clock, no entropy, no third party" \
   '#include *(<(boost/|fstream|iostream|cstdio|chrono|ctime|random|thread|filesystem)|"kvgov/(log|clock|connectors|codec)/)' \
   "$root/src/gateway/handoff_rules.cc" "$root/include/kvgov/gateway"

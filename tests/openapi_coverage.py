@@ -4,8 +4,8 @@
 Usage: openapi_coverage.py SOURCE_DIR [--spec FILE] [--server-dir DIR]
 
 Reads every `http.Get/Post/Put/Patch/Delete/Options(PATH, ...)` in
-src/server/*.cc (tests and benchmarks excepted), PATH a string or raw-string
-literal, and turns each regex group into a `{name}` path parameter (names in
+src/server/*.cc and src/gateway/*.cc (tests and benchmarks excepted), PATH
+a string or raw-string literal, and turns each regex group into a `{name}` path parameter (names in
 PARAM_NAMES below). Then reads the spec's `paths:` with a small line-based
 reader for the subset of YAML the spec is written in (see the comment at its
 top), and fails, listing each problem, when:
@@ -139,14 +139,15 @@ def statement_end(text, start):
     return i
 
 
-def server_routes(server_dir):
-    """{(method, template): (params, where)} registered in server_dir/*.cc."""
+def server_routes(server_dirs):
+    """{(method, template): (params, where)} registered in each of server_dirs/*.cc."""
     routes = {}
     problems = []
-    files = sorted(f for f in os.listdir(server_dir)
+    paths = sorted(os.path.join(server_dir, f) for server_dir in server_dirs
+                   for f in os.listdir(server_dir)
                    if f.endswith(".cc") and not f.endswith(("_test.cc", "_bench.cc")))
-    for name in files:
-        path = os.path.join(server_dir, name)
+    for path in paths:
+        name = os.path.basename(path)
         with open(path, encoding="utf-8") as f:
             text = strip_comments(f.read())
         for call in REGISTRATION.finditer(text):
@@ -182,7 +183,7 @@ def server_routes(server_dir):
                                                 statement) is None}
             routes[key] = (params, where, guard)
     if not routes and not problems:
-        problems.append(f"no http.Get/Post/... registrations found under {server_dir}")
+        problems.append(f"no http.Get/Post/... registrations found under {', '.join(server_dirs)}")
     return routes, problems
 
 
@@ -301,8 +302,8 @@ def unresolved_refs(spec_file):
     return problems
 
 
-def check(source_dir, spec_file, server_dir):
-    routes, problems = server_routes(server_dir)
+def check(source_dir, spec_file, server_dirs):
+    routes, problems = server_routes(server_dirs)
     paths = spec_paths(spec_file)
     spec_ops = {(method, template) for template, item in paths.items() for method in item["ops"]}
 
@@ -360,17 +361,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("source_dir")
     parser.add_argument("--spec", help="default: SOURCE_DIR/docs/api/openapi.yaml")
-    parser.add_argument("--server-dir", help="default: SOURCE_DIR/src/server")
+    parser.add_argument("--server-dir", action="append",
+                        help="may be repeated; default: SOURCE_DIR/src/server and "
+                             "SOURCE_DIR/src/gateway (the front door's routes)")
     args = parser.parse_args()
     spec = args.spec or os.path.join(args.source_dir, "docs", "api", "openapi.yaml")
-    server_dir = args.server_dir or os.path.join(args.source_dir, "src", "server")
+    server_dirs = args.server_dir or [os.path.join(args.source_dir, "src", "server"),
+                                      os.path.join(args.source_dir, "src", "gateway")]
     try:
-        routes, spec_ops, problems = check(args.source_dir, spec, server_dir)
+        routes, spec_ops, problems = check(args.source_dir, spec, server_dirs)
     except (Failure, OSError) as error:
         print(f"openapi_coverage: {error}", file=sys.stderr)
         return 1
     if problems:
-        print(f"openapi_coverage: {len(problems)} problem(s) between {server_dir} and {spec}:",
+        print(f"openapi_coverage: {len(problems)} problem(s) between "
+              f"{', '.join(server_dirs)} and {spec}:",
               file=sys.stderr)
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)

@@ -38,6 +38,11 @@ def main():
             server = os.path.join(tmp, "server")
             shutil.rmtree(server, ignore_errors=True)
             shutil.copytree(os.path.join(source_dir, "src", "server"), server)
+            # The front door's routes are registered in src/gateway.
+            gateway = os.path.join(source_dir, "src", "gateway")
+            for name in os.listdir(gateway):
+                if name.endswith(".cc"):
+                    shutil.copyfile(os.path.join(gateway, name), os.path.join(server, name))
             spec = os.path.join(tmp, "openapi.yaml")
             shutil.copyfile(os.path.join(source_dir, "docs", "api", "openapi.yaml"), spec)
             return server, spec

@@ -490,4 +490,20 @@ Result<Principal> Authenticator::Authorize(std::string_view authorization, Role 
   return Principal{match->name, match->tenant};
 }
 
+Status FitToCaller(const Principal& caller, bool names_span_by_tokens, std::string& tenant) {
+  if (caller.tenant.empty()) return Status::Ok();
+  if (!names_span_by_tokens) {
+    return Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
+                                    caller.tenant +
+                                    "': name the span by token_ids, not by engine block or scope");
+  }
+  if (tenant.empty()) {
+    tenant = caller.tenant;
+  } else if (tenant != caller.tenant) {
+    return Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
+                                    caller.tenant + "', not '" + tenant.substr(0, 128) + "'");
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvgov::auth

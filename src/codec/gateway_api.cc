@@ -412,6 +412,12 @@ std::optional<EngineUsage> DecodeEngineUsage(std::string_view json, const JsonLi
   return usage.ok() ? *usage : std::nullopt;
 }
 
+JsonLimits UsageLimits() {
+  JsonLimits limits;
+  limits.max_bytes = size_t{64} << 20;
+  return limits;
+}
+
 Result<std::optional<EngineUsage>> DecodeWholeAnswer(std::string_view json,
                                                      const JsonLimits& limits) {
   return ReadParsed<std::optional<EngineUsage>>(

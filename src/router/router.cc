@@ -436,4 +436,12 @@ void Router::SetPeerLoad(std::map<std::string, uint64_t, std::less<>> blocks_by_
   peer_blocks_ = std::move(blocks_by_worker);
 }
 
+std::string IneligibleReasons(const RouteDecision& decision) {
+  std::string reasons;
+  for (const Candidate& c : decision.candidates) {
+    reasons += (reasons.empty() ? "" : ", ") + c.worker + ": " + c.reason;
+  }
+  return reasons;
+}
+
 }  // namespace kvgov::router

@@ -64,21 +64,4 @@ std::string ActorOf(const auth::Principal& caller) {
   return caller.token.empty() ? "local" : "token:" + caller.token;
 }
 
-Status FitToCaller(const auth::Principal& caller, bool names_span_by_tokens,
-                   std::string& tenant) {
-  if (caller.tenant.empty()) return Status::Ok();
-  if (!names_span_by_tokens) {
-    return Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
-                                    caller.tenant +
-                                    "': name the span by token_ids, not by engine block or scope");
-  }
-  if (tenant.empty()) {
-    tenant = caller.tenant;
-  } else if (tenant != caller.tenant) {
-    return Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
-                                    caller.tenant + "', not '" + tenant.substr(0, 128) + "'");
-  }
-  return Status::Ok();
-}
-
 }  // namespace kvgov::server

@@ -42,13 +42,6 @@ Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handle
 /// off. Never the token's secret.
 std::string ActorOf(const auth::Principal& caller);
 
-/// Fits a governance or route request to the caller: a fleet-wide caller
-/// may name any tenant; a tenant-bound one only its own, and an absent
-/// tenant becomes its own. `names_span_by_tokens` false (a span named by
-/// engine block hash, or a worker/model scope) could reach other tenants'
-/// blocks, so a tenant-bound caller is refused. PermissionDenied names the
-/// binding.
-Status FitToCaller(const auth::Principal& caller, bool names_span_by_tokens,
-                   std::string& tenant);
+using auth::FitToCaller;
 
 }  // namespace kvgov::server

@@ -17,26 +17,12 @@ void SendOpenAIError(httplib::Response& response, int status, std::string_view m
   response.set_content(EncodeOpenAIErrorJson(message, type, param, code), "application/json");
 }
 
-JsonLimits UsageLimits() {
-  JsonLimits limits;
-  limits.max_bytes = size_t{64} << 20;
-  return limits;
-}
-
 const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker) {
   const std::string_view engine_id = worker.substr(0, worker.find('@'));
   for (const ingest::EngineSpec& engine : daemon.options.engines) {
     if (engine.id == engine_id) return &engine;
   }
   return nullptr;
-}
-
-std::string IneligibleReasons(const router::RouteDecision& decision) {
-  std::string reasons;
-  for (const router::Candidate& c : decision.candidates) {
-    reasons += (reasons.empty() ? "" : ", ") + c.worker + ": " + c.reason;
-  }
-  return reasons;
 }
 
 std::string OpenAIUrl(const ingest::EngineSpec& engine) {

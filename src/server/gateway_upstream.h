@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "gateway/plane.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/core/status.h"
 #include "kvgov/ingest/engine_spec.h"
@@ -36,17 +37,12 @@ struct Daemon;
 void SendOpenAIError(httplib::Response& response, int status, std::string_view message,
                      std::string_view type, std::string_view param, std::string_view code);
 
-/// An answer's usage is read with the API's limits: its choices may be as
-/// long as the answer.
-JsonLimits UsageLimits();
 
 /// The engine a worker ("id" or "id@dp_rank") belongs to; null for a worker
 /// no --engine names (one that only reports over HTTP).
 const ingest::EngineSpec* EngineOf(const Daemon& daemon, std::string_view worker);
 
-/// "w1: unhealthy, w2: draining": why each candidate of a decision that
-/// chose no worker was not eligible, for the 503's message.
-std::string IneligibleReasons(const router::RouteDecision& decision);
+using router::IneligibleReasons;
 
 /// The engine URL the gateway forwards to; "" for a worker without one.
 std::string OpenAIUrl(const ingest::EngineSpec& engine);
@@ -135,19 +131,7 @@ class Relay {
   Status outcome_;
 };
 
-/// What the gateway predicted for a request, to hold against what the
-/// engine reports.
-struct Prediction {
-  std::string model;
-  std::string tenant;
-  int64_t routed_tokens = 0;
-  int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
-  int64_t block_size = 1;
-  // False when the engine prepends what kvgov never tokenized (a Responses
-  // request's previous_response_id): its prompt count is not held against
-  // the routed tokens.
-  bool whole_prompt = true;
-};
+using gateway::Prediction;
 
 /// The engine's usage against the prediction: the engine's cached tokens are
 /// the ride_engine source's saving (never the prediction), the prediction
@@ -169,10 +153,6 @@ struct Upstream {
 
   ~Upstream() { relay->Cancel(); }
 };
-
-/// A non-streamed answer is held whole (its usage is read from it); an
-/// engine's answer past this, far beyond any completion's, is refused.
-inline constexpr size_t kMaxWholeAnswerBytes = size_t{32} << 20;
 
 /// Takes the rest of `relay`'s answer into `body`: the relay's outcome, or
 /// ResourceExhausted (and the relay cancelled) past kMaxWholeAnswerBytes.

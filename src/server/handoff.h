@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gateway/plane.h"
 #include "kvgov/gateway/handoff_rules.h"
 #include "kvgov/ingest/engine_spec.h"
 
@@ -61,21 +62,7 @@ class HandoffLog {
   std::deque<HandoffRecord> records_;  // oldest first
 };
 
-/// A gateway request for a model served by disaggregated pools, already
-/// admitted, decoded, tokenized and salted.
-struct HandoffRequest {
-  std::string path;  // /v1/completions or /v1/chat/completions
-  std::string model;
-  std::string tenant;
-  std::string salt;
-  bool diverted = false;  // the prompt crosses a quarantine (RequestSalt)
-  std::vector<int64_t> tokens;
-  std::string body;  // ForwardedBody: the client's, salted
-  bool stream = false;
-  bool strip_usage = false;  // the usage chunk was the gateway's request
-  std::vector<std::string> prefill_pool;  // live workers of role prefill or both
-  std::vector<std::string> decode_pool;   // live workers of role decode or both
-};
+using gateway::HandoffRequest;
 
 /// True when one of `serving` has a role other than both: the model is
 /// then served in two steps.

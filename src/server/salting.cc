@@ -160,7 +160,11 @@ Status RecoverSaltEpochs(Daemon& daemon) {
 }
 
 void MarkDiverted(const RequestSalt& salt, router::RouteDecision& decision) {
-  if (!salt.diverted() || decision.worker.empty()) return;
+  MarkDiverted(salt.diverted(), decision);
+}
+
+void MarkDiverted(bool diverted, router::RouteDecision& decision) {
+  if (!diverted || decision.worker.empty()) return;
   decision.verdict.kind = LookupKind::kQuarantine;
   decision.verdict.reason = LookupReason::kDiverted;
 }

@@ -70,5 +70,6 @@ Status RecoverSaltEpochs(Daemon& daemon);
 /// The verdict of a diverted decision: a quarantine the request was kept
 /// from, whatever the diverted chain earned.
 void MarkDiverted(const RequestSalt& salt, router::RouteDecision& decision);
+void MarkDiverted(bool diverted, router::RouteDecision& decision);
 
 }  // namespace kvgov::server

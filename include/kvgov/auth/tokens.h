@@ -103,6 +103,14 @@ struct Principal {
   std::string tenant;  // "": fleet-wide
 };
 
+/// Fits a governance, route or gateway request to the caller: a fleet-wide
+/// caller may name any tenant; a tenant-bound one only its own, and an
+/// absent tenant becomes its own. `names_span_by_tokens` false (a span
+/// named by engine block hash, or a worker/model scope) could reach other
+/// tenants' blocks, so a tenant-bound caller is refused. PermissionDenied
+/// names the binding.
+Status FitToCaller(const Principal& caller, bool names_span_by_tokens, std::string& tenant);
+
 /// Checks Authorization headers against the token file, reloading it when
 /// it changes. Authentication is required when the file holds a token or
 /// when `always_required` (kvgov listens beyond loopback).

@@ -72,6 +72,14 @@ std::string NixlDecodeBody(std::string_view forwarded, std::string_view params);
 Result<std::string> BootstrapBody(std::string_view forwarded, std::string_view host, int port,
                                   uint64_t room);
 
+/// The limits an engine's answer is decoded with: its choices may be as
+/// long as the answer.
+JsonLimits UsageLimits();
+
+/// A non-streamed answer is held whole (its usage is read from it); an
+/// engine's answer past this, far beyond any completion's, is refused.
+inline constexpr size_t kMaxWholeAnswerBytes = size_t{32} << 20;
+
 /// What an engine reported using: from a whole answer, or from the data of
 /// one SSE event that carries usage.
 struct EngineUsage {

@@ -123,6 +123,10 @@ struct RouteDecision {
   std::vector<Candidate> candidates;  // best first; ineligible last
 };
 
+/// "w1: unhealthy, w2: draining": why each candidate of a decision that
+/// chose no worker was not eligible, for a refusal's message.
+std::string IneligibleReasons(const RouteDecision& decision);
+
 /// Chooses the worker for a request: the one whose cost — overlap_weight x
 /// the prefill blocks it would still compute, plus pull_weight x the blocks
 /// it would pull from a prefill worker's pin, plus its load — is lowest,

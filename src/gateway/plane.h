@@ -1,0 +1,134 @@
+#pragma once
+
+// What the gateway's request path (request_path.h) asks of the rest of
+// kvgov, and nothing more: callers, the fleet, the salt, the router and
+// the books. kvgov_server implements it over its daemon
+// (src/server/gateway.cc), so the request path knows no daemon.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvgov/auth/tokens.h"
+#include "kvgov/codec/gateway_api.h"
+#include "kvgov/codec/json_codec.h"
+#include "kvgov/core/status.h"
+#include "kvgov/router/router.h"
+
+namespace kvgov::gateway {
+
+class BlockingAnswer;
+
+/// What a routed request's engine is expected to report, to check its
+/// usage against (Plane::Account).
+struct Prediction {
+  std::string model;
+  std::string tenant;
+  int64_t routed_tokens = 0;
+  int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
+  int64_t block_size = 1;
+  // False when the engine prepends what kvgov never tokenized (a Responses
+  // request's previous_response_id): its prompt count is not held against
+  // the routed tokens.
+  bool whole_prompt = true;
+};
+
+/// Where a worker's engine serves OpenAI's API.
+struct EngineAddress {
+  std::string engine;         // the engine's id, for messages
+  std::string url;            // http://HOST:PORT
+  std::string tokenize_path;  // the engine kind's /tokenize
+};
+
+/// The salt a request goes out under (docs/adr/0028).
+struct Salted {
+  std::string salt;
+  bool diverted = false;  // the prompt crosses a quarantine under its ordinary salt
+};
+
+/// A request for a model served by prefill and decode pools, already
+/// admitted, tokenized and salted: the handoff's to serve.
+struct HandoffRequest {
+  std::string path;  // /v1/completions or /v1/chat/completions
+  std::string model;
+  std::string tenant;
+  std::string salt;
+  bool diverted = false;  // the prompt crosses a quarantine (Salted)
+  std::vector<int64_t> tokens;
+  std::string body;  // the client's, salted
+  bool stream = false;
+  bool strip_usage = false;  // the usage chunk was the gateway's request
+  std::vector<std::string> prefill_pool;  // live workers of role prefill or both
+  std::vector<std::string> decode_pool;   // live workers of role decode or both
+};
+
+struct GatewayLimits {
+  JsonLimits body;                 // a request body's decoding
+  uint64_t max_in_flight = 0;      // per worker; 0: none
+  uint64_t max_requests = 16384;   // served at once by the whole gateway
+};
+
+/// Thread-safety: every method may be called from every loop at once.
+class Plane {
+ public:
+  virtual ~Plane() = default;
+
+  virtual const GatewayLimits& limits() const = 0;
+
+  // Callers.
+  /// The caller an Authorization header value names, if it has `role`:
+  /// Unauthenticated or PermissionDenied otherwise.
+  virtual Result<auth::Principal> Authorize(std::string_view authorization,
+                                            auth::Role role) const = 0;
+
+  // The fleet.
+  /// Every model a worker is registered for, served now or not.
+  virtual std::set<std::string> KnownModels() const = 0;
+  /// The workers of `model` the gateway may send to: live, healthy, not
+  /// draining, with an engine URL. The router still decides among them.
+  virtual std::vector<std::string> ServingWorkers(std::string_view model) const = 0;
+  /// The engine of a serving worker.
+  virtual std::optional<EngineAddress> EngineOf(std::string_view worker) const = 0;
+  virtual int64_t BlockSize(std::string_view worker) const = 0;
+  virtual uint64_t InFlight(std::string_view worker) const = 0;
+  /// `serving` split into pools when one of them has a role other than
+  /// both; nullopt when the model is served in one step.
+  struct Pools {
+    std::vector<std::string> prefill;
+    std::vector<std::string> decode;
+  };
+  virtual std::optional<Pools> Disaggregated(const std::vector<std::string>& serving) const = 0;
+
+  // The request's way through kvgov's state.
+  /// Seen for the prefix diagnostics.
+  virtual void ObservePrompt(std::string_view model, std::string_view tenant,
+                             const std::vector<int64_t>& tokens) = 0;
+  /// The salt of `route`'s prompt; a diverted one may then go only to
+  /// engines proven to key by the salt (`route` says so).
+  virtual Result<Salted> Salt(router::RouteRequest& route) = 0;
+  /// Routes and counts the decision (its load held until Done).
+  virtual Result<router::RouteDecision> Route(const router::RouteRequest& route,
+                                              const Salted& salted,
+                                              std::string decision_id) = 0;
+  /// The decision's prompt is computed: its load turns to decode.
+  virtual void Prefilled(const std::string& decision_id) = 0;
+  virtual void Done(const std::string& decision_id) = 0;
+  /// The engine's usage (none when it reported none) against the prediction.
+  virtual void Account(const std::string& worker, const std::string& decision_id,
+                       const Prediction& prediction, const std::optional<EngineUsage>& usage) = 0;
+  /// Serves a disaggregated request to its end. Blocks: called off the
+  /// loops (Exchange::RunBlocking).
+  virtual void ServeHandoff(HandoffRequest request, BlockingAnswer& answer) = 0;
+
+  // Counts.
+  virtual void CountRequest(std::string_view endpoint) = 0;
+  virtual void CountTokenizeFailure(std::string_view model) = 0;
+  virtual void CountRetry() = 0;
+  virtual void CountRelayed(size_t bytes) = 0;
+};
+
+}  // namespace kvgov::gateway
