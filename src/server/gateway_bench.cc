@@ -210,16 +210,7 @@ void BM_GatewayTtfbVsDirect(benchmark::State& state) {
     state.SetIterationTime(via_gateway / 1e6);
   }
   if (state.error_occurred()) return;
-  const double direct_p50 = bench::Percentile(direct_us, 0.50);
-  const double direct_p99 = bench::Percentile(direct_us, 0.99);
-  const double gateway_p50 = bench::Percentile(gateway_us, 0.50);
-  const double gateway_p99 = bench::Percentile(gateway_us, 0.99);
-  state.counters["direct_ttfb_p50_us"] = direct_p50;
-  state.counters["direct_ttfb_p99_us"] = direct_p99;
-  state.counters["gateway_ttfb_p50_us"] = gateway_p50;
-  state.counters["gateway_ttfb_p99_us"] = gateway_p99;
-  state.counters["added_ttfb_p50_us"] = gateway_p50 - direct_p50;
-  state.counters["added_ttfb_p99_us"] = gateway_p99 - direct_p99;
+  bench::ReportTtfbPair(state, direct_us, gateway_us);
   state.counters["tokenize_p50_us"] = bench::Percentile(tokenize_us, 0.50);
   state.counters["tokenize_p99_us"] = bench::Percentile(tokenize_us, 0.99);
 }

@@ -510,17 +510,8 @@ void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   stop.store(true);
   reader.join();
   if (state.error_occurred()) return;
-  const double direct_p50 = bench::Percentile(direct_us, 0.50);
-  const double direct_p99 = bench::Percentile(direct_us, 0.99);
-  const double gateway_p50 = bench::Percentile(gateway_us, 0.50);
-  const double gateway_p99 = bench::Percentile(gateway_us, 0.99);
   state.counters["held_streams"] = 1000;
-  state.counters["direct_ttfb_p50_us"] = direct_p50;
-  state.counters["direct_ttfb_p99_us"] = direct_p99;
-  state.counters["gateway_ttfb_p50_us"] = gateway_p50;
-  state.counters["gateway_ttfb_p99_us"] = gateway_p99;
-  state.counters["added_ttfb_p50_us"] = gateway_p50 - direct_p50;
-  state.counters["added_ttfb_p99_us"] = gateway_p99 - direct_p99;
+  bench::ReportTtfbPair(state, direct_us, gateway_us);
 }
 BENCHMARK(BM_FrontDoorTtfbAt1000Streams)->Iterations(1000)->Unit(benchmark::kMicrosecond);
 

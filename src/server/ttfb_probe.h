@@ -5,8 +5,13 @@
 
 #include <httplib.h>
 
+#include <benchmark/benchmark.h>
+
 #include <chrono>
 #include <string>
+#include <vector>
+
+#include "router/route_bench_fleet.h"
 
 namespace kvgov::bench {
 
@@ -29,6 +34,22 @@ inline double TimeToFirstByte(httplib::Client& client, const std::string& path,
   httplib::Result result = client.send(request);
   if (!result || result->status != 200 || first == Clock::time_point{}) return -1;
   return std::chrono::duration<double, std::micro>(first - sent).count();
+}
+
+/// The counters of a side-by-side run, the engine called directly and
+/// through the gateway: each side's p50 and p99 and what the gateway adds.
+inline void ReportTtfbPair(benchmark::State& state, const std::vector<double>& direct_us,
+                           const std::vector<double>& gateway_us) {
+  const double direct_p50 = Percentile(direct_us, 0.50);
+  const double direct_p99 = Percentile(direct_us, 0.99);
+  const double gateway_p50 = Percentile(gateway_us, 0.50);
+  const double gateway_p99 = Percentile(gateway_us, 0.99);
+  state.counters["direct_ttfb_p50_us"] = direct_p50;
+  state.counters["direct_ttfb_p99_us"] = direct_p99;
+  state.counters["gateway_ttfb_p50_us"] = gateway_p50;
+  state.counters["gateway_ttfb_p99_us"] = gateway_p99;
+  state.counters["added_ttfb_p50_us"] = gateway_p50 - direct_p50;
+  state.counters["added_ttfb_p99_us"] = gateway_p99 - direct_p99;
 }
 
 }  // namespace kvgov::bench
