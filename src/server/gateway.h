@@ -1,7 +1,8 @@
 #pragma once
 
-// Internal to kvgov_server: the data plane's listener, an OpenAI-compatible
-// gateway (docs/formats/gateway.md).
+// Internal to kvgov_server: the gateway's doors into the daemon
+// (docs/formats/gateway.md, docs/adr/0035), and the engines' tokenizers
+// for the control API's prompts and messages.
 
 #include <cstdint>
 #include <span>
@@ -17,12 +18,10 @@ namespace kvgov::server {
 struct Daemon;
 
 /// The front door's handler (gateway::FrontDoor, a listener of its own
-/// beside the control API): GET /health, GET /v1/models, POST
-/// /v1/completions and POST /v1/chat/completions. Each request is tokenized
-/// (by the engine), routed in process with the caller's tenant salt, and
-/// forwarded to the chosen engine, its answer streamed back as it arrives,
-/// all on the front door's loops; a disaggregated model's handoff runs on a
-/// thread of the daemon's RelayThreads.
+/// beside the control API): src/gateway's request path
+/// (gateway::GatewayHandler) over the daemon's Plane, which it owns. A
+/// disaggregated model's handoff runs on a thread of the daemon's
+/// RelayThreads (ServeHandoff).
 gateway::Handler GatewayHandler(Daemon& daemon);
 
 /// The token ids of `prompt`, from the tokenizer of the engine of a worker

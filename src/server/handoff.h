@@ -1,9 +1,10 @@
 #pragma once
 
-// Internal to kvgov_server: the gateway's disaggregated path, a request
-// prefilled on one worker and decoded on another, with the NIXL lease of
-// the handoff witnessed by kvgov itself (docs/formats/gateway.md,
-// "Prefill/decode disaggregation"; docs/adr/0021).
+// Internal to kvgov_server: the I/O of the gateway's disaggregated path, a
+// request prefilled on one worker and decoded on another, with the NIXL
+// lease of the handoff witnessed by kvgov itself (docs/formats/gateway.md,
+// "Prefill/decode disaggregation"; docs/adr/0021). What happens next is
+// gateway::HandoffRules' to decide (docs/adr/0035).
 
 #include <cstdint>
 #include <deque>
