@@ -203,6 +203,12 @@ class RequestPathTest : public ::testing::Test {
   Engine& AddEngine(bool refuse_first = false) {
     return *engines_.emplace_back(std::make_unique<Engine>(refuse_first));
   }
+  // The plane outlives the front door too: a stream's usage is accounted
+  // after its last byte has gone to the client.
+  RecordingPlane& MakePlane(std::map<std::string, std::string> engine_of) {
+    plane_ = std::make_unique<RecordingPlane>(std::move(engine_of));
+    return *plane_;
+  }
   void Serve(RecordingPlane& plane) {
     FrontDoorOptions options;
     options.loops = 2;
@@ -228,12 +234,13 @@ class RequestPathTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::unique_ptr<RecordingPlane> plane_;
   std::unique_ptr<FrontDoor> door_;
 };
 
 TEST_F(RequestPathTest, AChatIsTokenizedSaltedForwardedAndAccountedWithTheEnginesUsage) {
   Engine& engine = AddEngine();
-  RecordingPlane plane({{"w1", engine.url()}});
+  RecordingPlane& plane = MakePlane({{"w1", engine.url()}});
   Serve(plane);
   httplib::Result answer = Post("/v1/chat/completions", Chat());
   ASSERT_TRUE(answer);
@@ -259,7 +266,7 @@ TEST_F(RequestPathTest, AChatIsTokenizedSaltedForwardedAndAccountedWithTheEngine
 TEST_F(RequestPathTest, AnEngineRefusingBeforeAnyByteIsRetriedOnTheNextCandidate) {
   Engine& refusing = AddEngine(/*refuse_first=*/true);
   Engine& healthy = AddEngine();
-  RecordingPlane plane({{"w1", refusing.url()}, {"w2", healthy.url()}});
+  RecordingPlane& plane = MakePlane({{"w1", refusing.url()}, {"w2", healthy.url()}});
   Serve(plane);
   httplib::Result answer = Post("/v1/chat/completions", Chat());
   ASSERT_TRUE(answer);
@@ -275,7 +282,7 @@ TEST_F(RequestPathTest, AnEngineRefusingBeforeAnyByteIsRetriedOnTheNextCandidate
 
 TEST_F(RequestPathTest, AStreamTurnsToDecodeAtItsFirstEventAndHidesTheUsageItAskedFor) {
   Engine& engine = AddEngine();
-  RecordingPlane plane({{"w1", engine.url()}});
+  RecordingPlane& plane = MakePlane({{"w1", engine.url()}});
   Serve(plane);
   httplib::Result answer = Post("/v1/chat/completions", Chat(/*stream=*/true));
   ASSERT_TRUE(answer);
@@ -286,6 +293,11 @@ TEST_F(RequestPathTest, AStreamTurnsToDecodeAtItsFirstEventAndHidesTheUsageItAsk
   EXPECT_EQ(answer->body.find("usage"), std::string::npos) << answer->body;
   EXPECT_NE(answer->body.find("data: [DONE]"), std::string::npos) << answer->body;
   EXPECT_EQ(plane.prefilled(), 1);
+  // Accounted once the stream has ended, after its last byte was sent.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (plane.accounted().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   ASSERT_EQ(plane.accounted().size(), 1u);
   ASSERT_TRUE(plane.accounted()[0].usage.has_value());
   EXPECT_EQ(plane.accounted()[0].usage->cached_tokens, 4);
@@ -294,7 +306,7 @@ TEST_F(RequestPathTest, AStreamTurnsToDecodeAtItsFirstEventAndHidesTheUsageItAsk
 
 TEST_F(RequestPathTest, RefusalsComeInTheWiresOwnShapeAndRouteNothing) {
   Engine& engine = AddEngine();
-  RecordingPlane plane({{"w1", engine.url()}});
+  RecordingPlane& plane = MakePlane({{"w1", engine.url()}});
   Serve(plane);
 
   httplib::Result anonymous = Post("/v1/chat/completions", Chat(), "");
