@@ -15,6 +15,7 @@
 
 #include "kvgov/core/engine_events.h"
 #include "kvgov/core/status.h"
+#include "kvgov/core/utf8.h"
 
 namespace kvgov::adapters::internal {
 
@@ -84,8 +85,6 @@ void AppendJsonString(std::string_view text, std::string& out);
 /// on a chain's first block only. A record with extra keys keeps them.
 void AddReportedExtraKeys(BlockStored& stored, std::string_view cache_salt);
 
-/// Whether `text` is well-formed UTF-8 (no overlongs, surrogates or code
-/// points above U+10FFFF).
-bool IsValidUtf8(std::string_view text);
+using kvgov::IsValidUtf8;
 
 }  // namespace kvgov::adapters::internal

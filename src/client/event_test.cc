@@ -148,21 +148,5 @@ TEST(EncodeEventTest, LeavesSemanticChecksToKvgov) {
   EXPECT_EQ(*json, R"({"type":"kv_transfer","direction":"store","span_digest":""})");
 }
 
-TEST(IsValidUtf8Test, AcceptsWellFormedAndRefusesTheRest) {
-  EXPECT_TRUE(IsValidUtf8(""));
-  EXPECT_TRUE(IsValidUtf8("plain ascii"));
-  EXPECT_TRUE(IsValidUtf8("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));  // é € 😀
-  EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));                      // U+10FFFF
-  EXPECT_TRUE(IsValidUtf8(std::string_view("\0", 1)));
-  EXPECT_FALSE(IsValidUtf8("\x80"));              // a lone continuation
-  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong
-  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));      // overlong
-  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // surrogate
-  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // past U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("\xf5\x80\x80\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xe2\x82"));  // cut short
-  EXPECT_FALSE(IsValidUtf8("\xc3\x28"));  // bad continuation
-}
-
 }  // namespace
 }  // namespace kvgov::client

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <system_error>
 
+#include "kvgov/core/utf8.h"
+
 namespace kvgov::metrics::internal {
 namespace {
 
@@ -21,38 +23,6 @@ bool IsPlainName(std::string_view name) {
   return true;
 }
 
-// Length of the valid UTF-8 sequence starting at text[i], or 0 if the bytes
-// there do not form one.
-std::size_t ValidSequenceLength(std::string_view text, std::size_t i) {
-  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  unsigned char b0 = byte(i);
-  if (b0 < 0x80) return 1;
-  std::size_t len;
-  // The second byte's range is narrowed for the lead bytes that could
-  // otherwise spell overlong forms (E0, F0), surrogates (ED) or code points
-  // past U+10FFFF (F4).
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > text.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < len; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return len;
-}
-
 }  // namespace
 
 bool IsValidMetricName(std::string_view name) { return IsPlainName(name); }
@@ -61,20 +31,11 @@ bool IsValidLabelName(std::string_view name) {
   return IsPlainName(name) && !name.starts_with("__");
 }
 
-bool IsValidUtf8(std::string_view text) {
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t len = ValidSequenceLength(text, i);
-    if (len == 0) return false;
-    i += len;
-  }
-  return true;
-}
-
 std::string SanitizeUtf8(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 8);
   for (std::size_t i = 0; i < text.size();) {
-    std::size_t len = ValidSequenceLength(text, i);
+    std::size_t len = Utf8SequenceLength(text, i);
     if (len == 0) {
       out += "\xEF\xBF\xBD";
       ++i;

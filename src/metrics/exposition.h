@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "kvgov/core/utf8.h"
+
 namespace kvgov::metrics::internal {
 
 /// `[a-zA-Z_][a-zA-Z0-9_]*`: Prometheus' metric name rule without ':', which
@@ -16,9 +18,8 @@ bool IsValidMetricName(std::string_view name);
 /// `[a-zA-Z_][a-zA-Z0-9_]*` and not starting with the reserved `__`.
 bool IsValidLabelName(std::string_view name);
 
-/// Strict UTF-8 (no overlong forms, surrogates or code points past
-/// U+10FFFF), as Prometheus' parser checks label values and help.
-bool IsValidUtf8(std::string_view text);
+/// Strict UTF-8, as Prometheus' parser checks label values and help.
+using kvgov::IsValidUtf8;
 
 /// `text` with every byte that does not start a valid sequence replaced by
 /// U+FFFD.

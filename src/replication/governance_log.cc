@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/core/digest.h"
+#include "kvgov/core/utf8.h"
 
 namespace kvgov::replication {
 namespace {
@@ -40,39 +41,6 @@ std::string Quoted(std::string_view text) {
 
 Status FieldError(std::string_view path, std::string_view problem) {
   return Status::InvalidArgument(std::string(path) + ": " + std::string(problem));
-}
-
-bool IsValidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t extra = 0;
-    uint32_t min = 0;
-    uint32_t code = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      extra = 1, min = 0x80, code = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      extra = 2, min = 0x800, code = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      extra = 3, min = 0x10000, code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (text.size() - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xc0) != 0x80) return false;
-      code = (code << 6) | (next & 0x3f);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are what JSON
-    // parsers (nlohmann included) refuse.
-    if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
-    i += extra + 1;
-  }
-  return true;
 }
 
 bool KnownColumn(std::string_view column) {

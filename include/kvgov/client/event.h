@@ -15,6 +15,7 @@
 
 #include "kvgov/core/kv_transfer.h"
 #include "kvgov/core/nixl_lease.h"
+#include "kvgov/core/utf8.h"
 #include "kvgov/core/status.h"
 
 namespace kvgov::client {
@@ -75,8 +76,8 @@ inline constexpr size_t kMaxSpanItems = size_t{1} << 20;
 /// Thread-safe (a pure function).
 Result<std::string> EncodeEvent(const Event& event);
 
-/// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or
-/// code points above U+10FFFF), the check kvgov's JSON parser makes.
-bool IsValidUtf8(std::string_view text);
+/// True when `text` is well-formed UTF-8, the check kvgov's JSON parser
+/// makes.
+using kvgov::IsValidUtf8;
 
 }  // namespace kvgov::client
