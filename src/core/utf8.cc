@@ -35,6 +35,11 @@ size_t Utf8SequenceLength(std::string_view text, size_t at) {
 
 bool IsValidUtf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
+    // Most of what is checked (keys, names, prompts) is ASCII.
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
     const size_t length = Utf8SequenceLength(text, i);
     if (length == 0) return false;
     i += length;
