@@ -6,40 +6,10 @@
 #include <vector>
 
 #include "kvgov/core/json_string.h"
+#include "kvgov/core/utf8.h"
 
 namespace kvgov::cert_internal {
 namespace {
-
-// Length of the valid UTF-8 sequence starting at text[at], or 0 when the
-// bytes there are not one (RFC 3629: no overlong forms, no surrogates, no
-// code point past U+10FFFF).
-size_t Utf8SequenceLength(std::string_view text, size_t at) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(at);
-  if (lead < 0x80) return 1;
-  size_t length = 0;
-  unsigned char low = 0x80;  // bounds of the second byte
-  unsigned char high = 0xbf;
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    if (lead == 0xe0) low = 0xa0;   // overlong
-    if (lead == 0xed) high = 0x9f;  // surrogates
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    if (lead == 0xf0) low = 0x90;   // overlong
-    if (lead == 0xf4) high = 0x8f;  // past U+10FFFF
-  } else {
-    return 0;
-  }
-  if (text.size() - at < length) return 0;
-  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
-  for (size_t i = 2; i < length; ++i) {
-    if (byte(at + i) < 0x80 || byte(at + i) > 0xbf) return 0;
-  }
-  return length;
-}
 
 Status Canonicalize(const Json& value, const std::string& path, std::string& out) {
   switch (value.type()) {
@@ -133,7 +103,6 @@ Status AppendCanonicalString(std::string_view text, std::string& out) {
   AppendJsonString(out, text);
   return Status::Ok();
 }
-
 
 Result<std::string> CanonicalJson(const Json& value) {
   std::string out;
