@@ -98,6 +98,7 @@ class GatewayFleet {
       engines_.push_back(std::move(engine));
     }
     KVGOV_ASSIGN_OR_RETURN(server_, Server::Start(options));
+    KVGOV_RETURN_IF_ERROR(AwaitServing());
     KVGOV_ASSIGN_OR_RETURN(const size_t holder, Warm(warm_body));
     KVGOV_ASSIGN_OR_RETURN(direct_, connectors::ParseControlUrl(engines_[holder]->control_url()));
     return Status::Ok();
@@ -118,12 +119,33 @@ class GatewayFleet {
   int direct_port() const { return direct_.port; }
 
  private:
+  // Until the gateway lists the model: its workers are live once their
+  // event streams are followed, shortly after the start.
+  Status AwaitServing() {
+    httplib::Client gateway("127.0.0.1", gateway_port());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      httplib::Result models = gateway.Get("/v1/models");
+      if (models && models->status == 200 &&
+          models->body.find("\"llama\"") != std::string::npos) {
+        return Status::Ok();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return Status::Unavailable("the gateway listed no live worker of 'llama' within 10 s");
+  }
+
   // The engine the gateway sends `body` to, once a first request has
   // stored it there and kvgov has seen the blocks.
   Result<size_t> Warm(const std::string& body) {
     httplib::Client gateway("127.0.0.1", gateway_port());
     httplib::Result first = gateway.Post("/v1/completions", body, "application/json");
-    if (!first || first->status != 200) return Status::Unavailable("warm-up request failed");
+    if (!first || first->status != 200) {
+      return Status::Unavailable(
+          "warm-up request failed: " +
+          (first ? "HTTP " + std::to_string(first->status) + " " + first->body
+                 : httplib::to_string(first.error())));
+    }
     const size_t holder = engines_[0]->received_salts().empty() ? 1 : 0;
     httplib::Client control("127.0.0.1", server_->port());
     const auto deadline = Clock::now() + std::chrono::seconds(10);
