@@ -40,9 +40,11 @@ def main():
             shutil.copytree(os.path.join(source_dir, "src", "server"), server)
             # The front door's routes are registered in src/gateway.
             gateway = os.path.join(source_dir, "src", "gateway")
+            # Prefixed: both folders have a handoff.cc.
             for name in os.listdir(gateway):
                 if name.endswith(".cc"):
-                    shutil.copyfile(os.path.join(gateway, name), os.path.join(server, name))
+                    shutil.copyfile(os.path.join(gateway, name),
+                                    os.path.join(server, "gateway_" + name))
             spec = os.path.join(tmp, "openapi.yaml")
             shutil.copyfile(os.path.join(source_dir, "docs", "api", "openapi.yaml"), spec)
             return server, spec

@@ -25,7 +25,6 @@
 #include <sys/socket.h>
 
 #include <fstream>
-#include <future>
 #include <map>
 #include <optional>
 #include <thread>
@@ -76,7 +75,6 @@ struct FrontDoor::Impl {
   std::atomic<uint64_t> connections_refused{0};
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> dropped_slow{0};
-  std::atomic<int64_t> off_loop{0};  // RunBlocking jobs not yet resumed
 
   asio::awaitable<void> Accept();
   template <typename Stream>
@@ -173,22 +171,6 @@ class Connection final : public Exchange {
     Wrote(ec);
   }
 
-  asio::awaitable<void> RunBlocking(std::function<void(BlockingAnswer&)> job) override {
-    const asio::any_io_executor executor = co_await asio::this_coro::executor;
-    Bridge bridge(*this, executor);
-    door_.off_loop.fetch_add(1);
-    co_await asio::async_initiate<decltype(use_awaitable), void()>(
-        [&](auto resume) {
-          auto shared = std::make_shared<decltype(resume)>(std::move(resume));
-          door_.options.run_blocking([&bridge, job = std::move(job), shared, executor] {
-            job(bridge);
-            asio::post(executor, [shared] { (*shared)(); });
-          });
-        },
-        use_awaitable);
-    door_.off_loop.fetch_sub(1);
-  }
-
   // Starts reading the client's side while the handler runs.
   void StartWatching() {
     watching_ = true;
@@ -231,57 +213,6 @@ class Connection final : public Exchange {
     watching_ = false;
     watch_done_.cancel();
   }
-
-  // The answer as a RunBlocking job writes it: each call runs on the loop
-  // and the job's thread waits for it.
-  class Bridge final : public BlockingAnswer {
-   public:
-    Bridge(Connection& connection, asio::any_io_executor executor)
-        : connection_(connection), executor_(std::move(executor)) {}
-
-    bool Respond(int status, std::string content_type, std::string body,
-                 HeaderList headers) override {
-      return OnLoop([&]() -> asio::awaitable<bool> {
-        co_return co_await connection_.Respond(status, content_type, std::move(body), headers);
-      });
-    }
-    bool StartStream(int status, std::string content_type) override {
-      return OnLoop([&]() -> asio::awaitable<bool> {
-        co_return co_await connection_.StartStream(status, content_type);
-      });
-    }
-    bool Send(std::string bytes) override {
-      return OnLoop([&]() -> asio::awaitable<bool> { co_return co_await connection_.Send(bytes); });
-    }
-    void EndStream() override {
-      OnLoop([&]() -> asio::awaitable<bool> {
-        co_await connection_.EndStream();
-        co_return true;
-      });
-    }
-    bool client_gone() const override { return connection_.gone_; }
-
-   private:
-    // `write` returns the coroutine to run on the loop; it refers to this
-    // frame's arguments, which outlive it (this thread waits).
-    template <typename Write>
-    bool OnLoop(Write write) {
-      if (connection_.door_.stopped.load()) return false;
-      std::promise<bool> written;
-      std::future<bool> result = written.get_future();
-      asio::co_spawn(executor_, write, [&written](std::exception_ptr failure, bool ok) {
-        written.set_value(failure == nullptr && ok);
-      });
-      try {
-        return result.get();
-      } catch (const std::future_error&) {
-        return false;  // the loop stopped before it ran
-      }
-    }
-
-    Connection& connection_;
-    asio::any_io_executor executor_;
-  };
 
   Stream& stream_;
   beast::flat_buffer& buffer_;
@@ -541,24 +472,11 @@ void FrontDoor::Stop() {
     beast::error_code ignored;
     impl->acceptor->close(ignored);
   });
-  // A job off the loop holds its coroutine: it must resume on a running
-  // loop (its answer's writes now fail at once) before the loops go.
-  const auto deadline = std::chrono::steady_clock::now() + kStopWait;
-  while (impl_->off_loop.load() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
   for (std::unique_ptr<Loop>& loop : impl_->loops) loop->context.stop();
   for (std::unique_ptr<Loop>& loop : impl_->loops) {
     if (loop->thread.joinable()) loop->thread.join();
   }
   impl_->acceptor.reset();
-  if (const int64_t running = impl_->off_loop.load(); running > 0) {
-    // Destroying the loops would leave those jobs' coroutines pointing at
-    // them: keep the loops (a leak at shutdown, not a crash).
-    log::Line(log::Level::kWarn, "gateway.stop_left_jobs").Field("jobs", running);
-    for (std::unique_ptr<Loop>& loop : impl_->loops) (void)loop.release();
-    return;
-  }
   // The suspended coroutines (with their sockets) go with their contexts.
   impl_->loops.clear();
 }

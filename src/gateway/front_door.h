@@ -57,28 +57,10 @@ struct FrontDoorOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   connectors::UpstreamTimeouts upstream_timeouts;
-  // Runs a job on a thread that may block (Exchange::RunBlocking).
-  std::function<void(std::function<void()> job)> run_blocking;
   // The body of an answer the listener makes itself (a malformed request,
   // one over a limit): status and what was wrong, in words. Called on a
   // loop thread.
   std::function<std::string(int status, std::string_view message)> error_body;
-};
-
-/// An Exchange's answer for code that runs off its loop (RunBlocking):
-/// each call waits until the loop has written, and is false once the
-/// client is gone or the listener stops.
-///
-/// Thread-compatible: the one job's thread.
-class BlockingAnswer {
- public:
-  virtual ~BlockingAnswer() = default;
-  virtual bool Respond(int status, std::string content_type, std::string body,
-                       HeaderList headers) = 0;
-  virtual bool StartStream(int status, std::string content_type) = 0;
-  virtual bool Send(std::string bytes) = 0;
-  virtual void EndStream() = 0;
-  virtual bool client_gone() const = 0;
 };
 
 /// One request and its answer, on the event loop of its connection. The
@@ -108,11 +90,6 @@ class Exchange {
   /// handler returns; replaces an earlier one.
   virtual void OnClientGone(std::function<void()> on_gone) = 0;
 
-  /// Runs `job` on a thread of FrontDoorOptions::run_blocking and resumes
-  /// when it returns: for code that blocks (the prefill/decode handoff,
-  /// until it runs on the loop). The job may answer through its argument.
-  virtual asio::awaitable<void> RunBlocking(std::function<void(BlockingAnswer&)> job) = 0;
-
   /// The connection's loop's pool of engine connections.
   virtual UpstreamPool& upstreams() = 0;
 };
@@ -135,8 +112,6 @@ struct FrontDoorStats {
 /// the loops.
 class FrontDoor {
  public:
-  static constexpr std::chrono::milliseconds kStopWait{5000};
-
   /// Binds (SO_REUSEADDR, no SO_REUSEPORT, backlog SOMAXCONN) and starts the
   /// loops. IOError when the address is taken, InvalidArgument when the TLS
   /// files do not load.
@@ -151,9 +126,8 @@ class FrontDoor {
   /// Idle plus in-use engine connections, by engine URL, over the loops.
   std::vector<std::pair<std::string, UpstreamPoolStats>> upstream_stats() const;
 
-  /// Stops accepting, waits (at most kStopWait) for jobs running off the
-  /// loops, closes every connection and joins the loops. The handlers'
-  /// coroutines are destroyed, not resumed.
+  /// Stops accepting, closes every connection and joins the loops. The
+  /// handlers' coroutines are destroyed, not resumed.
   void Stop();
 
   struct Impl;

@@ -92,7 +92,6 @@ FrontDoorOptions TestOptions() {
   options.max_body_bytes = 1024;
   options.head_timeout = 300ms;
   options.idle_timeout = 2000ms;
-  options.run_blocking = [](std::function<void()> job) { std::thread(std::move(job)).detach(); };
   options.error_body = [](int status, std::string_view message) {
     return "{\"status\":" + std::to_string(status) + ",\"message\":\"" + std::string(message) +
            "\"}";
@@ -233,43 +232,6 @@ TEST(FrontDoorTest, AClientThatLeavesIsSeenWhileTheHandlerWaits) {
   std::unique_lock lock(waiter.mu);
   ASSERT_TRUE(waiter.changed.wait_for(lock, 5s, [&] { return waiter.handler_done; }));
   EXPECT_TRUE(waiter.gone_seen);
-}
-
-TEST(FrontDoorTest, ABlockingJobAnswersThroughTheLoop) {
-  auto handler = [](Exchange& exchange) -> asio::awaitable<void> {
-    const bool whole = exchange.request().target() == "/whole";
-    co_await exchange.RunBlocking([whole](BlockingAnswer& answer) {
-      std::this_thread::sleep_for(20ms);  // blocks its own thread, not the loop
-      if (whole) {
-        answer.Respond(201, "application/json", "{\"whole\":true}", {{"Retry-After", "1"}});
-        return;
-      }
-      answer.StartStream(200, "text/plain");
-      answer.Send("one ");
-      answer.Send("two");
-      answer.EndStream();
-    });
-  };
-  FrontDoorOptions options = TestOptions();
-  options.loops = 1;
-  Result<std::unique_ptr<FrontDoor>> door = FrontDoor::Start(options, handler);
-  ASSERT_TRUE(door.ok());
-  // Two at once on one loop: the loop is free while each job blocks.
-  std::string first, second;
-  std::thread other([&] {
-    httplib::Client client("127.0.0.1", (*door)->port());
-    if (httplib::Result r = client.Get("/a")) first = r->body;
-  });
-  httplib::Client client("127.0.0.1", (*door)->port());
-  if (httplib::Result r = client.Get("/b")) second = r->body;
-  other.join();
-  EXPECT_EQ(first, "one two");
-  EXPECT_EQ(second, "one two");
-  httplib::Result whole = client.Get("/whole");
-  ASSERT_TRUE(whole);
-  EXPECT_EQ(whole->status, 201);
-  EXPECT_EQ(whole->body, "{\"whole\":true}");
-  EXPECT_EQ(whole->get_header_value("Retry-After"), "1");
 }
 
 TEST(FrontDoorTest, ForwardsThroughAPooledKeptEngineConnection) {

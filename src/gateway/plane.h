@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -16,12 +17,12 @@
 #include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/codec/json_codec.h"
+#include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/status.h"
+#include "kvgov/gateway/handoff_rules.h"
 #include "kvgov/router/router.h"
 
 namespace kvgov::gateway {
-
-class BlockingAnswer;
 
 /// What a routed request's engine is expected to report, to check its
 /// usage against (Plane::Account).
@@ -42,6 +43,10 @@ struct EngineAddress {
   std::string engine;         // the engine's id, for messages
   std::string url;            // http://HOST:PORT
   std::string tokenize_path;  // the engine kind's /tokenize
+  // SGLang's disaggregation: both legs at once, the KV pushed through the
+  // bootstrap server at this port beside the prefill worker.
+  bool bootstrap = false;
+  int bootstrap_port = 0;
 };
 
 /// The salt a request goes out under (docs/adr/0028).
@@ -65,6 +70,49 @@ struct HandoffRequest {
   std::vector<std::string> prefill_pool;  // live workers of role prefill or both
   std::vector<std::string> decode_pool;   // live workers of role decode or both
 };
+
+/// One handoff as GET /v1/handoffs shows it: both decisions and why, the
+/// lease, and how it ended.
+struct HandoffRecord {
+  std::string request_id;  // X-Request-Id of both legs
+  std::string model;
+  std::string tenant;
+  std::string protocol;  // "nixl" (vLLM) or "bootstrap" (SGLang)
+  std::string prefill_worker;
+  std::string decode_worker;
+  int prefill_attempts = 0;
+  uint64_t prompt_blocks = 0;
+  uint64_t prefill_overlap_blocks = 0;  // credited on the prefill worker
+  uint64_t decode_overlap_blocks = 0;   // held by the decode worker itself
+  uint64_t pulled_blocks = 0;           // pulled from the pin, by the decision's count
+  std::string lease_id;                 // empty when no pin was witnessed
+  HandoffOutcome outcome = HandoffOutcome::kCompleted;
+  std::string error;  // why, for every outcome but completed and unpinned
+  int64_t started_ms = 0;
+  int64_t prefill_done_ms = 0;  // 0: the prefill never answered
+  int64_t first_token_ms = 0;   // 0: no first token
+};
+
+/// A handoff's pin, witnessed by kvgov as a lease of its own over the
+/// prefill worker's span (docs/adr/0021): it lives until End, or until its
+/// TTL runs out.
+///
+/// Thread-compatible: its handoff's loop.
+class HandoffPin {
+ public:
+  virtual ~HandoffPin() = default;
+  virtual const std::string& lease_id() const = 0;
+  /// The pin as the lease table and the span gate see it now.
+  virtual PinView View() const = 0;
+  /// Reports the lease's end; one the expiry timer ended first stays
+  /// expired.
+  virtual void End(NIXLLeaseEvent event) = 0;
+};
+
+/// Whether a route is the request's own, counted in the console's traffic,
+/// or a handoff's decode leg (its credit is what it need not pull, not
+/// prefill saved).
+enum class RouteCount { kRequest, kDecodeLeg };
 
 struct GatewayLimits {
   JsonLimits body;                 // a request body's decoding
@@ -112,17 +160,26 @@ class Plane {
   virtual Result<Salted> Salt(router::RouteRequest& route) = 0;
   /// Routes and counts the decision (its load held until Done).
   virtual Result<router::RouteDecision> Route(const router::RouteRequest& route,
-                                              const Salted& salted,
-                                              std::string decision_id) = 0;
+                                              const Salted& salted, std::string decision_id,
+                                              RouteCount count) = 0;
   /// The decision's prompt is computed: its load turns to decode.
   virtual void Prefilled(const std::string& decision_id) = 0;
   virtual void Done(const std::string& decision_id) = 0;
   /// The engine's usage (none when it reported none) against the prediction.
   virtual void Account(const std::string& worker, const std::string& decision_id,
                        const Prediction& prediction, const std::optional<EngineUsage>& usage) = 0;
-  /// Serves a disaggregated request to its end. Blocks: called off the
-  /// loops (Exchange::RunBlocking).
-  virtual void ServeHandoff(HandoffRequest request, BlockingAnswer& answer) = 0;
+
+  // The prefill/decode handoff (handoff.h).
+  /// Witnesses the pin of `request`'s prompt on `prefill_worker` as lease
+  /// "handoff-<request_id>" of `role`, its TTL the engine's; the error
+  /// names why it cannot be recorded.
+  virtual Result<std::unique_ptr<HandoffPin>> Pin(const HandoffRequest& request,
+                                                  std::string_view request_id,
+                                                  std::string_view prefill_worker,
+                                                  NIXLTransferRole role) = 0;
+  /// For operators (GET /v1/handoffs) and the metrics: how it ended, and the
+  /// time from the prefill's answer to the decode worker's first token.
+  virtual void RecordHandoff(HandoffRecord record, std::optional<double> handoff_seconds) = 0;
 
   // Counts.
   virtual void CountRequest(std::string_view endpoint) = 0;

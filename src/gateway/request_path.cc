@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <variant>
 
+#include "gateway/event_relay.h"
+#include "gateway/handoff.h"
 #include "gateway/routes.h"
 #include "gateway/upstream_pool.h"
 #include "kvgov/auth/entropy.h"
@@ -235,7 +237,7 @@ class ResponseOwners {
 
 // One request of an endpoint: tokenize (by the engine), route with the
 // tenant's salt, forward, relay, account. Runs on a loop of the front
-// door; only the handoff runs off it.
+// door.
 class RequestPath {
  public:
   RequestPath(Plane& plane, Exchange& exchange, GatewayEndpoint endpoint, std::string path,
@@ -339,7 +341,8 @@ class RequestPath {
         co_await Refuse(std::move(error));
         co_return;
       }
-      Result<router::RouteDecision> decision = plane_.Route(route, *salted, *id);
+      Result<router::RouteDecision> decision =
+          plane_.Route(route, *salted, *id, RouteCount::kRequest);
       if (!decision.ok()) {
         ErrorAnswer error{400, decision.status().message(), "invalid_request_error", "",
                           "invalid_value", {}};
@@ -479,74 +482,54 @@ class RequestPath {
       Release(forwarded, usage);
       co_return;
     }
-    SseSplitter splitter;
-    bool first_event = true;
     bool response_noted = false;
-    Status outcome;
-    while (!call.done()) {
-      Result<std::string_view> piece = co_await call.Read();
-      if (!piece.ok()) {
-        outcome = piece.status();
-        break;
-      }
-      std::string out;
-      for (std::string& event : splitter.Push(*piece)) {
-        const std::string_view data = SseSplitter::Data(event);
-        if (endpoint_ == GatewayEndpoint::kMessages) {
-          // message_start carries the prompt, message_delta the final
-          // count with the cached part.
-          if (std::optional<EngineUsage> reported = DecodeMessagesUsage(data, UsageLimits())) {
-            usage = reported;
-          }
-        } else if (endpoint_ == GatewayEndpoint::kResponses) {
-          // response.created names the response, response.completed counts.
-          if (!response_noted) {
-            std::string id = DecodeResponseId(data, UsageLimits());
-            response_noted = !id.empty();
-            owners_.Note(std::move(id), forwarded.worker);
-          }
-          if (std::optional<EngineUsage> reported = DecodeResponsesUsage(data, UsageLimits())) {
-            usage = reported;
-          }
-        } else if (std::optional<EngineUsage> reported =
-                       data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits())
-                                             : std::nullopt) {
-          usage = reported;
-          if (strip_usage && reported->usage_only) continue;
-        }
-        if (first_event) {
-          first_event = false;
-          plane_.Prefilled(forwarded.decision_id);
-        }
-        out += event;
-      }
-      plane_.CountRelayed(out.size());
-      if (!co_await exchange_.Send(out)) {
-        call.Abort();  // the engine sees its client go and aborts the request
-        Release(forwarded, usage);
-        co_return;
-      }
-    }
-    if (exchange_.client_gone()) {
-      Release(forwarded, usage);
-      co_return;
-    }
-    std::string rest = splitter.Rest();
-    if (!outcome.ok()) {
-      const std::string why = "the engine's answer broke off: " + outcome.message();
+    const EventFilter keep = [&](std::string_view data) {
       if (endpoint_ == GatewayEndpoint::kMessages) {
-        rest += EncodeMessagesErrorEvent(why);
-      } else {
-        rest += EncodeOpenAIErrorEvent(why);
+        // message_start carries the prompt, message_delta the final count
+        // with the cached part.
+        if (std::optional<EngineUsage> reported = DecodeMessagesUsage(data, UsageLimits())) {
+          usage = reported;
+        }
+      } else if (endpoint_ == GatewayEndpoint::kResponses) {
+        // response.created names the response, response.completed counts.
+        if (!response_noted) {
+          std::string id = DecodeResponseId(data, UsageLimits());
+          response_noted = !id.empty();
+          owners_.Note(std::move(id), forwarded.worker);
+        }
+        if (std::optional<EngineUsage> reported = DecodeResponsesUsage(data, UsageLimits())) {
+          usage = reported;
+        }
+      } else if (std::optional<EngineUsage> reported =
+                     data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits())
+                                           : std::nullopt) {
+        usage = reported;
+        if (strip_usage && reported->usage_only) return false;
       }
+      return true;
+    };
+    Plane& plane = plane_;
+    const std::string& decision_id = forwarded.decision_id;
+    const std::function<void()> prefilled = [&plane, &decision_id] {
+      plane.Prefilled(decision_id);
+    };
+    std::string first_piece;
+    const RelayEnd end =
+        co_await RelayEvents(exchange_, call, first_piece, keep, prefilled, plane_);
+    if (!end.client_gone) {
+      std::string tail;
+      if (!end.upstream.ok()) {
+        const std::string why = "the engine's answer broke off: " + end.upstream.message();
+        tail = endpoint_ == GatewayEndpoint::kMessages ? EncodeMessagesErrorEvent(why)
+                                                       : EncodeOpenAIErrorEvent(why);
+        co_await exchange_.Send(tail);
+      }
+      co_await exchange_.EndStream();
     }
-    co_await exchange_.Send(rest);
-    co_await exchange_.EndStream();
     Release(forwarded, usage);
   }
 
-  // A model served by disaggregated pools: the plane's handoff, on a
-  // thread off the loops until it runs on them too.
+  // A model served by disaggregated pools: the prefill/decode handoff.
   asio::awaitable<void> Handoff(Admitted& admitted, Plane::Pools pools,
                                 std::vector<int64_t> tokens, const Salted& salted,
                                 std::string body) {
@@ -570,12 +553,7 @@ class RequestPath {
                            .strip_usage = admitted.decoded.ask_usage,
                            .prefill_pool = std::move(pools.prefill),
                            .decode_pool = std::move(pools.decode)};
-    Plane* plane = &plane_;
-    std::function<void(BlockingAnswer&)> job =
-        [plane, handoff = std::move(handoff)](BlockingAnswer& answer) mutable {
-          plane->ServeHandoff(std::move(handoff), answer);
-        };
-    co_await exchange_.RunBlocking(std::move(job));
+    co_await ServeHandoff(plane_, exchange_, std::move(handoff));
   }
 
   Plane& plane_;

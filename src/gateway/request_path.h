@@ -5,9 +5,8 @@
 // /v1/responses and /v1/messages. Each request is admitted, tokenized by
 // the engine (through the loop's pooled connections), salted, routed,
 // forwarded with one retry, its answer relayed as it arrives and its usage
-// accounted, all on the front door's loops; a disaggregated model's
-// handoff runs off them (Plane::ServeHandoff). Internal to kvgov: Asio
-// types, as front_door.h.
+// accounted, all on the front door's loops, a disaggregated model's
+// handoff too (handoff.h). Internal to kvgov: Asio types, as front_door.h.
 
 #include "gateway/front_door.h"
 #include "gateway/plane.h"

@@ -129,7 +129,7 @@ class RecordingPlane final : public Plane {
   }
   Result<Salted> Salt(router::RouteRequest&) override { return Salted{"salt-acme", false}; }
   Result<router::RouteDecision> Route(const router::RouteRequest& route, const Salted& salted,
-                                      std::string decision_id) override {
+                                      std::string decision_id, RouteCount) override {
     std::lock_guard lock(mu_);
     router::RouteDecision decision;
     decision.decision_id = std::move(decision_id);
@@ -150,9 +150,11 @@ class RecordingPlane final : public Plane {
     std::lock_guard lock(mu_);
     accounted_.push_back({worker, prediction, usage});
   }
-  void ServeHandoff(HandoffRequest, BlockingAnswer& answer) override {
-    answer.Respond(500, "application/json", "{}", {});
+  Result<std::unique_ptr<HandoffPin>> Pin(const HandoffRequest&, std::string_view,
+                                          std::string_view, NIXLTransferRole) override {
+    return Status::FailedPrecondition("no disaggregated model here");
   }
+  void RecordHandoff(HandoffRecord, std::optional<double>) override {}
   void CountRequest(std::string_view) override {}
   void CountTokenizeFailure(std::string_view) override {}
   void CountRetry() override { ++retries_; }
@@ -212,7 +214,6 @@ class RequestPathTest : public ::testing::Test {
   void Serve(RecordingPlane& plane) {
     FrontDoorOptions options;
     options.loops = 2;
-    options.run_blocking = [](std::function<void()> job) { std::thread(std::move(job)).detach(); };
     options.error_body = [](int status, std::string_view message) {
       return Json{{"status", status}, {"message", message}}.dump();
     };

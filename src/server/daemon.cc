@@ -19,7 +19,6 @@
 #include "server/governance_api.h"
 #include "server/http_api.h"
 #include "server/invalidations.h"
-#include "server/relay_threads.h"
 #include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {
@@ -755,7 +754,6 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   }
   daemon->invalidations->CallRecoveredOwners();
   daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
-  daemon->relay_threads = std::make_unique<RelayThreads>();
   daemon->prober = std::make_unique<connectors::HealthProber>(
       &daemon->status, options.engines,
       connectors::HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});

@@ -46,7 +46,6 @@ class SpoolDirectory;
 namespace kvgov::server {
 
 class InvalidationManager;
-class RelayThreads;
 
 /// The route call's own metrics.
 struct RouteMetrics {
@@ -198,7 +197,6 @@ struct Daemon {
   ChainCheck chain_check;                // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
-  std::unique_ptr<RelayThreads> relay_threads;  // the gateway's; uses `upstreams`
   std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
   std::optional<TokenAudit> token_audit;  // a single node's; housekeeping's alone after start
   std::unique_ptr<transport::ZmqIngest> ingest;

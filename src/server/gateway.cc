@@ -25,35 +25,6 @@
 namespace kvgov::server {
 namespace {
 
-using gateway::HeaderList;
-
-// An answer ServeHandoff wrote into an httplib::Response, passed on
-// through the front door from the handoff's thread.
-void Deliver(httplib::Response& response, gateway::BlockingAnswer& answer) {
-  std::string content_type = response.get_header_value("Content-Type");
-  if (!response.content_provider_) {
-    HeaderList headers;
-    for (const auto& [name, value] : response.headers) {
-      if (name != "Content-Type" && name != "Content-Length") headers.emplace_back(name, value);
-    }
-    answer.Respond(response.status, content_type.empty() ? "application/json" : content_type,
-                   std::move(response.body), std::move(headers));
-    return;
-  }
-  if (!answer.StartStream(response.status, content_type)) return;
-  bool done = false;
-  httplib::DataSink sink;
-  sink.write = [&answer](const char* data, size_t size) {
-    return answer.Send(std::string(data, size));
-  };
-  sink.done = [&done] { done = true; };
-  sink.is_writable = [&answer] { return !answer.client_gone(); };
-  while (!done && response.content_provider_(0, 0, sink)) {
-  }
-  if (done) answer.EndStream();
-  response.content_provider_success_ = done;  // the releaser hears how it ended
-}
-
 // The gateway's request path's doors into the daemon.
 class DaemonPlane final : public gateway::Plane {
  public:
@@ -90,7 +61,9 @@ class DaemonPlane final : public gateway::Plane {
     const ingest::EngineSpec* engine = server::EngineOf(daemon_, worker);
     if (engine == nullptr || OpenAIUrl(*engine).empty()) return std::nullopt;
     return gateway::EngineAddress{engine->id, OpenAIUrl(*engine),
-                                  std::string(connectors::TokenizePath(engine->kind))};
+                                  std::string(connectors::TokenizePath(engine->kind)),
+                                  engine->kind == ingest::EngineKind::kSglang,
+                                  engine->bootstrap_port};
   }
 
   int64_t BlockSize(std::string_view worker) const override {
@@ -124,15 +97,15 @@ class DaemonPlane final : public gateway::Plane {
   }
 
   Result<router::RouteDecision> Route(const router::RouteRequest& route,
-                                      const gateway::Salted& salted,
-                                      std::string decision_id) override {
+                                      const gateway::Salted& salted, std::string decision_id,
+                                      gateway::RouteCount count) override {
     Result<router::RouteDecision> decision =
         daemon_.router->Route(route, salted.salt, decision_id, clock::NowMillis());
     if (!decision.ok() || decision->worker.empty()) return decision;
     MarkDiverted(salted.diverted, *decision);
     daemon_.tenants_seen.Note(route.tenant);
     ExpectSaltedBlocks(daemon_, route, salted.salt, *decision);
-    daemon_.route_totals.Count(*decision);
+    if (count == gateway::RouteCount::kRequest) daemon_.route_totals.Count(*decision);
     return decision;
   }
 
@@ -147,10 +120,15 @@ class DaemonPlane final : public gateway::Plane {
     server::Account(daemon_, worker, decision_id, prediction, usage);
   }
 
-  void ServeHandoff(gateway::HandoffRequest request, gateway::BlockingAnswer& answer) override {
-    httplib::Response response;
-    server::ServeHandoff(daemon_, std::move(request), response);
-    Deliver(response, answer);
+  Result<std::unique_ptr<gateway::HandoffPin>> Pin(const gateway::HandoffRequest& request,
+                                                    std::string_view request_id,
+                                                    std::string_view prefill_worker,
+                                                    NIXLTransferRole role) override {
+    return PinHandoff(daemon_, request, request_id, prefill_worker, role);
+  }
+  void RecordHandoff(gateway::HandoffRecord record,
+                     std::optional<double> handoff_seconds) override {
+    server::RecordHandoff(daemon_, std::move(record), handoff_seconds);
   }
 
   void CountRequest(std::string_view endpoint) override {

@@ -19,9 +19,7 @@ struct Daemon;
 
 /// The front door's handler (gateway::FrontDoor, a listener of its own
 /// beside the control API): src/gateway's request path
-/// (gateway::GatewayHandler) over the daemon's Plane, which it owns. A
-/// disaggregated model's handoff runs on a thread of the daemon's
-/// RelayThreads (ServeHandoff).
+/// (gateway::GatewayHandler) over the daemon's Plane, which it owns.
 gateway::Handler GatewayHandler(Daemon& daemon);
 
 /// The token ids of `prompt`, from the tokenizer of the engine of a worker

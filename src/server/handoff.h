@@ -1,54 +1,34 @@
 #pragma once
 
-// Internal to kvgov_server: the I/O of the gateway's disaggregated path, a
-// request prefilled on one worker and decoded on another, with the NIXL
-// lease of the handoff witnessed by kvgov itself (docs/formats/gateway.md,
-// "Prefill/decode disaggregation"; docs/adr/0021). What happens next is
-// gateway::HandoffRules' to decide (docs/adr/0035).
+// Internal to kvgov_server: the daemon's side of the gateway's
+// prefill/decode handoff (docs/formats/gateway.md, "Prefill/decode
+// disaggregation"; docs/adr/0021), which runs on the front door's loops
+// (src/gateway/handoff.h): the pools, the pin's lease, the record.
 
-#include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gateway/plane.h"
-#include "kvgov/gateway/handoff_rules.h"
+#include "kvgov/core/nixl_lease.h"
+#include "kvgov/core/status.h"
 #include "kvgov/ingest/engine_spec.h"
 
 namespace httplib {
-struct Response;
 class Server;
 }  // namespace httplib
 
 namespace kvgov::server {
 
-using gateway::HandoffOutcome;
-
 struct Daemon;
 
-/// One handoff as GET /v1/handoffs shows it: both decisions and why, the
-/// lease, and how it ended.
-struct HandoffRecord {
-  std::string request_id;  // X-Request-Id of both legs
-  std::string model;
-  std::string tenant;
-  std::string protocol;  // "nixl" (vLLM) or "bootstrap" (SGLang)
-  std::string prefill_worker;
-  std::string decode_worker;
-  int prefill_attempts = 0;
-  uint64_t prompt_blocks = 0;
-  uint64_t prefill_overlap_blocks = 0;  // credited on the prefill worker
-  uint64_t decode_overlap_blocks = 0;   // held by the decode worker itself
-  uint64_t pulled_blocks = 0;           // pulled from the pin, by the decision's count
-  std::string lease_id;                 // empty when no pin was witnessed
-  HandoffOutcome outcome = HandoffOutcome::kCompleted;
-  std::string error;  // why, for every outcome but completed and unpinned
-  int64_t started_ms = 0;
-  int64_t prefill_done_ms = 0;  // 0: the prefill never answered
-  int64_t first_token_ms = 0;   // 0: no first token
-};
+using gateway::HandoffOutcome;
+using gateway::HandoffRecord;
+using gateway::HandoffRequest;
 
 /// The newest handoffs, for operators. Thread-safe: one mutex.
 class HandoffLog {
@@ -63,8 +43,6 @@ class HandoffLog {
   std::deque<HandoffRecord> records_;  // oldest first
 };
 
-using gateway::HandoffRequest;
-
 /// True when one of `serving` has a role other than both: the model is
 /// then served in two steps.
 bool ServedDisaggregated(const Daemon& daemon, const std::vector<std::string>& serving);
@@ -72,16 +50,20 @@ bool ServedDisaggregated(const Daemon& daemon, const std::vector<std::string>& s
 /// The worker's engine role (both for a worker no --engine names).
 ingest::EngineRole RoleOf(const Daemon& daemon, std::string_view worker);
 
+/// Plane::Pin: the lease "handoff-<request_id>" over the prompt's span on
+/// the prefill worker, its TTL the engine's pin time, reported as kvgov's
+/// own witness; the pin then reads the lease table and the span gate.
+Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
+                                                        const HandoffRequest& request,
+                                                        std::string_view request_id,
+                                                        std::string_view prefill_worker,
+                                                        NIXLTransferRole role);
+
+/// Plane::RecordHandoff: into the log and the metrics.
+void RecordHandoff(Daemon& daemon, HandoffRecord record, std::optional<double> handoff_seconds);
+
 /// GET /v1/handoffs on the control API: the newest handoffs, newest first
 /// (read role; a tenant-bound caller sees its tenant's only).
 void RegisterHandoffApi(httplib::Server& http, Daemon& daemon);
-
-/// Serves the request in two steps and answers `response`: the prefill
-/// worker chosen by overlap and load computes the prompt and pins its KV;
-/// the decode worker chosen by load and its own overlap takes the pin and
-/// streams the answer. Runs on the handler's thread; a streamed answer's
-/// decode step runs in its content provider, where a client that went away
-/// is seen before the decode request is sent.
-void ServeHandoff(Daemon& daemon, HandoffRequest request, httplib::Response& response);
 
 }  // namespace kvgov::server

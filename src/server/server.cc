@@ -26,7 +26,6 @@
 #include "server/handoff.h"
 #include "server/http_api.h"
 #include "server/prefix_diagnostics.h"
-#include "server/relay_threads.h"
 
 namespace kvgov::server {
 namespace {
@@ -172,9 +171,6 @@ Result<std::unique_ptr<gateway::FrontDoor>> StartGateway(const ServerOptions& op
   door.tls_cert_file = options.tls_cert_file;
   door.tls_key_file = options.tls_key_file;
   door.upstream_timeouts = options.gateway_timeouts;
-  door.run_blocking = [threads = daemon.relay_threads.get()](std::function<void()> job) {
-    threads->Run(std::move(job));
-  };
   const size_t max_body = options.max_body_bytes;
   door.error_body = [max_body](int status, std::string_view message) {
     std::string_view code = "refused";

@@ -243,7 +243,6 @@ Result<std::unique_ptr<InstantEngine>> InstantEngine::Start(InstantEngineOptions
   gateway::FrontDoorOptions door;
   door.loops = impl->options.loops;
   door.max_body_bytes = size_t{64} << 20;
-  door.run_blocking = [](std::function<void()> job) { job(); };  // never called
   KVGOV_ASSIGN_OR_RETURN(
       impl->door,
       gateway::FrontDoor::Start(std::move(door),

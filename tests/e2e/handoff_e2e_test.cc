@@ -299,15 +299,18 @@ TEST_F(HandoffE2ETest, BothStepsFollowThePrefixAcrossTwoPrefillAndTwoDecodeWorke
 }
 
 // The decode worker does not pull within the pin's lease: kvgov sees the
-// lease expire, fails the handoff and closes the decode request.
+// lease expire, fails the handoff and closes the decode request. No byte
+// of the stream was sent: the client gets the failure's status.
 TEST_F(HandoffE2ETest, ADecodeWorkerThatNeverPullsLetsTheLeaseExpire) {
   StartFleet({{"p0", ingest::EngineRole::kPrefill, milliseconds(300)},
               {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(3000)}});
   httplib::Result streamed = Post(Chat(Words(40, "e"), true));
-  ASSERT_EQ(HttpStatus(streamed), 200);
-  std::string error;
-  EXPECT_EQ(StreamedText(streamed->body, &error), "");
-  EXPECT_NE(error.find("expired before the decode worker's first token"), std::string::npos)
+  ASSERT_EQ(HttpStatus(streamed), 503);
+  const Json error = Json::parse(streamed->body)["error"];
+  EXPECT_EQ(error["code"], "span_withdrawn");
+  EXPECT_NE(error["message"].get<std::string>().find(
+                "expired before the decode worker's first token"),
+            std::string::npos)
       << streamed->body;
   const Json handoffs = Handoffs(1);
   ASSERT_EQ(handoffs.size(), 1u);
@@ -331,16 +334,17 @@ TEST_F(HandoffE2ETest, AQuarantineDuringTheHandoffFailsIt) {
   ASSERT_EQ(HttpStatus(control_->Post("/v1/quarantine", quarantine.dump(), "application/json")),
             200);
   httplib::Result streamed = answer.get();
-  ASSERT_EQ(HttpStatus(streamed), 200);
-  std::string error;
-  EXPECT_EQ(StreamedText(streamed->body, &error), "");
-  EXPECT_NE(error.find("withdrawn (quarantine"), std::string::npos) << streamed->body;
+  ASSERT_EQ(HttpStatus(streamed), 503);
+  const Json error = Json::parse(streamed->body)["error"];
+  EXPECT_EQ(error["code"], "span_withdrawn");
+  EXPECT_NE(error["message"].get<std::string>().find("withdrawn (quarantine"), std::string::npos)
+      << streamed->body;
   EXPECT_EQ(Handoffs(1)[0]["outcome"], "withdrawn");
   EXPECT_EQ(Lease(lease["lease_id"])["state"], "failed");
 }
 
-// The client goes away while the prefill runs: no decode request is sent,
-// and the lease is ended by kvgov.
+// The client goes away while the prefill runs: the prefill request is
+// closed at once (no answer, no pin) and no decode request is sent.
 TEST_F(HandoffE2ETest, AClientGoneBetweenTheStepsSendsNoDecodeRequest) {
   // At 1/20 of an H200's speed the prefill of 2,000 tokens takes about a second.
   StartFleet({{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 0.05},
@@ -351,8 +355,9 @@ TEST_F(HandoffE2ETest, AClientGoneBetweenTheStepsSendsNoDecodeRequest) {
                               "application/json"));
   const Json record = Handoffs(1)[0];
   EXPECT_EQ(record["outcome"], "client_gone");
+  EXPECT_EQ(record["prefill_done_ms"], 0) << record.dump();
+  EXPECT_EQ(record["lease_id"], "") << record.dump();
   EXPECT_EQ(Received("d0"), 0u);
-  EXPECT_EQ(Lease(record["lease_id"])["state"], "failed");
 }
 
 // The prefill worker the router prefers cannot be reached: the prefill is
