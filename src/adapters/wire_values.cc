@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "adapters/msgpack_input.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/core/json_string.h"
 
 namespace kvgov::adapters::internal {
@@ -19,8 +20,6 @@ std::string Indexed(std::string_view where, size_t index) {
   out += ']';
   return out;
 }
-
-constexpr char kHexDigits[] = "0123456789abcdef";
 
 Status AppendCanonical(const msgpack::object& object, std::string_view where, std::string& out) {
   switch (object.type) {
@@ -111,10 +110,7 @@ EngineHash HashOfBytes(std::string_view bytes) {
 
 void AppendBinJson(std::string_view bytes, std::string& out) {
   out += "{\"bin\":\"";
-  for (unsigned char byte : bytes) {
-    out += kHexDigits[byte >> 4];
-    out += kHexDigits[byte & 0xF];
-  }
+  AppendHex(bytes, out);
   out += "\"}";
 }
 

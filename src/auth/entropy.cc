@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kvgov/core/hex.h"
+
 namespace kvgov::auth {
 
 Status FillRandom(std::span<char> out) {
@@ -20,17 +22,9 @@ Status FillRandom(std::span<char> out) {
 }
 
 Result<std::string> RandomHexId() {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::array<char, 16> bytes;
   KVGOV_RETURN_IF_ERROR(FillRandom(bytes));
-  std::string id;
-  id.reserve(32);
-  for (char byte : bytes) {
-    const auto value = static_cast<unsigned char>(byte);
-    id.push_back(kHex[value >> 4]);
-    id.push_back(kHex[value & 0xf]);
-  }
-  return id;
+  return HexEncode(std::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace kvgov::auth

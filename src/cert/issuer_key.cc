@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvgov/core/digest.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/core/secret_file_mode.h"
 
 namespace kvgov::cert {
@@ -18,14 +19,7 @@ namespace {
 constexpr size_t kSeedBytes = crypto_sign_SEEDBYTES;  // 32
 
 std::string Hex(const unsigned char* bytes, size_t size) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out.push_back(kHex[bytes[i] >> 4]);
-    out.push_back(kHex[bytes[i] & 0xf]);
-  }
-  return out;
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(bytes), size));
 }
 
 Result<std::vector<unsigned char>> FromHex(std::string_view hex, size_t bytes,
@@ -34,14 +28,8 @@ Result<std::vector<unsigned char>> FromHex(std::string_view hex, size_t bytes,
     return Status::InvalidArgument(std::string(what) + ": want " + std::to_string(bytes * 2) +
                                    " hex digits, got " + std::to_string(hex.size()));
   }
-  std::vector<unsigned char> out(bytes);
-  size_t decoded = 0;
-  if (sodium_hex2bin(out.data(), out.size(), hex.data(), hex.size(), nullptr, &decoded,
-                     nullptr) != 0 ||
-      decoded != bytes) {
-    return Status::InvalidArgument(std::string(what) + ": not hex");
-  }
-  return out;
+  KVGOV_ASSIGN_OR_RETURN(std::string decoded, HexDecode(hex, what));
+  return std::vector<unsigned char>(decoded.begin(), decoded.end());
 }
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/sha256.h"
+#include "kvgov/core/hex.h"
 
 namespace kvgov {
 namespace {
@@ -11,14 +12,7 @@ namespace {
 using core_internal::Sha256;
 
 std::string Hex(const std::array<uint8_t, 32>& digest) {
-  static constexpr char kHexDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(64);
-  for (uint8_t byte : digest) {
-    out.push_back(kHexDigits[byte >> 4]);
-    out.push_back(kHexDigits[byte & 0xf]);
-  }
-  return out;
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
 }
 
 void UpdateBigEndian64(Sha256& hash, uint64_t value) {

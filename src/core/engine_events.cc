@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/transfer_entry.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/core/json_string.h"
 #include "kvgov/core/kv_transfer.h"
 
@@ -26,23 +27,9 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-// 16 lowercase hex digits, zero-padded: the same hash always names the same
-// span, whatever engine or encoding it came from. Written over `out`'s
-// characters, so a digest already 16 long is rewritten without allocating.
-void WriteHashDigest(EngineHash hash, std::string& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.resize(16);
-  for (int i = 15; i >= 0; --i) {
-    out[static_cast<size_t>(i)] = kHex[hash & 0xF];
-    hash >>= 4;
-  }
-}
-
-std::string HashDigest(EngineHash hash) {
-  std::string out;
-  WriteHashDigest(hash, out);
-  return out;
-}
+// The span digest's spelling (WriteHex64): the same hash always names the
+// same span, whatever engine or encoding it came from.
+std::string HashDigest(EngineHash hash) { return Hex64(hash); }
 
 Entry Lower(const KVTransfer& transfer) {
   // Every report built here has a non-empty digest and non-negative counts,
@@ -154,7 +141,7 @@ void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
     LabelEntry(entry, worker, group_idx);
     sink(entry);
     for (EngineHash hash : hashes.subspan(1)) {
-      WriteHashDigest(hash, entry.id.digest);
+      WriteHex64(hash, entry.id.digest);
       sink(entry);
     }
   };

@@ -1,9 +1,10 @@
 #include "kvgov/core/json_string.h"
 
+#include "kvgov/core/hex.h"
+
 namespace kvgov {
 
 void AppendJsonString(std::string& out, std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
   for (char c : text) {
     const auto byte = static_cast<unsigned char>(c);
@@ -32,8 +33,7 @@ void AppendJsonString(std::string& out, std::string_view text) {
       default:
         if (byte < 0x20) {
           out += "\\u00";
-          out.push_back(kHex[byte >> 4]);
-          out.push_back(kHex[byte & 0xf]);
+          AppendHex(std::string_view(&c, 1), out);
         } else {
           out.push_back(c);
         }

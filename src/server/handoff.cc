@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <optional>
 
 #include "kvgov/clock/clock.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/log/log.h"
@@ -119,12 +119,7 @@ Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
   lease.remote_engine = std::string(prefill_worker);
   // The span by its last block's key: it names the whole chain. A prompt
   // shorter than a block pins nothing kvgov can name: unidentified.
-  if (!keys.empty()) {
-    char digest[17];
-    std::snprintf(digest, sizeof(digest), "%016llx",
-                  static_cast<unsigned long long>(keys.back()));
-    lease.span_digest = digest;
-  }
+  if (!keys.empty()) lease.span_digest = Hex64(keys.back());
   lease.tokens = static_cast<int64_t>(request.tokens.size());
   lease.model_id = request.model;
   lease.role = role;

@@ -1,18 +1,18 @@
 #include "server/invalidations.h"
 
 #include <algorithm>
-#include <cstdio>
 
-#include "kvgov/clock/clock.h"
-#include "kvgov/log/log.h"
+#include "kvgov/auth/entropy.h"
 #include "kvgov/cert/certificate.h"
+#include "kvgov/clock/clock.h"
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/connectors/invalidation_connector.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/journal/journal.h"
+#include "kvgov/log/log.h"
 #include "kvgov/replication/replica.h"
 #include "server/daemon.h"
 #include "server/salting.h"
-#include "kvgov/auth/entropy.h"
 
 namespace kvgov::server {
 namespace {
@@ -344,11 +344,7 @@ void InvalidationManager::Dispatch(const Work& work) {
       }
     }
     connectors::EvictionRequest request{owner.worker, {}, directive->reason, work.id};
-    for (index::BlockKey key : owner.pending) {
-      char hex[17];
-      std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(key));
-      request.span_digests.push_back(hex);
-    }
+    for (index::BlockKey key : owner.pending) request.span_digests.push_back(Hex64(key));
     Result<connectors::DispatchResult> result = (*connector)->Dispatch(request, cancel_);
     const std::string name((*connector)->name());
     governance::DirectiveEvent answer =
