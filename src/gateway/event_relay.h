@@ -37,7 +37,6 @@ struct RelayEnd {
 /// caller writes the end of the stream, or an error event before it.
 asio::awaitable<RelayEnd> RelayEvents(Exchange& exchange, UpstreamCall& call,
                                       std::string first_piece, const EventFilter& keep,
-                                      const std::function<void()>& after_first_write,
-                                      Plane& plane);
+                                      const std::function<void()>& after_first_write, Plane& plane);
 
 }  // namespace kvgov::gateway

@@ -423,8 +423,8 @@ Result<std::unique_ptr<FrontDoor>> FrontDoor::Start(FrontDoorOptions options, Ha
   if (!ec) impl->acceptor->bind(endpoint, ec);
   if (!ec) impl->acceptor->listen(SOMAXCONN, ec);
   if (ec) {
-    return Status::IOError("listen on " + options.host + ":" + std::to_string(options.port) +
-                           ": " + ec.message());
+    return Status::IOError("listen on " + options.host + ":" + std::to_string(options.port) + ": " +
+                           ec.message());
   }
   impl->port = impl->acceptor->local_endpoint().port();
   impl->options = std::move(options);

@@ -75,8 +75,8 @@ class Exchange {
   virtual const Request& request() const = 0;
 
   /// The whole answer. False when it did not reach the client.
-  virtual asio::awaitable<bool> Respond(int status, std::string_view content_type,
-                                        std::string body, const HeaderList& headers = {}) = 0;
+  virtual asio::awaitable<bool> Respond(int status, std::string_view content_type, std::string body,
+                                        const HeaderList& headers = {}) = 0;
   /// A chunked answer's head; false when the client is gone.
   virtual asio::awaitable<bool> StartStream(int status, std::string_view content_type) = 0;
   /// One chunk, written before this returns (a slow client slows the
@@ -98,8 +98,8 @@ using Handler = std::function<asio::awaitable<void>(Exchange&)>;
 
 /// What the listener holds now. Counters since start.
 struct FrontDoorStats {
-  int64_t connections = 0;  // open
-  int64_t exchanges = 0;    // requests a handler is serving
+  int64_t connections = 0;           // open
+  int64_t exchanges = 0;             // requests a handler is serving
   uint64_t connections_refused = 0;  // past max_connections
   uint64_t requests = 0;
   uint64_t dropped_slow = 0;  // head, body or send past its timeout

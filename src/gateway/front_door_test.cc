@@ -45,7 +45,8 @@ class RawClient {
   ~RawClient() { Close(); }
   bool connected() const { return connected_; }
   bool Write(std::string_view bytes) {
-    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
   }
   // Everything until the server closes, or `wait` passes.
   std::string ReadUntilClosed(std::chrono::milliseconds wait, bool* closed) {
@@ -274,7 +275,8 @@ TEST(FrontDoorTest, ForwardsThroughAPooledKeptEngineConnection) {
       co_return;
     }
     const std::string request_id = "req-1";
-    if (Status sent = co_await call->Send(path, exchange.request().body(), request_id); !sent.ok()) {
+    if (Status sent = co_await call->Send(path, exchange.request().body(), request_id);
+        !sent.ok()) {
       co_await exchange.Respond(502, kTextPlain, sent.message(), {});
       co_return;
     }
@@ -348,9 +350,10 @@ TEST(FrontDoorTest, SpeaksTlsWithTheFilesGivenAndRefusesFilesThatDoNotLoad) {
   std::filesystem::create_directories(dir);
   const std::string key = (dir / "tls.key").string();
   const std::string cert = (dir / "tls.crt").string();
-  const std::string openssl = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-                              "-nodes -days 1 -subj /CN=localhost -keyout " + key + " -out " +
-                              cert + " 2>/dev/null";
+  const std::string openssl =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+      "-nodes -days 1 -subj /CN=localhost -keyout " +
+      key + " -out " + cert + " 2>/dev/null";
   ASSERT_EQ(std::system(openssl.c_str()), 0);
   FrontDoorOptions options = TestOptions();
   options.tls_cert_file = cert;

@@ -180,8 +180,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
   // when the route is refused or no worker there is eligible.
   std::optional<router::RouteDecision> Decide(const std::vector<std::string>& pool,
                                               uint64_t pullable, HandoffLeg leg) {
-    const HandoffOutcome failed =
-        leg == HandoffLeg::kPrefill ? HandoffOutcome::kPrefillFailed : HandoffOutcome::kDecodeFailed;
+    const HandoffOutcome failed = leg == HandoffLeg::kPrefill ? HandoffOutcome::kPrefillFailed
+                                                              : HandoffOutcome::kDecodeFailed;
     Result<std::string> id = auth::RandomHexId();
     if (!id.ok()) {
       Perform(rules_.Fail({failed, 500, "internal", id.status().message()}));
@@ -191,9 +191,9 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
     route.pullable_blocks = pullable;
     route.salt_must_be_honoured = request_.diverted;
     const Salted salted{request_.salt, request_.diverted};
-    Result<router::RouteDecision> decision = plane_.Route(
-        route, salted, *std::move(id),
-        leg == HandoffLeg::kPrefill ? RouteCount::kRequest : RouteCount::kDecodeLeg);
+    Result<router::RouteDecision> decision =
+        plane_.Route(route, salted, *std::move(id),
+                     leg == HandoffLeg::kPrefill ? RouteCount::kRequest : RouteCount::kDecodeLeg);
     if (!decision.ok()) {
       Perform(rules_.Fail({failed, 400, "invalid_value", decision.status().message()}));
       return std::nullopt;
@@ -344,9 +344,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
         Decide(rules_.DecodeCandidates(), rules_.Pullable(pin), HandoffLeg::kDecode);
     if (!decision) return false;
     NoteDecodeDecision(*decision);
-    decode_body_ = kv_transfer_params_.empty()
-                       ? request_.body
-                       : NixlDecodeBody(request_.body, kv_transfer_params_);
+    decode_body_ = kv_transfer_params_.empty() ? request_.body
+                                               : NixlDecodeBody(request_.body, kv_transfer_params_);
     return true;
   }
 
@@ -393,7 +392,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
 
   Result<std::string> BootstrapBodyFor(const std::string& prefill_worker) const {
     const std::optional<EngineAddress> engine = plane_.EngineOf(prefill_worker);
-    if (!engine) return Status::Unavailable("worker '" + prefill_worker + "' has no engine URL now");
+    if (!engine)
+      return Status::Unavailable("worker '" + prefill_worker + "' has no engine URL now");
     uint64_t room = 0;
     KVGOV_RETURN_IF_ERROR(auth::FillRandom(std::span(reinterpret_cast<char*>(&room), sizeof room)));
     return BootstrapBody(request_.body, HostOf(engine->url), engine->bootstrap_port, room);
@@ -479,8 +479,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
   static asio::awaitable<void> ReadPrefillLeg(std::shared_ptr<Handoff> self) {
     const std::string worker = self->rules_.prefill_worker();
     std::string body = self->prefill_body_;
-    WholeAnswer answer =
-        co_await self->CallWhole(worker, std::move(body), self->prefill_call_, kMaxWholeAnswerBytes);
+    WholeAnswer answer = co_await self->CallWhole(worker, std::move(body), self->prefill_call_,
+                                                  kMaxWholeAnswerBytes);
     const std::string decision_id = self->prefill_decision_;
     self->ReleasePrefill();
     if (answer.leg.reached && answer.leg.status == 200) {
@@ -535,8 +535,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
       broke_off = end.upstream;
     }
     if (!broke_off.ok()) {
-      std::string event = EncodeOpenAIErrorEvent("the engine's answer broke off: " +
-                                                 broke_off.message());
+      std::string event =
+          EncodeOpenAIErrorEvent("the engine's answer broke off: " + broke_off.message());
       co_await exchange.Send(event);
     }
     co_await exchange.EndStream();
@@ -559,14 +559,14 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
     }
     if (exchange.client_gone()) co_return;
     if (!read.ok()) {
-      std::string error =
-          EncodeOpenAIErrorJson("the engine's answer broke off: " + read.message(),
-                                "upstream_error", "", "upstream_unreachable");
+      std::string error = EncodeOpenAIErrorJson("the engine's answer broke off: " + read.message(),
+                                                "upstream_error", "", "upstream_unreachable");
       co_await exchange.Respond(502, kJson, std::move(error), kNoHeaders);
       co_return;
     }
     plane_.CountRelayed(body.size());
-    std::string content_type = call.content_type().empty() ? std::string(kJson) : call.content_type();
+    std::string content_type =
+        call.content_type().empty() ? std::string(kJson) : call.content_type();
     const int status = call.status();
     co_await exchange.Respond(status, content_type, std::move(body), kNoHeaders);
   }
@@ -577,8 +577,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
     const HandoffFailure& failure = rules_.failure();
     const int status = failure.status;
     if (failure.engine_answer && !engine_error_.body.empty()) {
-      std::string type = engine_error_.content_type.empty() ? std::string(kJson)
-                                                            : engine_error_.content_type;
+      std::string type =
+          engine_error_.content_type.empty() ? std::string(kJson) : engine_error_.content_type;
       co_await exchange.Respond(status, type, std::move(engine_error_.body), kNoHeaders);
       co_return;
     }
@@ -603,8 +603,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
   Clock::time_point prefill_answered_;
   std::string kv_transfer_params_;  // the prefill answer's, opaque
   std::unique_ptr<HandoffPin> pin_;
-  bool complete_lease_ = false;  // the rules completed the lease; Settle reports it
-  std::string prefill_decision_;  // its load held until the leg's answer is read
+  bool complete_lease_ = false;    // the rules completed the lease; Settle reports it
+  std::string prefill_decision_;   // its load held until the leg's answer is read
   Prediction prefill_prediction_;  // SGLang's, for its leg read beside
   std::string prefill_body_;       // SGLang's prefill leg
   std::optional<UpstreamCall> prefill_call_;
@@ -612,8 +612,8 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
   std::string decode_body_;
   std::optional<UpstreamCall> decode_call_;
   std::optional<asio::steady_timer> watch_timer_;
-  std::string first_piece_;  // the decode answer's first token
-  Status first_read_;        // why the first piece did not come, when it broke off
+  std::string first_piece_;   // the decode answer's first token
+  Status first_read_;         // why the first piece did not come, when it broke off
   EngineError engine_error_;  // an engine's own error answer, for the client as it came
   bool client_gone_ = false;
 };

@@ -11,7 +11,7 @@ HandoffRules::HandoffRules(HandoffProtocol protocol, std::vector<std::string> pr
       decode_pool_(std::move(decode_pool)),
       stream_(stream),
       step_(protocol == HandoffProtocol::kNixl ? HandoffStep::kRoutePrefill
-                                                : HandoffStep::kRouteBoth),
+                                               : HandoffStep::kRouteBoth),
       prefill_candidates_(std::move(prefill_pool)) {}
 
 std::vector<std::string> HandoffRules::DecodeCandidates() const {
@@ -40,8 +40,8 @@ std::optional<std::pair<HandoffOutcome, std::string>> HandoffRules::Withdrawal(
                          ") expired before the decode worker's first token"};
   }
   if (pin.lease_state != NIXLLeaseState::kActive) {
-    return std::pair{HandoffOutcome::kWithdrawn, "the lease " + pin.lease_id + " is " +
-                                                     std::string(ToString(pin.lease_state))};
+    return std::pair{HandoffOutcome::kWithdrawn,
+                     "the lease " + pin.lease_id + " is " + std::string(ToString(pin.lease_state))};
   }
   if (pin.creditable_blocks < pin.span_blocks) {
     return std::pair{HandoffOutcome::kWithdrawn, "the prefilled span was withdrawn (" + pin.limit +
@@ -200,10 +200,10 @@ LeaseMove HandoffRules::DecodeAnswered(const LegAnswer& answer) {
     return EndLease(LeaseMove::kComplete);
   }
   if (answer.reached) {
-    return FailWith(HandoffOutcome::kDecodeFailed, answer.status, "upstream_error",
-                    "the decode worker answered HTTP " + std::to_string(answer.status) + ": " +
-                        answer.error,
-                    /*engine_answer=*/answer.status < 500);
+    return FailWith(
+        HandoffOutcome::kDecodeFailed, answer.status, "upstream_error",
+        "the decode worker answered HTTP " + std::to_string(answer.status) + ": " + answer.error,
+        /*engine_answer=*/answer.status < 500);
   }
   return FailWith(HandoffOutcome::kDecodeFailed, answer.timed_out ? 504 : 502,
                   "upstream_unreachable", "the decode worker failed: " + answer.error);

@@ -261,7 +261,8 @@ TEST(HandoffRulesTest, ADecodeLegThatFailsAbortsTheLease) {
   EXPECT_EQ(refused.DecodeAnswered(Status(422, "{\"error\":\"too long\"}")), LeaseMove::kAbort);
   ExpectFailed(refused, HandoffOutcome::kDecodeFailed, 422, "upstream_error");
   EXPECT_TRUE(refused.failure().engine_answer);
-  EXPECT_EQ(refused.failure().message, "the decode worker answered HTTP 422: {\"error\":\"too long\"}");
+  EXPECT_EQ(refused.failure().message,
+            "the decode worker answered HTTP 422: {\"error\":\"too long\"}");
 
   HandoffRules broken = NixlAwaitingFirstToken();
   EXPECT_EQ(broken.DecodeAnswered(Status(500, "oops")), LeaseMove::kAbort);

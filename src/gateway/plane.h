@@ -66,7 +66,7 @@ struct HandoffRequest {
   std::vector<int64_t> tokens;
   std::string body;  // the client's, salted
   bool stream = false;
-  bool strip_usage = false;  // the usage chunk was the gateway's request
+  bool strip_usage = false;               // the usage chunk was the gateway's request
   std::vector<std::string> prefill_pool;  // live workers of role prefill or both
   std::vector<std::string> decode_pool;   // live workers of role decode or both
 };
@@ -115,9 +115,9 @@ class HandoffPin {
 enum class RouteCount { kRequest, kDecodeLeg };
 
 struct GatewayLimits {
-  JsonLimits body;                 // a request body's decoding
-  uint64_t max_in_flight = 0;      // per worker; 0: none
-  uint64_t max_requests = 16384;   // served at once by the whole gateway
+  JsonLimits body;                // a request body's decoding
+  uint64_t max_in_flight = 0;     // per worker; 0: none
+  uint64_t max_requests = 16384;  // served at once by the whole gateway
 };
 
 /// Thread-safety: every method may be called from every loop at once.

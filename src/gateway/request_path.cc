@@ -25,7 +25,6 @@
 namespace kvgov::gateway {
 namespace {
 
-
 // GCC 12 miscompiles temporaries in a co_await expression: a string literal
 // passed straight to the awaited function, an object made by ?: or a
 // lambda with captures (destroyed twice). Every awaited call below takes
@@ -53,9 +52,9 @@ Wire WireOf(GatewayEndpoint endpoint) {
 }
 
 asio::awaitable<void> Send(Exchange& exchange, ErrorAnswer error, Wire wire = Wire::kOpenAI) {
-  std::string body = wire == Wire::kAnthropic
-                         ? EncodeMessagesErrorJson(error.status, error.message)
-                         : EncodeOpenAIErrorJson(error.message, error.type, error.param, error.code);
+  std::string body = wire == Wire::kAnthropic ? EncodeMessagesErrorJson(error.status, error.message)
+                                              : EncodeOpenAIErrorJson(error.message, error.type,
+                                                                      error.param, error.code);
   co_await exchange.Respond(error.status, kJson, std::move(body), error.headers);
 }
 
@@ -77,8 +76,9 @@ std::variant<auth::Principal, ErrorAnswer> Authorize(const Plane& plane, auth::R
   Result<auth::Principal> caller = plane.Authorize(authorization, role);
   if (caller.ok()) return *caller;
   if (caller.status().code() == StatusCode::kUnauthenticated) {
-    return ErrorAnswer{401, caller.status().message(), "authentication_error", "",
-                       "invalid_api_key", {{"WWW-Authenticate", "Bearer realm=\"kvgov\""}}};
+    return ErrorAnswer{
+        401, caller.status().message(), "authentication_error",
+        "",  "invalid_api_key",         {{"WWW-Authenticate", "Bearer realm=\"kvgov\""}}};
   }
   return ErrorAnswer{403, caller.status().message(), "permission_error", "", "forbidden", {}};
 }
@@ -94,8 +94,12 @@ std::variant<std::string, ErrorAnswer> TenantOf(const auth::Principal& caller,
                                                 const Request& request) {
   std::string tenant = HeaderOf(request, kTenantHeader);
   if (Status valid = auth::CheckTenant(tenant); !valid.ok()) {
-    return ErrorAnswer{400, std::string(kTenantHeader) + ": " + valid.message(),
-                       "invalid_request_error", "", "invalid_value", {}};
+    return ErrorAnswer{400,
+                       std::string(kTenantHeader) + ": " + valid.message(),
+                       "invalid_request_error",
+                       "",
+                       "invalid_value",
+                       {}};
   }
   if (Status fits = FitToCaller(caller, /*names_span_by_tokens=*/true, tenant); !fits.ok()) {
     return ErrorAnswer{403, fits.message(), "permission_error", "", "forbidden", {}};
@@ -127,9 +131,12 @@ std::variant<Admitted, ErrorAnswer> Admit(const Plane& plane, const auth::Princi
       DecodeGatewayRequestJson(endpoint, request.body(), plane.limits().body);
   if (!decoded.ok()) {
     const bool too_large = decoded.status().code() == StatusCode::kResourceExhausted;
-    return ErrorAnswer{too_large ? 413 : 400, decoded.status().message(), "invalid_request_error",
+    return ErrorAnswer{too_large ? 413 : 400,
+                       decoded.status().message(),
+                       "invalid_request_error",
                        ParamOf(decoded.status().message()),
-                       too_large ? "request_too_large" : "invalid_value", {}};
+                       too_large ? "request_too_large" : "invalid_value",
+                       {}};
   }
   std::vector<std::string> serving = plane.ServingWorkers(decoded->model);
   if (serving.empty()) {
@@ -149,7 +156,10 @@ std::variant<Admitted, ErrorAnswer> Admit(const Plane& plane, const auth::Princi
     }
     return ErrorAnswer{503,
                        "no worker of '" + decoded->model + "' is live, healthy and not draining",
-                       "service_unavailable", "", "no_eligible_worker", {}};
+                       "service_unavailable",
+                       "",
+                       "no_eligible_worker",
+                       {}};
   }
   if (const uint64_t limit = plane.limits().max_in_flight; limit > 0) {
     std::erase_if(serving,
@@ -158,7 +168,10 @@ std::variant<Admitted, ErrorAnswer> Admit(const Plane& plane, const auth::Princi
       return ErrorAnswer{429,
                          "every worker of '" + decoded->model + "' has " + std::to_string(limit) +
                              " requests in flight; retry shortly",
-                         "rate_limit_error", "", "all_workers_busy", {{"Retry-After", "1"}}};
+                         "rate_limit_error",
+                         "",
+                         "all_workers_busy",
+                         {{"Retry-After", "1"}}};
     }
   }
   return Admitted{std::get<std::string>(std::move(tenant)), *std::move(decoded),
@@ -177,8 +190,8 @@ constexpr size_t kMaxTokenizeAnswerBytes = size_t{64} << 20;
 
 // `body` POSTed to the tokenizer of `engine`, on the loop.
 asio::awaitable<Result<std::vector<int64_t>>> TokenizeOn(Exchange& exchange,
-                                                          const EngineAddress& engine,
-                                                          std::string body) {
+                                                         const EngineAddress& engine,
+                                                         std::string body) {
   const std::string& url = engine.url;
   const std::string& path = engine.tokenize_path;
   Result<UpstreamCall> call = co_await exchange.upstreams().Open(url);
@@ -274,9 +287,12 @@ class RequestPath {
       if (!tokenized.ok()) {
         plane_.CountTokenizeFailure(decoded.model);
         ErrorAnswer error{502,
-                          "engine '" + tokenizer + "' could not tokenize the request: " +
-                              tokenized.status().message(),
-                          "upstream_error", "", "tokenizer_unavailable", {}};
+                          "engine '" + tokenizer +
+                              "' could not tokenize the request: " + tokenized.status().message(),
+                          "upstream_error",
+                          "",
+                          "tokenizer_unavailable",
+                          {}};
         co_await Refuse(std::move(error));
         co_return;
       }
@@ -293,8 +309,10 @@ class RequestPath {
                                 "' was answered by worker '" + *owner +
                                 "', which is not live, healthy and undrained now; its "
                                 "conversation is held there only",
-                            "service_unavailable", "previous_response_id",
-                            "previous_response_unavailable", {}};
+                            "service_unavailable",
+                            "previous_response_id",
+                            "previous_response_unavailable",
+                            {}};
           co_await Refuse(std::move(error));
           co_return;
         }
@@ -305,8 +323,8 @@ class RequestPath {
                                request.serving};
     Result<Salted> salted = plane_.Salt(route);
     if (!salted.ok()) {
-      ErrorAnswer error{503, salted.status().message(), "service_unavailable", "",
-                        "quarantine_unresolved", {}};
+      ErrorAnswer error{503, salted.status().message(), "service_unavailable",
+                        "",  "quarantine_unresolved",   {}};
       co_await Refuse(std::move(error));
       co_return;
     }
@@ -318,7 +336,10 @@ class RequestPath {
                               "' is served by prefill and decode pools, and the gateway hands "
                               "over completions and chat completions only: send "
                               "/v1/chat/completions",
-                          "invalid_request_error", "", "invalid_value", {}};
+                          "invalid_request_error",
+                          "",
+                          "invalid_value",
+                          {}};
         co_await Refuse(std::move(error));
         co_return;
       }
@@ -344,14 +365,18 @@ class RequestPath {
       Result<router::RouteDecision> decision =
           plane_.Route(route, *salted, *id, RouteCount::kRequest);
       if (!decision.ok()) {
-        ErrorAnswer error{400, decision.status().message(), "invalid_request_error", "",
-                          "invalid_value", {}};
+        ErrorAnswer error{
+            400, decision.status().message(), "invalid_request_error", "", "invalid_value", {}};
         co_await Refuse(std::move(error));
         co_return;
       }
       if (decision->worker.empty()) {
-        ErrorAnswer error{503, "no eligible worker (" + IneligibleReasons(*decision) + ")",
-                          "service_unavailable", "", "no_eligible_worker", {}};
+        ErrorAnswer error{503,
+                          "no eligible worker (" + IneligibleReasons(*decision) + ")",
+                          "service_unavailable",
+                          "",
+                          "no_eligible_worker",
+                          {}};
         co_await Refuse(std::move(error));
         co_return;
       }
@@ -389,8 +414,9 @@ class RequestPath {
         const bool timed_out = failure.code() == StatusCode::kDeadlineExceeded;
         ErrorAnswer error{timed_out ? 504 : 502,
                           "engine '" + forwarded.worker + "': " + failure.message(),
-                          "upstream_error", "", timed_out ? "upstream_timeout"
-                                                          : "upstream_unreachable",
+                          "upstream_error",
+                          "",
+                          timed_out ? "upstream_timeout" : "upstream_unreachable",
                           {}};
         co_await Refuse(std::move(error));
         co_return;
@@ -445,10 +471,13 @@ class RequestPath {
     }
     Release(forwarded, answer.ok() ? *answer : std::nullopt);
     if (!body.ok()) {
-      ErrorAnswer error{502,
-                        "engine '" + forwarded.worker +
-                            "': the answer broke off: " + body.status().message(),
-                        "upstream_error", "", "upstream_unreachable", {}};
+      ErrorAnswer error{
+          502,
+          "engine '" + forwarded.worker + "': the answer broke off: " + body.status().message(),
+          "upstream_error",
+          "",
+          "upstream_unreachable",
+          {}};
       co_await Refuse(std::move(error));
       co_return;
     }
@@ -457,25 +486,26 @@ class RequestPath {
       ErrorAnswer error{502,
                         "engine '" + forwarded.worker + "' answered 200 with " +
                             (type.empty() ? "no content type" : type) +
-                            " that is not an answer of its API: " +
-                            answer.status().message(),
-                        "upstream_error", "", "upstream_malformed_answer", {}};
+                            " that is not an answer of its API: " + answer.status().message(),
+                        "upstream_error",
+                        "",
+                        "upstream_malformed_answer",
+                        {}};
       co_await Refuse(std::move(error));
       co_return;
     }
     plane_.CountRelayed(body->size());
-    std::string content_type = call.content_type().empty() ? std::string(kJson)
-                                                           : call.content_type();
+    std::string content_type =
+        call.content_type().empty() ? std::string(kJson) : call.content_type();
     co_await exchange_.Respond(call.status(), content_type, *std::move(body), {});
   }
 
   // A streamed answer, event by event as the engine sends them: the usage
   // kept, the usage chunk the gateway asked for itself left out, the load
   // turned to decode at the first event (the prefill is done then).
-  asio::awaitable<void> Relay(UpstreamCall& call, const Forwarded& forwarded,
-                              bool strip_usage) {
-    std::string content_type = call.content_type().empty() ? std::string(kEventStream)
-                                                           : call.content_type();
+  asio::awaitable<void> Relay(UpstreamCall& call, const Forwarded& forwarded, bool strip_usage) {
+    std::string content_type =
+        call.content_type().empty() ? std::string(kEventStream) : call.content_type();
     std::optional<EngineUsage> usage;
     if (!co_await exchange_.StartStream(call.status(), content_type)) {
       call.Abort();
@@ -500,9 +530,9 @@ class RequestPath {
         if (std::optional<EngineUsage> reported = DecodeResponsesUsage(data, UsageLimits())) {
           usage = reported;
         }
-      } else if (std::optional<EngineUsage> reported =
-                     data.starts_with('{') ? DecodeEngineUsage(data, UsageLimits())
-                                           : std::nullopt) {
+      } else if (std::optional<EngineUsage> reported = data.starts_with('{')
+                                                           ? DecodeEngineUsage(data, UsageLimits())
+                                                           : std::nullopt) {
         usage = reported;
         if (strip_usage && reported->usage_only) return false;
       }
@@ -530,15 +560,17 @@ class RequestPath {
   }
 
   // A model served by disaggregated pools: the prefill/decode handoff.
-  asio::awaitable<void> Handoff(Admitted& admitted, Plane::Pools pools,
-                                std::vector<int64_t> tokens, const Salted& salted,
-                                std::string body) {
+  asio::awaitable<void> Handoff(Admitted& admitted, Plane::Pools pools, std::vector<int64_t> tokens,
+                                const Salted& salted, std::string body) {
     if (pools.prefill.empty() || pools.decode.empty()) {
       const char* missing = pools.prefill.empty() ? "prefill" : "decode";
       ErrorAnswer error{503,
                         "no " + std::string(missing) + " worker of '" + admitted.decoded.model +
                             "' is live, healthy and not draining",
-                        "service_unavailable", "", "no_eligible_worker", {}};
+                        "service_unavailable",
+                        "",
+                        "no_eligible_worker",
+                        {}};
       co_await Refuse(std::move(error));
       co_return;
     }
@@ -608,7 +640,10 @@ GuardedHandler Forward(Plane& plane, GatewayEndpoint endpoint, std::string path,
       ErrorAnswer error{wire == Wire::kAnthropic ? 529 : 429,
                         "the gateway is serving " + std::to_string(limit) +
                             " requests, its limit (serve --gateway-max-requests); retry shortly",
-                        "rate_limit_error", "", "gateway_at_capacity", {{"Retry-After", "1"}}};
+                        "rate_limit_error",
+                        "",
+                        "gateway_at_capacity",
+                        {{"Retry-After", "1"}}};
       co_await Send(exchange, std::move(error), wire);
       co_return;
     }
@@ -628,17 +663,15 @@ Handler GatewayHandler(Plane& plane) {
     co_await exchange.Respond(200, kJson, std::move(body), {});
   });
   http.Get("/v1/models",
-           Guard(plane, auth::Role::kInfer,
-                 [&plane](Exchange& exchange, const auth::Principal&) {
-                   return ListModels(plane, exchange);
-                 }));
+           Guard(plane, auth::Role::kInfer, [&plane](Exchange& exchange, const auth::Principal&) {
+             return ListModels(plane, exchange);
+           }));
   http.Post("/v1/completions",
             Guard(plane, auth::Role::kInfer,
                   Forward(plane, GatewayEndpoint::kCompletions, "/v1/completions", open, owners)));
-  http.Post("/v1/chat/completions",
-            Guard(plane, auth::Role::kInfer,
-                  Forward(plane, GatewayEndpoint::kChatCompletions, "/v1/chat/completions",
-                          open, owners)));
+  http.Post("/v1/chat/completions", Guard(plane, auth::Role::kInfer,
+                                          Forward(plane, GatewayEndpoint::kChatCompletions,
+                                                  "/v1/chat/completions", open, owners)));
   http.Post("/v1/responses",
             Guard(plane, auth::Role::kInfer,
                   Forward(plane, GatewayEndpoint::kResponses, "/v1/responses", open, owners)));
@@ -648,10 +681,13 @@ Handler GatewayHandler(Plane& plane) {
                   Wire::kAnthropic));
   return std::move(http).Dispatch([](Exchange& exchange) -> asio::awaitable<void> {
     const Request& request = exchange.request();
-    ErrorAnswer error{404,
-                      "no route for " + std::string(request.method_string()) + " " +
-                          std::string(PathOf(request)),
-                      "invalid_request_error", "", "not_found", {}};
+    ErrorAnswer error{
+        404,
+        "no route for " + std::string(request.method_string()) + " " + std::string(PathOf(request)),
+        "invalid_request_error",
+        "",
+        "not_found",
+        {}};
     co_await Send(exchange, std::move(error));
   });
 }

@@ -150,8 +150,8 @@ class RecordingPlane final : public Plane {
     std::lock_guard lock(mu_);
     accounted_.push_back({worker, prediction, usage});
   }
-  Result<std::unique_ptr<HandoffPin>> Pin(const HandoffRequest&, std::string_view,
-                                          std::string_view, NIXLTransferRole) override {
+  Result<std::unique_ptr<HandoffPin>> Pin(const HandoffRequest&, std::string_view, std::string_view,
+                                          NIXLTransferRole) override {
     return Status::FailedPrecondition("no disaggregated model here");
   }
   void RecordHandoff(HandoffRecord, std::optional<double>) override {}

@@ -113,8 +113,9 @@ std::vector<std::pair<std::string, UpstreamPoolStats>> UpstreamPool::stats() con
   std::lock_guard lock(stats_mu_);
   std::vector<std::pair<std::string, UpstreamPoolStats>> out;
   for (const auto& [url, engine] : engines_) {
-    out.emplace_back(url, UpstreamPoolStats{engine->counters->idle.load(std::memory_order_relaxed),
-                                            engine->counters->active.load(std::memory_order_relaxed)});
+    out.emplace_back(url,
+                     UpstreamPoolStats{engine->counters->idle.load(std::memory_order_relaxed),
+                                       engine->counters->active.load(std::memory_order_relaxed)});
   }
   return out;
 }
@@ -137,9 +138,9 @@ asio::awaitable<Result<UpstreamCall>> UpstreamPool::Open(std::string_view base_u
   connection->endpoint = *std::move(endpoint);
   beast::error_code ec;
   tcp::resolver resolver(executor_);
-  const tcp::resolver::results_type addresses = co_await resolver.async_resolve(
-      connection->endpoint.host, connection->endpoint.port,
-      asio::redirect_error(asio::use_awaitable, ec));
+  const tcp::resolver::results_type addresses =
+      co_await resolver.async_resolve(connection->endpoint.host, connection->endpoint.port,
+                                      asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     co_return Status::Unavailable("engine '" + std::string(base_url) +
                                   "': cannot resolve its host: " + ec.message());
@@ -219,8 +220,8 @@ asio::awaitable<Status> UpstreamCall::Send(std::string_view path, std::string bo
   for (int attempt = 0;; ++attempt) {
     if (aborted_) co_return Status::Cancelled("the client went away");
     Connection& c = *connection_;
-    http::request<http::string_body> request{http::verb::post, c.endpoint.prefix + std::string(path),
-                                             11};
+    http::request<http::string_body> request{http::verb::post,
+                                             c.endpoint.prefix + std::string(path), 11};
     request.set(http::field::host, c.endpoint.host + ":" + c.endpoint.port);
     request.set(http::field::content_type, "application/json");
     request.set(http::field::accept, "application/json, text/event-stream");
@@ -263,10 +264,11 @@ asio::awaitable<Status> UpstreamCall::Send(std::string_view path, std::string bo
       if (aborted_) co_return Status::Cancelled("the client went away");
       continue;
     }
-    const std::string why = "engine '" + base_url_ + "': " +
-                            (ec == beast::error::timeout
-                                 ? "no answer within " + std::to_string(timeouts.first_byte_ms) + " ms"
-                                 : "connection failed before an answer: " + ec.message());
+    const std::string why =
+        "engine '" + base_url_ + "': " +
+        (ec == beast::error::timeout
+             ? "no answer within " + std::to_string(timeouts.first_byte_ms) + " ms"
+             : "connection failed before an answer: " + ec.message());
     if (ec == beast::error::timeout) co_return Status::DeadlineExceeded(why);
     co_return Status::Unavailable(why);
   }
@@ -287,11 +289,11 @@ asio::awaitable<Result<std::string_view>> UpstreamCall::Read() {
     if (ec == http::error::need_buffer) ec = {};
     if (aborted_) co_return Status::Cancelled("the client went away");
     if (ec) {
-      const std::string why = "engine '" + base_url_ + "': " +
-                              (ec == beast::error::timeout
-                                   ? "paused longer than " + std::to_string(timeouts.first_byte_ms) +
-                                         " ms"
-                                   : "the answer broke off: " + ec.message());
+      const std::string why =
+          "engine '" + base_url_ + "': " +
+          (ec == beast::error::timeout
+               ? "paused longer than " + std::to_string(timeouts.first_byte_ms) + " ms"
+               : "the answer broke off: " + ec.message());
       aborted_ = true;  // a connection in an unknown state is not kept
       if (ec == beast::error::timeout) co_return Status::DeadlineExceeded(why);
       co_return Status::Unavailable(why);

@@ -95,9 +95,9 @@ AppliedBoard::AppliedBoard(const RedisEndpoint& endpoint, std::string key_prefix
 Status AppliedBoard::Publish(const StreamId& applied) {
   KVGOV_RETURN_IF_ERROR(CheckTtl(ttl_));
   std::lock_guard<std::mutex> lock(mu_);
-  KVGOV_ASSIGN_OR_RETURN(RedisReply reply,
-                         connection_.Command({"SET", prefix_ + replica_id_, applied.ToString(),
-                                              "PX", std::to_string(ttl_.count())}));
+  KVGOV_ASSIGN_OR_RETURN(
+      RedisReply reply, connection_.Command({"SET", prefix_ + replica_id_, applied.ToString(), "PX",
+                                             std::to_string(ttl_.count())}));
   if (reply.type != RedisReply::Type::kStatus || reply.text != "OK") {
     return UnexpectedReply("SET", "want OK");
   }

@@ -61,8 +61,8 @@ Status CheckWriteId(std::string_view write_id) {
     return FieldError("write_id", "want 1 to " + std::to_string(kMaxWriteIdBytes) + " characters");
   }
   const bool plain = std::all_of(write_id.begin(), write_id.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c == '-' || c == '_' || c == '.';
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
+           c == '_' || c == '.';
   });
   if (!plain) return FieldError("write_id", "want letters, digits, '-', '_' or '.' only");
   return Status::Ok();
@@ -212,15 +212,13 @@ Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id) {
   // not as whatever field it happens to have changed.
   KVGOV_ASSIGN_OR_RETURN(int64_t version, IntegerField(value, "v", "v"));
   if (version < 1 || version > kLogEntryVersion) {
-    return FieldError("v", "version " + std::to_string(version) +
-                               " is not supported (want 1 to " +
+    return FieldError("v", "version " + std::to_string(version) + " is not supported (want 1 to " +
                                std::to_string(kLogEntryVersion) + ")");
   }
   // Version 2 is version 3 without the write id, version 1 version 2
   // without the actor.
-  static constexpr std::string_view kFields[] = {"v",       "write_id", "origin",  "actor",
-                                                 "kind",    "subject",  "payload", "time_ms",
-                                                 "writes"};
+  static constexpr std::string_view kFields[] = {"v",       "write_id", "origin",  "actor", "kind",
+                                                 "subject", "payload",  "time_ms", "writes"};
   for (const auto& [key, unused] : value.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields) ||
         (version < 3 && key == "write_id") || (version == 1 && key == "actor")) {
@@ -363,8 +361,8 @@ Result<std::string> GovernanceLog::LastId() {
 }
 
 Result<bool> GovernanceLog::TrimBelow(const StreamId& below) {
-  const std::string args[] = {"EVAL", std::string(kTrimScript), "2", stream_key_,
-                              stream_key_ + ":trimmed", below.ToString()};
+  const std::string args[] = {"EVAL",      std::string(kTrimScript), "2",
+                              stream_key_, stream_key_ + ":trimmed", below.ToString()};
   std::lock_guard<std::mutex> lock(append_mu_);
   return IntegerAsBool(append_.Command(args), "EVAL");
 }
@@ -393,8 +391,8 @@ Result<uint64_t> GovernanceLog::Length() {
 Result<std::string> GovernanceLog::EnsureIdentity(std::string_view candidate) {
   {
     std::lock_guard<std::mutex> lock(append_mu_);
-    KVGOV_ASSIGN_OR_RETURN(RedisReply set, append_.Command({"SET", stream_key_ + ":identity",
-                                                            candidate, "NX"}));
+    KVGOV_ASSIGN_OR_RETURN(RedisReply set,
+                           append_.Command({"SET", stream_key_ + ":identity", candidate, "NX"}));
     (void)set;  // OK when this call set it, nil when it was set before
   }
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> identity, Identity());

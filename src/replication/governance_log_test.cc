@@ -40,7 +40,11 @@ LogEntry SampleEntry() {
 TEST(LogEntryCodecTest, RoundTripsEveryField) {
   const LogEntry entry = SampleEntry();
   const std::string encoded = EncodeLogEntry(entry);
-  EXPECT_EQ(encoded.rfind(R"({"v":3,"write_id":"w-1","origin":"replica-a","actor":"token:ops","kind":"worker.drain",)", 0), 0u)
+  EXPECT_EQ(
+      encoded.rfind(
+          R"({"v":3,"write_id":"w-1","origin":"replica-a","actor":"token:ops","kind":"worker.drain",)",
+          0),
+      0u)
       << encoded;
   EXPECT_NE(encoded.find(R"({"column":"tokens","key":"gateway","erase":true})"), std::string::npos)
       << encoded;
@@ -117,7 +121,8 @@ TEST(LogEntryCodecTest, Version3CarriesAWriteId) {
       {R"({"v":3,"write_id":"",)" + rest, "write_id: want 1 to 64 characters"},
       {R"({"v":3,"write_id":")" + std::string(65, 'a') + R"(",)" + rest,
        "write_id: want 1 to 64 characters"},
-      {R"({"v":3,"write_id":"a b",)" + rest, "write_id: want letters, digits, '-', '_' or '.' only"},
+      {R"({"v":3,"write_id":"a b",)" + rest,
+       "write_id: want letters, digits, '-', '_' or '.' only"},
       {R"({"v":3,"write_id":7,)" + rest, "write_id: want a string"},
   };
   for (const auto& [text, message] : bad) {

@@ -131,10 +131,21 @@ Status RedisServerProcess::Launch(bool* exited_early) {
 
   // Everything the child needs is built before fork(): after it, only
   // async-signal-safe calls are allowed.
-  std::vector<std::string> args = {
-      kServerPath,    "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-      "--appendonly", append_only_ ? "yes" : "no", "--appendfsync", "always",
-      "--daemonize",  "no",     "--dir",     dir_};
+  std::vector<std::string> args = {kServerPath,
+                                   "--port",
+                                   std::to_string(port_),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   append_only_ ? "yes" : "no",
+                                   "--appendfsync",
+                                   "always",
+                                   "--daemonize",
+                                   "no",
+                                   "--dir",
+                                   dir_};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -191,7 +202,8 @@ Status RedisServerProcess::Launch(bool* exited_early) {
   Kill();
   return Status::Unavailable("redis-server on port " + std::to_string(port_) +
                              " was not ready (answering, its file loaded) within 10 s; its log "
-                             "ends:\n" + LogTail());
+                             "ends:\n" +
+                             LogTail());
 }
 
 void RedisServerProcess::Signal(int signal, int grace_ms) {

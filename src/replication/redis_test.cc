@@ -242,8 +242,7 @@ TEST(RedisUrlWithPasswordTest, RefusesAUrlWithAPasswordOfItsOwn) {
   EXPECT_EQ(url.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(url.status().message().find("inline"), std::string::npos);
   EXPECT_EQ(url.status().message().find("fromfile"), std::string::npos);
-  EXPECT_EQ(RedisUrlWithPassword("http://host", "x").status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(RedisUrlWithPassword("http://host", "x").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RedisConnectionAuthTest, AuthenticatesWithThePasswordAndNeverShowsIt) {

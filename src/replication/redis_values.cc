@@ -118,8 +118,7 @@ Result<std::vector<std::pair<std::string, std::string>>> StringPairs(const Json&
   for (size_t i = 0; i < it->size(); ++i) {
     const Json& pair = (*it)[i];
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
-      return FieldError(std::string(name) + "[" + std::to_string(i) + "]",
-                        "want [string, string]");
+      return FieldError(std::string(name) + "[" + std::to_string(i) + "]", "want [string, string]");
     }
     pairs.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
   }
@@ -159,8 +158,8 @@ Result<std::set<std::string>> ScanKeys(RedisConnection& connection, const std::s
   size_t rounds = 0;
   do {
     if (++rounds > kMaxScanRounds) {
-      return Status::ResourceExhausted("SCAN did not finish in " +
-                                       std::to_string(kMaxScanRounds) + " rounds");
+      return Status::ResourceExhausted("SCAN did not finish in " + std::to_string(kMaxScanRounds) +
+                                       " rounds");
     }
     KVGOV_ASSIGN_OR_RETURN(RedisReply reply,
                            connection.Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "100"}));

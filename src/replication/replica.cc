@@ -243,11 +243,10 @@ Replica::Replica(ReplicaOptions options, const RedisEndpoint& endpoint, std::str
       snapshots_(endpoint, SnapshotKey(options_.key_prefix), options_.redis_timeout),
       next_snapshot_(std::chrono::steady_clock::now() + options_.snapshot_interval) {}
 
-Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
-                                                journal::Journal* journal, store::Store* store,
-                                                router::Router* router, Hooks hooks) {
-  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint,
-                         ParseRedisUrl(options.redis_url));
+Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, journal::Journal* journal,
+                                                store::Store* store, router::Router* router,
+                                                Hooks hooks) {
+  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisUrl(options.redis_url));
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> cursor,
                          store->Get(store::Column::kMeta, std::string(kCursorKey)));
   if (!cursor.has_value() && journal->head_seq() > 0) {
@@ -275,8 +274,10 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options,
                                                   replica->options_.claim_ttl);
   if (claimed.ok() && !*claimed) {
     return Status::FailedPrecondition(
-        "replica id '" + replica->id() + "' is held by another running kvgov (its claim in Redis "
-        "is renewed every " + std::to_string(replica->options_.claim_ttl.count() / 3) +
+        "replica id '" + replica->id() +
+        "' is held by another running kvgov (its claim in Redis "
+        "is renewed every " +
+        std::to_string(replica->options_.claim_ttl.count() / 3) +
         " ms); give this process its own --replica-id, or stop the other one first");
   }
   // Counted as live before its first heartbeat: a restarted replica holds
@@ -359,9 +360,10 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
   });
   if (!appended.ok()) {
     if (appended.status().code() == StatusCode::kInvalidArgument) return appended.status();
-    return Status::Unavailable("the governance log is unreachable, so governance writes are "
-                               "refused until it returns: " +
-                               appended.status().message());
+    return Status::Unavailable(
+        "the governance log is unreachable, so governance writes are "
+        "refused until it returns: " +
+        appended.status().message());
   }
   KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(*appended));
   std::unique_lock lock(mu_);
@@ -384,8 +386,7 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
 
 Result<std::string> Replica::AppendOnce(const std::string& redis_url, std::string_view prefix,
                                         const LogEntry& entry) {
-  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint,
-                         ParseRedisUrl(redis_url));
+  KVGOV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisUrl(redis_url));
   GovernanceLog log(endpoint, StreamKey(prefix), std::chrono::milliseconds(2000));
   LogEntry named = entry;
   if (named.write_id.empty()) {
@@ -539,8 +540,9 @@ void Replica::SettleOwn(const LogEntry& entry, const StreamId& id, Result<journa
   own_rows_.emplace(entry.write_id, OwnOutcome{id, std::move(outcome)});
   if (own_rows_.size() > kMaxUnclaimedRows) {
     // Only writers that gave up leave rows behind: the oldest goes.
-    auto oldest = std::min_element(own_rows_.begin(), own_rows_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+    auto oldest =
+        std::min_element(own_rows_.begin(), own_rows_.end(),
+                         [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
     own_rows_.erase(oldest);
   }
 }
@@ -552,8 +554,8 @@ std::vector<store::WriteOp> Replica::WriteIdOps(const LogEntry& entry, const Str
     ops.push_back({store::Column::kMeta, std::string(kWriteIdPrefix) + write_id, std::nullopt});
   }
   if (!entry.write_id.empty()) {
-    ops.push_back({store::Column::kMeta, std::string(kWriteIdPrefix) + entry.write_id,
-                   id.ToString()});
+    ops.push_back(
+        {store::Column::kMeta, std::string(kWriteIdPrefix) + entry.write_id, id.ToString()});
   }
   return ops;
 }
@@ -653,8 +655,8 @@ Status Replica::Apply(const LogEntry& entry) {
   if (entry.kind.empty()) {
     KVGOV_RETURN_IF_ERROR(store_->Write(ops, /*sync=*/true));
   } else {
-    KVGOV_ASSIGN_OR_RETURN(row, journal_->Append(entry.kind, entry.subject, by, entry.payload,
-                                                 entry.time_ms, ops));
+    KVGOV_ASSIGN_OR_RETURN(
+        row, journal_->Append(entry.kind, entry.subject, by, entry.payload, entry.time_ms, ops));
   }
   RememberWriteId(entry, id);
   if (hooks_.apply) hooks_.apply(entry);
@@ -713,14 +715,13 @@ Status Replica::InstallSnapshot() {
   as_entry.id = snapshot.id;
   std::set<std::string, std::less<>> kept;
   for (const auto& [key, value] : snapshot.governance) kept.insert(key);
-  KVGOV_RETURN_IF_ERROR(store_->Scan(store::Column::kGovernance, "", "",
-                                     [&](std::string_view key, std::string_view) {
-                                       if (!kept.contains(key)) {
-                                         as_entry.writes.push_back(
-                                             {"governance", std::string(key), std::nullopt});
-                                       }
-                                       return true;
-                                     }));
+  KVGOV_RETURN_IF_ERROR(
+      store_->Scan(store::Column::kGovernance, "", "", [&](std::string_view key, std::string_view) {
+        if (!kept.contains(key)) {
+          as_entry.writes.push_back({"governance", std::string(key), std::nullopt});
+        }
+        return true;
+      }));
   for (const auto& [key, value] : snapshot.governance) {
     as_entry.writes.push_back({"governance", key, value});
   }
@@ -753,8 +754,9 @@ Status Replica::InstallSnapshot() {
       .Field("snapshot", snapshot.id)
       .Field("journal_seq", snapshot.journal_seq)
       .Field("records", snapshot.governance.size())
-      .Field("detail", "the log was trimmed past this replica while it was away; the journal "
-                       "rows it missed are on every other replica");
+      .Field("detail",
+             "the log was trimmed past this replica while it was away; the journal "
+             "rows it missed are on every other replica");
   return Status::Ok();
 }
 
@@ -869,8 +871,7 @@ bool Replica::CheckLogIdentity() {
         .Field("replica", id())
         .Field("detail", LogResetError().message());
   } else if (same && log_reset_.exchange(false)) {
-    log::Line(log::Level::kInfo, "replica.log_restored")
-        .Field("replica", id());
+    log::Line(log::Level::kInfo, "replica.log_restored").Field("replica", id());
   }
   return same;
 }
@@ -891,7 +892,8 @@ void Replica::KeepReplicaId() {
   if (fatal_.exchange(true)) return;
   housekeeper_.store(false);
   const Status lost = Status::FailedPrecondition(
-      "replica id '" + id() + "' was taken by another kvgov while this one could not renew it "
+      "replica id '" + id() +
+      "' was taken by another kvgov while this one could not renew it "
       "(paused, or cut off from Redis, for longer than --claim-ttl-ms); this process stops "
       "serving as that replica");
   log::Line(log::Level::kError, "replica.id_lost")

@@ -208,9 +208,9 @@ class ReplicaTest : public ::testing::Test {
     }
     KVGOV_ASSIGN_OR_RETURN(node->store, store::Store::Open(node->dir.string()));
     KVGOV_ASSIGN_OR_RETURN(node->journal, journal::Journal::Open(node->store.get()));
-    KVGOV_ASSIGN_OR_RETURN(node->replica,
-                           Replica::Start(std::move(options), node->journal.get(),
-                                          node->store.get(), nullptr, std::move(hooks)));
+    KVGOV_ASSIGN_OR_RETURN(
+        node->replica, Replica::Start(std::move(options), node->journal.get(), node->store.get(),
+                                      nullptr, std::move(hooks)));
     nodes_.push_back(std::move(node));
     return nodes_.back().get();
   }
@@ -446,8 +446,8 @@ TEST_F(ReplicaTest, AReplicaWhoseIdWasTakenStopsServingAsIt) {
   Result<RedisEndpoint> endpoint = ParseRedisUrl(redis_.url());
   ASSERT_TRUE(endpoint.ok());
   RedisConnection redis(*endpoint, milliseconds(1000));
-  ASSERT_TRUE(redis.Command({"SET", "kvgov:claim:replica/r1", "another-instance", "PX", "60000"})
-                  .ok());
+  ASSERT_TRUE(
+      redis.Command({"SET", "kvgov:claim:replica/r1", "another-instance", "PX", "60000"}).ok());
   ASSERT_TRUE(WaitUntil([&] { return fatal_calls.load() == 1; }));
   std::lock_guard lock(why_mu);
   EXPECT_NE(why.find("replica id 'r1' was taken by another kvgov"), std::string::npos) << why;
@@ -546,9 +546,9 @@ LogEntry TokenEntry(const std::string& write_id, const std::string& key,
   entry.subject = key;
   entry.payload = auth::DescribeTokenChange(key, record ? &*record : nullptr);
   entry.time_ms = 1;
-  entry.writes = {{"tokens", key,
-                   record ? std::optional<std::string>(auth::EncodeTokenRecord(*record))
-                          : std::nullopt}};
+  entry.writes = {
+      {"tokens", key,
+       record ? std::optional<std::string>(auth::EncodeTokenRecord(*record)) : std::nullopt}};
   return entry;
 }
 

@@ -61,7 +61,8 @@ Result<GovernanceSnapshot> DecodeSnapshot(std::string_view bytes) {
   KVGOV_ASSIGN_OR_RETURN(snapshot.id, StringField(value, "id", "id"));
   KVGOV_RETURN_IF_ERROR(ParseStreamId(snapshot.id).status().WithContext("id"));
   const auto journal = value.find("journal");
-  if (journal == value.end() || !journal->is_object()) return FieldError("journal", "want an object");
+  if (journal == value.end() || !journal->is_object())
+    return FieldError("journal", "want an object");
   KVGOV_ASSIGN_OR_RETURN(int64_t seq, IntegerField(*journal, "seq", "journal.seq"));
   if (seq < 0) return FieldError("journal.seq", "negative");
   snapshot.journal_seq = static_cast<uint64_t>(seq);
@@ -101,8 +102,8 @@ Result<std::optional<SnapshotManifest>> ReadManifest(RedisConnection& connection
   if (bytes < 0 || static_cast<uint64_t>(bytes) > kMaxSnapshotBytes) {
     return FieldError("snapshot manifest.bytes", "out of range");
   }
-  const uint64_t needed = (static_cast<uint64_t>(bytes) + kSnapshotChunkBytes - 1) /
-                          kSnapshotChunkBytes;
+  const uint64_t needed =
+      (static_cast<uint64_t>(bytes) + kSnapshotChunkBytes - 1) / kSnapshotChunkBytes;
   if (chunks < 0 || static_cast<uint64_t>(chunks) != needed) {
     return FieldError("snapshot manifest.chunks", "does not match its bytes");
   }
