@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -89,8 +90,101 @@ class Engine {
   std::vector<Json> chats_;
 };
 
+// A vLLM pair for the handoff (NixlConnector): as a prefill worker it
+// answers with kv_transfer_params; as a decode worker it sends its head at
+// once and its first token only after `first_token_after`, watching its
+// client meanwhile, as an engine that aborts a request whose client left.
+class DisaggregatedEngine {
+ public:
+  explicit DisaggregatedEngine(std::chrono::milliseconds first_token_after)
+      : first_token_after_(first_token_after) {
+    server_.Post("/tokenize", [](const httplib::Request&, httplib::Response& response) {
+      response.set_content(R"({"count":8,"max_model_len":4096,"tokens":[1,2,3,4,5,6,7,8]})",
+                           "application/json");
+    });
+    server_.Post("/v1/chat/completions", [this](const httplib::Request& request,
+                                                httplib::Response& response) {
+      const Json body = Json::parse(request.body);
+      const Json params = body.value("kv_transfer_params", Json::object());
+      if (params.value("do_remote_decode", false)) {
+        ++prefills_;
+        response.set_content(R"({"id":"p1","object":"chat.completion","choices":[],)"
+                             R"("kv_transfer_params":{"remote_block_ids":[1,2]}})",
+                             "application/json");
+        return;
+      }
+      ++decodes_;
+      const auto start = std::chrono::steady_clock::now();
+      response.set_chunked_content_provider(
+          "text/event-stream", [this, start](size_t, httplib::DataSink& sink) {
+            while (std::chrono::steady_clock::now() - start < first_token_after_) {
+              if (!sink.is_writable()) {
+                ++aborted_;
+                return false;
+              }
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+            const std::string event =
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+                "data: [DONE]\n\n";
+            sink.write(event.data(), event.size());
+            sink.done();
+            return true;
+          });
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~DisaggregatedEngine() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int prefills() const { return prefills_; }
+  int decodes() const { return decodes_; }
+  int aborted() const { return aborted_; }
+
+ private:
+  const std::chrono::milliseconds first_token_after_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<int> prefills_{0};
+  std::atomic<int> decodes_{0};
+  std::atomic<int> aborted_{0};
+};
+
+// The pin of a handoff, as a test holds it: its span two blocks, every
+// one creditable until the plane's Withdraw.
+class TestPin final : public HandoffPin {
+ public:
+  TestPin(std::atomic<bool>& withdrawn, std::vector<NIXLLeaseEvent>& ended, std::mutex& mu)
+      : withdrawn_(withdrawn), ended_(ended), mu_(mu) {}
+  const std::string& lease_id() const override { return lease_id_; }
+  PinView View() const override {
+    PinView pin;
+    pin.lease_id = lease_id_;
+    pin.lease_state = NIXLLeaseState::kActive;
+    pin.span_blocks = 2;
+    pin.creditable_blocks = withdrawn_.load() ? 0 : 2;
+    pin.limit = withdrawn_.load() ? "quarantine" : "";
+    return pin;
+  }
+  void End(NIXLLeaseEvent event) override {
+    std::lock_guard lock(mu_);
+    ended_.push_back(event);
+  }
+
+ private:
+  const std::string lease_id_ = "handoff-test";
+  std::atomic<bool>& withdrawn_;
+  std::vector<NIXLLeaseEvent>& ended_;
+  std::mutex& mu_;
+};
+
 // The daemon's side of the door, recorded: a model "llama" served by the
 // workers given, each on its engine; the router picks the first candidate.
+// With ServeInTwoSteps, the model is served by prefill and decode pools.
 class RecordingPlane final : public Plane {
  public:
   explicit RecordingPlane(std::map<std::string, std::string> engine_of)
@@ -120,8 +214,10 @@ class RecordingPlane final : public Plane {
   int64_t BlockSize(std::string_view) const override { return 4; }
   uint64_t InFlight(std::string_view) const override { return 0; }
   std::optional<Pools> Disaggregated(const std::vector<std::string>&) const override {
-    return std::nullopt;
+    if (pools_.prefill.empty()) return std::nullopt;
+    return pools_;
   }
+  void ServeInTwoSteps(Pools pools) { pools_ = std::move(pools); }
   void ObservePrompt(std::string_view, std::string_view,
                      const std::vector<int64_t>& tokens) override {
     std::lock_guard lock(mu_);
@@ -152,9 +248,21 @@ class RecordingPlane final : public Plane {
   }
   Result<std::unique_ptr<HandoffPin>> Pin(const HandoffRequest&, std::string_view, std::string_view,
                                           NIXLTransferRole) override {
-    return Status::FailedPrecondition("no disaggregated model here");
+    return std::unique_ptr<HandoffPin>(std::make_unique<TestPin>(withdrawn_, lease_ends_, mu_));
   }
-  void RecordHandoff(HandoffRecord, std::optional<double>) override {}
+  void RecordHandoff(HandoffRecord record, std::optional<double>) override {
+    std::lock_guard lock(mu_);
+    handoffs_.push_back(std::move(record));
+  }
+  void Withdraw() { withdrawn_ = true; }
+  std::vector<HandoffRecord> handoffs() const {
+    std::lock_guard lock(mu_);
+    return handoffs_;
+  }
+  std::vector<NIXLLeaseEvent> lease_ends() const {
+    std::lock_guard lock(mu_);
+    return lease_ends_;
+  }
   void CountRequest(std::string_view) override {}
   void CountTokenizeFailure(std::string_view) override {}
   void CountRetry() override { ++retries_; }
@@ -188,7 +296,11 @@ class RecordingPlane final : public Plane {
  private:
   const std::map<std::string, std::string> engine_of_;
   GatewayLimits limits_;
+  Pools pools_;
+  std::atomic<bool> withdrawn_{false};
   mutable std::mutex mu_;
+  std::vector<HandoffRecord> handoffs_;
+  std::vector<NIXLLeaseEvent> lease_ends_;
   std::set<std::string> open_;
   int routed_ = 0;
   size_t observed_tokens_ = 0;
@@ -204,6 +316,10 @@ class RequestPathTest : public ::testing::Test {
   // (an httplib server waits for a kept connection's timeout to stop).
   Engine& AddEngine(bool refuse_first = false) {
     return *engines_.emplace_back(std::make_unique<Engine>(refuse_first));
+  }
+  DisaggregatedEngine& AddDisaggregatedEngine(std::chrono::milliseconds first_token_after) {
+    return *disaggregated_engines_.emplace_back(
+        std::make_unique<DisaggregatedEngine>(first_token_after));
   }
   // The plane outlives the front door too: a stream's usage is accounted
   // after its last byte has gone to the client.
@@ -235,6 +351,7 @@ class RequestPathTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::unique_ptr<DisaggregatedEngine>> disaggregated_engines_;
   std::unique_ptr<RecordingPlane> plane_;
   std::unique_ptr<FrontDoor> door_;
 };
@@ -343,6 +460,62 @@ TEST_F(RequestPathTest, RefusalsComeInTheWiresOwnShapeAndRouteNothing) {
 
   EXPECT_EQ(plane.routed(), 0);
   EXPECT_TRUE(engine.chats().empty());
+}
+
+// The handoff on the loop: a span withdrawn while the decode worker has
+// not sent its first token fails the handoff within the watchdog's period,
+// closes the decode request (the engine sees its client go), ends the pin
+// with abort and answers the client 503, no byte of the stream sent.
+TEST_F(RequestPathTest, AWithdrawalBeforeTheFirstTokenClosesTheDecodeRequestAndAnswers503) {
+  DisaggregatedEngine& prefill = AddDisaggregatedEngine(std::chrono::milliseconds(0));
+  DisaggregatedEngine& decode = AddDisaggregatedEngine(std::chrono::seconds(20));
+  RecordingPlane& plane = MakePlane({{"p", prefill.url()}, {"d", decode.url()}});
+  plane.ServeInTwoSteps({{"p"}, {"d"}});
+  Serve(plane);
+  std::optional<httplib::Result> answer;
+  std::thread client([&] { answer.emplace(Post("/v1/chat/completions", Chat(/*stream=*/true))); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (decode.decodes() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(decode.decodes(), 1);
+  plane.Withdraw();
+  client.join();
+  ASSERT_TRUE(answer.has_value() && *answer);
+  EXPECT_EQ((*answer)->status, 503) << (*answer)->body;
+  EXPECT_EQ(Json::parse((*answer)->body)["error"]["code"], "span_withdrawn");
+  while (decode.aborted() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(decode.aborted(), 1) << "the decode engine saw its client go";
+  EXPECT_EQ(prefill.prefills(), 1);
+  EXPECT_EQ(plane.lease_ends(), std::vector<NIXLLeaseEvent>{NIXLLeaseEvent::kAbort});
+  const std::vector<HandoffRecord> handoffs = plane.handoffs();
+  ASSERT_EQ(handoffs.size(), 1u);
+  EXPECT_EQ(handoffs[0].outcome, HandoffOutcome::kWithdrawn);
+  EXPECT_EQ(handoffs[0].prefill_worker, "p");
+  EXPECT_EQ(handoffs[0].decode_worker, "d");
+  EXPECT_EQ(plane.open_decisions(), 0u) << "both legs' loads released";
+}
+
+// The same handoff without a withdrawal: the first token reaches the client
+// and the pin ends as completed.
+TEST_F(RequestPathTest, AHandoffRelaysTheDecodeWorkersStreamAndCompletesThePin) {
+  DisaggregatedEngine& prefill = AddDisaggregatedEngine(std::chrono::milliseconds(0));
+  DisaggregatedEngine& decode = AddDisaggregatedEngine(std::chrono::milliseconds(30));
+  RecordingPlane& plane = MakePlane({{"p", prefill.url()}, {"d", decode.url()}});
+  plane.ServeInTwoSteps({{"p"}, {"d"}});
+  Serve(plane);
+  httplib::Result answer = Post("/v1/chat/completions", Chat(/*stream=*/true));
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  EXPECT_NE(answer->body.find("\"content\":\"hi\""), std::string::npos) << answer->body;
+  EXPECT_EQ(decode.aborted(), 0);
+  EXPECT_EQ(plane.lease_ends(), std::vector<NIXLLeaseEvent>{NIXLLeaseEvent::kTransferComplete});
+  const std::vector<HandoffRecord> handoffs = plane.handoffs();
+  ASSERT_EQ(handoffs.size(), 1u);
+  EXPECT_EQ(handoffs[0].outcome, HandoffOutcome::kCompleted);
+  EXPECT_EQ(plane.open_decisions(), 0u);
 }
 
 }  // namespace
