@@ -143,6 +143,9 @@ class Handoff : public std::enable_shared_from_this<Handoff> {
     } else {
       co_await PassWhole(exchange);
     }
+    // The decode worker's load is released now, not when SGLang's prefill
+    // leg, still read beside, lets go of the handoff.
+    EndDecode();
   }
 
  private:
