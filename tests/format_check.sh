@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Every C++ file kvgov tracks is formatted as .clang-format says (Google's
-# style at 100 columns, includes left in the order written: some must come
-# first, see src/gateway/front_door.h). Fix with:
-#   git ls-files '*.cc' '*.h' | xargs clang-format -i
+# Every C++ file of the modules formatted so far is as .clang-format says
+# (Google's style at 100 columns, includes left in the order written: some
+# must come first, see src/gateway/front_door.h). Fix with clang-format -i.
 set -euo pipefail
 root=${1:?usage: format_check.sh SOURCE_DIR}
 cd "$root"
@@ -10,12 +9,14 @@ if ! command -v clang-format > /dev/null; then
   echo "format_check: clang-format is not installed (scripts/install-deps.sh installs it)" >&2
   exit 1
 fi
-# A tree that is not a git checkout (an unpacked tarball) is checked by its
-# files on disk.
+# The modules formatted so far. The tree is formatted module by module, not
+# at once: a file reformatted is a compiler-cache miss everywhere it is
+# built, and the whole tree cold does not fit CI's 90 minutes (docs/adr/0036).
+formatted=(src/gateway src/replication)
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-  mapfile -t files < <(git ls-files '*.cc' '*.h')
+  mapfile -t files < <(git ls-files -- "${formatted[@]/%//*.cc}" "${formatted[@]/%//*.h}")
 else
-  mapfile -t files < <(find apps include src tests fuzz -name '*.cc' -o -name '*.h')
+  mapfile -t files < <(find "${formatted[@]}" -name '*.cc' -o -name '*.h')
 fi
 # One run over every file: it names each line it would change.
 status=0
@@ -30,7 +31,7 @@ fi
 if ((${#unformatted[@]} > 0)); then
   echo "format_check: ${#unformatted[@]} file(s) not formatted as .clang-format says:" >&2
   printf '  %s\n' "${unformatted[@]}" >&2
-  echo "fix: git ls-files '*.cc' '*.h' | xargs clang-format -i" >&2
+  echo "fix: clang-format -i on them" >&2
   exit 1
 fi
 echo "format_check: ${#files[@]} files formatted"

@@ -114,8 +114,7 @@ void BM_DecodeThreeWays(benchmark::State& state) {
     one_pass_s += std::chrono::duration<double>(one_pass - by_objects).count();
     state.SetIterationTime(std::chrono::duration<double>(one_pass - by_objects).count());
   }
-  const double blocks =
-      static_cast<double>(payloads.blocks) * static_cast<double>(state.iterations());
+  const double blocks = static_cast<double>(payloads.blocks) * static_cast<double>(state.iterations());
   state.counters["unpack_blocks_per_s"] = blocks / unpack_s;
   state.counters["objects_blocks_per_s"] = blocks / objects_s;
   state.counters["one_pass_blocks_per_s"] = blocks / one_pass_s;

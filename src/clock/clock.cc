@@ -8,7 +8,8 @@ namespace {
 
 template <typename Clock>
 int64_t MillisOf() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             Clock::now().time_since_epoch())
       .count();
 }
 

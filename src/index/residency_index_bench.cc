@@ -31,8 +31,8 @@ constexpr int64_t kBlockSize = 16;
 // same prefixes. With `tenants` > 0, chain c is salted with tenant
 // c % tenants's salt on its first block, as vLLM publishes it (extra_keys),
 // so the index keeps its lineage (ResidencyIndex::Residue).
-std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed, int64_t first_token = 1,
-                                    int tenants = 0) {
+std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed,
+                                    int64_t first_token = 1, int tenants = 0) {
   std::mt19937_64 rng(seed);
   std::vector<BlockStored> events;
   int64_t next_token = first_token;
@@ -62,7 +62,8 @@ size_t HeapInUse() {
 // a salted chain's refs also get a lineage entry).
 void BM_ApplyBlockStored(benchmark::State& state) {
   const int depth = static_cast<int>(state.range(0));
-  std::vector<BlockStored> events = MakeChains(1024, depth, 1, 1, static_cast<int>(state.range(1)));
+  std::vector<BlockStored> events =
+      MakeChains(1024, depth, 1, 1, static_cast<int>(state.range(1)));
   for (auto _ : state) {
     state.PauseTiming();
     ResidencyIndex index;
@@ -71,8 +72,9 @@ void BM_ApplyBlockStored(benchmark::State& state) {
     for (const BlockStored& event : events) benchmark::DoNotOptimize(index.Apply("w1", event));
   }
   state.SetItemsProcessed(state.iterations() * 1024 * depth);
-  state.counters["blocks_per_s"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * 1024 * depth), benchmark::Counter::kIsRate);
+  state.counters["blocks_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * 1024 * depth),
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ApplyBlockStored)
     ->Args({1, 0})
@@ -98,8 +100,8 @@ void BM_Residue(benchmark::State& state) {
   }
   uint64_t matched = 0;
   for (auto _ : state) {
-    const std::vector<LineageResidue> residue =
-        index.Residue([](std::string_view root) { return root == "[\"salt-7\"]"; }, by_tier);
+    const std::vector<LineageResidue> residue = index.Residue(
+        [](std::string_view root) { return root == "[\"salt-7\"]"; }, by_tier);
     matched = residue.empty() ? 0 : residue.front().matched_refs;
     benchmark::DoNotOptimize(residue);
   }
@@ -182,8 +184,7 @@ void BM_Overlap(benchmark::State& state) {
     (void)index.AddWorker(id, "llama", kBlockSize);
     (void)index.Apply(id, chain[0]);
   }
-  std::vector<BlockKey> keys =
-      index.hasher().Chain({"llama", "", 0}, chain[0].token_ids, kBlockSize);
+  std::vector<BlockKey> keys = index.hasher().Chain({"llama", "", 0}, chain[0].token_ids, kBlockSize);
   for (auto _ : state) benchmark::DoNotOptimize(index.Overlap(keys));
 }
 BENCHMARK(BM_Overlap)->Arg(1)->Arg(8)->Arg(64);

@@ -244,17 +244,15 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
     refs.reserve(slot->EngineRefs());
     AdviseHugePages(refs.data(), refs.capacity() * sizeof(KeyRef));
     for (const EngineGroup& group : slot->engine_groups) {
-      group.keys.ForEach([&](EngineHash hash, BlockKey key) {
-        refs.push_back({key, group.group_idx, hash});
-      });
+      group.keys.ForEach(
+          [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
     }
     uniform = slot->UniformTiers();
     if (!uniform.has_value()) {
       keys.reserve(slot->pairs);
       AdviseHugePages(keys.data(), keys.capacity() * sizeof(KeyTiers));
       const HolderIndex& holders = ShardOf(slot->number).holders;
-      const uint32_t number =
-          slot->number;  // clang 14 (the fuzz tree) captures no structured binding
+      const uint32_t number = slot->number;  // clang 14 (the fuzz tree) captures no structured binding
       auto read_tiers = [&](BlockKey key) {
         if (const uint16_t held = holders.Tiers(key, number); held != 0) {
           keys.push_back({key, held});
@@ -484,8 +482,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   // would rehash about as many entries again as the snapshot holds. The
   // refs are reserved in group 0, where they almost always are.
   decoded.resident.reserve(static_cast<size_t>(key_count));
-  AdviseHugePages(decoded.resident.data(),
-                  decoded.resident.capacity() * sizeof(DecodedSnapshot::KeyTiers));
+  AdviseHugePages(decoded.resident.data(), decoded.resident.capacity() * sizeof(DecodedSnapshot::KeyTiers));
   struct EngineRef {
     EngineHash hash;
     BlockKey key;
@@ -560,8 +557,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
       KVGOV_RETURN_IF_ERROR(reader.U64("engine hash", hash));
       KVGOV_RETURN_IF_ERROR(reader.Varint("group", group));
       const int64_t group_idx = UnZigZag(group);
-      if (r > 0 &&
-          (group_idx < previous_group || (group_idx == previous_group && hash <= previous_hash))) {
+      if (r > 0 && (group_idx < previous_group ||
+                    (group_idx == previous_group && hash <= previous_hash))) {
         return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(hash) + ", group " +
                                          std::to_string(group_idx) + ") is out of order");
       }
@@ -581,8 +578,7 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
         continue;
       }
       if (group_table == nullptr || group_idx != group_refs_idx) {
-        group_table =
-            &out.Group(group_idx).keys;  // may move the other tables: re-fetched on change
+        group_table = &out.Group(group_idx).keys;  // may move the other tables: re-fetched on change
         group_refs_idx = group_idx;
       }
       if (!group_table->Insert(hash, key).second) {
@@ -606,8 +602,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
     table.Reserve(group_idx == 0 ? std::max<size_t>(refs.size(), decoded.pool_blocks)
                                  : refs.size());
     bool duplicate = false;
-    for (const EngineRef& ref : InHomeOrder(std::span<const EngineRef>(refs),
-                                            [](const EngineRef& ref) { return ref.hash; })) {
+    for (const EngineRef& ref :
+         InHomeOrder(std::span<const EngineRef>(refs), [](const EngineRef& ref) { return ref.hash; })) {
       duplicate |= !table.Insert(ref.hash, ref.key).second;
     }
     if (duplicate) {
@@ -649,8 +645,9 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
     const WorkerSlot& restored = decoded.slot;
     if (restored.model != slot->model || restored.block_size != slot->block_size) {
       return Status::FailedPrecondition("index snapshot is of model '" + restored.model +
-                                        "' with block size " + std::to_string(restored.block_size) +
-                                        "; worker '" + slot->id + "' is registered with model '" +
+                                        "' with block size " +
+                                        std::to_string(restored.block_size) + "; worker '" +
+                                        slot->id + "' is registered with model '" +
                                         slot->model + "' and block size " +
                                         std::to_string(slot->block_size));
     }
@@ -668,8 +665,8 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
       });
     }
     using KeyTiers = DecodedSnapshot::KeyTiers;
-    const HomeOrdered<KeyTiers> ordered = InHomeOrder(
-        std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
+    const HomeOrdered<KeyTiers> ordered =
+        InHomeOrder(std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
     // Room for the keys that no worker holds yet, before the first goes in
     // (InHomeOrder says why): keys others hold take no new slot. Grown by
     // half at least, as inserts grow it: at a restart every worker is

@@ -236,8 +236,7 @@ void EngineStream::Apply(uint64_t seq, std::string_view payload,
   stats_.last_seq.store(static_cast<int64_t>(seq), std::memory_order_relaxed);
   if (!reapplying_) stats_.last_batch_ms.store(now_ms_(), std::memory_order_relaxed);
   ApplyBatch(seq, batch);
-  if (durability_ != nullptr && !reapplying_)
-    durability_->OnApplied(worker_, seq, last_ts_, payload);
+  if (durability_ != nullptr && !reapplying_) durability_->OnApplied(worker_, seq, last_ts_, payload);
 }
 
 void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch) {

@@ -166,8 +166,8 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
                          store_->Get(Column::kSnapshots, worker));
   if (record.has_value()) {
     if (record->size() < kSnapshotHeader) {
-      return Status::Corruption("snapshot of worker '" + worker +
-                                "': " + std::to_string(record->size()) + " bytes, want at least " +
+      return Status::Corruption("snapshot of worker '" + worker + "': " +
+                                std::to_string(record->size()) + " bytes, want at least " +
                                 std::to_string(kSnapshotHeader));
     }
     std::string_view bytes(*record);
@@ -203,22 +203,21 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
   const std::string first = progress.has_seq ? LogKey(worker, progress.epoch, progress.seq + 1)
                                              : LogPrefix(worker, progress.epoch);
   std::string last_batch;  // digested once, after the scan
-  Status scanned = store_->Scan(Column::kEventLog, first, LogPrefix(worker, progress.epoch + 1),
-                                [&](std::string_view key, std::string_view value) {
-                                  Result<uint64_t> seq = ParseKeyU64(key.substr(key.size() - 8));
-                                  Result<double> ts = DecodeDouble(value.substr(0, 8));
-                                  if (!seq.ok() || !ts.ok() || value.size() < 8)
-                                    return true;  // counted below as skipped
-                                  if (progress.has_seq && *seq <= progress.seq)
-                                    return true;  // already in the snapshot
-                                  stream.Reapply(*seq, value.substr(8));
-                                  progress.has_seq = true;
-                                  progress.seq = *seq;
-                                  progress.ts = *ts;
-                                  last_batch.assign(value.substr(8));
-                                  ++recovered.logged_batches;
-                                  return true;
-                                });
+  Status scanned = store_->Scan(
+      Column::kEventLog, first, LogPrefix(worker, progress.epoch + 1),
+      [&](std::string_view key, std::string_view value) {
+        Result<uint64_t> seq = ParseKeyU64(key.substr(key.size() - 8));
+        Result<double> ts = DecodeDouble(value.substr(0, 8));
+        if (!seq.ok() || !ts.ok() || value.size() < 8) return true;  // counted below as skipped
+        if (progress.has_seq && *seq <= progress.seq) return true;   // already in the snapshot
+        stream.Reapply(*seq, value.substr(8));
+        progress.has_seq = true;
+        progress.seq = *seq;
+        progress.ts = *ts;
+        last_batch.assign(value.substr(8));
+        ++recovered.logged_batches;
+        return true;
+      });
   KVGOV_RETURN_IF_ERROR(scanned);
   if (recovered.logged_batches > 0) progress.last_digest = Sha256Hex(last_batch);
   if (progress.has_seq) stream.Resume(progress.seq, progress.ts, progress.last_digest);

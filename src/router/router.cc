@@ -73,7 +73,7 @@ struct ChainOverlap {
   int64_t block_size = 0;
   std::vector<index::BlockKey> keys;
   std::vector<index::WorkerOverlap> overlaps;  // sorted by worker id
-  size_t next = 0;                             // merge cursor: workers are visited in id order too
+  size_t next = 0;  // merge cursor: workers are visited in id order too
 };
 
 }  // namespace
@@ -127,12 +127,14 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
                                      std::string decision_id, int64_t now_ms, bool keep) {
   if (request.model.empty()) return Status::InvalidArgument("model: required, got empty");
   std::vector<index::WorkerResidency> workers = index_->Workers();  // sorted by id
-  std::erase_if(
-      workers, [&](const index::WorkerResidency& worker) { return worker.model != request.model; });
+  std::erase_if(workers, [&](const index::WorkerResidency& worker) {
+    return worker.model != request.model;
+  });
   if (workers.empty()) {
     return Status::NotFound("model: no registered worker serves '" + request.model + "'");
   }
-  const std::set<std::string, std::less<>> allowed(request.workers.begin(), request.workers.end());
+  const std::set<std::string, std::less<>> allowed(request.workers.begin(),
+                                                   request.workers.end());
 
   // Keys per block size: workers of one model normally share one.
   std::vector<ChainOverlap> chains;
@@ -223,10 +225,11 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     const RouteStatus* status = statuses[w] ? &*statuses[w] : nullptr;
     loads[w] = LoadLocked(worker.id, status ? status->scraped : std::nullopt);
     const WorkerLoad& load = loads[w];
-    const double prompt_blocks = static_cast<double>(chain_for(worker.block_size)->keys.size());
+    const double prompt_blocks =
+        static_cast<double>(chain_for(worker.block_size)->keys.size());
     // A pinned block a worker lacks is pulled, not computed (decode step).
-    const uint64_t pullable =
-        std::min<uint64_t>(request.pullable_blocks, chain_for(worker.block_size)->keys.size());
+    const uint64_t pullable = std::min<uint64_t>(request.pullable_blocks,
+                                                 chain_for(worker.block_size)->keys.size());
     credits[w].pulled_blocks =
         pullable > credits[w].overlap_blocks ? pullable - credits[w].overlap_blocks : 0;
     const double computed =

@@ -30,22 +30,22 @@ namespace {
 Status RegisterEngineMetrics(Daemon& daemon) {
   metrics::Registry& registry = daemon.metrics;
   using metrics::FamilyOptions;
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* events,
-      registry.AddCallbackCounter({"kvgov_engine_events_total",
-                                   "Engine KV events applied to the residency index, by worker and "
-                                   "event type.",
-                                   {"worker", "type"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* events,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_events_total",
+                              "Engine KV events applied to the residency index, by worker and "
+                              "event type.",
+                              {"worker", "type"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* gaps, registry.AddCallbackCounter(
                                          {"kvgov_engine_seq_gaps_total",
                                           "Forward gaps in an engine stream's sequence numbers.",
                                           {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* replays,
-      registry.AddCallbackCounter({"kvgov_engine_replays_total",
-                                   "Replay requests made to repair gaps, by outcome (ok: every "
-                                   "missing batch came back; failed: the worker was marked stale).",
-                                   {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* replays,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_replays_total",
+                              "Replay requests made to repair gaps, by outcome (ok: every "
+                              "missing batch came back; failed: the worker was marked stale).",
+                              {"worker", "outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* restarts,
                          registry.AddCallbackCounter(
                              {"kvgov_engine_restarts_total",
@@ -65,57 +65,57 @@ Status RegisterEngineMetrics(Daemon& daemon) {
                          registry.AddCallbackGauge({"kvgov_residency_blocks",
                                                     "KV blocks resident per worker and tier.",
                                                     {"worker", "tier"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* stale, registry.AddCallbackGauge({"kvgov_worker_stale",
-                                              "1 while a worker's residency cannot be believed (an "
-                                              "unrepaired gap); its blocks then do not count.",
-                                              {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* stale_seconds,
-      registry.AddCallbackGauge({"kvgov_worker_stale_seconds",
-                                 "How long a worker has been stale, by the reason it went stale "
-                                 "(gap_lost, replay_rolled_over, replay_unanswered, "
-                                 "stale_before_restart); absent while it is live.",
-                                 {"worker", "reason"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* catch_ups,
-      registry.AddCallbackCounter({"kvgov_engine_catch_ups_total",
-                                   "Catch-ups through the replay socket at each connection to the "
-                                   "engine, by outcome (ok: kvgov holds every batch the engine "
-                                   "published; failed: the worker was marked stale).",
-                                   {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* stale, registry.AddCallbackGauge(
+                                          {"kvgov_worker_stale",
+                                           "1 while a worker's residency cannot be believed (an "
+                                           "unrepaired gap); its blocks then do not count.",
+                                           {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* stale_seconds,
+                         registry.AddCallbackGauge(
+                             {"kvgov_worker_stale_seconds",
+                              "How long a worker has been stale, by the reason it went stale "
+                              "(gap_lost, replay_rolled_over, replay_unanswered, "
+                              "stale_before_restart); absent while it is live.",
+                              {"worker", "reason"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* catch_ups,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_catch_ups_total",
+                              "Catch-ups through the replay socket at each connection to the "
+                              "engine, by outcome (ok: kvgov holds every batch the engine "
+                              "published; failed: the worker was marked stale).",
+                              {"worker", "outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* orphans,
                          registry.AddCallbackCounter(
                              {"kvgov_engine_orphan_blocks_total",
                               "Stored blocks whose parent kvgov never saw (a missed batch or a "
                               "restarted engine); they are not indexed.",
                               {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* drift,
-      registry.AddCallbackCounter({"kvgov_engine_hash_drift_blocks_total",
-                                   "Blocks an engine stored again under a new hash for the same "
-                                   "tokens: its hash seed changed (PYTHONHASHSEED unset).",
-                                   {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* salts,
-      registry.AddCallbackGauge({"kvgov_engine_salts",
-                                 "1 for a worker's salt reporting (ADR 0019): reported (its events "
-                                 "carry extra keys), not_reported (a salted request came back "
-                                 "without the salt: tenant routes avoid it), unknown (no evidence "
-                                 "yet); 0 for the other two.",
-                                 {"worker", "state"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* salt_blind,
-      registry.AddCallbackCounter({"kvgov_engine_salt_blind_blocks_total",
-                                   "Blocks of a salted request that the engine published without "
-                                   "the salt; they are not indexed.",
-                                   {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* silent_seconds,
-      registry.AddCallbackGauge({"kvgov_engine_silent_seconds",
-                                 "Seconds since the engine stream's last batch (since kvgov began "
-                                 "following it, when it has sent none).",
-                                 {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* drift,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_hash_drift_blocks_total",
+                              "Blocks an engine stored again under a new hash for the same "
+                              "tokens: its hash seed changed (PYTHONHASHSEED unset).",
+                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* salts,
+                         registry.AddCallbackGauge(
+                             {"kvgov_engine_salts",
+                              "1 for a worker's salt reporting (ADR 0019): reported (its events "
+                              "carry extra keys), not_reported (a salted request came back "
+                              "without the salt: tenant routes avoid it), unknown (no evidence "
+                              "yet); 0 for the other two.",
+                              {"worker", "state"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* salt_blind,
+                         registry.AddCallbackCounter(
+                             {"kvgov_engine_salt_blind_blocks_total",
+                              "Blocks of a salted request that the engine published without "
+                              "the salt; they are not indexed.",
+                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(auto* silent_seconds,
+                         registry.AddCallbackGauge(
+                             {"kvgov_engine_silent_seconds",
+                              "Seconds since the engine stream's last batch (since kvgov began "
+                              "following it, when it has sent none).",
+                              {"worker"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* silent,
                          registry.AddCallbackGauge(
                              {"kvgov_engine_silent",
@@ -209,12 +209,12 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                              {"kvgov_gateway_relayed_bytes_total",
                               "Bytes of engines' answers the gateway passed on to its clients."}));
   gateway.bytes_relayed->WithLabels({});
-  KVGOV_ASSIGN_OR_RETURN(
-      gateway.retries,
-      daemon.metrics.AddCounter({"kvgov_gateway_upstream_retries_total",
-                                 "Gateway requests tried again on the next candidate because the "
-                                 "first engine gave no byte or a 5xx before any byte reached the "
-                                 "client."}));
+  KVGOV_ASSIGN_OR_RETURN(gateway.retries,
+                         daemon.metrics.AddCounter(
+                             {"kvgov_gateway_upstream_retries_total",
+                              "Gateway requests tried again on the next candidate because the "
+                              "first engine gave no byte or a 5xx before any byte reached the "
+                              "client."}));
   gateway.retries->WithLabels({});
   KVGOV_ASSIGN_OR_RETURN(
       gateway.tokenize_mismatches,
@@ -241,11 +241,12 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
       daemon.metrics.AddCounter({"kvgov_gateway_predicted_tokens_total",
                                  "Prompt tokens kvgov predicted cached on the chosen worker.",
                                  {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(gateway.cached_tokens,
-                         daemon.metrics.AddCounter({"kvgov_gateway_engine_cached_tokens_total",
-                                                    "Prompt tokens the engine reported cached "
-                                                    "(usage.prompt_tokens_details.cached_tokens).",
-                                                    {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.cached_tokens,
+      daemon.metrics.AddCounter({"kvgov_gateway_engine_cached_tokens_total",
+                                 "Prompt tokens the engine reported cached "
+                                 "(usage.prompt_tokens_details.cached_tokens).",
+                                 {"worker"}}));
   KVGOV_ASSIGN_OR_RETURN(
       gateway.unaccounted,
       daemon.metrics.AddCounter({"kvgov_gateway_unaccounted_total",
@@ -294,9 +295,9 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                               {"state"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* leases, daemon.metrics.AddCallbackGauge(
                                            {"kvgov_leases", "NIXL leases by state.", {"state"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      auto* quarantined,
-      daemon.metrics.AddCallbackGauge({"kvgov_quarantined_blocks", "Blocks under quarantine."}));
+  KVGOV_ASSIGN_OR_RETURN(auto* quarantined,
+                         daemon.metrics.AddCallbackGauge(
+                             {"kvgov_quarantined_blocks", "Blocks under quarantine."}));
   KVGOV_ASSIGN_OR_RETURN(
       auto* clock_skew,
       daemon.metrics.AddCallbackGauge(
@@ -307,7 +308,8 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
   Daemon* state = &daemon;
   return daemon.metrics
       .RegisterCollector([=](metrics::CollectorSink& sink) {
-        std::map<NIXLLeaseState, uint64_t> counts = state->leases.CountByState(clock::NowMillis());
+        std::map<NIXLLeaseState, uint64_t> counts =
+            state->leases.CountByState(clock::NowMillis());
         for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseState>::kValues) {
           sink.Emit(leases, {spelling}, static_cast<double>(counts[value]));
         }
@@ -332,9 +334,9 @@ Status RegisterRouteMetrics(Daemon& daemon) {
                                  {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.overlap,
-      daemon.metrics.AddHistogram({"kvgov_route_overlap_blocks",
-                                   "Credited prefix overlap of the chosen worker, in blocks."},
-                                  {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}));
+      daemon.metrics.AddHistogram(
+          {"kvgov_route_overlap_blocks", "Credited prefix overlap of the chosen worker, in blocks."},
+          {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.latency,
       daemon.metrics.AddHistogram({"kvgov_route_latency_seconds",
@@ -447,11 +449,11 @@ Result<std::string> DefaultReplicaId() {
 // Drain flags are governance state: kept as "drain/<worker>" rows.
 Status RestoreDrains(Daemon& daemon) {
   std::vector<std::string> drained;
-  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(store::Column::kGovernance, "drain/", "drain0",
-                                           [&](std::string_view key, std::string_view) {
-                                             drained.emplace_back(key.substr(6));
-                                             return true;
-                                           }));
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, "drain/", "drain0", [&](std::string_view key, std::string_view) {
+        drained.emplace_back(key.substr(6));
+        return true;
+      }));
   for (const std::string& worker : drained) {
     // A worker no longer configured keeps its row; it is simply not routable.
     (void)daemon.status.SetDraining(worker, true);
@@ -467,8 +469,9 @@ Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint
   const bool whole = !cursor_.has_value() || cursor_->report.first_broken_seq.has_value() ||
                      now_ms - whole_walk_at_ms_ >= kWholeWalkEvery;
   if (!whole && cursor_->next_seq > head_seq) return cursor_->report;  // nothing new
-  KVGOV_ASSIGN_OR_RETURN(journal::VerifyCursor cursor,
-                         journal::VerifyFrom(store, whole ? journal::VerifyCursor{} : *cursor_));
+  KVGOV_ASSIGN_OR_RETURN(
+      journal::VerifyCursor cursor,
+      journal::VerifyFrom(store, whole ? journal::VerifyCursor{} : *cursor_));
   if (whole) whole_walk_at_ms_ = now_ms;
   cursor_ = std::move(cursor);
   return cursor_->report;
@@ -550,16 +553,17 @@ void Daemon::Stop() {
   if (store) (void)store->SyncWal();
 }
 
-Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor, std::string_view kind,
-                                      std::string_view subject, std::string_view payload,
+Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
+                                      std::string_view kind, std::string_view subject,
+                                      std::string_view payload,
                                       std::span<const store::WriteOp> state) {
   Result<journal::Row> row = Status::Unavailable("the governance log is not followed yet");
   if (!daemon.replicated()) {
     // Never before the head: journal times stay ordered across a restart
     // after the wall clock stepped back.
-    row =
-        daemon.journal->Append(kind, subject, {std::string(actor), ""}, payload,
-                               std::max(clock::NowMillis(), daemon.journal->head_time_ms()), state);
+    row = daemon.journal->Append(kind, subject, {std::string(actor), ""}, payload,
+                                 std::max(clock::NowMillis(), daemon.journal->head_time_ms()),
+                                 state);
   } else if (daemon.replica) {
     // A row appended here and not through the log would fork the chain.
     row = daemon.replica->Record(kind, subject, actor, payload, state);
@@ -638,8 +642,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                          cert::IssuerKey::LoadOrCreate(options.issuer_key_file.empty()
                                                            ? options.data_dir + "/issuer.key"
                                                            : options.issuer_key_file));
-  KVGOV_ASSIGN_OR_RETURN(daemon->store,
-                         store::Store::Open(options.data_dir + "/store", options.on_fatal));
+  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store", options.on_fatal));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
   daemon->stream_store = std::make_unique<ingest::StreamStore>(
       daemon->store.get(), &daemon->index, std::max<uint64_t>(1, options.snapshot_every_batches));
@@ -651,8 +654,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   if (options.prefix_diagnostics) {
     prompts::DetectorOptions detector;
     detector.granule_tokens = options.breaker_granule_tokens;
-    KVGOV_RETURN_IF_ERROR(
-        auth::FillRandom(std::span(reinterpret_cast<char*>(&detector.key), sizeof(detector.key))));
+    KVGOV_RETURN_IF_ERROR(auth::FillRandom(
+        std::span(reinterpret_cast<char*>(&detector.key), sizeof(detector.key))));
     daemon->breakers = std::make_unique<prompts::CacheBreakerDetector>(detector);
     KVGOV_ASSIGN_OR_RETURN(
         daemon->prefix_avoidable_tokens,
@@ -663,8 +666,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
              "reordering).",
              {"model", "tenant", "cause"}}));
   }
-  daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route,
-                                                    &daemon->gate);
+  daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status,
+                                                    options.route, &daemon->gate);
   metrics::CacheAccounting* accounting = daemon->accounting.get();
   ingest::StreamStore* stream_store = daemon->stream_store.get();
   daemon->invalidations =
@@ -682,12 +685,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         return stream_store->Recover(stream, recovered);
       },
       ingest::StreamObserver{
-          .event = [invalidations](
-                       std::string_view worker, uint64_t seq,
-                       const EngineEvent& event) { invalidations->Observe(worker, seq, event); },
-          .restart = [invalidations](
-                         std::string_view worker,
-                         uint64_t seq) { invalidations->ObserveRestart(worker, seq); }});
+          .event = [invalidations](std::string_view worker, uint64_t seq,
+                                   const EngineEvent& event) {
+            invalidations->Observe(worker, seq, event);
+          },
+          .restart = [invalidations](std::string_view worker, uint64_t seq) {
+            invalidations->ObserveRestart(worker, seq);
+          }});
   KVGOV_RETURN_IF_ERROR(daemon->ingest->AddEngines(options.engines));
   for (const ingest::EngineSpec& engine : options.engines) {
     KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> streams, ingest::StreamsFor(engine));
@@ -731,9 +735,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     // read them now, not at the first reload after the listener opens.
     KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
   }
-  if (Status started = RecordGovernance(*daemon, kDaemonActor, "serve.start", "config",
-                                        DescribeConfig(*daemon), {})
-                           .status();
+  if (Status started =
+          RecordGovernance(*daemon, kDaemonActor, "serve.start", "config", DescribeConfig(*daemon), {})
+              .status();
       !started.ok()) {
     // A single node whose journal cannot take the row does not start; a
     // replica without Redis serves on local state until the log returns.
@@ -775,8 +779,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   daemon->traffic = std::make_unique<metrics::TrafficHistory>(
       static_cast<size_t>(15 * 60 * 1000 / traffic_interval_ms));
   daemon->traffic->Sample(clock::NowMillis(), daemon->route_totals.Read(*daemon->accounting));
-  daemon->traffic_samples =
-      std::make_unique<PeriodicTask>(std::chrono::milliseconds(traffic_interval_ms), [state] {
+  daemon->traffic_samples = std::make_unique<PeriodicTask>(
+      std::chrono::milliseconds(traffic_interval_ms), [state] {
         state->traffic->Sample(clock::NowMillis(), state->route_totals.Read(*state->accounting));
       });
   store::Store* store = daemon->store.get();
@@ -795,12 +799,12 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       });
   if (!options.spool_dir.empty()) {
     Daemon* raw = daemon.get();
-    KVGOV_ASSIGN_OR_RETURN(daemon->spool, spool::SpoolDirectory::Open(
-                                              options.spool_dir,
-                                              [raw](const IngestEvent& event) {
-                                                return IngestReport(*raw, event, kSpoolActor);
-                                              },
-                                              &daemon->metrics));
+    KVGOV_ASSIGN_OR_RETURN(
+        daemon->spool,
+        spool::SpoolDirectory::Open(
+            options.spool_dir,
+            [raw](const IngestEvent& event) { return IngestReport(*raw, event, kSpoolActor); },
+            &daemon->metrics));
     spool::SpoolDirectory* spool = daemon->spool.get();
     daemon->spool_scans = std::make_unique<PeriodicTask>(
         std::chrono::milliseconds(std::max<int64_t>(1, options.spool_interval_ms)),

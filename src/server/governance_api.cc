@@ -53,15 +53,15 @@ std::optional<EngineHash> ParseEngineHash(std::string_view text) {
 // kvgov cannot resolve pins nothing it could credit.
 std::pair<std::string, std::vector<index::BlockKey>> LeaseSpan(
     const Daemon& daemon, const NIXLLease& lease, const std::optional<SpanResidency>& residency) {
-  std::string worker =
-      residency && !residency->worker.empty() ? residency->worker : lease.remote_engine;
+  std::string worker = residency && !residency->worker.empty() ? residency->worker
+                                                               : lease.remote_engine;
   std::optional<index::WorkerResidency> holder = daemon.index.Worker(worker);
   if (!holder) return {worker, {}};
   if (residency && !residency->token_ids.empty()) {
-    return {worker,
-            index::RequestChain(daemon.index.hasher(),
-                                {holder->model, residency->lora_name, residency->group_idx},
-                                residency->cache_salt, residency->token_ids, holder->block_size)};
+    return {worker, index::RequestChain(daemon.index.hasher(),
+                                        {holder->model, residency->lora_name, residency->group_idx},
+                                        residency->cache_salt, residency->token_ids,
+                                        holder->block_size)};
   }
   std::optional<EngineHash> hash = ParseEngineHash(lease.span_digest);
   if (!hash) return {worker, {}};
@@ -73,13 +73,15 @@ std::pair<std::string, std::vector<index::BlockKey>> LeaseSpan(
 
 std::string LeaseRecord(const NIXLLease& lease, std::string_view worker,
                         const std::vector<index::BlockKey>& keys) {
-  return Json{{"lease", Json::parse(EncodeJson(lease))}, {"worker", worker}, {"keys", keys}}.dump();
+  return Json{{"lease", Json::parse(EncodeJson(lease))}, {"worker", worker}, {"keys", keys}}
+      .dump();
 }
 
 Status PersistTransition(Daemon& daemon, std::string_view actor,
                          const governance::LeaseTransition& transition, const NIXLLease& lease,
                          std::string_view worker, const std::vector<index::BlockKey>& keys) {
-  const store::WriteOp state{store::Column::kGovernance, std::string(kLeasePrefix) + lease.lease_id,
+  const store::WriteOp state{store::Column::kGovernance,
+                             std::string(kLeasePrefix) + lease.lease_id,
                              LeaseRecord(lease, worker, keys)};
   const Json payload = {{"lease_id", lease.lease_id},
                         {"from", StateName(transition.from)},
@@ -87,10 +89,12 @@ Status PersistTransition(Daemon& daemon, std::string_view actor,
                         {"event", std::string(ToString(lease.event))},
                         {"remote_engine", lease.remote_engine},
                         {"blocks", keys.size()}};
-  KVGOV_RETURN_IF_ERROR(RecordGovernance(daemon, actor, "lease.transition", lease.lease_id,
-                                         payload.dump(), {&state, 1})
-                            .status());
-  daemon.lease_transitions->WithLabels({StateName(transition.from), ToString(transition.to)})
+  KVGOV_RETURN_IF_ERROR(
+      RecordGovernance(daemon, actor, "lease.transition", lease.lease_id, payload.dump(),
+                       {&state, 1})
+          .status());
+  daemon.lease_transitions
+      ->WithLabels({StateName(transition.from), ToString(transition.to)})
       ->Inc();
   if (!transition.from.has_value()) {
     daemon.lease_grants->WithLabels({std::string(ToString(lease.witness))})->Inc();
@@ -218,18 +222,19 @@ template <typename Request>
 bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
   if (body.prompt.empty() && body.messages.empty()) return true;
   const bool chat = !body.messages.empty();
-  Result<std::vector<int64_t>> tokens = chat ? TokenizeMessages(daemon, body.model, body.messages)
-                                             : TokenizePrompt(daemon, body.model, body.prompt);
+  Result<std::vector<int64_t>> tokens = chat
+                                            ? TokenizeMessages(daemon, body.model, body.messages)
+                                            : TokenizePrompt(daemon, body.model, body.prompt);
   if (!tokens.ok()) {
     // Anything but a model no engine serves is the engine's failure: it was
     // unreachable, refused, or answered no token list.
     if (tokens.status().code() == StatusCode::kNotFound) {
       SendError(response, 404, tokens.status());
     } else {
-      SendError(
-          response, 502,
-          Status::Unavailable(std::string("the engine could not tokenize the ") +
-                              (chat ? "messages" : "prompt") + ": " + tokens.status().message()));
+      SendError(response, 502,
+                Status::Unavailable(std::string("the engine could not tokenize the ") +
+                                    (chat ? "messages" : "prompt") + ": " +
+                                    tokens.status().message()));
     }
     return false;
   }
@@ -239,8 +244,8 @@ bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
   return true;
 }
 
-void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
-                      const auth::Principal& caller) {
+void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
+                      httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
   Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, BodyLimits(daemon));
   if (!body.ok()) return SendBodyError(response, body.status());
@@ -259,19 +264,19 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
       if (worker.model == body->model) block_size = worker.block_size;
     }
     if (block_size == 0) {
-      return SendError(
-          response, 404,
-          Status::NotFound("model: no registered worker serves '" + body->model + "'"));
+      return SendError(response, 404,
+                        Status::NotFound("model: no registered worker serves '" + body->model +
+                                         "'"));
     }
     const std::string salt = CurrentTenantSalt(daemon, body->tenant, body->model);
     keys = index::RequestChain(daemon.index.hasher(), {body->model, body->lora_name, 0}, salt,
                                body->token_ids, block_size);
     if (keys.empty()) {
-      return SendError(
-          response, 400,
-          Status::InvalidArgument("$." + std::string(token_field) + ": shorter than one block (" +
-                                  std::to_string(body->token_ids.size()) + " tokens, blocks of " +
-                                  std::to_string(block_size) + ")"));
+      return SendError(response, 400,
+                        Status::InvalidArgument(
+                            "$." + std::string(token_field) + ": shorter than one block (" +
+                            std::to_string(body->token_ids.size()) + " tokens, blocks of " +
+                            std::to_string(block_size) + ")"));
     }
   } else {
     Result<std::vector<index::BlockKey>> found = daemon.index.KeysForEngineHashes(
@@ -281,11 +286,8 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
   }
   Result<std::string> id = auth::RandomHexId();
   if (!id.ok()) return SendError(response, 500, id.status());
-  const Json record = {{"id", *id},
-                       {"model", body->model},
-                       {"tenant", body->tenant},
-                       {"reason", body->reason},
-                       {"keys", keys},
+  const Json record = {{"id", *id},          {"model", body->model}, {"tenant", body->tenant},
+                       {"reason", body->reason}, {"keys", keys},
                        {"created_ms", clock::NowMillis()}};
   const store::WriteOp state{store::Column::kGovernance, std::string(kQuarantinePrefix) + *id,
                              record.dump()};
@@ -402,8 +404,8 @@ Status GuardReplicatedGovernance(const Daemon& daemon, const replication::LogEnt
     if (!next.ok()) return next.status().WithContext("lease '" + lease_id + "'");
     // The record the log left: only the log writes lease records on a
     // replica, so every replica reads the same one here.
-    Result<std::optional<std::string>> stored =
-        daemon.store->Get(store::Column::kGovernance, write.key);
+    Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance,
+                                                                  write.key);
     if (!stored.ok()) return Status::Unavailable(stored.status().ToString());
     if (!stored->has_value()) {
       if (next->event == NIXLLeaseEvent::kCreate) continue;
@@ -417,7 +419,8 @@ Status GuardReplicatedGovernance(const Daemon& daemon, const replication::LogEnt
     Result<NIXLLease> current = decode(**stored);
     if (!current.ok()) return current.status().WithContext("stored lease '" + lease_id + "'");
     // Ended by an event: nothing moves it again, not even a second expiry.
-    if (current->event != NIXLLeaseEvent::kCreate && current->event != NIXLLeaseEvent::kHeartbeat) {
+    if (current->event != NIXLLeaseEvent::kCreate &&
+        current->event != NIXLLeaseEvent::kHeartbeat) {
       return Status::FailedPrecondition(
           "lease '" + lease_id + "' is " +
           std::string(ToString(LeaseStateAt(*current, entry.time_ms))) + "; event '" +
@@ -509,7 +512,8 @@ Status RecoverGovernance(Daemon& daemon) {
   try {
     return RecoverGovernanceRecords(daemon);
   } catch (const Json::exception& error) {
-    return Status::Corruption(std::string("governance record of the wrong shape: ") + error.what());
+    return Status::Corruption(std::string("governance record of the wrong shape: ") +
+                              error.what());
   }
 }
 
@@ -517,30 +521,31 @@ namespace {
 
 Status RecoverGovernanceRecords(Daemon& daemon) {
   KVGOV_RETURN_IF_ERROR(RecoverSaltEpochs(daemon));
-  Status scanned = daemon.store->Scan(store::Column::kGovernance, kLeasePrefix, "lease0",
-                                      [&](std::string_view key, std::string_view value) {
-                                        if (!RestoreLeaseRecord(daemon, value)) {
-                                          log::Line(log::Level::kWarn, "recovery.record_skipped")
-                                              .Field("key", key)
-                                              .Field("detail", "not a lease record");
-                                        }
-                                        return true;
-                                      });
+  Status scanned = daemon.store->Scan(
+      store::Column::kGovernance, kLeasePrefix, "lease0",
+      [&](std::string_view key, std::string_view value) {
+        if (!RestoreLeaseRecord(daemon, value)) {
+          log::Line(log::Level::kWarn, "recovery.record_skipped")
+              .Field("key", key)
+              .Field("detail", "not a lease record");
+        }
+        return true;
+      });
   KVGOV_RETURN_IF_ERROR(scanned);
   // A quarantine that cannot be read must not be skipped (that would
   // quietly re-enable credit): start-up refuses.
   Status unreadable;
-  KVGOV_RETURN_IF_ERROR(
-      daemon.store->Scan(store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
-                         [&](std::string_view key, std::string_view value) {
-                           Result<std::vector<index::BlockKey>> keys = QuarantineKeys(value);
-                           if (!keys.ok()) {
-                             unreadable = keys.status().WithContext(std::string(key));
-                             return false;
-                           }
-                           daemon.gate.Quarantine(key.substr(kQuarantinePrefix.size()), *keys);
-                           return true;
-                         }));
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
+      [&](std::string_view key, std::string_view value) {
+        Result<std::vector<index::BlockKey>> keys = QuarantineKeys(value);
+        if (!keys.ok()) {
+          unreadable = keys.status().WithContext(std::string(key));
+          return false;
+        }
+        daemon.gate.Quarantine(key.substr(kQuarantinePrefix.size()), *keys);
+        return true;
+      }));
   KVGOV_RETURN_IF_ERROR(unreadable);
   // A replica leaves expiry to whichever replica keeps house.
   if (!daemon.replicated()) {
@@ -570,8 +575,9 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
   const std::string key = std::string(kQuarantinePrefix) + id;
   Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance, key);
   if (!stored.ok()) return SendError(response, 500, stored.status());
-  const Json record =
-      stored->has_value() ? Json::parse(**stored, nullptr, /*allow_exceptions=*/false) : Json();
+  const Json record = stored->has_value()
+                          ? Json::parse(**stored, nullptr, /*allow_exceptions=*/false)
+                          : Json();
   // Another tenant's quarantine answers as an unknown one.
   if (!record.is_object() || !VisibleTo(caller, record.value("tenant", ""))) {
     return SendError(response, 404, Status::NotFound("no quarantine '" + id + "' in force"));
@@ -584,15 +590,16 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
                         {"reason", body->reason},
                         {"quarantined_for", record.value("reason", "")}};
   const store::WriteOp state{store::Column::kGovernance, key, std::nullopt};
-  if (Status recorded = RecordGovernance(daemon, ActorOf(caller), "quarantine.lift", id,
-                                         payload.dump(), {&state, 1})
-                            .status();
+  if (Status recorded =
+          RecordGovernance(daemon, ActorOf(caller), "quarantine.lift", id, payload.dump(),
+                           {&state, 1})
+              .status();
       !recorded.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
   }
   (void)daemon.gate.Lift(id);  // a replica has lifted it already, from the log
-  SendJson(response, 200,
-           {{"id", id}, {"lifted", true}, {"blocks", blocks}, {"reason", body->reason}});
+  SendJson(response, 200, {{"id", id}, {"lifted", true}, {"blocks", blocks},
+                           {"reason", body->reason}});
 }
 
 // The tenant of the directive a stored certificate was minted for.
@@ -616,13 +623,12 @@ Result<std::string> FindCertificate(const Daemon& daemon, const std::string& pre
   const std::string begin = "certificate/" + prefix;
   std::vector<std::string> found;
   // Every key with the prefix sorts before prefix + 'g'.
-  KVGOV_RETURN_IF_ERROR(
-      daemon.store->Scan(store::Column::kGovernance, begin, begin + "g",
-                         [&](std::string_view, std::string_view value) {
-                           if (VisibleTo(caller, CertificateTenant(daemon, value)))
-                             found.emplace_back(value);
-                           return found.size() < 2;
-                         }));
+  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
+      store::Column::kGovernance, begin, begin + "g",
+      [&](std::string_view, std::string_view value) {
+        if (VisibleTo(caller, CertificateTenant(daemon, value))) found.emplace_back(value);
+        return found.size() < 2;
+      }));
   if (found.empty()) return Status::NotFound("no certificate '" + prefix + "'");
   if (found.size() > 1) {
     return Status::InvalidArgument("'" + prefix +
@@ -651,8 +657,7 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
   bool ok = true;
   auto add = [&](std::string_view name, const Status& status, const std::string& detail) {
     ok = ok && status.ok();
-    checks.push_back({{"name", name},
-                      {"ok", status.ok()},
+    checks.push_back({{"name", name}, {"ok", status.ok()},
                       {"detail", status.ok() ? detail : status.ToString()}});
   };
   Result<cert::DeletionCertificate> parsed = cert::ParseCertificateJson(text);
@@ -673,7 +678,8 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
     anchored = chain.status();
   } else if (chain->first_broken_seq.has_value() && *chain->first_broken_seq <= seq) {
     anchored = Status::Corruption("the journal breaks at seq " +
-                                  std::to_string(*chain->first_broken_seq) + ": " + chain->problem);
+                                  std::to_string(*chain->first_broken_seq) + ": " +
+                                  chain->problem);
   } else {
     Result<std::vector<journal::Row>> rows = daemon.journal->Read(seq, 1);
     if (!rows.ok()) {
@@ -694,46 +700,47 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
 
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
   using auth::Role;
-  http.Post(
-      "/v1/invalidations",
-      Guard(daemon, Role::kAdmin,
-            [&daemon](const httplib::Request& request, httplib::Response& response,
-                      const auth::Principal& caller) {
-              if (!RequireJsonContentType(request, response)) return;
-              Result<InvalidationRequest> body =
-                  DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
-              if (!body.ok()) return SendBodyError(response, body.status());
-              // A tenant-bound token revokes its own tenant only.
-              const bool by_tokens =
-                  (body->scope.empty() && NamesSpanByTokens(*body)) || body->scope == "tenant";
-              if (Status fitted = FitToCaller(caller, by_tokens, body->tenant); !fitted.ok()) {
-                return SendError(response, 403, fitted);
-              }
-              const bool tokenized = !body->prompt.empty() || !body->messages.empty();
-              if (!TokenizeSpan(daemon, *body, response)) return;
-              Result<InvalidationManager::Opened> opened =
-                  daemon.invalidations->Create(*body, ActorOf(caller));
-              if (!opened.ok()) {
-                return SendError(response,
-                                 opened.status().code() == StatusCode::kNotFound
-                                     ? 404
-                                     : GovernanceWriteHttpStatus(opened.status()),
-                                 opened.status());
-              }
-              const Directive& directive = opened->directive;
-              // The owners as GET /v1/invalidations/{id} shows them.
-              Json answer = {{"id", directive.id},
-                             {"state", ToString(directive.state)},
-                             {"owners", Json::parse(EncodeDirectiveJson(directive))["owners"]}};
-              if (tokenized) answer["token_ids"] = body->token_ids;
-              if (directive.revocation) {
-                // What it was opened over, as its owners count it.
-                answer["unreachable_since_ms"] = directive.revocation->unreachable_since_ms;
-                answer["residue"] = ResidueJson(opened->residue);
-              }
-              WarnOfUnknownTenant(daemon, body->tenant, answer);
-              SendJson(response, 202, answer);
-            }));
+  http.Post("/v1/invalidations",
+            Guard(daemon, Role::kAdmin,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    if (!RequireJsonContentType(request, response)) return;
+                    Result<InvalidationRequest> body =
+                        DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
+                    if (!body.ok()) return SendBodyError(response, body.status());
+                    // A tenant-bound token revokes its own tenant only.
+                    const bool by_tokens = (body->scope.empty() && NamesSpanByTokens(*body)) ||
+                                           body->scope == "tenant";
+                    if (Status fitted = FitToCaller(caller, by_tokens, body->tenant);
+                        !fitted.ok()) {
+                      return SendError(response, 403, fitted);
+                    }
+                    const bool tokenized = !body->prompt.empty() || !body->messages.empty();
+                    if (!TokenizeSpan(daemon, *body, response)) return;
+                    Result<InvalidationManager::Opened> opened =
+                        daemon.invalidations->Create(*body, ActorOf(caller));
+                    if (!opened.ok()) {
+                      return SendError(response,
+                                       opened.status().code() == StatusCode::kNotFound
+                                           ? 404
+                                           : GovernanceWriteHttpStatus(opened.status()),
+                                       opened.status());
+                    }
+                    const Directive& directive = opened->directive;
+                    // The owners as GET /v1/invalidations/{id} shows them.
+                    Json answer = {
+                        {"id", directive.id},
+                        {"state", ToString(directive.state)},
+                        {"owners", Json::parse(EncodeDirectiveJson(directive))["owners"]}};
+                    if (tokenized) answer["token_ids"] = body->token_ids;
+                    if (directive.revocation) {
+                      // What it was opened over, as its owners count it.
+                      answer["unreachable_since_ms"] = directive.revocation->unreachable_since_ms;
+                      answer["residue"] = ResidueJson(opened->residue);
+                    }
+                    WarnOfUnknownTenant(daemon, body->tenant, answer);
+                    SendJson(response, 202, answer);
+                  }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
            Guard(daemon, Role::kRead,
                  [&daemon](const httplib::Request& request, httplib::Response& response,
@@ -743,9 +750,9 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    // Another tenant's directive answers as an unknown one:
                    // its existence is not the caller's to learn.
                    if (!directive || !VisibleTo(caller, directive->tenant)) {
-                     return SendError(
-                         response, 404,
-                         Status::NotFound("no invalidation '" + request.matches[1].str() + "'"));
+                     return SendError(response, 404,
+                                      Status::NotFound("no invalidation '" +
+                                                       request.matches[1].str() + "'"));
                    }
                    Json answer = Json::parse(EncodeDirectiveJson(*directive));
                    if (directive->revocation) {
@@ -791,20 +798,21 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    }
                    SendJson(response, 200, {{"invalidations", std::move(out)}});
                  }));
-  http.Get("/v1/leases", Guard(daemon, Role::kRead,
-                               [&daemon](const httplib::Request&, httplib::Response& response,
-                                         const auth::Principal& caller) {
-                                 // Leases are transport infrastructure and carry no tenant:
-                                 // a tenant-bound caller sees none.
-                                 Json leases = Json::array();
-                                 if (caller.tenant.empty()) {
-                                   const int64_t now = clock::NowMillis();
-                                   for (const NIXLLease& lease : daemon.leases.All()) {
-                                     leases.push_back(LeaseJson(lease, now));
-                                   }
-                                 }
-                                 SendJson(response, 200, {{"leases", std::move(leases)}});
-                               }));
+  http.Get("/v1/leases",
+           Guard(daemon, Role::kRead,
+                 [&daemon](const httplib::Request&, httplib::Response& response,
+                           const auth::Principal& caller) {
+                   // Leases are transport infrastructure and carry no tenant:
+                   // a tenant-bound caller sees none.
+                   Json leases = Json::array();
+                   if (caller.tenant.empty()) {
+                     const int64_t now = clock::NowMillis();
+                     for (const NIXLLease& lease : daemon.leases.All()) {
+                       leases.push_back(LeaseJson(lease, now));
+                     }
+                   }
+                   SendJson(response, 200, {{"leases", std::move(leases)}});
+                 }));
   http.Post("/v1/quarantine",
             Guard(daemon, Role::kAdmin,
                   [&daemon](const httplib::Request& request, httplib::Response& response,
@@ -829,7 +837,8 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                          if (json.is_object() && VisibleTo(caller, json.value("tenant", ""))) {
                            json["blocks"] = json["keys"].size();
                            json.erase("keys");
-                           json["diverted_requests"] = daemon.gate.Diverted(json.value("id", ""));
+                           json["diverted_requests"] =
+                               daemon.gate.Diverted(json.value("id", ""));
                            out.push_back(std::move(json));
                          }
                          return true;

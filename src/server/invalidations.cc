@@ -35,8 +35,8 @@ int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
 
 // The connector that reaches the owner's control API; FailedPrecondition
 // when its engine has none.
-Result<std::unique_ptr<connectors::InvalidationConnector>> ConnectorFor(const Daemon& daemon,
-                                                                        std::string_view worker) {
+Result<std::unique_ptr<connectors::InvalidationConnector>> ConnectorFor(
+    const Daemon& daemon, std::string_view worker) {
   const ingest::EngineSpec* engine = EngineOf(daemon, worker);
   if (engine == nullptr || engine->control.empty()) {
     return Status::FailedPrecondition("worker '" + std::string(worker) +
@@ -70,8 +70,7 @@ Status InvalidationManager::Record(const Directive& directive, std::string_view 
                                    std::string_view actor, std::span<const store::WriteOp> beside) {
   const std::string record = EncodeDirectiveRecord(directive);
   std::vector<store::WriteOp> state(beside.begin(), beside.end());
-  state.push_back(
-      {store::Column::kGovernance, std::string(kDirectivePrefix) + directive.id, record});
+  state.push_back({store::Column::kGovernance, std::string(kDirectivePrefix) + directive.id, record});
   return RecordGovernance(*daemon_, actor, kind, directive.id, record, state).status();
 }
 
@@ -142,8 +141,8 @@ Result<InvalidationManager::Opened> InvalidationManager::Create(const Invalidati
   draft.reason = request.reason;
   draft.model = request.model;
   draft.tenant = request.tenant;
-  draft.scope =
-      request.scope.empty() ? KVEvictionScope::kExactSpan : KVEvictionScope::kWholePrefixCache;
+  draft.scope = request.scope.empty() ? KVEvictionScope::kExactSpan
+                                      : KVEvictionScope::kWholePrefixCache;
 
   std::vector<index::WorkerResidency> workers;
   for (index::WorkerResidency& w : daemon_->index.Workers()) {
@@ -160,14 +159,13 @@ Result<InvalidationManager::Opened> InvalidationManager::Create(const Invalidati
                                request.token_ids, workers.front().block_size);
     draft.owners = governance::OwnersOfSpan(span, daemon_->index.Overlap(span));
   } else if (request.block_hash.has_value()) {
-    KVGOV_ASSIGN_OR_RETURN(
-        span, daemon_->index.KeysForEngineHashes(request.worker, std::span(&*request.block_hash, 1),
-                                                 request.group_idx));
+    KVGOV_ASSIGN_OR_RETURN(span, daemon_->index.KeysForEngineHashes(
+                                     request.worker, std::span(&*request.block_hash, 1),
+                                     request.group_idx));
     draft.owners.push_back(governance::OwnerOfKeys(request.worker, span));
   } else {
     if (request.scope == "worker") {
-      std::erase_if(workers,
-                    [&](const index::WorkerResidency& w) { return w.id != request.worker; });
+      std::erase_if(workers, [&](const index::WorkerResidency& w) { return w.id != request.worker; });
       if (workers.empty()) {
         return Status::NotFound("worker: '" + request.worker + "' does not serve '" +
                                 request.model + "'");
@@ -246,7 +244,8 @@ Status InvalidationManager::Open(governance::DirectiveLifecycle::Planned& planne
     std::lock_guard lock(mu_);
     driving_.insert(directive.id);
   }
-  if (Status recorded = Record(directive, *planned.effects.journal, actor, state); !recorded.ok()) {
+  if (Status recorded = Record(directive, *planned.effects.journal, actor, state);
+      !recorded.ok()) {
     if (daemon_->replica != nullptr && to_drive) {
       daemon_->replica->ReleaseClaim(ClaimName(directive.id));
       std::lock_guard lock(mu_);
@@ -273,10 +272,10 @@ std::vector<index::LineageResidue> InvalidationManager::ResidueOf(const Directiv
   if (!directive.revocation) return {};
   // Against the tenant's epochs now: a later revocation only moves more
   // salts into the residue.
-  return RevocationResidue(
-      *daemon_, directive.tenant, directive.model,
-      daemon_->salt_epochs.Get(directive.tenant).value_or(router::SaltEpochs::TenantEpochs{}),
-      by_tier);
+  return RevocationResidue(*daemon_, directive.tenant, directive.model,
+                           daemon_->salt_epochs.Get(directive.tenant).value_or(
+                               router::SaltEpochs::TenantEpochs{}),
+                           by_tier);
 }
 
 void InvalidationManager::WatchResidue(int64_t now_ms) {
@@ -366,7 +365,8 @@ void InvalidationManager::Dispatch(const Work& work) {
   if (record) RecordOrLog(record->first, record->second);
 }
 
-void InvalidationManager::Observe(std::string_view worker, uint64_t seq, const EngineEvent& event) {
+void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
+                                  const EngineEvent& event) {
   governance::DirectiveEvent seen;
   if (const auto* block_removed = std::get_if<BlockRemoved>(&event)) {
     // Resolved before the index applies the removal and forgets the hash.
@@ -403,8 +403,9 @@ void InvalidationManager::Certify(const std::string& id) {
   const std::string record = EncodeDirectiveRecord(*directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive->id, record};
-  Result<journal::Row> anchor = RecordGovernance(*daemon_, kDaemonActor, "invalidation.witnessed",
-                                                 directive->id, record, {&state, 1});
+  Result<journal::Row> anchor =
+      RecordGovernance(*daemon_, kDaemonActor, "invalidation.witnessed", directive->id, record,
+                       {&state, 1});
   if (!anchor.ok()) {
     log::Line(log::Level::kError, "directive.not_journaled")
         .Field("directive", id)
@@ -425,8 +426,8 @@ void InvalidationManager::Certify(const std::string& id) {
     std::string connector_name = owner.connector;
     if (connector_name.empty()) {
       if (const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker)) {
-        connector_name =
-            engine->connector.empty() ? std::string(ToString(engine->kind)) : engine->connector;
+        connector_name = engine->connector.empty() ? std::string(ToString(engine->kind))
+                                                   : engine->connector;
       }
     }
     Result<cert::CertConnector> connector = ParseEnum<cert::CertConnector>(connector_name);

@@ -166,15 +166,16 @@ class InvalidationManager {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::map<std::string, Directive, std::less<>> directives_;  // guarded by mu_
-  std::deque<Work> queue_;                                    // guarded by mu_
-  std::set<std::string, std::less<>> driving_;  // replicas: claimed here; guarded by mu_
+  std::deque<Work> queue_;                          // guarded by mu_
+  std::set<std::string, std::less<>> driving_;      // replicas: claimed here; guarded by mu_
   std::vector<Work> recovered_;  // what Recover found to do, until the streams run; guarded by mu_
-  int64_t next_claim_round_ms_ = 0;  // guarded by mu_
-  bool stopping_ = false;            // guarded by mu_
+  int64_t next_claim_round_ms_ = 0;                 // guarded by mu_
+  bool stopping_ = false;                           // guarded by mu_
   std::atomic<bool> cancel_{false};
   // Serializes revocations: each advances the epoch it read by exactly one.
   std::mutex revoke_mu_;
   std::thread thread_;
 };
+
 
 }  // namespace kvgov::server

@@ -115,16 +115,11 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
   zmq::context_t context(1);
   std::vector<std::unique_ptr<bench::EventPublisher>> publishers;
   const std::filesystem::path ready = dir.path() / "ready";
-  std::vector<std::string> args = {binary,
-                                   "serve",
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--data-dir",
-                                   (dir.path() / "data").string(),
-                                   "--ready-file",
-                                   ready.string(),
-                                   "--snapshot-every-batches",
-                                   kSnapshotEveryBatches};
+  std::vector<std::string> args = {binary,         "serve",
+                                   "--listen",     "127.0.0.1:0",
+                                   "--data-dir",   (dir.path() / "data").string(),
+                                   "--ready-file", ready.string(),
+                                   "--snapshot-every-batches", kSnapshotEveryBatches};
   for (int w = 0; w < kWorkers; ++w) {
     publishers.push_back(std::make_unique<bench::EventPublisher>(context));
     args.push_back("--engine");
@@ -218,10 +213,7 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     state.counters["logged_batches"] = RecoveryField(log, "logged_batches");
   }
 }
-BENCHMARK(BM_KillNineToServingTenMillion)
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KillNineToServingTenMillion)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvgov::server

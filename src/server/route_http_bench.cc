@@ -147,7 +147,8 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
     // woken from a blocking read, and its first pass runs on cold caches
     // (about twice the warm time here). The warm pass is the floor the
     // in-process benchmark measures too.
-    benchmark::DoNotOptimize(index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize).data());
+    benchmark::DoNotOptimize(
+        index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize).data());
     const auto started = Clock::now();
     std::vector<index::BlockKey> chain =
         index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize);
@@ -206,7 +207,10 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
   state.counters["fill_blocks_per_s"] =
       static_cast<double>(Fleet::kWorkers * Fleet::kBlocksPerWorker) / fill_s;
 }
-BENCHMARK(BM_HttpRouteVsHash)->Iterations(4000)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_HttpRouteVsHash)
+    ->Iterations(4000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov::server

@@ -43,13 +43,13 @@ Result<RequestSalt> SaltForPrompt(const Daemon& daemon, std::string_view tenant,
   if (block_size <= 0) return out;  // the router answers for an unknown model
   const std::string ordinary = out.salt;
   for (int round = 0; round < kDivertRounds; ++round) {
-    const std::vector<index::BlockKey> chain =
-        index::RequestChain(daemon.index.hasher(), {std::string(model), std::string(lora_name), 0},
-                            out.salt, tokens, block_size);
+    const std::vector<index::BlockKey> chain = index::RequestChain(
+        daemon.index.hasher(), {std::string(model), std::string(lora_name), 0}, out.salt,
+        tokens, block_size);
     std::vector<std::string> crossed = daemon.gate.QuarantinesCrossed(chain);
     std::vector<std::string> all;
-    std::set_union(out.diverted_by.begin(), out.diverted_by.end(), crossed.begin(), crossed.end(),
-                   std::back_inserter(all));
+    std::set_union(out.diverted_by.begin(), out.diverted_by.end(), crossed.begin(),
+                   crossed.end(), std::back_inserter(all));
     if (all == out.diverted_by) return out;
     out.diverted_by = std::move(all);
     out.salt = router::DivertedCacheSalt(daemon.tenant_secret, ordinary, out.diverted_by);
@@ -59,8 +59,9 @@ Result<RequestSalt> SaltForPrompt(const Daemon& daemon, std::string_view tenant,
 }
 
 Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request) {
-  KVGOV_ASSIGN_OR_RETURN(RequestSalt salt, SaltForPrompt(daemon, request.tenant, request.model,
-                                                         request.lora_name, request.token_ids));
+  KVGOV_ASSIGN_OR_RETURN(RequestSalt salt,
+                         SaltForPrompt(daemon, request.tenant, request.model, request.lora_name,
+                                       request.token_ids));
   if (salt.diverted()) {
     request.salt_must_be_honoured = true;
     daemon.gate.CountDiverted(salt.diverted_by);
@@ -71,7 +72,8 @@ Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request) {
   return salt;
 }
 
-std::vector<index::LineageResidue> RevocationResidue(const Daemon& daemon, std::string_view tenant,
+std::vector<index::LineageResidue> RevocationResidue(const Daemon& daemon,
+                                                     std::string_view tenant,
                                                      std::string_view model,
                                                      const router::SaltEpochs::TenantEpochs& epochs,
                                                      bool by_tier) {

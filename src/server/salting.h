@@ -45,7 +45,8 @@ Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request);
 /// The blocks of `tenant`'s salts before `epochs` still resident, per
 /// worker serving `model` ("": every model), with the blocks whose salt
 /// cannot be told (ResidencyIndex::Residue): a revocation's residue.
-std::vector<index::LineageResidue> RevocationResidue(const Daemon& daemon, std::string_view tenant,
+std::vector<index::LineageResidue> RevocationResidue(const Daemon& daemon,
+                                                     std::string_view tenant,
                                                      std::string_view model,
                                                      const router::SaltEpochs::TenantEpochs& epochs,
                                                      bool by_tier);

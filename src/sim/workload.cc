@@ -38,9 +38,8 @@ void Append(std::vector<int64_t>& to, const std::vector<int64_t>& tokens) {
 }
 
 void NumberByArrival(std::vector<SimRequest>& requests) {
-  std::stable_sort(requests.begin(), requests.end(), [](const SimRequest& a, const SimRequest& b) {
-    return a.arrival_s < b.arrival_s;
-  });
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const SimRequest& a, const SimRequest& b) { return a.arrival_s < b.arrival_s; });
   for (size_t i = 0; i < requests.size(); ++i) requests[i].id = i;
 }
 

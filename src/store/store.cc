@@ -102,7 +102,8 @@ class RocksLog final : public rocksdb::Logger {
     if (level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;
     std::array<char, 1024> line{};  // RocksDB's lines are short; a longer one is cut
     std::vsnprintf(line.data(), line.size(), format, ap);
-    log::Line(level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? log::Level::kError : log::Level::kWarn,
+    log::Line(level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? log::Level::kError
+                                                          : log::Level::kWarn,
               "store.rocksdb")
         .Field("store", dir_)
         .Field("detail", line.data());
@@ -480,8 +481,8 @@ class RocksStore final : public Store {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
       std::string name = entry.path().filename().string();
-      bool data =
-          name.ends_with(".sst") || (name.ends_with(".log") && entry.file_size(ec) > 0 && !ec);
+      bool data = name.ends_with(".sst") ||
+                  (name.ends_with(".log") && entry.file_size(ec) > 0 && !ec);
       if (data) {
         return Status::Corruption("store " + dir_ + ": no format version record, but " + name +
                                   " holds data: the MANIFEST is damaged or truncated; not "
@@ -499,8 +500,8 @@ class RocksStore final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 
   std::mutex health_mu_;
-  Status fatal_;                        // guarded by health_mu_; ok until a fatal error
-  std::optional<Status> out_of_space_;  // guarded by health_mu_; set while the disk is full
+  Status fatal_;                         // guarded by health_mu_; ok until a fatal error
+  std::optional<Status> out_of_space_;   // guarded by health_mu_; set while the disk is full
   std::chrono::steady_clock::time_point next_resume_;  // guarded by health_mu_
 };
 
@@ -517,7 +518,8 @@ std::string KeyU64(uint64_t value) {
 
 Result<uint64_t> ParseKeyU64(std::string_view key) {
   if (key.size() != 8) {
-    return Status::InvalidArgument("u64 key is " + std::to_string(key.size()) + " bytes, not 8");
+    return Status::InvalidArgument("u64 key is " + std::to_string(key.size()) +
+                                   " bytes, not 8");
   }
   uint64_t value = 0;
   for (char c : key) value = (value << 8) | static_cast<uint8_t>(c);
@@ -532,8 +534,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir,
     if (ec) return Status::IOError("store " + dir + ": create directory: " + ec.message());
     KVGOV_RETURN_IF_ERROR(CheckNotOrphaned(dir));
     // 16 MiB of uncompressed blocks, shared by every column.
-    auto store =
-        std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20), std::move(on_fatal));
+    auto store = std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20),
+                                              std::move(on_fatal));
     KVGOV_RETURN_IF_ERROR(store->OpenDb());
     KVGOV_RETURN_IF_ERROR(store->CheckFormatVersion());
     return std::unique_ptr<Store>(std::move(store));

@@ -48,12 +48,13 @@ DaemonProcess::~DaemonProcess() {
 
 std::string DaemonProcess::Stderr() const { return ReadFile(dir_ / "output.log"); }
 
-Status DaemonProcess::Start(const std::vector<std::string>& extra_args, const std::string& listen) {
+Status DaemonProcess::Start(const std::vector<std::string>& extra_args,
+                            const std::string& listen) {
   const std::filesystem::path ready = dir_ / "ready";
   std::filesystem::remove(ready);
-  std::vector<std::string> args = {
-      "serve",        "--listen",    listen, "--data-dir", (dir_ / "data").string(),
-      "--ready-file", ready.string()};
+  std::vector<std::string> args = {"serve",       "--listen",           listen,
+                                   "--data-dir",  (dir_ / "data").string(),
+                                   "--ready-file", ready.string()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   KVGOV_ASSIGN_OR_RETURN(child_, SpawnKvgov(args, dir_ / "output.log"));
 

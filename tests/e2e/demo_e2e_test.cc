@@ -39,7 +39,8 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   std::string output;
   const int code = DaemonProcess::RunToExit(
       {"demo", "--quick", "--exit", "--listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0",
-       "--data-dir", (scratch.path() / "data").string(), "--report-json", report},
+       "--data-dir",
+       (scratch.path() / "data").string(), "--report-json", report},
       &output);
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("Routing: the same trace on the same engines"), std::string::npos)
@@ -104,9 +105,9 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   const std::string certificate = figures["certificate_file"];
   EXPECT_EQ(figures["issuer_public_key"].get<std::string>().size(), 64u);
   std::string verified;
-  EXPECT_EQ(
-      DaemonProcess::RunToExit({"cert", "verify", certificate, "--data-dir", data_dir}, &verified),
-      0)
+  EXPECT_EQ(DaemonProcess::RunToExit({"cert", "verify", certificate, "--data-dir", data_dir},
+                                     &verified),
+            0)
       << verified;
   EXPECT_NE(verified.find("ok   anchor"), std::string::npos) << verified;
 }
@@ -134,11 +135,11 @@ TEST(SimulateE2ETest, ComparesEveryPolicyOnOneTrace) {
 // end-to-end latency beside TTFT.
 TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
   std::string output;
-  const std::string trace =
-      std::string(KVGOV_SOURCE_DIR) + "/src/sim/testdata/mooncake_trace_1000.jsonl";
-  const int code = DaemonProcess::RunToExit({"simulate", "--trace", trace, "--window", "0:30",
-                                             "--policy", "kvgov", "--policy", "sglang", "--json"},
-                                            &output);
+  const std::string trace = std::string(KVGOV_SOURCE_DIR) + "/src/sim/testdata/mooncake_trace_1000.jsonl";
+  const int code = DaemonProcess::RunToExit(
+      {"simulate", "--trace", trace, "--window", "0:30", "--policy", "kvgov", "--policy", "sglang",
+       "--json"},
+      &output);
   ASSERT_EQ(code, 0) << output;
   const Json report = Json::parse(output.substr(output.find('{')));
   EXPECT_EQ(report["workload"], "trace");
@@ -154,9 +155,10 @@ TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
 // docs/adr/0024); shared-prefix answers need a length.
 TEST(SimulateE2ETest, ABuiltInWorkloadCanModelItsDecode) {
   std::string output;
-  const int code = DaemonProcess::RunToExit({"simulate", "--workload", "agent", "--decode",
-                                             "--requests", "96", "--policy", "kvgov", "--json"},
-                                            &output);
+  const int code = DaemonProcess::RunToExit(
+      {"simulate", "--workload", "agent", "--decode", "--requests", "96", "--policy", "kvgov",
+       "--json"},
+      &output);
   ASSERT_EQ(code, 0) << output;
   const Json report = Json::parse(output.substr(output.find('{')));
   ASSERT_EQ(report["policies"].size(), 1u) << output;
@@ -164,9 +166,9 @@ TEST(SimulateE2ETest, ABuiltInWorkloadCanModelItsDecode) {
   EXPECT_TRUE(kvgov["decode_modeled"].get<bool>()) << kvgov.dump();
   EXPECT_GT(kvgov["e2e_p50_s"].get<double>(), kvgov["ttft_p50_s"].get<double>());
 
-  EXPECT_EQ(
-      DaemonProcess::RunToExit({"simulate", "--workload", "shared-prefix", "--decode"}, &output),
-      2);
+  EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--workload", "shared-prefix", "--decode"},
+                                     &output),
+            2);
   EXPECT_NE(output.find("--decode: the shared-prefix workload's answers have no length"),
             std::string::npos)
       << output;
@@ -177,10 +179,8 @@ TEST(SimulateE2ETest, ABadTraceLineIsNamedByNumber) {
       std::filesystem::temp_directory_path() / ("kvgov_bad_trace_" + std::to_string(::getpid()));
   {
     std::ofstream file(trace);
-    file << R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]})"
-         << "\n"
-         << R"({"timestamp": 5, "input_length": 10, "output_length": 1})"
-         << "\n";
+    file << R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]})" << "\n"
+         << R"({"timestamp": 5, "input_length": 10, "output_length": 1})" << "\n";
   }
   std::string output;
   EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--trace", trace.string()}, &output), 2);

@@ -38,7 +38,7 @@ struct BlockStored {
   int64_t group_idx = 0;
   std::string kv_cache_spec_kind;  // "full_attention", "sliding_window", ...; "" when absent
   int64_t kv_cache_spec_sliding_window = 0;  // tokens; 0 when absent
-  std::string locality{};                    // vLLM's "LOCAL" / "REMOTE" as sent; "" when absent
+  std::string locality{};  // vLLM's "LOCAL" / "REMOTE" as sent; "" when absent
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 
@@ -122,7 +122,7 @@ std::vector<Entry> LowerEngineEvent(const EngineEvent& event, std::string_view w
 /// one entry is built per event and its digest rewritten for each block:
 /// lowering costs no allocation per block. The entry `sink` sees is valid
 /// only during the call.
-void LowerEngineEventEach(const EngineEvent& event, std::string_view worker, int64_t block_size,
-                          const std::function<void(const Entry&)>& sink);
+void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
+                          int64_t block_size, const std::function<void(const Entry&)>& sink);
 
 }  // namespace kvgov

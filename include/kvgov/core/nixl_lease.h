@@ -69,7 +69,8 @@ Result<NIXLLease> GrantNIXLLease(NIXLLease report, int64_t now_ms);
 /// repeated expiry on an expired lease returns FailedPrecondition naming the
 /// lease, its state and the event. `create` on an existing lease returns
 /// AlreadyExists; an event timed before the grant returns InvalidArgument.
-Result<NIXLLease> ApplyNIXLLeaseEvent(const NIXLLease& lease, NIXLLeaseEvent event, int64_t now_ms);
+Result<NIXLLease> ApplyNIXLLeaseEvent(const NIXLLease& lease, NIXLLeaseEvent event,
+                                      int64_t now_ms);
 
 /// Lowers the lease onto the kv_transfer plane at tier remote: direction
 /// restore for decode_pull, migrate for push_write, offload for prefill_pin;

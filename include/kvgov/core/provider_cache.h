@@ -23,7 +23,7 @@ struct ProviderCache {
   // turn its own cache family.
   std::string serializer_id;
   BreakpointMode breakpoint_mode = BreakpointMode::kUnknown;
-  std::string retention;         // "5m", "1h", "24h": <integer><s|m|min|h>
+  std::string retention;  // "5m", "1h", "24h": <integer><s|m|min|h>
   int64_t first_diverge_at = 0;  // <= 0: unknown
   std::string owner;             // empty -> the provider's name
   // The vary axes: each silently breaks the provider's cache when it changes.

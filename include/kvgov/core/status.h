@@ -69,9 +69,7 @@ class [[nodiscard]] Status {
   static Status DeadlineExceeded(std::string msg) {
     return Status(StatusCode::kDeadlineExceeded, std::move(msg));
   }
-  static Status Cancelled(std::string msg) {
-    return Status(StatusCode::kCancelled, std::move(msg));
-  }
+  static Status Cancelled(std::string msg) { return Status(StatusCode::kCancelled, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
@@ -100,7 +98,7 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status status)                          // NOLINT(google-explicit-constructor)
+  Result(Status status)                           // NOLINT(google-explicit-constructor)
       : state_(status.ok() ? Status::Internal("Result constructed from an OK status")
                            : std::move(status)) {}
 
@@ -130,10 +128,10 @@ class [[nodiscard]] Result {
 #define KVGOV_STATUS_CONCAT_(a, b) KVGOV_STATUS_CONCAT_INNER_(a, b)
 
 /// Returns the status from the enclosing function when `expr` is not OK.
-#define KVGOV_RETURN_IF_ERROR(expr)                \
-  do {                                             \
-    ::kvgov::Status kvgov_status_ = (expr);        \
-    if (!kvgov_status_.ok()) return kvgov_status_; \
+#define KVGOV_RETURN_IF_ERROR(expr)                 \
+  do {                                              \
+    ::kvgov::Status kvgov_status_ = (expr);         \
+    if (!kvgov_status_.ok()) return kvgov_status_;  \
   } while (false)
 
 /// `KVGOV_ASSIGN_OR_RETURN(auto x, Foo());` binds the value or returns the

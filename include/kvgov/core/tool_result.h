@@ -16,8 +16,8 @@ struct ToolResult {
   ToolResultEvent event = ToolResultEvent::kFill;
   std::string result_digest;  // required except for a miss
   int64_t size_bytes = 0;
-  std::string witness;       // e.g. an etag; set -> external refutation
-  int64_t saved_tokens = 0;  // prompt tokens a hit avoided
+  std::string witness;        // e.g. an etag; set -> external refutation
+  int64_t saved_tokens = 0;   // prompt tokens a hit avoided
   friend bool operator==(const ToolResult&, const ToolResult&) = default;
 };
 

@@ -13,12 +13,12 @@
 
 namespace kvgov {
 
-#define KVGOV_ENUM_SPELLING(Enum, name, ...)                             \
-  template <>                                                            \
-  struct EnumSpelling<Enum> {                                            \
-    static constexpr std::string_view kName = name;                      \
-    static constexpr auto kValues =                                      \
-        std::to_array<std::pair<Enum, std::string_view>>({__VA_ARGS__}); \
+#define KVGOV_ENUM_SPELLING(Enum, name, ...)                                           \
+  template <>                                                                          \
+  struct EnumSpelling<Enum> {                                                          \
+    static constexpr std::string_view kName = name;                                    \
+    static constexpr auto kValues = std::to_array<std::pair<Enum, std::string_view>>({ \
+        __VA_ARGS__});                                                                 \
   }
 
 /// What kind of object an entry identifies.
@@ -157,8 +157,8 @@ KVGOV_ENUM_SPELLING(InvalidationMode, "invalidation mode", {InvalidationMode::kN
 enum class LookupKind { kHit, kMiss, kRevalidate, kTransform, kQuarantine, kFault };
 KVGOV_ENUM_SPELLING(LookupKind, "lookup kind", {LookupKind::kHit, "hit"},
                     {LookupKind::kMiss, "miss"}, {LookupKind::kRevalidate, "revalidate"},
-                    {LookupKind::kTransform, "transform"}, {LookupKind::kQuarantine, "quarantine"},
-                    {LookupKind::kFault, "fault"});
+                    {LookupKind::kTransform, "transform"},
+                    {LookupKind::kQuarantine, "quarantine"}, {LookupKind::kFault, "fault"});
 
 /// Why a verdict is not a plain hit. `evicted` and `diverted` are kvgov's
 /// additions: an engine's own eviction lowers to a typed miss, never a hit;
@@ -216,7 +216,8 @@ KVGOV_ENUM_SPELLING(LookupReason, "lookup reason", {LookupReason::kNone, ""},
                     {LookupReason::kIndexMismatch, "index_mismatch"},
                     {LookupReason::kNonCausalIndex, "non_causal_index"},
                     {LookupReason::kLeaseReleased, "lease_released"},
-                    {LookupReason::kEvicted, "evicted"}, {LookupReason::kDiverted, "diverted"});
+                    {LookupReason::kEvicted, "evicted"},
+                    {LookupReason::kDiverted, "diverted"});
 
 /// Direction of a KV transfer. `store` and `evict` are an engine's own cache
 /// fill and eviction; the four others are the transport directions.
@@ -226,12 +227,14 @@ KVGOV_ENUM_SPELLING(KVTransferDirection, "kv transfer direction",
                     {KVTransferDirection::kRestore, "restore"},
                     {KVTransferDirection::kRoute, "route"},
                     {KVTransferDirection::kMigrate, "migrate"},
-                    {KVTransferDirection::kStore, "store"}, {KVTransferDirection::kEvict, "evict"});
+                    {KVTransferDirection::kStore, "store"},
+                    {KVTransferDirection::kEvict, "evict"});
 
 /// How a KV transfer ended.
 enum class KVTransferOutcome { kOk, kMissed, kFault };
 KVGOV_ENUM_SPELLING(KVTransferOutcome, "kv transfer outcome", {KVTransferOutcome::kOk, "ok"},
-                    {KVTransferOutcome::kMissed, "missed"}, {KVTransferOutcome::kFault, "fault"});
+                    {KVTransferOutcome::kMissed, "missed"},
+                    {KVTransferOutcome::kFault, "fault"});
 
 /// The part a NIXL lease plays in disaggregated prefill.
 enum class NIXLTransferRole { kPrefillPin, kDecodePull, kPushWrite };

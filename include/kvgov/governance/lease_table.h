@@ -88,8 +88,8 @@ class LeaseTable {
   using ByTime = std::set<std::pair<int64_t, std::string>>;  // (ms, lease id)
 
   mutable std::mutex mu_;
-  std::map<std::string, NIXLLease, std::less<>> leases_;     // guarded by mu_
-  std::map<std::string, int64_t, std::less<>> ended_at_ms_;  // guarded by mu_
+  std::map<std::string, NIXLLease, std::less<>> leases_;      // guarded by mu_
+  std::map<std::string, int64_t, std::less<>> ended_at_ms_;   // guarded by mu_
   ByTime expiring_;        // guarded by mu_; active leases by expires_at_ms
   ByTime ended_reported_;  // guarded by mu_; ended transport-reported leases by end
   ByTime ended_handoff_;   // guarded by mu_; ended handoff-witnessed leases by end

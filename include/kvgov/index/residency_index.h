@@ -47,7 +47,7 @@ inline constexpr std::array<ResidencyTier, 5> kIndexedTiers = {
 struct ApplyResult {
   uint64_t blocks_stored = 0;
   uint64_t blocks_removed = 0;
-  uint64_t orphan_blocks = 0;  // stored under a parent the index does not know
+  uint64_t orphan_blocks = 0;     // stored under a parent the index does not know
   // Stored under a new engine hash while the same key (same tokens, same
   // parent chain) was already resident in that tier: the engine's hashing
   // changed. Also counts a block a transport reported before the engine did.
@@ -147,7 +147,8 @@ class ResidencyIndex {
   /// transports that report a span by token ids. NotFound for an unknown
   /// worker.
   Status AddBlocks(std::string_view worker, std::span<const BlockKey> keys, ResidencyTier tier);
-  Status RemoveBlocks(std::string_view worker, std::span<const BlockKey> keys, ResidencyTier tier);
+  Status RemoveBlocks(std::string_view worker, std::span<const BlockKey> keys,
+                      ResidencyTier tier);
 
   /// Empties the worker and keeps it registered. NotFound if unknown.
   Status ClearWorker(std::string_view worker);

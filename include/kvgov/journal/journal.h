@@ -88,8 +88,8 @@ class Journal {
   /// Appends a row and, in the same atomic store write, `extra` (the state
   /// change the row records), synced before returning. Returns the row.
   /// ResourceExhausted when the row would exceed kMaxRowBytes;
-  /// InvalidArgument when an `extra` op targets the journal column; the store's error when the
-  /// write fails, and then the head does not move.
+  /// InvalidArgument when an `extra` op targets the journal column; the store's error when the write fails,
+  /// and then the head does not move.
   Result<Row> Append(std::string_view kind, std::string_view subject, const Attribution& by,
                      std::string_view payload, int64_t time_ms,
                      std::span<const store::WriteOp> extra = {});
@@ -129,12 +129,12 @@ class Journal {
 
   store::Store* const store_;
   mutable std::mutex mu_;
-  std::condition_variable settled_;   // a group was committed (or failed)
-  std::deque<PendingAppend*> queue_;  // guarded by mu_; appends not yet written
-  bool committing_ = false;           // guarded by mu_; a group's write is under way
-  uint64_t head_seq_ = 0;             // guarded by mu_
-  std::string head_hash_;             // guarded by mu_
-  int64_t head_time_ms_ = 0;          // guarded by mu_
+  std::condition_variable settled_;     // a group was committed (or failed)
+  std::deque<PendingAppend*> queue_;    // guarded by mu_; appends not yet written
+  bool committing_ = false;             // guarded by mu_; a group's write is under way
+  uint64_t head_seq_ = 0;  // guarded by mu_
+  std::string head_hash_;  // guarded by mu_
+  int64_t head_time_ms_ = 0;  // guarded by mu_
 };
 
 /// Rows this journal never held, whose chain it adopted (AdoptHead).
@@ -148,8 +148,8 @@ struct AdoptedSpan {
 
 /// What `kvgov journal verify` reports.
 struct VerifyReport {
-  uint64_t rows = 0;                         // rows that verified, before the first broken one
-  std::vector<AdoptedSpan> adopted;          // spans crossed by an adopted head
+  uint64_t rows = 0;  // rows that verified, before the first broken one
+  std::vector<AdoptedSpan> adopted;  // spans crossed by an adopted head
   std::optional<uint64_t> first_broken_seq;  // the first row that does not verify
   std::string problem;                       // why, naming the field
 };

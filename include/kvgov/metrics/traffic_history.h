@@ -50,8 +50,8 @@ class TrafficHistory {
  private:
   const size_t capacity_;
   mutable std::mutex mu_;
-  bool sampled_ = false;             // guarded by mu_
-  TrafficTotals last_;               // guarded by mu_
+  bool sampled_ = false;      // guarded by mu_
+  TrafficTotals last_;        // guarded by mu_
   std::deque<TrafficPoint> points_;  // guarded by mu_
 };
 

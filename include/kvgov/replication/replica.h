@@ -138,7 +138,8 @@ class Replica {
   /// cannot be reached, or when the log was trimmed past every snapshot in
   /// it (the message says so); InvalidArgument for a snapshot that does
   /// not decode.
-  static Result<ReplicatedTokens> ReadTokens(const std::string& redis_url, std::string_view prefix);
+  static Result<ReplicatedTokens> ReadTokens(const std::string& redis_url,
+                                             std::string_view prefix);
 
   /// Claims on work that must be done once across the replicas.
   Result<bool> Claim(std::string_view name);
@@ -227,7 +228,7 @@ class Replica {
   mutable std::mutex mu_;
   std::condition_variable applied_cv_;
   std::condition_variable stop_cv_;
-  StreamId applied_;  // guarded by mu_
+  StreamId applied_;                         // guarded by mu_
   // What this replica's own entries came to, by write id, until their
   // writers collect them. Guarded by mu_.
   struct OwnOutcome {
@@ -239,9 +240,9 @@ class Replica {
   // (the applier's own; read under mu_ by nothing else).
   std::map<std::string, StreamId, std::less<>> write_ids_;
   std::deque<std::pair<StreamId, std::string>> write_id_order_;
-  StreamId snapshot_taken_;                              // the applier's own
+  StreamId snapshot_taken_;  // the applier's own
   std::chrono::steady_clock::time_point next_snapshot_;  // the applier's own
-  bool stopping_ = false;                                // guarded by mu_
+  bool stopping_ = false;                                 // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<bool> caught_up_{false};
   std::atomic<bool> log_reset_{false};

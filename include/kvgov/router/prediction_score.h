@@ -42,8 +42,8 @@ struct PredictionScore {
 class PredictionScores {
  public:
   /// Scores one answered request on `worker`; returns the outcome.
-  PredictionOutcome Record(std::string_view worker, int64_t predicted_tokens, int64_t cached_tokens,
-                           int64_t block_size);
+  PredictionOutcome Record(std::string_view worker, int64_t predicted_tokens,
+                           int64_t cached_tokens, int64_t block_size);
   /// The worker's score; nullopt when nothing was scored on it.
   std::optional<PredictionScore> Of(std::string_view worker) const;
 

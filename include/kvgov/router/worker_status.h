@@ -15,9 +15,9 @@ namespace kvgov::router {
 
 /// Load an engine reports on its own /metrics (vLLM's gauges).
 struct ScrapedLoad {
-  double running = 0;   // vllm:num_requests_running
-  double waiting = 0;   // vllm:num_requests_waiting
-  double kv_usage = 0;  // vllm:kv_cache_usage_perc, 0..1
+  double running = 0;        // vllm:num_requests_running
+  double waiting = 0;        // vllm:num_requests_waiting
+  double kv_usage = 0;       // vllm:kv_cache_usage_perc, 0..1
   int64_t scraped_at_ms = 0;
   friend bool operator==(const ScrapedLoad&, const ScrapedLoad&) = default;
 };
@@ -30,8 +30,8 @@ inline std::optional<double> RunningRequests(const std::optional<ScrapedLoad>& s
 /// What the router knows of one worker besides its residency.
 struct WorkerStatus {
   std::string id;
-  bool probed = false;   // the engine has a control URL kvgov probes
-  bool healthy = false;  // meaningful only when probed; true when not probed
+  bool probed = false;     // the engine has a control URL kvgov probes
+  bool healthy = false;    // meaningful only when probed; true when not probed
   int consecutive_failures = 0;
   int64_t last_probe_ms = 0;
   std::string last_probe_error;

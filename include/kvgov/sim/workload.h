@@ -10,10 +10,10 @@ namespace kvgov::sim {
 
 /// One request of a trace: who sends which prompt when.
 struct SimRequest {
-  uint64_t id = 0;       // 0, 1, 2, ... in arrival order
-  double arrival_s = 0;  // seconds from the trace's start
-  std::string tenant;    // "" for a single-tenant workload
-  std::string session;   // for reports: which conversation or group it belongs to
+  uint64_t id = 0;        // 0, 1, 2, ... in arrival order
+  double arrival_s = 0;   // seconds from the trace's start
+  std::string tenant;     // "" for a single-tenant workload
+  std::string session;    // for reports: which conversation or group it belongs to
   std::vector<int64_t> tokens;
   int64_t output_tokens = 0;  // what the answer generates (0: not modeled)
 };
@@ -27,8 +27,8 @@ struct AgentWorkloadOptions {
   int sessions_per_tenant = 10;
   int turns = 8;
   int64_t system_prompt_tokens = 3072;
-  int64_t message_tokens = 256;       // each new user message (or tool result)
-  int64_t answer_tokens = 192;        // each answer (output_tokens), re-sent with the next turn
+  int64_t message_tokens = 256;  // each new user message (or tool result)
+  int64_t answer_tokens = 192;   // each answer (output_tokens), re-sent with the next turn
   double session_starts_per_s = 2.0;  // Poisson rate of new sessions
   double think_time_s = 2.0;          // mean gap between a session's turns
   uint64_t seed = 1;

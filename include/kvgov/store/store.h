@@ -63,8 +63,8 @@ class Store {
   ///    the store refuses every later write with that error and calls
   ///    `on_fatal` once, from the failing writer's thread; the owner stops,
   ///    and a restart recovers from the write-ahead log.
-  static Result<std::unique_ptr<Store>> Open(const std::string& dir,
-                                             std::function<void(const Status&)> on_fatal = {});
+  static Result<std::unique_ptr<Store>> Open(
+      const std::string& dir, std::function<void(const Status&)> on_fatal = {});
 
   static constexpr std::chrono::milliseconds kResumeInterval{200};
 
@@ -81,9 +81,9 @@ class Store {
   /// Visits keys in [begin, end) in key order (an empty `end` means to the
   /// end of the column) until `visit` returns false. Checksums are verified
   /// on every read; Corruption names what failed.
-  virtual Status Scan(
-      Column column, std::string_view begin, std::string_view end,
-      const std::function<bool(std::string_view key, std::string_view value)>& visit) const = 0;
+  virtual Status Scan(Column column, std::string_view begin, std::string_view end,
+                      const std::function<bool(std::string_view key, std::string_view value)>&
+                          visit) const = 0;
 
   /// The greatest key in `column`, nullopt when the column is empty (the
   /// journal's head). Corruption / IOError from RocksDB.
