@@ -21,17 +21,45 @@ namespace {
 
 using Json = nlohmann::json;
 
-// An engine of the test's own (cpp-httplib): vLLM's /tokenize (eight
-// tokens, whatever the prompt) and chat completions, whole or streamed,
-// reporting 4 of 8 prompt tokens cached. `refuse_first` answers the first
-// chat 503, as an engine that is going away does.
-class Engine {
+// An HTTP server of the test's own on a free port, with vLLM's /tokenize
+// (eight tokens, whatever the prompt); Listen once the routes are added.
+class TestServer {
  public:
-  explicit Engine(bool refuse_first = false) : refuse_next_(refuse_first) {
+  TestServer() {
     server_.Post("/tokenize", [](const httplib::Request&, httplib::Response& response) {
       response.set_content(R"({"count":8,"max_model_len":4096,"tokens":[1,2,3,4,5,6,7,8]})",
                            "application/json");
     });
+  }
+  virtual ~TestServer() { Stop(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ protected:
+  // Bound and listening: a connection waits in the backlog until the
+  // accept loop runs.
+  void Listen() {
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  // Called by a subclass's destructor: its handlers use its members.
+  void Stop() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  httplib::Server server_;
+
+ private:
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// An engine of the test's own (cpp-httplib): vLLM's /tokenize (eight
+// tokens, whatever the prompt) and chat completions, whole or streamed,
+// reporting 4 of 8 prompt tokens cached. `refuse_first` answers the first
+// chat 503, as an engine that is going away does.
+class Engine : public TestServer {
+ public:
+  explicit Engine(bool refuse_first = false) : refuse_next_(refuse_first) {
     server_.Post("/v1/chat/completions",
                  [this](const httplib::Request& request, httplib::Response& response) {
                    const Json body = Json::parse(request.body);
@@ -66,25 +94,15 @@ class Engine {
                    events += "data: [DONE]\n\n";
                    response.set_content(events, "text/event-stream");
                  });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    // Bound and listening: a connection waits in the backlog until the
-    // accept loop runs.
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    Listen();
   }
-  ~Engine() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  ~Engine() override { Stop(); }
   std::vector<Json> chats() const {
     std::lock_guard lock(mu_);
     return chats_;
   }
 
  private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
   std::atomic<bool> refuse_next_;
   mutable std::mutex mu_;
   std::vector<Json> chats_;
@@ -94,14 +112,10 @@ class Engine {
 // answers with kv_transfer_params; as a decode worker it sends its head at
 // once and its first token only after `first_token_after`, watching its
 // client meanwhile, as an engine that aborts a request whose client left.
-class DisaggregatedEngine {
+class DisaggregatedEngine : public TestServer {
  public:
   explicit DisaggregatedEngine(std::chrono::milliseconds first_token_after)
       : first_token_after_(first_token_after) {
-    server_.Post("/tokenize", [](const httplib::Request&, httplib::Response& response) {
-      response.set_content(R"({"count":8,"max_model_len":4096,"tokens":[1,2,3,4,5,6,7,8]})",
-                           "application/json");
-    });
     server_.Post("/v1/chat/completions", [this](const httplib::Request& request,
                                                 httplib::Response& response) {
       const Json body = Json::parse(request.body);
@@ -132,23 +146,15 @@ class DisaggregatedEngine {
             return true;
           });
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    Listen();
   }
-  ~DisaggregatedEngine() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  ~DisaggregatedEngine() override { Stop(); }
   int prefills() const { return prefills_; }
   int decodes() const { return decodes_; }
   int aborted() const { return aborted_; }
 
  private:
   const std::chrono::milliseconds first_token_after_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
   std::atomic<int> prefills_{0};
   std::atomic<int> decodes_{0};
   std::atomic<int> aborted_{0};
