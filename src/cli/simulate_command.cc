@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/sim/fleet.h"
+#include "kvgov/sim/pareto.h"
 #include "kvgov/sim/trace.h"
 #include "kvgov/sim/workload.h"
 
@@ -138,9 +139,23 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
                            std::to_string(workload.question_tokens) + " tokens), " +
                            std::to_string(workload.requests) + " requests at " +
                            Rate(workload.requests_per_s) + "/s";
-  } else if (flags.workload == "agent") {
+  } else if (flags.workload == "agent" || flags.workload == "tool-agent") {
     sim::AgentWorkloadOptions workload;
     workload.seed = flags.seed;
+    if (flags.workload == "tool-agent") {
+      // Agents calling tools: a long system prompt of tool definitions,
+      // short answers (the tool calls) and long tool results, fast turns.
+      // More tenants than engines, as in the demo: where each tenant's
+      // prompt lives decides which engines idle.
+      workload.tenants = 6;
+      workload.sessions_per_tenant = 16;
+      workload.turns = 10;
+      workload.system_prompt_tokens = 12288;
+      workload.message_tokens = 1024;
+      workload.answer_tokens = 128;
+      workload.session_starts_per_s = 1.0;
+      workload.think_time_s = 0.5;
+    }
     if (flags.requests > 0) {
       // Whole sessions: as many as make up the requests asked for.
       workload.sessions_per_tenant =
@@ -150,16 +165,67 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     if (flags.answer_tokens >= 0) workload.answer_tokens = flags.answer_tokens;
     fleet.engines = engines > 0 ? engines : 4;
     fleet.shape = sim::ModelShape::kLlama3_8B;
-    fleet.capacity_blocks = 4096;
+    fleet.capacity_blocks = flags.workload == "tool-agent" ? 8192 : 4096;
+    fleet.decode.enabled = flags.workload == "tool-agent";
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::AgentWorkload(workload));
     scenario.description =
         std::to_string(workload.tenants) + " tenants x " +
         std::to_string(workload.sessions_per_tenant) + " sessions x " +
         std::to_string(workload.turns) + " turns, " +
-        std::to_string(workload.system_prompt_tokens) + "-token system prompt per tenant";
+        std::to_string(workload.system_prompt_tokens) + "-token system prompt per tenant, " +
+        std::to_string(workload.message_tokens) + "-token messages";
+  } else if (flags.workload == "conversation") {
+    sim::ConversationWorkloadOptions workload;
+    workload.seed = flags.seed;
+    // Six turns a session on average.
+    if (flags.requests > 0) workload.sessions = std::max(1, flags.requests / 6);
+    if (flags.rate > 0) workload.session_starts_per_s = flags.rate;
+    if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
+    fleet.engines = engines > 0 ? engines : 4;
+    fleet.shape = sim::ModelShape::kLlama3_8B;
+    fleet.capacity_blocks = 8192;
+    fleet.decode.enabled = true;
+    KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::ConversationWorkload(workload));
+    scenario.description = std::to_string(workload.sessions) + " sessions of " +
+                           std::to_string(workload.min_turns) + "-" +
+                           std::to_string(workload.max_turns) + " turns, " +
+                           Rate(workload.think_time_s) + " s thinking between turns";
+  } else if (flags.workload == "document-qa") {
+    sim::DocumentQaWorkloadOptions workload;
+    workload.seed = flags.seed;
+    if (flags.requests > 0) workload.requests = flags.requests;
+    if (flags.rate > 0) workload.requests_per_s = flags.rate;
+    if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
+    fleet.engines = engines > 0 ? engines : 4;
+    fleet.shape = sim::ModelShape::kLlama3_8B;
+    fleet.capacity_blocks = 16384;
+    fleet.decode.enabled = true;
+    KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::DocumentQaWorkload(workload));
+    scenario.description = std::to_string(workload.requests) + " questions on " +
+                           std::to_string(workload.documents) + " documents of " +
+                           std::to_string(workload.min_document_tokens) + "-" +
+                           std::to_string(workload.max_document_tokens) + " tokens at " +
+                           Rate(workload.requests_per_s) + "/s";
+  } else if (flags.workload == "burst") {
+    sim::BurstWorkloadOptions workload;
+    workload.seed = flags.seed;
+    if (flags.rate > 0) workload.background_per_s = flags.rate;
+    if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
+    fleet.engines = engines > 0 ? engines : 4;
+    fleet.shape = sim::ModelShape::kLlama3_8B;
+    fleet.capacity_blocks = 8192;
+    fleet.decode.enabled = true;
+    KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::BurstWorkload(workload));
+    scenario.description = std::to_string(workload.bursts) + " bursts of " +
+                           std::to_string(workload.burst_requests) + " requests in " +
+                           Rate(workload.burst_window_s) + " s over " +
+                           Rate(workload.background_per_s) + "/s background, " +
+                           std::to_string(workload.prompts) + " shared " +
+                           std::to_string(workload.prompt_tokens) + "-token prompts";
   } else {
     return Status::InvalidArgument("--workload: unknown workload \"" + flags.workload +
-                                   "\": want agent or shared-prefix");
+                                   "\": want shared-prefix, agent, tool-agent, "
+                                   "conversation, document-qa or burst");
   }
   if (flags.decode) fleet.decode.enabled = true;
   if (flags.capacity_blocks > 0) fleet.capacity_blocks = flags.capacity_blocks;
@@ -204,6 +270,34 @@ nlohmann::json DisaggregatedReportJson(const sim::PolicyReport& report) {
   return out;
 }
 
+// kvgov against the other policies of one fleet's run; null without kvgov.
+nlohmann::json ParetoJson(const std::vector<sim::PolicyReport>& reports) {
+  Result<sim::ParetoSummary> summary = sim::Pareto(reports, "kvgov");
+  if (!summary.ok()) return nullptr;
+  nlohmann::json out = {{"policy", summary->policy},
+                        {"no_worse_than", summary->no_worse_than()},
+                        {"against", nlohmann::json::array()}};
+  if (summary->hit_rate_points_behind_oracle.has_value()) {
+    out["hit_rate_points_behind_oracle"] = *summary->hit_rate_points_behind_oracle;
+  }
+  for (const sim::ParetoComparison& c : summary->against) {
+    out["against"].push_back({{"peer", c.peer},
+                              {"prefill_ratio", c.prefill_ratio},
+                              {"ttft_p90_ratio", c.ttft_p90_ratio},
+                              {"no_worse", c.no_worse()},
+                              {"dominates", c.dominates()}});
+  }
+  return out;
+}
+
+// A fleet's table, then kvgov's standing against the rest when it ran.
+std::string TableWithPareto(const std::vector<sim::PolicyReport>& reports) {
+  std::string out = sim::FormatReports(reports);
+  Result<sim::ParetoSummary> summary = sim::Pareto(reports, "kvgov");
+  if (summary.ok() && !summary->against.empty()) out += "\n" + sim::FormatPareto(*summary);
+  return out;
+}
+
 // Every policy on one fleet; 0 with the reports, else the exit code
 // (after the message).
 int RunPolicies(const SimulateFlags& flags, const Scenario& scenario,
@@ -245,7 +339,11 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       "(p50/p90/p99, from the prefill cost measured on an H200) and load spread. kvgov's\n"
       "policy is its own router fed only by the engines' encoded KV-event streams.\n"
       "Deterministic under --seed. Example: kvgov simulate --workload shared-prefix");
-  command->add_option("--workload", flags.workload, "agent or shared-prefix (llm-d's benchmark).")
+  command->add_option("--workload", flags.workload,
+                      "shared-prefix (llm-d's benchmark), agent, tool-agent (long tool\n"
+                      "definitions, tool results), conversation (multi-turn chat), document-qa\n"
+                      "(long documents, Zipf popularity) or burst. All but shared-prefix and\n"
+                      "agent model decode.")
       ->capture_default_str();
   CLI::Option* trace = command->add_option(
       "--trace", flags.trace,
@@ -355,6 +453,7 @@ int RunSimulate(const SimulateFlags& flags) {
                           {"seed", flags.seed},
                           {"policies", nlohmann::json::array()}};
     for (const sim::PolicyReport& report : reports) out["policies"].push_back(ReportJson(report));
+    out["pareto"] = ParetoJson(reports);
     if (split_fleet.has_value()) {
       out["disaggregate"] = split_name;
       out["prefill_engines"] = split_fleet->prefill_engines;
@@ -364,6 +463,7 @@ int RunSimulate(const SimulateFlags& flags) {
       for (const sim::PolicyReport& report : split_reports) {
         out["disaggregated"].push_back(DisaggregatedReportJson(report));
       }
+      out["disaggregated_pareto"] = ParetoJson(split_reports);
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -374,7 +474,7 @@ int RunSimulate(const SimulateFlags& flags) {
               fleet.engines, fleet.capacity_blocks, static_cast<long long>(fleet.block_size),
               std::string(sim::ToString(fleet.shape)).c_str());
   if (!split_fleet.has_value()) {
-    std::printf("\n%s", sim::FormatReports(reports).c_str());
+    std::printf("\n%s", TableWithPareto(reports).c_str());
     return 0;
   }
   const size_t prefill = static_cast<size_t>(split_fleet->prefill_engines);
@@ -385,9 +485,9 @@ int RunSimulate(const SimulateFlags& flags) {
       "modeled in either fleet: TTFT = prefill queue + prefill (+ link queue + transfer).\n",
       split_name.c_str(), EngineRange(0, prefill).c_str(), EngineRange(prefill, decode).c_str(),
       flags.link_gbps);
-  std::printf("\ncolocated, %d engines\n%s", fleet.engines, sim::FormatReports(reports).c_str());
+  std::printf("\ncolocated, %d engines\n%s", fleet.engines, TableWithPareto(reports).c_str());
   std::printf("\ndisaggregated, %s\n%s", split_name.c_str(),
-              sim::FormatReports(split_reports).c_str());
+              TableWithPareto(split_reports).c_str());
   return 0;
 }
 

@@ -33,6 +33,12 @@ class TraceRandom {
   uint64_t state_;
 };
 
+// An exponential draw around `mean`, rounded, at least `floor`, at most 8x the mean.
+int64_t LengthAround(TraceRandom& random, int64_t mean, int64_t floor) {
+  const double m = static_cast<double>(mean);
+  return std::max<int64_t>(floor, std::llround(std::min(random.Exponential(m), 8 * m)));
+}
+
 void Append(std::vector<int64_t>& to, const std::vector<int64_t>& tokens) {
   to.insert(to.end(), tokens.begin(), tokens.end());
 }
@@ -126,6 +132,147 @@ Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadO
           std::max<int64_t>(1, std::llround(std::min(random.Exponential(mean), 8 * mean)));
     }
     requests.push_back(std::move(request));
+  }
+  NumberByArrival(requests);
+  return requests;
+}
+
+Result<std::vector<SimRequest>> ConversationWorkload(const ConversationWorkloadOptions& options) {
+  if (options.sessions <= 0 || options.min_turns <= 0 || options.max_turns < options.min_turns) {
+    return Status::InvalidArgument(
+        "conversation workload: sessions must be positive and 0 < min_turns <= max_turns");
+  }
+  if (options.system_prompt_tokens < 0 || options.message_tokens <= 0 ||
+      options.answer_tokens <= 0) {
+    return Status::InvalidArgument(
+        "conversation workload: message and answer tokens must be positive, the system "
+        "prompt's >= 0");
+  }
+  if (!(options.session_starts_per_s > 0) || !(options.think_time_s >= 0)) {
+    return Status::InvalidArgument(
+        "conversation workload: the session start rate must be positive, think time >= 0");
+  }
+  TraceRandom random(options.seed);
+  const std::vector<int64_t> system_prompt = random.Tokens(options.system_prompt_tokens);
+  std::vector<SimRequest> requests;
+  double session_start = 0;
+  for (int s = 0; s < options.sessions; ++s) {
+    session_start += random.Exponential(1.0 / options.session_starts_per_s);
+    const int turns = options.min_turns +
+                      static_cast<int>(random.Below(
+                          static_cast<uint64_t>(options.max_turns - options.min_turns + 1)));
+    std::vector<int64_t> transcript = system_prompt;
+    double at = session_start;
+    for (int turn = 0; turn < turns; ++turn) {
+      Append(transcript, random.Tokens(LengthAround(random, options.message_tokens, 16)));
+      SimRequest request;
+      request.arrival_s = at;
+      request.session = "session-" + std::to_string(s);
+      request.tokens = transcript;
+      request.output_tokens = LengthAround(random, options.answer_tokens, 16);
+      Append(transcript, random.Tokens(request.output_tokens));
+      requests.push_back(std::move(request));
+      at += random.Exponential(options.think_time_s);
+    }
+  }
+  NumberByArrival(requests);
+  return requests;
+}
+
+Result<std::vector<SimRequest>> DocumentQaWorkload(const DocumentQaWorkloadOptions& options) {
+  if (options.documents <= 0 || options.requests <= 0 || options.min_document_tokens <= 0 ||
+      options.max_document_tokens < options.min_document_tokens) {
+    return Status::InvalidArgument(
+        "document-qa workload: documents and requests must be positive and 0 < "
+        "min_document_tokens <= max_document_tokens");
+  }
+  if (options.question_tokens <= 0 || options.answer_tokens <= 0) {
+    return Status::InvalidArgument(
+        "document-qa workload: question and answer tokens must be positive");
+  }
+  if (!(options.requests_per_s > 0) || !(options.zipf_exponent >= 0)) {
+    return Status::InvalidArgument(
+        "document-qa workload: the request rate must be positive, the Zipf exponent >= 0");
+  }
+  TraceRandom random(options.seed);
+  std::vector<std::vector<int64_t>> documents;
+  const uint64_t spread =
+      static_cast<uint64_t>(options.max_document_tokens - options.min_document_tokens + 1);
+  for (int d = 0; d < options.documents; ++d) {
+    documents.push_back(random.Tokens(options.min_document_tokens +
+                                      static_cast<int64_t>(random.Below(spread))));
+  }
+  // Document d is asked about with weight 1 / (d + 1)^s: drawn by its
+  // cumulative weight.
+  std::vector<double> cumulative;
+  double total = 0;
+  for (int d = 0; d < options.documents; ++d) {
+    total += std::pow(static_cast<double>(d + 1), -options.zipf_exponent);
+    cumulative.push_back(total);
+  }
+  std::vector<SimRequest> requests;
+  requests.reserve(static_cast<size_t>(options.requests));
+  double at = 0;
+  for (int r = 0; r < options.requests; ++r) {
+    at += random.Exponential(1.0 / options.requests_per_s);
+    const double draw = random.Uniform() * total;
+    const size_t document = std::min<size_t>(
+        static_cast<size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), draw) -
+                            cumulative.begin()),
+        documents.size() - 1);
+    SimRequest request;
+    request.arrival_s = at;
+    request.session = "document-" + std::to_string(document);
+    request.tokens = documents[document];
+    Append(request.tokens, random.Tokens(LengthAround(random, options.question_tokens, 16)));
+    request.output_tokens = LengthAround(random, options.answer_tokens, 1);
+    requests.push_back(std::move(request));
+  }
+  NumberByArrival(requests);
+  return requests;
+}
+
+Result<std::vector<SimRequest>> BurstWorkload(const BurstWorkloadOptions& options) {
+  if (options.prompts <= 0 || options.prompt_tokens <= 0 || options.suffix_tokens <= 0 ||
+      options.answer_tokens <= 0) {
+    return Status::InvalidArgument(
+        "burst workload: prompts, prompt, suffix and answer tokens must be positive");
+  }
+  if (options.bursts < 0 || options.burst_requests < 0 || options.burst_prompts <= 0 ||
+      options.burst_prompts > options.prompts) {
+    return Status::InvalidArgument(
+        "burst workload: bursts and their requests must be >= 0 and 0 < burst_prompts <= "
+        "prompts");
+  }
+  if (!(options.background_per_s > 0) || !(options.duration_s > 0) ||
+      !(options.burst_window_s > 0)) {
+    return Status::InvalidArgument(
+        "burst workload: the background rate, duration and burst window must be positive");
+  }
+  TraceRandom random(options.seed);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int p = 0; p < options.prompts; ++p) prompts.push_back(random.Tokens(options.prompt_tokens));
+  std::vector<SimRequest> requests;
+  const auto add = [&](double at, size_t prompt, std::string group) {
+    SimRequest request;
+    request.arrival_s = at;
+    request.session = std::move(group);
+    request.tokens = prompts[prompt];
+    Append(request.tokens, random.Tokens(options.suffix_tokens));
+    request.output_tokens = LengthAround(random, options.answer_tokens, 1);
+    requests.push_back(std::move(request));
+  };
+  for (double at = random.Exponential(1.0 / options.background_per_s); at < options.duration_s;
+       at += random.Exponential(1.0 / options.background_per_s)) {
+    add(at, random.Below(static_cast<uint64_t>(options.prompts)), "background");
+  }
+  for (int b = 0; b < options.bursts; ++b) {
+    const double start = options.duration_s * (b + 1) / (options.bursts + 1);
+    for (int r = 0; r < options.burst_requests; ++r) {
+      add(start + random.Uniform() * options.burst_window_s,
+          random.Below(static_cast<uint64_t>(options.burst_prompts)),
+          "burst-" + std::to_string(b));
+    }
   }
   NumberByArrival(requests);
   return requests;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# kvgov's router against every peer policy on every workload of
+# `kvgov simulate` (docs/benchmarks.md "Routing on both axes"): one line a
+# workload with kvgov's prefill tokens and TTFT p90, the best peer's on each
+# axis, and the peers kvgov loses to. Extra arguments go to every simulate
+# run, e.g. --seed 2 to look at a held-out draw, or a --route-* weight.
+# Usage: routing-pareto.sh KVGOV_BINARY [SIMULATE_ARGS...]
+set -euo pipefail
+kvgov=${1:?usage: routing-pareto.sh KVGOV_BINARY [SIMULATE_ARGS...]}
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+trace="$here/../src/sim/testdata/mooncake_trace_1000.jsonl"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+workloads=(shared-prefix agent tool-agent conversation document-qa burst)
+for workload in "${workloads[@]}"; do
+  "$kvgov" simulate --workload "$workload" --json "$@" > "$out/$workload.json"
+done
+"$kvgov" simulate --trace "$trace" --json "$@" > "$out/trace.json"
+python3 - "$out" "${workloads[@]}" trace <<'PY'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+PEERS = ["dynamo", "llm-d", "sglang", "prefix-hash", "round-robin", "least-load"]
+print(f"{'workload':<14} {'kvgov prefill':>13} {'best peer':>22} {'kvgov p90':>9} {'best peer':>18} "
+      f"{'vs oracle':>9}  loses to")
+missed = 0
+for name in names:
+    report = json.load(open(f"{out}/{name}.json"))
+    by = {p["policy"]: p for p in report["policies"]}
+    kv = by["kvgov"]
+    peers = [by[p] for p in PEERS if p in by]
+    cheapest = min(peers, key=lambda p: p["prefill_tokens"])
+    fastest = min(peers, key=lambda p: p["ttft_p90_s"])
+    gap = 100 * (by["oracle"]["hit_rate"] - kv["hit_rate"]) if "oracle" in by else float("nan")
+    losses = []
+    for p in peers:
+        axes = []
+        if kv["prefill_tokens"] > p["prefill_tokens"]:
+            axes.append(f"prefill +{100 * (kv['prefill_tokens'] / p['prefill_tokens'] - 1):.1f}%")
+        if kv["ttft_p90_s"] > p["ttft_p90_s"]:
+            axes.append(f"p90 +{100 * (kv['ttft_p90_s'] / p['ttft_p90_s'] - 1):.1f}%")
+        if axes:
+            losses.append(f"{p['policy']} ({', '.join(axes)})")
+    missed += bool(losses) or gap > 1
+    print(f"{name:<14} {kv['prefill_tokens']:>13} {cheapest['policy'] + ' ' + str(cheapest['prefill_tokens']):>22} "
+          f"{kv['ttft_p90_s']:>8.3f}s {fastest['policy'] + ' ' + format(fastest['ttft_p90_s'], '.3f') + 's':>18} "
+          f"{gap:>+8.1f}p  {'; '.join(losses) or '-'}")
+print(f"workloads where kvgov is not at least as good as every peer on both axes "
+      f"(or is over 1 point behind the oracle's hit rate): {missed} of {len(names)}")
+PY
