@@ -169,11 +169,23 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   struct Credit {
     uint64_t resident_blocks = 0;
     uint64_t overlap_blocks = 0;
+    uint64_t prefilling_blocks = 0;
     std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};
     double credited_blocks = 0;
     uint64_t pulled_blocks = 0;
     uint64_t affinity = 0;
   };
+  // Blocks that decisions routed to each worker are prefilling now. Read
+  // apart from the loads below, so governance is not asked under mu_.
+  std::vector<size_t> prefilling(workers.size(), 0);
+  {
+    std::lock_guard lock(mu_);
+    if (!prefilling_.empty()) {
+      for (size_t w = 0; w < workers.size(); ++w) {
+        prefilling[w] = PrefillingLocked(chain_for(workers[w].block_size)->keys, workers[w].id);
+      }
+    }
+  }
   std::vector<Credit> credits(workers.size());
   for (size_t w = 0; w < workers.size(); ++w) {
     const index::WorkerResidency& worker = workers[w];
@@ -183,37 +195,45 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
       ++chain.next;
     }
     credit.affinity = Affinity(chain.keys.empty() ? 0 : chain.keys.front(), worker.id);
-    if (chain.next == chain.overlaps.size() || chain.overlaps[chain.next].worker != worker.id) {
-      continue;
-    }
-    const index::WorkerOverlap& overlap = chain.overlaps[chain.next];
-    credit.resident_blocks = overlap.blocks;
-    size_t creditable = overlap.blocks;
+    const index::WorkerOverlap* overlap =
+        chain.next < chain.overlaps.size() && chain.overlaps[chain.next].worker == worker.id
+            ? &chain.overlaps[chain.next]
+            : nullptr;
+    credit.resident_blocks = overlap != nullptr ? overlap->blocks : 0;
+    // Governance bounds what will be resident as it bounds what is.
+    size_t creditable = std::max<size_t>(credit.resident_blocks, prefilling[w]);
+    if (creditable == 0) continue;
     if (gate_ != nullptr) {
-      SpanGate::Limit limit = gate_->Creditable(worker.id, chain.keys, overlap.blocks, now_ms);
+      SpanGate::Limit limit = gate_->Creditable(worker.id, chain.keys, creditable, now_ms);
       if (limit.creditable < creditable) {
         creditable = limit.creditable;
         gated = limit;
       }
     }
     credit.overlap_blocks = creditable;
-    if (exact_credit_sums_) {
-      if (creditable == overlap.blocks) {
-        credit.tier_overlap = overlap.by_tier;
+    const size_t resident = std::min<size_t>(creditable, credit.resident_blocks);
+    if (resident > 0 && exact_credit_sums_) {
+      if (resident == overlap->blocks) {
+        credit.tier_overlap = overlap->by_tier;
       } else {
-        for (size_t i = 0; i < creditable; ++i) ++credit.tier_overlap[overlap.best_tier[i]];
+        for (size_t i = 0; i < resident; ++i) ++credit.tier_overlap[overlap->best_tier[i]];
       }
       for (size_t t = 0; t < credit.tier_overlap.size(); ++t) {
         credit.credited_blocks +=
             static_cast<double>(credit.tier_overlap[t]) * weights_.tier_credit[t];
       }
     } else {
-      for (size_t i = 0; i < creditable; ++i) {
-        const uint8_t tier = overlap.best_tier[i];
+      for (size_t i = 0; i < resident; ++i) {
+        const uint8_t tier = overlap->best_tier[i];
         ++credit.tier_overlap[tier];
         credit.credited_blocks += weights_.tier_credit[tier];
       }
     }
+    // What is being prefilled lands in the engine's hottest tier.
+    credit.prefilling_blocks = creditable - resident;
+    credit.tier_overlap[0] += credit.prefilling_blocks;
+    credit.credited_blocks +=
+        static_cast<double>(credit.prefilling_blocks) * weights_.tier_credit[0];
   }
 
   std::vector<WorkerLoad> loads(workers.size());
@@ -274,6 +294,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     candidate.worker = workers[key.index].id;
     candidate.resident_blocks = credit.resident_blocks;
     candidate.overlap_blocks = credit.overlap_blocks;
+    candidate.prefilling_blocks = credit.prefilling_blocks;
     candidate.tier_overlap = credit.tier_overlap;
     candidate.credited_blocks = credit.credited_blocks;
     candidate.pulled_blocks = credit.pulled_blocks;
@@ -329,12 +350,21 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   if (auto known = decisions_.find(decision.decision_id); known != decisions_.end()) {
     ReleaseLocked(known);  // an id given twice: the later decision stands
   }
-  decisions_[decision.decision_id] = InFlight{.worker = decision.worker,
-                                              .tenant = request.tenant,
-                                              .prompt_blocks = decision.prompt_blocks,
-                                              .blocks = blocks,
-                                              .decoding = false,
-                                              .created_ms = now_ms};
+  InFlight& kept = decisions_[decision.decision_id];
+  kept = InFlight{.worker = decision.worker,
+                  .tenant = request.tenant,
+                  .prefilling = {},
+                  .prompt_blocks = decision.prompt_blocks,
+                  .blocks = blocks,
+                  .decoding = false,
+                  .created_ms = now_ms};
+  // Workers are sorted by id.
+  const auto chosen_worker =
+      std::lower_bound(workers.begin(), workers.end(), decision.worker,
+                       [](const index::WorkerResidency& worker, const std::string& id) {
+                         return worker.id < id;
+                       });
+  RememberPrefillingLocked(kept, chain_for(chosen_worker->block_size)->keys);
   decisions_by_age_.emplace(now_ms, decision.decision_id);
   Totals& totals = totals_[decision.worker];
   ++totals.requests;
@@ -355,6 +385,7 @@ void Router::ReleaseLocked(Decisions::iterator it) {
     }
     totals->second.blocks -= std::min(totals->second.blocks, it->second.blocks);
   }
+  ForgetPrefillingLocked(it->second);
   decisions_by_age_.erase({it->second.created_ms, it->first});
   decisions_.erase(it);
 }
@@ -374,7 +405,63 @@ Status Router::Prefilled(std::string_view decision_id, std::string_view caller_t
   ++totals.decoding;
   decision.blocks = blocks;
   decision.decoding = true;
+  // Its blocks are computed: from here the engine's events speak for them.
+  ForgetPrefillingLocked(decision);
   return Status::Ok();
+}
+
+size_t Router::PrefillingLocked(std::span<const index::BlockKey> chain,
+                                std::string_view worker) const {
+  const auto on_worker = [&](size_t i) {
+    auto it = prefilling_.find(chain[i]);
+    return it != prefilling_.end() &&
+           std::any_of(it->second.begin(), it->second.end(),
+                       [&](const auto& holder) { return holder.first == worker; });
+  };
+  if (chain.empty() || !on_worker(0)) return 0;
+  // The blocks on the worker are a leading run (a key stands for its
+  // prefix): bisect for its end. Invariant: block lo - 1 is on it.
+  size_t lo = 1;
+  size_t hi = chain.size();
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (on_worker(mid)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+void Router::RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain) {
+  if (prefilling_blocks_ + chain.size() > weights_.max_prefilling_blocks) return;
+  for (index::BlockKey key : chain) {
+    std::vector<std::pair<std::string, uint32_t>>& holders = prefilling_[key];
+    auto holder = std::find_if(holders.begin(), holders.end(),
+                               [&](const auto& h) { return h.first == decision.worker; });
+    if (holder == holders.end()) {
+      holders.emplace_back(decision.worker, 1);
+    } else {
+      ++holder->second;
+    }
+  }
+  prefilling_blocks_ += chain.size();
+  decision.prefilling = std::move(chain);
+}
+
+void Router::ForgetPrefillingLocked(InFlight& decision) {
+  for (index::BlockKey key : decision.prefilling) {
+    auto it = prefilling_.find(key);
+    if (it == prefilling_.end()) continue;
+    std::vector<std::pair<std::string, uint32_t>>& holders = it->second;
+    auto holder = std::find_if(holders.begin(), holders.end(),
+                               [&](const auto& h) { return h.first == decision.worker; });
+    if (holder != holders.end() && --holder->second == 0) holders.erase(holder);
+    if (holders.empty()) prefilling_.erase(it);
+  }
+  prefilling_blocks_ -= std::min(prefilling_blocks_, decision.prefilling.size());
+  decision.prefilling = {};
 }
 
 Router::Decisions::iterator Router::FindLocked(std::string_view decision_id,

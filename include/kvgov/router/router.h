@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kvgov/core/lookup_verdict.h"
@@ -48,6 +49,11 @@ struct RouteWeights {
   // Past this many decisions in flight the oldest is released: callers that
   // never report done cost bounded memory (about 1 KiB each, docs/reliability.md).
   size_t max_decisions_in_flight = size_t{1} << 20;
+  // Prompt blocks of decisions still prefilling that the router remembers,
+  // so a request sharing them is credited on the worker computing them
+  // before that worker's events say so (docs/adr/0037). Past this many,
+  // a new decision is not remembered. About 80 bytes each.
+  size_t max_prefilling_blocks = size_t{1} << 20;
 };
 
 /// Where governance says a chain stops earning credit: quarantined or
@@ -102,6 +108,9 @@ struct Candidate {
   std::string worker;
   uint64_t resident_blocks = 0;  // leading blocks the worker holds
   uint64_t overlap_blocks = 0;   // of those, the ones governance lets credit
+  // Of overlap_blocks, leading blocks not yet resident that a decision
+  // routed here is prefilling now: credited as the hot copy they will be.
+  uint64_t prefilling_blocks = 0;
   std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};  // of overlap_blocks
   double credited_blocks = 0;    // tier-weighted
   uint64_t pulled_blocks = 0;    // of the request's pullable blocks, those it lacks
@@ -189,6 +198,8 @@ class Router {
   struct InFlight {
     std::string worker;
     std::string tenant;
+    // The prompt's blocks while it prefills (in prefilling_), empty after.
+    std::vector<index::BlockKey> prefilling;
     uint64_t prompt_blocks = 0;
     uint64_t blocks = 0;  // its load now, in Totals::blocks
     bool decoding = false;
@@ -208,6 +219,11 @@ class Router {
   // REQUIRES: mu_ held.
   WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const;
   void ReleaseLocked(Decisions::iterator it);
+  // Leading blocks of `chain` that decisions prefilling on `worker` will
+  // hold. REQUIRES: mu_ held.
+  size_t PrefillingLocked(std::span<const index::BlockKey> chain, std::string_view worker) const;
+  void RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain);
+  void ForgetPrefillingLocked(InFlight& decision);
   // The decision, or end() when unknown or, for a tenant-bound caller,
   // another tenant's.
   Decisions::iterator FindLocked(std::string_view decision_id, std::string_view caller_tenant);
@@ -230,6 +246,11 @@ class Router {
   uint64_t decisions_evicted_ = 0;                              // guarded by mu_
   std::map<std::string, Totals, std::less<>> totals_;
   std::map<std::string, uint64_t, std::less<>> peer_blocks_;
+  // Block -> the workers prefilling it, with how many decisions each. A key
+  // stands for its whole prefix, so every prefix of a remembered chain is
+  // here too. Guarded by mu_.
+  std::unordered_map<index::BlockKey, std::vector<std::pair<std::string, uint32_t>>> prefilling_;
+  size_t prefilling_blocks_ = 0;  // guarded by mu_
 };
 
 }  // namespace kvgov::router
