@@ -32,12 +32,16 @@ for name in names:
     cheapest = min(peers, key=lambda p: p["prefill_tokens"])
     fastest = min(peers, key=lambda p: p["ttft_p90_s"])
     gap = 100 * (by["oracle"]["hit_rate"] - kv["hit_rate"]) if "oracle" in by else float("nan")
+    # Virtual-clock sums can differ by 1e-15 s: equal within 1e-9 is equal
+    # (as sim::Pareto has it).
+    def worse(mine, theirs):
+        return mine - theirs > 1e-9 * max(abs(mine), abs(theirs))
     losses = []
     for p in peers:
         axes = []
-        if kv["prefill_tokens"] > p["prefill_tokens"]:
+        if worse(kv["prefill_tokens"], p["prefill_tokens"]):
             axes.append(f"prefill +{100 * (kv['prefill_tokens'] / p['prefill_tokens'] - 1):.1f}%")
-        if kv["ttft_p90_s"] > p["ttft_p90_s"]:
+        if worse(kv["ttft_p90_s"], p["ttft_p90_s"]):
             axes.append(f"p90 +{100 * (kv['ttft_p90_s'] / p['ttft_p90_s'] - 1):.1f}%")
         if axes:
             losses.append(f"{p['policy']} ({', '.join(axes)})")

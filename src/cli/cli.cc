@@ -439,6 +439,12 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
+  serve->add_option("--route-cache-pressure-weight", route.cache_pressure_weight,
+                    "Added to the overlap weight, per block a worker would prefill, in\n"
+                    "proportion to how full its cache is against the fullest worker's.")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(weights);
   serve->add_option("--route-decode-load-weight", route.decode_load_weight,
                     "Load of each prompt block of a routed request past its first token (it\n"
                     "decodes), against 1 per block of prefill it still has to do.")

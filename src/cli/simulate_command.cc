@@ -401,6 +401,11 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
                       "kvgov serve).")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  command->add_option("--route-cache-pressure-weight", flags.route.cache_pressure_weight,
+                      "kvgov's cost added to the overlap weight in proportion to how full a\n"
+                      "worker's cache is (as in kvgov serve).")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--route-decode-load-weight", flags.route.decode_load_weight,
                       "kvgov's load of each prompt block of a request past its first token (as\n"
                       "in kvgov serve).")

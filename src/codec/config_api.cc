@@ -39,6 +39,7 @@ std::string EncodeConfigJson(const ConfigView& config) {
                                 {{"overlap_weight", w.overlap_weight},
                                  {"tier_credit", codec_internal::TierJson(w.tier_credit)},
                                  {"unrouted_request_blocks", w.unrouted_request_blocks},
+                                 {"cache_pressure_weight", w.cache_pressure_weight},
                                  {"pull_weight", w.pull_weight},
                                  {"decode_load_weight", w.decode_load_weight},
                                  {"busy_load_blocks", w.busy_load_blocks},

@@ -172,6 +172,8 @@ void WriteLoad(Writer& w, const router::WorkerLoad& load) {
 
 void WriteCandidate(Writer& w, const router::Candidate& c) {
   w.Open('{');
+  w.Key("cache_fullness");
+  w.Double(c.cache_fullness);
   w.Key("cost");
   w.Double(c.cost);
   w.Key("credited_blocks");
@@ -182,6 +184,8 @@ void WriteCandidate(Writer& w, const router::Candidate& c) {
   WriteLoad(w, c.load);
   w.Key("overlap_blocks");
   w.Uint(c.overlap_blocks);
+  w.Key("prefilling_blocks");
+  w.Uint(c.prefilling_blocks);
   if (!c.reason.empty()) {
     w.Key("reason");
     w.String(c.reason);

@@ -152,8 +152,10 @@ nlohmann::json DecisionJson(const router::RouteDecision& decision) {
     nlohmann::json row = {{"worker", c.worker},
                           {"resident_blocks", c.resident_blocks},
                           {"overlap_blocks", c.overlap_blocks},
+                          {"prefilling_blocks", c.prefilling_blocks},
                           {"tier_overlap", TierJson(c.tier_overlap)},
                           {"credited_blocks", c.credited_blocks},
+                          {"cache_fullness", c.cache_fullness},
                           {"load", LoadJson(c.load)},
                           {"cost", c.cost},
                           {"eligible", c.eligible}};

@@ -68,6 +68,13 @@ bool CreditSumsAreExact(const std::array<double, index::kIndexedTiers.size()>& c
   return true;
 }
 
+// Blocks in the engine's own device memory, where a prefill stores what it
+// computes: its HBM, or where it does not say (an engine reporting no medium
+// reports its GPU).
+uint64_t HotBlocks(const index::WorkerResidency& worker) {
+  return worker.blocks[0] + worker.blocks[index::kIndexedTiers.size() - 1];
+}
+
 // One block size's prompt keys and who holds how much of them.
 struct ChainOverlap {
   int64_t block_size = 0;
@@ -236,6 +243,15 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
         static_cast<double>(credit.prefilling_blocks) * weights_.tier_credit[0];
   }
 
+  // Each worker's hot blocks over the fullest worker's: caches of one model
+  // are alike in size, so this ranks how little room each has left.
+  std::vector<double> fullness(workers.size(), 0.0);
+  uint64_t fullest = 0;
+  for (const index::WorkerResidency& worker : workers) fullest = std::max(fullest, HotBlocks(worker));
+  for (size_t w = 0; fullest > 0 && w < workers.size(); ++w) {
+    fullness[w] = static_cast<double>(HotBlocks(workers[w])) / static_cast<double>(fullest);
+  }
+
   std::vector<WorkerLoad> loads(workers.size());
   std::vector<const char*> reasons(workers.size());
   std::vector<RankKey> ranking(workers.size());
@@ -254,9 +270,11 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
         pullable > credits[w].overlap_blocks ? pullable - credits[w].overlap_blocks : 0;
     const double computed =
         prompt_blocks - std::max(credits[w].credited_blocks, static_cast<double>(pullable));
-    const double cost = weights_.overlap_weight * computed +
-                        weights_.pull_weight * static_cast<double>(credits[w].pulled_blocks) +
-                        load.blocks;
+    // Blocks it computes are stored in its cache; the fuller that cache,
+    // the more reusable KV they displace (docs/adr/0037).
+    const double cost =
+        (weights_.overlap_weight + weights_.cache_pressure_weight * fullness[w]) * computed +
+        weights_.pull_weight * static_cast<double>(credits[w].pulled_blocks) + load.blocks;
     const char* reason = nullptr;
     if (!allowed.empty() && !allowed.contains(worker.id)) {
       reason = "not_allowed";
@@ -295,6 +313,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     candidate.resident_blocks = credit.resident_blocks;
     candidate.overlap_blocks = credit.overlap_blocks;
     candidate.prefilling_blocks = credit.prefilling_blocks;
+    candidate.cache_fullness = fullness[key.index];
     candidate.tier_overlap = credit.tier_overlap;
     candidate.credited_blocks = credit.credited_blocks;
     candidate.pulled_blocks = credit.pulled_blocks;

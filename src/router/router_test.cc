@@ -61,10 +61,12 @@ class RouterTest : public ::testing::Test {
 
   index::ResidencyIndex index_;
   WorkerStatusTable status_;
-  // Unit overlap weight: the tests below check the cost's arithmetic.
+  // Unit overlap weight and no cache pressure: the tests below check the
+  // cost's arithmetic (the pressure term has tests of its own).
   RouteWeights weights_ = [] {
     RouteWeights weights;
     weights.overlap_weight = 1.0;
+    weights.cache_pressure_weight = 0;
     return weights;
   }();
   Router router_{&index_, &status_, weights_};
@@ -406,6 +408,117 @@ TEST_F(RouterTest, GovernanceGateLimitsCredit) {
   EXPECT_EQ(gated->overlap_blocks, 0u);
   EXPECT_EQ(gated->verdict.kind, LookupKind::kQuarantine);
   EXPECT_EQ(gated->verdict.reason, LookupReason::kTaintDenied);
+}
+
+// A decision's prompt is on its worker from the moment it is routed there,
+// for kvgov's purposes: the next request sharing it must not recompute it
+// elsewhere only because the engine has not yet said so.
+TEST_F(RouterTest, APrefillingDecisionIsCreditedOnItsWorkerUntilItsFirstToken) {
+  const std::vector<int64_t> prompt = Tokens(8);
+  const RouteDecision first = Route(prompt);
+  ASSERT_FALSE(first.worker.empty());
+  EXPECT_EQ(first.overlap_blocks, 0u);
+
+  // Five leading blocks shared, three of its own.
+  std::vector<int64_t> sibling(prompt.begin(), prompt.begin() + 5 * kBlockSize);
+  const std::vector<int64_t> tail = Tokens(3, 9000);
+  sibling.insert(sibling.end(), tail.begin(), tail.end());
+  Result<RouteDecision> shared = router_.Explain({"llama", "", sibling, "", {}}, "", 1000);
+  ASSERT_TRUE(shared.ok());
+  const Candidate& there = CandidateOf(*shared, first.worker);
+  EXPECT_EQ(there.resident_blocks, 0u);
+  EXPECT_EQ(there.overlap_blocks, 5u);
+  EXPECT_EQ(there.prefilling_blocks, 5u);
+  EXPECT_EQ(there.tier_overlap[0], 5u);
+  EXPECT_DOUBLE_EQ(there.credited_blocks, 5.0);
+  // No other worker is credited with it.
+  for (const Candidate& c : shared->candidates) {
+    if (c.worker != first.worker) EXPECT_EQ(c.overlap_blocks, 0u) << c.worker;
+  }
+  // Sent there, it is a predicted hit.
+  Result<RouteDecision> pinned =
+      router_.Explain({"llama", "", sibling, "", {first.worker}}, "", 1000);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(pinned->verdict.kind, LookupKind::kHit);
+  EXPECT_EQ(pinned->overlap_blocks, 5u);
+
+  // Resident blocks count once: two on the index, five prefilling.
+  Hold(first.worker, prompt, 2);
+  Result<RouteDecision> both = router_.Explain({"llama", "", sibling, "", {}}, "", 1000);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(CandidateOf(*both, first.worker).overlap_blocks, 5u);
+  EXPECT_EQ(CandidateOf(*both, first.worker).prefilling_blocks, 3u);
+
+  // At its first token the engine's events speak for it.
+  ASSERT_TRUE(router_.Prefilled(first.decision_id).ok());
+  Result<RouteDecision> after = router_.Explain({"llama", "", sibling, "", {}}, "", 1000);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(CandidateOf(*after, first.worker).overlap_blocks, 2u);
+  EXPECT_EQ(CandidateOf(*after, first.worker).prefilling_blocks, 0u);
+}
+
+TEST_F(RouterTest, AReleasedDecisionIsNoLongerCreditedAndTheMemoryIsBounded) {
+  const std::vector<int64_t> prompt = Tokens(8);
+  const RouteDecision first = Route(prompt);
+  const RouteDecision second = Route(prompt);  // credited where the first went
+  EXPECT_EQ(second.worker, first.worker);
+  EXPECT_EQ(second.overlap_blocks, 8u);
+  ASSERT_TRUE(router_.Done(first.decision_id).ok());
+  // The second still prefills there.
+  EXPECT_EQ(CandidateOf(*router_.Explain({"llama", "", prompt, "", {}}, "", 1000), first.worker)
+                .prefilling_blocks,
+            8u);
+  ASSERT_TRUE(router_.Done(second.decision_id).ok());
+  EXPECT_EQ(CandidateOf(*router_.Explain({"llama", "", prompt, "", {}}, "", 1000), first.worker)
+                .prefilling_blocks,
+            0u);
+
+  RouteWeights bounded = weights_;
+  bounded.max_prefilling_blocks = 4;  // under one prompt
+  Router router(&index_, &status_, bounded);
+  ASSERT_TRUE(router.Route({"llama", "", prompt, "", {}}, "", "a", 1000).ok());
+  Result<RouteDecision> next = router.Explain({"llama", "", prompt, "", {}}, "", 1000);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->overlap_blocks, 0u);
+}
+
+TEST_F(RouterTest, GovernanceGatesPrefillingCreditAsItGatesResidency) {
+  HalfGate gate;
+  Router router(&index_, &status_, weights_, &gate);
+  const std::vector<int64_t> prompt = Tokens(8);
+  Result<RouteDecision> first = router.Route({"llama", "", prompt, "", {"w2"}}, "", "p", 0);
+  ASSERT_TRUE(first.ok());
+  Result<RouteDecision> next = router.Explain({"llama", "", prompt, "", {"w2"}}, "", 0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->overlap_blocks, 4u);  // half of the eight being prefilled
+  EXPECT_EQ(CandidateOf(*next, "w2").prefilling_blocks, 4u);
+}
+
+TEST_F(RouterTest, AFullerCacheCostsMoreForWhatItWouldCompute) {
+  RouteWeights pressed = weights_;
+  pressed.cache_pressure_weight = 3.0;
+  Router router(&index_, &status_, pressed);
+  Hold("w1", Tokens(100, 100000), 100);  // the fullest
+  Hold("w2", Tokens(50, 200000), 50);
+  Hold("w2", Tokens(10, 300000), 10, ResidencyTier::kDRAM);  // not where a prefill lands
+  const std::vector<int64_t> prompt = Tokens(8);
+  Result<RouteDecision> cold = router.Explain({"llama", "", prompt, "", {}}, "", 0);
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->worker, "w3");
+  EXPECT_DOUBLE_EQ(CandidateOf(*cold, "w1").cache_fullness, 1.0);
+  EXPECT_DOUBLE_EQ(CandidateOf(*cold, "w2").cache_fullness, 0.5);
+  EXPECT_DOUBLE_EQ(CandidateOf(*cold, "w3").cache_fullness, 0.0);
+  EXPECT_DOUBLE_EQ(CandidateOf(*cold, "w1").cost, (1.0 + 3.0 * 1.0) * 8);
+  EXPECT_DOUBLE_EQ(CandidateOf(*cold, "w2").cost, (1.0 + 3.0 * 0.5) * 8);
+  EXPECT_DOUBLE_EQ(CandidateOf(*cold, "w3").cost, 8.0);
+
+  // What a worker holds it need not compute: the full worker holding the
+  // prompt pays only for the block it lacks.
+  Hold("w1", prompt, 7);
+  Result<RouteDecision> warm = router.Explain({"llama", "", prompt, "", {}}, "", 0);
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(warm->worker, "w1");
+  EXPECT_DOUBLE_EQ(CandidateOf(*warm, "w1").cost, (1.0 + 3.0 * 1.0) * 1);
 }
 
 TEST_F(RouterTest, TiesBreakDeterministicallyAndTemperatureSamples) {

@@ -8,9 +8,12 @@
 namespace kvgov::sim {
 namespace {
 
-// 1 when both are zero: nothing to tell apart.
+// Exactly 1 when the two are equal to within the rounding of the virtual
+// clock's sums (a TTFT is a difference of arrival and finish times, so one
+// queue's wait can come out 1e-15 s apart in two runs), or both zero.
 double Ratio(double mine, double theirs) {
-  if (theirs == 0) return mine == 0 ? 1.0 : std::numeric_limits<double>::infinity();
+  if (std::abs(mine - theirs) <= 1e-9 * std::max(std::abs(mine), std::abs(theirs))) return 1.0;
+  if (theirs == 0) return std::numeric_limits<double>::infinity();
   return mine / theirs;
 }
 

@@ -63,6 +63,17 @@ TEST(ParetoTest, NamesAMissingPolicy) {
   EXPECT_NE(summary.status().message().find("kvgov"), std::string::npos);
 }
 
+TEST(ParetoTest, VirtualClockRoundingIsNoDifference) {
+  const std::vector<PolicyReport> reports = {Report("kvgov", 10, 0.012057500000000942),
+                                             Report("llm-d", 10, 0.012057499999999166),
+                                             Report("slower", 10, 0.0120576)};
+  Result<ParetoSummary> summary = Pareto(reports, "kvgov");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_DOUBLE_EQ(summary->against[0].ttft_p90_ratio, 1.0);
+  EXPECT_TRUE(summary->against[0].no_worse());
+  EXPECT_LT(summary->against[1].ttft_p90_ratio, 1.0);
+}
+
 TEST(ParetoTest, ZeroFiguresCompareAsEqualWithoutAnOracle) {
   const std::vector<PolicyReport> reports = {Report("kvgov", 0, 0), Report("least-load", 0, 0)};
   Result<ParetoSummary> summary = Pareto(reports, "kvgov");

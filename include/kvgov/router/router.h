@@ -26,6 +26,12 @@ struct RouteWeights {
   // already queued on the worker. Above 1 it values keeping a prefix where
   // it lives over the greedy lowest-TTFT choice (docs/adr/0008).
   double overlap_weight = 2.0;
+  // Added to overlap_weight, per block a worker would prefill, in
+  // proportion to how full its cache is (its hot blocks over the fullest
+  // worker's): what it computes evicts reusable KV from a full cache and
+  // nothing from an empty one. Spreads new prefixes to caches with room and
+  // keeps a prefix where it lives when every cache is full (docs/adr/0037).
+  double cache_pressure_weight = 3.0;
   // Credit a resident block earns by its best tier, by index::kIndexedTiers
   // (hbm, dram, disk, unknown): a colder copy saves less than a hot one.
   std::array<double, index::kIndexedTiers.size()> tier_credit = {1.0, 0.75, 0.5, 0.25, 0.0};
@@ -111,6 +117,7 @@ struct Candidate {
   // Of overlap_blocks, leading blocks not yet resident that a decision
   // routed here is prefilling now: credited as the hot copy they will be.
   uint64_t prefilling_blocks = 0;
+  double cache_fullness = 0;  // its hot blocks over the fullest candidate's, 0..1
   std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};  // of overlap_blocks
   double credited_blocks = 0;    // tier-weighted
   uint64_t pulled_blocks = 0;    // of the request's pullable blocks, those it lacks
@@ -136,8 +143,9 @@ struct RouteDecision {
 /// chose no worker was not eligible, for a refusal's message.
 std::string IneligibleReasons(const RouteDecision& decision);
 
-/// Chooses the worker for a request: the one whose cost — overlap_weight x
-/// the prefill blocks it would still compute, plus pull_weight x the blocks
+/// Chooses the worker for a request: the one whose cost — (overlap_weight +
+/// cache_pressure_weight x its cache's fullness) x the prefill blocks it
+/// would still compute, plus pull_weight x the blocks
 /// it would pull from a prefill worker's pin, plus its load — is lowest,
 /// among those eligible. Keeps the in-flight load its decisions add until
 /// they are released.
