@@ -116,36 +116,10 @@ for name in sys.argv[1:]:
 EOF
 
 # Routing quality: every policy, kvgov's and the peers' (as their docs
-# describe them), on the same trace and engines: llm-d's shared-prefix
-# workload and the first 1,000 requests of Mooncake's trace
-# (kvgov simulate; docs/benchmarks.md "Routing quality").
-kvgov="$build/apps/kvgov/kvgov"
-trace="$(dirname "$0")/../src/sim/testdata/mooncake_trace_1000.jsonl"
+# describe them), on the same trace and engines, for every workload of
+# kvgov simulate and the first 1,000 requests of Mooncake's trace; kvgov
+# against the best peer on each axis, MISSED where it is behind any
+# (docs/benchmarks.md "Routing on both axes", issue 42).
 echo
-echo "Routing quality (kvgov simulate --workload shared-prefix):"
-"$kvgov" simulate --workload shared-prefix --json > "$results/routing_quality.json"
-"$kvgov" simulate --workload shared-prefix | tail -n +4
-echo
-echo "Routing quality (kvgov simulate --trace src/sim/testdata/mooncake_trace_1000.jsonl):"
-"$kvgov" simulate --trace "$trace" --json > "$results/routing_quality_trace.json"
-"$kvgov" simulate --trace "$trace" | tail -n +4
-python3 - "$results/routing_quality.json" "$results/routing_quality_trace.json" <<'PY'
-import json, sys
-PEERS = ["dynamo", "llm-d", "sglang", "prefix-hash"]
-for path, workload in zip(sys.argv[1:], ["shared-prefix", "mooncake trace"]):
-    report = json.load(open(path))
-    by = {p["policy"]: p for p in report["policies"]}
-    kv, oracle = by["kvgov"], by["oracle"]
-    gap = 100 * (oracle["hit_rate"] - kv["hit_rate"])
-    print(f"  {workload}: kvgov hit rate {100*kv['hit_rate']:.1f}% vs oracle "
-          f"{100*oracle['hit_rate']:.1f}%: {gap:+.1f} points behind  target <= 1: "
-          f"{'met' if gap <= 1 else 'MISSED'}")
-    for peer in PEERS:
-        p = by[peer]
-        prefill = kv["prefill_tokens"] / p["prefill_tokens"]
-        ttft = kv["ttft_p90_s"] / p["ttft_p90_s"]
-        print(f"    kvgov / {peer}: prefill tokens {prefill:.3f} ({kv['prefill_tokens']} vs "
-              f"{p['prefill_tokens']}), TTFT p90 {ttft:.3f} ({kv['ttft_p90_s']:.3f} s vs "
-              f"{p['ttft_p90_s']:.3f} s)  target both < 1: "
-              f"{'met' if prefill < 1 and ttft < 1 else 'MISSED'}")
-PY
+echo "Routing quality (scripts/routing-pareto.sh: kvgov simulate, every workload and the trace):"
+ROUTING_RESULTS="$results/routing" "$(dirname "$0")/routing-pareto.sh" "$build/apps/kvgov/kvgov"

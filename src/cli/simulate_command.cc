@@ -254,6 +254,7 @@ nlohmann::json ReportJson(const sim::PolicyReport& report) {
           {"ttft_p99_s", report.ttft_p99_s},
           {"ttft_mean_s", report.ttft_mean_s},
           {"busy_s_per_engine", report.busy_s_per_engine},
+          {"requests_per_engine", report.requests_per_engine},
           {"load_spread", report.load_spread},
           {"waits_over_10s", report.long_waits},
           {"decode_modeled", report.decode_modeled},

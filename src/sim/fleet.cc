@@ -596,6 +596,7 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
   PolicyReport report;
   report.policy = std::move(policy);
   report.busy_s_per_engine.assign(engines, 0.0);
+  report.requests_per_engine.assign(engines, 0);
   std::vector<double> ttfts;
   ttfts.reserve(outcomes.size());
   std::vector<double> e2es;
@@ -607,7 +608,10 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
     report.hit_blocks += outcome.hit_blocks;
     report.prompt_tokens += outcome.prompt_tokens;
     report.computed_tokens += outcome.computed_tokens;
-    if (outcome.engine < engines) report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
+    if (outcome.engine < engines) {
+      report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
+      ++report.requests_per_engine[outcome.engine];
+    }
     ttfts.push_back(outcome.ttft_s);
     ttft_total += outcome.ttft_s;
     e2es.push_back(outcome.e2e_s);

@@ -375,6 +375,15 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                "Routing: the same trace on the same engines (TTFT modeled; spread = the busiest "
                "engine's\nprefill time over the mean, 1.00 perfectly even)\n%s",
                sim::FormatReports(compared).c_str());
+  // Which engines the placements used: an idle engine beside queues is
+  // TTFT thrown away.
+  for (const sim::PolicyReport& report : compared) {
+    std::string counts;
+    for (uint64_t requests : report.requests_per_engine) {
+      counts += (counts.empty() ? "" : " / ") + std::to_string(requests);
+    }
+    std::fprintf(out, "  %-18s requests per engine %s\n", report.policy.c_str(), counts.c_str());
+  }
   const sim::PolicyReport& round_robin = compared[2];
   if (live.report.computed_tokens > 0 && live.report.ttft_p90_s > 0) {
     std::fprintf(out,

@@ -324,6 +324,7 @@ struct PolicyReport {
   double e2e_p50_s = 0;
   double e2e_p99_s = 0;
   std::vector<double> busy_s_per_engine;  // prefill seconds each engine served
+  std::vector<uint64_t> requests_per_engine;  // requests each engine prefilled
   // Busiest engine's prefill time over the mean: 1.0 is perfectly even. On
   // a disaggregated fleet, over the prefill engines.
   double load_spread = 0;
