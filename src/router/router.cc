@@ -187,9 +187,14 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   std::vector<size_t> prefilling(workers.size(), 0);
   {
     std::lock_guard lock(mu_);
-    if (!prefilling_.empty()) {
-      for (size_t w = 0; w < workers.size(); ++w) {
-        prefilling[w] = PrefillingLocked(chain_for(workers[w].block_size)->keys, workers[w].id);
+    for (const ChainOverlap& chain : chains) {
+      if (prefilling_by_root_.empty()) break;
+      for (const auto& [worker, blocks] : PrefillingLocked(chain.keys)) {
+        for (size_t w = 0; w < workers.size(); ++w) {
+          if (workers[w].id == worker && workers[w].block_size == chain.block_size) {
+            prefilling[w] = blocks;
+          }
+        }
       }
     }
   }
@@ -429,22 +434,16 @@ Status Router::Prefilled(std::string_view decision_id, std::string_view caller_t
   return Status::Ok();
 }
 
-size_t Router::PrefillingLocked(std::span<const index::BlockKey> chain,
-                                std::string_view worker) const {
-  const auto on_worker = [&](size_t i) {
-    auto it = prefilling_.find(chain[i]);
-    return it != prefilling_.end() &&
-           std::any_of(it->second.begin(), it->second.end(),
-                       [&](const auto& holder) { return holder.first == worker; });
-  };
-  if (chain.empty() || !on_worker(0)) return 0;
-  // The blocks on the worker are a leading run (a key stands for its
-  // prefix): bisect for its end. Invariant: block lo - 1 is on it.
-  size_t lo = 1;
-  size_t hi = chain.size();
+namespace {
+
+// How many leading keys two chains share. A key stands for its whole prefix,
+// so equal keys form a leading run: bisect for its end.
+size_t CommonPrefix(std::span<const index::BlockKey> a, std::span<const index::BlockKey> b) {
+  size_t lo = 0;  // keys [0, lo) are equal
+  size_t hi = std::min(a.size(), b.size());
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
-    if (on_worker(mid)) {
+    if (a[mid] == b[mid]) {
       lo = mid + 1;
     } else {
       hi = mid;
@@ -453,31 +452,48 @@ size_t Router::PrefillingLocked(std::span<const index::BlockKey> chain,
   return lo;
 }
 
-void Router::RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain) {
-  if (prefilling_blocks_ + chain.size() > weights_.max_prefilling_blocks) return;
-  for (index::BlockKey key : chain) {
-    std::vector<std::pair<std::string, uint32_t>>& holders = prefilling_[key];
-    auto holder = std::find_if(holders.begin(), holders.end(),
-                               [&](const auto& h) { return h.first == decision.worker; });
-    if (holder == holders.end()) {
-      holders.emplace_back(decision.worker, 1);
+// The newest decisions sharing a first block that a route compares its
+// chain with: a system prompt shared by thousands of requests in flight
+// would otherwise cost a route thousands of comparisons.
+constexpr size_t kMaxPrefillingCompared = 128;
+
+}  // namespace
+
+std::vector<std::pair<std::string_view, size_t>> Router::PrefillingLocked(
+    std::span<const index::BlockKey> chain) const {
+  std::vector<std::pair<std::string_view, size_t>> deepest;
+  if (chain.empty()) return deepest;
+  auto bucket = prefilling_by_root_.find(chain.front());
+  if (bucket == prefilling_by_root_.end()) return deepest;
+  const std::vector<const InFlight*>& sharing = bucket->second;
+  const size_t first = sharing.size() - std::min(sharing.size(), kMaxPrefillingCompared);
+  for (size_t i = first; i < sharing.size(); ++i) {
+    const InFlight& decision = *sharing[i];
+    const size_t blocks = CommonPrefix(decision.prefilling, chain);
+    auto known = std::find_if(deepest.begin(), deepest.end(),
+                              [&](const auto& entry) { return entry.first == decision.worker; });
+    if (known == deepest.end()) {
+      deepest.emplace_back(decision.worker, blocks);
     } else {
-      ++holder->second;
+      known->second = std::max(known->second, blocks);
     }
   }
+  return deepest;
+}
+
+void Router::RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain) {
+  if (chain.empty() || prefilling_blocks_ + chain.size() > weights_.max_prefilling_blocks) return;
   prefilling_blocks_ += chain.size();
+  prefilling_by_root_[chain.front()].push_back(&decision);
   decision.prefilling = std::move(chain);
 }
 
 void Router::ForgetPrefillingLocked(InFlight& decision) {
-  for (index::BlockKey key : decision.prefilling) {
-    auto it = prefilling_.find(key);
-    if (it == prefilling_.end()) continue;
-    std::vector<std::pair<std::string, uint32_t>>& holders = it->second;
-    auto holder = std::find_if(holders.begin(), holders.end(),
-                               [&](const auto& h) { return h.first == decision.worker; });
-    if (holder != holders.end() && --holder->second == 0) holders.erase(holder);
-    if (holders.empty()) prefilling_.erase(it);
+  if (decision.prefilling.empty()) return;
+  auto bucket = prefilling_by_root_.find(decision.prefilling.front());
+  if (bucket != prefilling_by_root_.end()) {
+    std::erase(bucket->second, &decision);
+    if (bucket->second.empty()) prefilling_by_root_.erase(bucket);
   }
   prefilling_blocks_ -= std::min(prefilling_blocks_, decision.prefilling.size());
   decision.prefilling = {};

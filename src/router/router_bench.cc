@@ -69,20 +69,36 @@ double Micros(Clock::duration elapsed) {
 }
 
 // Args: gate (0 = the router alone; 1 = through the governance gate, as the
-// daemon routes), and the index's shards (docs/adr/0027; the fleet's 64
-// workers alternate between two). Manual time is the route's.
+// daemon routes), the index's shards (docs/adr/0027; the fleet's 64
+// workers alternate between two), and decisions of the same prompt held in
+// flight, still prefilling, that each route compares its chain with
+// (docs/adr/0037; 128 is as many as a route compares), and the cost model
+// (0: as before issue 42, without cache pressure or prefilling credit; 1:
+// the defaults). Manual time is the route's.
 void BM_RouteVsHash(benchmark::State& state) {
   const FleetState& fleet = SharedFleet(static_cast<size_t>(state.range(1)));
   if (!fleet.built.ok()) {
     state.SkipWithError(fleet.built.ToString().c_str());
     return;
   }
-  Router router(&fleet.index, &fleet.status, RouteWeights{},
+  RouteWeights weights;
+  if (state.range(3) == 0) {
+    weights.cache_pressure_weight = 0;
+    weights.max_prefilling_blocks = 0;
+  }
+  Router router(&fleet.index, &fleet.status, weights,
                 state.range(0) != 0 ? &fleet.gate : nullptr);
   RouteRequest request;
   request.model = "llama";
   request.token_ids = fleet.prompt;
   const index::ChainNamespace ns{"llama", "", 0};
+  const int64_t held = state.range(2);
+  for (int64_t i = 0; i < held; ++i) {
+    if (!router.Route(request, "", "held-" + std::to_string(i), 0).ok()) {
+      state.SkipWithError("a held decision was refused");
+      return;
+    }
+  }
 
   std::vector<double> route_us;
   std::vector<double> hash_us;
@@ -96,9 +112,12 @@ void BM_RouteVsHash(benchmark::State& state) {
     const auto hashed = Clock::now();
     Result<RouteDecision> decision = router.Route(request, "", std::move(id), 0);
     const auto routed = Clock::now();
-    if (!decision.ok() || decision->worker != Fleet::WorkerId(Fleet::kDeepHolders - 1) ||
-        decision->overlap_blocks != static_cast<uint64_t>(Fleet::kBestOverlap) ||
-        decision->candidates.size() != static_cast<size_t>(Fleet::kWorkers)) {
+    if (!decision.ok() || decision->candidates.size() != static_cast<size_t>(Fleet::kWorkers)) {
+      return false;
+    }
+    // With none held, the deepest holder wins on what it holds.
+    if (held == 0 && (decision->worker != Fleet::WorkerId(Fleet::kDeepHolders - 1) ||
+                      decision->overlap_blocks != static_cast<uint64_t>(Fleet::kBestOverlap))) {
       return false;
     }
     // Released at once, so every call sees the same (idle) load.
@@ -128,10 +147,12 @@ void BM_RouteVsHash(benchmark::State& state) {
   state.counters["ratio_p99_vs_hash"] = route_p99 / hash_p50;
 }
 BENCHMARK(BM_RouteVsHash)
-    ->ArgNames({"gate", "shards"})
-    ->Args({0, 1})
-    ->Args({1, 1})
-    ->Args({1, 2})
+    ->ArgNames({"gate", "shards", "held", "model"})
+    ->Args({0, 1, 0, 1})
+    ->Args({1, 1, 0, 0})
+    ->Args({1, 1, 0, 1})
+    ->Args({1, 2, 0, 1})
+    ->Args({1, 1, 128, 1})
     ->Iterations(2000)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -433,7 +433,9 @@ TEST_F(RouterTest, APrefillingDecisionIsCreditedOnItsWorkerUntilItsFirstToken) {
   EXPECT_DOUBLE_EQ(there.credited_blocks, 5.0);
   // No other worker is credited with it.
   for (const Candidate& c : shared->candidates) {
-    if (c.worker != first.worker) EXPECT_EQ(c.overlap_blocks, 0u) << c.worker;
+    if (c.worker != first.worker) {
+      EXPECT_EQ(c.overlap_blocks, 0u) << c.worker;
+    }
   }
   // Sent there, it is a predicted hit.
   Result<RouteDecision> pinned =

@@ -58,8 +58,8 @@ struct RouteWeights {
   // Prompt blocks of decisions still prefilling that the router remembers,
   // so a request sharing them is credited on the worker computing them
   // before that worker's events say so (docs/adr/0037). Past this many,
-  // a new decision is not remembered. About 80 bytes each.
-  size_t max_prefilling_blocks = size_t{1} << 20;
+  // a new decision is not remembered. 8 bytes each.
+  size_t max_prefilling_blocks = size_t{1} << 22;
 };
 
 /// Where governance says a chain stops earning credit: quarantined or
@@ -227,9 +227,10 @@ class Router {
   // REQUIRES: mu_ held.
   WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const;
   void ReleaseLocked(Decisions::iterator it);
-  // Leading blocks of `chain` that decisions prefilling on `worker` will
-  // hold. REQUIRES: mu_ held.
-  size_t PrefillingLocked(std::span<const index::BlockKey> chain, std::string_view worker) const;
+  // Leading blocks of `chain` that decisions prefilling on each worker will
+  // hold, for the workers where that is any. REQUIRES: mu_ held.
+  std::vector<std::pair<std::string_view, size_t>> PrefillingLocked(
+      std::span<const index::BlockKey> chain) const;
   void RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain);
   void ForgetPrefillingLocked(InFlight& decision);
   // The decision, or end() when unknown or, for a tenant-bound caller,
@@ -254,10 +255,10 @@ class Router {
   uint64_t decisions_evicted_ = 0;                              // guarded by mu_
   std::map<std::string, Totals, std::less<>> totals_;
   std::map<std::string, uint64_t, std::less<>> peer_blocks_;
-  // Block -> the workers prefilling it, with how many decisions each. A key
-  // stands for its whole prefix, so every prefix of a remembered chain is
-  // here too. Guarded by mu_.
-  std::unordered_map<index::BlockKey, std::vector<std::pair<std::string, uint32_t>>> prefilling_;
+  // Decisions still prefilling, by their prompt's first block key, oldest
+  // first: a route compares its chain with those sharing its first block.
+  // Point into decisions_ (map nodes do not move). Guarded by mu_.
+  std::unordered_map<index::BlockKey, std::vector<const InFlight*>> prefilling_by_root_;
   size_t prefilling_blocks_ = 0;  // guarded by mu_
 };
 
