@@ -76,6 +76,15 @@ struct Scenario {
   std::optional<sim::FleetSplit> split;  // --disaggregate
 };
 
+// The fleet of the workloads made to be decoded: Llama-3-8B engines (4
+// unless --engines says), `capacity_blocks` each, decode modeled.
+void DecodedLlamaFleet(int engines, size_t capacity_blocks, sim::FleetOptions& fleet) {
+  fleet.engines = engines > 0 ? engines : 4;
+  fleet.shape = sim::ModelShape::kLlama3_8B;
+  fleet.capacity_blocks = capacity_blocks;
+  fleet.decode.enabled = true;
+}
+
 Result<Scenario> BuildScenario(const SimulateFlags& flags) {
   Scenario scenario;
   sim::FleetOptions& fleet = scenario.fleet;
@@ -181,10 +190,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     if (flags.requests > 0) workload.sessions = std::max(1, flags.requests / 6);
     if (flags.rate > 0) workload.session_starts_per_s = flags.rate;
     if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
-    fleet.engines = engines > 0 ? engines : 4;
-    fleet.shape = sim::ModelShape::kLlama3_8B;
-    fleet.capacity_blocks = 8192;
-    fleet.decode.enabled = true;
+    DecodedLlamaFleet(engines, 8192, fleet);
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::ConversationWorkload(workload));
     scenario.description = std::to_string(workload.sessions) + " sessions of " +
                            std::to_string(workload.min_turns) + "-" +
@@ -196,10 +202,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     if (flags.requests > 0) workload.requests = flags.requests;
     if (flags.rate > 0) workload.requests_per_s = flags.rate;
     if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
-    fleet.engines = engines > 0 ? engines : 4;
-    fleet.shape = sim::ModelShape::kLlama3_8B;
-    fleet.capacity_blocks = 16384;
-    fleet.decode.enabled = true;
+    DecodedLlamaFleet(engines, 16384, fleet);
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::DocumentQaWorkload(workload));
     scenario.description = std::to_string(workload.requests) + " questions on " +
                            std::to_string(workload.documents) + " documents of " +
@@ -211,10 +214,7 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     workload.seed = flags.seed;
     if (flags.rate > 0) workload.background_per_s = flags.rate;
     if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
-    fleet.engines = engines > 0 ? engines : 4;
-    fleet.shape = sim::ModelShape::kLlama3_8B;
-    fleet.capacity_blocks = 8192;
-    fleet.decode.enabled = true;
+    DecodedLlamaFleet(engines, 8192, fleet);
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::BurstWorkload(workload));
     scenario.description = std::to_string(workload.bursts) + " bursts of " +
                            std::to_string(workload.burst_requests) + " requests in " +

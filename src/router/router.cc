@@ -68,12 +68,43 @@ bool CreditSumsAreExact(const std::array<double, index::kIndexedTiers.size()>& c
   return true;
 }
 
+// `tier`'s place in index::kIndexedTiers, the order of every per-tier array.
+constexpr size_t TierSlot(ResidencyTier tier) {
+  size_t slot = 0;
+  while (slot + 1 < index::kIndexedTiers.size() && index::kIndexedTiers[slot] != tier) ++slot;
+  return slot;
+}
+constexpr size_t kHbmSlot = TierSlot(ResidencyTier::kHBM);
+static_assert(index::kIndexedTiers[kHbmSlot] == ResidencyTier::kHBM);
+static_assert(index::kIndexedTiers[TierSlot(ResidencyTier::kUnknown)] == ResidencyTier::kUnknown);
+
 // Blocks in the engine's own device memory, where a prefill stores what it
 // computes: its HBM, or where it does not say (an engine reporting no medium
 // reports its GPU).
 uint64_t HotBlocks(const index::WorkerResidency& worker) {
-  return worker.blocks[0] + worker.blocks[index::kIndexedTiers.size() - 1];
+  return worker.blocks[kHbmSlot] + worker.blocks[TierSlot(ResidencyTier::kUnknown)];
 }
+
+// How many leading keys two chains share. A key stands for its whole prefix,
+// so equal keys form a leading run: bisect for its end.
+size_t CommonPrefix(std::span<const index::BlockKey> a, std::span<const index::BlockKey> b) {
+  size_t lo = 0;  // keys [0, lo) are equal
+  size_t hi = std::min(a.size(), b.size());
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (a[mid] == b[mid]) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// The newest decisions sharing a first block that a route compares its
+// chain with: a system prompt shared by thousands of requests in flight
+// would otherwise cost a route thousands of comparisons.
+constexpr size_t kMaxPrefillingCompared = 128;
 
 // One block size's prompt keys and who holds how much of them.
 struct ChainOverlap {
@@ -243,9 +274,9 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     }
     // What is being prefilled lands in the engine's hottest tier.
     credit.prefilling_blocks = creditable - resident;
-    credit.tier_overlap[0] += credit.prefilling_blocks;
+    credit.tier_overlap[kHbmSlot] += credit.prefilling_blocks;
     credit.credited_blocks +=
-        static_cast<double>(credit.prefilling_blocks) * weights_.tier_credit[0];
+        static_cast<double>(credit.prefilling_blocks) * weights_.tier_credit[kHbmSlot];
   }
 
   // Each worker's hot blocks over the fullest worker's: caches of one model
@@ -433,31 +464,6 @@ Status Router::Prefilled(std::string_view decision_id, std::string_view caller_t
   ForgetPrefillingLocked(decision);
   return Status::Ok();
 }
-
-namespace {
-
-// How many leading keys two chains share. A key stands for its whole prefix,
-// so equal keys form a leading run: bisect for its end.
-size_t CommonPrefix(std::span<const index::BlockKey> a, std::span<const index::BlockKey> b) {
-  size_t lo = 0;  // keys [0, lo) are equal
-  size_t hi = std::min(a.size(), b.size());
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (a[mid] == b[mid]) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
-// The newest decisions sharing a first block that a route compares its
-// chain with: a system prompt shared by thousands of requests in flight
-// would otherwise cost a route thousands of comparisons.
-constexpr size_t kMaxPrefillingCompared = 128;
-
-}  // namespace
 
 std::vector<std::pair<std::string_view, size_t>> Router::PrefillingLocked(
     std::span<const index::BlockKey> chain) const {
