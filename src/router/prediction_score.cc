@@ -6,9 +6,12 @@ namespace kvgov::router {
 
 std::string_view ToString(PredictionOutcome outcome) {
   switch (outcome) {
-    case PredictionOutcome::kExact: return "exact";
-    case PredictionOutcome::kOver: return "over";
-    case PredictionOutcome::kUnder: return "under";
+    case PredictionOutcome::kExact:
+      return "exact";
+    case PredictionOutcome::kOver:
+      return "over";
+    case PredictionOutcome::kUnder:
+      return "under";
   }
   return "unknown";
 }
@@ -35,9 +38,15 @@ PredictionOutcome PredictionScores::Record(std::string_view worker, int64_t pred
   if (it == scores_.end()) it = scores_.emplace(std::string(worker), PredictionScore{}).first;
   PredictionScore& score = it->second;
   switch (outcome) {
-    case PredictionOutcome::kExact: ++score.exact; break;
-    case PredictionOutcome::kOver: ++score.over; break;
-    case PredictionOutcome::kUnder: ++score.under; break;
+    case PredictionOutcome::kExact:
+      ++score.exact;
+      break;
+    case PredictionOutcome::kOver:
+      ++score.over;
+      break;
+    case PredictionOutcome::kUnder:
+      ++score.under;
+      break;
   }
   score.predicted_tokens += predicted_tokens;
   score.engine_cached_tokens += cached_tokens;

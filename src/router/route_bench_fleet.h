@@ -101,8 +101,7 @@ struct RouteFleet {
       if (worker < kDeepHolders) {
         const std::vector<int64_t> prompt = Prompt();
         const auto begin = prompt.begin() + kSystemBlocks * kBlockSize;
-        store(std::span<const int64_t>(begin, begin + (worker + 1) * kDeepStep * kBlockSize),
-              tail);
+        store(std::span<const int64_t>(begin, begin + (worker + 1) * kDeepStep * kBlockSize), tail);
       }
     }
     std::vector<int> others(kSystemPrompts - 1);

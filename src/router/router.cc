@@ -111,7 +111,7 @@ struct ChainOverlap {
   int64_t block_size = 0;
   std::vector<index::BlockKey> keys;
   std::vector<index::WorkerOverlap> overlaps;  // sorted by worker id
-  size_t next = 0;  // merge cursor: workers are visited in id order too
+  size_t next = 0;                             // merge cursor: workers are visited in id order too
 };
 
 }  // namespace
@@ -165,14 +165,12 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
                                      std::string decision_id, int64_t now_ms, bool keep) {
   if (request.model.empty()) return Status::InvalidArgument("model: required, got empty");
   std::vector<index::WorkerResidency> workers = index_->Workers();  // sorted by id
-  std::erase_if(workers, [&](const index::WorkerResidency& worker) {
-    return worker.model != request.model;
-  });
+  std::erase_if(
+      workers, [&](const index::WorkerResidency& worker) { return worker.model != request.model; });
   if (workers.empty()) {
     return Status::NotFound("model: no registered worker serves '" + request.model + "'");
   }
-  const std::set<std::string, std::less<>> allowed(request.workers.begin(),
-                                                   request.workers.end());
+  const std::set<std::string, std::less<>> allowed(request.workers.begin(), request.workers.end());
 
   // Keys per block size: workers of one model normally share one.
   std::vector<ChainOverlap> chains;
@@ -283,7 +281,8 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   // are alike in size, so this ranks how little room each has left.
   std::vector<double> fullness(workers.size(), 0.0);
   uint64_t fullest = 0;
-  for (const index::WorkerResidency& worker : workers) fullest = std::max(fullest, HotBlocks(worker));
+  for (const index::WorkerResidency& worker : workers)
+    fullest = std::max(fullest, HotBlocks(worker));
   for (size_t w = 0; fullest > 0 && w < workers.size(); ++w) {
     fullness[w] = static_cast<double>(HotBlocks(workers[w])) / static_cast<double>(fullest);
   }
@@ -297,11 +296,10 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     const RouteStatus* status = statuses[w] ? &*statuses[w] : nullptr;
     loads[w] = LoadLocked(worker.id, status ? status->scraped : std::nullopt);
     const WorkerLoad& load = loads[w];
-    const double prompt_blocks =
-        static_cast<double>(chain_for(worker.block_size)->keys.size());
+    const double prompt_blocks = static_cast<double>(chain_for(worker.block_size)->keys.size());
     // A pinned block a worker lacks is pulled, not computed (decode step).
-    const uint64_t pullable = std::min<uint64_t>(request.pullable_blocks,
-                                                 chain_for(worker.block_size)->keys.size());
+    const uint64_t pullable =
+        std::min<uint64_t>(request.pullable_blocks, chain_for(worker.block_size)->keys.size());
     credits[w].pulled_blocks =
         pullable > credits[w].overlap_blocks ? pullable - credits[w].overlap_blocks : 0;
     const double computed =
@@ -414,11 +412,9 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
                   .decoding = false,
                   .created_ms = now_ms};
   // Workers are sorted by id.
-  const auto chosen_worker =
-      std::lower_bound(workers.begin(), workers.end(), decision.worker,
-                       [](const index::WorkerResidency& worker, const std::string& id) {
-                         return worker.id < id;
-                       });
+  const auto chosen_worker = std::lower_bound(
+      workers.begin(), workers.end(), decision.worker,
+      [](const index::WorkerResidency& worker, const std::string& id) { return worker.id < id; });
   RememberPrefillingLocked(kept, chain_for(chosen_worker->block_size)->keys);
   decisions_by_age_.emplace(now_ms, decision.decision_id);
   Totals& totals = totals_[decision.worker];

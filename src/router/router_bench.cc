@@ -86,8 +86,7 @@ void BM_RouteVsHash(benchmark::State& state) {
     weights.cache_pressure_weight = 0;
     weights.max_prefilling_blocks = 0;
   }
-  Router router(&fleet.index, &fleet.status, weights,
-                state.range(0) != 0 ? &fleet.gate : nullptr);
+  Router router(&fleet.index, &fleet.status, weights, state.range(0) != 0 ? &fleet.gate : nullptr);
   RouteRequest request;
   request.model = "llama";
   request.token_ids = fleet.prompt;

@@ -403,8 +403,7 @@ TEST_F(RouterTest, GovernanceGateLimitsCredit) {
   EXPECT_EQ(decision->overlap_blocks, 2u);
 
   Hold("w2", Tokens(1, 500), 1);
-  Result<RouteDecision> gated =
-      router.Route({"llama", "", Tokens(1, 500), "", {"w2"}}, "", "h", 0);
+  Result<RouteDecision> gated = router.Route({"llama", "", Tokens(1, 500), "", {"w2"}}, "", "h", 0);
   EXPECT_EQ(gated->overlap_blocks, 0u);
   EXPECT_EQ(gated->verdict.kind, LookupKind::kQuarantine);
   EXPECT_EQ(gated->verdict.reason, LookupReason::kTaintDenied);
@@ -539,7 +538,8 @@ TEST_F(RouterTest, TiesBreakDeterministicallyAndTemperatureSamples) {
   EXPECT_EQ(picks.size(), 3u);  // equal costs: every worker gets some
   Router again(&index_, &status_, warm);
   EXPECT_EQ(again.Route({"llama", "", Tokens(4), "", {}}, "", "x", 0)->worker,
-            Router(&index_, &status_, warm).Route({"llama", "", Tokens(4), "", {}}, "", "x", 0)
+            Router(&index_, &status_, warm)
+                .Route({"llama", "", Tokens(4), "", {}}, "", "x", 0)
                 ->worker);  // same seed, same choice
 }
 
@@ -555,9 +555,8 @@ TEST_F(RouterTest, DecisionsReleaseThemselvesAfterTheirTtl) {
 // decision released by done is not released again.
 TEST_F(RouterTest, DecisionsExpireInTheOrderTheyWereMade) {
   for (int64_t at : {0, 100, 200}) {
-    ASSERT_TRUE(router_.Route({"llama", "", Tokens(4), "", {"w1"}}, "", "t" + std::to_string(at),
-                              at)
-                    .ok());
+    ASSERT_TRUE(
+        router_.Route({"llama", "", Tokens(4), "", {"w1"}}, "", "t" + std::to_string(at), at).ok());
   }
   ASSERT_TRUE(router_.Done("t100").ok());
   EXPECT_EQ(router_.LoadOf("w1").in_flight_requests, 2u);

@@ -33,8 +33,7 @@ std::string TenantCacheSalt(std::string_view secret, std::string_view tenant,
   // empty every tenant's cache.
   if (epoch == SaltEpoch{}) return TenantCacheSalt(secret, tenant);
   const std::string message = "kvgov.cache_salt.v2:" + Framed(tenant) + Framed(model) +
-                              std::to_string(epoch.all_models) + ":" +
-                              std::to_string(epoch.model);
+                              std::to_string(epoch.all_models) + ":" + std::to_string(epoch.model);
   return TenantSaltTag(secret, tenant) +
          HmacSha256Hex(secret, message).substr(0, kSaltDigits - kTagDigits);
 }

@@ -18,8 +18,8 @@ TEST(SaltsTest, EveryEpochGivesANewSaltWithTheTenantsTag) {
   const std::string tag = TenantSaltTag("secret", "t");
   ASSERT_EQ(tag.size(), 16u);
   std::vector<std::string> seen;
-  for (SaltEpoch epoch : {SaltEpoch{0, 0}, SaltEpoch{1, 0}, SaltEpoch{0, 1}, SaltEpoch{1, 1},
-                          SaltEpoch{2, 0}}) {
+  for (SaltEpoch epoch :
+       {SaltEpoch{0, 0}, SaltEpoch{1, 0}, SaltEpoch{0, 1}, SaltEpoch{1, 1}, SaltEpoch{2, 0}}) {
     const std::string salt = TenantCacheSalt("secret", "t", "llama", epoch);
     EXPECT_EQ(salt.size(), 32u);
     EXPECT_TRUE(salt.starts_with(tag)) << salt;
@@ -59,11 +59,11 @@ TEST(SaltsTest, RevokedSaltsAreFoundByTheirRootExtraKey) {
   };
   EXPECT_TRUE(KeyedByRevokedSalt(key("", old_salt), tag, current));
   EXPECT_TRUE(KeyedByRevokedSalt(key("adapter", old_salt), tag, current));
-  EXPECT_TRUE(KeyedByRevokedSalt(key("", DivertedCacheSalt("secret", old_salt, ids)), tag,
-                                 current));
+  EXPECT_TRUE(
+      KeyedByRevokedSalt(key("", DivertedCacheSalt("secret", old_salt, ids)), tag, current));
   EXPECT_FALSE(KeyedByRevokedSalt(key("", current), tag, current));
-  EXPECT_FALSE(KeyedByRevokedSalt(key("", DivertedCacheSalt("secret", current, ids)), tag,
-                                  current));
+  EXPECT_FALSE(
+      KeyedByRevokedSalt(key("", DivertedCacheSalt("secret", current, ids)), tag, current));
   EXPECT_FALSE(KeyedByRevokedSalt(key("", TenantCacheSalt("secret", "u")), tag, current));
   EXPECT_FALSE(KeyedByRevokedSalt("", tag, current));
   // Starting with the tag is not enough: a salt is 32 digits, or 32 and a dot.

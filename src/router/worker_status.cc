@@ -79,8 +79,8 @@ std::vector<std::optional<RouteStatus>> WorkerStatusTable::RouteStatuses(
   // before, found without a search.
   auto next = workers_.begin();
   for (size_t i = 0; i < workers.size(); ++i) {
-    auto it = next != workers_.end() && next->first == workers[i] ? next
-                                                                  : workers_.find(workers[i]);
+    auto it =
+        next != workers_.end() && next->first == workers[i] ? next : workers_.find(workers[i]);
     if (it == workers_.end()) continue;
     out[i] = RouteStatus{it->second.healthy, it->second.draining, it->second.scraped};
     next = std::next(it);

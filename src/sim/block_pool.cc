@@ -36,8 +36,7 @@ std::vector<EngineHash> BlockPool::ChainHashes(std::span<const int64_t> tokens,
   return hashes;
 }
 
-size_t BlockPool::CachedPrefix(std::span<const int64_t> tokens,
-                               std::string_view cache_salt) const {
+size_t BlockPool::CachedPrefix(std::span<const int64_t> tokens, std::string_view cache_salt) const {
   const std::vector<EngineHash> hashes = ChainHashes(tokens, cache_salt);
   size_t cached = 0;
   while (cached < hashes.size() && blocks_.contains(hashes[cached])) ++cached;

@@ -21,8 +21,8 @@ std::vector<int64_t> Concat(std::vector<int64_t> a, const std::vector<int64_t>& 
 }
 
 BlockPool Pool(size_t capacity, uint64_t seed = 7) {
-  return BlockPool(BlockPoolOptions{.capacity_blocks = capacity, .block_size = 4,
-                                    .hash_seed = seed, .medium = "GPU"});
+  return BlockPool(BlockPoolOptions{
+      .capacity_blocks = capacity, .block_size = 4, .hash_seed = seed, .medium = "GPU"});
 }
 
 TEST(BlockPoolTest, SecondPrefillOfTheSamePromptHitsEveryFullBlock) {

@@ -8,8 +8,7 @@ EventIndex::EventIndex(const FleetOptions& fleet)
     : model_(fleet.model), block_size_(fleet.block_size) {
   for (int i = 0; i < fleet.engines; ++i) {
     // Registration of fresh ids in a fresh index cannot fail.
-    (void)index_.AddWorker(Fleet::WorkerId(static_cast<size_t>(i)), fleet.model,
-                           fleet.block_size);
+    (void)index_.AddWorker(Fleet::WorkerId(static_cast<size_t>(i)), fleet.model, fleet.block_size);
   }
 }
 

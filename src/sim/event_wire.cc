@@ -117,37 +117,37 @@ Status PackStored(Packer& pk, WireEncoding encoding, const BlockStored& stored) 
   KVGOV_ASSIGN_OR_RETURN(const std::vector<Json> extra_keys, ParseExtraKeys(stored.extra_keys));
   // vLLM's field order (engine-events.md §2); lora_id is deprecated and
   // never set here.
-  PackEvent(pk, encoding, "BlockStored",
-            {
-                {"block_hashes", true, [&](Packer& p) { p.pack(stored.block_hashes); }},
-                {"parent_block_hash", stored.parent_block_hash.has_value(),
-                 [&](Packer& p) { p.pack(*stored.parent_block_hash); }},
-                {"token_ids", true, [&](Packer& p) { p.pack(stored.token_ids); }},
-                {"block_size", true, [&](Packer& p) { p.pack(stored.block_size); }},
-                {"lora_id", false, nullptr},
-                {"medium", !stored.medium.empty(), [&](Packer& p) { p.pack(stored.medium); }},
-                {"lora_name", !stored.lora_name.empty(),
-                 [&](Packer& p) { p.pack(stored.lora_name); }},
-                {"extra_keys", !extra_keys.empty(),
-                 [&](Packer& p) {
-                   p.pack_array(static_cast<uint32_t>(extra_keys.size()));
-                   for (const Json& entry : extra_keys) PackJson(p, entry);
-                 }},
-                {"group_idx", stored.group_idx != 0, [&](Packer& p) { p.pack(stored.group_idx); }},
-                {"kv_cache_spec_kind", !stored.kv_cache_spec_kind.empty(),
-                 [&](Packer& p) { p.pack(stored.kv_cache_spec_kind); }},
-            });
+  PackEvent(
+      pk, encoding, "BlockStored",
+      {
+          {"block_hashes", true, [&](Packer& p) { p.pack(stored.block_hashes); }},
+          {"parent_block_hash", stored.parent_block_hash.has_value(),
+           [&](Packer& p) { p.pack(*stored.parent_block_hash); }},
+          {"token_ids", true, [&](Packer& p) { p.pack(stored.token_ids); }},
+          {"block_size", true, [&](Packer& p) { p.pack(stored.block_size); }},
+          {"lora_id", false, nullptr},
+          {"medium", !stored.medium.empty(), [&](Packer& p) { p.pack(stored.medium); }},
+          {"lora_name", !stored.lora_name.empty(), [&](Packer& p) { p.pack(stored.lora_name); }},
+          {"extra_keys", !extra_keys.empty(),
+           [&](Packer& p) {
+             p.pack_array(static_cast<uint32_t>(extra_keys.size()));
+             for (const Json& entry : extra_keys) PackJson(p, entry);
+           }},
+          {"group_idx", stored.group_idx != 0, [&](Packer& p) { p.pack(stored.group_idx); }},
+          {"kv_cache_spec_kind", !stored.kv_cache_spec_kind.empty(),
+           [&](Packer& p) { p.pack(stored.kv_cache_spec_kind); }},
+      });
   return Status::Ok();
 }
 
 void PackRemoved(Packer& pk, WireEncoding encoding, const BlockRemoved& removed) {
-  PackEvent(pk, encoding, "BlockRemoved",
-            {
-                {"block_hashes", true, [&](Packer& p) { p.pack(removed.block_hashes); }},
-                {"medium", !removed.medium.empty(), [&](Packer& p) { p.pack(removed.medium); }},
-                {"group_idx", removed.group_idx != 0,
-                 [&](Packer& p) { p.pack(removed.group_idx); }},
-            });
+  PackEvent(
+      pk, encoding, "BlockRemoved",
+      {
+          {"block_hashes", true, [&](Packer& p) { p.pack(removed.block_hashes); }},
+          {"medium", !removed.medium.empty(), [&](Packer& p) { p.pack(removed.medium); }},
+          {"group_idx", removed.group_idx != 0, [&](Packer& p) { p.pack(removed.group_idx); }},
+      });
 }
 
 }  // namespace

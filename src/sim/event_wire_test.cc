@@ -91,7 +91,10 @@ TEST(EventWireLegacyTest, PositionalEventsCarryNilForUnsetMiddleFields) {
   // [tag, hashes, parent=nil, tokens, block_size, lora_id=nil, medium]: the
   // trailing defaults past medium are trimmed, the inner ones stay nil.
   const std::string expected_event =
-      "\x97\xab" "BlockStored" "\x91\x01\xc0\x91\x01\x01\xc0\xa3" "GPU";
+      "\x97\xab"
+      "BlockStored"
+      "\x91\x01\xc0\x91\x01\x01\xc0\xa3"
+      "GPU";
   EXPECT_NE(payload->find(expected_event), std::string::npos);
 }
 

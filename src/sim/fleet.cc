@@ -24,8 +24,8 @@ EngineModel::Served EngineModel::Serve(uint64_t request_id, double arrival_s,
                                        std::string_view cache_salt) {
   Served served;
   served.prefill = pool_.Prefill(tokens, cache_salt);
-  const double prefill_s = cost_.PrefillSeconds(static_cast<int64_t>(tokens.size()),
-                                                served.prefill.computed_tokens);
+  const double prefill_s =
+      cost_.PrefillSeconds(static_cast<int64_t>(tokens.size()), served.prefill.computed_tokens);
   served.start_s = std::max(arrival_s, busy_until_s_);
   served.finish_s = served.start_s + prefill_s;
   served.ttft_s = served.finish_s - arrival_s;
@@ -107,8 +107,8 @@ void EngineModel::AdvanceTo(double until_s, const DecodeModel& model, Progress& 
       if (running_[i].prefill_left == 0) continue;
       chunk[i] = std::min(running_[i].prefill_left, budget);
       budget -= chunk[i];
-      const double chunk_s = cost_.PrefillSeconds(
-          static_cast<int64_t>(running_[i].request->tokens.size()), chunk[i]);
+      const double chunk_s =
+          cost_.PrefillSeconds(static_cast<int64_t>(running_[i].request->tokens.size()), chunk[i]);
       running_[i].prefill_s += chunk_s;
       step_s += chunk_s;
     }
@@ -163,8 +163,8 @@ std::vector<std::pair<double, uint64_t>> EngineModel::PopFinished(double now_s) 
 }
 
 EngineModel::Pulled EngineModel::Pull(uint64_t request_id, double ready_s,
-                                      std::span<const int64_t> tokens,
-                                      std::string_view cache_salt, double link_bytes_per_s) {
+                                      std::span<const int64_t> tokens, std::string_view cache_salt,
+                                      double link_bytes_per_s) {
   Pulled pulled;
   // vLLM's decode worker looks the prompt up in its own cache first and
   // pulls only the rest; once pulled, the blocks are its own cached blocks.
@@ -559,9 +559,7 @@ std::unique_ptr<RoutingPolicy> MakeRoundRobinPolicy() {
 std::unique_ptr<RoutingPolicy> MakeRandomPolicy(uint64_t seed) {
   return std::make_unique<RandomPolicy>(seed);
 }
-std::unique_ptr<RoutingPolicy> MakeLeastLoadPolicy() {
-  return std::make_unique<LeastLoadPolicy>();
-}
+std::unique_ptr<RoutingPolicy> MakeLeastLoadPolicy() { return std::make_unique<LeastLoadPolicy>(); }
 std::unique_ptr<RoutingPolicy> MakeOraclePolicy(double overlap_weight) {
   return std::make_unique<OraclePolicy>(overlap_weight);
 }
@@ -570,8 +568,8 @@ std::unique_ptr<RoutingPolicy> MakeKvgovPolicy(const FleetOptions& fleet,
   return std::make_unique<KvgovPolicy>(fleet, weights);
 }
 
-Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
-                                                  const FleetOptions& fleet, uint64_t seed,
+Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name, const FleetOptions& fleet,
+                                                  uint64_t seed,
                                                   const router::RouteWeights& weights) {
   if (name == "kvgov") return MakeKvgovPolicy(fleet, weights);
   if (name == "round-robin") return MakeRoundRobinPolicy();
@@ -591,8 +589,8 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
                                  "dynamo, llm-d, sglang or prefix-hash");
 }
 
-PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes,
-                       size_t engines, size_t spread_engines) {
+PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes, size_t engines,
+                       size_t spread_engines) {
   PolicyReport report;
   report.policy = std::move(policy);
   report.busy_s_per_engine.assign(engines, 0.0);
@@ -669,8 +667,8 @@ Status Publish(RoutingPolicy& policy, size_t engine, double ts, std::vector<Engi
   return policy.Observe(engine, payload);
 }
 
-Status OutsidePool(const RoutingPolicy& policy, std::string_view step, size_t engine,
-                   size_t first, size_t count) {
+Status OutsidePool(const RoutingPolicy& policy, std::string_view step, size_t engine, size_t first,
+                   size_t count) {
   return Status::Internal("policy " + std::string(policy.name()) + " chose engine " +
                           std::to_string(engine) + " for a " + std::string(step) +
                           " step; the fleet's " + std::string(step) + " engines are " +
@@ -700,8 +698,8 @@ Result<std::vector<RequestOutcome>> ReplayDecoding(std::span<const SimRequest> t
         outcome.hit_blocks = started.prefill.hit_blocks;
         outcome.computed_tokens = started.prefill.computed_tokens;
         outcome.queue_s = started.at_s - trace[started.id].arrival_s;
-        KVGOV_RETURN_IF_ERROR(Publish(policy, i, started.at_s, std::move(started.prefill.events),
-                                      options.encoding));
+        KVGOV_RETURN_IF_ERROR(
+            Publish(policy, i, started.at_s, std::move(started.prefill.events), options.encoding));
       }
       for (const EngineModel::Progress::Token& token : progress.first_tokens) {
         RequestOutcome& outcome = outcomes[token.id];
@@ -775,16 +773,16 @@ Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
       pending.pop();
       release(pull.ready_s);
       const SimRequest& request = trace[pull.index];
-      KVGOV_ASSIGN_OR_RETURN(const size_t engine,
-                             policy.ChooseDecode(request, pull.cache_salt, fleet,
-                                                 pull.prefill_engine, pull.ready_s));
+      KVGOV_ASSIGN_OR_RETURN(
+          const size_t engine,
+          policy.ChooseDecode(request, pull.cache_salt, fleet, pull.prefill_engine, pull.ready_s));
       if (engine < fleet.prefill_count() || engine >= fleet.size()) {
         return OutsidePool(policy, "decode", engine, fleet.prefill_count(), fleet.decode_count());
       }
       EngineModel::Pulled pulled = fleet.mutable_engine(engine).Pull(
           request.id, pull.ready_s, request.tokens, pull.cache_salt, options.link_bytes_per_s);
-      KVGOV_RETURN_IF_ERROR(Publish(policy, engine, pull.ready_s,
-                                    std::move(pulled.cached.events), options.encoding));
+      KVGOV_RETURN_IF_ERROR(
+          Publish(policy, engine, pull.ready_s, std::move(pulled.cached.events), options.encoding));
       RequestOutcome& outcome = outcomes[pull.index];
       outcome.decode_engine = engine;
       outcome.decode_hit_blocks = pulled.cached.hit_blocks;
@@ -856,8 +854,7 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
                 "spread", "waits>10s");
   out += line;
   if (disaggregated) {
-    std::snprintf(line, sizeof(line), " %14s %14s %10s", "pulled tokens", "pull saved",
-                  "transfer");
+    std::snprintf(line, sizeof(line), " %14s %14s %10s", "pulled tokens", "pull saved", "transfer");
     out += line;
   }
   if (decode) {
@@ -866,8 +863,7 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
   }
   out += '\n';
   for (const PolicyReport& r : reports) {
-    std::snprintf(line, sizeof(line),
-                  "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f %9llu",
+    std::snprintf(line, sizeof(line), "%-18s %9llu %8.1f%% %14lld %9.3fs %9.3fs %9.3fs %7.2f %9llu",
                   r.policy.c_str(), static_cast<unsigned long long>(r.requests),
                   100.0 * r.hit_rate(), static_cast<long long>(r.computed_tokens), r.ttft_p50_s,
                   r.ttft_p90_s, r.ttft_p99_s, r.load_spread,

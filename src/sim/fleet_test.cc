@@ -18,9 +18,9 @@ std::vector<int64_t> Tokens(int64_t count, int64_t first = 0) {
 }
 
 TEST(EngineModelTest, QueuesPrefillsFirstInFirstOut) {
-  EngineModel engine(BlockPoolOptions{.capacity_blocks = 1024, .block_size = 16, .hash_seed = 1,
-                                      .medium = "GPU"},
-                     ModelShape::kLlama3_8B);
+  EngineModel engine(
+      BlockPoolOptions{.capacity_blocks = 1024, .block_size = 16, .hash_seed = 1, .medium = "GPU"},
+      ModelShape::kLlama3_8B);
   const std::vector<int64_t> prompt = Tokens(1024);
   const double full = engine.cost().PrefillSeconds(1024, 1024);
   EngineModel::Served first = engine.Serve(0, 0.0, prompt, "");
@@ -43,7 +43,7 @@ TEST(PrefillCostTest, UsesTheMeasuredCostPerTokenAndInterpolates) {
   EXPECT_DOUBLE_EQ(qwen.MicrosPerToken(512), 109.1);
   EXPECT_DOUBLE_EQ(qwen.MicrosPerToken(4096), 113.7);
   EXPECT_NEAR(qwen.MicrosPerToken(6144), (113.7 + 121.1) / 2, 1e-9);
-  EXPECT_GT(qwen.MicrosPerToken(16384), 121.1);  // extends the last segment
+  EXPECT_GT(qwen.MicrosPerToken(16384), 121.1);                // extends the last segment
   EXPECT_NEAR(qwen.PrefillSeconds(8192, 8192), 0.992, 0.001);  // the measured 992 ms
   EXPECT_DOUBLE_EQ(qwen.PrefillSeconds(8192, 0), 0.0);
   EXPECT_EQ(ParseModelShape("gpt-9").status().code(), StatusCode::kInvalidArgument);
@@ -81,8 +81,8 @@ TEST(FleetTest, KvgovRoutesSharedPrefixesLikeTheOracleAndFarBetterThanRoundRobin
   const PolicyReport& kvgov = reports["kvgov"];
   const PolicyReport& round_robin = reports["round-robin"];
   const PolicyReport& oracle = reports["oracle"];
-  EXPECT_GT(kvgov.hit_rate(), round_robin.hit_rate() + 0.2) << FormatReports(
-      std::vector<PolicyReport>{kvgov, round_robin, oracle});
+  EXPECT_GT(kvgov.hit_rate(), round_robin.hit_rate() + 0.2)
+      << FormatReports(std::vector<PolicyReport>{kvgov, round_robin, oracle});
   EXPECT_GT(kvgov.hit_rate(), oracle.hit_rate() - 0.05);
   EXPECT_LT(kvgov.computed_tokens, round_robin.computed_tokens);
   EXPECT_LT(kvgov.ttft_p90_s, round_robin.ttft_p90_s);
@@ -388,7 +388,6 @@ TEST(FleetTest, AFleetSplitParsesOnlyxPyD) {
   EXPECT_NE(split.status().message().find("at most 1024 engines"), std::string::npos);
 }
 
-
 // `count` requests `gap_s` apart; request i's prompt and answer length are
 // `shape(i)`.
 std::vector<SimRequest> AnswerTrace(
@@ -411,9 +410,9 @@ std::vector<SimRequest> AnswerTrace(
 TEST(BatchingEngineTest, StepsPrefillThenDecodeAndAdmitsWhatTheKvHolds) {
   DecodeModel model;
   model.enabled = true;
-  EngineModel engine(BlockPoolOptions{.capacity_blocks = 100, .block_size = 16, .hash_seed = 1,
-                                      .medium = "GPU"},
-                     ModelShape::kLlama3_8B);
+  EngineModel engine(
+      BlockPoolOptions{.capacity_blocks = 100, .block_size = 16, .hash_seed = 1, .medium = "GPU"},
+      ModelShape::kLlama3_8B);
   SimRequest a;
   a.id = 0;
   a.tokens = Tokens(1024);
@@ -482,8 +481,9 @@ TEST(BatchingEngineTest, DeterministicUnderTheSeed) {
   fleet.capacity_blocks = 1024;
   fleet.decode.enabled = true;
   const std::vector<SimRequest> trace = AnswerTrace(60, 0.02, [](uint64_t i) {
-    return std::pair(Tokens(256 + static_cast<int64_t>(i % 5) * 64, static_cast<int64_t>(i % 3) * 7000),
-                     static_cast<int64_t>(5 + i % 7));
+    return std::pair(
+        Tokens(256 + static_cast<int64_t>(i % 5) * 64, static_cast<int64_t>(i % 3) * 7000),
+        static_cast<int64_t>(5 + i % 7));
   });
   for (const char* name : {"kvgov", "dynamo", "llm-d", "random"}) {
     std::vector<double> ttfts[2];

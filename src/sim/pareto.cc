@@ -46,12 +46,11 @@ Result<ParetoSummary> Pareto(std::span<const PolicyReport> reports, std::string_
       continue;
     }
     if (peer.policy == policy) continue;
-    summary.against.push_back(
-        {.policy = summary.policy,
-         .peer = peer.policy,
-         .prefill_ratio = Ratio(static_cast<double>(mine->computed_tokens),
-                                static_cast<double>(peer.computed_tokens)),
-         .ttft_p90_ratio = Ratio(mine->ttft_p90_s, peer.ttft_p90_s)});
+    summary.against.push_back({.policy = summary.policy,
+                               .peer = peer.policy,
+                               .prefill_ratio = Ratio(static_cast<double>(mine->computed_tokens),
+                                                      static_cast<double>(peer.computed_tokens)),
+                               .ttft_p90_ratio = Ratio(mine->ttft_p90_s, peer.ttft_p90_s)});
   }
   return summary;
 }
@@ -74,8 +73,8 @@ std::string FormatPareto(const ParetoSummary& summary) {
     } else {
       verdict = "loses on " + Excess("TTFT p90", c.ttft_p90_ratio);
     }
-    std::snprintf(line, sizeof(line), "  %-14s prefill %6.3f  TTFT p90 %6.3f  %s\n",
-                  c.peer.c_str(), c.prefill_ratio, c.ttft_p90_ratio, verdict.c_str());
+    std::snprintf(line, sizeof(line), "  %-14s prefill %6.3f  TTFT p90 %6.3f  %s\n", c.peer.c_str(),
+                  c.prefill_ratio, c.ttft_p90_ratio, verdict.c_str());
     out += line;
   }
   if (summary.hit_rate_points_behind_oracle.has_value()) {

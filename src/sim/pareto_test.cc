@@ -18,9 +18,8 @@ PolicyReport Report(std::string policy, int64_t prefill_tokens, double ttft_p90_
 
 TEST(ParetoTest, JudgesEachPeerOnBothAxes) {
   const std::vector<PolicyReport> reports = {
-      Report("kvgov", 1000, 1.0, 60),  Report("slower", 1000, 2.0),
-      Report("cheaper", 900, 3.0),     Report("better", 800, 0.5),
-      Report("same", 1000, 1.0),       Report("oracle", 950, 1.1, 62),
+      Report("kvgov", 1000, 1.0, 60), Report("slower", 1000, 2.0), Report("cheaper", 900, 3.0),
+      Report("better", 800, 0.5),     Report("same", 1000, 1.0),   Report("oracle", 950, 1.1, 62),
   };
   Result<ParetoSummary> summary = Pareto(reports, "kvgov");
   ASSERT_TRUE(summary.ok()) << summary.status().ToString();

@@ -106,7 +106,8 @@ class DynamoPolicy final : public RoutingPolicy {
  private:
   struct Active {
     double prefill_blocks = 0;
-    std::unordered_map<index::BlockKey, int> blocks;  // unique active blocks, by sequences holding them
+    std::unordered_map<index::BlockKey, int>
+        blocks;  // unique active blocks, by sequences holding them
   };
   struct Routed {
     size_t engine = 0;
@@ -142,15 +143,14 @@ class LlmdPolicy final : public RoutingPolicy {
     }
     std::vector<double> score(engines);
     for (size_t i = 0; i < engines; ++i) {
-      const double prefix = match.request_blocks == 0
-                                ? 0
-                                : static_cast<double>(match.held[i]) /
-                                      static_cast<double>(match.request_blocks);
-      const double queue =
-          max_queue == min_queue
-              ? 1.0
-              : 1.0 - static_cast<double>(Waiting(fleet, i) - min_queue) /
-                          static_cast<double>(max_queue - min_queue);
+      const double prefix =
+          match.request_blocks == 0
+              ? 0
+              : static_cast<double>(match.held[i]) / static_cast<double>(match.request_blocks);
+      const double queue = max_queue == min_queue
+                               ? 1.0
+                               : 1.0 - static_cast<double>(Waiting(fleet, i) - min_queue) /
+                                           static_cast<double>(max_queue - min_queue);
       const BlockPool& pool = fleet.engine(i).pool();
       const double kv_cache = 1.0 - static_cast<double>(pool.size()) /
                                         static_cast<double>(pool.options().capacity_blocks);
@@ -189,9 +189,9 @@ class SglangPolicy final : public RoutingPolicy {
     const std::vector<uint64_t> path = Path(request.tokens, cache_salt);
     size_t chosen = 0;
     const auto [min_load, max_load] = std::minmax_element(load_.begin(), load_.end());
-    const bool imbalanced =
-        *max_load - *min_load > options_.balance_abs_threshold &&
-        static_cast<double>(*max_load) > options_.balance_rel_threshold * static_cast<double>(*min_load);
+    const bool imbalanced = *max_load - *min_load > options_.balance_abs_threshold &&
+                            static_cast<double>(*max_load) >
+                                options_.balance_rel_threshold * static_cast<double>(*min_load);
     if (imbalanced) {
       chosen = static_cast<size_t>(min_load - load_.begin());
     } else {
@@ -243,7 +243,8 @@ class SglangPolicy final : public RoutingPolicy {
     }
     return path;
   }
-  static size_t Matched(const std::unordered_set<uint64_t>& tree, const std::vector<uint64_t>& path) {
+  static size_t Matched(const std::unordered_set<uint64_t>& tree,
+                        const std::vector<uint64_t>& path) {
     size_t matched = 0;
     while (matched < path.size() && tree.contains(path[matched])) ++matched;
     return matched;
@@ -274,8 +275,8 @@ class PrefixHashPolicy final : public RoutingPolicy {
                         const Fleet& fleet) override {
     KVGOV_RETURN_IF_ERROR(ColocatedOnly(name(), fleet));
     if (ring_.empty()) return Status::FailedPrecondition("prefix-hash: the ring is empty");
-    const size_t head = std::min(request.tokens.size(),
-                                 static_cast<size_t>(options_.prefix_blocks * block_size_));
+    const size_t head =
+        std::min(request.tokens.size(), static_cast<size_t>(options_.prefix_blocks * block_size_));
     uint64_t h = SplitMix64(std::hash<std::string_view>{}(cache_salt));
     for (size_t i = 0; i < head; ++i) h = SplitMix64(h ^ static_cast<uint64_t>(request.tokens[i]));
     auto it = ring_.lower_bound(h);
@@ -295,7 +296,8 @@ std::unique_ptr<RoutingPolicy> MakeDynamoPolicy(const FleetOptions& fleet,
                                                 DynamoPolicyOptions options) {
   return std::make_unique<DynamoPolicy>(fleet, options);
 }
-std::unique_ptr<RoutingPolicy> MakeLlmdPolicy(const FleetOptions& fleet, LlmdPolicyOptions options) {
+std::unique_ptr<RoutingPolicy> MakeLlmdPolicy(const FleetOptions& fleet,
+                                              LlmdPolicyOptions options) {
   return std::make_unique<LlmdPolicy>(fleet, options);
 }
 std::unique_ptr<RoutingPolicy> MakeSglangPolicy(const FleetOptions& fleet,

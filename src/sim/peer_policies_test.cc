@@ -145,7 +145,8 @@ TEST(PrefixHashPolicyTest, OnePrefixOneEngineWhateverFollowsAndWhateverTheLoad) 
   }
   // Distinct prefixes spread over the ring.
   std::map<size_t, int> per_engine;
-  for (int64_t n = 0; n < 400; ++n) ++per_engine[MustChoose(*hash, Request(99, Tokens(4, n * 64)), fleet)];
+  for (int64_t n = 0; n < 400; ++n)
+    ++per_engine[MustChoose(*hash, Request(99, Tokens(4, n * 64)), fleet)];
   ASSERT_EQ(per_engine.size(), 4u);
   for (const auto& [engine, count] : per_engine) EXPECT_GT(count, 50) << engine;
 }

@@ -7,10 +7,9 @@ namespace kvgov::sim {
 namespace {
 
 // ../shared/reference/prefill-cost.md, measured 2026-11-29.
-constexpr std::array<PrefillPoint, 4> kLlama3_8B = {{
-    {1024, 25.5}, {4096, 25.7}, {8192, 27.8}, {16384, 31.6}}};
-constexpr std::array<PrefillPoint, 3> kQwen3_32B = {{
-    {1024, 109.1}, {4096, 113.7}, {8192, 121.1}}};
+constexpr std::array<PrefillPoint, 4> kLlama3_8B = {
+    {{1024, 25.5}, {4096, 25.7}, {8192, 27.8}, {16384, 31.6}}};
+constexpr std::array<PrefillPoint, 3> kQwen3_32B = {{{1024, 109.1}, {4096, 113.7}, {8192, 121.1}}};
 
 }  // namespace
 

@@ -24,8 +24,8 @@ Status LineError(size_t line, std::string_view field, std::string_view problem) 
 
 // A JSON number that is an integer in [min, max]: an integer, or a float
 // with no fraction (some exporters write 12.0).
-Result<int64_t> IntegerField(const Json& line_json, std::string_view name, int64_t min,
-                             int64_t max, size_t line) {
+Result<int64_t> IntegerField(const Json& line_json, std::string_view name, int64_t min, int64_t max,
+                             size_t line) {
   const auto it = line_json.find(name);
   if (it == line_json.end()) return LineError(line, name, "missing");
   int64_t value = 0;
@@ -45,9 +45,9 @@ Result<int64_t> IntegerField(const Json& line_json, std::string_view name, int64
     return LineError(line, name, "want an integer");
   }
   if (value < min || value > max) {
-    return LineError(line, name,
-                     std::to_string(value) + " is outside " + std::to_string(min) + ".." +
-                         std::to_string(max));
+    return LineError(
+        line, name,
+        std::to_string(value) + " is outside " + std::to_string(min) + ".." + std::to_string(max));
   }
   return value;
 }
@@ -85,12 +85,12 @@ Result<std::vector<SimRequest>> ParseMooncakeTrace(std::string_view text,
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     if (line.size() > kMaxTraceLineBytes) {
-      return LineError(line_number, "", "longer than " + std::to_string(kMaxTraceLineBytes) +
-                                            " bytes");
+      return LineError(line_number, "",
+                       "longer than " + std::to_string(kMaxTraceLineBytes) + " bytes");
     }
     if (requests.size() == kMaxTraceRequests) {
-      return LineError(line_number, "", "more than " + std::to_string(kMaxTraceRequests) +
-                                            " requests");
+      return LineError(line_number, "",
+                       "more than " + std::to_string(kMaxTraceRequests) + " requests");
     }
     bool too_deep = false;
     Json parsed = Json::parse(
@@ -107,12 +107,10 @@ Result<std::vector<SimRequest>> ParseMooncakeTrace(std::string_view text,
     KVGOV_ASSIGN_OR_RETURN(
         int64_t timestamp_ms,
         IntegerField(parsed, "timestamp", 0, std::numeric_limits<int64_t>::max() / 2, line_number));
-    KVGOV_ASSIGN_OR_RETURN(int64_t input_length,
-                           IntegerField(parsed, "input_length", 1, kMaxTraceInputTokens,
-                                        line_number));
-    KVGOV_ASSIGN_OR_RETURN(int64_t output_length,
-                           IntegerField(parsed, "output_length", 0, kMaxTraceInputTokens,
-                                        line_number));
+    KVGOV_ASSIGN_OR_RETURN(int64_t input_length, IntegerField(parsed, "input_length", 1,
+                                                              kMaxTraceInputTokens, line_number));
+    KVGOV_ASSIGN_OR_RETURN(int64_t output_length, IntegerField(parsed, "output_length", 0,
+                                                               kMaxTraceInputTokens, line_number));
     if (timestamp_ms < previous_ms) {
       return LineError(line_number, "timestamp",
                        std::to_string(timestamp_ms) + " precedes the line before's " +
@@ -156,12 +154,13 @@ Result<std::vector<SimRequest>> ParseMooncakeTrace(std::string_view text,
         block->second.resize(static_cast<size_t>(options.block_tokens));
         const uint64_t base = SplitMix64(options.seed ^ SplitMix64(static_cast<uint64_t>(id)));
         for (int64_t k = 0; k < options.block_tokens; ++k) {
-          block->second[static_cast<size_t>(k)] = static_cast<int64_t>(
-              SplitMix64(base + static_cast<uint64_t>(k)) % static_cast<uint64_t>(options.vocabulary));
+          block->second[static_cast<size_t>(k)] =
+              static_cast<int64_t>(SplitMix64(base + static_cast<uint64_t>(k)) %
+                                   static_cast<uint64_t>(options.vocabulary));
         }
       }
-      const int64_t take =
-          std::min<int64_t>(options.block_tokens, input_length - static_cast<int64_t>(request.tokens.size()));
+      const int64_t take = std::min<int64_t>(
+          options.block_tokens, input_length - static_cast<int64_t>(request.tokens.size()));
       request.tokens.insert(request.tokens.end(), block->second.begin(),
                             block->second.begin() + take);
     }

@@ -44,8 +44,9 @@ void Append(std::vector<int64_t>& to, const std::vector<int64_t>& tokens) {
 }
 
 void NumberByArrival(std::vector<SimRequest>& requests) {
-  std::stable_sort(requests.begin(), requests.end(),
-                   [](const SimRequest& a, const SimRequest& b) { return a.arrival_s < b.arrival_s; });
+  std::stable_sort(requests.begin(), requests.end(), [](const SimRequest& a, const SimRequest& b) {
+    return a.arrival_s < b.arrival_s;
+  });
   for (size_t i = 0; i < requests.size(); ++i) requests[i].id = i;
 }
 
@@ -158,9 +159,8 @@ Result<std::vector<SimRequest>> ConversationWorkload(const ConversationWorkloadO
   double session_start = 0;
   for (int s = 0; s < options.sessions; ++s) {
     session_start += random.Exponential(1.0 / options.session_starts_per_s);
-    const int turns = options.min_turns +
-                      static_cast<int>(random.Below(
-                          static_cast<uint64_t>(options.max_turns - options.min_turns + 1)));
+    const int turns = options.min_turns + static_cast<int>(random.Below(static_cast<uint64_t>(
+                                              options.max_turns - options.min_turns + 1)));
     std::vector<int64_t> transcript = system_prompt;
     double at = session_start;
     for (int turn = 0; turn < turns; ++turn) {
@@ -199,8 +199,8 @@ Result<std::vector<SimRequest>> DocumentQaWorkload(const DocumentQaWorkloadOptio
   const uint64_t spread =
       static_cast<uint64_t>(options.max_document_tokens - options.min_document_tokens + 1);
   for (int d = 0; d < options.documents; ++d) {
-    documents.push_back(random.Tokens(options.min_document_tokens +
-                                      static_cast<int64_t>(random.Below(spread))));
+    documents.push_back(
+        random.Tokens(options.min_document_tokens + static_cast<int64_t>(random.Below(spread))));
   }
   // Document d is asked about with weight 1 / (d + 1)^s: drawn by its
   // cumulative weight.
@@ -270,8 +270,7 @@ Result<std::vector<SimRequest>> BurstWorkload(const BurstWorkloadOptions& option
     const double start = options.duration_s * (b + 1) / (options.bursts + 1);
     for (int r = 0; r < options.burst_requests; ++r) {
       add(start + random.Uniform() * options.burst_window_s,
-          random.Below(static_cast<uint64_t>(options.burst_prompts)),
-          "burst-" + std::to_string(b));
+          random.Below(static_cast<uint64_t>(options.burst_prompts)), "burst-" + std::to_string(b));
     }
   }
   NumberByArrival(requests);

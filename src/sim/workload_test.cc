@@ -49,9 +49,9 @@ TEST(AgentWorkloadTest, EachTurnResendsTheGrowingTranscript) {
     auto previous = last_turn.find(request.session);
     if (previous != last_turn.end()) {
       EXPECT_TRUE(IsPrefix(previous->second->tokens, request.tokens));
-      EXPECT_EQ(request.tokens.size(), previous->second->tokens.size() +
-                                           static_cast<size_t>(options.answer_tokens +
-                                                               options.message_tokens));
+      EXPECT_EQ(request.tokens.size(),
+                previous->second->tokens.size() +
+                    static_cast<size_t>(options.answer_tokens + options.message_tokens));
     }
     last_turn[request.session] = &request;
     // Every session of a tenant opens with the tenant's system prompt.
