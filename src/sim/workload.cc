@@ -128,9 +128,7 @@ Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadO
     request.tokens = system_prompts[group];
     Append(request.tokens, random.Tokens(options.question_tokens));
     if (options.answer_tokens > 0) {
-      const double mean = static_cast<double>(options.answer_tokens);
-      request.output_tokens =
-          std::max<int64_t>(1, std::llround(std::min(random.Exponential(mean), 8 * mean)));
+      request.output_tokens = LengthAround(random, options.answer_tokens, 1);
     }
     requests.push_back(std::move(request));
   }
