@@ -468,6 +468,17 @@ TEST_F(RequestPathTest, RefusalsComeInTheWiresOwnShapeAndRouteNothing) {
   EXPECT_TRUE(engine.chats().empty());
 }
 
+// A handoff is recorded when the last of its coroutines lets go of it: the
+// pin's watchdog may do so a tick after the client has its answer. Waits
+// (at most 10 s) for the first record.
+std::vector<HandoffRecord> RecordedHandoffs(const RecordingPlane& plane) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (plane.handoffs().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return plane.handoffs();
+}
+
 // The handoff on the loop: a span withdrawn while the decode worker has
 // not sent its first token fails the handoff within the watchdog's period,
 // closes the decode request (the engine sees its client go), ends the pin
@@ -496,7 +507,7 @@ TEST_F(RequestPathTest, AWithdrawalBeforeTheFirstTokenClosesTheDecodeRequestAndA
   EXPECT_EQ(decode.aborted(), 1) << "the decode engine saw its client go";
   EXPECT_EQ(prefill.prefills(), 1);
   EXPECT_EQ(plane.lease_ends(), std::vector<NIXLLeaseEvent>{NIXLLeaseEvent::kAbort});
-  const std::vector<HandoffRecord> handoffs = plane.handoffs();
+  const std::vector<HandoffRecord> handoffs = RecordedHandoffs(plane);
   ASSERT_EQ(handoffs.size(), 1u);
   EXPECT_EQ(handoffs[0].outcome, HandoffOutcome::kWithdrawn);
   EXPECT_EQ(handoffs[0].prefill_worker, "p");
@@ -518,7 +529,7 @@ TEST_F(RequestPathTest, AHandoffRelaysTheDecodeWorkersStreamAndCompletesThePin) 
   EXPECT_NE(answer->body.find("\"content\":\"hi\""), std::string::npos) << answer->body;
   EXPECT_EQ(decode.aborted(), 0);
   EXPECT_EQ(plane.lease_ends(), std::vector<NIXLLeaseEvent>{NIXLLeaseEvent::kTransferComplete});
-  const std::vector<HandoffRecord> handoffs = plane.handoffs();
+  const std::vector<HandoffRecord> handoffs = RecordedHandoffs(plane);
   ASSERT_EQ(handoffs.size(), 1u);
   EXPECT_EQ(handoffs[0].outcome, HandoffOutcome::kCompleted);
   EXPECT_EQ(plane.open_decisions(), 0u);
