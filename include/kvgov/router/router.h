@@ -150,7 +150,8 @@ std::string IneligibleReasons(const RouteDecision& decision);
 /// among those eligible. Keeps the in-flight load its decisions add until
 /// they are released.
 ///
-/// Thread-safe: one mutex guards the in-flight table and the generator; the
+/// Thread-safe: one mutex guards the in-flight table (with what it is
+/// prefilling) and the generator; the
 /// index and the status table have their own.
 class Router {
  public:
@@ -206,7 +207,8 @@ class Router {
   struct InFlight {
     std::string worker;
     std::string tenant;
-    // The prompt's blocks while it prefills (in prefilling_), empty after.
+    // The prompt's block keys while it prefills (it is then in
+    // prefilling_by_root_), empty after.
     std::vector<index::BlockKey> prefilling;
     uint64_t prompt_blocks = 0;
     uint64_t blocks = 0;  // its load now, in Totals::blocks
