@@ -11,6 +11,7 @@
 
 #include "index/worker_slot.h"
 #include "kvgov/index/residency_index.h"
+#include "kvgov/index/worker_capture.h"
 
 namespace kvgov::index {
 
@@ -211,60 +212,61 @@ uint64_t KeyProbe(const BlockKeyHasher& hasher) {
 
 }  // namespace
 
-Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) const {
-  struct KeyTiers {
-    BlockKey key;
-    uint16_t tiers;
-  };
-  struct KeyRef {
-    BlockKey key;
-    int64_t group_idx;
-    EngineHash hash;
-  };
-  std::string model;
-  int64_t block_size = 0;
-  WorkerState state = WorkerState::kLive;
-  std::vector<KeyTiers> keys;
-  std::vector<KeyRef> refs;
-  // Every key's tier mask, when one engine ref names each resident key and
-  // they all sit in one tier (WorkerSlot::UniformTiers).
-  std::optional<uint16_t> uniform;
-  {
-    // Copy only: writers wait for this, not for the sort and the encoding.
-    const auto [slot, lock] = LockWorker<ReadLock>(worker);
-    if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
-    model = slot->model;
-    block_size = slot->block_size;
-    state = slot->state;
-    // This is the part writers wait for: the worker's tables walked in
-    // order and, unless every key is in one known tier, each key's tiers
-    // read from its holder word, in the holder table's order.
-    // Fresh buffers each time, written once all over: huge pages spare
-    // most of their first-touch faults.
-    refs.reserve(slot->EngineRefs());
-    AdviseHugePages(refs.data(), refs.capacity() * sizeof(KeyRef));
-    for (const EngineGroup& group : slot->engine_groups) {
-      group.keys.ForEach(
-          [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
-    }
-    uniform = slot->UniformTiers();
-    if (!uniform.has_value()) {
-      keys.reserve(slot->pairs);
-      AdviseHugePages(keys.data(), keys.capacity() * sizeof(KeyTiers));
-      const HolderIndex& holders = ShardOf(slot->number).holders;
-      const uint32_t number = slot->number;  // clang 14 (the fuzz tree) captures no structured binding
-      auto read_tiers = [&](BlockKey key) {
-        if (const uint16_t held = holders.Tiers(key, number); held != 0) {
-          keys.push_back({key, held});
-        }
-      };
-      for (const KeyRef& ref :
-           InHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; })) {
-        read_tiers(ref.key);
-      }
-      slot->loose.ForEach([&](BlockKey key, uint8_t) { read_tiers(key); });
-    }
+Result<WorkerCapture> ResidencyIndex::CaptureWorker(std::string_view worker) const {
+  using KeyTiers = WorkerCapture::KeyTiers;
+  using KeyRef = WorkerCapture::KeyRef;
+  WorkerCapture capture;
+  capture.key_probe = KeyProbe(hasher_);
+  const auto [slot, lock] = LockWorker<ReadLock>(worker);
+  if (slot == nullptr) return Status::NotFound("worker '" + std::string(worker) + "'");
+  capture.model = slot->model;
+  capture.block_size = slot->block_size;
+  capture.state = slot->state;
+  // This is the part writers wait for: the worker's tables walked in order
+  // and, unless every key is in one known tier, each key's tiers read from
+  // its holder word, in the holder table's order. Fresh buffers each time,
+  // written once all over: huge pages spare most of their first-touch
+  // faults.
+  std::vector<KeyRef>& refs = capture.refs;
+  refs.reserve(slot->EngineRefs());
+  AdviseHugePages(refs.data(), refs.capacity() * sizeof(KeyRef));
+  for (const EngineGroup& group : slot->engine_groups) {
+    group.keys.ForEach(
+        [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
   }
+  capture.uniform = slot->UniformTiers();
+  if (!capture.uniform.has_value()) {
+    std::vector<KeyTiers>& keys = capture.keys;
+    keys.reserve(slot->pairs);
+    AdviseHugePages(keys.data(), keys.capacity() * sizeof(KeyTiers));
+    const HolderIndex& holders = ShardOf(slot->number).holders;
+    const uint32_t number = slot->number;  // clang 14 (the fuzz tree) captures no structured binding
+    auto read_tiers = [&](BlockKey key) {
+      if (const uint16_t held = holders.Tiers(key, number); held != 0) {
+        keys.push_back({key, held});
+      }
+    };
+    for (const KeyRef& ref :
+         InHomeOrder(std::span<const KeyRef>(refs), [](const KeyRef& ref) { return ref.key; })) {
+      read_tiers(ref.key);
+    }
+    slot->loose.ForEach([&](BlockKey key, uint8_t) { read_tiers(key); });
+  }
+  return capture;
+}
+
+Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) const {
+  KVGOV_ASSIGN_OR_RETURN(WorkerCapture capture, CaptureWorker(worker));
+  return EncodeWorkerSnapshot(std::move(capture));
+}
+
+std::string EncodeWorkerSnapshot(WorkerCapture capture) {
+  using KeyTiers = WorkerCapture::KeyTiers;
+  using KeyRef = WorkerCapture::KeyRef;
+  std::vector<KeyRef>& refs = capture.refs;
+  std::vector<KeyTiers>& keys = capture.keys;
+  const std::string& model = capture.model;
+  const std::optional<uint16_t> uniform = capture.uniform;
   // The canonical order of the format: equal residency, equal bytes.
   std::sort(refs.begin(), refs.end(), [](const KeyRef& a, const KeyRef& b) {
     if (a.key != b.key) return a.key < b.key;
@@ -323,9 +325,9 @@ Result<std::string> ResidencyIndex::SnapshotWorker(std::string_view worker) cons
   writer.Bytes(kSnapshotMagic);
   writer.U32(kSnapshotVersion);
   writer.U64(size);
-  writer.U64(KeyProbe(hasher_));
-  writer.U8(state == WorkerState::kLive ? 0 : 1);
-  writer.U64(static_cast<uint64_t>(block_size));
+  writer.U64(capture.key_probe);
+  writer.U8(capture.state == WorkerState::kLive ? 0 : 1);
+  writer.U64(static_cast<uint64_t>(capture.block_size));
   writer.Varint(model.size());
   writer.Bytes(model);
   writer.Varint(key_count);

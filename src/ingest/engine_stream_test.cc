@@ -1,76 +1,19 @@
 #include "kvgov/ingest/engine_stream.h"
 
-#include <msgpack.hpp>
-
 #include <gtest/gtest.h>
 
 #include <map>
 #include <numeric>
 
 #include "kvgov/core/digest.h"
+#include "ingest/vllm_batch_builder.h"
 
 namespace kvgov::ingest {
 namespace {
 
 constexpr int64_t kBlockSize = 4;
 
-// A vLLM batch in the legacy positional encoding:
-// [ts, [[tag, fields...], ...], dp_rank].
-class BatchBuilder {
- public:
-  explicit BatchBuilder(double ts) : ts_(ts) {}
-
-  BatchBuilder& Stored(std::vector<uint64_t> hashes, std::optional<uint64_t> parent,
-                       int64_t first_token) {
-    std::vector<int64_t> tokens(hashes.size() * kBlockSize);
-    std::iota(tokens.begin(), tokens.end(), first_token);
-    events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {
-      pk.pack_array(7);
-      pk.pack(std::string("BlockStored"));
-      pk.pack(hashes);
-      if (parent) {
-        pk.pack(*parent);
-      } else {
-        pk.pack_nil();
-      }
-      pk.pack(tokens);
-      pk.pack(kBlockSize);
-      pk.pack_nil();  // lora_id
-      pk.pack(std::string("GPU"));
-    });
-    return *this;
-  }
-  BatchBuilder& Removed(std::vector<uint64_t> hashes) {
-    events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {
-      pk.pack_array(3);
-      pk.pack(std::string("BlockRemoved"));
-      pk.pack(hashes);
-      pk.pack(std::string("GPU"));
-    });
-    return *this;
-  }
-  BatchBuilder& Cleared() {
-    events_.push_back([](msgpack::packer<msgpack::sbuffer>& pk) {
-      pk.pack_array(1);
-      pk.pack(std::string("AllBlocksCleared"));
-    });
-    return *this;
-  }
-  std::string Bytes() const {
-    msgpack::sbuffer buffer;
-    msgpack::packer<msgpack::sbuffer> pk(buffer);
-    pk.pack_array(3);
-    pk.pack(ts_);
-    pk.pack_array(static_cast<uint32_t>(events_.size()));
-    for (const auto& event : events_) event(pk);
-    pk.pack(0);
-    return std::string(buffer.data(), buffer.size());
-  }
-
- private:
-  double ts_;
-  std::vector<std::function<void(msgpack::packer<msgpack::sbuffer>&)>> events_;
-};
+using VllmBatch = VllmBatchBuilder<kBlockSize>;
 
 // Serves replay from a fixed history, optionally missing some seqs.
 class FakeReplay : public ReplaySource {
@@ -107,8 +50,8 @@ class EngineStreamTest : public ::testing::Test {
 
 TEST_F(EngineStreamTest, AppliesInOrderAndLowersEveryEvent) {
   EngineStream stream = MakeStream(nullptr);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1, 2}, std::nullopt, 100).Bytes());
-  stream.OnMessage(1, BatchBuilder(2.0).Removed({2}).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1, 2}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, VllmBatch(2.0).Removed({2}).Bytes());
   EXPECT_EQ(Hbm(), 1u);
   EXPECT_EQ(stream.stats().events[0].load(), 1u);
   EXPECT_EQ(stream.stats().events[1].load(), 1u);
@@ -121,9 +64,9 @@ TEST_F(EngineStreamTest, AppliesInOrderAndLowersEveryEvent) {
 
 TEST_F(EngineStreamTest, DuplicatesAreDropped) {
   EngineStream stream = MakeStream(nullptr);
-  std::string first = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  std::string first = VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes();
   stream.OnMessage(0, first);
-  stream.OnMessage(1, BatchBuilder(2.0).Removed({1}).Bytes());
+  stream.OnMessage(1, VllmBatch(2.0).Removed({1}).Bytes());
   stream.OnMessage(0, first);  // redelivered
   EXPECT_EQ(stream.stats().duplicates.load(), 1u);
   EXPECT_EQ(Hbm(), 0u);
@@ -132,9 +75,9 @@ TEST_F(EngineStreamTest, DuplicatesAreDropped) {
 
 TEST_F(EngineStreamTest, GapIsRepairedByReplay) {
   FakeReplay replay;
-  replay.history[0] = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
-  replay.history[1] = BatchBuilder(2.0).Stored({2}, uint64_t{1}, 104).Bytes();
-  replay.history[2] = BatchBuilder(3.0).Stored({3}, uint64_t{2}, 108).Bytes();
+  replay.history[0] = VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  replay.history[1] = VllmBatch(2.0).Stored({2}, uint64_t{1}, 104).Bytes();
+  replay.history[2] = VllmBatch(3.0).Stored({3}, uint64_t{2}, 108).Bytes();
   EngineStream stream = MakeStream(&replay);
   stream.OnMessage(0, replay.history[0]);
   stream.OnMessage(2, replay.history[2]);  // seq 1 was lost
@@ -153,8 +96,8 @@ TEST_F(EngineStreamTest, GapIsRepairedByReplay) {
 
 TEST_F(EngineStreamTest, LateJoinerReplaysFromZero) {
   FakeReplay replay;
-  replay.history[0] = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
-  replay.history[1] = BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes();
+  replay.history[0] = VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  replay.history[1] = VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes();
   EngineStream stream = MakeStream(&replay);
   stream.OnMessage(1, replay.history[1]);
   EXPECT_EQ(replay.last_start, 0u);
@@ -166,44 +109,44 @@ TEST_F(EngineStreamTest, UnfillableGapMarksStaleUntilACleanPoint) {
   FakeReplay replay;  // remembers nothing older than seq 5
   replay.answer = Status::Ok();
   EngineStream stream = MakeStream(&replay);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
-  stream.OnMessage(5, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(5, VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes());
   EXPECT_EQ(stream.stats().replays_failed.load(), 1u);
   EXPECT_EQ(State(), index::WorkerState::kStale);
   EXPECT_EQ(Hbm(), 2u);  // still applied, but not counted for routes
   const std::vector<int64_t> first_block = {100, 101, 102, 103};
   EXPECT_TRUE(
       index_.Overlap(index_.hasher().Chain({"llama", "", 0}, first_block, kBlockSize)).empty());
-  stream.OnMessage(6, BatchBuilder(3.0).Cleared().Bytes());
+  stream.OnMessage(6, VllmBatch(3.0).Cleared().Bytes());
   EXPECT_EQ(State(), index::WorkerState::kLive);
   EXPECT_EQ(Hbm(), 0u);
 }
 
 TEST_F(EngineStreamTest, NoReplaySocketMeansStaleOnGap) {
   EngineStream stream = MakeStream(nullptr);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
-  stream.OnMessage(2, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(2, VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes());
   EXPECT_EQ(State(), index::WorkerState::kStale);
   EXPECT_EQ(stream.stats().seq_gaps.load(), 1u);
 }
 
 TEST_F(EngineStreamTest, RestartClearsTheWorkerAndStartsOver) {
   EngineStream stream = MakeStream(nullptr);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
-  stream.OnMessage(1, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes());
   // The engine restarted: seq 0 again, a newer timestamp.
-  stream.OnMessage(0, BatchBuilder(50.0).Stored({9}, std::nullopt, 900).Bytes());
+  stream.OnMessage(0, VllmBatch(50.0).Stored({9}, std::nullopt, 900).Bytes());
   EXPECT_EQ(stream.stats().restarts.load(), 1u);
   EXPECT_EQ(Hbm(), 1u);
   EXPECT_EQ(stream.stats().last_seq.load(), 0);
-  stream.OnMessage(1, BatchBuilder(51.0).Removed({9}).Bytes());
+  stream.OnMessage(1, VllmBatch(51.0).Removed({9}).Bytes());
   EXPECT_EQ(Hbm(), 0u);
 }
 
 TEST_F(EngineStreamTest, BadPayloadIsCountedAndTheStreamGoesOn) {
   EngineStream stream = MakeStream(nullptr);
   stream.OnMessage(0, "\xc1 not msgpack");
-  stream.OnMessage(1, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
   uint64_t errors = 0;
   for (const auto& count : stream.stats().decode_errors) errors += count.load();
   EXPECT_EQ(errors, 1u);
@@ -215,7 +158,7 @@ TEST_F(EngineStreamTest, EventTheIndexRefusesIsCounted) {
   ASSERT_TRUE(index_.RemoveWorker("w1").ok());
   ASSERT_TRUE(index_.AddWorker("w1", "llama", 16).ok());  // block size differs from the events
   EngineStream stream = MakeStream(nullptr);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
   EXPECT_EQ(stream.stats().rejected_events.load(), 1u);
   EXPECT_EQ(index_.ResidentPairs(), 0u);
 }
@@ -323,18 +266,18 @@ namespace {
 // kvgov was down; the engine restarted meanwhile and has already published
 // past kvgov's last seq. Only the batch at the resume point tells.
 TEST_F(EngineStreamTest, ResumeDetectsAnEngineThatRestartedWhileKvgovWasDown) {
-  const std::string logged = BatchBuilder(5.0).Stored({1}, std::nullopt, 100).Bytes();
+  const std::string logged = VllmBatch(5.0).Stored({1}, std::nullopt, 100).Bytes();
   EngineStream before(
       "w1", EngineKind::kVllm, &index_, nullptr, nullptr);
   before.OnMessage(0, logged);
   ASSERT_EQ(Hbm(), 1u);
 
   FakeReplay replay;  // the new process's history: another batch at seq 0
-  replay.history[0] = BatchBuilder(900.0).Stored({7}, std::nullopt, 700).Bytes();
-  replay.history[1] = BatchBuilder(901.0).Stored({8}, std::nullopt, 800).Bytes();
+  replay.history[0] = VllmBatch(900.0).Stored({7}, std::nullopt, 700).Bytes();
+  replay.history[1] = VllmBatch(901.0).Stored({8}, std::nullopt, 800).Bytes();
   EngineStream resumed("w1", EngineKind::kVllm, &index_, &replay, nullptr);
   resumed.Resume(0, 5.0, Sha256Hex(logged));
-  resumed.OnMessage(2, BatchBuilder(902.0).Stored({9}, std::nullopt, 900).Bytes());
+  resumed.OnMessage(2, VllmBatch(902.0).Stored({9}, std::nullopt, 900).Bytes());
   EXPECT_EQ(resumed.stats().restarts.load(), 1u);
   // The old process's block is gone; the new process's three are in.
   EXPECT_EQ(Hbm(), 3u);
@@ -342,15 +285,15 @@ TEST_F(EngineStreamTest, ResumeDetectsAnEngineThatRestartedWhileKvgovWasDown) {
 }
 
 TEST_F(EngineStreamTest, ResumeWithTheSameHistoryGoesOn) {
-  const std::string logged = BatchBuilder(5.0).Stored({1}, std::nullopt, 100).Bytes();
+  const std::string logged = VllmBatch(5.0).Stored({1}, std::nullopt, 100).Bytes();
   FakeReplay replay;
   replay.history[0] = logged;
-  replay.history[1] = BatchBuilder(6.0).Stored({2}, std::nullopt, 200).Bytes();
+  replay.history[1] = VllmBatch(6.0).Stored({2}, std::nullopt, 200).Bytes();
   EngineStream first("w1", EngineKind::kVllm, &index_, nullptr, nullptr);
   first.OnMessage(0, logged);
   EngineStream resumed("w1", EngineKind::kVllm, &index_, &replay, nullptr);
   resumed.Resume(0, 5.0, Sha256Hex(logged));
-  resumed.OnMessage(2, BatchBuilder(7.0).Stored({3}, std::nullopt, 300).Bytes());
+  resumed.OnMessage(2, VllmBatch(7.0).Stored({3}, std::nullopt, 300).Bytes());
   EXPECT_EQ(resumed.stats().restarts.load(), 0u);
   EXPECT_EQ(Hbm(), 3u);
 }
@@ -371,12 +314,12 @@ TEST_F(EngineStreamTest, BatchesCountDecodedBatchesOnceApplied) {
     batches_seen.push_back(stream.stats().batches.load());
   };
   stream.set_observer(std::move(observer));
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Stored({2}, 1, 200).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Stored({2}, 1, 200).Bytes());
   EXPECT_EQ(batches_seen, (std::vector<uint64_t>{0, 0}));
   EXPECT_EQ(stream.stats().batches.load(), 1u);
   stream.OnMessage(1, "\xc1 not msgpack");  // counted as a decode error, not a batch
   EXPECT_EQ(stream.stats().batches.load(), 1u);
-  stream.OnMessage(2, BatchBuilder(2.0).Removed({2}).Bytes());
+  stream.OnMessage(2, VllmBatch(2.0).Removed({2}).Bytes());
   EXPECT_EQ(stream.stats().batches.load(), 2u);
   EXPECT_EQ(batches_seen, (std::vector<uint64_t>{0, 0, 1}));
 }
@@ -385,8 +328,8 @@ TEST_F(EngineStreamTest, BatchesCountDecodedBatchesOnceApplied) {
 // (a removal), read from the index once rather than per event.
 TEST_F(EngineStreamTest, LoweredRemovalsCarryTheWorkersBlockSize) {
   EngineStream stream = MakeStream(nullptr);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1, 2}, std::nullopt, 100).Bytes());
-  stream.OnMessage(1, BatchBuilder(2.0).Removed({2}).Removed({1}).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1, 2}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, VllmBatch(2.0).Removed({2}).Removed({1}).Bytes());
   ASSERT_EQ(entries_.size(), 4u);
   for (const Entry& entry : entries_) EXPECT_EQ(entry.id.length, kBlockSize);
   EXPECT_EQ(entries_[2].id.digest, "0000000000000002");
@@ -404,13 +347,13 @@ namespace {
 // engine is still the process whose history was applied.
 TEST_F(EngineStreamTest, CatchUpAppliesWhatTheEngineBuffersWithoutALiveBatch) {
   FakeReplay replay;
-  replay.history[0] = BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes();
-  replay.history[1] = BatchBuilder(2.0).Stored({2}, uint64_t{1}, 104).Bytes();
+  replay.history[0] = VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes();
+  replay.history[1] = VllmBatch(2.0).Stored({2}, uint64_t{1}, 104).Bytes();
   EngineStream stream = MakeStream(&replay);
   EXPECT_TRUE(stream.CatchUp());
   EXPECT_EQ(replay.last_start, 0u);  // without state: from the publisher's first seq
   EXPECT_EQ(Hbm(), 2u);
-  replay.history[2] = BatchBuilder(3.0).Stored({3}, uint64_t{2}, 108).Bytes();
+  replay.history[2] = VllmBatch(3.0).Stored({3}, uint64_t{2}, 108).Bytes();
   EXPECT_TRUE(stream.CatchUp());
   EXPECT_EQ(replay.last_start, 1u);  // the last applied seq, to compare it
   EXPECT_EQ(Hbm(), 3u);
@@ -425,12 +368,12 @@ TEST_F(EngineStreamTest, CatchUpAppliesWhatTheEngineBuffersWithoutALiveBatch) {
 TEST_F(EngineStreamTest, CatchUpSeesAnEngineThatRestartedByItsBatchAtTheLastSeq) {
   FakeReplay replay;
   EngineStream stream = MakeStream(&replay);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
-  stream.OnMessage(1, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(1, VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes());
   // A new process, later clock, already past seq 1.
-  replay.history[0] = BatchBuilder(90.0).Stored({7}, std::nullopt, 700).Bytes();
-  replay.history[1] = BatchBuilder(91.0).Stored({8}, std::nullopt, 800).Bytes();
-  replay.history[2] = BatchBuilder(92.0).Stored({9}, std::nullopt, 900).Bytes();
+  replay.history[0] = VllmBatch(90.0).Stored({7}, std::nullopt, 700).Bytes();
+  replay.history[1] = VllmBatch(91.0).Stored({8}, std::nullopt, 800).Bytes();
+  replay.history[2] = VllmBatch(92.0).Stored({9}, std::nullopt, 900).Bytes();
   EXPECT_TRUE(stream.CatchUp());
   EXPECT_EQ(stream.stats().restarts.load(), 1u);
   EXPECT_EQ(Hbm(), 3u);  // 7, 8, 9: the old process's blocks are gone
@@ -441,10 +384,10 @@ TEST_F(EngineStreamTest, CatchUpWithNothingAtTheLastSeqMeansANewShorterHistory) 
   FakeReplay replay;
   EngineStream stream = MakeStream(&replay);
   for (uint64_t seq = 0; seq < 5; ++seq) {
-    stream.OnMessage(seq, BatchBuilder(1.0 + seq).Stored({seq + 1}, std::nullopt,
+    stream.OnMessage(seq, VllmBatch(1.0 + seq).Stored({seq + 1}, std::nullopt,
                                                          100 + 4 * seq).Bytes());
   }
-  replay.history[0] = BatchBuilder(90.0).Stored({7}, std::nullopt, 700).Bytes();
+  replay.history[0] = VllmBatch(90.0).Stored({7}, std::nullopt, 700).Bytes();
   EXPECT_TRUE(stream.CatchUp());
   EXPECT_EQ(stream.stats().restarts.load(), 1u);
   EXPECT_EQ(Hbm(), 1u);
@@ -454,8 +397,8 @@ TEST_F(EngineStreamTest, CatchUpWithNothingAtTheLastSeqMeansANewShorterHistory) 
 TEST_F(EngineStreamTest, CatchUpPastARolledOverBufferIsStaleUntilACleanPoint) {
   FakeReplay replay;
   EngineStream stream = MakeStream(&replay);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
-  replay.history[4] = BatchBuilder(5.0).Stored({5}, std::nullopt, 500).Bytes();
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  replay.history[4] = VllmBatch(5.0).Stored({5}, std::nullopt, 500).Bytes();
   EXPECT_FALSE(stream.CatchUp());
   EXPECT_EQ(State(), index::WorkerState::kStale);
   EXPECT_EQ(stream.stats().stale(), StaleReason::kReplayRolledOver);
@@ -464,9 +407,9 @@ TEST_F(EngineStreamTest, CatchUpPastARolledOverBufferIsStaleUntilACleanPoint) {
   EXPECT_GE(stream.stats().stale_since_ms.load(), 0);
   EXPECT_EQ(stream.stats().last_seq.load(), 4);
   // A contiguous live batch does not bring the lost batches back.
-  stream.OnMessage(5, BatchBuilder(6.0).Stored({6}, std::nullopt, 600).Bytes());
+  stream.OnMessage(5, VllmBatch(6.0).Stored({6}, std::nullopt, 600).Bytes());
   EXPECT_EQ(State(), index::WorkerState::kStale);
-  stream.OnMessage(6, BatchBuilder(7.0).Cleared().Bytes());
+  stream.OnMessage(6, VllmBatch(7.0).Cleared().Bytes());
   EXPECT_EQ(State(), index::WorkerState::kLive);
   EXPECT_EQ(stream.stats().stale(), StaleReason::kNone);
   EXPECT_EQ(stream.stats().stale_since_ms.load(), -1);
@@ -476,7 +419,7 @@ TEST_F(EngineStreamTest, CatchUpPastARolledOverBufferIsStaleUntilACleanPoint) {
 TEST_F(EngineStreamTest, AnUnansweredCatchUpIsStaleUntilALiveBatchShowsKvgovCurrent) {
   FakeReplay replay;
   EngineStream stream = MakeStream(&replay);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
   replay.answer = Status::Unavailable("replay tcp://e:1: no reply within 1000 ms");
   replay.history.clear();
   EXPECT_FALSE(stream.CatchUp());
@@ -485,20 +428,20 @@ TEST_F(EngineStreamTest, AnUnansweredCatchUpIsStaleUntilALiveBatchShowsKvgovCurr
             "catching up from seq 1: replay tcp://e:1: no reply within 1000 ms");
   EXPECT_EQ(stream.stats().catch_ups_failed.load(), 1u);
   // The next live batch follows the last applied one: nothing is missing.
-  stream.OnMessage(1, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  stream.OnMessage(1, VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes());
   EXPECT_EQ(State(), index::WorkerState::kLive);
   EXPECT_EQ(stream.stats().stale(), StaleReason::kNone);
 }
 
 TEST_F(EngineStreamTest, ALostGapIsNotMaskedByALaterUnansweredCatchUp) {
   EngineStream stream = MakeStream(nullptr);
-  stream.OnMessage(0, BatchBuilder(1.0).Stored({1}, std::nullopt, 100).Bytes());
-  stream.OnMessage(3, BatchBuilder(2.0).Stored({2}, std::nullopt, 200).Bytes());
+  stream.OnMessage(0, VllmBatch(1.0).Stored({1}, std::nullopt, 100).Bytes());
+  stream.OnMessage(3, VllmBatch(2.0).Stored({2}, std::nullopt, 200).Bytes());
   EXPECT_EQ(stream.stats().stale(), StaleReason::kGapLost);
   EXPECT_EQ(stream.stats().stale_detail(),
             "batches 1..2 are lost: the engine has no replay socket");
   EXPECT_TRUE(stream.CatchUp());  // no replay socket: nothing to ask
-  stream.OnMessage(4, BatchBuilder(3.0).Stored({3}, std::nullopt, 300).Bytes());
+  stream.OnMessage(4, VllmBatch(3.0).Stored({3}, std::nullopt, 300).Bytes());
   EXPECT_EQ(stream.stats().stale(), StaleReason::kGapLost);
   EXPECT_EQ(State(), index::WorkerState::kStale);
 }

@@ -63,10 +63,21 @@ std::string StreamStore::Progress::Digest() const {
   return undigested.has_value() ? Sha256Hex(*undigested) : last_digest;
 }
 
+StreamStore::StreamStore(store::Store* store, index::ResidencyIndex* index, Options options)
+    : store_(store), index_(index), options_(options), writer_([this] { WriterLoop(); }) {}
+
+StreamStore::~StreamStore() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  writer_.join();
+}
+
 void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
                             std::string_view payload) {
   uint64_t epoch = 0;
-  bool unlogged = false;
   std::optional<Progress> snapshot_at;  // when this batch is the one to snapshot after
   {
     std::lock_guard lock(mu_);
@@ -79,42 +90,23 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     if (!current.undigested.has_value()) current.undigested.emplace();
     current.undigested->assign(payload);  // reuses the buffer: no allocation once grown
     epoch = current.epoch;
-    unlogged = current.unlogged;
-    if (++current.since_snapshot >= snapshot_every_) {
+    if (++current.since_snapshot >= options_.snapshot_every) {
       current.since_snapshot = 0;
       snapshot_at = current;
     }
   }
-  if (!unlogged) {
-    std::string value;
-    value.reserve(8 + payload.size());
-    value.append(EncodeDouble(ts)).append(payload);
-    WriteOp op{Column::kEventLog, LogKey(worker, epoch, seq), std::move(value)};
-    Status logged = store_->Write({&op, 1}, /*sync=*/false);
-    if (!logged.ok()) {
-      {
-        std::lock_guard lock(mu_);
-        progress_[std::string(worker)].unlogged = true;
-      }
-      log::Line(log::Level::kError, "store.batch_not_logged")
-          .Field("worker", worker)
-          .Field("seq", seq)
-          .Field("detail", "applied in memory; not logged again until a snapshot is written")
-          .Field("error", logged.ToString());
-      return;
-    }
-  }
+  LogRecord record{LogKey(worker, epoch, seq), std::string()};
+  record.value.reserve(8 + payload.size());
+  record.value.append(EncodeDouble(ts)).append(payload);
+  const size_t bytes = record.key.size() + record.value.size();
+  HandOver(Job{std::string(worker), std::move(record), bytes});
   if (snapshot_at.has_value()) {
-    Status snapped = Snapshot(worker, *snapshot_at);
-    if (!snapped.ok()) {
-      log::Line(log::Level::kError, "store.snapshot_failed")
-          .Field("worker", worker)
-          .Field("error", snapped.ToString());
-    } else if (unlogged) {
-      std::lock_guard lock(mu_);
-      progress_[std::string(worker)].unlogged = false;
-      log::Line(log::Level::kInfo, "store.batches_logged_again").Field("worker", worker);
-    }
+    // Taken here, between this batch and the next, so the capture is the
+    // state at exactly this seq; the writer encodes it.
+    std::optional<Job> snapshot =
+        CaptureSnapshot(worker, std::move(*snapshot_at), LogPrefix(worker, epoch),
+                        LogKey(worker, epoch, seq + 1), /*starts_epoch=*/false);
+    if (snapshot.has_value()) HandOver(*std::move(snapshot));
   }
 }
 
@@ -128,32 +120,127 @@ void StreamStore::OnRestart(std::string_view worker) {
     current = Progress::Epoch(old_epoch + 1);
     progress = current;
   }
-  std::vector<WriteOp> ops;
-  Status collected = CollectLogDeletes(*store_, LogPrefix(worker, old_epoch),
-                                       LogPrefix(worker, old_epoch + 1), &ops);
-  Status snapped = collected.ok() ? Snapshot(worker, progress) : collected;
-  if (snapped.ok() && !ops.empty()) snapped = store_->Write(ops, /*sync=*/true);
-  if (!snapped.ok()) {
-    {
-      std::lock_guard lock(mu_);
-      progress_[std::string(worker)].unlogged = true;  // the new epoch has no snapshot yet
-    }
-    log::Line(log::Level::kError, "store.restart_not_recorded")
+  std::optional<Job> snapshot =
+      CaptureSnapshot(worker, std::move(progress), LogPrefix(worker, old_epoch),
+                      LogPrefix(worker, old_epoch + 1), /*starts_epoch=*/true);
+  if (snapshot.has_value()) HandOver(*std::move(snapshot));
+}
+
+std::optional<StreamStore::Job> StreamStore::CaptureSnapshot(std::string_view worker,
+                                                             Progress progress,
+                                                             std::string delete_begin,
+                                                             std::string delete_end,
+                                                             bool starts_epoch) const {
+  Result<index::WorkerCapture> capture = index_->CaptureWorker(worker);
+  if (!capture.ok()) {
+    log::Line(log::Level::kError, "store.snapshot_failed")
         .Field("worker", worker)
-        .Field("error", snapped.ToString());
+        .Field("error", capture.status().ToString());
+    // Without its snapshot a new epoch's log would follow nothing Recover
+    // reads; an old epoch's goes on from the last snapshot.
+    if (!starts_epoch) return std::nullopt;
+    return Job{std::string(worker), Unlogged{}, 0};
+  }
+  const size_t bytes = capture->bytes() + (progress.undigested ? progress.undigested->size() : 0);
+  return Job{std::string(worker),
+             SnapshotJob{std::move(progress), *std::move(capture), std::move(delete_begin),
+                         std::move(delete_end), starts_epoch},
+             bytes};
+}
+
+void StreamStore::HandOver(Job job) {
+  {
+    std::unique_lock lock(mu_);
+    // One job over the bound is let through, so a capture larger than the
+    // bound cannot wait forever.
+    changed_.wait(lock, [&] { return queued_bytes_ < options_.max_queued_bytes || stopping_; });
+    queued_bytes_ += job.bytes;
+    queue_.push_back(std::move(job));
+    ++handed_over_;
+  }
+  changed_.notify_all();
+}
+
+void StreamStore::Flush() {
+  std::unique_lock lock(mu_);
+  const uint64_t target = handed_over_;
+  changed_.wait(lock, [&] { return written_ >= target; });
+}
+
+void StreamStore::WriterLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    changed_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return;  // stopping, and everything handed over is written
+    std::deque<Job> jobs;
+    jobs.swap(queue_);
+    lock.unlock();
+
+    size_t bytes = 0;
+    std::vector<WriteOp> logged;  // consecutive log records: one write
+    std::vector<std::string_view> logged_workers;
+    auto write_logged = [&] {
+      if (logged.empty()) return;
+      if (Status written = store_->Write(logged, /*sync=*/false); !written.ok()) {
+        // The write was all or nothing: every worker in it has a hole now.
+        for (std::string_view worker : logged_workers) {
+          if (!unlogged_.emplace(worker).second) continue;
+          log::Line(log::Level::kError, "store.batch_not_logged")
+              .Field("worker", worker)
+              .Field("detail", "applied in memory; not logged again until a snapshot is written")
+              .Field("error", written.ToString());
+        }
+      }
+      logged.clear();
+      logged_workers.clear();
+    };
+    for (Job& job : jobs) {
+      bytes += job.bytes;
+      if (auto* record = std::get_if<LogRecord>(&job.work)) {
+        if (unlogged_.contains(job.worker)) continue;
+        logged.push_back(
+            WriteOp{Column::kEventLog, std::move(record->key), std::move(record->value)});
+        if (logged_workers.empty() || logged_workers.back() != job.worker) {
+          logged_workers.push_back(job.worker);
+        }
+      } else if (auto* snapshot = std::get_if<SnapshotJob>(&job.work)) {
+        write_logged();  // the records it covers go first
+        const bool starts_epoch = snapshot->starts_epoch;
+        Status written = WriteSnapshot(job.worker, std::move(*snapshot));
+        if (written.ok()) {
+          if (unlogged_.erase(job.worker) > 0) {
+            log::Line(log::Level::kInfo, "store.batches_logged_again").Field("worker", job.worker);
+          }
+        } else {
+          log::Line(log::Level::kError, "store.snapshot_failed")
+              .Field("worker", job.worker)
+              .Field("error", written.ToString());
+          // The stored snapshot is of the old epoch: the new one's log
+          // would follow nothing Recover reads.
+          if (starts_epoch) unlogged_.insert(job.worker);
+        }
+      } else if (std::holds_alternative<Unlogged>(job.work)) {
+        unlogged_.insert(job.worker);
+      }
+    }
+    write_logged();
+
+    lock.lock();
+    queued_bytes_ -= bytes;
+    written_ += jobs.size();
+    changed_.notify_all();
   }
 }
 
-Status StreamStore::Snapshot(std::string_view worker, const Progress& progress) {
-  KVGOV_ASSIGN_OR_RETURN(std::string snapshot, index_->SnapshotWorker(worker));
+Status StreamStore::WriteSnapshot(const std::string& worker, SnapshotJob job) {
+  const std::string digest = job.progress.Digest();
   std::vector<WriteOp> ops;
-  ops.push_back(WriteOp{Column::kSnapshots, std::string(worker),
-                        EncodeSnapshotRecord(progress.epoch, progress.has_seq, progress.seq,
-                                             progress.ts, progress.Digest(), snapshot)});
-  if (progress.has_seq) {
-    KVGOV_RETURN_IF_ERROR(CollectLogDeletes(*store_, LogPrefix(worker, progress.epoch),
-                                            LogKey(worker, progress.epoch, progress.seq + 1),
-                                            &ops));
+  ops.push_back(WriteOp{Column::kSnapshots, worker,
+                        EncodeSnapshotRecord(job.progress.epoch, job.progress.has_seq,
+                                             job.progress.seq, job.progress.ts, digest,
+                                             index::EncodeWorkerSnapshot(std::move(job.capture)))});
+  if (!job.delete_begin.empty()) {
+    KVGOV_RETURN_IF_ERROR(CollectLogDeletes(*store_, job.delete_begin, job.delete_end, &ops));
   }
   return store_->Write(ops, /*sync=*/true);
 }
@@ -230,14 +317,25 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
 }
 
 Status StreamStore::SnapshotAll() {
+  Flush();  // the writer is idle from here: the streams are stopped
   std::map<std::string, Progress, std::less<>> all;
   {
     std::lock_guard lock(mu_);
     all = progress_;
   }
-  for (const auto& [worker, progress] : all) {
-    if (progress.since_snapshot == 0 && !progress.unlogged) continue;
-    KVGOV_RETURN_IF_ERROR(Snapshot(worker, progress));
+  for (auto& [worker, progress] : all) {
+    if (progress.since_snapshot == 0 && !unlogged_.contains(worker)) continue;
+    KVGOV_ASSIGN_OR_RETURN(index::WorkerCapture capture, index_->CaptureWorker(worker));
+    std::string begin;
+    std::string end;
+    if (progress.has_seq) {
+      begin = LogPrefix(worker, progress.epoch);
+      end = LogKey(worker, progress.epoch, progress.seq + 1);
+    }
+    KVGOV_RETURN_IF_ERROR(WriteSnapshot(
+        worker, SnapshotJob{std::move(progress), std::move(capture), std::move(begin),
+                            std::move(end), /*starts_epoch=*/false}));
+    unlogged_.erase(worker);
   }
   return Status::Ok();
 }

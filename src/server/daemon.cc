@@ -645,7 +645,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store", options.on_fatal));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
   daemon->stream_store = std::make_unique<ingest::StreamStore>(
-      daemon->store.get(), &daemon->index, std::max<uint64_t>(1, options.snapshot_every_batches));
+      daemon->store.get(), &daemon->index,
+      ingest::StreamStore::Options{
+          .snapshot_every = std::max<uint64_t>(1, options.snapshot_every_batches)});
   KVGOV_ASSIGN_OR_RETURN(daemon->accounting, metrics::CacheAccounting::Create(&daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));

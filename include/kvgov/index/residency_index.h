@@ -93,6 +93,8 @@ struct LineageResidue {
   std::array<uint64_t, kIndexedTiers.size()> matched_by_tier{};
 };
 
+struct WorkerCapture;  // worker_capture.h
+
 /// Which KV blocks live on which worker, in which tier, keyed by kvgov's own
 /// block keys. Engine events are applied per worker; the engine's hashes are
 /// mapped to kvgov keys through a per-worker table, so a BlockStored can find
@@ -237,7 +239,13 @@ class ResidencyIndex {
   /// (docs/formats/index-snapshot.md). Equal residency gives equal bytes.
   /// The lock is held shared only while the worker's tables are copied;
   /// sorting and encoding happen after it is released. NotFound if unknown.
+  /// The same as EncodeWorkerSnapshot(CaptureWorker(worker)).
   Result<std::string> SnapshotWorker(std::string_view worker) const;
+
+  /// The copy SnapshotWorker starts with (worker_capture.h), for a caller
+  /// that encodes it elsewhere: the worker's residency at this moment,
+  /// taken under its shard's lock held shared. NotFound if unknown.
+  Result<WorkerCapture> CaptureWorker(std::string_view worker) const;
 
   /// Replaces the worker's residency (tables, tier counts, live or stale)
   /// with a snapshot's. The snapshot is decoded in full before the lock is

@@ -1,13 +1,19 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <variant>
 
 #include "kvgov/index/residency_index.h"
+#include "kvgov/index/worker_capture.h"
 #include "kvgov/ingest/engine_stream.h"
 #include "kvgov/store/store.h"
 
@@ -19,7 +25,16 @@ namespace kvgov::ingest {
 /// before it dropped, in one synced write. After a crash, Recover loads the
 /// snapshot, re-applies the log after it and resumes the stream from the
 /// last batch kvgov had, so the engine's replay socket fills the rest.
-/// Layout: docs/formats/store.md.
+/// Layout: docs/formats/store.md; why a writer thread: docs/adr/0038.
+///
+/// The stream's thread only hands work over: the batch's log record, and
+/// at a snapshot the copy of the worker's residency (the index's
+/// CaptureWorker, taken right after the batch it is labelled with, so it
+/// is exactly the state at that seq). One writer thread, in the order work
+/// was handed over, writes consecutive log records as one write and
+/// encodes and writes each snapshot with the deletion of the log it
+/// covers. Work waiting for the writer is bounded (`max_queued_bytes`);
+/// a stream hands over more only once the writer has caught up below it.
 ///
 /// A restart of the engine starts a new epoch: the log of the old process
 /// can never be mistaken for the new one's, whose seqs start over.
@@ -31,11 +46,19 @@ namespace kvgov::ingest {
 /// batch, and the engine's replay brings the rest.
 ///
 /// Thread-safe: stream threads call OnApplied/OnRestart concurrently for
-/// different workers; one mutex guards the per-worker counters.
+/// different workers (each worker from one thread at a time); one mutex
+/// guards the per-worker counters and the writer's queue.
 class StreamStore : public StreamDurability {
  public:
-  StreamStore(store::Store* store, index::ResidencyIndex* index, uint64_t snapshot_every)
-      : store_(store), index_(index), snapshot_every_(snapshot_every) {}
+  struct Options {
+    uint64_t snapshot_every = 10'000;         // batches of a worker between snapshots
+    size_t max_queued_bytes = 64ull << 20;  // handed over and not yet written
+  };
+  StreamStore(store::Store* store, index::ResidencyIndex* index, Options options);
+  /// Writes what was handed over, then stops the writer.
+  ~StreamStore() override;
+  StreamStore(const StreamStore&) = delete;
+  StreamStore& operator=(const StreamStore&) = delete;
 
   void OnApplied(std::string_view worker, uint64_t seq, double ts,
                  std::string_view payload) override;
@@ -44,15 +67,20 @@ class StreamStore : public StreamDurability {
   /// Brings `stream`'s worker back to what the store holds. Adds what it
   /// recovered to `stats`; Corruption naming the worker for a damaged
   /// snapshot or log record. Streams of different workers may recover at
-  /// once, into the same `stats`.
+  /// once, into the same `stats`, before any of them applies a batch.
   struct RecoveryStats {
     uint64_t snapshot_blocks = 0;
     uint64_t logged_batches = 0;
   };
   Status Recover(EngineStream& stream, RecoveryStats* stats);
 
-  /// Snapshots every worker that has logged batches (clean shutdown), so
-  /// the next start does not replay the log. Synced.
+  /// Returns once everything handed over before the call is written (or
+  /// failed, which the writer logs).
+  void Flush();
+
+  /// Snapshots every worker that has logged batches (clean shutdown, once
+  /// the streams are stopped), so the next start does not replay the log.
+  /// Synced.
   Status SnapshotAll();
 
  private:
@@ -62,9 +90,6 @@ class StreamStore : public StreamDurability {
     uint64_t seq = 0;
     double ts = 0;
     uint64_t since_snapshot = 0;
-    // A batch since the last snapshot could not be logged: log nothing
-    // more until a snapshot succeeds.
-    bool unlogged = false;
     std::string last_digest;  // Sha256Hex of the last applied batch; "" unknown
     // The last applied batch's bytes, while its digest is not computed:
     // only a snapshot record needs the digest, and hashing every batch cost
@@ -81,16 +106,61 @@ class StreamStore : public StreamDurability {
     std::string Digest() const;
   };
 
-  // Writes the worker's snapshot at its current progress and drops its log,
-  // synced. REQUIRES: the caller is the worker's stream thread, or the
-  // streams are stopped (the index must not change under the snapshot).
-  Status Snapshot(std::string_view worker, const Progress& progress);
+  // Work for the writer, in the order it was handed over.
+  struct LogRecord {
+    std::string key;
+    std::string value;
+  };
+  struct SnapshotJob {
+    Progress progress;  // what the capture is the state after
+    index::WorkerCapture capture;
+    // Log records to delete with the snapshot: [begin, end); none if empty.
+    std::string delete_begin;
+    std::string delete_end;
+    // The first snapshot of an engine's new epoch: until one is written,
+    // the epoch's log follows nothing Recover reads.
+    bool starts_epoch = false;
+  };
+  // The worker's log has a hole from here (its new epoch has no snapshot).
+  struct Unlogged {};
+  struct Job {
+    std::string worker;
+    std::variant<LogRecord, SnapshotJob, Unlogged> work;
+    size_t bytes = 0;  // memory it holds, counted against max_queued_bytes
+  };
+
+  // The worker's state right now as a snapshot job at `progress` that also
+  // drops its log records in [delete_begin, delete_end); nullopt (logged)
+  // when the index does not know the worker, or an Unlogged job if the
+  // snapshot was to start an epoch. REQUIRES: the caller is the worker's
+  // stream thread, or the streams are stopped.
+  std::optional<Job> CaptureSnapshot(std::string_view worker, Progress progress,
+                                     std::string delete_begin, std::string delete_end,
+                                     bool starts_epoch) const;
+  // Queues `job`, first waiting while the queue is over its bound.
+  void HandOver(Job job);
+  void WriterLoop();
+  // Writes `job`'s snapshot and the log deletions, synced.
+  Status WriteSnapshot(const std::string& worker, SnapshotJob job);
 
   store::Store* const store_;
   index::ResidencyIndex* const index_;
-  const uint64_t snapshot_every_;
+  const Options options_;
+
   std::mutex mu_;
+  std::condition_variable changed_;                        // queue, written, stopping
   std::map<std::string, Progress, std::less<>> progress_;  // guarded by mu_
+  std::deque<Job> queue_;                                  // guarded by mu_
+  size_t queued_bytes_ = 0;                                // guarded by mu_
+  uint64_t handed_over_ = 0;                               // jobs ever queued; guarded by mu_
+  uint64_t written_ = 0;                                   // jobs the writer finished; guarded by mu_
+  bool stopping_ = false;                                  // guarded by mu_
+  // Workers whose log has a hole since a failed write: their records are
+  // dropped until a snapshot of theirs is written. The writer thread's
+  // own, and SnapshotAll's once Flush has returned with the streams
+  // stopped.
+  std::set<std::string, std::less<>> unlogged_;
+  std::thread writer_;  // last: started once everything above exists
 };
 
 }  // namespace kvgov::ingest
