@@ -48,6 +48,8 @@ RATIOS = {
     "ratio_gateway_vs_direct_2ms_engine": ("gateway / engine called directly, requests per second, 2 ms engine (issue 36)", ">= 0.8", lambda r: r >= 0.8),
     "ratio_grouped_vs_one_writer": ("journal rows per second: writers sharing fsyncs / one fsync per row", None, None),
     "ratio_whole_vs_resumed": ("chain check after 100 new rows of 100,000: whole walk / resumed walk", None, None),
+    "ratio_store_vs_none": ("ZeroMQ ingest with the stream store at the daemon's defaults / without it (issue 37)", ">= 0.8", lambda r: r >= 0.8),
+    "ratio_store_vs_none_this_cadence": ("ZeroMQ ingest with the stream store snapshotting more often / without it", None, None),
 }
 print()
 print("Ratios, each measured side by side within one run:")

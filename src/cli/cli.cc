@@ -75,6 +75,7 @@ struct ServeFlags {
   int64_t traffic_interval_ms = 5000;
   std::string tenant_secret_file;
   uint64_t snapshot_every_batches = 10000;
+  double snapshot_log_ratio = 0.25;
   size_t index_shards = 0;
   int64_t witness_timeout_ms = 30000;
   int64_t lease_retain_ms = 3600000;
@@ -129,6 +130,7 @@ int Serve(const ServeFlags& flags) {
   options.traffic_interval_ms = flags.traffic_interval_ms;
   options.tenant_secret_file = flags.tenant_secret_file;
   options.snapshot_every_batches = flags.snapshot_every_batches;
+  options.snapshot_log_ratio = flags.snapshot_log_ratio;
   options.index_shards = flags.index_shards;
   options.witness_timeout_ms = flags.witness_timeout_ms;
   options.lease_retain_ms = flags.lease_retain_ms;
@@ -488,10 +490,18 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, index::ResidencyIndex::kMaxShards));
   serve->add_option("--snapshot-every-batches", serve_flags.snapshot_every_batches,
-                    "Snapshot a worker's residency into the store every this many engine\n"
-                    "batches; recovery re-applies only the batches after the last snapshot.")
+                    "Snapshot a worker's residency into the store at most every this many\n"
+                    "engine batches; recovery re-applies only the batches after the last\n"
+                    "snapshot.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  serve->add_option("--snapshot-log-ratio", serve_flags.snapshot_log_ratio,
+                    "...and only once the blocks the batches since the last snapshot stored\n"
+                    "or removed reach this many times the blocks that snapshot held, so a\n"
+                    "big worker is not rewritten for every few blocks it changes\n"
+                    "(docs/adr/0038). 0: by the batch count alone.")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   serve->add_option("--admit", serve_flags.admit,
                     "Admit transfer reports from this owner (repeatable), as OWNER or\n"
                     "OWNER=SCOPE (tenant or fleet; tenant by default). Reports from other\n"

@@ -180,10 +180,11 @@ void EngineStream::OnMessage(uint64_t seq, std::string_view payload) {
   if (contiguous && IsRecoverable(stale_)) MarkLive();
 }
 
-void EngineStream::Reapply(uint64_t seq, std::string_view payload) {
+uint64_t EngineStream::Reapply(uint64_t seq, std::string_view payload) {
   reapplying_ = true;
-  Apply(seq, payload, Decode(payload));
+  const uint64_t blocks = Apply(seq, payload, Decode(payload));
   reapplying_ = false;
+  return blocks;
 }
 
 void EngineStream::Resume(uint64_t last_seq, double last_ts, std::string last_digest) {
@@ -230,16 +231,20 @@ bool EngineStream::Replay(uint64_t start, uint64_t stop, std::string* why) {
   return complete;
 }
 
-void EngineStream::Apply(uint64_t seq, std::string_view payload,
-                         const Result<EngineEventBatch>& batch) {
+uint64_t EngineStream::Apply(uint64_t seq, std::string_view payload,
+                             const Result<EngineEventBatch>& batch) {
   last_seq_ = seq;
   stats_.last_seq.store(static_cast<int64_t>(seq), std::memory_order_relaxed);
   if (!reapplying_) stats_.last_batch_ms.store(now_ms_(), std::memory_order_relaxed);
-  ApplyBatch(seq, batch);
-  if (durability_ != nullptr && !reapplying_) durability_->OnApplied(worker_, seq, last_ts_, payload);
+  const uint64_t blocks = ApplyBatch(seq, batch);
+  if (durability_ != nullptr && !reapplying_) {
+    durability_->OnApplied(worker_, seq, last_ts_, payload, blocks);
+  }
+  return blocks;
 }
 
-void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch) {
+uint64_t EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch) {
+  uint64_t blocks = 0;
   if (!batch.ok()) {
     std::string_view reason = adapters::DecodeErrorReason(batch.status());
     stats_.decode_errors[DecodeErrorSlot(reason)].fetch_add(1, std::memory_order_relaxed);
@@ -248,7 +253,7 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
         .Field("seq", seq)
         .Field("reason", reason)
         .Field("error", batch.status().message());
-    return;
+    return blocks;
   }
   last_ts_ = std::max(last_ts_, batch->ts);
   stats_.ignored_fields.fetch_add(batch->ignored.unknown_fields, std::memory_order_relaxed);
@@ -267,6 +272,7 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
       continue;
     }
     stats_.events[EventTypeSlot(event)].fetch_add(1, std::memory_order_relaxed);
+    blocks += applied->blocks_stored + applied->blocks_removed;
     stats_.orphan_blocks.fetch_add(applied->orphan_blocks, std::memory_order_relaxed);
     stats_.hash_drift_blocks.fetch_add(applied->hash_drift_blocks, std::memory_order_relaxed);
     stats_.salt_blind_blocks.fetch_add(applied->salt_blind_blocks, std::memory_order_relaxed);
@@ -279,6 +285,7 @@ void EngineStream::ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batc
   // Counted after every event of the batch went to the index (applied or
   // refused), so a reader that sees the count also sees what it did there.
   stats_.batches.fetch_add(1, std::memory_order_relaxed);
+  return blocks;
 }
 
 int64_t EngineStream::BlockSize() {

@@ -48,16 +48,15 @@ std::string EncodeSnapshotRecord(uint64_t epoch, bool has_seq, uint64_t seq, dou
          std::string(snapshot);
 }
 
-// Deletes every log record of `worker` in [begin, end) into `ops`.
-Status CollectLogDeletes(const store::Store& store, const std::string& begin,
-                         const std::string& end, std::vector<WriteOp>* ops) {
-  return store.Scan(Column::kEventLog, begin, end, [&](std::string_view key, std::string_view) {
-    ops->push_back(WriteOp{Column::kEventLog, std::string(key), std::nullopt});
-    return true;
-  });
-}
-
 }  // namespace
+
+uint64_t StreamStore::ResidentBlocks(std::string_view worker) const {
+  uint64_t resident = 0;
+  if (std::optional<index::WorkerResidency> known = index_->Worker(worker)) {
+    for (uint64_t blocks : known->blocks) resident += blocks;
+  }
+  return resident;
+}
 
 std::string StreamStore::Progress::Digest() const {
   return undigested.has_value() ? Sha256Hex(*undigested) : last_digest;
@@ -76,7 +75,7 @@ StreamStore::~StreamStore() {
 }
 
 void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
-                            std::string_view payload) {
+                            std::string_view payload, uint64_t blocks) {
   uint64_t epoch = 0;
   std::optional<Progress> snapshot_at;  // when this batch is the one to snapshot after
   {
@@ -90,22 +89,34 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     if (!current.undigested.has_value()) current.undigested.emplace();
     current.undigested->assign(payload);  // reuses the buffer: no allocation once grown
     epoch = current.epoch;
-    if (++current.since_snapshot >= options_.snapshot_every) {
-      current.since_snapshot = 0;
+    ++current.since_snapshot;
+    current.blocks_since_snapshot += blocks;
+    if (current.since_snapshot >= options_.snapshot_every && !current.snapshot_pending &&
+        static_cast<double>(current.blocks_since_snapshot) >=
+            options_.snapshot_log_ratio * static_cast<double>(current.snapshot_blocks)) {
       snapshot_at = current;
+      current.since_snapshot = 0;
+      current.blocks_since_snapshot = 0;
+      current.snapshot_pending = true;
     }
   }
   LogRecord record{LogKey(worker, epoch, seq), std::string()};
   record.value.reserve(8 + payload.size());
   record.value.append(EncodeDouble(ts)).append(payload);
-  const size_t bytes = record.key.size() + record.value.size();
-  HandOver(Job{std::string(worker), std::move(record), bytes});
+  HandOver(Job{std::string(worker), std::move(record)});
   if (snapshot_at.has_value()) {
     // Taken here, between this batch and the next, so the capture is the
     // state at exactly this seq; the writer encodes it.
     std::optional<Job> snapshot =
         CaptureSnapshot(worker, std::move(*snapshot_at), LogPrefix(worker, epoch),
                         LogKey(worker, epoch, seq + 1), /*starts_epoch=*/false);
+    const uint64_t resident = ResidentBlocks(worker);
+    {
+      std::lock_guard lock(mu_);
+      Progress& current = progress_[std::string(worker)];
+      current.snapshot_pending = snapshot.has_value();
+      if (snapshot.has_value()) current.snapshot_blocks = resident;
+    }
     if (snapshot.has_value()) HandOver(*std::move(snapshot));
   }
 }
@@ -119,11 +130,11 @@ void StreamStore::OnRestart(std::string_view worker) {
     old_epoch = current.epoch;
     current = Progress::Epoch(old_epoch + 1);
     progress = current;
+    current.snapshot_pending = true;  // the epoch's first, handed over below
   }
-  std::optional<Job> snapshot =
-      CaptureSnapshot(worker, std::move(progress), LogPrefix(worker, old_epoch),
-                      LogPrefix(worker, old_epoch + 1), /*starts_epoch=*/true);
-  if (snapshot.has_value()) HandOver(*std::move(snapshot));
+  // Never nullopt: a capture that fails starts the epoch unlogged.
+  HandOver(*CaptureSnapshot(worker, std::move(progress), LogPrefix(worker, old_epoch),
+                            LogPrefix(worker, old_epoch + 1), /*starts_epoch=*/true));
 }
 
 std::optional<StreamStore::Job> StreamStore::CaptureSnapshot(std::string_view worker,
@@ -139,26 +150,31 @@ std::optional<StreamStore::Job> StreamStore::CaptureSnapshot(std::string_view wo
     // Without its snapshot a new epoch's log would follow nothing Recover
     // reads; an old epoch's goes on from the last snapshot.
     if (!starts_epoch) return std::nullopt;
-    return Job{std::string(worker), Unlogged{}, 0};
+    return Job{std::string(worker), Unlogged{}};
   }
-  const size_t bytes = capture->bytes() + (progress.undigested ? progress.undigested->size() : 0);
   return Job{std::string(worker),
              SnapshotJob{std::move(progress), *std::move(capture), std::move(delete_begin),
-                         std::move(delete_end), starts_epoch},
-             bytes};
+                         std::move(delete_end), starts_epoch}};
 }
 
 void StreamStore::HandOver(Job job) {
   {
     std::unique_lock lock(mu_);
-    // One job over the bound is let through, so a capture larger than the
-    // bound cannot wait forever.
-    changed_.wait(lock, [&] { return queued_bytes_ < options_.max_queued_bytes || stopping_; });
-    queued_bytes_ += job.bytes;
+    if (const auto* record = std::get_if<LogRecord>(&job.work)) {
+      // A record is let through while the queue is under the bound, so
+      // one larger than the bound cannot wait forever.
+      changed_.wait(lock, [&] { return queued_bytes_ < options_.max_queued_bytes || stopping_; });
+      queued_bytes_ += record->bytes();
+    }
     queue_.push_back(std::move(job));
     ++handed_over_;
   }
   changed_.notify_all();
+}
+
+size_t StreamStore::pending_bytes() const {
+  std::lock_guard lock(mu_);
+  return queued_bytes_;
 }
 
 void StreamStore::Flush() {
@@ -176,9 +192,19 @@ void StreamStore::WriterLoop() {
     jobs.swap(queue_);
     lock.unlock();
 
-    size_t bytes = 0;
+    uint64_t done = 0;            // jobs finished and not yet counted in written_
+    size_t logged_bytes = 0;      // of the records in `logged` and those dropped
     std::vector<WriteOp> logged;  // consecutive log records: one write
     std::vector<std::string_view> logged_workers;
+    // Counts what is done, so Flush and HandOver waiters see it.
+    auto release = [&] {
+      std::lock_guard relock(mu_);
+      queued_bytes_ -= logged_bytes;
+      written_ += done;
+      logged_bytes = 0;
+      done = 0;
+      changed_.notify_all();
+    };
     auto write_logged = [&] {
       if (logged.empty()) return;
       if (Status written = store_->Write(logged, /*sync=*/false); !written.ok()) {
@@ -195,8 +221,9 @@ void StreamStore::WriterLoop() {
       logged_workers.clear();
     };
     for (Job& job : jobs) {
-      bytes += job.bytes;
       if (auto* record = std::get_if<LogRecord>(&job.work)) {
+        ++done;  // counted once written, at the next release
+        logged_bytes += record->bytes();
         if (unlogged_.contains(job.worker)) continue;
         logged.push_back(
             WriteOp{Column::kEventLog, std::move(record->key), std::move(record->value)});
@@ -205,8 +232,13 @@ void StreamStore::WriterLoop() {
         }
       } else if (auto* snapshot = std::get_if<SnapshotJob>(&job.work)) {
         write_logged();  // the records it covers go first
+        release();       // and streams waiting on them need not wait for the snapshot
         const bool starts_epoch = snapshot->starts_epoch;
         Status written = WriteSnapshot(job.worker, std::move(*snapshot));
+        {
+          std::lock_guard relock(mu_);
+          progress_[job.worker].snapshot_pending = false;
+        }
         if (written.ok()) {
           if (unlogged_.erase(job.worker) > 0) {
             log::Line(log::Level::kInfo, "store.batches_logged_again").Field("worker", job.worker);
@@ -219,16 +251,15 @@ void StreamStore::WriterLoop() {
           // would follow nothing Recover reads.
           if (starts_epoch) unlogged_.insert(job.worker);
         }
+        ++done;
       } else if (std::holds_alternative<Unlogged>(job.work)) {
+        ++done;
         unlogged_.insert(job.worker);
       }
     }
     write_logged();
-
+    release();
     lock.lock();
-    queued_bytes_ -= bytes;
-    written_ += jobs.size();
-    changed_.notify_all();
   }
 }
 
@@ -240,7 +271,9 @@ Status StreamStore::WriteSnapshot(const std::string& worker, SnapshotJob job) {
                                              job.progress.seq, job.progress.ts, digest,
                                              index::EncodeWorkerSnapshot(std::move(job.capture)))});
   if (!job.delete_begin.empty()) {
-    KVGOV_RETURN_IF_ERROR(CollectLogDeletes(*store_, job.delete_begin, job.delete_end, &ops));
+    // One range tombstone: nothing of the log is read to delete it.
+    ops.push_back(WriteOp{Column::kEventLog, std::move(job.delete_begin), std::nullopt,
+                          std::move(job.delete_end)});
   }
   return store_->Write(ops, /*sync=*/true);
 }
@@ -279,14 +312,12 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
       return Status::Ok();
     }
     KVGOV_RETURN_IF_ERROR(restore.WithContext("snapshot of worker '" + worker + "'"));
-    if (std::optional<index::WorkerResidency> restored = index_->Worker(worker)) {
-      for (uint64_t blocks : restored->blocks) recovered.snapshot_blocks += blocks;
-    }
+    recovered.snapshot_blocks = ResidentBlocks(worker);
+    progress.snapshot_blocks = recovered.snapshot_blocks;
   }
   // From the first batch after the snapshot: the ones before it were
-  // deleted when it was taken, and a scan from the epoch's start would walk
-  // their tombstones (and read the blocks still holding them) until a
-  // compaction drops them: seconds at a million blocks a worker.
+  // deleted when it was taken (a range tombstone, which a scan from the
+  // epoch's start would only step over).
   const std::string first = progress.has_seq ? LogKey(worker, progress.epoch, progress.seq + 1)
                                              : LogPrefix(worker, progress.epoch);
   std::string last_batch;  // digested once, after the scan
@@ -297,7 +328,7 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
         Result<double> ts = DecodeDouble(value.substr(0, 8));
         if (!seq.ok() || !ts.ok() || value.size() < 8) return true;  // counted below as skipped
         if (progress.has_seq && *seq <= progress.seq) return true;   // already in the snapshot
-        stream.Reapply(*seq, value.substr(8));
+        progress.blocks_since_snapshot += stream.Reapply(*seq, value.substr(8));
         progress.has_seq = true;
         progress.seq = *seq;
         progress.ts = *ts;

@@ -106,10 +106,15 @@ TEST_F(StreamStoreTest, RecoveryRebuildsExactlyTheIndexTheStreamApplied) {
   {
     index::ResidencyIndex index;
     ASSERT_TRUE(index.AddWorker("w1", "llama", kBlockSize).ok());
-    StreamStore durable(store.get(), &index, {.snapshot_every = kSnapshotEvery});
+    StreamStore durable(store.get(), &index,
+                        {.snapshot_every = kSnapshotEvery, .snapshot_log_ratio = 0});
     EngineStream stream("w1", EngineKind::kVllm, &index, nullptr, {}, &durable);
-    for (uint64_t seq = 0; seq < kBatches; ++seq) stream.OnMessage(seq, Batch(seq));
-    durable.Flush();
+    for (uint64_t seq = 0; seq < kBatches; ++seq) {
+      stream.OnMessage(seq, Batch(seq));
+      // The stream does not run ahead of the writer, which would put a
+      // snapshot off while the one before waits: the cadence is exact.
+      durable.Flush();
+    }
   }
   const Recovered recovered = Recover(store.get());
   EXPECT_EQ(recovered.last_seq, static_cast<int64_t>(kBatches - 1));
@@ -119,9 +124,29 @@ TEST_F(StreamStoreTest, RecoveryRebuildsExactlyTheIndexTheStreamApplied) {
   EXPECT_GT(recovered.stats.snapshot_blocks, 0u);
 }
 
-// With room for one job only, every hand-over waits for the writer: the
-// stream runs ahead of nothing, and the order of log records and
-// snapshots is still the order they were handed over in.
+// The stream runs ahead of the writer: a worker's next snapshot waits until
+// the one before is written, and whatever the timing the store recovers
+// exactly what was applied.
+TEST_F(StreamStoreTest, AStreamAheadOfTheWriterStillRecoversExactly) {
+  constexpr uint64_t kBatches = 2000;
+  std::unique_ptr<store::Store> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  {
+    index::ResidencyIndex index;
+    ASSERT_TRUE(index.AddWorker("w1", "llama", kBlockSize).ok());
+    StreamStore durable(store.get(), &index, {.snapshot_every = 3, .snapshot_log_ratio = 0});
+    EngineStream stream("w1", EngineKind::kVllm, &index, nullptr, {}, &durable);
+    for (uint64_t seq = 0; seq < kBatches; ++seq) stream.OnMessage(seq, Batch(seq));
+  }
+  const Recovered recovered = Recover(store.get());
+  EXPECT_EQ(recovered.last_seq, static_cast<int64_t>(kBatches - 1));
+  EXPECT_EQ(recovered.checksum, Uninterrupted(kBatches - 1));
+  EXPECT_GT(recovered.stats.snapshot_blocks, 0u);
+}
+
+// With room for one log record only, every record waits for the writer
+// to write the one before: the order of log records and snapshots is
+// still the order they were handed over in.
 TEST_F(StreamStoreTest, ABoundOfOneJobKeepsEveryRecordInOrder) {
   constexpr uint64_t kBatches = 300;
   std::unique_ptr<store::Store> store = OpenStore();
@@ -129,7 +154,7 @@ TEST_F(StreamStoreTest, ABoundOfOneJobKeepsEveryRecordInOrder) {
   {
     index::ResidencyIndex index;
     ASSERT_TRUE(index.AddWorker("w1", "llama", kBlockSize).ok());
-    StreamStore durable(store.get(), &index, {.snapshot_every = 5, .max_queued_bytes = 1});
+    StreamStore durable(store.get(), &index, {.snapshot_every = 5, .snapshot_log_ratio = 0, .max_queued_bytes = 1});
     EngineStream stream("w1", EngineKind::kVllm, &index, nullptr, {}, &durable);
     for (uint64_t seq = 0; seq < kBatches; ++seq) stream.OnMessage(seq, Batch(seq));
     // No Flush: the destructor writes what is left.
@@ -155,6 +180,41 @@ TEST_F(StreamStoreTest, SnapshotAllLeavesNothingToReplay) {
   EXPECT_EQ(recovered.last_seq, 149);
   EXPECT_EQ(recovered.checksum, Uninterrupted(149));
   EXPECT_EQ(recovered.stats.logged_batches, 0u);
+}
+
+// A worker that only grows: three new blocks a batch, none evicted. With
+// a snapshot allowed after every batch, the ratio alone decides: a snapshot
+// once the blocks changed since the last one reach what it held. Its held
+// 3, 6, 12, 24, ... blocks, so snapshots follow seqs 0, 1, 3, 7, 15, 31 and
+// 63, and the 36 batches after 63 are what a recovery replays.
+TEST_F(StreamStoreTest, TheLogRatioSpacesSnapshotsByWhatTheyWouldRewrite) {
+  auto growing = [](uint64_t seq) {
+    VllmBatchBuilder<kBlockSize> batch(1.0 + static_cast<double>(seq));
+    batch.Stored({seq * 8 + 1, seq * 8 + 2, seq * 8 + 3}, std::nullopt,
+                 static_cast<int64_t>(seq) * 100);
+    return batch.Bytes();
+  };
+  for (const double ratio : {1.0, 0.0}) {
+    SCOPED_TRACE("ratio " + std::to_string(ratio));
+    fs::remove_all(dir_);
+    std::unique_ptr<store::Store> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    {
+      index::ResidencyIndex index;
+      ASSERT_TRUE(index.AddWorker("w1", "llama", kBlockSize).ok());
+      StreamStore durable(store.get(), &index,
+                          {.snapshot_every = 1, .snapshot_log_ratio = ratio});
+      EngineStream stream("w1", EngineKind::kVllm, &index, nullptr, {}, &durable);
+      for (uint64_t seq = 0; seq < 100; ++seq) {
+        stream.OnMessage(seq, growing(seq));
+        durable.Flush();  // as in the first test: an exact cadence
+      }
+    }
+    const Recovered recovered = Recover(store.get());
+    EXPECT_EQ(recovered.last_seq, 99);
+    EXPECT_EQ(recovered.stats.snapshot_blocks, ratio > 0 ? 64u * 3 : 100u * 3);
+    EXPECT_EQ(recovered.stats.logged_batches, ratio > 0 ? 36u : 0u);
+  }
 }
 
 // kill -9 of a process ingesting into the store, at random moments, five

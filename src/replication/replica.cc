@@ -353,6 +353,9 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
     if (op.column != store::Column::kGovernance) {
       return Status::InvalidArgument("a replicated write goes to the governance column only");
     }
+    if (!op.range_end.empty()) {
+      return Status::InvalidArgument("a replicated write names its keys: no range deletes");
+    }
     entry.writes.push_back(LogWrite{std::string(kGovernanceColumn), op.key, op.value});
   }
   Result<std::string> appended = AppendRetrying(log_, entry, [this](int attempt) {

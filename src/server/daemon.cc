@@ -70,6 +70,13 @@ Status RegisterEngineMetrics(Daemon& daemon) {
                                            "1 while a worker's residency cannot be believed (an "
                                            "unrepaired gap); its blocks then do not count.",
                                            {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* store_pending,
+      registry.AddCallbackGauge(
+          {"kvgov_store_pending_bytes",
+           "Bytes of applied engine batches handed to the store's writer and not yet written "
+           "(docs/adr/0038): what a kill -9 would leave to the engines' replay.",
+           {}}));
   KVGOV_ASSIGN_OR_RETURN(auto* stale_seconds,
                          registry.AddCallbackGauge(
                              {"kvgov_worker_stale_seconds",
@@ -126,6 +133,9 @@ Status RegisterEngineMetrics(Daemon& daemon) {
   Daemon* state = &daemon;
   return registry
       .RegisterCollector([=](metrics::CollectorSink& sink) {
+        if (state->stream_store) {
+          sink.Emit(store_pending, {}, static_cast<double>(state->stream_store->pending_bytes()));
+        }
         for (const index::WorkerResidency& worker : state->index.Workers()) {
           for (size_t i = 0; i < index::kIndexedTiers.size(); ++i) {
             const ResidencyTier tier = index::kIndexedTiers[i];
@@ -647,7 +657,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   daemon->stream_store = std::make_unique<ingest::StreamStore>(
       daemon->store.get(), &daemon->index,
       ingest::StreamStore::Options{
-          .snapshot_every = std::max<uint64_t>(1, options.snapshot_every_batches)});
+          .snapshot_every = std::max<uint64_t>(1, options.snapshot_every_batches),
+          .snapshot_log_ratio = std::max(0.0, options.snapshot_log_ratio)});
   KVGOV_ASSIGN_OR_RETURN(daemon->accounting, metrics::CacheAccounting::Create(&daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));

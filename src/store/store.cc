@@ -242,9 +242,14 @@ class RocksStore final : public Store {
       rocksdb::WriteBatch batch;
       for (const WriteOp& op : ops) {
         rocksdb::ColumnFamilyHandle* handle = Handle(op.column);
-        rocksdb::Status s = op.value.has_value()
-                                ? batch.Put(handle, ToSlice(op.key), ToSlice(*op.value))
-                                : batch.Delete(handle, ToSlice(op.key));
+        rocksdb::Status s;
+        if (op.value.has_value()) {
+          s = batch.Put(handle, ToSlice(op.key), ToSlice(*op.value));
+        } else if (!op.range_end.empty()) {
+          s = batch.DeleteRange(handle, ToSlice(op.key), ToSlice(op.range_end));
+        } else {
+          s = batch.Delete(handle, ToSlice(op.key));
+        }
         if (!s.ok()) return FromRocks(s, "store " + dir_ + ": batch");
       }
       KVGOV_RETURN_IF_ERROR(ReadyToWrite());

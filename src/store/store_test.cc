@@ -152,6 +152,28 @@ TEST_F(StoreTest, ScanOfU64KeysIsNumeric) {
   EXPECT_FALSE(last->has_value());
 }
 
+TEST_F(StoreTest, RangeDeleteDropsExactlyTheHalfOpenRangeAndSurvivesReopen) {
+  {
+    std::unique_ptr<Store> store = MustOpen(Dir());
+    ASSERT_NE(store, nullptr);
+    for (uint64_t seq = 1; seq <= 6; ++seq) {
+      ASSERT_TRUE(Put(*store, Column::kEventLog, KeyU64(seq), std::to_string(seq), false).ok());
+    }
+    ASSERT_TRUE(store->FlushForTest().ok());  // some of the range in a table file
+    ASSERT_TRUE(Put(*store, Column::kEventLog, KeyU64(7), "7", false).ok());
+    // [2, 5) and a put after it, in one write.
+    std::vector<WriteOp> ops = {{Column::kEventLog, KeyU64(2), std::nullopt, KeyU64(5)},
+                                {Column::kSnapshots, "w1", "base"}};
+    ASSERT_TRUE(store->Write(ops, /*sync=*/true).ok());
+  }
+  std::unique_ptr<Store> store = MustOpen(Dir());
+  ASSERT_NE(store, nullptr);
+  std::vector<std::string> left;
+  for (const auto& [key, value] : ScanAll(*store, Column::kEventLog, "")) left.push_back(value);
+  EXPECT_EQ(left, (std::vector<std::string>{"1", "5", "6", "7"}));
+  EXPECT_EQ(*store->Get(Column::kSnapshots, "w1"), std::optional<std::string>("base"));
+}
+
 TEST_F(StoreTest, WriteAcrossColumnsIsAtomic) {
   std::unique_ptr<Store> store = MustOpen(Dir());
   ASSERT_NE(store, nullptr);

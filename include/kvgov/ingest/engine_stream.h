@@ -132,9 +132,10 @@ class StreamDurability {
  public:
   virtual ~StreamDurability() = default;
   /// Batch `seq` (its raw payload, timestamp `ts`) was just applied to the
-  /// index, or counted as undecodable.
+  /// index, changing `blocks` blocks (stored or removed), or was counted as
+  /// undecodable (0 blocks).
   virtual void OnApplied(std::string_view worker, uint64_t seq, double ts,
-                         std::string_view payload) = 0;
+                         std::string_view payload, uint64_t blocks) = 0;
   /// The engine restarted: the worker was cleared and its seq starts over.
   virtual void OnRestart(std::string_view worker) = 0;
 };
@@ -181,7 +182,8 @@ class EngineStream {
 
   /// Recovery after a restart of kvgov: re-applies a batch the durability
   /// layer logged (without logging it again and without sequence checks).
-  void Reapply(uint64_t seq, std::string_view payload);
+  /// Returns the blocks it stored or removed.
+  uint64_t Reapply(uint64_t seq, std::string_view payload);
 
   /// Recovery: continue as if batch `last_seq` (timestamp `last_ts`, payload
   /// digest `last_digest` = Sha256Hex of its bytes) was the last one
@@ -222,8 +224,9 @@ class EngineStream {
  private:
   // A decoded batch, or the reason it did not decode.
   Result<EngineEventBatch> Decode(std::string_view payload);
-  void Apply(uint64_t seq, std::string_view payload, const Result<EngineEventBatch>& batch);
-  void ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch);
+  // Both return the blocks the batch stored or removed.
+  uint64_t Apply(uint64_t seq, std::string_view payload, const Result<EngineEventBatch>& batch);
+  uint64_t ApplyBatch(uint64_t seq, const Result<EngineEventBatch>& batch);
   // Replays [start, stop) and reports whether every seq arrived; if not,
   // *why says what became of them.
   bool Replay(uint64_t start, uint64_t stop, std::string* why);

@@ -20,9 +20,14 @@
 namespace kvgov::ingest {
 
 /// Makes engine streams' residency durable: every applied batch is logged
-/// (unsynced; the daemon's group commit syncs the WAL), and every
-/// `snapshot_every` batches the worker's index is snapshotted and the log
-/// before it dropped, in one synced write. After a crash, Recover loads the
+/// (unsynced; the daemon's group commit syncs the WAL), and now and then
+/// the worker's index is snapshotted and the log before it dropped, in one
+/// synced write: once at least `snapshot_every` batches are logged since
+/// the last snapshot and the blocks they changed reach `snapshot_log_ratio`
+/// times the blocks that snapshot held. So rewriting a big worker costs at
+/// most 1 / ratio block written per block ingested, and a recovery replays
+/// at most about ratio times the snapshot's blocks (or `snapshot_every`
+/// batches, when more). After a crash, Recover loads the
 /// snapshot, re-applies the log after it and resumes the stream from the
 /// last batch kvgov had, so the engine's replay socket fills the rest.
 /// Layout: docs/formats/store.md; why a writer thread: docs/adr/0038.
@@ -33,8 +38,13 @@ namespace kvgov::ingest {
 /// is exactly the state at that seq). One writer thread, in the order work
 /// was handed over, writes consecutive log records as one write and
 /// encodes and writes each snapshot with the deletion of the log it
-/// covers. Work waiting for the writer is bounded (`max_queued_bytes`);
+/// covers. Log records waiting for the writer are bounded
+/// (`max_queued_bytes`, well below what an engine's replay buffer holds):
 /// a stream hands over more only once the writer has caught up below it.
+/// A worker has at most one snapshot waiting; the next is taken once it
+/// is written. So a kill -9 loses at most the records still waiting,
+/// which the engine's replay brings back, besides what a machine crash
+/// loses of the unsynced WAL.
 ///
 /// A restart of the engine starts a new epoch: the log of the old process
 /// can never be mistaken for the new one's, whose seqs start over.
@@ -51,8 +61,9 @@ namespace kvgov::ingest {
 class StreamStore : public StreamDurability {
  public:
   struct Options {
-    uint64_t snapshot_every = 10'000;         // batches of a worker between snapshots
-    size_t max_queued_bytes = 64ull << 20;  // handed over and not yet written
+    uint64_t snapshot_every = 10'000;  // at least this many batches of a worker between snapshots
+    double snapshot_log_ratio = 0.25;    // and blocks changed since >= ratio x the last snapshot's
+    size_t max_queued_bytes = 16ull << 20;  // of log records handed over, not yet written
   };
   StreamStore(store::Store* store, index::ResidencyIndex* index, Options options);
   /// Writes what was handed over, then stops the writer.
@@ -60,8 +71,8 @@ class StreamStore : public StreamDurability {
   StreamStore(const StreamStore&) = delete;
   StreamStore& operator=(const StreamStore&) = delete;
 
-  void OnApplied(std::string_view worker, uint64_t seq, double ts,
-                 std::string_view payload) override;
+  void OnApplied(std::string_view worker, uint64_t seq, double ts, std::string_view payload,
+                 uint64_t blocks) override;
   void OnRestart(std::string_view worker) override;
 
   /// Brings `stream`'s worker back to what the store holds. Adds what it
@@ -78,6 +89,9 @@ class StreamStore : public StreamDurability {
   /// failed, which the writer logs).
   void Flush();
 
+  /// Bytes of log records handed over and not yet written.
+  size_t pending_bytes() const;
+
   /// Snapshots every worker that has logged batches (clean shutdown, once
   /// the streams are stopped), so the next start does not replay the log.
   /// Synced.
@@ -89,7 +103,10 @@ class StreamStore : public StreamDurability {
     bool has_seq = false;
     uint64_t seq = 0;
     double ts = 0;
-    uint64_t since_snapshot = 0;
+    uint64_t since_snapshot = 0;         // batches logged since the last snapshot
+    uint64_t blocks_since_snapshot = 0;  // blocks those batches stored or removed
+    uint64_t snapshot_blocks = 0;        // resident blocks the last snapshot held
+    bool snapshot_pending = false;       // a capture waits for the writer
     std::string last_digest;  // Sha256Hex of the last applied batch; "" unknown
     // The last applied batch's bytes, while its digest is not computed:
     // only a snapshot record needs the digest, and hashing every batch cost
@@ -110,6 +127,7 @@ class StreamStore : public StreamDurability {
   struct LogRecord {
     std::string key;
     std::string value;
+    size_t bytes() const { return key.size() + value.size(); }
   };
   struct SnapshotJob {
     Progress progress;  // what the capture is the state after
@@ -126,7 +144,6 @@ class StreamStore : public StreamDurability {
   struct Job {
     std::string worker;
     std::variant<LogRecord, SnapshotJob, Unlogged> work;
-    size_t bytes = 0;  // memory it holds, counted against max_queued_bytes
   };
 
   // The worker's state right now as a snapshot job at `progress` that also
@@ -137,7 +154,10 @@ class StreamStore : public StreamDurability {
   std::optional<Job> CaptureSnapshot(std::string_view worker, Progress progress,
                                      std::string delete_begin, std::string delete_end,
                                      bool starts_epoch) const;
-  // Queues `job`, first waiting while the queue is over its bound.
+  // The worker's resident blocks, over all tiers (0 if unknown).
+  uint64_t ResidentBlocks(std::string_view worker) const;
+  // Queues `job`, first waiting while the log records queued are over
+  // their bound if it is one.
   void HandOver(Job job);
   void WriterLoop();
   // Writes `job`'s snapshot and the log deletions, synced.
@@ -147,11 +167,11 @@ class StreamStore : public StreamDurability {
   index::ResidencyIndex* const index_;
   const Options options_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable changed_;                        // queue, written, stopping
   std::map<std::string, Progress, std::less<>> progress_;  // guarded by mu_
   std::deque<Job> queue_;                                  // guarded by mu_
-  size_t queued_bytes_ = 0;                                // guarded by mu_
+  size_t queued_bytes_ = 0;  // of log records; guarded by mu_
   uint64_t handed_over_ = 0;                               // jobs ever queued; guarded by mu_
   uint64_t written_ = 0;                                   // jobs the writer finished; guarded by mu_
   bool stopping_ = false;                                  // guarded by mu_

@@ -77,8 +77,11 @@ struct ServerOptions {
   // fall in different shards apply their events in parallel. 0: one per
   // core.
   size_t index_shards = 0;
-  // A worker's residency is snapshotted every this many engine batches.
+  // A worker's residency is snapshotted at most every this many engine
+  // batches, and only once the blocks they changed reach the ratio times
+  // the last snapshot's blocks (docs/adr/0038).
   uint64_t snapshot_every_batches = 10000;
+  double snapshot_log_ratio = 0.25;
   // Unsynced engine-event writes are fsynced together this often.
   int64_t group_commit_ms = 100;
   // Owners whose transfer reports are admitted (trusted at a scope). Reports

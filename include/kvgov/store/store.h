@@ -26,11 +26,14 @@ enum class Column {
   kSnapshots,   // residency index snapshots: worker -> snapshot
 };
 
-/// One change in an atomic write: a put, or a delete when `value` is empty.
+/// One change in an atomic write: a put; a delete when `value` is empty;
+/// or, when `value` is empty and `range_end` is not, a delete of every key
+/// in [key, range_end), which reads nothing (RocksDB's DeleteRange).
 struct WriteOp {
   Column column;
   std::string key;
   std::optional<std::string> value;
+  std::string range_end = {};
 };
 
 /// The store format this build reads and writes.
