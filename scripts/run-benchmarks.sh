@@ -33,6 +33,7 @@ RATIOS = {
     "ratio_ingest_vs_decode": ("ingest / decode-only blocks per second", ">= 0.5", lambda r: r >= 0.5),
     "one_pass_vs_unpack": ("engine-batch decode / msgpack-c object unpack (issue 19)", ">= 2", lambda r: r >= 2),
     "one_pass_vs_objects": ("engine-batch decode, one pass / object path", None, None),
+    "decode_apply_vs_unpack": ("engine-batch decode + index apply / msgpack-c object unpack (issue 37)", ">= 1.3", lambda r: r >= 1.3),
     "ratio_schema_vs_one_pass": ("8k route body: schema path / one pass", None, None),
     "ratio_schema_vs_compact": ("8k route body: schema path / one pass on token_ids_b64", None, None),
     "ratio_document_vs_written": ("64-candidate route answer: nlohmann document / direct writer", None, None),

@@ -2,7 +2,9 @@
 // side in one run: msgpack-c's object unpack alone (the floor of any decoder
 // built on it, and the issue's yardstick), kvgov's object path (a limits walk,
 // that unpack, then the schema over the objects), and DecodeEngineBatch,
-// which takes these payloads in one pass (docs/adr/0025).
+// which takes these payloads in one pass (docs/adr/0025); and, fourth, that
+// decode with every event applied to a residency index (issue 37's decode +
+// apply, against the same unpack).
 //
 // The payloads are what vLLM >= 0.26 publishes: map-encoded events in a
 // positional batch, each batch 4 BlockStored of 16 blocks of 16 tokens with
@@ -23,6 +25,7 @@
 
 #include "adapters/one_pass_decoder.h"
 #include "kvgov/adapters/engine_wire.h"
+#include "kvgov/index/residency_index.h"
 #include "kvgov/sim/event_wire.h"
 
 namespace kvgov::adapters {
@@ -39,6 +42,7 @@ constexpr int64_t kVocab = 128256;
 struct Payloads {
   std::vector<std::string> bytes;
   uint64_t blocks = 0;  // stored and removed, what an ingester applies
+  uint64_t stored = 0;  // stored alone: the pool they fill
 };
 
 const Payloads& SharedPayloads() {
@@ -62,6 +66,7 @@ const Payloads& SharedPayloads() {
         }
         previous = stored.block_hashes;
         out.blocks += kChainBlocks;
+        out.stored += kChainBlocks;
         batch.events.emplace_back(std::move(stored));
       }
       if (step % 2 == 0) {
@@ -88,6 +93,7 @@ void BM_DecodeThreeWays(benchmark::State& state) {
   double unpack_s = 0;
   double objects_s = 0;
   double one_pass_s = 0;
+  double apply_s = 0;
   for (auto _ : state) {
     const auto started = Clock::now();
     for (const std::string& payload : payloads.bytes) {
@@ -109,6 +115,21 @@ void BM_DecodeThreeWays(benchmark::State& state) {
       benchmark::DoNotOptimize(batch);
     }
     const auto one_pass = Clock::now();
+    {
+      // A fresh index each time (the hashes would be known the second
+      // time), sized for the pool as `pool-blocks=` sizes a worker's.
+      index::ResidencyIndex index;
+      (void)index.AddWorker("w0", "llama", kBlockSize, payloads.stored);
+      const auto applying = Clock::now();
+      for (const std::string& payload : payloads.bytes) {
+        Result<EngineEventBatch> batch = DecodeEngineBatch(payload);
+        if (!batch.ok()) state.SkipWithError(batch.status().ToString().c_str());
+        for (const EngineEvent& event : batch->events) {
+          benchmark::DoNotOptimize(index.Apply("w0", event));
+        }
+      }
+      apply_s += std::chrono::duration<double>(Clock::now() - applying).count();
+    }
     unpack_s += std::chrono::duration<double>(unpacked - started).count();
     objects_s += std::chrono::duration<double>(by_objects - unpacked).count();
     one_pass_s += std::chrono::duration<double>(one_pass - by_objects).count();
@@ -121,6 +142,8 @@ void BM_DecodeThreeWays(benchmark::State& state) {
   state.counters["one_pass_vs_unpack"] = unpack_s / one_pass_s;
   state.counters["objects_vs_unpack"] = unpack_s / objects_s;
   state.counters["one_pass_vs_objects"] = objects_s / one_pass_s;
+  state.counters["decode_apply_blocks_per_s"] = blocks / apply_s;
+  state.counters["decode_apply_vs_unpack"] = unpack_s / apply_s;
 }
 BENCHMARK(BM_DecodeThreeWays)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 

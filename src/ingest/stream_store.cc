@@ -144,7 +144,8 @@ std::optional<StreamStore::Job> StreamStore::CaptureSnapshot(std::string_view wo
                                                              bool starts_epoch) const {
   Result<index::WorkerCapture> capture = index_->CaptureWorker(worker);
   if (!capture.ok()) {
-    log::Line(log::Level::kError, "store.snapshot_failed")
+    log::Line(log::Level::kError,
+              starts_epoch ? "store.restart_not_recorded" : "store.snapshot_failed")
         .Field("worker", worker)
         .Field("error", capture.status().ToString());
     // Without its snapshot a new epoch's log would follow nothing Recover
@@ -244,7 +245,8 @@ void StreamStore::WriterLoop() {
             log::Line(log::Level::kInfo, "store.batches_logged_again").Field("worker", job.worker);
           }
         } else {
-          log::Line(log::Level::kError, "store.snapshot_failed")
+          log::Line(log::Level::kError,
+                    starts_epoch ? "store.restart_not_recorded" : "store.snapshot_failed")
               .Field("worker", job.worker)
               .Field("error", written.ToString());
           // The stored snapshot is of the old epoch: the new one's log

@@ -36,11 +36,6 @@ struct WorkerCapture {
   // in these tiers, and `keys` is empty.
   std::vector<KeyTiers> keys;
   std::optional<uint16_t> uniform;
-
-  /// Memory the capture holds, for whoever queues captures.
-  size_t bytes() const {
-    return refs.capacity() * sizeof(KeyRef) + keys.capacity() * sizeof(KeyTiers) + model.size();
-  }
 };
 
 /// The capture as an index snapshot (docs/formats/index-snapshot.md):

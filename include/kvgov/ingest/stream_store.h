@@ -61,9 +61,13 @@ namespace kvgov::ingest {
 class StreamStore : public StreamDurability {
  public:
   struct Options {
-    uint64_t snapshot_every = 10'000;  // at least this many batches of a worker between snapshots
-    double snapshot_log_ratio = 0.25;    // and blocks changed since >= ratio x the last snapshot's
-    size_t max_queued_bytes = 16ull << 20;  // of log records handed over, not yet written
+    // A worker is snapshotted once at least this many of its batches were
+    // logged since its last snapshot, and the blocks they stored or removed
+    // reach the ratio times the resident blocks that snapshot held.
+    uint64_t snapshot_every = 10'000;
+    double snapshot_log_ratio = 0.25;
+    // Log records handed over and not yet written, at most.
+    size_t max_queued_bytes = 16ull << 20;
   };
   StreamStore(store::Store* store, index::ResidencyIndex* index, Options options);
   /// Writes what was handed over, then stops the writer.
@@ -168,13 +172,14 @@ class StreamStore : public StreamDurability {
   const Options options_;
 
   mutable std::mutex mu_;
-  std::condition_variable changed_;                        // queue, written, stopping
-  std::map<std::string, Progress, std::less<>> progress_;  // guarded by mu_
-  std::deque<Job> queue_;                                  // guarded by mu_
-  size_t queued_bytes_ = 0;  // of log records; guarded by mu_
-  uint64_t handed_over_ = 0;                               // jobs ever queued; guarded by mu_
-  uint64_t written_ = 0;                                   // jobs the writer finished; guarded by mu_
-  bool stopping_ = false;                                  // guarded by mu_
+  std::condition_variable changed_;  // the queue, written_ or stopping_ changed
+  // Guarded by mu_:
+  std::map<std::string, Progress, std::less<>> progress_;
+  std::deque<Job> queue_;
+  size_t queued_bytes_ = 0;   // of the log records in queue_ or being written
+  uint64_t handed_over_ = 0;  // jobs ever queued
+  uint64_t written_ = 0;      // jobs the writer finished
+  bool stopping_ = false;
   // Workers whose log has a hole since a failed write: their records are
   // dropped until a snapshot of theirs is written. The writer thread's
   // own, and SnapshotAll's once Flush has returned with the streams
