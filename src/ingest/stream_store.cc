@@ -97,7 +97,6 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
       snapshot_at = current;
       current.since_snapshot = 0;
       current.blocks_since_snapshot = 0;
-      current.snapshot_pending = true;
     }
   }
   LogRecord record{LogKey(worker, epoch, seq), std::string()};
@@ -110,14 +109,17 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     std::optional<Job> snapshot =
         CaptureSnapshot(worker, std::move(*snapshot_at), LogPrefix(worker, epoch),
                         LogKey(worker, epoch, seq + 1), /*starts_epoch=*/false);
+    if (!snapshot.has_value()) return;
     const uint64_t resident = ResidentBlocks(worker);
     {
+      // Only this thread changes the worker's progress until the writer
+      // has the job, so it cannot be due again before this.
       std::lock_guard lock(mu_);
       Progress& current = progress_[std::string(worker)];
-      current.snapshot_pending = snapshot.has_value();
-      if (snapshot.has_value()) current.snapshot_blocks = resident;
+      current.snapshot_pending = true;
+      current.snapshot_blocks = resident;
     }
-    if (snapshot.has_value()) HandOver(*std::move(snapshot));
+    HandOver(*std::move(snapshot));
   }
 }
 
