@@ -24,6 +24,7 @@
 #include <msgpack.hpp>
 
 #include "adapters/one_pass_decoder.h"
+#include "bench/smoke.h"
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/sim/event_wire.h"
@@ -145,7 +146,7 @@ void BM_DecodeThreeWays(benchmark::State& state) {
   state.counters["decode_apply_blocks_per_s"] = blocks / apply_s;
   state.counters["decode_apply_vs_unpack"] = unpack_s / apply_s;
 }
-BENCHMARK(BM_DecodeThreeWays)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_DecodeThreeWays)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(bench::Sized(2.0, 0.01));
 
 }  // namespace
 }  // namespace kvgov::adapters

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"
 
@@ -89,7 +90,7 @@ BENCHMARK(BM_ApplyBlockStored)
 // /v1/invalidations/{id} makes (Arg 1; blocks all in one tier skip it).
 void BM_Residue(benchmark::State& state) {
   const bool by_tier = state.range(0) != 0;
-  const std::vector<BlockStored> events = MakeChains(1 << 16, 16, 5, 1, 64);
+  const std::vector<BlockStored> events = MakeChains(bench::Sized(1 << 16, 1 << 8), 16, 5, 1, 64);
   ResidencyIndex index;
   (void)index.AddWorker("w1", "llama", kBlockSize, uint64_t{1} << 20);
   for (const BlockStored& event : events) (void)index.Apply("w1", event);
@@ -144,35 +145,35 @@ double SecondsToApply(size_t shards, const std::vector<std::vector<BlockStored>>
 }
 
 void BM_IngestTwoStreams(benchmark::State& state) {
-  constexpr int kChains = 1 << 15;  // x 16 blocks = 524,288 a stream
-  constexpr uint64_t kStreamBlocks = uint64_t{kChains} * 16;
+  const int chains = bench::Sized(1 << 15, 1 << 12);  // x 16 blocks = 524,288 a stream
+  const uint64_t stream_blocks = static_cast<uint64_t>(chains) * 16;
   const std::vector<std::vector<BlockStored>> two = {
-      MakeChains(kChains, 16, 21, 1), MakeChains(kChains, 16, 22, 1 + int64_t{kChains} * 16 * 16)};
+      MakeChains(chains, 16, 21, 1), MakeChains(chains, 16, 22, 1 + static_cast<int64_t>(chains) * 16 * 16)};
   const std::vector<std::vector<BlockStored>> one = {two[0]};
   double one_s = 0;
   double two_one_lock_s = 0;
   double two_sharded_s = 0;
   double two_apart_s = 0;
   for (auto _ : state) {
-    one_s += SecondsToApply(1, one, kStreamBlocks);
-    two_one_lock_s += SecondsToApply(1, two, kStreamBlocks);
-    two_sharded_s += SecondsToApply(2, two, kStreamBlocks);
-    two_apart_s += SecondsToApply(1, two, kStreamBlocks, /*separate_indexes=*/true);
+    one_s += SecondsToApply(1, one, stream_blocks);
+    two_one_lock_s += SecondsToApply(1, two, stream_blocks);
+    two_sharded_s += SecondsToApply(2, two, stream_blocks);
+    two_apart_s += SecondsToApply(1, two, stream_blocks, /*separate_indexes=*/true);
   }
   const double iterations = static_cast<double>(state.iterations());
-  const double one_rate = iterations * kStreamBlocks / one_s;
-  const double one_lock_rate = iterations * 2 * kStreamBlocks / two_one_lock_s;
-  const double sharded_rate = iterations * 2 * kStreamBlocks / two_sharded_s;
+  const double one_rate = iterations * stream_blocks / one_s;
+  const double one_lock_rate = iterations * 2 * stream_blocks / two_one_lock_s;
+  const double sharded_rate = iterations * 2 * stream_blocks / two_sharded_s;
   state.counters["one_stream_blocks_per_s"] = one_rate;
   state.counters["two_streams_one_lock_blocks_per_s"] = one_lock_rate;
-  const double apart_rate = iterations * 2 * kStreamBlocks / two_apart_s;
+  const double apart_rate = iterations * 2 * stream_blocks / two_apart_s;
   state.counters["two_streams_two_shards_blocks_per_s"] = sharded_rate;
   state.counters["two_streams_two_indexes_blocks_per_s"] = apart_rate;
   state.counters["ratio_two_indexes_vs_one_stream"] = apart_rate / one_rate;
   state.counters["ratio_two_shards_vs_one_stream"] = sharded_rate / one_rate;
   state.counters["ratio_one_lock_vs_one_stream"] = one_lock_rate / one_rate;
 }
-BENCHMARK(BM_IngestTwoStreams)->Iterations(5)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IngestTwoStreams)->Iterations(bench::Sized(5, 1))->Unit(benchmark::kMillisecond);
 
 // Overlap lookup of a 64-block chain against 8 workers holding it.
 void BM_Overlap(benchmark::State& state) {
@@ -238,11 +239,12 @@ void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool 
   }
 }
 
-// 1,048,576 blocks on each of Arg workers.
+// 1,048,576 blocks on each of Arg workers (4,096 in the smoke).
 // Arg 1: 1 = the pool declared. Arg 2: the index's shards. Arg 3: tenants
 // salting the chains (0: unsalted), whose refs carry a lineage entry.
 void BM_MemoryPerResidentPair(benchmark::State& state) {
-  MeasureBytesPerPair(state, static_cast<int>(state.range(0)), 1 << 20, state.range(1) != 0,
+  MeasureBytesPerPair(state, static_cast<int>(state.range(0)),
+                      bench::Sized(1 << 20, 1 << 12), state.range(1) != 0,
                       static_cast<size_t>(state.range(2)), static_cast<int>(state.range(3)));
 }
 BENCHMARK(BM_MemoryPerResidentPair)
@@ -262,7 +264,7 @@ BENCHMARK(BM_MemoryPerResidentPair)
 // Arg 1: 1 = the pool declared. Arg 2: the index's shards.
 void BM_MemoryTenMillionPairs(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
-  MeasureBytesPerPair(state, workers, (10 << 20) / workers, state.range(1) != 0,
+  MeasureBytesPerPair(state, workers, bench::Sized(10 << 20, 1 << 14) / workers, state.range(1) != 0,
                       static_cast<size_t>(state.range(2)));
 }
 BENCHMARK(BM_MemoryTenMillionPairs)
@@ -274,11 +276,13 @@ BENCHMARK(BM_MemoryTenMillionPairs)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
-// One worker holding 1,048,576 blocks in hbm, each named by one engine hash:
-// the state a periodic checkpoint writes and a restart reads back.
-constexpr uint64_t kSnapshotBlocks = uint64_t{1} << 20;
+// One worker holding 1,048,576 blocks in hbm (4,096 in the smoke), each
+// named by one engine hash: the state a periodic checkpoint writes and a
+// restart reads back.
+const uint64_t kSnapshotBlocks = bench::Sized<uint64_t>(uint64_t{1} << 20, uint64_t{1} << 12);
+const int kSnapshotChains = static_cast<int>(kSnapshotBlocks / 16);
 
-std::unique_ptr<ResidencyIndex> MillionBlockIndex(const std::vector<BlockStored>& events) {
+std::unique_ptr<ResidencyIndex> OneWorkerIndex(const std::vector<BlockStored>& events) {
   auto index = std::make_unique<ResidencyIndex>();
   (void)index->AddWorker("w0", "llama", kBlockSize);
   for (const BlockStored& event : events) (void)index->Apply("w0", event);
@@ -286,8 +290,8 @@ std::unique_ptr<ResidencyIndex> MillionBlockIndex(const std::vector<BlockStored>
 }
 
 void BM_SnapshotWorker(benchmark::State& state) {
-  const std::vector<BlockStored> events = MakeChains(1 << 16, 16, 3);
-  std::unique_ptr<ResidencyIndex> index = MillionBlockIndex(events);
+  const std::vector<BlockStored> events = MakeChains(kSnapshotChains, 16, 3);
+  std::unique_ptr<ResidencyIndex> index = OneWorkerIndex(events);
   size_t bytes = 0;
   for (auto _ : state) {
     Result<std::string> snapshot = index->SnapshotWorker("w0");
@@ -306,14 +310,14 @@ BENCHMARK(BM_SnapshotWorker)->Unit(benchmark::kMillisecond);
 // state already resident (every key leaves and re-enters the holder lists).
 void BM_RestoreWorker(benchmark::State& state) {
   const bool over_existing = state.range(0) != 0;
-  const std::vector<BlockStored> events = MakeChains(1 << 16, 16, 3);
-  std::string snapshot = MillionBlockIndex(events)->SnapshotWorker("w0").value();
+  const std::vector<BlockStored> events = MakeChains(kSnapshotChains, 16, 3);
+  std::string snapshot = OneWorkerIndex(events)->SnapshotWorker("w0").value();
   double heap_per_block = 0;
   for (auto _ : state) {
     state.PauseTiming();
     std::unique_ptr<ResidencyIndex> index;
     if (over_existing) {
-      index = MillionBlockIndex(events);
+      index = OneWorkerIndex(events);
     } else {
       index = std::make_unique<ResidencyIndex>();
       (void)index->AddWorker("w0", "llama", kBlockSize);
@@ -322,8 +326,12 @@ void BM_RestoreWorker(benchmark::State& state) {
     state.ResumeTiming();
     Status status = index->RestoreWorker("w0", snapshot);
     state.PauseTiming();
-    if (!status.ok() || index->ResidentPairs() != kSnapshotBlocks) {
+    if (!status.ok()) {
       state.SkipWithError(status.ToString().c_str());
+      break;
+    }
+    if (index->ResidentPairs() != kSnapshotBlocks) {
+      state.SkipWithError("the restored worker does not hold the snapshot's blocks");
       break;
     }
     heap_per_block = (static_cast<double>(HeapInUse()) - static_cast<double>(before)) /
@@ -338,7 +346,11 @@ void BM_RestoreWorker(benchmark::State& state) {
   // existing state, nothing: the old tables were freed).
   state.counters["heap_delta_per_block"] = heap_per_block;
 }
-BENCHMARK(BM_RestoreWorker)->Arg(0)->Arg(1)->Iterations(5)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RestoreWorker)
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(bench::Sized(5, 1))
+    ->Unit(benchmark::kMillisecond);
 
 // Recovery at scale: 10,485,760 resident blocks on one worker (Arg 1), or
 // 1,310,720 blocks on each of 8, none shared (Arg 8, registered with their pools
@@ -349,7 +361,8 @@ BENCHMARK(BM_RestoreWorker)->Arg(0)->Arg(1)->Iterations(5)->Unit(benchmark::kMil
 //   kvgov_index_bench --benchmark_filter=RecoverTenMillion
 void BM_RecoverTenMillion(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
-  const int chains = (10 << 16) / workers;  // x 16 blocks x workers = 10,485,760
+  // x 16 blocks x workers = 10,485,760 (16,384 in the smoke)
+  const int chains = bench::Sized(10 << 16, 1 << 10) / workers;
   const bool declare_pool = workers > 1;
   const uint64_t pool = declare_pool ? static_cast<uint64_t>(chains) * 16 : 0;
   std::vector<std::string> snapshots;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/journal/journal.h"
 
@@ -192,7 +193,7 @@ void BM_JournalVerify(benchmark::State& state) {
       static_cast<double>(state.iterations()) * static_cast<double>(rows),
       benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_JournalVerify)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_JournalVerify)->Arg(bench::Sized(100000, 1000))->Unit(benchmark::kMillisecond);
 
 // What the running daemon's chain check costs once the chain has grown by
 // 100 rows: VerifyFrom resumed from the cursor of the walk before, against
@@ -247,7 +248,7 @@ void BM_JournalVerifyResumed(benchmark::State& state) {
   state.counters["resumed_walk_us"] = resumed_s * 1e6;
   state.counters["ratio_whole_vs_resumed"] = whole_s / resumed_s;
 }
-BENCHMARK(BM_JournalVerifyResumed)->Arg(100000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_JournalVerifyResumed)->Arg(bench::Sized(100000, 1000))->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov::journal

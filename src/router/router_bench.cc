@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/governance/governance_gate.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"
@@ -152,7 +153,7 @@ BENCHMARK(BM_RouteVsHash)
     ->Args({1, 1, 0, 1})
     ->Args({1, 2, 0, 1})
     ->Args({1, 1, 128, 1})
-    ->Iterations(2000)
+    ->Iterations(bench::Sized(2000, 20))
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

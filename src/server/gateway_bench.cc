@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "connectors/control_url.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"
@@ -236,7 +237,8 @@ void BM_GatewayTtfbVsDirect(benchmark::State& state) {
   state.counters["tokenize_p50_us"] = bench::Percentile(tokenize_us, 0.50);
   state.counters["tokenize_p99_us"] = bench::Percentile(tokenize_us, 0.99);
 }
-BENCHMARK(BM_GatewayTtfbVsDirect)->Iterations(2000)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GatewayTtfbVsDirect)
+    ->Iterations(bench::Sized(2000, 20))->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // What cache-breaker detection adds to a request: the same gateway with
 // --prefix-diagnostics on and off, side by side, sent the same prompts, each
@@ -283,7 +285,7 @@ void BM_GatewayTtfbDetectionOnVsOff(benchmark::State& state) {
       bench::Percentile(on_us, 0.50) - bench::Percentile(off_us, 0.50);
 }
 BENCHMARK(BM_GatewayTtfbDetectionOnVsOff)
-    ->Iterations(1000)
+    ->Iterations(bench::Sized(1000, 20))
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -336,7 +338,8 @@ void BM_GatewayThroughputVsDirect(benchmark::State& state) {
   state.counters["gateway_req_per_s"] = gateway / rounds;
   state.counters["ratio_gateway_vs_direct_throughput"] = gateway / direct;
 }
-BENCHMARK(BM_GatewayThroughputVsDirect)->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GatewayThroughputVsDirect)
+    ->Iterations(bench::Sized(3, 1))->Unit(benchmark::kMillisecond);
 
 void BM_HandoffTtfbVsColocated(benchmark::State& state) {
   const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/4);
@@ -381,7 +384,8 @@ void BM_HandoffTtfbVsColocated(benchmark::State& state) {
   state.counters["ratio_handoff_vs_colocated_p50"] =
       bench::Percentile(handoff_us, 0.50) / bench::Percentile(colocated_us, 0.50);
 }
-BENCHMARK(BM_HandoffTtfbVsColocated)->Iterations(500)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_HandoffTtfbVsColocated)
+    ->Iterations(bench::Sized(500, 20))->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 size_t HeapBytes() {
   const struct mallinfo2 info = mallinfo2();
@@ -483,7 +487,8 @@ void BM_GatewayMemoryPerStream(benchmark::State& state) {
   state.counters["gateway_resident_bytes_per_stream"] = resident / rounds;
   state.counters["streams"] = kStreams;
 }
-BENCHMARK(BM_GatewayMemoryPerStream)->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GatewayMemoryPerStream)
+    ->Iterations(bench::Sized(3, 1))->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvgov::server

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "router/route_bench_fleet.h"
@@ -258,13 +259,16 @@ class ScaleFleet {
   int nginx_port_ = 0;
 };
 
+// How long each wrk run lasts.
+const int kWrkSeconds = bench::Sized(3, 1);
+
 // Requests a second wrk measured on 127.0.0.1:port; an error when wrk is
 // missing or any answer was not 2xx.
 Result<double> Wrk(const fs::path& dir, int port, const std::string& body) {
   const fs::path script = dir / "post.lua";
   std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = " << Json(body).dump()
                         << "\nwrk.headers[\"Content-Type\"] = \"application/json\"\n";
-  const std::string command = "wrk -t1 -c32 -d3s -s " + script.string() + " http://127.0.0.1:" +
+  const std::string command = "wrk -t1 -c32 -d" + std::to_string(kWrkSeconds) + "s -s " + script.string() + " http://127.0.0.1:" +
                               std::to_string(port) + "/v1/completions 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return Status::Unavailable("cannot run wrk");
@@ -312,9 +316,9 @@ void Throughput(benchmark::State& state, int engine_interval_ms, const std::stri
     direct += *d;
     nginx += *n;
     gateway += *g;
-    // wrk runs 3 s: CPU microseconds per request.
-    nginx_cpu += nginx_used * 1e6 / (*n * 3);
-    gateway_cpu += kvgov_used * 1e6 / (*g * 3);
+    // CPU microseconds per request.
+    nginx_cpu += nginx_used * 1e6 / (*n * kWrkSeconds);
+    gateway_cpu += kvgov_used * 1e6 / (*g * kWrkSeconds);
   }
   const double rounds = static_cast<double>(state.iterations());
   state.counters["direct_req_per_s"] = direct / rounds;
@@ -329,12 +333,12 @@ void Throughput(benchmark::State& state, int engine_interval_ms, const std::stri
 void BM_FrontDoorThroughputInstantEngine(benchmark::State& state) {
   Throughput(state, 0, "instant_engine");
 }
-BENCHMARK(BM_FrontDoorThroughputInstantEngine)->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FrontDoorThroughputInstantEngine)->Iterations(bench::Sized(2, 1))->Unit(benchmark::kMillisecond);
 
 void BM_FrontDoorThroughputEngine2ms(benchmark::State& state) {
   Throughput(state, 2, "2ms_engine");
 }
-BENCHMARK(BM_FrontDoorThroughputEngine2ms)->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FrontDoorThroughputEngine2ms)->Iterations(bench::Sized(2, 1))->Unit(benchmark::kMillisecond);
 
 // A streamed request on a socket of its own, read without blocking.
 class StreamClient {
@@ -454,7 +458,9 @@ void BM_FrontDoorStreamsHeld(benchmark::State& state) {
   state.counters["kvgov_threads_with_streams"] = threads_during;
   state.counters["seconds_to_open_all"] = seconds / rounds;
 }
-BENCHMARK(BM_FrontDoorStreamsHeld)->Arg(9000)->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FrontDoorStreamsHeld)
+    ->Arg(bench::Sized(9000, 100))
+    ->Iterations(bench::Sized(2, 1))->Unit(benchmark::kMillisecond);
 
 void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   ScaleFleet fleet;
@@ -513,7 +519,7 @@ void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   state.counters["held_streams"] = 1000;
   bench::ReportTtfbPair(state, direct_us, gateway_us);
 }
-BENCHMARK(BM_FrontDoorTtfbAt1000Streams)->Iterations(1000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FrontDoorTtfbAt1000Streams)->Iterations(bench::Sized(1000, 20))->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov::server

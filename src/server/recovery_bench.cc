@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/sim/event_wire.h"
 #include "kvgov/simfleet/child_process.h"
 #include "server/bench_scratch_dir.h"
@@ -41,7 +42,8 @@ using Json = nlohmann::json;
 
 constexpr int kWorkers = 8;
 constexpr int64_t kBlockSize = 16;
-constexpr uint64_t kBlocksPerWorker = 1'310'720;  // x 8 = 10,485,760
+// x 8 = 10,485,760; 32,768 in all in the smoke.
+const uint64_t kBlocksPerWorker = bench::Sized<uint64_t>(1'310'720, 4'096);
 constexpr int kChainBlocks = 16;
 constexpr size_t kEventsPerBatch = 4;  // 64 blocks a batch, as the ingest benchmark
 // A snapshot every 2,000 batches (128,000 blocks): what loadgen runs with;

@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/cert/issuer_key.h"
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
@@ -84,11 +85,11 @@ constexpr int64_t kVocab = 128256;
 constexpr size_t kEventsPerBatch = 4;
 
 constexpr int kWarmupWrites = 10;
-constexpr int kWrites = 300;
+const int kWrites = bench::Sized(300, 20);
 constexpr int kQuarantineTokens = 4 * kBlockSize;
 constexpr int kRouteClients = 4;
 constexpr int kWarmupRoutes = 20;
-constexpr int kRouteRounds = 6;  // x 0.5 s: 3 s of routes per shape
+const int kRouteRounds = bench::Sized(6, 1);  // x 0.5 s: 3 s of routes per shape
 constexpr auto kRouteSlice = std::chrono::milliseconds(500);
 constexpr auto kDeadline = std::chrono::seconds(60);
 

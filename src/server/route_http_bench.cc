@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/codec/route_api.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/server/server.h"
@@ -208,7 +209,7 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
       static_cast<double>(Fleet::kWorkers * Fleet::kBlocksPerWorker) / fill_s;
 }
 BENCHMARK(BM_HttpRouteVsHash)
-    ->Iterations(4000)
+    ->Iterations(bench::Sized(4000, 20))
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

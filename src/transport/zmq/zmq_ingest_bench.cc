@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/smoke.h"
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_stream.h"
@@ -287,7 +288,7 @@ void BM_IngestVsDecode(benchmark::State& state) {
 BENCHMARK(BM_IngestVsDecode)
     ->ArgNames({"sink", "pool"})
     ->ArgsProduct({{0, 1}, {0, 1}})
-    ->Iterations(5)
+    ->Iterations(bench::Sized(5, 1))
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
@@ -346,7 +347,7 @@ BENCHMARK(BM_IngestWithStoreVsWithout)
     ->Args({1024, 0})    // by batches alone, as before ADR 0038
     ->Args({1024, 25})   // the default ratio, 0.25
     ->Args({10000, 25})  // the daemon's defaults: no snapshot within a pass
-    ->Iterations(3)
+    ->Iterations(bench::Sized(3, 1))
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
