@@ -217,6 +217,7 @@ class SlowSyncStore final : public store::Store {
     return real_->LastKey(column);
   }
   Status SyncWal() override { return real_->SyncWal(); }
+  Status ResumeCompactions() override { return real_->ResumeCompactions(); }
   Status FlushForTest() override { return real_->FlushForTest(); }
   const std::string& dir() const override { return real_->dir(); }
 

@@ -652,7 +652,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                          cert::IssuerKey::LoadOrCreate(options.issuer_key_file.empty()
                                                            ? options.data_dir + "/issuer.key"
                                                            : options.issuer_key_file));
-  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store", options.on_fatal));
+  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store",
+                                             {.on_fatal = options.on_fatal,
+                                              .hold_compactions = true}));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
   daemon->stream_store = std::make_unique<ingest::StreamStore>(
       daemon->store.get(), &daemon->index,
@@ -721,6 +723,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                             .count()));
   KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
   KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
+  // Recovered: the compaction held since the store opened may take a core.
+  KVGOV_RETURN_IF_ERROR(daemon->store->ResumeCompactions());
   if (replicated) {
     // After the local state is back: the log's newer entries apply over it.
     replication::ReplicaOptions replica;

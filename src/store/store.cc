@@ -9,11 +9,14 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include <stdlib.h>
+
 #include <cstdarg>
 #include <cstdio>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -71,10 +74,14 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
 // per-core defaults, small memtables under one shared budget, and a small
 // block cache: kvgov keeps its working state in memory and reads the store
 // mainly at start-up.
-rocksdb::ColumnFamilyOptions ColumnOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+rocksdb::ColumnFamilyOptions ColumnOptions(const std::shared_ptr<rocksdb::Cache>& cache,
+                                           bool hold_compactions = false) {
   rocksdb::ColumnFamilyOptions options;
   options.write_buffer_size = 8 << 20;  // per memtable
   options.max_write_buffer_number = 2;
+  // Held, RocksDB also stops counting level-0 files towards write stalls,
+  // so the writes of a recovery are never stalled waiting for it.
+  options.disable_auto_compactions = hold_compactions;
   options.target_file_size_base = 16 << 20;
   options.max_bytes_for_level_base = 64 << 20;
   rocksdb::BlockBasedTableOptions table;
@@ -176,9 +183,11 @@ Status CheckNotOrphaned(const std::string& dir) {
 
 class RocksStore final : public Store {
  public:
-  RocksStore(std::string dir, std::shared_ptr<rocksdb::Cache> cache,
-             std::function<void(const Status&)> on_fatal)
-      : dir_(std::move(dir)), cache_(std::move(cache)), on_fatal_(std::move(on_fatal)) {}
+  RocksStore(std::string dir, std::shared_ptr<rocksdb::Cache> cache, StoreOptions options)
+      : dir_(std::move(dir)),
+        cache_(std::move(cache)),
+        on_fatal_(std::move(options.on_fatal)),
+        compactions_held_(options.hold_compactions) {}
 
   ~RocksStore() override {
     if (db_ == nullptr) return;
@@ -203,7 +212,7 @@ class RocksStore final : public Store {
     if (std::filesystem::exists(dir_ + "/CURRENT", ec)) {
       KVGOV_RETURN_IF_ERROR(CheckExisting());
     }
-    rocksdb::ColumnFamilyOptions cf_options = ColumnOptions(cache_);
+    rocksdb::ColumnFamilyOptions cf_options = ColumnOptions(cache_, compactions_held_);
     std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
     descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
     for (std::string_view name : kColumnNames) {
@@ -308,6 +317,20 @@ class RocksStore final : public Store {
       return AfterWrite(db_->SyncWAL(), "sync WAL");
     } catch (const std::exception& e) {
       return Status::Internal("store " + dir_ + ": sync WAL: " + e.what());
+    }
+  }
+
+  Status ResumeCompactions() override {
+    if (!compactions_held_.exchange(false)) return Status::Ok();
+    try {
+      for (rocksdb::ColumnFamilyHandle* handle : handles_) {
+        KVGOV_RETURN_IF_ERROR(
+            FromRocks(db_->SetOptions(handle, {{"disable_auto_compactions", "false"}}),
+                      "store " + dir_ + ": resume compactions of '" + handle->GetName() + "'"));
+      }
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Status::Internal("store " + dir_ + ": resume compactions: " + e.what());
     }
   }
 
@@ -462,24 +485,17 @@ class RocksStore final : public Store {
       }
     }
 
-    rocksdb::ColumnFamilyOptions cf_options = ColumnOptions(cache_);
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
-    bool has_meta = std::find(existing.begin(), existing.end(), kColumnNames[0]) != existing.end();
-    if (has_meta) descriptors.emplace_back(std::string(kColumnNames[0]), cf_options);
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    rocksdb::Status opened =
-        rocksdb::DB::OpenForReadOnly(db_options, dir_, descriptors, &handles, &raw);
-    if (!opened.ok()) return OpenError(opened);
-    std::unique_ptr<rocksdb::DB> db(raw);
-    std::string version;
+    const bool has_meta =
+        std::find(existing.begin(), existing.end(), kColumnNames[0]) != existing.end();
+    // First without the write-ahead log, which only a store whose version
+    // was never flushed needs: replaying it (tens of MB after a crash under
+    // ingest) would double what the read-write open replays next.
     rocksdb::Status read = rocksdb::Status::NotFound();
-    if (has_meta) read = db->Get(Reading(), handles[1], ToSlice(kFormatVersionKey), &version);
-    for (rocksdb::ColumnFamilyHandle* handle : handles) {
-      (void)db->DestroyColumnFamilyHandle(handle);
+    std::string version;
+    KVGOV_RETURN_IF_ERROR(ReadFormatVersion(db_options, has_meta, /*replay_wal=*/false, read, version));
+    if (read.IsNotFound()) {
+      KVGOV_RETURN_IF_ERROR(ReadFormatVersion(db_options, has_meta, /*replay_wal=*/true, read, version));
     }
-    db.reset();
     if (read.ok()) return CheckVersionValue(version);
     if (!read.IsNotFound()) return FromRocks(read, "store " + dir_ + ": get format version");
 
@@ -497,9 +513,48 @@ class RocksStore final : public Store {
     return Status::Ok();
   }
 
+  // Opens the store read-only (only the default and meta columns) and reads
+  // the format version into `version`, the read's status into `read`.
+  // Without `replay_wal` the write-ahead log is left out: RocksDB is pointed
+  // at an empty directory for it.
+  Status ReadFormatVersion(rocksdb::DBOptions db_options, bool has_meta, bool replay_wal,
+                           rocksdb::Status& read, std::string& version) {
+    std::string empty_wal_dir;
+    if (!replay_wal) {
+      std::string pattern =
+          (std::filesystem::temp_directory_path() / "kvgov-store-check-XXXXXX").string();
+      if (::mkdtemp(pattern.data()) == nullptr) {
+        return Status::IOError("store " + dir_ + ": cannot make a scratch directory for its check");
+      }
+      empty_wal_dir = pattern;
+      db_options.wal_dir = empty_wal_dir;
+    }
+    rocksdb::ColumnFamilyOptions cf_options = ColumnOptions(cache_);
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
+    if (has_meta) descriptors.emplace_back(std::string(kColumnNames[0]), cf_options);
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Status opened =
+        rocksdb::DB::OpenForReadOnly(db_options, dir_, descriptors, &handles, &raw);
+    if (!empty_wal_dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(empty_wal_dir, ignored);
+    }
+    if (!opened.ok()) return OpenError(opened);
+    std::unique_ptr<rocksdb::DB> db(raw);
+    read = rocksdb::Status::NotFound();
+    if (has_meta) read = db->Get(Reading(), handles[1], ToSlice(kFormatVersionKey), &version);
+    for (rocksdb::ColumnFamilyHandle* handle : handles) {
+      (void)db->DestroyColumnFamilyHandle(handle);
+    }
+    return Status::Ok();
+  }
+
   const std::string dir_;
   std::shared_ptr<rocksdb::Cache> cache_;
   const std::function<void(const Status&)> on_fatal_;
+  std::atomic<bool> compactions_held_;  // until ResumeCompactions
   const std::shared_ptr<RocksLog> rocks_log_ = std::make_shared<RocksLog>(dir_);
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
@@ -531,8 +586,7 @@ Result<uint64_t> ParseKeyU64(std::string_view key) {
   return value;
 }
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& dir,
-                                           std::function<void(const Status&)> on_fatal) {
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions options) {
   try {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -540,7 +594,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir,
     KVGOV_RETURN_IF_ERROR(CheckNotOrphaned(dir));
     // 16 MiB of uncompressed blocks, shared by every column.
     auto store = std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20),
-                                              std::move(on_fatal));
+                                              std::move(options));
     KVGOV_RETURN_IF_ERROR(store->OpenDb());
     KVGOV_RETURN_IF_ERROR(store->CheckFormatVersion());
     return std::unique_ptr<Store>(std::move(store));

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -172,6 +174,57 @@ TEST_F(StoreTest, RangeDeleteDropsExactlyTheHalfOpenRangeAndSurvivesReopen) {
   for (const auto& [key, value] : ScanAll(*store, Column::kEventLog, "")) left.push_back(value);
   EXPECT_EQ(left, (std::vector<std::string>{"1", "5", "6", "7"}));
   EXPECT_EQ(*store->Get(Column::kSnapshots, "w1"), std::optional<std::string>("base"));
+}
+
+size_t TableFiles(const std::string& dir) {
+  size_t tables = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) tables += entry.path().extension() == ".sst";
+  return tables;
+}
+
+// `flushes` table files of the event log, each rewriting the same two keys:
+// files whose ranges overlap, which level 0 merges into one once it holds 4
+// (RocksDB's default trigger; files that do not overlap would only move).
+Status FlushOverlappingTables(Store& store, int flushes) {
+  for (int i = 0; i < flushes; ++i) {
+    std::vector<WriteOp> ops = {{Column::kEventLog, KeyU64(0), std::to_string(i)},
+                                {Column::kEventLog, KeyU64(1), std::to_string(i)}};
+    KVGOV_RETURN_IF_ERROR(store.Write(ops, /*sync=*/false));
+    KVGOV_RETURN_IF_ERROR(store.FlushForTest());
+  }
+  return Status::Ok();
+}
+
+// True once `dir` holds fewer than `tables` table files, within `wait`.
+bool CompactsBelow(const std::string& dir, size_t tables, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (TableFiles(dir) >= tables) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+TEST_F(StoreTest, HeldCompactionsStartOnlyWhenResumed) {
+  constexpr int kFlushes = 8;
+  // Unheld, eight level-0 files are compacted: what the held store must not do.
+  {
+    std::unique_ptr<Store> store = MustOpen(Dir("unheld"));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(FlushOverlappingTables(*store, kFlushes).ok());
+    EXPECT_TRUE(CompactsBelow(Dir("unheld"), kFlushes, std::chrono::seconds(10)));
+  }
+  Result<std::unique_ptr<Store>> held = Store::Open(Dir(), {.on_fatal = {}, .hold_compactions = true});
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_TRUE(FlushOverlappingTables(**held, kFlushes).ok());
+  // Every write is taken meanwhile (no stall on level 0), and a second
+  // watched for compaction sees none.
+  EXPECT_FALSE(CompactsBelow(Dir(), kFlushes, std::chrono::seconds(1)));
+  ASSERT_TRUE((*held)->ResumeCompactions().ok());
+  EXPECT_TRUE(CompactsBelow(Dir(), kFlushes, std::chrono::seconds(10)));
+  EXPECT_TRUE((*held)->ResumeCompactions().ok());  // once resumed, a no-op
+  EXPECT_EQ(*(*held)->Get(Column::kEventLog, KeyU64(1)),
+            std::optional<std::string>(std::to_string(kFlushes - 1)));
 }
 
 TEST_F(StoreTest, WriteAcrossColumnsIsAtomic) {

@@ -44,6 +44,17 @@ std::string KeyU64(uint64_t value);
 /// Inverse of KeyU64; InvalidArgument unless `key` is 8 bytes.
 Result<uint64_t> ParseKeyU64(std::string_view key);
 
+/// How a store is opened.
+struct StoreOptions {
+  /// Hears of a fatal write failure once (see Store::Open).
+  std::function<void(const Status&)> on_fatal;
+  /// Background compaction stays off until ResumeCompactions(). A restart
+  /// decodes every worker's snapshot on every core, and a compaction that
+  /// the crash left due (often hundreds of MB of snapshots) would take one
+  /// of them (docs/formats/store.md).
+  bool hold_compactions = false;
+};
+
 /// Thread-safe: RocksDB's own guarantees (concurrent reads and writes); the
 /// failure state (full disk, fatal error) is behind a mutex of its own.
 /// Owned by the daemon; closed on destruction.
@@ -66,8 +77,7 @@ class Store {
   ///    the store refuses every later write with that error and calls
   ///    `on_fatal` once, from the failing writer's thread; the owner stops,
   ///    and a restart recovers from the write-ahead log.
-  static Result<std::unique_ptr<Store>> Open(
-      const std::string& dir, std::function<void(const Status&)> on_fatal = {});
+  static Result<std::unique_ptr<Store>> Open(const std::string& dir, StoreOptions options = {});
 
   static constexpr std::chrono::milliseconds kResumeInterval{200};
 
@@ -94,6 +104,10 @@ class Store {
 
   /// Makes every earlier unsynced write durable (group commit).
   virtual Status SyncWal() = 0;
+
+  /// Starts the background compaction that StoreOptions::hold_compactions
+  /// held; a no-op when none is held.
+  virtual Status ResumeCompactions() = 0;
 
   /// Flushes every column's memtable into table files, so that a test can
   /// find (and damage) the .sst files. Not for production paths.
