@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -95,20 +94,7 @@ struct ServeFlags {
   std::string effective_config;  // the merged [serve] section, when print_config
 };
 
-// The daemon keeps what it frees instead of handing it back to the kernel
-// (docs/adr/0039): a restart builds the index from tens of megabytes of
-// snapshot at a time, and every buffer glibc would otherwise map fresh
-// comes back zeroed by the kernel, a page fault at a time. Blocks up to
-// 32 MiB come from the heap, and the heap is trimmed only past 1 GiB free.
-void KeepFreedMemory() {
-#if defined(__GLIBC__)
-  (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  (void)mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
-}
-
 int Serve(const ServeFlags& flags) {
-  KeepFreedMemory();
   server::ServerOptions options;
   if (Status parsed = ParseListen(flags.listen, &options.host, &options.port); !parsed.ok()) {
     std::fprintf(stderr, "kvgov serve: %s\n", parsed.message().c_str());
