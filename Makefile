@@ -15,7 +15,7 @@ BENCH_FILTER ?= -TenMillion
 # CI builds treat warnings as errors.
 WERROR     := $(if $(CI),ON,OFF)
 
-.PHONY: all deps configure build test test-asan soak soak-replicas bench bench-smoke bench-build run serve clean fuzz-build fuzz fuzz-smoke image image-test faults
+.PHONY: all deps configure build test test-asan soak soak-replicas bench bench-10m bench-smoke bench-build run serve clean fuzz-build fuzz fuzz-smoke image image-test faults
 
 all: build
 
@@ -36,6 +36,11 @@ test: build
 
 bench: bench-build
 	@bash scripts/run-benchmarks.sh $(BENCH_DIR) '$(BENCH_FILTER)'
+
+# The 10 M-block cases alone (restart, memory, recovery): minutes and a few
+# GiB, with the same summary.
+bench-10m: bench-build
+	@bash scripts/run-benchmarks.sh $(BENCH_DIR) 'TenMillion'
 
 # Every case of every benchmark binary once, at its smallest size, and the
 # summary `make bench` prints (scripts/run-benchmarks.sh --smoke): so CI

@@ -218,6 +218,14 @@ class SlowSyncStore final : public store::Store {
   }
   Status SyncWal() override { return real_->SyncWal(); }
   Status ResumeCompactions() override { return real_->ResumeCompactions(); }
+  Status PutFlushed(store::Column column, std::string_view key, std::string_view value) override {
+    return real_->PutFlushed(column, key, value);
+  }
+  Result<bool> ReadPinned(
+      store::Column column, std::string_view key,
+      const std::function<Status(std::string_view value)>& read) const override {
+    return real_->ReadPinned(column, key, read);
+  }
   Status FlushForTest() override { return real_->FlushForTest(); }
   const std::string& dir() const override { return real_->dir(); }
 

@@ -123,6 +123,15 @@ int ReadyPort(const std::filesystem::path& ready) {
   return in >> port ? port : 0;
 }
 
+// A process's peak resident set (VmHWM) in MiB, 0 when unreadable.
+double PeakRssMib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+  }
+  return 0;
+}
+
 void BM_KillNineToServingTenMillion(benchmark::State& state) {
   const char* binary_override = std::getenv("KVGOV_BENCH_BINARY");
   const std::string binary = binary_override != nullptr ? binary_override : KVGOV_BINARY;
@@ -220,6 +229,8 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     again.set_read_timeout(30, 0);
     const uint64_t blocks = ResidentBlocks(again);
     const auto answered = Clock::now();
+    // The restart's peak: recovery's buffers and the rebuilt index.
+    const double peak_rss_mib = PeakRssMib(second.pid());
     second.Terminate(std::chrono::seconds(10));
     if (blocks != kWorkers * kBlocksPerWorker) {
       state.SkipWithError(("restarted with " + std::to_string(blocks) + " blocks").c_str());
@@ -230,6 +241,7 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     state.counters["kill9_to_all_blocks_s"] =
         std::chrono::duration<double>(answered - restarted).count();
     state.counters["blocks"] = static_cast<double>(blocks);
+    state.counters["restart_peak_rss_mib"] = peak_rss_mib;
     state.counters["ingest_with_store_blocks_per_s"] = static_cast<double>(blocks) / fill_s;
     // The daemon's own account: the part of the restart that is recovery,
     // what came from the snapshots and how many logged batches it replayed.

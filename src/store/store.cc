@@ -270,6 +270,24 @@ class RocksStore final : public Store {
     }
   }
 
+  Status PutFlushed(Column column, std::string_view key, std::string_view value) override {
+    try {
+      KVGOV_RETURN_IF_ERROR(ReadyToWrite());
+      rocksdb::WriteOptions unlogged;
+      unlogged.disableWAL = true;
+      KVGOV_RETURN_IF_ERROR(
+          AfterWrite(db_->Put(unlogged, Handle(column), ToSlice(key), ToSlice(value)), "put"));
+      rocksdb::FlushOptions flush;
+      flush.wait = true;
+      // Otherwise RocksDB waits for level-0 files to be compacted first,
+      // which never happens while compactions are held.
+      flush.allow_write_stall = true;
+      return AfterWrite(db_->Flush(flush, Handle(column)), "flush");
+    } catch (const std::exception& e) {
+      return Status::Internal(Where("put", column) + ": " + e.what());
+    }
+  }
+
   Result<std::optional<std::string>> Get(Column column, std::string_view key) const override {
     try {
       std::string value;
@@ -280,6 +298,20 @@ class RocksStore final : public Store {
     } catch (const std::exception& e) {
       return Status::Internal(Where("get", column) + ": " + e.what());
     }
+  }
+
+  Result<bool> ReadPinned(Column column, std::string_view key,
+                          const std::function<Status(std::string_view value)>& read) const override {
+    rocksdb::PinnableSlice value;
+    try {
+      rocksdb::Status s = db_->Get(Reading(), Handle(column), ToSlice(key), &value);
+      if (s.IsNotFound()) return false;
+      if (!s.ok()) return FromRocks(s, Where("get", column));
+    } catch (const std::exception& e) {
+      return Status::Internal(Where("get", column) + ": " + e.what());
+    }
+    KVGOV_RETURN_IF_ERROR(read(ToView(value)));
+    return true;
   }
 
   Status Scan(Column column, std::string_view begin, std::string_view end,

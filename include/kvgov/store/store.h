@@ -88,9 +88,22 @@ class Store {
   /// an answer acknowledges.
   virtual Status Write(std::span<const WriteOp> ops, bool sync) = 0;
 
+  /// Puts one large value durably without the write-ahead log: the column's
+  /// memtable is flushed into a table file before this returns. For values
+  /// rewritten whole and often (index snapshots, tens of MB): through the
+  /// WAL each would be written twice, and read, copied and flushed again by
+  /// every open that finds it there. Fails as Write does.
+  virtual Status PutFlushed(Column column, std::string_view key, std::string_view value) = 0;
   /// The value, nullopt when absent. Corruption / IOError from RocksDB.
   virtual Result<std::optional<std::string>> Get(Column column, std::string_view key) const = 0;
 
+  /// Hands `read` the value where RocksDB holds it (a pinned block, valid
+  /// during the call only) instead of copying it: for values of tens of MB
+  /// read once. False, without calling `read`, when absent; otherwise what
+  /// `read` returns, or Corruption / IOError from RocksDB.
+  virtual Result<bool> ReadPinned(
+      Column column, std::string_view key,
+      const std::function<Status(std::string_view value)>& read) const = 0;
   /// Visits keys in [begin, end) in key order (an empty `end` means to the
   /// end of the column) until `visit` returns false. Checksums are verified
   /// on every read; Corruption names what failed.
