@@ -37,9 +37,9 @@ Result<std::string> ReadSecret(const std::string& path) {
   ::close(fd);
   if (got < 0) return Status::IOError(Errno("tenant secret '" + path + "'"));
   if (static_cast<size_t>(got) != kSecretBytes) {
-    return Status::Corruption("tenant secret '" + path + "': want exactly 32 bytes, got " +
-                              (static_cast<size_t>(got) > kSecretBytes ? std::string("more")
-                                                                       : std::to_string(got)));
+    return Status::Corruption(
+        "tenant secret '" + path + "': want exactly 32 bytes, got " +
+        (static_cast<size_t>(got) > kSecretBytes ? std::string("more") : std::to_string(got)));
   }
   return std::string(buffer.data(), kSecretBytes);
 }
@@ -58,9 +58,9 @@ Result<std::string> LoadOrCreateTenantSecret(const std::string& path) {
     ::unlink(path.c_str());
     return filled;
   }
-  const bool written = ::write(fd, secret.data(), secret.size()) ==
-                       static_cast<ssize_t>(secret.size()) &&
-                       ::fsync(fd) == 0;
+  const bool written =
+      ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size()) &&
+      ::fsync(fd) == 0;
   ::close(fd);
   if (!written) {
     ::unlink(path.c_str());

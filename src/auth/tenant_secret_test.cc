@@ -40,8 +40,8 @@ TEST_F(TenantSecretTest, AMissingSecretIsCreatedOwnerOnlyAndReadBackTheSame) {
 
 TEST_F(TenantSecretTest, ASecretOfTheWrongSizeIsCorruption) {
   std::ofstream(path_) << "short";
-  std::filesystem::permissions(path_, std::filesystem::perms::owner_read |
-                                          std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      path_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   EXPECT_EQ(LoadOrCreateTenantSecret(path_).status().code(), StatusCode::kCorruption);
 }
 

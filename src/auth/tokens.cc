@@ -49,7 +49,6 @@ Status CheckName(std::string_view name) {
   return Status::Ok();
 }
 
-
 Status CheckRecord(const TokenRecord& record) {
   KVGOV_RETURN_IF_ERROR(CheckName(record.name));
   KVGOV_RETURN_IF_ERROR(CheckTenant(record.tenant));
@@ -65,9 +64,9 @@ Status CheckRecord(const TokenRecord& record) {
 }
 
 bool IsLowerHex(std::string_view text, size_t length) {
-  return text.size() == length &&
-         std::all_of(text.begin(), text.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return text.size() == length && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 Result<TokenRecord> DecodeRecord(const Json& value, const std::string& path) {
@@ -272,8 +271,8 @@ Result<Role> ParseRole(std::string_view role) {
   for (const RoleInfo& info : kRoles) {
     if (info.name == role) return info.role;
   }
-  return Status::InvalidArgument("unknown role \"" + std::string(role.substr(0, 32)) +
-                                 "\": want " + RoleNames());
+  return Status::InvalidArgument("unknown role \"" + std::string(role.substr(0, 32)) + "\": want " +
+                                 RoleNames());
 }
 
 std::string_view ToString(Role role) {
@@ -291,9 +290,7 @@ std::string TokenFilePath(std::string_view data_dir) {
   return std::string(data_dir) + "/tokens.json";
 }
 
-Result<std::vector<TokenRecord>> LoadTokenFile(const std::string& path) {
-  return LoadLocked(path);
-}
+Result<std::vector<TokenRecord>> LoadTokenFile(const std::string& path) { return LoadLocked(path); }
 
 Result<MintedToken> MintToken(std::string_view name, std::vector<Role> roles,
                               std::string_view tenant, int64_t now_ms) {
@@ -462,8 +459,9 @@ Result<Principal> Authenticator::Authorize(std::string_view authorization, Role 
     // The scheme is case-insensitive (RFC 9110); the token is not.
     constexpr std::string_view kScheme = "bearer ";
     if (authorization.size() > kScheme.size() &&
-        std::equal(kScheme.begin(), kScheme.end(), authorization.begin(),
-                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+        std::equal(kScheme.begin(), kScheme.end(), authorization.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
       presented_digest = Sha256Hex(authorization.substr(kScheme.size()));
     }
   }

@@ -23,7 +23,8 @@ class TokensTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::string Add(const std::string& name, std::vector<Role> roles, const std::string& tenant = "") {
+  std::string Add(const std::string& name, std::vector<Role> roles,
+                  const std::string& tenant = "") {
     Result<std::string> secret = AddToken(path_, name, std::move(roles), tenant, 1000);
     EXPECT_TRUE(secret.ok()) << secret.status().ToString();
     return secret.ok() ? *secret : "";

@@ -62,8 +62,8 @@ Status ReadSeed(const std::string& path, unsigned char* seed) {
 
 Status CreateSeed(const std::string& path, int fd, unsigned char* seed) {
   randombytes_buf(seed, kSeedBytes);
-  const bool written = ::write(fd, seed, kSeedBytes) == static_cast<ssize_t>(kSeedBytes) &&
-                       ::fsync(fd) == 0;
+  const bool written =
+      ::write(fd, seed, kSeedBytes) == static_cast<ssize_t>(kSeedBytes) && ::fsync(fd) == 0;
   ::close(fd);
   if (!written) {
     ::unlink(path.c_str());
@@ -78,7 +78,7 @@ Result<std::unique_ptr<IssuerKey>> IssuerKey::LoadOrCreate(const std::string& pa
   if (sodium_init() < 0) return Status::Internal("libsodium failed to initialise");
   unsigned char seed[kSeedBytes];
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  Status loaded = fd >= 0            ? CreateSeed(path, fd, seed)
+  Status loaded = fd >= 0           ? CreateSeed(path, fd, seed)
                   : errno == EEXIST ? ReadSeed(path, seed)
                                     : Status::IOError(Errno("issuer key '" + path + "': create"));
   if (!loaded.ok()) return loaded;
@@ -88,9 +88,9 @@ Result<std::unique_ptr<IssuerKey>> IssuerKey::LoadOrCreate(const std::string& pa
   crypto_sign_seed_keypair(public_key, key->secret_key_.data(), seed);
   sodium_memzero(seed, sizeof(seed));
   key->public_key_hex_ = Hex(public_key, sizeof(public_key));
-  key->key_id_ = Sha256Hex(std::string_view(reinterpret_cast<const char*>(public_key),
-                                            sizeof(public_key)))
-                     .substr(0, 16);
+  key->key_id_ =
+      Sha256Hex(std::string_view(reinterpret_cast<const char*>(public_key), sizeof(public_key)))
+          .substr(0, 16);
   return key;
 }
 

@@ -8,8 +8,7 @@ namespace {
 
 template <typename Clock>
 int64_t MillisOf() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             Clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
       .count();
 }
 

@@ -37,9 +37,9 @@ class Transition {
     OwnerProgress* owner = Owner(event.owner);
     // An owner may have been witnessed while its answer was on the way
     // (a witnessed owner without a scope has not answered yet).
-    const bool awaited = owner != nullptr &&
-                         (owner->state == OwnerState::kDispatched ||
-                          (owner->state == OwnerState::kWitnessed && !owner->scope));
+    const bool awaited =
+        owner != nullptr && (owner->state == OwnerState::kDispatched ||
+                             (owner->state == OwnerState::kWitnessed && !owner->scope));
     if (!awaited) return {};
     owner->connector = event.connector;
     // Cumulative: a driver resuming the directive adds its own calls.
@@ -65,10 +65,9 @@ class Transition {
 
   DirectiveEffects operator()(const CallsEnded&) {
     if (d_.state != DirectiveState::kDispatched) return {};
-    const bool any_failed = std::any_of(d_.owners.begin(), d_.owners.end(),
-                                        [](const OwnerProgress& owner) {
-                                          return owner.state == OwnerState::kFailed;
-                                        });
+    const bool any_failed =
+        std::any_of(d_.owners.begin(), d_.owners.end(),
+                    [](const OwnerProgress& owner) { return owner.state == OwnerState::kFailed; });
     if (any_failed) {
       d_.state = DirectiveState::kFailed;
       d_.failure = "owner_unreachable";
@@ -116,7 +115,8 @@ class Transition {
     bool all_witnessed = true;
     for (OwnerProgress& owner : d_.owners) {
       // With a flush, only what is gone after the owner was called counts.
-      const bool watched = d_.revocation->flush ? Called(owner) : owner.state == OwnerState::kPlanned;
+      const bool watched =
+          d_.revocation->flush ? Called(owner) : owner.state == OwnerState::kPlanned;
       if (owner.worker == event.worker && watched) {
         owner.residue = event.residue;
         owner.unattributed = event.unattributed;
@@ -161,7 +161,8 @@ class Transition {
 
   DirectiveEffects operator()(const DriverResumed&) {
     if (IsFinished(d_.state)) return {};
-    if (d_.deadline_ms != 0) d_.deadline_ms = std::max(d_.deadline_ms, now_ms_ + witness_timeout_ms_);
+    if (d_.deadline_ms != 0)
+      d_.deadline_ms = std::max(d_.deadline_ms, now_ms_ + witness_timeout_ms_);
     DirectiveEffects effects;
     if (d_.state == DirectiveState::kWitnessed) {
       effects.certify = true;
@@ -198,8 +199,8 @@ class Transition {
       return {};
     }
     return Witness(worker, seq, [&](OwnerProgress& owner) {
-      WorkerTargets released{owner.worker, {owner.pending.begin(), owner.pending.end()},
-                             owner.whole_worker};
+      WorkerTargets released{
+          owner.worker, {owner.pending.begin(), owner.pending.end()}, owner.whole_worker};
       owner.pending.clear();
       owner.whole_worker = false;
       RecordWitness(owner, seq, kind);
@@ -226,7 +227,8 @@ class Transition {
     if (!AwaitsWitness(d_.state)) return effects;
     bool all_witnessed = true;
     for (OwnerProgress& owner : d_.owners) {
-      if (owner.worker == worker && Called(owner) && static_cast<int64_t>(seq) > owner.dispatch_seq) {
+      if (owner.worker == worker && Called(owner) &&
+          static_cast<int64_t>(seq) > owner.dispatch_seq) {
         WorkerTargets released = take(owner);
         if (!released.keys.empty() || released.whole_worker) {
           effects.release.push_back(std::move(released));
@@ -282,8 +284,8 @@ std::vector<OwnerProgress> OwnersOfWorkers(std::span<const index::WorkerResidenc
 
 std::string DirectiveSubject(std::string_view model, std::string_view requested_scope,
                              std::string_view worker, std::span<const index::BlockKey> span) {
-  std::string fields = std::string(model) + "|" + std::string(requested_scope) + "|" +
-                       std::string(worker);
+  std::string fields =
+      std::string(model) + "|" + std::string(requested_scope) + "|" + std::string(worker);
   for (index::BlockKey key : span) fields += "|" + std::to_string(key);
   return DigestFields("kvgov.invalidation.subject.v1", {fields});
 }
@@ -310,8 +312,8 @@ std::vector<WorkerTargets> PendingTargets(const Directive& directive) {
   std::vector<WorkerTargets> targets;
   for (const OwnerProgress& owner : directive.owners) {
     if (owner.pending.empty() && !owner.whole_worker) continue;
-    targets.push_back({owner.worker, {owner.pending.begin(), owner.pending.end()},
-                       owner.whole_worker});
+    targets.push_back(
+        {owner.worker, {owner.pending.begin(), owner.pending.end()}, owner.whole_worker});
   }
   return targets;
 }

@@ -26,9 +26,7 @@ DirectiveDraft Draft(std::vector<OwnerProgress> owners) {
 }
 
 // One owner, w1, holding the whole span.
-Directive Planned() {
-  return kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan)}), kNowMs).directive;
-}
+Directive Planned() { return kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan)}), kNowMs).directive; }
 
 CallAnswered Answer(size_t owner) {
   return {owner, "vllm", 1, 200, KVEvictionScope::kExactSpan, false, ""};
@@ -51,13 +49,13 @@ Directive InState(DirectiveState state) {
     case DirectiveState::kAcknowledged:
       return After(planned, {CallStarted{0, 4}, Answer(0), CallsEnded{}});
     case DirectiveState::kWitnessed:
-      return After(planned, {CallStarted{0, 4}, Answer(0), CallsEnded{},
-                             RemovalSeen{"w1", 5, kSpan}});
+      return After(planned,
+                   {CallStarted{0, 4}, Answer(0), CallsEnded{}, RemovalSeen{"w1", 5, kSpan}});
     case DirectiveState::kCertified:
       return After(InState(DirectiveState::kWitnessed), {Certified{"cert-1"}});
     case DirectiveState::kFailed:
-      return After(planned, {CallStarted{0, 4}, CallFailed{0, "vllm", "connection refused"},
-                             CallsEnded{}});
+      return After(planned,
+                   {CallStarted{0, 4}, CallFailed{0, "vllm", "connection refused"}, CallsEnded{}});
   }
   return planned;
 }
@@ -263,9 +261,9 @@ TEST(DirectiveLifecycleTest, PartialRemovalsReleaseWhatTheyShowAndWitnessWithThe
 TEST(DirectiveLifecycleTest, AWholeWorkerIsWitnessedOnlyByAClear) {
   index::WorkerResidency worker{"w1", "llama", 16, index::WorkerState::kLive, {}};
   worker.blocks[0] = 500;
-  Directive d = After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs)
-                          .directive,
-                      {CallStarted{0, 4}, Answer(0), CallsEnded{}});
+  Directive d =
+      After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs).directive,
+            {CallStarted{0, 4}, Answer(0), CallsEnded{}});
   ASSERT_EQ(d.state, DirectiveState::kAcknowledged);
   EXPECT_EQ(d.target_count, 500u);
   EXPECT_TRUE(kLifecycle.Apply(d, RemovalSeen{"w1", 5, kSpan}, kNowMs).empty());
@@ -282,9 +280,9 @@ TEST(DirectiveLifecycleTest, AWholeWorkerIsWitnessedOnlyByAClear) {
 TEST(DirectiveLifecycleTest, AnEngineRestartAfterTheCallWitnessesItDespiteItsSmallerSeqs) {
   index::WorkerResidency worker{"w1", "llama", 16, index::WorkerState::kLive, {}};
   worker.blocks[0] = 500;
-  Directive d = After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs)
-                          .directive,
-                      {CallStarted{0, 40}, Answer(0), CallsEnded{}});
+  Directive d =
+      After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs).directive,
+            {CallStarted{0, 40}, Answer(0), CallsEnded{}});
   ASSERT_EQ(d.state, DirectiveState::kAcknowledged);
   EXPECT_TRUE(kLifecycle.Apply(d, ClearSeen{"w1", 3}, kNowMs).empty());  // an old batch
   DirectiveEffects restarted = kLifecycle.Apply(d, RestartSeen{"w1", 0}, kNowMs);
@@ -295,9 +293,9 @@ TEST(DirectiveLifecycleTest, AnEngineRestartAfterTheCallWitnessesItDespiteItsSma
   EXPECT_EQ(d.owners[0].witness_seqs, (std::vector<uint64_t>{0}));
 
   // A restart on another worker witnesses nothing here.
-  Directive other = After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs)
-                              .directive,
-                          {CallStarted{0, 40}, Answer(0), CallsEnded{}});
+  Directive other =
+      After(kLifecycle.Plan(Draft(OwnersOfWorkers(std::span(&worker, 1))), kNowMs).directive,
+            {CallStarted{0, 40}, Answer(0), CallsEnded{}});
   EXPECT_TRUE(kLifecycle.Apply(other, RestartSeen{"w9", 0}, kNowMs).empty());
   EXPECT_EQ(other.owners[0].dispatch_seq, 40);
 }
@@ -320,10 +318,10 @@ TEST(DirectiveLifecycleTest, AWitnessBeforeTheAnswerStands) {
 }
 
 TEST(DirectiveLifecycleTest, TwoOwnersAreWitnessedOnlyWhenBothAre) {
-  Directive d = After(
-      kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan), OwnerOfKeys("w2", kSpan)}), kNowMs)
-          .directive,
-      {CallStarted{0, 4}, Answer(0), CallStarted{1, 8}, Answer(1), CallsEnded{}});
+  Directive d =
+      After(kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan), OwnerOfKeys("w2", kSpan)}), kNowMs)
+                .directive,
+            {CallStarted{0, 4}, Answer(0), CallStarted{1, 8}, Answer(1), CallsEnded{}});
   EXPECT_FALSE(kLifecycle.Apply(d, RemovalSeen{"w1", 5, kSpan}, kNowMs).certify);
   EXPECT_EQ(d.owners[0].state, OwnerState::kWitnessed);
   EXPECT_EQ(d.state, DirectiveState::kAcknowledged);
@@ -332,11 +330,11 @@ TEST(DirectiveLifecycleTest, TwoOwnersAreWitnessedOnlyWhenBothAre) {
 }
 
 TEST(DirectiveLifecycleTest, OneUnreachableOwnerFailsTheDirectiveAtTheRoundsEnd) {
-  Directive d = After(
-      kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan), OwnerOfKeys("w2", kSpan)}), kNowMs)
-          .directive,
-      {CallStarted{0, 4}, Answer(0), CallStarted{1, 8},
-       CallFailed{1, "", "worker 'w2' has no control URL to send a directive to"}});
+  Directive d =
+      After(kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan), OwnerOfKeys("w2", kSpan)}), kNowMs)
+                .directive,
+            {CallStarted{0, 4}, Answer(0), CallStarted{1, 8},
+             CallFailed{1, "", "worker 'w2' has no control URL to send a directive to"}});
   EXPECT_EQ(d.state, DirectiveState::kDispatched);
   EXPECT_EQ(d.owners[1].state, OwnerState::kFailed);
   EXPECT_EQ(kLifecycle.Apply(d, CallsEnded{}, kNowMs).journal, "invalidation.failed");
@@ -358,10 +356,10 @@ TEST(DirectiveLifecycleTest, TheDeadlineFailsAnUnwitnessedDirectiveAndKeepsItsTa
 // A call whose answer the driver lost (a crash, a lost claim) is made again
 // by the next driver, within a fresh deadline; attempts add up.
 TEST(DirectiveLifecycleTest, AResumedDriverCallsOnlyUnansweredOwnersWithinAFreshDeadline) {
-  Directive d = After(
-      kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan), OwnerOfKeys("w2", kSpan)}), kNowMs)
-          .directive,
-      {CallStarted{0, 4}, Answer(0), CallStarted{1, 8}});
+  Directive d =
+      After(kLifecycle.Plan(Draft({OwnerOfKeys("w1", kSpan), OwnerOfKeys("w2", kSpan)}), kNowMs)
+                .directive,
+            {CallStarted{0, 4}, Answer(0), CallStarted{1, 8}});
   const int64_t later = kNowMs + 2 * kTimeoutMs;
   DirectiveEffects effects = kLifecycle.Apply(d, DriverResumed{}, later);
   EXPECT_EQ(effects.call, (std::vector<size_t>{1}));
@@ -484,7 +482,8 @@ TEST(DirectiveLifecycleTest, AFlushedRevocationCountsOnlyWhatGoesAfterTheCall) {
   // Before the call, a zero count proves nothing about the flush.
   EXPECT_FALSE(kLifecycle.Apply(d, ResidueSeen{"w1", 0, 0}, kNowMs + 1).certify);
   EXPECT_EQ(d.owners[0].state, OwnerState::kPlanned);
-  d = After(d, {CallStarted{0, 7}, Answer(0), CallsEnded{}, ClearSeen{"w1", 6}, ClearSeen{"w1", 8}});
+  d = After(d,
+            {CallStarted{0, 7}, Answer(0), CallsEnded{}, ClearSeen{"w1", 6}, ClearSeen{"w1", 8}});
   EXPECT_EQ(d.state, DirectiveState::kAcknowledged);
   EXPECT_EQ(d.owners[0].witness_seqs, (std::vector<uint64_t>{8}));
   EXPECT_EQ(d.owners[0].witness_kind, WitnessKind::kAllBlocksCleared);

@@ -76,7 +76,8 @@ bool GovernanceGate::Lift(std::string_view id) {
   auto it = quarantines_.find(id);
   if (it == quarantines_.end()) return false;
   for (index::BlockKey key : it->second.keys) {
-    if (auto counted = quarantined_.find(key); counted != quarantined_.end() && --counted->second <= 0) {
+    if (auto counted = quarantined_.find(key);
+        counted != quarantined_.end() && --counted->second <= 0) {
       quarantined_.erase(counted);
     }
   }
@@ -224,8 +225,8 @@ size_t GovernanceGate::ForgetEnded(
   for (auto& [i, keys] : gone) {
     auto lease = leases_.find(ended[i].id);
     // Covered anew meanwhile (a create under a reused id): not this lease.
-    if (lease == leases_.end() || LeaseStateAt(lease->second.record, now_ms) ==
-                                      NIXLLeaseState::kActive) {
+    if (lease == leases_.end() ||
+        LeaseStateAt(lease->second.record, now_ms) == NIXLLeaseState::kActive) {
       continue;
     }
     auto rules = workers_.find(lease->second.worker);

@@ -57,8 +57,7 @@ Result<LeaseTable::Change> LeaseTable::Preview(const NIXLLease& report, int64_t 
   return PreviewLocked(report, now_ms);
 }
 
-Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report,
-                                                         int64_t now_ms) {
+Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report, int64_t now_ms) {
   std::lock_guard lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(Change change, PreviewLocked(report, now_ms));
   PutLocked(change.next, IsTerminal(LeaseStateAt(change.next, now_ms))
@@ -79,8 +78,8 @@ std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
     // restart whatever the clock then says.
     lease->second.event = NIXLLeaseEvent::kExpiry;
     MarkEndedLocked(id, now_ms, lease->second.witness);
-    expired.push_back(LeaseTransition{id, NIXLLeaseState::kActive, NIXLLeaseState::kExpired,
-                                      now_ms});
+    expired.push_back(
+        LeaseTransition{id, NIXLLeaseState::kActive, NIXLLeaseState::kExpired, now_ms});
   }
   return expired;
 }

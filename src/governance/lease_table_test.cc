@@ -18,7 +18,8 @@ NIXLLease Report(NIXLLeaseEvent event, int64_t ttl_ms = 1000) {
 
 TEST(LeaseTableTest, LifecycleFoldsAndTerminalStatesNeverRevive) {
   LeaseTable table;
-  Result<std::optional<LeaseTransition>> created = table.Apply(Report(NIXLLeaseEvent::kCreate), 100);
+  Result<std::optional<LeaseTransition>> created =
+      table.Apply(Report(NIXLLeaseEvent::kCreate), 100);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   ASSERT_TRUE(created->has_value());
   EXPECT_FALSE((*created)->from.has_value());
@@ -26,7 +27,8 @@ TEST(LeaseTableTest, LifecycleFoldsAndTerminalStatesNeverRevive) {
   EXPECT_TRUE(NIXLLeaseVerdict(*table.Get("l1"), 200).CanServe());
 
   // A heartbeat keeps it active: no transition, but the expiry moves.
-  Result<std::optional<LeaseTransition>> beat = table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 900);
+  Result<std::optional<LeaseTransition>> beat =
+      table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 900);
   ASSERT_TRUE(beat.ok());
   EXPECT_FALSE(beat->has_value());
   EXPECT_EQ(table.Get("l1")->expires_at_ms, 1900);
@@ -38,7 +40,8 @@ TEST(LeaseTableTest, LifecycleFoldsAndTerminalStatesNeverRevive) {
   EXPECT_EQ((*done)->to, NIXLLeaseState::kCompleted);
   EXPECT_EQ(NIXLLeaseVerdict(*table.Get("l1"), 1000).reason, LookupReason::kLeaseReleased);
 
-  Result<std::optional<LeaseTransition>> revived = table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 1100);
+  Result<std::optional<LeaseTransition>> revived =
+      table.Apply(Report(NIXLLeaseEvent::kHeartbeat), 1100);
   EXPECT_EQ(revived.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(table.Apply(Report(NIXLLeaseEvent::kCreate), 1200).status().code(),
             StatusCode::kAlreadyExists);
@@ -72,8 +75,8 @@ TEST(LeaseTableTest, ExpiryIsATimerNotOnlyALazyCheck) {
   EXPECT_TRUE(table.ExpireDue(499).empty());
   std::vector<LeaseTransition> expired = table.ExpireDue(500);
   ASSERT_EQ(expired.size(), 1u);
-  EXPECT_EQ(expired[0], (LeaseTransition{"l1", NIXLLeaseState::kActive, NIXLLeaseState::kExpired,
-                                         500}));
+  EXPECT_EQ(expired[0],
+            (LeaseTransition{"l1", NIXLLeaseState::kActive, NIXLLeaseState::kExpired, 500}));
   EXPECT_TRUE(table.ExpireDue(600).empty());  // recorded once
   // The record itself now says expired, whatever clock reads it later.
   EXPECT_EQ(LeaseStateAt(*table.Get("l1"), 0), NIXLLeaseState::kExpired);
@@ -101,10 +104,9 @@ TEST(LeaseTableTest, ManyLeasesExpireEachAtItsDeadlineAsHeartbeatsAndEndsMoveIt)
   std::vector<std::string> ids;
   for (const LeaseTransition& transition : expired) ids.push_back(transition.lease_id);
   // l2..l10 were due at 1020..1100; l0 moved past, l1 ended.
-  EXPECT_EQ(ids, (std::vector<std::string>{"l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9",
-                                           "l10"}));
+  EXPECT_EQ(ids, (std::vector<std::string>{"l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9", "l10"}));
   EXPECT_EQ(table.ExpireDue(1899).size(), 79u);  // l11..l89, due by 1890
-  expired = table.ExpireDue(1900);  // l0 after its heartbeat, and l90
+  expired = table.ExpireDue(1900);               // l0 after its heartbeat, and l90
   ASSERT_EQ(expired.size(), 2u);
   EXPECT_EQ(expired[0].lease_id, "l0");
   EXPECT_EQ(expired[1].lease_id, "l90");

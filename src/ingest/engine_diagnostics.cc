@@ -12,8 +12,8 @@ EngineDiagnostics DiagnoseEngine(const StreamStats& stats, std::optional<double>
   out.silent_for_ms = std::max<int64_t>(0, now_ms - heard_from);
   // An engine running requests fills blocks and so publishes: prefill and
   // decode both store a block every block_size tokens.
-  out.silent_while_busy = out.silent_for_ms >= silence_threshold_ms &&
-                          running_requests.value_or(0) > 0;
+  out.silent_while_busy =
+      out.silent_for_ms >= silence_threshold_ms && running_requests.value_or(0) > 0;
   out.orphan_blocks = stats.orphan_blocks.load(std::memory_order_relaxed);
   out.hash_drift_blocks = stats.hash_drift_blocks.load(std::memory_order_relaxed);
   out.salt_blind_blocks = stats.salt_blind_blocks.load(std::memory_order_relaxed);

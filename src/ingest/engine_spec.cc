@@ -33,8 +33,8 @@ Result<Endpoint> ParseTcpEndpoint(std::string_view key, std::string_view value) 
     return Status::InvalidArgument(
         where + "'" + std::string(value) + "' is an address the engine binds; kvgov connects " +
         "to it, so give the engine's host: tcp://<engine host>:" +
-        std::string(rest.substr(colon + 1)) + " (tcp://127.0.0.1:" +
-        std::string(rest.substr(colon + 1)) + " on the same machine)");
+        std::string(rest.substr(colon + 1)) +
+        " (tcp://127.0.0.1:" + std::string(rest.substr(colon + 1)) + " on the same machine)");
   }
   int port = 0;
   std::string_view port_text = rest.substr(colon + 1);
@@ -122,8 +122,8 @@ Result<EngineSpec> ParseEngineSpec(std::string_view spec) {
       engine.control = std::string(value);
     } else if (key == "openai") {
       if (!value.starts_with("http://")) {
-        return Status::InvalidArgument("openai: want http://HOST:PORT, got '" +
-                                       std::string(value) + "'");
+        return Status::InvalidArgument("openai: want http://HOST:PORT, got '" + std::string(value) +
+                                       "'");
       }
       engine.openai = std::string(value);
     } else if (key == "connector") {

@@ -42,9 +42,8 @@ TEST(EngineSpecTest, DisaggregationKeys) {
   EXPECT_EQ(decode->role, EngineRole::kDecode);
   // Each engine's own pin time when not given.
   EXPECT_EQ(ParseEngineSpec("id=p,events=tcp://h:1,model=m,role=prefill")->kv_lease_ms, 30000);
-  EXPECT_EQ(
-      ParseEngineSpec("id=p,kind=sglang,events=tcp://h:1,model=m,role=prefill")->kv_lease_ms,
-      300000);
+  EXPECT_EQ(ParseEngineSpec("id=p,kind=sglang,events=tcp://h:1,model=m,role=prefill")->kv_lease_ms,
+            300000);
 }
 
 TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
@@ -57,7 +56,7 @@ TEST(EngineSpecTest, DefaultsAndOptionalKeys) {
   EXPECT_TRUE(spec->replay.empty());
   EXPECT_TRUE(spec->control.empty());
   EXPECT_EQ(spec->role, EngineRole::kBoth);
-  EXPECT_EQ(spec->kv_lease_ms, 30000);  // vLLM's kv_lease_duration
+  EXPECT_EQ(spec->kv_lease_ms, 30000);    // vLLM's kv_lease_duration
   EXPECT_EQ(spec->bootstrap_port, 8998);  // SGLang's default
 }
 
@@ -141,9 +140,8 @@ TEST(EngineSpecTest, OverlappingRankPortRangesAreRefused) {
             "dp-ranks: with 2 ranks the events ports 5557..5558 and the replay ports "
             "5558..5559 overlap; put the replay base at least dp-ranks away from the events "
             "base");
-  EXPECT_TRUE(StreamsFor(*ParseEngineSpec(
-                             "id=w1,events=tcp://h:5557,replay=tcp://h:5558,model=m"))
-                  .ok());
+  EXPECT_TRUE(
+      StreamsFor(*ParseEngineSpec("id=w1,events=tcp://h:5557,replay=tcp://h:5558,model=m")).ok());
   EXPECT_TRUE(StreamsFor(*ParseEngineSpec(
                              "id=w1,events=tcp://h:5557,replay=tcp://h:5559,model=m,dp-ranks=2"))
                   .ok());

@@ -252,7 +252,7 @@ TEST_F(EngineStreamTest, MooncakeStreamsStartAtOneAndLostEventsMeanStale) {
   EXPECT_EQ(stream.stats().seq_gaps.load(), 0u);
   EXPECT_EQ(State(), index::WorkerState::kLive);
   EXPECT_EQ(index_.Worker("w1")->blocks[1], 1u);  // L2 is dram
-  stream.OnMessage(3, MooncakeStored(2000, 2));  // the master dropped seq 2
+  stream.OnMessage(3, MooncakeStored(2000, 2));   // the master dropped seq 2
   EXPECT_EQ(stream.stats().seq_gaps.load(), 1u);
   EXPECT_EQ(State(), index::WorkerState::kStale);
 }
@@ -267,8 +267,7 @@ namespace {
 // past kvgov's last seq. Only the batch at the resume point tells.
 TEST_F(EngineStreamTest, ResumeDetectsAnEngineThatRestartedWhileKvgovWasDown) {
   const std::string logged = VllmBatch(5.0).Stored({1}, std::nullopt, 100).Bytes();
-  EngineStream before(
-      "w1", EngineKind::kVllm, &index_, nullptr, nullptr);
+  EngineStream before("w1", EngineKind::kVllm, &index_, nullptr, nullptr);
   before.OnMessage(0, logged);
   ASSERT_EQ(Hbm(), 1u);
 
@@ -384,8 +383,8 @@ TEST_F(EngineStreamTest, CatchUpWithNothingAtTheLastSeqMeansANewShorterHistory) 
   FakeReplay replay;
   EngineStream stream = MakeStream(&replay);
   for (uint64_t seq = 0; seq < 5; ++seq) {
-    stream.OnMessage(seq, VllmBatch(1.0 + seq).Stored({seq + 1}, std::nullopt,
-                                                         100 + 4 * seq).Bytes());
+    stream.OnMessage(seq,
+                     VllmBatch(1.0 + seq).Stored({seq + 1}, std::nullopt, 100 + 4 * seq).Bytes());
   }
   replay.history[0] = VllmBatch(90.0).Stored({7}, std::nullopt, 700).Bytes();
   EXPECT_TRUE(stream.CatchUp());

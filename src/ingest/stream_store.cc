@@ -120,8 +120,8 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     // state at exactly this seq; the writer encodes it.
     LogRange held = LogThrough(worker, epoch, seq);
     std::optional<Job> snapshot =
-        CaptureSnapshot(worker, std::move(*snapshot_at), std::move(held.begin),
-                        std::move(held.end), /*starts_epoch=*/false);
+        CaptureSnapshot(worker, std::move(*snapshot_at), std::move(held.begin), std::move(held.end),
+                        /*starts_epoch=*/false);
     if (!snapshot.has_value()) return;
     const uint64_t resident = ResidentBlocks(worker);
     {
@@ -301,16 +301,16 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
   const std::string& worker = stream.worker();
   Progress progress;
   RecoveryStats recovered;  // this worker's, added to `stats` at the end
-  bool dropped = false;  // the snapshot no longer fits the worker
+  bool dropped = false;     // the snapshot no longer fits the worker
   // Read where RocksDB holds it: a copy of tens of MB would cost as much
   // again in page faults as the restore itself.
   KVGOV_ASSIGN_OR_RETURN(
       const bool found,
       store_->ReadPinned(Column::kSnapshots, worker, [&](std::string_view bytes) -> Status {
         if (bytes.size() < kSnapshotHeader) {
-          return Status::Corruption("snapshot of worker '" + worker + "': " +
-                                    std::to_string(bytes.size()) + " bytes, want at least " +
-                                    std::to_string(kSnapshotHeader));
+          return Status::Corruption("snapshot of worker '" + worker +
+                                    "': " + std::to_string(bytes.size()) +
+                                    " bytes, want at least " + std::to_string(kSnapshotHeader));
         }
         KVGOV_ASSIGN_OR_RETURN(progress.epoch, ParseKeyU64(bytes.substr(0, 8)));
         KVGOV_ASSIGN_OR_RETURN(uint64_t has_seq, ParseKeyU64(bytes.substr(8, 8)));
@@ -349,21 +349,23 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
   const std::string first = progress.has_seq ? LogKey(worker, progress.epoch, progress.seq + 1)
                                              : LogPrefix(worker, progress.epoch);
   std::string last_batch;  // digested once, after the scan
-  Status scanned = store_->Scan(
-      Column::kEventLog, first, LogPrefix(worker, progress.epoch + 1),
-      [&](std::string_view key, std::string_view value) {
-        Result<uint64_t> seq = ParseKeyU64(key.substr(key.size() - 8));
-        Result<double> ts = DecodeDouble(value.substr(0, 8));
-        if (!seq.ok() || !ts.ok() || value.size() < 8) return true;  // counted below as skipped
-        if (progress.has_seq && *seq <= progress.seq) return true;   // already in the snapshot
-        progress.blocks_since_snapshot += stream.Reapply(*seq, value.substr(8));
-        progress.has_seq = true;
-        progress.seq = *seq;
-        progress.ts = *ts;
-        last_batch.assign(value.substr(8));
-        ++recovered.logged_batches;
-        return true;
-      });
+  Status scanned = store_->Scan(Column::kEventLog, first, LogPrefix(worker, progress.epoch + 1),
+                                [&](std::string_view key, std::string_view value) {
+                                  Result<uint64_t> seq = ParseKeyU64(key.substr(key.size() - 8));
+                                  Result<double> ts = DecodeDouble(value.substr(0, 8));
+                                  if (!seq.ok() || !ts.ok() || value.size() < 8)
+                                    return true;  // counted below as skipped
+                                  if (progress.has_seq && *seq <= progress.seq)
+                                    return true;  // already in the snapshot
+                                  progress.blocks_since_snapshot +=
+                                      stream.Reapply(*seq, value.substr(8));
+                                  progress.has_seq = true;
+                                  progress.seq = *seq;
+                                  progress.ts = *ts;
+                                  last_batch.assign(value.substr(8));
+                                  ++recovered.logged_batches;
+                                  return true;
+                                });
   KVGOV_RETURN_IF_ERROR(scanned);
   if (recovered.logged_batches > 0) progress.last_digest = Sha256Hex(last_batch);
   if (progress.has_seq) stream.Resume(progress.seq, progress.ts, progress.last_digest);

@@ -22,7 +22,7 @@ class VllmBatchBuilder {
   explicit VllmBatchBuilder(double ts) : ts_(ts) {}
 
   VllmBatchBuilder& Stored(std::vector<uint64_t> hashes, std::optional<uint64_t> parent,
-                             int64_t first_token) {
+                           int64_t first_token) {
     std::vector<int64_t> tokens(hashes.size() * kBlockSize);
     std::iota(tokens.begin(), tokens.end(), first_token);
     events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {

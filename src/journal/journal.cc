@@ -139,9 +139,8 @@ std::string EncodeRow(const Row& row) {
 
 Result<Row> DecodeRow(std::string_view bytes) {
   if (bytes.size() > kMaxRowBytes) {
-    return Status::Corruption("journal row: " + std::to_string(bytes.size()) +
-                              " bytes, over the " + std::to_string(kMaxRowBytes) +
-                              "-byte limit");
+    return Status::Corruption("journal row: " + std::to_string(bytes.size()) + " bytes, over the " +
+                              std::to_string(kMaxRowBytes) + "-byte limit");
   }
   RowReader reader(bytes);
   Row row;
@@ -149,8 +148,7 @@ Result<Row> DecodeRow(std::string_view bytes) {
   KVGOV_RETURN_IF_ERROR(reader.Fixed("format version", 1, fixed));
   row.format_version = static_cast<uint8_t>(fixed[0]);
   if (row.format_version != 1 && row.format_version != kRowFormatVersion) {
-    return Status::Corruption("journal row: format version " +
-                              std::to_string(row.format_version) +
+    return Status::Corruption("journal row: format version " + std::to_string(row.format_version) +
                               " at offset 0, this kvgov reads 1 and " +
                               std::to_string(kRowFormatVersion));
   }
@@ -229,17 +227,17 @@ Result<AdoptedSpan> DecodeAdopted(std::string_view key, std::string_view value) 
 Result<std::map<uint64_t, AdoptedSpan>> AdoptedSpans(const store::Store& store) {
   std::map<uint64_t, AdoptedSpan> spans;
   Status bad;
-  KVGOV_RETURN_IF_ERROR(store.Scan(
-      store::Column::kMeta, kAdoptedPrefix, std::string(kAdoptedPrefix.substr(0, 15)) + "0",
-      [&](std::string_view key, std::string_view value) {
-        Result<AdoptedSpan> span = DecodeAdopted(key, value);
-        if (!span.ok()) {
-          bad = span.status();
-          return false;
-        }
-        spans.emplace(span->first_seq, std::move(span).value());
-        return true;
-      }));
+  KVGOV_RETURN_IF_ERROR(store.Scan(store::Column::kMeta, kAdoptedPrefix,
+                                   std::string(kAdoptedPrefix.substr(0, 15)) + "0",
+                                   [&](std::string_view key, std::string_view value) {
+                                     Result<AdoptedSpan> span = DecodeAdopted(key, value);
+                                     if (!span.ok()) {
+                                       bad = span.status();
+                                       return false;
+                                     }
+                                     spans.emplace(span->first_seq, std::move(span).value());
+                                     return true;
+                                   }));
   KVGOV_RETURN_IF_ERROR(bad);
   return spans;
 }
@@ -249,8 +247,7 @@ Result<std::map<uint64_t, AdoptedSpan>> AdoptedSpans(const store::Store& store) 
 Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
   std::unique_ptr<Journal> journal(new Journal(store));
   journal->head_hash_ = ZeroHash();
-  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> last,
-                         store->LastKey(store::Column::kJournal));
+  KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> last, store->LastKey(store::Column::kJournal));
   // An adopted span past the last row is the head (no row appended since).
   KVGOV_ASSIGN_OR_RETURN(auto spans, AdoptedSpans(*store));
   if (!spans.empty()) {
@@ -289,10 +286,10 @@ Status Journal::AdoptHead(uint64_t seq, std::string_view hash, std::string_view 
   // Not under a group's write: the head it chains from must not move.
   settled_.wait(lock, [this] { return !committing_; });
   if (seq < head_seq_ || (seq == head_seq_ && hash != head_hash_)) {
-    return Status::FailedPrecondition(
-        "journal: cannot adopt head " + std::to_string(seq) + "/" + std::string(hash) +
-        " over this journal's head " + std::to_string(head_seq_) + "/" + head_hash_ +
-        ": it is not a prefix of that chain");
+    return Status::FailedPrecondition("journal: cannot adopt head " + std::to_string(seq) + "/" +
+                                      std::string(hash) + " over this journal's head " +
+                                      std::to_string(head_seq_) + "/" + head_hash_ +
+                                      ": it is not a prefix of that chain");
   }
   std::vector<store::WriteOp> ops(extra.begin(), extra.end());
   if (seq > head_seq_) {
@@ -312,8 +309,8 @@ Status CheckRowFits(std::string_view kind, std::string_view subject, const Attri
   const size_t size = EncodedSize(kind.size(), subject.size(), by, payload.size());
   if (size > kMaxRowBytes) {
     return Status::ResourceExhausted("journal: a " + std::string(kind) + " row would be " +
-                                   std::to_string(size) + " bytes, over the " +
-                                   std::to_string(kMaxRowBytes) + "-byte limit");
+                                     std::to_string(size) + " bytes, over the " +
+                                     std::to_string(kMaxRowBytes) + "-byte limit");
   }
   return Status::Ok();
 }
@@ -331,18 +328,25 @@ struct Journal::PendingAppend {
   Result<Row> outcome;
 };
 
-Result<Row> Journal::Append(std::string_view kind, std::string_view subject,
-                            const Attribution& by, std::string_view payload, int64_t time_ms,
+Result<Row> Journal::Append(std::string_view kind, std::string_view subject, const Attribution& by,
+                            std::string_view payload, int64_t time_ms,
                             std::span<const store::WriteOp> extra) {
   KVGOV_RETURN_IF_ERROR(CheckRowFits(kind, subject, by, payload));
   for (const store::WriteOp& op : extra) {
     if (op.column == store::Column::kJournal) {
-      return Status::InvalidArgument("journal: an appended row's extra ops may not write "
-                                     "the journal column");
+      return Status::InvalidArgument(
+          "journal: an appended row's extra ops may not write "
+          "the journal column");
     }
   }
 
-  PendingAppend mine{kind, subject, by, payload, time_ms, extra, /*settled=*/false,
+  PendingAppend mine{kind,
+                     subject,
+                     by,
+                     payload,
+                     time_ms,
+                     extra,
+                     /*settled=*/false,
                      Status::Internal("journal: append not settled")};
   std::unique_lock lock(mu_);
   queue_.push_back(&mine);
@@ -394,9 +398,9 @@ void Journal::CommitGroup(std::vector<PendingAppend*> group, std::unique_lock<st
     for (const Row& row : rows) head_time_ms_ = std::max(head_time_ms_, row.time_ms);
   }
   for (size_t i = 0; i < group.size(); ++i) {
-    group[i]->outcome = written.ok() ? Result<Row>(std::move(rows[i]))
-                                     : written.WithContext("journal: append seq " +
-                                                           std::to_string(rows[i].seq));
+    group[i]->outcome =
+        written.ok() ? Result<Row>(std::move(rows[i]))
+                     : written.WithContext("journal: append seq " + std::to_string(rows[i].seq));
     group[i]->settled = true;
   }
   settled_.notify_all();
@@ -406,20 +410,20 @@ Result<std::vector<Row>> Journal::Read(uint64_t since, size_t limit) const {
   std::vector<Row> rows;
   if (limit == 0) return rows;
   Status decode_error;
-  Status scanned = store_->Scan(
-      store::Column::kJournal, store::KeyU64(since), "",
-      [&](std::string_view key, std::string_view value) {
-        Result<Row> row = DecodeRow(value);
-        if (!row.ok()) {
-          Result<uint64_t> seq = store::ParseKeyU64(key);
-          std::string where = seq.ok() ? "journal row " + std::to_string(*seq) + ": "
-                                       : "journal row with a malformed key: ";
-          decode_error = Status::Corruption(where + row.status().message());
-          return false;
-        }
-        rows.push_back(std::move(row).value());
-        return rows.size() < limit;
-      });
+  Status scanned =
+      store_->Scan(store::Column::kJournal, store::KeyU64(since), "",
+                   [&](std::string_view key, std::string_view value) {
+                     Result<Row> row = DecodeRow(value);
+                     if (!row.ok()) {
+                       Result<uint64_t> seq = store::ParseKeyU64(key);
+                       std::string where = seq.ok() ? "journal row " + std::to_string(*seq) + ": "
+                                                    : "journal row with a malformed key: ";
+                       decode_error = Status::Corruption(where + row.status().message());
+                       return false;
+                     }
+                     rows.push_back(std::move(row).value());
+                     return rows.size() < limit;
+                   });
   KVGOV_RETURN_IF_ERROR(scanned);
   KVGOV_RETURN_IF_ERROR(decode_error);
   return rows;
@@ -474,14 +478,14 @@ Result<VerifyCursor> VerifyFrom(const store::Store& store, VerifyCursor cursor) 
       [&](std::string_view key, std::string_view value) {
         Result<uint64_t> key_seq = store::ParseKeyU64(key);
         if (!key_seq.ok()) {
-          return broken(expected, "malformed key after row " + std::to_string(expected - 1) +
-                                      ": " + key_seq.status().message());
+          return broken(expected, "malformed key after row " + std::to_string(expected - 1) + ": " +
+                                      key_seq.status().message());
         }
         if (*key_seq != expected) cross_adopted();
         if (*key_seq != expected) {
           return broken(expected, "seq hole: row " + std::to_string(expected) +
-                                      " is missing (the next row is " +
-                                      std::to_string(*key_seq) + ")");
+                                      " is missing (the next row is " + std::to_string(*key_seq) +
+                                      ")");
         }
         Result<Row> row = DecodeRow(value);
         if (!row.ok()) return broken(expected, row.status().message());
@@ -490,9 +494,8 @@ Result<VerifyCursor> VerifyFrom(const store::Store& store, VerifyCursor cursor) 
                                       " holds row seq " + std::to_string(row->seq));
         }
         if (row->prev_hash != prev_hash) {
-          return broken(expected, "prev_hash mismatch: row says " + row->prev_hash +
-                                      ", row " + std::to_string(expected - 1) + " hashes to " +
-                                      prev_hash);
+          return broken(expected, "prev_hash mismatch: row says " + row->prev_hash + ", row " +
+                                      std::to_string(expected - 1) + " hashes to " + prev_hash);
         }
         if (std::string problem = RowProblem(*row); !problem.empty()) {
           return broken(expected, std::move(problem));

@@ -75,7 +75,8 @@ void BM_JournalAppendSynced(benchmark::State& state) {
   const std::string payload = Payload(static_cast<size_t>(state.range(0)));
   int64_t time_ms = 1700000000000;
   for (auto _ : state) {
-    Result<Row> row = (*journal)->Append("lease.transition", "lease-42", {"token:bench", ""}, payload, ++time_ms);
+    Result<Row> row =
+        (*journal)->Append("lease.transition", "lease-42", {"token:bench", ""}, payload, ++time_ms);
     if (!row.ok()) {
       state.SkipWithError(row.status().ToString().c_str());
       break;
@@ -85,7 +86,11 @@ void BM_JournalAppendSynced(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 // Wall time: the fsync is the cost, and it is not CPU time.
-BENCHMARK(BM_JournalAppendSynced)->Arg(256)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_JournalAppendSynced)
+    ->Arg(256)
+    ->Arg(4096)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Rows per second that `writers` threads append to `journal`, `rows` in all.
 double AppendRate(Journal& journal, int writers, int rows, std::string* error) {
@@ -142,7 +147,11 @@ void BM_JournalGroupCommit(benchmark::State& state) {
   state.counters["rows_per_s_grouped"] = grouped;
   state.counters["ratio_grouped_vs_one_writer"] = grouped / one_writer;
 }
-BENCHMARK(BM_JournalGroupCommit)->Arg(8)->Arg(32)->Iterations(1)->UseRealTime()
+BENCHMARK(BM_JournalGroupCommit)
+    ->Arg(8)
+    ->Arg(32)
+    ->Iterations(1)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // Writes a chain of `rows` rows with 256-byte payloads, flushed into table
@@ -189,9 +198,9 @@ void BM_JournalVerify(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
-  state.counters["rows_per_s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(rows),
-      benchmark::Counter::kIsRate);
+  state.counters["rows_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(rows),
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_JournalVerify)->Arg(bench::Sized(100000, 1000))->Unit(benchmark::kMillisecond);
 
@@ -209,9 +218,9 @@ void BM_JournalVerifyResumed(benchmark::State& state) {
   }
   // The cursor of a walk that stopped kNewRows rows before the head.
   Result<Row> before_new = [&]() -> Result<Row> {
-    KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> bytes,
-                           temp.store().Get(store::Column::kJournal,
-                                            store::KeyU64(rows - kNewRows)));
+    KVGOV_ASSIGN_OR_RETURN(
+        std::optional<std::string> bytes,
+        temp.store().Get(store::Column::kJournal, store::KeyU64(rows - kNewRows)));
     if (!bytes.has_value()) return Status::NotFound("row");
     return DecodeRow(*bytes);
   }();

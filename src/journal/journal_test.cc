@@ -209,8 +209,7 @@ class SlowSyncStore final : public store::Store {
     return real_->Get(column, key);
   }
   Status Scan(Column column, std::string_view begin, std::string_view end,
-              const std::function<bool(std::string_view, std::string_view)>& visit)
-      const override {
+              const std::function<bool(std::string_view, std::string_view)>& visit) const override {
     return real_->Scan(column, begin, end, visit);
   }
   Result<std::optional<std::string>> LastKey(Column column) const override {
@@ -266,8 +265,8 @@ class JournalTest : public ::testing::Test {
   // Appends rows 1..n with distinct kinds, subjects and payloads.
   void AppendRows(Journal& journal, int n) {
     for (int i = 1; i <= n; ++i) {
-      Result<Row> row = journal.Append("kind." + std::to_string(i), "subject-" + std::to_string(i), kBy,
-                                       R"({"i":)" + std::to_string(i) + "}", 1000 + i);
+      Result<Row> row = journal.Append("kind." + std::to_string(i), "subject-" + std::to_string(i),
+                                       kBy, R"({"i":)" + std::to_string(i) + "}", 1000 + i);
       ASSERT_TRUE(row.ok()) << row.status().ToString();
     }
   }
@@ -311,11 +310,13 @@ TEST_F(JournalTest, EmptyJournal) {
 TEST_F(JournalTest, AppendedRowsChainAndVerify) {
   std::unique_ptr<Journal> journal = OpenJournal();
   ASSERT_NE(journal, nullptr);
-  Result<Row> first = journal->Append("worker.drain", "w1", kBy, R"({"drain":true})", 1700000000000);
+  Result<Row> first =
+      journal->Append("worker.drain", "w1", kBy, R"({"drain":true})", 1700000000000);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(*first, VectorRow());  // the documented vector, through Append
 
-  Result<Row> second = journal->Append("lease.transition", "lease-7", kBy, R"({"to":"expired"})", 5);
+  Result<Row> second =
+      journal->Append("lease.transition", "lease-7", kBy, R"({"to":"expired"})", 5);
   Result<Row> third = journal->Append("config", "", kBy, "", 6);
   ASSERT_TRUE(second.ok() && third.ok());
   EXPECT_EQ(second->seq, 2u);
@@ -793,8 +794,8 @@ TEST_F(JournalTest, ConcurrentAppendsMakeOneGaplessChain) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        Result<Row> row = journal->Append("thread." + std::to_string(t), std::to_string(i), kBy, "{}",
-                                          i, {});
+        Result<Row> row =
+            journal->Append("thread." + std::to_string(t), std::to_string(i), kBy, "{}", i, {});
         if (!row.ok()) ++failures;
       }
     });

@@ -25,13 +25,16 @@ TEST(LogTest, ALineHasTimeLevelEventAndFieldsInOrder) {
   std::string text;
   {
     Line line(Level::kWarn, "engine.health");
-    line.Field("worker", "w1").Field("healthy", false).Field("failures", int64_t{3})
+    line.Field("worker", "w1")
+        .Field("healthy", false)
+        .Field("failures", int64_t{3})
         .Field("error", "connection refused");
     text = line.text();
   }
   EXPECT_TRUE(std::regex_match(
-      text, std::regex(R"(ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=warn event=engine\.health )"
-                       R"(worker=w1 healthy=false failures=3 error="connection refused")")))
+      text,
+      std::regex(R"(ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=warn event=engine\.health )"
+                 R"(worker=w1 healthy=false failures=3 error="connection refused")")))
       << text;
 }
 

@@ -69,9 +69,8 @@ struct Run {
 
 // How the new prompt differs from the earlier one of its family, if it does
 // in a way that costs prefill (kinds as in FindingKind).
-std::optional<Finding> Compare(std::span<const uint64_t> earlier,
-                               std::span<const uint64_t> windows, size_t prompt_tokens,
-                               size_t common, uint32_t granule) {
+std::optional<Finding> Compare(std::span<const uint64_t> earlier, std::span<const uint64_t> windows,
+                               size_t prompt_tokens, size_t common, uint32_t granule) {
   const size_t granules = prompt_tokens / granule;
   // The new prompt is the earlier one's prefix, or extends it (a
   // conversation that grew): whatever the engine holds, it can reuse.
@@ -106,10 +105,10 @@ std::optional<Finding> Compare(std::span<const uint64_t> earlier,
     finding.kind = FindingKind::kDivergence;
     return finding;
   }
-  const bool in_order = std::adjacent_find(runs.begin(), runs.end(), [](const Run& a,
-                                                                        const Run& b) {
-                          return b.earlier_granule < a.earlier_granule + a.granules;
-                        }) == runs.end();
+  const bool in_order =
+      std::adjacent_find(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+        return b.earlier_granule < a.earlier_granule + a.granules;
+      }) == runs.end();
   if (in_order) {
     const size_t span = runs.front().offset - common * granule;
     // A short span, then a long run the same again: the engine recomputes
@@ -218,8 +217,7 @@ Observation CacheBreakerDetector::Observe(std::string_view model, std::string_vi
   return observation;
 }
 
-uint64_t CacheBreakerDetector::ChooseFamily(const Scope& scope,
-                                            std::span<const uint64_t> windows,
+uint64_t CacheBreakerDetector::ChooseFamily(const Scope& scope, std::span<const uint64_t> windows,
                                             const Prompt& prompt) const {
   std::unordered_map<uint64_t, uint32_t> votes;
   auto vote = [&](uint64_t hash) {
@@ -248,9 +246,9 @@ uint64_t CacheBreakerDetector::ChooseFamily(const Scope& scope,
   // and they vote). The windows at every offset of the first granules
   // meet the family's granules again whatever the shift.
   votes.clear();
-  const size_t search = std::min<size_t>(
-      windows.size(), (options_.min_shared_granules + kShiftSearchGranules) *
-                          std::max<uint32_t>(options_.granule_tokens, 1));
+  const size_t search =
+      std::min<size_t>(windows.size(), (options_.min_shared_granules + kShiftSearchGranules) *
+                                           std::max<uint32_t>(options_.granule_tokens, 1));
   for (size_t offset = 0; offset < search; ++offset) vote(windows[offset]);
   return best();
 }
@@ -327,10 +325,10 @@ void CacheBreakerDetector::Record(Scope& scope, Finding finding, Observation& ob
   observation.finding = kept;
   observation.new_finding = inserted;
   if (scope.findings.size() > std::max<uint32_t>(options_.findings_per_scope, 1)) {
-    scope.findings.erase(std::min_element(
-        scope.findings.begin(), scope.findings.end(), [](const auto& a, const auto& b) {
-          return a.second.last_seen_ms < b.second.last_seen_ms;
-        }));
+    scope.findings.erase(std::min_element(scope.findings.begin(), scope.findings.end(),
+                                          [](const auto& a, const auto& b) {
+                                            return a.second.last_seen_ms < b.second.last_seen_ms;
+                                          }));
   }
 }
 

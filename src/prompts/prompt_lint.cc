@@ -9,9 +9,7 @@ namespace {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-bool IsAlnum(char c) {
-  return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
+bool IsAlnum(char c) { return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 // Digits at [at, at+n) as a number; nullopt when any is not a digit.
 std::optional<int> Number(std::string_view text, size_t at, size_t n) {
@@ -189,8 +187,7 @@ std::vector<LintFinding> LintPrompts(std::span<const LintRequest> requests) {
         findings.push_back({"breakpoint_changes", r, parts[p].where,
                             "the cache_control breakpoint here caches a prefix that holds a " +
                                 std::string(spans.front().kind) + " ('" +
-                                Excerpt(parts[q].text, spans.front()) + "') in " +
-                                parts[q].where +
+                                Excerpt(parts[q].text, spans.front()) + "') in " + parts[q].where +
                                 ": it changes, so the cache written here is not read again"});
         break;
       }

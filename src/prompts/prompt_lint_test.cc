@@ -118,7 +118,8 @@ TEST(LintPromptsTest, ContentChangingBeforeABreakpointIsReported) {
   EXPECT_EQ(findings[0].request, 1u);
   EXPECT_EQ(findings[0].where, "system[0].text");
   // The same cached prefix every time: nothing.
-  const std::vector<LintRequest> steady = {WithBreakpoint(Static(100)), WithBreakpoint(Static(100))};
+  const std::vector<LintRequest> steady = {WithBreakpoint(Static(100)),
+                                           WithBreakpoint(Static(100))};
   EXPECT_TRUE(LintPrompts(steady).empty());
 }
 

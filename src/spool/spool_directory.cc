@@ -40,18 +40,18 @@ Result<std::unique_ptr<SpoolDirectory>> SpoolDirectory::Open(std::string dir, Si
   std::unique_ptr<SpoolDirectory> spool(new SpoolDirectory(std::move(dir), std::move(sink)));
   KVGOV_ASSIGN_OR_RETURN(spool->files_,
                          registry->AddCounter({"kvgov_spool_files_total",
-                                              "Spool files ingested, by outcome (done: every "
-                                              "line accepted; rejected: at least one not).",
-                                              {"outcome"}}));
+                                               "Spool files ingested, by outcome (done: every "
+                                               "line accepted; rejected: at least one not).",
+                                               {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(
       spool->lines_,
       registry->AddCounter(
           {"kvgov_spool_lines_total", "Reports read from spool files, by outcome.", {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(spool->errors_,
                          registry->AddCounter({"kvgov_spool_errors_total",
-                                              "Failures to list the spool directory or to open, "
-                                              "read or rename a spool file; a file left in place "
-                                              "counts again at every retry."}));
+                                               "Failures to list the spool directory or to open, "
+                                               "read or rename a spool file; a file left in place "
+                                               "counts again at every retry."}));
   // Every series exists from the start, so a rate or an alert never sees
   // an absent one.
   for (std::string_view outcome : {"done", "rejected"}) spool->files_->WithLabels({outcome});

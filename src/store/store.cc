@@ -109,8 +109,7 @@ class RocksLog final : public rocksdb::Logger {
     if (level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;
     std::array<char, 1024> line{};  // RocksDB's lines are short; a longer one is cut
     std::vsnprintf(line.data(), line.size(), format, ap);
-    log::Line(level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? log::Level::kError
-                                                          : log::Level::kWarn,
+    log::Line(level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? log::Level::kError : log::Level::kWarn,
               "store.rocksdb")
         .Field("store", dir_)
         .Field("detail", line.data());
@@ -300,8 +299,9 @@ class RocksStore final : public Store {
     }
   }
 
-  Result<bool> ReadPinned(Column column, std::string_view key,
-                          const std::function<Status(std::string_view value)>& read) const override {
+  Result<bool> ReadPinned(
+      Column column, std::string_view key,
+      const std::function<Status(std::string_view value)>& read) const override {
     rocksdb::PinnableSlice value;
     try {
       rocksdb::Status s = db_->Get(Reading(), Handle(column), ToSlice(key), &value);
@@ -524,9 +524,11 @@ class RocksStore final : public Store {
     // ingest) would double what the read-write open replays next.
     rocksdb::Status read = rocksdb::Status::NotFound();
     std::string version;
-    KVGOV_RETURN_IF_ERROR(ReadFormatVersion(db_options, has_meta, /*replay_wal=*/false, read, version));
+    KVGOV_RETURN_IF_ERROR(
+        ReadFormatVersion(db_options, has_meta, /*replay_wal=*/false, read, version));
     if (read.IsNotFound()) {
-      KVGOV_RETURN_IF_ERROR(ReadFormatVersion(db_options, has_meta, /*replay_wal=*/true, read, version));
+      KVGOV_RETURN_IF_ERROR(
+          ReadFormatVersion(db_options, has_meta, /*replay_wal=*/true, read, version));
     }
     if (read.ok()) return CheckVersionValue(version);
     if (!read.IsNotFound()) return FromRocks(read, "store " + dir_ + ": get format version");
@@ -534,8 +536,8 @@ class RocksStore final : public Store {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
       std::string name = entry.path().filename().string();
-      bool data = name.ends_with(".sst") ||
-                  (name.ends_with(".log") && entry.file_size(ec) > 0 && !ec);
+      bool data =
+          name.ends_with(".sst") || (name.ends_with(".log") && entry.file_size(ec) > 0 && !ec);
       if (data) {
         return Status::Corruption("store " + dir_ + ": no format version record, but " + name +
                                   " holds data: the MANIFEST is damaged or truncated; not "
@@ -592,8 +594,8 @@ class RocksStore final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 
   std::mutex health_mu_;
-  Status fatal_;                         // guarded by health_mu_; ok until a fatal error
-  std::optional<Status> out_of_space_;   // guarded by health_mu_; set while the disk is full
+  Status fatal_;                        // guarded by health_mu_; ok until a fatal error
+  std::optional<Status> out_of_space_;  // guarded by health_mu_; set while the disk is full
   std::chrono::steady_clock::time_point next_resume_;  // guarded by health_mu_
 };
 
@@ -610,8 +612,7 @@ std::string KeyU64(uint64_t value) {
 
 Result<uint64_t> ParseKeyU64(std::string_view key) {
   if (key.size() != 8) {
-    return Status::InvalidArgument("u64 key is " + std::to_string(key.size()) +
-                                   " bytes, not 8");
+    return Status::InvalidArgument("u64 key is " + std::to_string(key.size()) + " bytes, not 8");
   }
   uint64_t value = 0;
   for (char c : key) value = (value << 8) | static_cast<uint8_t>(c);
@@ -625,8 +626,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
     if (ec) return Status::IOError("store " + dir + ": create directory: " + ec.message());
     KVGOV_RETURN_IF_ERROR(CheckNotOrphaned(dir));
     // 16 MiB of uncompressed blocks, shared by every column.
-    auto store = std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20),
-                                              std::move(options));
+    auto store =
+        std::make_unique<RocksStore>(dir, rocksdb::NewLRUCache(16 << 20), std::move(options));
     KVGOV_RETURN_IF_ERROR(store->OpenDb());
     KVGOV_RETURN_IF_ERROR(store->CheckFormatVersion());
     return std::unique_ptr<Store>(std::move(store));

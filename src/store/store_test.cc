@@ -44,8 +44,7 @@ class StoreTest : public ::testing::Test {
     return store.Write(std::span<const WriteOp>(&op, 1), sync);
   }
 
-  static std::vector<std::pair<std::string, std::string>> ScanAll(const Store& store,
-                                                                  Column column,
+  static std::vector<std::pair<std::string, std::string>> ScanAll(const Store& store, Column column,
                                                                   std::string_view begin = "",
                                                                   std::string_view end = "") {
     std::vector<std::pair<std::string, std::string>> out;
@@ -115,8 +114,7 @@ TEST_F(StoreTest, PutGetDeleteScan) {
   EXPECT_FALSE(got->has_value());
 
   using Rows = std::vector<std::pair<std::string, std::string>>;
-  EXPECT_EQ(ScanAll(*store, Column::kGovernance),
-            (Rows{{"a", "v-a"}, {"c", "v-c"}, {"d", "v-d"}}));
+  EXPECT_EQ(ScanAll(*store, Column::kGovernance), (Rows{{"a", "v-a"}, {"c", "v-c"}, {"d", "v-d"}}));
   EXPECT_EQ(ScanAll(*store, Column::kGovernance, "b", "d"), (Rows{{"c", "v-c"}}));
   EXPECT_EQ(ScanAll(*store, Column::kGovernance, "c"), (Rows{{"c", "v-c"}, {"d", "v-d"}}));
   EXPECT_EQ(ScanAll(*store, Column::kGovernance, "e"), Rows{});
@@ -180,7 +178,8 @@ TEST_F(StoreTest, RangeDeleteDropsExactlyTheHalfOpenRangeAndSurvivesReopen) {
 
 size_t TableFiles(const std::string& dir) {
   size_t tables = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) tables += entry.path().extension() == ".sst";
+  for (const auto& entry : fs::directory_iterator(dir))
+    tables += entry.path().extension() == ".sst";
   return tables;
 }
 
@@ -216,7 +215,8 @@ TEST_F(StoreTest, HeldCompactionsStartOnlyWhenResumed) {
     ASSERT_TRUE(FlushOverlappingTables(*store, kFlushes).ok());
     EXPECT_TRUE(CompactsBelow(Dir("unheld"), kFlushes, std::chrono::seconds(10)));
   }
-  Result<std::unique_ptr<Store>> held = Store::Open(Dir(), {.on_fatal = {}, .hold_compactions = true});
+  Result<std::unique_ptr<Store>> held =
+      Store::Open(Dir(), {.on_fatal = {}, .hold_compactions = true});
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   ASSERT_TRUE(FlushOverlappingTables(**held, kFlushes).ok());
   // Every write is taken meanwhile (no stall on level 0), and a second
@@ -261,8 +261,8 @@ TEST_F(StoreTest, ReopenKeepsDataInEveryColumn) {
     std::unique_ptr<Store> store = MustOpen(Dir());
     ASSERT_NE(store, nullptr);
     std::vector<WriteOp> ops = {
-        {Column::kJournal, KeyU64(1), "j"},    {Column::kGovernance, "g", "g"},
-        {Column::kStreams, "s", "s"},          {Column::kEventLog, "e", "e"},
+        {Column::kJournal, KeyU64(1), "j"},   {Column::kGovernance, "g", "g"},
+        {Column::kStreams, "s", "s"},         {Column::kEventLog, "e", "e"},
         {Column::kSnapshots, "snap", "snap"},
     };
     ASSERT_TRUE(store->Write(ops, /*sync=*/true).ok());
@@ -531,9 +531,8 @@ TEST_F(StoreTest, TruncatedManifestIsRefused) {
     ASSERT_TRUE(store->FlushForTest().ok());
   }
   std::vector<fs::path> manifests = FilesEndingWith(Dir(), "");
-  std::erase_if(manifests, [](const fs::path& p) {
-    return !p.filename().string().starts_with("MANIFEST-");
-  });
+  std::erase_if(manifests,
+                [](const fs::path& p) { return !p.filename().string().starts_with("MANIFEST-"); });
   ASSERT_EQ(manifests.size(), 1u);
   const uintmax_t size = fs::file_size(manifests[0]);
   // Cut inside the first record (RocksDB finds no store description), and
@@ -550,8 +549,7 @@ TEST_F(StoreTest, TruncatedManifestIsRefused) {
     EXPECT_NE(store.status().message().find("MANIFEST"), std::string::npos)
         << store.status().ToString();
     // Nothing was deleted: the tables are still there for a person to look at.
-    EXPECT_EQ(FilesEndingWith(Dir("copy"), ".sst").size(),
-              FilesEndingWith(Dir(), ".sst").size());
+    EXPECT_EQ(FilesEndingWith(Dir("copy"), ".sst").size(), FilesEndingWith(Dir(), ".sst").size());
   }
   EXPECT_NE(MustOpen(Dir()), nullptr);
 }
