@@ -377,7 +377,7 @@ Authenticator::Authenticator(std::string path, bool always_required)
 
 Status Authenticator::Load() {
   KVGOV_ASSIGN_OR_RETURN(std::vector<TokenRecord> records, LoadTokenFile(path_));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   records_ = std::move(records);
   next_check_ = std::chrono::steady_clock::now() + kRecheckEvery;
   struct stat info {};
@@ -389,18 +389,18 @@ Status Authenticator::Load() {
 }
 
 bool Authenticator::NamesTenant(std::string_view tenant) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::any_of(records_.begin(), records_.end(),
                      [tenant](const TokenRecord& record) { return record.tenant == tenant; });
 }
 
 size_t Authenticator::token_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return records_.size();
 }
 
 bool Authenticator::required() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return always_required_ || !records_.empty();
 }
 
@@ -439,17 +439,17 @@ void Authenticator::RefreshLocked() {
 }
 
 void Authenticator::Refresh() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   RefreshLocked();
 }
 
 std::vector<TokenRecord> Authenticator::Records() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return records_;
 }
 
 uint64_t Authenticator::generation() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return generation_;
 }
 
@@ -465,7 +465,7 @@ Result<Principal> Authenticator::Authorize(std::string_view authorization, Role 
       presented_digest = Sha256Hex(authorization.substr(kScheme.size()));
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   RefreshLocked();
   if (!always_required_ && records_.empty()) return Principal{};
   if (presented_digest.empty()) {

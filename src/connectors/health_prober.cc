@@ -56,7 +56,7 @@ Status HealthProber::Validate(const std::vector<ingest::EngineSpec>& engines) {
 }
 
 Status HealthProber::Start() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (started_ || stopping_) {
     return Status::FailedPrecondition(started_ ? "health prober: already started"
                                                : "health prober: already stopped");
@@ -93,7 +93,7 @@ Status HealthProber::Start() {
 void HealthProber::Stop() {
   std::thread thread;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     thread = std::move(thread_);
   }
@@ -106,13 +106,13 @@ void HealthProber::Stop() {
 }
 
 bool HealthProber::Stopping() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stopping_;
 }
 
 void HealthProber::Run() {
   const auto interval = std::chrono::milliseconds(options_.probe_interval_ms);
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
     lock.unlock();
     for (const std::unique_ptr<Target>& target : targets_) {
@@ -120,7 +120,9 @@ void HealthProber::Run() {
       ProbeEngine(*target);
     }
     lock.lock();
-    wake_.wait_for(lock, interval, [this] { return stopping_; });
+    const auto due = std::chrono::steady_clock::now() + interval;
+    while (!stopping_ && wake_.wait_until(lock, due) == std::cv_status::no_timeout) {
+    }
   }
 }
 

@@ -43,7 +43,7 @@ UpstreamConnections::~UpstreamConnections() = default;
 Result<std::unique_ptr<UpstreamConnections::Connection>> UpstreamConnections::Take(
     const std::string& base_url, bool* kept) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = idle_.find(base_url); it != idle_.end()) {
       std::deque<std::unique_ptr<Connection>>& idle = it->second;
       const Clock::time_point oldest = Clock::now() - kMaxIdle;
@@ -75,7 +75,7 @@ void UpstreamConnections::Keep(const std::string& base_url,
                                std::unique_ptr<Connection> connection) {
   connection->idle_since = Clock::now();
   const Clock::time_point oldest = connection->idle_since - kMaxIdle;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::deque<std::unique_ptr<Connection>>& idle = idle_[base_url];
   while (!idle.empty() && (idle.size() >= kMaxIdlePerEngine || idle.front()->idle_since < oldest)) {
     idle.pop_front();
@@ -92,7 +92,7 @@ bool UpstreamConnections::ClosedWhileKept(bool kept, int attempt, Clock::time_po
 }
 
 void UpstreamConnections::CloseIdle() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   idle_.clear();
 }
 

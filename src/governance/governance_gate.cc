@@ -29,7 +29,7 @@ router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
                                                    std::span<const index::BlockKey> chain,
                                                    size_t resident, int64_t now_ms) const {
   if (!holds_anything_.load(std::memory_order_acquire)) return {resident};
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const auto rules_it = workers_.find(worker);
   const WorkerRules* rules = rules_it == workers_.end() ? nullptr : &rules_it->second;
   if (rules != nullptr && rules->whole_worker_pending > 0) {
@@ -60,7 +60,7 @@ router::SpanGate::Limit GovernanceGate::Creditable(std::string_view worker,
 }
 
 void GovernanceGate::Quarantine(std::string_view id, std::span<const index::BlockKey> keys) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   if (quarantines_.contains(id)) return;
   std::vector<index::BlockKey>& named = quarantines_[std::string(id)].keys;
   named.assign(keys.begin(), keys.end());
@@ -72,7 +72,7 @@ void GovernanceGate::Quarantine(std::string_view id, std::span<const index::Bloc
 }
 
 bool GovernanceGate::Lift(std::string_view id) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   auto it = quarantines_.find(id);
   if (it == quarantines_.end()) return false;
   for (index::BlockKey key : it->second.keys) {
@@ -87,7 +87,7 @@ bool GovernanceGate::Lift(std::string_view id) {
 }
 
 bool GovernanceGate::IsQuarantined(index::BlockKey key) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return quarantined_.contains(key);
 }
 
@@ -95,7 +95,7 @@ std::vector<std::string> GovernanceGate::QuarantinesCrossed(
     std::span<const index::BlockKey> chain) const {
   std::vector<std::string> crossed;
   if (!HoldsQuarantines()) return crossed;
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   for (index::BlockKey key : chain) {
     if (!quarantined_.contains(key)) continue;
     // Few quarantines are in force at once; the walk runs only for a
@@ -110,7 +110,7 @@ std::vector<std::string> GovernanceGate::QuarantinesCrossed(
 }
 
 void GovernanceGate::CountDiverted(std::span<const std::string> ids) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   for (const std::string& id : ids) {
     if (auto it = quarantines_.find(id); it != quarantines_.end()) {
       it->second.diverted.fetch_add(1, std::memory_order_relaxed);
@@ -119,13 +119,13 @@ void GovernanceGate::CountDiverted(std::span<const std::string> ids) const {
 }
 
 uint64_t GovernanceGate::Diverted(std::string_view id) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = quarantines_.find(id);
   return it == quarantines_.end() ? 0 : it->second.diverted.load(std::memory_order_relaxed);
 }
 
 size_t GovernanceGate::quarantined_blocks() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return quarantined_.size();
 }
 
@@ -143,7 +143,7 @@ void GovernanceGate::ForgetIfEmpty(std::map<std::string, WorkerRules, std::less<
 
 void GovernanceGate::SetPending(std::string_view worker, std::span<const index::BlockKey> keys,
                                 bool whole_worker, bool pending) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   auto it = workers_.find(worker);
   if (it == workers_.end()) {
     // Releasing what was never pending changes nothing (counts stop at 0).
@@ -169,7 +169,7 @@ void GovernanceGate::SetPending(std::string_view worker, std::span<const index::
 void GovernanceGate::CoverLease(const NIXLLease& record, std::string_view worker,
                                 std::span<const index::BlockKey> keys) {
   if (record.witness == NIXLLeaseWitness::kHandoff) return;
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   Lease& lease = leases_[record.lease_id];
   lease.worker = std::string(worker);
   lease.keys.assign(keys.begin(), keys.end());
@@ -182,7 +182,7 @@ void GovernanceGate::CoverLease(const NIXLLease& record, std::string_view worker
 }
 
 void GovernanceGate::UpdateLease(const NIXLLease& record) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   auto it = leases_.find(record.lease_id);
   if (it != leases_.end()) it->second.record = record;
 }
@@ -198,7 +198,7 @@ size_t GovernanceGate::ForgetEnded(
   };
   std::vector<Ended> ended;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     for (const auto& [id, lease] : leases_) {
       if (lease.next_check_ms <= now_ms &&
           LeaseStateAt(lease.record, now_ms) != NIXLLeaseState::kActive) {
@@ -216,7 +216,7 @@ size_t GovernanceGate::ForgetEnded(
     if (!keys.empty()) gone.emplace_back(i, std::move(keys));
   }
   size_t dropped = 0;
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   for (const Ended& asked : ended) {
     if (auto lease = leases_.find(asked.id); lease != leases_.end()) {
       lease->second.next_check_ms = now_ms + kEndedRecheckMs;
@@ -260,7 +260,7 @@ size_t GovernanceGate::ForgetEnded(
 }
 
 size_t GovernanceGate::lease_count() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return leases_.size();
 }
 

@@ -53,12 +53,12 @@ Result<LeaseTable::Change> LeaseTable::PreviewLocked(const NIXLLease& report,
 }
 
 Result<LeaseTable::Change> LeaseTable::Preview(const NIXLLease& report, int64_t now_ms) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return PreviewLocked(report, now_ms);
 }
 
 Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report, int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(Change change, PreviewLocked(report, now_ms));
   PutLocked(change.next, IsTerminal(LeaseStateAt(change.next, now_ms))
                              ? std::optional<int64_t>(now_ms)
@@ -67,7 +67,7 @@ Result<std::optional<LeaseTransition>> LeaseTable::Apply(const NIXLLease& report
 }
 
 std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<LeaseTransition> expired;
   while (!expiring_.empty() && expiring_.begin()->first <= now_ms) {
     const std::string id = expiring_.begin()->second;
@@ -85,7 +85,7 @@ std::vector<LeaseTransition> LeaseTable::ExpireDue(int64_t now_ms) {
 }
 
 void LeaseTable::Restore(const NIXLLease& lease) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // An ended lease (by its event: the clock is not read here) is forgotten
   // like one that ended in this process; its end is not recorded, and it
   // ended no earlier than its grant.
@@ -96,21 +96,21 @@ void LeaseTable::Restore(const NIXLLease& lease) {
 }
 
 std::optional<NIXLLease> LeaseTable::Get(std::string_view lease_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<NIXLLease> LeaseTable::All() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<NIXLLease> out;
   for (const auto& [id, lease] : leases_) out.push_back(lease);
   return out;
 }
 
 std::map<NIXLLeaseState, uint64_t> LeaseTable::CountByState(int64_t now_ms) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::map<NIXLLeaseState, uint64_t> counts;
   for (const auto& [id, lease] : leases_) ++counts[LeaseStateAt(lease, now_ms)];
   return counts;
@@ -118,17 +118,18 @@ std::map<NIXLLeaseState, uint64_t> LeaseTable::CountByState(int64_t now_ms) cons
 
 std::vector<std::string> LeaseTable::ForgetEndedBefore(int64_t cutoff_ms,
                                                        int64_t handoff_cutoff_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> handoffs;
-  auto forget = [this](ByTime& ended, int64_t cutoff, std::vector<std::string>* forgotten) {
-    while (!ended.empty() && ended.begin()->first < cutoff) {
-      const std::string& id = ended.begin()->second;
-      if (forgotten != nullptr) forgotten->push_back(id);
-      leases_.erase(id);
-      ended_at_ms_.erase(id);
-      ended.erase(ended.begin());
-    }
-  };
+  auto forget = [this](ByTime& ended, int64_t cutoff, std::vector<std::string>* forgotten)
+                    KVGOV_REQUIRES(mu_) {
+                      while (!ended.empty() && ended.begin()->first < cutoff) {
+                        const std::string& id = ended.begin()->second;
+                        if (forgotten != nullptr) forgotten->push_back(id);
+                        leases_.erase(id);
+                        ended_at_ms_.erase(id);
+                        ended.erase(ended.begin());
+                      }
+                    };
   forget(ended_reported_, cutoff_ms, nullptr);
   forget(ended_handoff_, handoff_cutoff_ms, &handoffs);
   return handoffs;

@@ -79,7 +79,7 @@ StreamStore::StreamStore(store::Store* store, index::ResidencyIndex* index, Opti
 
 StreamStore::~StreamStore() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   changed_.notify_all();
@@ -91,7 +91,7 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
   uint64_t epoch = 0;
   std::optional<Progress> snapshot_at;  // when this batch is the one to snapshot after
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = progress_.find(worker);
     if (it == progress_.end()) it = progress_.emplace(std::string(worker), Progress{}).first;
     Progress& current = it->second;
@@ -127,7 +127,7 @@ void StreamStore::OnApplied(std::string_view worker, uint64_t seq, double ts,
     {
       // Only this thread changes the worker's progress until the writer
       // has the job, so it cannot be due again before this.
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       Progress& current = progress_[std::string(worker)];
       current.snapshot_pending = true;
       current.snapshot_blocks = resident;
@@ -140,7 +140,7 @@ void StreamStore::OnRestart(std::string_view worker) {
   Progress progress;
   uint64_t old_epoch = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Progress& current = progress_[std::string(worker)];
     old_epoch = current.epoch;
     current = Progress::Epoch(old_epoch + 1);
@@ -175,11 +175,11 @@ std::optional<StreamStore::Job> StreamStore::CaptureSnapshot(std::string_view wo
 
 void StreamStore::HandOver(Job job) {
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (const auto* record = std::get_if<LogRecord>(&job.work)) {
       // A record is let through while the queue is under the bound, so
       // one larger than the bound cannot wait forever.
-      changed_.wait(lock, [&] { return queued_bytes_ < options_.max_queued_bytes || stopping_; });
+      while (queued_bytes_ >= options_.max_queued_bytes && !stopping_) changed_.wait(lock);
       queued_bytes_ += record->bytes();
     }
     queue_.push_back(std::move(job));
@@ -189,20 +189,20 @@ void StreamStore::HandOver(Job job) {
 }
 
 size_t StreamStore::pending_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return queued_bytes_;
 }
 
 void StreamStore::Flush() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t target = handed_over_;
-  changed_.wait(lock, [&] { return written_ >= target; });
+  while (written_ < target) changed_.wait(lock);
 }
 
 void StreamStore::WriterLoop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
-    changed_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    while (queue_.empty() && !stopping_) changed_.wait(lock);
     if (queue_.empty()) return;  // stopping, and everything handed over is written
     std::deque<Job> jobs;
     jobs.swap(queue_);
@@ -214,7 +214,7 @@ void StreamStore::WriterLoop() {
     std::vector<std::string_view> logged_workers;
     // Counts what is done, so Flush and HandOver waiters see it.
     auto release = [&] {
-      std::lock_guard relock(mu_);
+      MutexLock relock(mu_);
       queued_bytes_ -= logged_bytes;
       written_ += done;
       logged_bytes = 0;
@@ -252,7 +252,7 @@ void StreamStore::WriterLoop() {
         const bool starts_epoch = snapshot->starts_epoch;
         Status written = WriteSnapshot(job.worker, std::move(*snapshot));
         {
-          std::lock_guard relock(mu_);
+          MutexLock relock(mu_);
           progress_[job.worker].snapshot_pending = false;
         }
         if (written.ok()) {
@@ -335,7 +335,7 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
       }));
   if (dropped) {
     // A new epoch, so the old log is never re-applied on top.
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     progress_[worker] = Progress::Epoch(progress.epoch + 1);
     return Status::Ok();
   }
@@ -369,7 +369,7 @@ Status StreamStore::Recover(EngineStream& stream, RecoveryStats* stats) {
   KVGOV_RETURN_IF_ERROR(scanned);
   if (recovered.logged_batches > 0) progress.last_digest = Sha256Hex(last_batch);
   if (progress.has_seq) stream.Resume(progress.seq, progress.ts, progress.last_digest);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   progress.since_snapshot = recovered.logged_batches;
   progress_[worker] = progress;
   stats->snapshot_blocks += recovered.snapshot_blocks;
@@ -381,7 +381,7 @@ Status StreamStore::SnapshotAll() {
   Flush();  // the writer is idle from here: the streams are stopped
   std::map<std::string, Progress, std::less<>> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     all = progress_;
   }
   for (auto& [worker, progress] : all) {

@@ -246,6 +246,8 @@ Result<std::map<uint64_t, AdoptedSpan>> AdoptedSpans(const store::Store& store) 
 
 Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
   std::unique_ptr<Journal> journal(new Journal(store));
+  // Nobody else has it yet; held so that every access is under the lock.
+  MutexLock lock(journal->mu_);
   journal->head_hash_ = ZeroHash();
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> last, store->LastKey(store::Column::kJournal));
   // An adopted span past the last row is the head (no row appended since).
@@ -282,9 +284,9 @@ Result<std::unique_ptr<Journal>> Journal::Open(store::Store* store) {
 Status Journal::AdoptHead(uint64_t seq, std::string_view hash, std::string_view source,
                           std::span<const store::WriteOp> extra) {
   if (!IsHex64(hash)) return Status::InvalidArgument("journal: adopted hash is not 64 hex digits");
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   // Not under a group's write: the head it chains from must not move.
-  settled_.wait(lock, [this] { return !committing_; });
+  while (committing_) settled_.wait(lock);
   if (seq < head_seq_ || (seq == head_seq_ && hash != head_hash_)) {
     return Status::FailedPrecondition("journal: cannot adopt head " + std::to_string(seq) + "/" +
                                       std::string(hash) + " over this journal's head " +
@@ -348,9 +350,9 @@ Result<Row> Journal::Append(std::string_view kind, std::string_view subject, con
                      extra,
                      /*settled=*/false,
                      Status::Internal("journal: append not settled")};
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   queue_.push_back(&mine);
-  settled_.wait(lock, [&] { return mine.settled || (!committing_ && queue_.front() == &mine); });
+  while (!mine.settled && (committing_ || queue_.front() != &mine)) settled_.wait(lock);
   if (!mine.settled) {
     // This append leads: it writes every one queued behind it too.
     const size_t rows = std::min(queue_.size(), kMaxGroupRows);
@@ -358,12 +360,12 @@ Result<Row> Journal::Append(std::string_view kind, std::string_view subject, con
     std::vector<PendingAppend*> group(queue_.begin(), end);
     queue_.erase(queue_.begin(), end);
     committing_ = true;
-    CommitGroup(std::move(group), lock);
+    CommitGroup(std::move(group));
   }
   return std::move(mine.outcome);
 }
 
-void Journal::CommitGroup(std::vector<PendingAppend*> group, std::unique_lock<std::mutex>& lock) {
+void Journal::CommitGroup(std::vector<PendingAppend*> group) {
   std::vector<Row> rows;
   rows.reserve(group.size());
   std::vector<store::WriteOp> ops;
@@ -387,9 +389,9 @@ void Journal::CommitGroup(std::vector<PendingAppend*> group, std::unique_lock<st
     ops.insert(ops.end(), pending->extra.begin(), pending->extra.end());
   }
 
-  lock.unlock();  // appends arriving now queue up for the next group
+  mu_.unlock();  // appends arriving now queue up for the next group
   const Status written = store_->Write(ops, /*sync=*/true);
-  lock.lock();
+  mu_.lock();
 
   committing_ = false;
   if (written.ok()) {
@@ -430,17 +432,17 @@ Result<std::vector<Row>> Journal::Read(uint64_t since, size_t limit) const {
 }
 
 int64_t Journal::head_time_ms() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return head_time_ms_;
 }
 
 uint64_t Journal::head_seq() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return head_seq_;
 }
 
 std::string Journal::head_hash() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return head_hash_;
 }
 

@@ -13,7 +13,7 @@ T Increase(T now, T before) {
 TrafficHistory::TrafficHistory(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
 
 void TrafficHistory::Sample(int64_t now_ms, const TrafficTotals& totals) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (sampled_) {
     TrafficPoint point;
     point.end_ms = now_ms;
@@ -31,7 +31,7 @@ void TrafficHistory::Sample(int64_t now_ms, const TrafficTotals& totals) {
 }
 
 std::vector<TrafficPoint> TrafficHistory::Points() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return {points_.begin(), points_.end()};
 }
 

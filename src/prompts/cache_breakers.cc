@@ -167,7 +167,7 @@ Observation CacheBreakerDetector::Observe(std::string_view model, std::string_vi
     prompt.granules.push_back(windows[offset]);
   }
 
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const std::string scope_key = ScopeKey(model, tenant);
   auto [scope_it, created] = scopes_.try_emplace(scope_key);
   Scope& scope = scope_it->second;
@@ -220,7 +220,7 @@ Observation CacheBreakerDetector::Observe(std::string_view model, std::string_vi
 uint64_t CacheBreakerDetector::ChooseFamily(const Scope& scope, std::span<const uint64_t> windows,
                                             const Prompt& prompt) const {
   std::unordered_map<uint64_t, uint32_t> votes;
-  auto vote = [&](uint64_t hash) {
+  auto vote = [&](uint64_t hash) KVGOV_REQUIRES(mutex_) {
     // An entry may outlive its family (granules of prompts that left one
     // are forgotten lazily); such a vote does not count.
     const auto found = scope.family_of_granule.find(hash);
@@ -334,7 +334,7 @@ void CacheBreakerDetector::Record(Scope& scope, Finding finding, Observation& ob
 
 std::vector<Finding> CacheBreakerDetector::Findings(std::optional<std::string_view> tenant) const {
   std::vector<Finding> out;
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const auto& [key, scope] : scopes_) {
     if (tenant && scope.tenant != *tenant) continue;
     for (const auto& [finding_key, finding] : scope.findings) out.push_back(finding);
@@ -349,7 +349,7 @@ std::vector<Finding> CacheBreakerDetector::Findings(std::optional<std::string_vi
 }
 
 size_t CacheBreakerDetector::families() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return families_.size();
 }
 

@@ -33,7 +33,7 @@ std::optional<double> PredictionScore::accuracy() const {
 PredictionOutcome PredictionScores::Record(std::string_view worker, int64_t predicted_tokens,
                                            int64_t cached_tokens, int64_t block_size) {
   const PredictionOutcome outcome = ScorePrediction(predicted_tokens, cached_tokens, block_size);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = scores_.find(worker);
   if (it == scores_.end()) it = scores_.emplace(std::string(worker), PredictionScore{}).first;
   PredictionScore& score = it->second;
@@ -54,7 +54,7 @@ PredictionOutcome PredictionScores::Record(std::string_view worker, int64_t pred
 }
 
 std::optional<PredictionScore> PredictionScores::Of(std::string_view worker) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = scores_.find(worker);
   if (it == scores_.end()) return std::nullopt;
   return it->second;

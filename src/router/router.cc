@@ -215,7 +215,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   // apart from the loads below, so governance is not asked under mu_.
   std::vector<size_t> prefilling(workers.size(), 0);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const ChainOverlap& chain : chains) {
       if (prefilling_by_root_.empty()) break;
       for (const auto& [worker, blocks] : PrefillingLocked(chain.keys)) {
@@ -290,7 +290,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
   std::vector<WorkerLoad> loads(workers.size());
   std::vector<const char*> reasons(workers.size());
   std::vector<RankKey> ranking(workers.size());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t w = 0; w < workers.size(); ++w) {
     const index::WorkerResidency& worker = workers[w];
     const RouteStatus* status = statuses[w] ? &*statuses[w] : nullptr;
@@ -442,7 +442,7 @@ void Router::ReleaseLocked(Decisions::iterator it) {
 }
 
 Status Router::Prefilled(std::string_view decision_id, std::string_view caller_tenant) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = FindLocked(decision_id, caller_tenant);
   if (it == decisions_.end()) return UnknownDecision(decision_id);
   InFlight& decision = it->second;
@@ -517,7 +517,7 @@ Status Router::UnknownDecision(std::string_view decision_id) {
 }
 
 Status Router::Done(std::string_view decision_id, std::string_view caller_tenant) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = FindLocked(decision_id, caller_tenant);
   if (it == decisions_.end()) return UnknownDecision(decision_id);
   ReleaseLocked(it);
@@ -525,7 +525,7 @@ Status Router::Done(std::string_view decision_id, std::string_view caller_tenant
 }
 
 size_t Router::ExpireDecisions(int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t released = 0;
   while (!decisions_by_age_.empty() &&
          now_ms - decisions_by_age_.begin()->first >= weights_.decision_ttl_ms) {
@@ -536,19 +536,19 @@ size_t Router::ExpireDecisions(int64_t now_ms) {
 }
 
 uint64_t Router::decisions_evicted() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return decisions_evicted_;
 }
 
 WorkerLoad Router::LoadOf(std::string_view worker) const {
   std::optional<WorkerStatus> status = status_->Get(worker);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return LoadLocked(worker, status ? status->scraped : std::nullopt);
 }
 
 std::map<std::string, uint64_t, std::less<>> Router::InFlightBlocks() const {
   std::map<std::string, uint64_t, std::less<>> blocks;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [worker, totals] : totals_) {
     if (totals.blocks > 0) blocks.emplace(worker, totals.blocks);
   }
@@ -556,7 +556,7 @@ std::map<std::string, uint64_t, std::less<>> Router::InFlightBlocks() const {
 }
 
 void Router::SetPeerLoad(std::map<std::string, uint64_t, std::less<>> blocks_by_worker) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   peer_blocks_ = std::move(blocks_by_worker);
 }
 

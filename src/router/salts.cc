@@ -66,7 +66,7 @@ bool KeyedByRevokedSalt(std::string_view root_extra_key, std::string_view tenant
 }
 
 SaltEpoch SaltEpochs::Of(std::string_view tenant, std::string_view model) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return {};
   auto by_model = it->second.models.find(model);
@@ -74,7 +74,7 @@ SaltEpoch SaltEpochs::Of(std::string_view tenant, std::string_view model) const 
 }
 
 std::optional<SaltEpochs::TenantEpochs> SaltEpochs::Get(std::string_view tenant) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return std::nullopt;
   return it->second;
@@ -92,7 +92,7 @@ SaltEpochs::TenantEpochs SaltEpochs::Advanced(std::string_view tenant,
 }
 
 void SaltEpochs::Set(std::string_view tenant, const TenantEpochs& epochs) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   TenantEpochs& held = tenants_[std::string(tenant)];
   held.all_models = std::max(held.all_models, epochs.all_models);
   for (const auto& [model, epoch] : epochs.models) {
@@ -102,7 +102,7 @@ void SaltEpochs::Set(std::string_view tenant, const TenantEpochs& epochs) {
 }
 
 size_t SaltEpochs::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return tenants_.size();
 }
 

@@ -10,7 +10,7 @@ Status UnknownWorker(std::string_view worker) {
 }  // namespace
 
 Status WorkerStatusTable::Add(std::string_view worker, bool probed) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   WorkerStatus status;
   status.id = std::string(worker);
   status.probed = probed;
@@ -22,7 +22,7 @@ Status WorkerStatusTable::Add(std::string_view worker, bool probed) {
 }
 
 Status WorkerStatusTable::Remove(std::string_view worker) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(worker);
   if (it == workers_.end()) return UnknownWorker(worker);
   workers_.erase(it);
@@ -31,7 +31,7 @@ Status WorkerStatusTable::Remove(std::string_view worker) {
 
 Status WorkerStatusTable::RecordProbe(std::string_view worker, bool ok, int64_t now_ms,
                                       std::string error) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(worker);
   if (it == workers_.end()) return UnknownWorker(worker);
   WorkerStatus& status = it->second;
@@ -49,7 +49,7 @@ Status WorkerStatusTable::RecordProbe(std::string_view worker, bool ok, int64_t 
 }
 
 Status WorkerStatusTable::RecordScrape(std::string_view worker, const ScrapedLoad& load) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(worker);
   if (it == workers_.end()) return UnknownWorker(worker);
   it->second.scraped = load;
@@ -57,7 +57,7 @@ Status WorkerStatusTable::RecordScrape(std::string_view worker, const ScrapedLoa
 }
 
 Status WorkerStatusTable::SetDraining(std::string_view worker, bool draining) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(worker);
   if (it == workers_.end()) return UnknownWorker(worker);
   it->second.draining = draining;
@@ -65,7 +65,7 @@ Status WorkerStatusTable::SetDraining(std::string_view worker, bool draining) {
 }
 
 std::optional<WorkerStatus> WorkerStatusTable::Get(std::string_view worker) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(worker);
   if (it == workers_.end()) return std::nullopt;
   return it->second;
@@ -74,7 +74,7 @@ std::optional<WorkerStatus> WorkerStatusTable::Get(std::string_view worker) cons
 std::vector<std::optional<RouteStatus>> WorkerStatusTable::RouteStatuses(
     std::span<const std::string_view> workers) const {
   std::vector<std::optional<RouteStatus>> out(workers.size());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Sorted ids are met in map order: each is then the successor of the one
   // before, found without a search.
   auto next = workers_.begin();
@@ -89,7 +89,7 @@ std::vector<std::optional<RouteStatus>> WorkerStatusTable::RouteStatuses(
 }
 
 std::vector<WorkerStatus> WorkerStatusTable::All() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<WorkerStatus> out;
   out.reserve(workers_.size());
   for (const auto& [id, status] : workers_) out.push_back(status);

@@ -19,11 +19,11 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
-#include <mutex>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/log/log.h"
 
 namespace kvgov::store {
@@ -113,19 +113,19 @@ class RocksLog final : public rocksdb::Logger {
               "store.rocksdb")
         .Field("store", dir_)
         .Field("detail", line.data());
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     last_ = line.data();
   }
 
   std::string last() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return last_;
   }
 
  private:
   const std::string dir_;
-  mutable std::mutex mu_;
-  std::string last_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::string last_ KVGOV_GUARDED_BY(mu_);
 };
 
 rocksdb::DBOptions DatabaseOptions(std::shared_ptr<rocksdb::Logger> info_log) {
@@ -382,7 +382,7 @@ class RocksStore final : public Store {
  private:
   // Neither failed nor waiting for space.
   bool Writable() {
-    std::lock_guard lock(health_mu_);
+    MutexLock lock(health_mu_);
     return fatal_.ok() && !out_of_space_.has_value();
   }
 
@@ -392,7 +392,7 @@ class RocksStore final : public Store {
   Status ReadyToWrite() {
     rocksdb::Status resumed;
     {
-      std::lock_guard lock(health_mu_);
+      MutexLock lock(health_mu_);
       if (!fatal_.ok()) return fatal_;
       if (!out_of_space_.has_value()) return Status::Ok();
       const auto now = std::chrono::steady_clock::now();
@@ -417,7 +417,7 @@ class RocksStore final : public Store {
     Status failed;
     bool became_fatal = false;
     {
-      std::lock_guard lock(health_mu_);
+      MutexLock lock(health_mu_);
       if (s.IsNoSpace()) {
         out_of_space_ = Status::Unavailable(
             "store " + dir_ + ": no space left on device (" + std::string(what) + ": " +
@@ -593,10 +593,10 @@ class RocksStore final : public Store {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 
-  std::mutex health_mu_;
-  Status fatal_;                        // guarded by health_mu_; ok until a fatal error
-  std::optional<Status> out_of_space_;  // guarded by health_mu_; set while the disk is full
-  std::chrono::steady_clock::time_point next_resume_;  // guarded by health_mu_
+  Mutex health_mu_;
+  Status fatal_ KVGOV_GUARDED_BY(health_mu_);                        // ok until a fatal error
+  std::optional<Status> out_of_space_ KVGOV_GUARDED_BY(health_mu_);  // while the disk is full
+  std::chrono::steady_clock::time_point next_resume_ KVGOV_GUARDED_BY(health_mu_);
 };
 
 }  // namespace

@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 
 namespace kvgov::auth {
@@ -150,17 +150,16 @@ class Authenticator {
     int64_t mtime_ns = 0;
     friend bool operator==(const FileStamp&, const FileStamp&) = default;
   };
-  // REQUIRES: mu_ held.
-  void RefreshLocked();
+  void RefreshLocked() KVGOV_REQUIRES(mu_);
 
   const std::string path_;
   const bool always_required_;
-  mutable std::mutex mu_;
-  std::vector<TokenRecord> records_;
-  FileStamp stamp_;
-  std::chrono::steady_clock::time_point next_check_{};
-  bool reported_reload_error_ = false;
-  uint64_t generation_ = 0;
+  mutable Mutex mu_;
+  std::vector<TokenRecord> records_ KVGOV_GUARDED_BY(mu_);
+  FileStamp stamp_ KVGOV_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point next_check_ KVGOV_GUARDED_BY(mu_){};
+  bool reported_reload_error_ KVGOV_GUARDED_BY(mu_) = false;
+  uint64_t generation_ KVGOV_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvgov::auth

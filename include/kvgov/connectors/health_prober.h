@@ -4,11 +4,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/router/worker_status.h"
@@ -85,11 +85,11 @@ class HealthProber {
   // thread reads it without the lock.
   std::vector<std::unique_ptr<Target>> targets_;
 
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  bool started_ = false;   // guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
-  std::thread thread_;     // guarded by mu_ (moved out by Stop)
+  mutable Mutex mu_;
+  std::condition_variable_any wake_;
+  bool started_ KVGOV_GUARDED_BY(mu_) = false;
+  bool stopping_ KVGOV_GUARDED_BY(mu_) = false;
+  std::thread thread_ KVGOV_GUARDED_BY(mu_);  // moved out by Stop
 };
 
 }  // namespace kvgov::connectors

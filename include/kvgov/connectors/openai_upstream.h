@@ -9,11 +9,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/ingest/engine_spec.h"
 
@@ -111,9 +111,10 @@ class UpstreamConnections {
   bool ClosedWhileKept(bool kept, int attempt, std::chrono::steady_clock::time_point sent) const;
 
   const UpstreamTimeouts timeouts_;
-  std::mutex mu_;
+  Mutex mu_;
   // Per engine URL, oldest first.
-  std::map<std::string, std::deque<std::unique_ptr<Connection>>, std::less<>> idle_;
+  std::map<std::string, std::deque<std::unique_ptr<Connection>>, std::less<>> idle_
+      KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::connectors

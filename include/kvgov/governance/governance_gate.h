@@ -4,12 +4,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/router/router.h"
@@ -107,13 +107,14 @@ class GovernanceGate : public router::SpanGate {
     std::unordered_map<index::BlockKey, std::string> covered;
   };
 
-  // REQUIRES: mu_ held exclusively. Drops the worker's entry once it
-  // refuses nothing, so the quick path above stays the common one.
-  void ForgetIfEmpty(std::map<std::string, WorkerRules, std::less<>>::iterator it);
-  // REQUIRES: mu_ held exclusively; called last by every write.
-  void UpdateHoldsAnything();
+  // Drops the worker's entry once it refuses nothing, so the quick path
+  // above stays the common one.
+  void ForgetIfEmpty(std::map<std::string, WorkerRules, std::less<>>::iterator it)
+      KVGOV_REQUIRES(mu_);
+  // Called last by every write.
+  void UpdateHoldsAnything() KVGOV_REQUIRES(mu_);
 
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
   // Whether anything is quarantined or held against any worker. Written
   // under mu_ by every write; a route that reads false needs no lock, as if
   // it had run just before the write that will set it.
@@ -126,10 +127,10 @@ class GovernanceGate : public router::SpanGate {
     // Counted by route calls, which hold mu_ shared only.
     mutable std::atomic<uint64_t> diverted{0};
   };
-  std::map<std::string, QuarantineEntry, std::less<>> quarantines_;  // guarded by mu_
-  std::unordered_map<index::BlockKey, int> quarantined_;                         // guarded by mu_
-  std::map<std::string, Lease, std::less<>> leases_;         // guarded by mu_
-  std::map<std::string, WorkerRules, std::less<>> workers_;  // guarded by mu_
+  std::map<std::string, QuarantineEntry, std::less<>> quarantines_ KVGOV_GUARDED_BY(mu_);
+  std::unordered_map<index::BlockKey, int> quarantined_ KVGOV_GUARDED_BY(mu_);
+  std::map<std::string, Lease, std::less<>> leases_ KVGOV_GUARDED_BY(mu_);
+  std::map<std::string, WorkerRules, std::less<>> workers_ KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::governance

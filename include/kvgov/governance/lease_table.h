@@ -2,13 +2,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/status.h"
 
@@ -76,23 +76,23 @@ class LeaseTable {
   std::vector<std::string> ForgetEndedBefore(int64_t cutoff_ms, int64_t handoff_cutoff_ms);
 
  private:
-  // REQUIRES: mu_ held.
-  Result<Change> PreviewLocked(const NIXLLease& report, int64_t now_ms) const;
-  // REQUIRES: mu_ held. Puts `lease` in the table, replacing its earlier
-  // record, and keeps the indexes in step; an ended lease is noted as
-  // ended at `ended_at_ms` unless it already was.
-  void PutLocked(const NIXLLease& lease, std::optional<int64_t> ended_at_ms);
-  // REQUIRES: mu_ held.
-  void MarkEndedLocked(const std::string& lease_id, int64_t at_ms, NIXLLeaseWitness witness);
+  Result<Change> PreviewLocked(const NIXLLease& report, int64_t now_ms) const
+      KVGOV_REQUIRES(mu_);
+  // Puts `lease` in the table, replacing its earlier record, and keeps the
+  // indexes in step; an ended lease is noted as ended at `ended_at_ms`
+  // unless it already was.
+  void PutLocked(const NIXLLease& lease, std::optional<int64_t> ended_at_ms) KVGOV_REQUIRES(mu_);
+  void MarkEndedLocked(const std::string& lease_id, int64_t at_ms, NIXLLeaseWitness witness)
+      KVGOV_REQUIRES(mu_);
 
   using ByTime = std::set<std::pair<int64_t, std::string>>;  // (ms, lease id)
 
-  mutable std::mutex mu_;
-  std::map<std::string, NIXLLease, std::less<>> leases_;      // guarded by mu_
-  std::map<std::string, int64_t, std::less<>> ended_at_ms_;   // guarded by mu_
-  ByTime expiring_;        // guarded by mu_; active leases by expires_at_ms
-  ByTime ended_reported_;  // guarded by mu_; ended transport-reported leases by end
-  ByTime ended_handoff_;   // guarded by mu_; ended handoff-witnessed leases by end
+  mutable Mutex mu_;
+  std::map<std::string, NIXLLease, std::less<>> leases_ KVGOV_GUARDED_BY(mu_);
+  std::map<std::string, int64_t, std::less<>> ended_at_ms_ KVGOV_GUARDED_BY(mu_);
+  ByTime expiring_ KVGOV_GUARDED_BY(mu_);        // active leases by expires_at_ms
+  ByTime ended_reported_ KVGOV_GUARDED_BY(mu_);  // ended transport-reported leases by end
+  ByTime ended_handoff_ KVGOV_GUARDED_BY(mu_);   // ended handoff-witnessed leases by end
 };
 
 }  // namespace kvgov::governance

@@ -4,12 +4,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "kvgov/core/engine_events.h"
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_spec.h"
@@ -86,28 +86,28 @@ struct StreamStats {
   StaleReason stale() const { return static_cast<StaleReason>(stale_reason.load()); }
   /// What exactly is missing, for operators ("batches 4..9 are lost ...").
   std::string stale_detail() const {
-    std::lock_guard lock(detail_mu_);
+    MutexLock lock(detail_mu_);
     return stale_detail_;
   }
   void set_stale_detail(std::string detail) {
-    std::lock_guard lock(detail_mu_);
+    MutexLock lock(detail_mu_);
     stale_detail_ = std::move(detail);
   }
   /// Why kvgov could not subscribe to the stream at all ("" while it
   /// could): the worker then waits for nothing, and says so.
   std::string stream_error() const {
-    std::lock_guard lock(detail_mu_);
+    MutexLock lock(detail_mu_);
     return stream_error_;
   }
   void set_stream_error(std::string error) {
-    std::lock_guard lock(detail_mu_);
+    MutexLock lock(detail_mu_);
     stream_error_ = std::move(error);
   }
 
  private:
-  mutable std::mutex detail_mu_;
-  std::string stale_detail_;
-  std::string stream_error_;
+  mutable Mutex detail_mu_;
+  std::string stale_detail_ KVGOV_GUARDED_BY(detail_mu_);
+  std::string stream_error_ KVGOV_GUARDED_BY(detail_mu_);
 };
 
 /// Receives the envelope entry every applied engine event lowers to.

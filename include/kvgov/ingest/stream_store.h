@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,6 +11,7 @@
 #include <thread>
 #include <variant>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/index/worker_capture.h"
 #include "kvgov/ingest/engine_stream.h"
@@ -171,15 +171,15 @@ class StreamStore : public StreamDurability {
   index::ResidencyIndex* const index_;
   const Options options_;
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;  // the queue, written_ or stopping_ changed
-  // Guarded by mu_:
-  std::map<std::string, Progress, std::less<>> progress_;
-  std::deque<Job> queue_;
-  size_t queued_bytes_ = 0;   // of the log records in queue_ or being written
-  uint64_t handed_over_ = 0;  // jobs ever queued
-  uint64_t written_ = 0;      // jobs the writer finished
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  std::condition_variable_any changed_;  // the queue, written_ or stopping_ changed
+  std::map<std::string, Progress, std::less<>> progress_ KVGOV_GUARDED_BY(mu_);
+  std::deque<Job> queue_ KVGOV_GUARDED_BY(mu_);
+  // Of the log records in queue_ or being written.
+  size_t queued_bytes_ KVGOV_GUARDED_BY(mu_) = 0;
+  uint64_t handed_over_ KVGOV_GUARDED_BY(mu_) = 0;  // jobs ever queued
+  uint64_t written_ KVGOV_GUARDED_BY(mu_) = 0;      // jobs the writer finished
+  bool stopping_ KVGOV_GUARDED_BY(mu_) = false;
   // Workers whose log has a hole since a failed write: their records are
   // dropped until a snapshot of theirs is written. The writer thread's
   // own, and SnapshotAll's once Flush has returned with the streams

@@ -8,13 +8,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/store/store.h"
 
@@ -123,18 +123,17 @@ class Journal {
 
   struct PendingAppend;
   // Writes `group` (the queue's front) as one synced write and settles each
-  // append. REQUIRES: `lock` holds mu_ and committing_ is set; releases mu_
-  // during the write.
-  void CommitGroup(std::vector<PendingAppend*> group, std::unique_lock<std::mutex>& lock);
+  // append. REQUIRES: committing_ is set; releases mu_ during the write.
+  void CommitGroup(std::vector<PendingAppend*> group) KVGOV_REQUIRES(mu_);
 
   store::Store* const store_;
-  mutable std::mutex mu_;
-  std::condition_variable settled_;     // a group was committed (or failed)
-  std::deque<PendingAppend*> queue_;    // guarded by mu_; appends not yet written
-  bool committing_ = false;             // guarded by mu_; a group's write is under way
-  uint64_t head_seq_ = 0;  // guarded by mu_
-  std::string head_hash_;  // guarded by mu_
-  int64_t head_time_ms_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any settled_;  // a group was committed (or failed)
+  std::deque<PendingAppend*> queue_ KVGOV_GUARDED_BY(mu_);  // appends not yet written
+  bool committing_ KVGOV_GUARDED_BY(mu_) = false;           // a group's write is under way
+  uint64_t head_seq_ KVGOV_GUARDED_BY(mu_) = 0;
+  std::string head_hash_ KVGOV_GUARDED_BY(mu_);
+  int64_t head_time_ms_ KVGOV_GUARDED_BY(mu_) = 0;
 };
 
 /// Rows this journal never held, whose chain it adopted (AdoptHead).

@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/vocabulary.h"
 
 namespace kvgov::metrics {
@@ -49,10 +49,10 @@ class TrafficHistory {
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  bool sampled_ = false;      // guarded by mu_
-  TrafficTotals last_;        // guarded by mu_
-  std::deque<TrafficPoint> points_;  // guarded by mu_
+  mutable Mutex mu_;
+  bool sampled_ KVGOV_GUARDED_BY(mu_) = false;
+  TrafficTotals last_ KVGOV_GUARDED_BY(mu_);
+  std::deque<TrafficPoint> points_ KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::metrics

@@ -14,13 +14,14 @@
 #include <cstdint>
 #include <list>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::prompts {
 
@@ -146,17 +147,18 @@ class CacheBreakerDetector {
   };
 
   uint64_t ChooseFamily(const Scope& scope, std::span<const uint64_t> rolling,
-                        const Prompt& prompt) const;
-  void Remember(Scope& scope, uint64_t family_id, Prompt prompt);
-  void EvictLeastRecentFamily();
-  void Record(Scope& scope, Finding finding, Observation& observation);
+                        const Prompt& prompt) const KVGOV_REQUIRES(mutex_);
+  void Remember(Scope& scope, uint64_t family_id, Prompt prompt) KVGOV_REQUIRES(mutex_);
+  void EvictLeastRecentFamily() KVGOV_REQUIRES(mutex_);
+  void Record(Scope& scope, Finding finding, Observation& observation) KVGOV_REQUIRES(mutex_);
 
   const DetectorOptions options_;
-  mutable std::mutex mutex_;
-  std::unordered_map<std::string, Scope> scopes_;
-  std::unordered_map<uint64_t, Family> families_;
-  std::list<uint64_t> recency_;  // family ids, most recently seen first
-  uint64_t next_family_ = 1;
+  mutable Mutex mutex_;
+  std::unordered_map<std::string, Scope> scopes_ KVGOV_GUARDED_BY(mutex_);
+  std::unordered_map<uint64_t, Family> families_ KVGOV_GUARDED_BY(mutex_);
+  // Family ids, most recently seen first.
+  std::list<uint64_t> recency_ KVGOV_GUARDED_BY(mutex_);
+  uint64_t next_family_ KVGOV_GUARDED_BY(mutex_) = 1;
 };
 
 }  // namespace kvgov::prompts

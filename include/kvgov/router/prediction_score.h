@@ -6,10 +6,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::router {
 
@@ -48,8 +49,8 @@ class PredictionScores {
   std::optional<PredictionScore> Of(std::string_view worker) const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, PredictionScore, std::less<>> scores_;
+  mutable Mutex mu_;
+  std::map<std::string, PredictionScore, std::less<>> scores_ KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::router

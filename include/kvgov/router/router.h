@@ -3,7 +3,6 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "kvgov/core/lookup_verdict.h"
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/router/salts.h"
@@ -226,18 +226,20 @@ class Router {
   // Route, keeping the decision's load only when `keep`.
   Result<RouteDecision> Decide(const RouteRequest& request, std::string_view cache_salt,
                                std::string decision_id, int64_t now_ms, bool keep);
-  // REQUIRES: mu_ held.
-  WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const;
-  void ReleaseLocked(Decisions::iterator it);
+  WorkerLoad LoadLocked(std::string_view worker, const std::optional<ScrapedLoad>& scraped) const
+      KVGOV_REQUIRES(mu_);
+  void ReleaseLocked(Decisions::iterator it) KVGOV_REQUIRES(mu_);
   // Leading blocks of `chain` that decisions prefilling on each worker will
-  // hold, for the workers where that is any. REQUIRES: mu_ held.
+  // hold, for the workers where that is any.
   std::vector<std::pair<std::string_view, size_t>> PrefillingLocked(
-      std::span<const index::BlockKey> chain) const;
-  void RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain);
-  void ForgetPrefillingLocked(InFlight& decision);
+      std::span<const index::BlockKey> chain) const KVGOV_REQUIRES(mu_);
+  void RememberPrefillingLocked(InFlight& decision, std::vector<index::BlockKey> chain)
+      KVGOV_REQUIRES(mu_);
+  void ForgetPrefillingLocked(InFlight& decision) KVGOV_REQUIRES(mu_);
   // The decision, or end() when unknown or, for a tenant-bound caller,
   // another tenant's.
-  Decisions::iterator FindLocked(std::string_view decision_id, std::string_view caller_tenant);
+  Decisions::iterator FindLocked(std::string_view decision_id, std::string_view caller_tenant)
+      KVGOV_REQUIRES(mu_);
   static Status UnknownDecision(std::string_view decision_id);
 
   const index::ResidencyIndex* const index_;
@@ -248,20 +250,21 @@ class Router {
   // exactly (router.cc), so a route need not walk every credited block.
   const bool exact_credit_sums_;
 
-  mutable std::mutex mu_;
-  std::mt19937_64 rng_;
-  Decisions decisions_;
+  mutable Mutex mu_;
+  std::mt19937_64 rng_ KVGOV_GUARDED_BY(mu_);
+  Decisions decisions_ KVGOV_GUARDED_BY(mu_);
   // decisions_ by (created_ms, id), oldest first: expiry and eviction take
   // from the front instead of walking every decision under the mutex.
-  std::set<std::pair<int64_t, std::string>> decisions_by_age_;  // guarded by mu_
-  uint64_t decisions_evicted_ = 0;                              // guarded by mu_
-  std::map<std::string, Totals, std::less<>> totals_;
-  std::map<std::string, uint64_t, std::less<>> peer_blocks_;
+  std::set<std::pair<int64_t, std::string>> decisions_by_age_ KVGOV_GUARDED_BY(mu_);
+  uint64_t decisions_evicted_ KVGOV_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Totals, std::less<>> totals_ KVGOV_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> peer_blocks_ KVGOV_GUARDED_BY(mu_);
   // Decisions still prefilling, by their prompt's first block key, oldest
   // first: a route compares its chain with those sharing its first block.
-  // Point into decisions_ (map nodes do not move). Guarded by mu_.
-  std::unordered_map<index::BlockKey, std::vector<const InFlight*>> prefilling_by_root_;
-  size_t prefilling_blocks_ = 0;  // guarded by mu_
+  // Point into decisions_ (map nodes do not move).
+  std::unordered_map<index::BlockKey, std::vector<const InFlight*>> prefilling_by_root_
+      KVGOV_GUARDED_BY(mu_);
+  size_t prefilling_blocks_ KVGOV_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvgov::router

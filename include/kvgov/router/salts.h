@@ -14,12 +14,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::router {
 
@@ -90,8 +91,8 @@ class SaltEpochs {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, TenantEpochs, std::less<>> tenants_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, TenantEpochs, std::less<>> tenants_ KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::router

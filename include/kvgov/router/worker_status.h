@@ -2,13 +2,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 
 namespace kvgov::router {
@@ -76,8 +76,8 @@ class WorkerStatusTable {
   std::vector<WorkerStatus> All() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, WorkerStatus, std::less<>> workers_;
+  mutable Mutex mu_;
+  std::map<std::string, WorkerStatus, std::less<>> workers_ KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::router
