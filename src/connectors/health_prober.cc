@@ -120,9 +120,10 @@ void HealthProber::Run() {
       ProbeEngine(*target);
     }
     lock.lock();
+    // Until the interval is over or Stop wakes it (a loop, not a predicate:
+    // the thread-safety analysis cannot see a lambda run under the lock).
     const auto due = std::chrono::steady_clock::now() + interval;
-    while (!stopping_ && wake_.wait_until(lock, due) == std::cv_status::no_timeout) {
-    }
+    while (!stopping_ && wake_.wait_until(lock, due) != std::cv_status::timeout) continue;
   }
 }
 

@@ -522,16 +522,12 @@ class RocksStore final : public Store {
     // First without the write-ahead log, which only a store whose version
     // was never flushed needs: replaying it (tens of MB after a crash under
     // ingest) would double what the read-write open replays next.
-    rocksdb::Status read = rocksdb::Status::NotFound();
-    std::string version;
-    KVGOV_RETURN_IF_ERROR(
-        ReadFormatVersion(db_options, has_meta, /*replay_wal=*/false, read, version));
-    if (read.IsNotFound()) {
-      KVGOV_RETURN_IF_ERROR(
-          ReadFormatVersion(db_options, has_meta, /*replay_wal=*/true, read, version));
+    KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> version,
+                           ReadFormatVersion(db_options, has_meta, /*replay_wal=*/false));
+    if (!version.has_value()) {
+      KVGOV_ASSIGN_OR_RETURN(version, ReadFormatVersion(db_options, has_meta, /*replay_wal=*/true));
     }
-    if (read.ok()) return CheckVersionValue(version);
-    if (!read.IsNotFound()) return FromRocks(read, "store " + dir_ + ": get format version");
+    if (version.has_value()) return CheckVersionValue(*version);
 
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
@@ -548,11 +544,11 @@ class RocksStore final : public Store {
   }
 
   // Opens the store read-only (only the default and meta columns) and reads
-  // the format version into `version`, the read's status into `read`.
-  // Without `replay_wal` the write-ahead log is left out: RocksDB is pointed
-  // at an empty directory for it.
-  Status ReadFormatVersion(rocksdb::DBOptions db_options, bool has_meta, bool replay_wal,
-                           rocksdb::Status& read, std::string& version) {
+  // the format version: nullopt when the store holds none. Without
+  // `replay_wal` the write-ahead log is left out: RocksDB is pointed at an
+  // empty directory for it.
+  Result<std::optional<std::string>> ReadFormatVersion(rocksdb::DBOptions db_options, bool has_meta,
+                                                       bool replay_wal) {
     std::string empty_wal_dir;
     if (!replay_wal) {
       std::string pattern =
@@ -577,12 +573,15 @@ class RocksStore final : public Store {
     }
     if (!opened.ok()) return OpenError(opened);
     std::unique_ptr<rocksdb::DB> db(raw);
-    read = rocksdb::Status::NotFound();
+    std::string version;
+    rocksdb::Status read = rocksdb::Status::NotFound();
     if (has_meta) read = db->Get(Reading(), handles[1], ToSlice(kFormatVersionKey), &version);
     for (rocksdb::ColumnFamilyHandle* handle : handles) {
       (void)db->DestroyColumnFamilyHandle(handle);
     }
-    return Status::Ok();
+    if (read.IsNotFound()) return std::optional<std::string>();
+    if (!read.ok()) return FromRocks(read, "store " + dir_ + ": get format version");
+    return std::optional<std::string>(std::move(version));
   }
 
   const std::string dir_;
