@@ -9,6 +9,8 @@
 set -euo pipefail
 root=${1:?usage: thread_safety_check.sh SOURCE_DIR BUILD_DIR}
 build=${2:?usage: thread_safety_check.sh SOURCE_DIR BUILD_DIR}
+root=$(cd "$root" && pwd)  # compile_commands.json names files by absolute path
+build=$(cd "$build" && pwd)
 clang=${CLANG:-clang++}
 if ! command -v "$clang" > /dev/null; then
   echo "thread_safety_check: $clang is not installed (scripts/install-deps.sh installs it)" >&2
