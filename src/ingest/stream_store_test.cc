@@ -193,6 +193,100 @@ TEST_F(StreamStoreTest, TheLogRatioSpacesSnapshotsByWhatTheyWouldRewrite) {
 // one store. Before each start, and at the end, this process recovers the
 // store and checks that it is exactly what the batches up to the recovered
 // seq give without any store.
+// A real store that refuses the log deletions that follow snapshots while
+// told to, as a failed write would: the snapshot itself is then stored
+// (PutFlushed) and the log it covers is not deleted.
+class RefusesLogDeletions final : public store::Store {
+ public:
+  explicit RefusesLogDeletions(store::Store* real) : real_(real) {}
+  bool refuse = false;
+
+  Status Write(std::span<const store::WriteOp> ops, bool sync) override {
+    for (const store::WriteOp& op : ops) {
+      if (refuse && !op.range_end.empty()) return Status::IOError("refused for the test");
+    }
+    return real_->Write(ops, sync);
+  }
+  Status PutFlushed(store::Column column, std::string_view key, std::string_view value) override {
+    return real_->PutFlushed(column, key, value);
+  }
+  Result<std::optional<std::string>> Get(store::Column column,
+                                         std::string_view key) const override {
+    return real_->Get(column, key);
+  }
+  Result<bool> ReadPinned(
+      store::Column column, std::string_view key,
+      const std::function<Status(std::string_view value)>& read) const override {
+    return real_->ReadPinned(column, key, read);
+  }
+  Status Scan(store::Column column, std::string_view begin, std::string_view end,
+              const std::function<bool(std::string_view, std::string_view)>& visit) const override {
+    return real_->Scan(column, begin, end, visit);
+  }
+  Result<std::optional<std::string>> LastKey(store::Column column) const override {
+    return real_->LastKey(column);
+  }
+  Status SyncWal() override { return real_->SyncWal(); }
+  Status ResumeCompactions() override { return real_->ResumeCompactions(); }
+  Status FlushForTest() override { return real_->FlushForTest(); }
+  const std::string& dir() const override { return real_->dir(); }
+
+ private:
+  store::Store* const real_;
+};
+
+TEST_F(StreamStoreTest, LogAFailedDeletionLeftIsDeletedByTheNextSnapshotEvenOfAnOldEpoch) {
+  std::unique_ptr<store::Store> real = OpenStore();
+  ASSERT_NE(real, nullptr);
+  RefusesLogDeletions store(real.get());
+  // Batches logged in an epoch: the keys under "w1\0" and its u64 epoch.
+  auto logged_in_epoch = [&](uint64_t epoch) {
+    std::string prefix = "w1";
+    prefix.push_back('\0');
+    prefix += store::KeyU64(epoch);
+    std::string end = "w1";
+    end.push_back('\0');
+    end += store::KeyU64(epoch + 1);
+    int count = 0;
+    EXPECT_TRUE(store
+                    .Scan(store::Column::kEventLog, prefix, end,
+                          [&](std::string_view, std::string_view) {
+                            ++count;
+                            return true;
+                          })
+                    .ok());
+    return count;
+  };
+  index::ResidencyIndex index;
+  ASSERT_TRUE(index.AddWorker("w1", "llama", kBlockSize).ok());
+  StreamStore durable(&store, &index,
+                      StreamStore::Options{.snapshot_every = 4, .snapshot_log_ratio = 0});
+  EngineStream stream("w1", EngineKind::kVllm, &index, nullptr, {}, &durable);
+  // Epoch 0: a snapshot after seq 3 deletes seqs 0-3; 4 and 5 stay logged.
+  for (uint64_t seq = 0; seq < 6; ++seq) {
+    stream.OnMessage(seq, Batch(seq));
+    durable.Flush();
+  }
+  ASSERT_EQ(logged_in_epoch(0), 2);
+  // The engine restarts (seq 0 again, a newer time): the new epoch's first
+  // snapshot is stored, but the deletion of epoch 0's log fails.
+  store.refuse = true;
+  stream.OnMessage(0, VllmBatchBuilder<kBlockSize>(1000.0).Stored({9001}, std::nullopt, 1).Bytes());
+  durable.Flush();
+  ASSERT_EQ(stream.stats().restarts.load(), 1u);
+  ASSERT_EQ(logged_in_epoch(0), 2);
+  // The next snapshot of epoch 1 takes them: its deletion starts at epoch 0.
+  store.refuse = false;
+  for (uint64_t seq = 1; seq < 8; ++seq) {
+    stream.OnMessage(seq, VllmBatchBuilder<kBlockSize>(1000.0 + static_cast<double>(seq))
+                              .Stored({9001 + seq}, std::nullopt, 1)
+                              .Bytes());
+    durable.Flush();
+  }
+  EXPECT_EQ(logged_in_epoch(0), 0);
+  EXPECT_EQ(logged_in_epoch(1), 0);  // and its own, up to the snapshot at seq 7
+}
+
 TEST_F(StreamStoreTest, KillNineAtRandomMomentsRecoversAnExactPrefix) {
   std::mt19937_64 rng(::testing::UnitTest::GetInstance()->random_seed());
   int64_t applied_before = -1;

@@ -21,8 +21,9 @@ namespace kvgov::ingest {
 
 /// Makes engine streams' residency durable: every applied batch is logged
 /// (unsynced; the daemon's group commit syncs the WAL), and now and then
-/// the worker's index is snapshotted and the log before it dropped, in one
-/// synced write: once at least `snapshot_every` batches are logged since
+/// the worker's index is snapshotted straight into a table file and then
+/// the log before it dropped with a synced write (docs/adr/0040): once at
+/// least `snapshot_every` batches are logged since
 /// the last snapshot and the blocks they changed reach `snapshot_log_ratio`
 /// times the blocks that snapshot held. So rewriting a big worker costs at
 /// most 1 / ratio block written per block ingested, and a recovery replays
@@ -37,8 +38,8 @@ namespace kvgov::ingest {
 /// CaptureWorker, taken right after the batch it is labelled with, so it
 /// is exactly the state at that seq). One writer thread, in the order work
 /// was handed over, writes consecutive log records as one write and
-/// encodes and writes each snapshot with the deletion of the log it
-/// covers. Log records waiting for the writer are bounded
+/// encodes and writes each snapshot, then deletes the log it covers (from
+/// the worker's first epoch, so what a failed deletion left goes too). Log records waiting for the writer are bounded
 /// (`max_queued_bytes`, well below what an engine's replay buffer holds):
 /// a stream hands over more only once the writer has caught up below it.
 /// A worker has at most one snapshot waiting; the next is taken once it
