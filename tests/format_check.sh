@@ -14,7 +14,7 @@ fi
 # built, and the whole tree cold does not fit CI's 90 minutes (docs/adr/0036).
 formatted=(src/auth src/bench src/cert src/client src/clock src/console src/gateway src/governance
   src/ingest src/journal src/json src/log src/prompts src/replication src/router src/sim
-  src/spool src/store)
+  src/services src/spool src/store)
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
   mapfile -t files < <(git ls-files -- "${formatted[@]/%//*.cc}" "${formatted[@]/%//*.h}")
 else

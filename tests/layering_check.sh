@@ -79,6 +79,11 @@ check "the handoff's rules are pure: no I/O, no clock, no entropy, no third part
   "$root/src/gateway/handoff_rules.cc" "$root/include/kvgov/gateway"
 check "the handoff's rules must not include third-party headers" "$third_party" \
   "$root/src/gateway/handoff_rules.cc"
+# The services (docs/adr/0042) take their collaborators in their
+# constructors: no daemon, no HTTP server, no listener's types.
+check "services must not use the daemon, HTTP or the listeners" \
+  '#include *("server/|<(httplib\.h|boost/)|"kvgov/(server|gateway|transport)/)' \
+  "$root/src/services" "$root/include/kvgov/services"
 # Beast and Asio serve HTTP only in src/gateway (and what runs on it: the
 # simulated instant engine).
 beast_users=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" '#include *<boost/(beast|asio)' \

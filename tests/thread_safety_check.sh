@@ -22,7 +22,7 @@ if [ ! -f "$build/compile_commands.json" ]; then
 fi
 # The modules whose locks are annotated. Grows as modules are annotated.
 annotated=(src/auth src/connectors src/governance src/ingest src/journal src/prompts src/router
-  src/store)
+  src/services src/store)
 analysis=(-fsyntax-only -Wthread-safety -Werror=thread-safety -Wno-unknown-warning-option)
 
 scratch=$(mktemp -d)

@@ -72,7 +72,7 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
   // Salted as the route itself would be, diversion included, but not
   // counted: a dry run sends nothing.
   Result<RequestSalt> salt =
-      SaltForPrompt(daemon, route.tenant, route.model, route.lora_name, route.token_ids);
+      daemon.salts->ForPrompt(route.tenant, route.model, route.lora_name, route.token_ids);
   if (!salt.ok()) return SendError(response, 503, salt.status());
   route.salt_must_be_honoured = salt->diverted();
   Result<router::RouteDecision> decision =

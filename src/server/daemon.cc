@@ -18,7 +18,6 @@
 #include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"
 #include "server/http_api.h"
-#include "server/invalidations.h"
 #include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {
@@ -190,23 +189,6 @@ Status RegisterEngineMetrics(Daemon& daemon) {
 }
 
 Status RegisterGovernanceMetrics(Daemon& daemon) {
-  KVGOV_ASSIGN_OR_RETURN(daemon.lease_transitions,
-                         daemon.metrics.AddCounter({"kvgov_lease_transitions_total",
-                                                    "NIXL lease state changes; from=none is a "
-                                                    "grant.",
-                                                    {"from", "to"}}));
-  KVGOV_ASSIGN_OR_RETURN(daemon.lease_rejections,
-                         daemon.metrics.AddCounter({"kvgov_lease_rejections_total",
-                                                    "Lease events refused, by reason (a "
-                                                    "failed_precondition is an attempt to revive "
-                                                    "an ended lease).",
-                                                    {"reason"}}));
-  KVGOV_ASSIGN_OR_RETURN(daemon.certificates,
-                         daemon.metrics.AddCounter({"kvgov_certificates_total",
-                                                    "Deletion certificates by outcome: issued, "
-                                                    "or failed (minting or storing failed; the "
-                                                    "directive stays witnessed).",
-                                                    {"outcome"}}));
   GatewayMetrics& gateway = daemon.gateway_metrics;
   KVGOV_ASSIGN_OR_RETURN(
       gateway.requests,
@@ -282,20 +264,6 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                    "both legs) to the decode worker's first token (a whole "
                                    "answer's arrival, when not streamed)."},
                                   metrics::ExponentialBuckets(1e-3, 2, 16)));
-  KVGOV_ASSIGN_OR_RETURN(
-      daemon.lease_grants,
-      daemon.metrics.AddCounter({"kvgov_lease_grants_total",
-                                 "NIXL leases begun, by witness: handoff (kvgov's gateway ran "
-                                 "the handoff and read the pin from the prefill answer) or "
-                                 "reported (a transport or engine reported it).",
-                                 {"witness"}}));
-  for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseWitness>::kValues) {
-    daemon.lease_grants->WithLabels({std::string(spelling)});
-  }
-  // Both series exist from the start, so a rate or an alert on failures
-  // never sees an absent series.
-  daemon.certificates->WithLabels({"issued"});
-  daemon.certificates->WithLabels({"failed"});
   KVGOV_ASSIGN_OR_RETURN(auto* invalidations,
                          daemon.metrics.AddCallbackGauge(
                              {"kvgov_invalidations",
@@ -319,7 +287,7 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
   return daemon.metrics
       .RegisterCollector([=](metrics::CollectorSink& sink) {
         std::map<NIXLLeaseState, uint64_t> counts =
-            state->leases.CountByState(clock::NowMillis());
+            state->leases->CountByState(clock::NowMillis());
         for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseState>::kValues) {
           sink.Emit(leases, {spelling}, static_cast<double>(counts[value]));
         }
@@ -563,31 +531,6 @@ void Daemon::Stop() {
   if (store) (void)store->SyncWal();
 }
 
-Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
-                                      std::string_view kind, std::string_view subject,
-                                      std::string_view payload,
-                                      std::span<const store::WriteOp> state) {
-  Result<journal::Row> row = Status::Unavailable("the governance log is not followed yet");
-  if (!daemon.replicated()) {
-    // Never before the head: journal times stay ordered across a restart
-    // after the wall clock stepped back.
-    row = daemon.journal->Append(kind, subject, {std::string(actor), ""}, payload,
-                                 std::max(clock::NowMillis(), daemon.journal->head_time_ms()),
-                                 state);
-  } else if (daemon.replica) {
-    // A row appended here and not through the log would fork the chain.
-    row = daemon.replica->Record(kind, subject, actor, payload, state);
-  }
-  if (row.ok() && !kind.empty()) {  // a kind-less write is a lease heartbeat: no row
-    log::Line(log::Level::kInfo, "governance.write")
-        .Field("kind", kind)
-        .Field("subject", subject)
-        .Field("actor", actor)
-        .Field("seq", row->seq);
-  }
-  return row;
-}
-
 void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
                         std::string_view cache_salt, const router::RouteDecision& decision) {
   // A first block already resident will not be stored again: nothing to
@@ -640,11 +583,12 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   if (replicated && daemon->options.replica_id.empty()) {
     KVGOV_ASSIGN_OR_RETURN(daemon->options.replica_id, DefaultReplicaId());
   }
-  daemon->admission = AdmissionPolicy(options.admit);
   const std::string secret_path = options.tenant_secret_file.empty()
                                       ? options.data_dir + "/tenant-salt.key"
                                       : options.tenant_secret_file;
-  KVGOV_ASSIGN_OR_RETURN(daemon->tenant_secret, auth::LoadOrCreateTenantSecret(secret_path));
+  KVGOV_ASSIGN_OR_RETURN(std::string tenant_secret, auth::LoadOrCreateTenantSecret(secret_path));
+  daemon->salts = std::make_unique<services::TenantSalts>(std::move(tenant_secret),
+                                                         &daemon->index, &daemon->gate);
   daemon->auth = std::make_unique<auth::Authenticator>(auth::TokenFilePath(options.data_dir),
                                                        !IsLoopbackHost(options.host));
   KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
@@ -656,6 +600,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                              {.on_fatal = options.on_fatal,
                                               .hold_compactions = true}));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
+  daemon->recorder =
+      std::make_unique<services::GovernanceRecorder>(daemon->journal.get(), replicated);
   daemon->stream_store = std::make_unique<ingest::StreamStore>(
       daemon->store.get(), &daemon->index,
       ingest::StreamStore::Options{
@@ -665,6 +611,16 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon->leases,
+      services::LeaseService::Create(&daemon->gate, &daemon->index, daemon->store.get(),
+                                     daemon->recorder.get(), &daemon->metrics,
+                                     {.retain_ended_ms = options.lease_retain_ms}));
+  daemon->quarantines = std::make_unique<services::QuarantineService>(
+      &daemon->gate, daemon->store.get(), daemon->recorder.get());
+  daemon->reports = std::make_unique<services::ReportIntake>(
+      AdmissionPolicy(options.admit), &daemon->index, daemon->accounting.get(),
+      daemon->leases.get());
   KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
   if (options.prefix_diagnostics) {
     prompts::DetectorOptions detector;
@@ -685,9 +641,30 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                                     options.route, &daemon->gate);
   metrics::CacheAccounting* accounting = daemon->accounting.get();
   ingest::StreamStore* stream_store = daemon->stream_store.get();
-  daemon->invalidations =
-      std::make_unique<InvalidationManager>(daemon.get(), options.witness_timeout_ms);
-  InvalidationManager* invalidations = daemon->invalidations.get();
+  Daemon* const wired = daemon.get();
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon->invalidations,
+      services::DirectiveDriver::Create(
+          {.index = &daemon->index,
+           .gate = &daemon->gate,
+           .salts = daemon->salts.get(),
+           .recorder = daemon->recorder.get(),
+           .store = daemon->store.get(),
+           .issuer = daemon->issuer.get(),
+           .engines = {.engine_of = [wired](std::string_view worker) {
+                         return EngineOf(*wired, worker);
+                       },
+                       .stream_seq = [wired](std::string_view worker) -> int64_t {
+                         if (!wired->ingest) return -1;
+                         for (const transport::StreamView& view : wired->ingest->Streams()) {
+                           if (view.worker == worker) return view.stats->last_seq.load();
+                         }
+                         return -1;
+                       }}},
+          &daemon->metrics,
+          {.witness_timeout_ms = options.witness_timeout_ms,
+           .claim_ttl_ms = options.claim_ttl_ms}));
+  services::DirectiveDriver* invalidations = daemon->invalidations.get();
   // Before the streams start: a removal they catch up on must find its
   // directive.
   KVGOV_RETURN_IF_ERROR(invalidations->Recover());
@@ -740,20 +717,22 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     hooks.apply = [state](const replication::LogEntry& entry) {
       ApplyReplicatedGovernance(*state, entry);
     };
-    hooks.guard = [state](const replication::LogEntry& entry) {
-      return GuardReplicatedGovernance(*state, entry);
+    hooks.guard = [leases = daemon->leases.get()](const replication::LogEntry& entry) {
+      return leases->GuardReplicated(entry);
     };
     hooks.fatal = options.on_fatal;
     KVGOV_ASSIGN_OR_RETURN(
         daemon->replica,
         replication::Replica::Start(std::move(replica), daemon->journal.get(), daemon->store.get(),
                                     daemon->router.get(), std::move(hooks)));
+    daemon->recorder->AttachReplica(daemon->replica.get());
     // The log's tokens reached the token file while the replica caught up:
     // read them now, not at the first reload after the listener opens.
     KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
   }
   if (Status started =
-          RecordGovernance(*daemon, kDaemonActor, "serve.start", "config", DescribeConfig(*daemon), {})
+          daemon->recorder
+              ->Record(kDaemonActor, "serve.start", "config", DescribeConfig(*daemon), {})
               .status();
       !started.ok()) {
     // A single node whose journal cannot take the row does not start; a
@@ -786,10 +765,10 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         // One replica records expiries for all; the others' routes see an
         // expired lease by the clock until its record arrives.
         if (!state->replica || state->replica->housekeeper()) {
-          RecordLeaseTransitions(*state, state->leases.ExpireDue(now));
+          state->leases->ExpireDue(now);
         }
         state->invalidations->Tick(now);
-        ForgetEndedLeases(*state, now);
+        state->leases->ForgetEnded(now);
         if (state->token_audit) state->token_audit->CatchUpOrLog(*state);
       });
   const int64_t traffic_interval_ms = std::max<int64_t>(100, options.traffic_interval_ms);
@@ -815,12 +794,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         failing = synced.ok() ? std::string() : synced.ToString();
       });
   if (!options.spool_dir.empty()) {
-    Daemon* raw = daemon.get();
     KVGOV_ASSIGN_OR_RETURN(
         daemon->spool,
         spool::SpoolDirectory::Open(
             options.spool_dir,
-            [raw](const IngestEvent& event) { return IngestReport(*raw, event, kSpoolActor); },
+            [reports = daemon->reports.get()](const IngestEvent& event) {
+              return reports->Apply(event, kSpoolActor, clock::NowMillis());
+            },
             &daemon->metrics));
     spool::SpoolDirectory* spool = daemon->spool.get();
     daemon->spool_scans = std::make_unique<PeriodicTask>(

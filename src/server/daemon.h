@@ -12,7 +12,6 @@
 #include "kvgov/auth/tokens.h"
 #include "kvgov/cert/issuer_key.h"
 #include "kvgov/governance/governance_gate.h"
-#include "kvgov/governance/lease_table.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/metrics/registry.h"
@@ -20,6 +19,12 @@
 #include "kvgov/router/prediction_score.h"
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
+#include "kvgov/services/directive_driver.h"
+#include "kvgov/services/governance_recorder.h"
+#include "kvgov/services/lease_service.h"
+#include "kvgov/services/quarantine_service.h"
+#include "kvgov/services/report_intake.h"
+#include "kvgov/services/tenant_salts.h"
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
@@ -44,8 +49,6 @@ class SpoolDirectory;
 }  // namespace kvgov::spool
 
 namespace kvgov::server {
-
-class InvalidationManager;
 
 /// The route call's own metrics.
 struct RouteMetrics {
@@ -162,29 +165,27 @@ struct Daemon {
   ~Daemon();
 
   ServerOptions options;
-  std::string tenant_secret;  // never logged
-  router::SaltEpochs salt_epochs;  // tenants' revocations (docs/adr/0028)
   std::unique_ptr<auth::Authenticator> auth;
   std::unique_ptr<cert::IssuerKey> issuer;
   std::unique_ptr<store::Store> store;
   std::unique_ptr<journal::Journal> journal;
+  // Every governance write goes through it (a replica's through the log).
+  std::unique_ptr<services::GovernanceRecorder> recorder;
   std::unique_ptr<ingest::StreamStore> stream_store;
   ingest::StreamStore::RecoveryStats recovered;  // what start-up brought back
   metrics::Registry metrics;
   index::ResidencyIndex index;
   router::WorkerStatusTable status;
-  governance::LeaseTable leases;
   governance::GovernanceGate gate;
+  std::unique_ptr<services::LeaseService> leases;
+  std::unique_ptr<services::QuarantineService> quarantines;
+  std::unique_ptr<services::TenantSalts> salts;  // keyed by the tenant secret
   std::unique_ptr<router::Router> router;
-  AdmissionPolicy admission;
   std::unique_ptr<metrics::CacheAccounting> accounting;
+  std::unique_ptr<services::ReportIntake> reports;  // POST /v1/events and the spool
   // With --redis: governance writes go through the replicated log.
   std::unique_ptr<replication::Replica> replica;
   RouteMetrics route_metrics;
-  metrics::CounterFamily* lease_transitions = nullptr;  // {from,to}
-  metrics::CounterFamily* lease_rejections = nullptr;   // {reason}
-  metrics::CounterFamily* lease_grants = nullptr;       // {witness}: handoff, reported
-  metrics::CounterFamily* certificates = nullptr;       // {outcome}: issued, failed
   GatewayMetrics gateway_metrics;
   router::PredictionScores predictions;  // the gateway's, per worker
   TenantsSeen tenants_seen;              // routed for, by /v1/route and the gateway
@@ -197,7 +198,7 @@ struct Daemon {
   ChainCheck chain_check;                // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
-  std::unique_ptr<InvalidationManager> invalidations;  // outlives ingest: streams call it
+  std::unique_ptr<services::DirectiveDriver> invalidations;  // outlives ingest: streams call it
   std::optional<TokenAudit> token_audit;  // a single node's; housekeeping's alone after start
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;
@@ -216,20 +217,7 @@ struct Daemon {
   void Stop();
 };
 
-/// Records a governance change: a journal row and, in the same synced
-/// write, the state it changes; for a replica, through the replicated log
-/// (Replica::Record), and Unavailable while Redis is unreachable. The
-/// answer to the request that made the change may leave only after this
-/// returns OK. Returns the row, which names `actor` (ActorOf, or
-/// kDaemonActor for the daemon's own decisions) and, for a replica, itself.
-Result<journal::Row> RecordGovernance(Daemon& daemon, std::string_view actor,
-                                      std::string_view kind, std::string_view subject,
-                                      std::string_view payload,
-                                      std::span<const store::WriteOp> state);
-
-/// The journal's actor for what kvgov decides itself: a lease's expiry, a
-/// directive's progress, a certificate, the start-up record.
-inline constexpr std::string_view kDaemonActor = "kvgov";
+using services::kDaemonActor;
 /// The actor for reports read from the spool directory (kvgov-report).
 inline constexpr std::string_view kSpoolActor = "spool";
 

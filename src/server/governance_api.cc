@@ -19,134 +19,14 @@
 #include "server/salting.h"
 #include "kvgov/auth/entropy.h"
 #include "server/http_api.h"
-#include "server/invalidations.h"
 
 namespace kvgov::server {
 namespace {
 
+using governance::Directive;
+
 using Json = nlohmann::json;
 
-constexpr std::string_view kLeasePrefix = "lease/";
-constexpr std::string_view kQuarantinePrefix = "quarantine/";
-
-std::string StateName(const std::optional<NIXLLeaseState>& state) {
-  return state ? std::string(ToString(*state)) : "none";
-}
-
-// The engine hash a span digest names: 16 hex digits (as kvgov spells
-// engine hashes in the envelope) or a decimal integer (as BlockStored
-// publishes them).
-std::optional<EngineHash> ParseEngineHash(std::string_view text) {
-  EngineHash hash = 0;
-  const char* end = text.data() + text.size();
-  if (text.size() == 16) {
-    auto [stop, error] = std::from_chars(text.data(), end, hash, 16);
-    if (error == std::errc() && stop == end) return hash;
-  }
-  auto [stop, error] = std::from_chars(text.data(), end, hash, 10);
-  if (!text.empty() && error == std::errc() && stop == end) return hash;
-  return std::nullopt;
-}
-
-// The worker and blocks a lease pins: by token ids when the report names
-// them, else the block the span digest names on the prefill worker. A span
-// kvgov cannot resolve pins nothing it could credit.
-std::pair<std::string, std::vector<index::BlockKey>> LeaseSpan(
-    const Daemon& daemon, const NIXLLease& lease, const std::optional<SpanResidency>& residency) {
-  std::string worker = residency && !residency->worker.empty() ? residency->worker
-                                                               : lease.remote_engine;
-  std::optional<index::WorkerResidency> holder = daemon.index.Worker(worker);
-  if (!holder) return {worker, {}};
-  if (residency && !residency->token_ids.empty()) {
-    return {worker, index::RequestChain(daemon.index.hasher(),
-                                        {holder->model, residency->lora_name, residency->group_idx},
-                                        residency->cache_salt, residency->token_ids,
-                                        holder->block_size)};
-  }
-  std::optional<EngineHash> hash = ParseEngineHash(lease.span_digest);
-  if (!hash) return {worker, {}};
-  const int64_t group = residency ? residency->group_idx : 0;
-  Result<std::vector<index::BlockKey>> keys =
-      daemon.index.KeysForEngineHashes(worker, std::span(&*hash, 1), group);
-  return {worker, keys.ok() ? *keys : std::vector<index::BlockKey>{}};
-}
-
-std::string LeaseRecord(const NIXLLease& lease, std::string_view worker,
-                        const std::vector<index::BlockKey>& keys) {
-  return Json{{"lease", Json::parse(EncodeJson(lease))}, {"worker", worker}, {"keys", keys}}
-      .dump();
-}
-
-Status PersistTransition(Daemon& daemon, std::string_view actor,
-                         const governance::LeaseTransition& transition, const NIXLLease& lease,
-                         std::string_view worker, const std::vector<index::BlockKey>& keys) {
-  const store::WriteOp state{store::Column::kGovernance,
-                             std::string(kLeasePrefix) + lease.lease_id,
-                             LeaseRecord(lease, worker, keys)};
-  const Json payload = {{"lease_id", lease.lease_id},
-                        {"from", StateName(transition.from)},
-                        {"to", std::string(ToString(transition.to))},
-                        {"event", std::string(ToString(lease.event))},
-                        {"remote_engine", lease.remote_engine},
-                        {"blocks", keys.size()}};
-  KVGOV_RETURN_IF_ERROR(
-      RecordGovernance(daemon, actor, "lease.transition", lease.lease_id, payload.dump(),
-                       {&state, 1})
-          .status());
-  daemon.lease_transitions
-      ->WithLabels({StateName(transition.from), ToString(transition.to)})
-      ->Inc();
-  if (!transition.from.has_value()) {
-    daemon.lease_grants->WithLabels({std::string(ToString(lease.witness))})->Inc();
-  }
-  return Status::Ok();
-}
-
-// The worker and keys a lease was persisted with.
-std::pair<std::string, std::vector<index::BlockKey>> PersistedSpan(const Daemon& daemon,
-                                                                   std::string_view lease_id) {
-  Result<std::optional<std::string>> record = daemon.store->Get(
-      store::Column::kGovernance, std::string(kLeasePrefix) + std::string(lease_id));
-  if (!record.ok() || !record->has_value()) return {};
-  try {
-    Json json = Json::parse(**record);
-    return {json.at("worker").get<std::string>(),
-            json.at("keys").get<std::vector<index::BlockKey>>()};
-  } catch (const Json::exception&) {
-    return {};  // a lease whose span cannot be read pins nothing
-  }
-}
-
-// Puts a stored lease record back into the lease table and the gate:
-// recovery and the replicated log's apply alike. False for a value that is
-// not a lease record.
-bool RestoreLeaseRecord(Daemon& daemon, std::string_view record) {
-  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json.contains("lease")) return false;
-  Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
-  if (!lease.ok()) return false;
-  daemon.leases.Restore(*lease);
-  try {
-    daemon.gate.CoverLease(*lease, json.value("worker", ""),
-                           json.value("keys", std::vector<index::BlockKey>{}));
-  } catch (const Json::exception&) {
-    daemon.gate.CoverLease(*lease, "", {});  // a span that cannot be read pins nothing
-  }
-  return true;
-}
-
-// The blocks a stored quarantine record names. Corruption when it cannot
-// be read: a quarantine must never be quietly dropped.
-Result<std::vector<index::BlockKey>> QuarantineKeys(std::string_view record) {
-  Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
-  if (json.is_object() && json.contains("keys") && json["keys"].is_array()) {
-    try {
-      return json["keys"].get<std::vector<index::BlockKey>>();
-    } catch (const Json::exception&) {
-    }
-  }
-  return Status::Corruption("quarantine record without a readable keys array");
-}
 
 Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
   return {{"lease_id", lease.lease_id},
@@ -268,7 +148,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
                         Status::NotFound("model: no registered worker serves '" + body->model +
                                          "'"));
     }
-    const std::string salt = CurrentTenantSalt(daemon, body->tenant, body->model);
+    const std::string salt = daemon.salts->Current(body->tenant, body->model);
     keys = index::RequestChain(daemon.index.hasher(), {body->model, body->lora_name, 0}, salt,
                                body->token_ids, block_size);
     if (keys.empty()) {
@@ -284,21 +164,18 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     if (!found.ok()) return SendError(response, 404, found.status());
     keys = *found;
   }
-  Result<std::string> id = auth::RandomHexId();
-  if (!id.ok()) return SendError(response, 500, id.status());
-  const Json record = {{"id", *id},          {"model", body->model}, {"tenant", body->tenant},
-                       {"reason", body->reason}, {"keys", keys},
-                       {"created_ms", clock::NowMillis()}};
-  const store::WriteOp state{store::Column::kGovernance, std::string(kQuarantinePrefix) + *id,
-                             record.dump()};
-  if (Status recorded =
-          RecordGovernance(daemon, ActorOf(caller), "quarantine", *id, record.dump(), {&state, 1})
-              .status();
-      !recorded.ok()) {
-    return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
+  services::Quarantine wanted;
+  wanted.model = body->model;
+  wanted.tenant = body->tenant;
+  wanted.reason = body->reason;
+  wanted.keys = keys;
+  Result<services::Quarantine> imposed =
+      daemon.quarantines->Impose(ActorOf(caller), std::move(wanted), clock::NowMillis());
+  if (!imposed.ok()) {
+    return SendError(response, GovernanceWriteHttpStatus(imposed.status()), imposed.status());
   }
-  daemon.gate.Quarantine(*id, keys);
-  Json answer = {{"id", *id},
+  const std::string& id = imposed->id;
+  Json answer = {{"id", id},
                  {"blocks", keys.size()},
                  {"resident_blocks", ResidentBlocks(daemon, keys)},
                  {"reason", body->reason}};
@@ -315,8 +192,8 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
     invalidation.worker = body->worker;
     invalidation.block_hash = body->block_hash;
     invalidation.group_idx = body->group_idx;
-    invalidation.reason = "quarantine " + *id + ": " + body->reason;
-    Result<InvalidationManager::Opened> opened =
+    invalidation.reason = "quarantine " + id + ": " + body->reason;
+    Result<services::DirectiveDriver::Opened> opened =
         daemon.invalidations->Create(invalidation, ActorOf(caller));
     if (!opened.ok()) {
       return SendError(response, GovernanceWriteHttpStatus(opened.status()), opened.status());
@@ -327,234 +204,32 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
   SendJson(response, 200, answer);
 }
 
-Status RecoverGovernanceRecords(Daemon& daemon);
-
-}  // namespace
-
-namespace {
-
-// A replica's lease report: the change is previewed here, recorded in the
-// replicated log, and made on every replica (this one included) when the
-// log's entry is applied (ApplyReplicatedGovernance), in log order.
-Status ApplyReplicatedLeaseReport(Daemon& daemon, const NIXLLease& report,
-                                  const std::optional<SpanResidency>& residency,
-                                  std::string_view actor, int64_t now) {
-  Result<governance::LeaseTable::Change> change = daemon.leases.Preview(report, now);
-  if (!change.ok()) {
-    daemon.lease_rejections->WithLabels({StatusCodeName(change.status().code())})->Inc();
-    return change.status();
-  }
-  const NIXLLease& lease = change->next;
-  std::pair<std::string, std::vector<index::BlockKey>> span =
-      report.event == NIXLLeaseEvent::kCreate ? LeaseSpan(daemon, lease, residency)
-                                              : PersistedSpan(daemon, lease.lease_id);
-  if (!change->transition.has_value()) {
-    // A heartbeat: state only, no journal row.
-    const store::WriteOp state{store::Column::kGovernance,
-                               std::string(kLeasePrefix) + lease.lease_id,
-                               LeaseRecord(lease, span.first, span.second)};
-    return RecordGovernance(daemon, actor, "", lease.lease_id, "", {&state, 1}).status();
-  }
-  return PersistTransition(daemon, actor, *change->transition, lease, span.first, span.second);
-}
-
 }  // namespace
 
 void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entry) {
   for (const replication::LogWrite& write : entry.writes) {
     if (write.column != "governance") continue;  // tokens: the replica's own file
     const std::string_view key = write.key;
-    if (key.starts_with(kLeasePrefix) && write.value.has_value()) {
-      (void)RestoreLeaseRecord(daemon, *write.value);
-    } else if (key.starts_with(kQuarantinePrefix)) {
-      const std::string_view id = key.substr(kQuarantinePrefix.size());
-      if (!write.value.has_value()) {
-        (void)daemon.gate.Lift(id);  // lifted
-      } else if (Result<std::vector<index::BlockKey>> keys = QuarantineKeys(*write.value);
-                 keys.ok()) {
-        daemon.gate.Quarantine(id, *keys);
-      }
+    if (key.starts_with(services::LeaseService::kRecordPrefix) && write.value.has_value()) {
+      (void)daemon.leases->ApplyReplicatedRecord(*write.value);
+    } else if (key.starts_with(services::QuarantineService::kRecordPrefix)) {
+      daemon.quarantines->ApplyReplicatedWrite(
+          key.substr(services::QuarantineService::kRecordPrefix.size()), write.value);
     } else if (key.starts_with("drain/")) {
       (void)daemon.status.SetDraining(key.substr(6), write.value.has_value());
-    } else if (key.starts_with(kSaltEpochPrefix) && write.value.has_value()) {
-      if (auto epochs = DecodeSaltEpochRecord(*write.value); epochs.ok()) {
-        daemon.salt_epochs.Set(epochs->first, epochs->second);
-      }
+    } else if (key.starts_with(services::TenantSalts::kRecordPrefix) && write.value.has_value()) {
+      (void)daemon.salts->ApplyReplicatedRecord(*write.value);
     } else if (key.starts_with("invalidation/") && write.value.has_value()) {
       daemon.invalidations->ApplyReplicated(*write.value);
     }
   }
 }
 
-Status GuardReplicatedGovernance(const Daemon& daemon, const replication::LogEntry& entry) {
-  for (const replication::LogWrite& write : entry.writes) {
-    if (write.column != "governance" || !write.key.starts_with(kLeasePrefix) ||
-        !write.value.has_value()) {
-      continue;
-    }
-    const std::string lease_id = write.key.substr(kLeasePrefix.size());
-    auto decode = [](std::string_view record) -> Result<NIXLLease> {
-      const Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
-      if (!json.is_object() || !json.contains("lease")) {
-        return Status::InvalidArgument("not a lease record");
-      }
-      return DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
-    };
-    Result<NIXLLease> next = decode(*write.value);
-    if (!next.ok()) return next.status().WithContext("lease '" + lease_id + "'");
-    // The record the log left: only the log writes lease records on a
-    // replica, so every replica reads the same one here.
-    Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance,
-                                                                  write.key);
-    if (!stored.ok()) return Status::Unavailable(stored.status().ToString());
-    if (!stored->has_value()) {
-      if (next->event == NIXLLeaseEvent::kCreate) continue;
-      return Status::NotFound("lease '" + lease_id +
-                              "' is not known to the governance log (never created, or "
-                              "forgotten after it ended)");
-    }
-    if (next->event == NIXLLeaseEvent::kCreate) {
-      return Status::AlreadyExists("lease '" + lease_id + "' was already created");
-    }
-    Result<NIXLLease> current = decode(**stored);
-    if (!current.ok()) return current.status().WithContext("stored lease '" + lease_id + "'");
-    // Ended by an event: nothing moves it again, not even a second expiry.
-    if (current->event != NIXLLeaseEvent::kCreate &&
-        current->event != NIXLLeaseEvent::kHeartbeat) {
-      return Status::FailedPrecondition(
-          "lease '" + lease_id + "' is " +
-          std::string(ToString(LeaseStateAt(*current, entry.time_ms))) + "; event '" +
-          std::string(ToString(next->event)) + "' cannot move it (a concurrent write ended it)");
-    }
-    // kvgov's own expiry only ends a lease whose time the log says is up:
-    // a heartbeat applied meanwhile (through another replica) extended it.
-    if (next->event == NIXLLeaseEvent::kExpiry && entry.actor == kDaemonActor &&
-        LeaseStateAt(*current, entry.time_ms) != NIXLLeaseState::kExpired) {
-      return Status::FailedPrecondition("lease '" + lease_id +
-                                        "' is not due: a heartbeat extended it");
-    }
-    KVGOV_RETURN_IF_ERROR(ApplyNIXLLeaseEvent(*current, next->event, entry.time_ms).status());
-  }
-  return Status::Ok();
-}
-
-Status ApplyLeaseReport(Daemon& daemon, const NIXLLease& report,
-                        const std::optional<SpanResidency>& residency, std::string_view actor) {
-  const int64_t now = clock::NowMillis();
-  if (daemon.replica) return ApplyReplicatedLeaseReport(daemon, report, residency, actor, now);
-  Result<std::optional<governance::LeaseTransition>> applied = daemon.leases.Apply(report, now);
-  if (!applied.ok()) {
-    daemon.lease_rejections->WithLabels({StatusCodeName(applied.status().code())})->Inc();
-    return applied.status();
-  }
-  std::optional<NIXLLease> lease = daemon.leases.Get(report.lease_id);
-  if (!lease) return Status::Internal("lease vanished after it was applied");
-  std::pair<std::string, std::vector<index::BlockKey>> span;
-  if (report.event == NIXLLeaseEvent::kCreate) {
-    span = LeaseSpan(daemon, *lease, residency);
-    daemon.gate.CoverLease(*lease, span.first, span.second);
-  } else {
-    daemon.gate.UpdateLease(*lease);
-    span = PersistedSpan(daemon, lease->lease_id);
-  }
-  if (!applied->has_value()) {
-    // A heartbeat: no state change, but the new expiry must survive a crash.
-    const store::WriteOp state{store::Column::kGovernance,
-                               std::string(kLeasePrefix) + lease->lease_id,
-                               LeaseRecord(*lease, span.first, span.second)};
-    return daemon.store->Write({&state, 1}, /*sync=*/true);
-  }
-  return PersistTransition(daemon, actor, **applied, *lease, span.first, span.second);
-}
-
-void RecordLeaseTransitions(Daemon& daemon,
-                            const std::vector<governance::LeaseTransition>& transitions) {
-  for (const governance::LeaseTransition& transition : transitions) {
-    std::optional<NIXLLease> lease = daemon.leases.Get(transition.lease_id);
-    if (!lease) continue;
-    daemon.gate.UpdateLease(*lease);
-    auto [worker, keys] = PersistedSpan(daemon, lease->lease_id);
-    if (Status recorded = PersistTransition(daemon, kDaemonActor, transition, *lease, worker, keys);
-        !recorded.ok()) {
-      log::Line(log::Level::kError, "governance.write_failed")
-          .Field("kind", "lease.transition")
-          .Field("subject", lease->lease_id)
-          .Field("error", recorded.ToString());
-    }
-  }
-}
-
-void ForgetEndedLeases(Daemon& daemon, int64_t now_ms) {
-  // The gate keeps an ended lease's blocks only while their worker holds them.
-  daemon.gate.ForgetEnded(now_ms, [&daemon](std::string_view worker, index::BlockKey key) {
-    return daemon.index.Holds(worker, key);
-  });
-  const std::vector<std::string> handoffs =
-      daemon.leases.ForgetEndedBefore(now_ms - daemon.options.lease_retain_ms, now_ms - 60 * 1000);
-  if (handoffs.empty()) return;
-  std::vector<store::WriteOp> deletes;
-  deletes.reserve(handoffs.size());
-  for (const std::string& id : handoffs) {
-    deletes.push_back({store::Column::kGovernance, std::string(kLeasePrefix) + id, std::nullopt});
-  }
-  // Not synced: a record a crash brings back is an ended lease, forgotten
-  // again a minute after the restart.
-  if (Status deleted = daemon.store->Write(deletes, /*sync=*/false); !deleted.ok()) {
-    log::Line(log::Level::kError, "store.write_failed")
-        .Field("what", "ended handoff leases")
-        .Field("error", deleted.ToString());
-  }
-}
-
 Status RecoverGovernance(Daemon& daemon) {
-  // The records are kvgov's own and RocksDB checksums them, but a record of
-  // the wrong shape must still fail start-up with an error, not a throw.
-  try {
-    return RecoverGovernanceRecords(daemon);
-  } catch (const Json::exception& error) {
-    return Status::Corruption(std::string("governance record of the wrong shape: ") +
-                              error.what());
-  }
+  KVGOV_RETURN_IF_ERROR(daemon.salts->Recover(*daemon.store));
+  KVGOV_RETURN_IF_ERROR(daemon.leases->Recover(clock::NowMillis()));
+  return daemon.quarantines->Recover();
 }
-
-namespace {
-
-Status RecoverGovernanceRecords(Daemon& daemon) {
-  KVGOV_RETURN_IF_ERROR(RecoverSaltEpochs(daemon));
-  Status scanned = daemon.store->Scan(
-      store::Column::kGovernance, kLeasePrefix, "lease0",
-      [&](std::string_view key, std::string_view value) {
-        if (!RestoreLeaseRecord(daemon, value)) {
-          log::Line(log::Level::kWarn, "recovery.record_skipped")
-              .Field("key", key)
-              .Field("detail", "not a lease record");
-        }
-        return true;
-      });
-  KVGOV_RETURN_IF_ERROR(scanned);
-  // A quarantine that cannot be read must not be skipped (that would
-  // quietly re-enable credit): start-up refuses.
-  Status unreadable;
-  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
-      store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
-      [&](std::string_view key, std::string_view value) {
-        Result<std::vector<index::BlockKey>> keys = QuarantineKeys(value);
-        if (!keys.ok()) {
-          unreadable = keys.status().WithContext(std::string(key));
-          return false;
-        }
-        daemon.gate.Quarantine(key.substr(kQuarantinePrefix.size()), *keys);
-        return true;
-      }));
-  KVGOV_RETURN_IF_ERROR(unreadable);
-  // A replica leaves expiry to whichever replica keeps house.
-  if (!daemon.replicated()) {
-    RecordLeaseTransitions(daemon, daemon.leases.ExpireDue(clock::NowMillis()));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 namespace {
 
@@ -571,34 +246,20 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
   Result<QuarantineLiftRequest> body =
       DecodeQuarantineLiftRequestJson(request.body, BodyLimits(daemon));
   if (!body.ok()) return SendBodyError(response, body.status());
-  const std::string id = request.matches[1].str();
-  const std::string key = std::string(kQuarantinePrefix) + id;
-  Result<std::optional<std::string>> stored = daemon.store->Get(store::Column::kGovernance, key);
-  if (!stored.ok()) return SendError(response, 500, stored.status());
-  const Json record = stored->has_value()
-                          ? Json::parse(**stored, nullptr, /*allow_exceptions=*/false)
-                          : Json();
+  Result<services::Quarantine> found = daemon.quarantines->Find(request.matches[1].str());
   // Another tenant's quarantine answers as an unknown one.
-  if (!record.is_object() || !VisibleTo(caller, record.value("tenant", ""))) {
-    return SendError(response, 404, Status::NotFound("no quarantine '" + id + "' in force"));
+  if (found.ok() && !VisibleTo(caller, found->tenant)) {
+    found = Status::NotFound("no quarantine '" + request.matches[1].str() + "' in force");
   }
-  const size_t blocks = record.contains("keys") ? record["keys"].size() : 0;
-  const Json payload = {{"id", id},
-                        {"model", record.value("model", "")},
-                        {"tenant", record.value("tenant", "")},
-                        {"blocks", blocks},
-                        {"reason", body->reason},
-                        {"quarantined_for", record.value("reason", "")}};
-  const store::WriteOp state{store::Column::kGovernance, key, std::nullopt};
-  if (Status recorded =
-          RecordGovernance(daemon, ActorOf(caller), "quarantine.lift", id, payload.dump(),
-                           {&state, 1})
-              .status();
-      !recorded.ok()) {
-    return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
+  if (!found.ok()) {
+    return SendError(response, found.status().code() == StatusCode::kNotFound ? 404 : 500,
+                     found.status());
   }
-  (void)daemon.gate.Lift(id);  // a replica has lifted it already, from the log
-  SendJson(response, 200, {{"id", id}, {"lifted", true}, {"blocks", blocks},
+  if (Status lifted = daemon.quarantines->Lift(ActorOf(caller), *found, body->reason);
+      !lifted.ok()) {
+    return SendError(response, GovernanceWriteHttpStatus(lifted), lifted);
+  }
+  SendJson(response, 200, {{"id", found->id}, {"lifted", true}, {"blocks", found->keys.size()},
                            {"reason", body->reason}});
 }
 
@@ -717,7 +378,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                     }
                     const bool tokenized = !body->prompt.empty() || !body->messages.empty();
                     if (!TokenizeSpan(daemon, *body, response)) return;
-                    Result<InvalidationManager::Opened> opened =
+                    Result<services::DirectiveDriver::Opened> opened =
                         daemon.invalidations->Create(*body, ActorOf(caller));
                     if (!opened.ok()) {
                       return SendError(response,
@@ -807,7 +468,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    Json leases = Json::array();
                    if (caller.tenant.empty()) {
                      const int64_t now = clock::NowMillis();
-                     for (const NIXLLease& lease : daemon.leases.All()) {
+                     for (const NIXLLease& lease : daemon.leases->All()) {
                        leases.push_back(LeaseJson(lease, now));
                      }
                    }
@@ -829,21 +490,20 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
            Guard(daemon, Role::kRead,
                  [&daemon](const httplib::Request&, httplib::Response& response,
                            const auth::Principal& caller) {
+                   Result<std::vector<services::Quarantine>> in_force =
+                       daemon.quarantines->InForce();
+                   if (!in_force.ok()) return SendError(response, 500, in_force.status());
                    Json out = Json::array();
-                   Status scanned = daemon.store->Scan(
-                       store::Column::kGovernance, kQuarantinePrefix, "quarantine0",
-                       [&](std::string_view, std::string_view value) {
-                         Json json = Json::parse(value, nullptr, /*allow_exceptions=*/false);
-                         if (json.is_object() && VisibleTo(caller, json.value("tenant", ""))) {
-                           json["blocks"] = json["keys"].size();
-                           json.erase("keys");
-                           json["diverted_requests"] =
-                               daemon.gate.Diverted(json.value("id", ""));
-                           out.push_back(std::move(json));
-                         }
-                         return true;
-                       });
-                   if (!scanned.ok()) return SendError(response, 500, scanned);
+                   for (const services::Quarantine& quarantine : *in_force) {
+                     if (!VisibleTo(caller, quarantine.tenant)) continue;
+                     out.push_back({{"id", quarantine.id},
+                                    {"model", quarantine.model},
+                                    {"tenant", quarantine.tenant},
+                                    {"reason", quarantine.reason},
+                                    {"created_ms", quarantine.created_ms},
+                                    {"blocks", quarantine.keys.size()},
+                                    {"diverted_requests", daemon.quarantines->Diverted(quarantine.id)}});
+                   }
                    SendJson(response, 200, {{"quarantines", std::move(out)}});
                  }));
 }

@@ -16,7 +16,6 @@
 #include "server/access.h"
 #include "server/daemon.h"
 #include "server/gateway_upstream.h"
-#include "server/governance_api.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
@@ -53,9 +52,10 @@ namespace {
 // keys on the prefill worker, which the gate is asked about.
 class DaemonPin final : public gateway::HandoffPin {
  public:
-  DaemonPin(Daemon& daemon, std::string lease_id, std::string prefill_worker,
-            std::vector<index::BlockKey> keys)
-      : daemon_(daemon),
+  DaemonPin(services::LeaseService& leases, const governance::GovernanceGate& gate,
+            std::string lease_id, std::string prefill_worker, std::vector<index::BlockKey> keys)
+      : leases_(leases),
+        gate_(gate),
         lease_id_(std::move(lease_id)),
         prefill_worker_(std::move(prefill_worker)),
         keys_(std::move(keys)) {}
@@ -67,11 +67,11 @@ class DaemonPin final : public gateway::HandoffPin {
     gateway::PinView pin;
     pin.lease_id = lease_id_;
     pin.span_blocks = keys_.size();
-    const std::optional<NIXLLease> lease = daemon_.leases.Get(lease_id_);
+    const std::optional<NIXLLease> lease = leases_.Get(lease_id_);
     pin.lease_state = lease ? LeaseStateAt(*lease, now_ms) : NIXLLeaseState::kFailed;
     if (pin.lease_state != NIXLLeaseState::kActive) return pin;
     const router::SpanGate::Limit limit =
-        daemon_.gate.Creditable(prefill_worker_, keys_, keys_.size(), now_ms);
+        gate_.Creditable(prefill_worker_, keys_, keys_.size(), now_ms);
     pin.creditable_blocks = limit.creditable;
     pin.limit = std::string(ToString(limit.kind));
     if (limit.reason != LookupReason::kNone) pin.limit += "/" + std::string(ToString(limit.reason));
@@ -84,7 +84,7 @@ class DaemonPin final : public gateway::HandoffPin {
     report.event = event;
     report.witness = NIXLLeaseWitness::kHandoff;
     // A lease the expiry timer ended first stays expired (terminal).
-    if (Status ended = ApplyLeaseReport(daemon_, report, std::nullopt, kDaemonActor);
+    if (Status ended = leases_.ApplyReport(report, std::nullopt, kDaemonActor, clock::NowMillis());
         !ended.ok() && ended.code() != StatusCode::kFailedPrecondition) {
       log::Line(log::Level::kError, "handoff.lease_not_ended")
           .Field("lease", lease_id_)
@@ -94,7 +94,8 @@ class DaemonPin final : public gateway::HandoffPin {
   }
 
  private:
-  Daemon& daemon_;
+  services::LeaseService& leases_;
+  const governance::GovernanceGate& gate_;
   const std::string lease_id_;
   const std::string prefill_worker_;
   const std::vector<index::BlockKey> keys_;
@@ -130,9 +131,9 @@ Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
   span.worker = std::string(prefill_worker);
   span.token_ids = request.tokens;
   span.cache_salt = request.salt;
-  KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, lease, span, kDaemonActor));
+  KVGOV_RETURN_IF_ERROR(daemon.leases->ApplyReport(lease, span, kDaemonActor, clock::NowMillis()));
   return std::unique_ptr<gateway::HandoffPin>(std::make_unique<DaemonPin>(
-      daemon, lease.lease_id, std::string(prefill_worker), std::move(keys)));
+      *daemon.leases, daemon.gate, lease.lease_id, std::string(prefill_worker), std::move(keys)));
 }
 
 void RecordHandoff(Daemon& daemon, gateway::HandoffRecord record,

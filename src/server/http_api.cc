@@ -39,102 +39,6 @@ bool IsJsonContentType(const httplib::Request& request) {
   return type.rfind("application/json", 0) == 0;
 }
 
-// The kvgov keys of the span a transport names, on the worker that holds it.
-Result<std::vector<index::BlockKey>> SpanKeys(const Daemon& daemon,
-                                              const SpanResidency& residency) {
-  if (!residency.token_ids.empty()) {
-    std::optional<index::WorkerResidency> worker = daemon.index.Worker(residency.worker);
-    if (!worker) return Status::NotFound("worker: '" + residency.worker + "' is not registered");
-    return index::RequestChain(daemon.index.hasher(),
-                               {worker->model, residency.lora_name, residency.group_idx},
-                               residency.cache_salt, residency.token_ids, worker->block_size);
-  }
-  const std::string& holder = residency.from_worker.empty() ? residency.worker
-                                                            : residency.from_worker;
-  return daemon.index.KeysForEngineHashes(holder, residency.block_hashes, residency.group_idx);
-}
-
-// Moves residency as a transport reported it: a completed store, offload,
-// restore or migrate places the span in to_tier on the worker; an eviction
-// takes it out of from_tier (or to_tier). Routes and failed transfers move
-// nothing.
-Status ApplyTransferResidency(Daemon& daemon, const KVTransfer& transfer,
-                              const SpanResidency& residency) {
-  if (transfer.span.outcome != KVTransferOutcome::kOk ||
-      transfer.direction == KVTransferDirection::kRoute || residency.worker.empty()) {
-    return Status::Ok();
-  }
-  KVGOV_ASSIGN_OR_RETURN(std::vector<index::BlockKey> keys, SpanKeys(daemon, residency));
-  if (transfer.direction == KVTransferDirection::kEvict) {
-    ResidencyTier tier = transfer.span.from_tier != ResidencyTier::kUnknown
-                             ? transfer.span.from_tier
-                             : transfer.span.to_tier;
-    if (tier == ResidencyTier::kUnknown) {
-      return Status::InvalidArgument("from_tier: required to evict a span from a worker");
-    }
-    return daemon.index.RemoveBlocks(residency.worker, keys, tier);
-  }
-  if (transfer.span.to_tier == ResidencyTier::kUnknown) {
-    return Status::InvalidArgument("to_tier: required to place a span on a worker");
-  }
-  return daemon.index.AddBlocks(residency.worker, keys, transfer.span.to_tier);
-}
-
-// Lowers one decoded element and applies what it says. Returns the entry's
-// error, if any, worded "<field>: <problem>".
-Status Ingest(Daemon& daemon, const IngestEvent& event, std::string_view actor) {
-  Result<Entry> entry = std::visit(
-      [&](const auto& record) -> Result<Entry> {
-        using R = std::decay_t<decltype(record)>;
-        if constexpr (std::is_same_v<R, KVTransfer>) {
-          return FromKVTransfer(record);
-        } else if constexpr (std::is_same_v<R, NIXLLease>) {
-          // Checked for every event, not only at the grant: a later
-          // report is lowered and counted too.
-          KVGOV_RETURN_IF_ERROR(CheckNIXLLeaseReport(record));
-          return FromNIXLLease(record, clock::NowMillis());
-        } else if constexpr (std::is_same_v<R, ProviderCache>) {
-          return FromProviderCache(record);
-        } else if constexpr (std::is_same_v<R, ToolResult>) {
-          return FromToolResult(record);
-        } else {
-          return record;
-        }
-      },
-      event.record);
-  if (!entry.ok()) return entry.status();
-  // Untrusted until the operator's admission policy says otherwise: an
-  // unadmitted reporter is counted but moves no residency, so it can never
-  // make the router credit blocks.
-  Entry admitted = daemon.admission.Admit(std::move(entry).value());
-  if (const auto* lease = std::get_if<NIXLLease>(&event.record)) {
-    // The gateway's own leases are witnessed from the handoff, not told:
-    // a reporter may neither claim that witness nor move such a lease.
-    if (lease->witness != NIXLLeaseWitness::kReported) {
-      return Status::InvalidArgument(
-          "witness: a report's lease is 'reported'; 'handoff' leases are kvgov's gateway's own");
-    }
-    if (std::optional<NIXLLease> known = daemon.leases.Get(lease->lease_id);
-        known && known->witness != NIXLLeaseWitness::kReported) {
-      return Status::PermissionDenied("lease_id: '" + lease->lease_id +
-                                      "' is a handoff kvgov's gateway witnesses; it takes no "
-                                      "reports");
-    }
-    KVGOV_RETURN_IF_ERROR(ApplyLeaseReport(daemon, *lease, event.residency, actor));
-  } else if (event.residency.has_value()) {
-    if (admitted.security.taint != Taint::kTrusted) {
-      daemon.accounting->Record(admitted);
-      return Status::PermissionDenied(
-          "owner: '" + admitted.residency.owner +
-          "' is not admitted (serve --admit OWNER), so its report moves no residency");
-    }
-    KVGOV_RETURN_IF_ERROR(
-        ApplyTransferResidency(daemon, std::get<KVTransfer>(event.record), *event.residency));
-  }
-  daemon.accounting->Record(admitted);
-  return Status::Ok();
-}
-
 void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
                   const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
@@ -144,7 +48,8 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
   Json rejected = Json::array();
   for (size_t i = 0; i < batch->events.size(); ++i) {
     const Result<IngestEvent>& event = batch->events[i];
-    Status status = event.ok() ? Ingest(daemon, *event, ActorOf(caller)) : event.status();
+    Status status = event.ok() ? daemon.reports->Apply(*event, ActorOf(caller), clock::NowMillis())
+                                : event.status();
     if (status.ok()) {
       ++accepted;
     } else {
@@ -574,7 +479,7 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
       const store::WriteOp state{store::Column::kGovernance, "drain/" + worker,
                                  draining ? std::optional<std::string>("1") : std::nullopt};
       const Json payload = {{"worker", worker}, {"draining", draining}};
-      Status recorded = RecordGovernance(daemon, ActorOf(caller),
+      Status recorded = daemon.recorder->Record(ActorOf(caller),
                                          draining ? "worker.drain" : "worker.undrain", worker,
                                          payload.dump(), {&state, 1})
                             .status();
@@ -637,10 +542,6 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
              response.set_content(daemon.metrics.Render(),
                                   "text/plain; version=0.0.4; charset=utf-8");
            }));
-}
-
-Status IngestReport(Daemon& daemon, const IngestEvent& event, std::string_view actor) {
-  return Ingest(daemon, event, actor);
 }
 
 }  // namespace kvgov::server

@@ -25,13 +25,6 @@ struct Daemon;
 /// their own. Routes and bodies: docs/formats/events-api.md.
 void RegisterHttpApi(httplib::Server& http, Daemon& daemon);
 
-/// Lowers one decoded POST /v1/events element and applies it: admission,
-/// residency, leases, accounting. The one path every report takes, whether
-/// it came over HTTP or from a spool file. Errors are worded
-/// "<field>: <problem>". `actor` names the reporter in the journal rows a
-/// lease report makes.
-Status IngestReport(Daemon& daemon, const IngestEvent& event, std::string_view actor);
-
 /// The settings in effect (GET /v1/config's body), as JSON text; the
 /// journal records it at every start.
 std::string DescribeConfig(const Daemon& daemon);

@@ -28,7 +28,7 @@ Status JournalChange(Daemon& daemon, std::string_view kind, std::string_view nam
                      const std::string& payload, const TokenAudit::TokenSet& after) {
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(TokenAudit::kJournaledTokensKey), EncodeTokenSet(after)};
-  return RecordGovernance(daemon, TokenAudit::kActor, kind, name, payload, {&state, 1}).status();
+  return daemon.recorder->Record(TokenAudit::kActor, kind, name, payload, {&state, 1}).status();
 }
 
 }  // namespace

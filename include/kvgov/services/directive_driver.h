@@ -4,8 +4,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -17,17 +18,46 @@
 
 #include "kvgov/codec/governance_api.h"
 #include "kvgov/core/engine_events.h"
+#include "kvgov/core/mutex.h"
 #include "kvgov/governance/directive.h"
 #include "kvgov/governance/directive_lifecycle.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"
+#include "kvgov/governance/governance_gate.h"
+#include "kvgov/ingest/engine_spec.h"
+#include "kvgov/metrics/registry.h"
+#include "kvgov/services/governance_recorder.h"
+#include "kvgov/services/tenant_salts.h"
 #include "kvgov/store/store.h"
 
-namespace kvgov::server {
+namespace kvgov::connectors {
+class InvalidationConnector;
+}  // namespace kvgov::connectors
+namespace kvgov::replication {
+class Replica;
+}  // namespace kvgov::replication
 
-struct Daemon;
+namespace kvgov::cert {
+class IssuerKey;
+}  // namespace kvgov::cert
+
+namespace kvgov::services {
 
 using governance::Directive;
+
+/// What the driver reads of the engines kvgov follows.
+struct EngineDirectory {
+  /// The engine a worker ("id" or "id@dp_rank") belongs to; null for one
+  /// no --engine names (it has no control API to call).
+  std::function<const ingest::EngineSpec*(std::string_view worker)> engine_of;
+  /// The last batch seq the worker's stream applied; -1 when unknown.
+  std::function<int64_t(std::string_view worker)> stream_seq;
+};
+
+struct DirectiveDriverOptions {
+  int64_t witness_timeout_ms = 0;  // --witness-timeout-ms
+  int64_t claim_ttl_ms = 0;        // replicas: --claim-ttl-ms
+};
 
 /// Drives directives through governance::DirectiveLifecycle, which decides
 /// every transition; this performs its effects: it calls the engines'
@@ -39,10 +69,24 @@ using governance::Directive;
 /// Thread-safety: one mutex guards the directives; one dispatcher thread
 /// calls the engines and mints certificates (never under the mutex);
 /// engine-stream threads report events through Observe.
-class InvalidationManager {
+class DirectiveDriver {
  public:
-  InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms);
-  ~InvalidationManager();
+  struct Collaborators {
+    const index::ResidencyIndex* index = nullptr;
+    governance::GovernanceGate* gate = nullptr;
+    TenantSalts* salts = nullptr;
+    GovernanceRecorder* recorder = nullptr;  // and, for a replica, its claims
+    const store::Store* store = nullptr;
+    const cert::IssuerKey* issuer = nullptr;
+    EngineDirectory engines;
+  };
+
+  /// Registers kvgov_certificates_total on `metrics` and starts the
+  /// dispatcher. Every collaborator must outlive the driver.
+  static Result<std::unique_ptr<DirectiveDriver>> Create(Collaborators collaborators,
+                                                         metrics::Registry* metrics,
+                                                         DirectiveDriverOptions options);
+  ~DirectiveDriver();
 
   /// A directive as Create opened it.
   struct Opened {
@@ -130,52 +174,59 @@ class InvalidationManager {
   // Replicas: renews the claims on driven directives, lets go of finished
   // ones and those whose claim was lost, and takes over directives whose
   // driver stopped renewing.
-  void TendClaims(int64_t now_ms);
+  void TendClaims(replication::Replica& replica, int64_t now_ms);
   // True when this kvgov dispatches, witnesses and certifies the directive:
   // always for a single node, while it holds the claim for a replica.
-  // REQUIRES: mu_ held.
-  bool DrivesLocked(std::string_view id) const;
+  bool DrivesLocked(std::string_view id) const KVGOV_REQUIRES(mu_);
   // Applies what a stream showed (a removal, a clear, a restart) to every
   // directive this kvgov drives. Takes mu_.
-  void WitnessAll(const governance::DirectiveEvent& seen);
+  void WitnessAll(const governance::DirectiveEvent& seen) KVGOV_EXCLUDES(mu_);
   // Moves the gate's pending targets from `before` (may be null) to `after`.
-  // REQUIRES: mu_ held.
-  void SyncGateLocked(const Directive* before, const Directive& after);
+  void SyncGateLocked(const Directive* before, const Directive& after) KVGOV_REQUIRES(mu_);
   // Applies `event` to directive `id` and performs the effects that need
   // no I/O: the gate's holds and the dispatcher's queue (calls and
   // certification are queued unless `defer` collects them, as Recover does).
   // Returns the record to journal, if the transition asks for one.
-  // REQUIRES: mu_ held; `id` is known.
+  // `id` must be known.
   std::optional<std::pair<Directive, std::string>> ApplyLocked(
       const std::string& id, const governance::DirectiveEvent& event, int64_t now_ms,
-      std::vector<Work>* defer = nullptr);
+      std::vector<Work>* defer = nullptr) KVGOV_REQUIRES(mu_);
   void Certify(const std::string& id);
   // kvgov_certificates_total{outcome}: issued, or failed (minting, storing
   // or journaling the anchor failed; the directive stays witnessed).
   void CountCertificate(std::string_view outcome);
-  // Journals the directive's current record. REQUIRES: mu_ not held.
+  // Journals the directive's current record.
   Status Record(const Directive& directive, std::string_view kind, std::string_view actor,
-                std::span<const store::WriteOp> beside = {});
+                std::span<const store::WriteOp> beside = {}) KVGOV_EXCLUDES(mu_);
   // Record, with a failure logged: the state stands in memory either way.
   void RecordOrLog(const Directive& directive, std::string_view kind);
-  // REQUIRES: mu_ held.
-  void SetGateLocked(const std::vector<governance::WorkerTargets>& targets, bool pending);
+  void SetGateLocked(const std::vector<governance::WorkerTargets>& targets, bool pending)
+      KVGOV_REQUIRES(mu_);
 
-  Daemon* const daemon_;
+  DirectiveDriver(Collaborators collaborators, DirectiveDriverOptions options);
+
+  // The connector that reaches the owner's control API; FailedPrecondition
+  // when its engine has none.
+  Result<std::unique_ptr<connectors::InvalidationConnector>> ConnectorFor(
+      std::string_view worker) const;
+
+  const Collaborators with_;
+  const DirectiveDriverOptions options_;
+  metrics::CounterFamily* certificates_ = nullptr;  // {outcome}
   const governance::DirectiveLifecycle lifecycle_;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::map<std::string, Directive, std::less<>> directives_;  // guarded by mu_
-  std::deque<Work> queue_;                          // guarded by mu_
-  std::set<std::string, std::less<>> driving_;      // replicas: claimed here; guarded by mu_
-  std::vector<Work> recovered_;  // what Recover found to do, until the streams run; guarded by mu_
-  int64_t next_claim_round_ms_ = 0;                 // guarded by mu_
-  bool stopping_ = false;                           // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any wake_;
+  std::map<std::string, Directive, std::less<>> directives_ KVGOV_GUARDED_BY(mu_);
+  std::deque<Work> queue_ KVGOV_GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> driving_ KVGOV_GUARDED_BY(mu_);  // replicas: claimed here
+  // What Recover found to do, until the streams run.
+  std::vector<Work> recovered_ KVGOV_GUARDED_BY(mu_);
+  int64_t next_claim_round_ms_ KVGOV_GUARDED_BY(mu_) = 0;
+  bool stopping_ KVGOV_GUARDED_BY(mu_) = false;
   std::atomic<bool> cancel_{false};
   // Serializes revocations: each advances the epoch it read by exactly one.
-  std::mutex revoke_mu_;
+  Mutex revoke_mu_;
   std::thread thread_;
 };
 
-
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,4 +1,4 @@
-#include "server/invalidations.h"
+#include "kvgov/services/directive_driver.h"
 
 #include <algorithm>
 
@@ -11,10 +11,8 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/log/log.h"
 #include "kvgov/replication/replica.h"
-#include "server/daemon.h"
-#include "server/salting.h"
 
-namespace kvgov::server {
+namespace kvgov::services {
 namespace {
 
 using governance::DirectiveState;
@@ -25,19 +23,35 @@ constexpr std::string_view kCertificatePrefix = "certificate/";
 
 std::string ClaimName(std::string_view id) { return "directive/" + std::string(id); }
 
-int64_t StreamSeq(const Daemon& daemon, std::string_view worker) {
-  if (!daemon.ingest) return -1;
-  for (const transport::StreamView& view : daemon.ingest->Streams()) {
-    if (view.worker == worker) return view.stats->last_seq.load();
-  }
-  return -1;
+}  // namespace
+
+Result<std::unique_ptr<DirectiveDriver>> DirectiveDriver::Create(Collaborators collaborators,
+                                                                 metrics::Registry* metrics,
+                                                                 DirectiveDriverOptions options) {
+  KVGOV_ASSIGN_OR_RETURN(metrics::CounterFamily * certificates,
+                         metrics->AddCounter({"kvgov_certificates_total",
+                                              "Deletion certificates by outcome: issued, or "
+                                              "failed (minting or storing failed; the "
+                                              "directive stays witnessed).",
+                                              {"outcome"}}));
+  // Both series exist from the start, so a rate or an alert on failures
+  // never sees an absent series.
+  certificates->WithLabels({"issued"});
+  certificates->WithLabels({"failed"});
+  std::unique_ptr<DirectiveDriver> driver(new DirectiveDriver(std::move(collaborators), options));
+  driver->certificates_ = certificates;
+  return driver;
 }
 
-// The connector that reaches the owner's control API; FailedPrecondition
-// when its engine has none.
-Result<std::unique_ptr<connectors::InvalidationConnector>> ConnectorFor(
-    const Daemon& daemon, std::string_view worker) {
-  const ingest::EngineSpec* engine = EngineOf(daemon, worker);
+DirectiveDriver::DirectiveDriver(Collaborators collaborators, DirectiveDriverOptions options)
+    : with_(std::move(collaborators)),
+      options_(options),
+      lifecycle_(options.witness_timeout_ms),
+      thread_([this] { Run(); }) {}
+
+Result<std::unique_ptr<connectors::InvalidationConnector>> DirectiveDriver::ConnectorFor(
+    std::string_view worker) const {
+  const ingest::EngineSpec* engine = with_.engines.engine_of(worker);
   if (engine == nullptr || engine->control.empty()) {
     return Status::FailedPrecondition("worker '" + std::string(worker) +
                                       "' has no control URL to send a directive to");
@@ -49,16 +63,11 @@ Result<std::unique_ptr<connectors::InvalidationConnector>> ConnectorFor(
   return connectors::MakeConnector(config);
 }
 
-}  // namespace
+DirectiveDriver::~DirectiveDriver() { Stop(); }
 
-InvalidationManager::InvalidationManager(Daemon* daemon, int64_t witness_timeout_ms)
-    : daemon_(daemon), lifecycle_(witness_timeout_ms), thread_([this] { Run(); }) {}
-
-InvalidationManager::~InvalidationManager() { Stop(); }
-
-void InvalidationManager::Stop() {
+void DirectiveDriver::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cancel_ = true;
@@ -66,15 +75,16 @@ void InvalidationManager::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status InvalidationManager::Record(const Directive& directive, std::string_view kind,
-                                   std::string_view actor, std::span<const store::WriteOp> beside) {
+Status DirectiveDriver::Record(const Directive& directive, std::string_view kind,
+                               std::string_view actor, std::span<const store::WriteOp> beside) {
   const std::string record = EncodeDirectiveRecord(directive);
   std::vector<store::WriteOp> state(beside.begin(), beside.end());
-  state.push_back({store::Column::kGovernance, std::string(kDirectivePrefix) + directive.id, record});
-  return RecordGovernance(*daemon_, actor, kind, directive.id, record, state).status();
+  state.push_back(
+      {store::Column::kGovernance, std::string(kDirectivePrefix) + directive.id, record});
+  return with_.recorder->Record(actor, kind, directive.id, record, state).status();
 }
 
-void InvalidationManager::RecordOrLog(const Directive& directive, std::string_view kind) {
+void DirectiveDriver::RecordOrLog(const Directive& directive, std::string_view kind) {
   if (Status recorded = Record(directive, kind, kDaemonActor); !recorded.ok()) {
     log::Line(log::Level::kError, "directive.not_journaled")
         .Field("directive", directive.id)
@@ -83,23 +93,23 @@ void InvalidationManager::RecordOrLog(const Directive& directive, std::string_vi
   }
 }
 
-bool InvalidationManager::DrivesLocked(std::string_view id) const {
-  return !daemon_->replicated() || driving_.contains(id);
+bool DirectiveDriver::DrivesLocked(std::string_view id) const {
+  return !with_.recorder->replicated() || driving_.contains(id);
 }
 
-void InvalidationManager::SetGateLocked(const std::vector<governance::WorkerTargets>& targets,
-                                        bool pending) {
+void DirectiveDriver::SetGateLocked(const std::vector<governance::WorkerTargets>& targets,
+                                    bool pending) {
   for (const governance::WorkerTargets& target : targets) {
-    daemon_->gate.SetPending(target.worker, target.keys, target.whole_worker, pending);
+    with_.gate->SetPending(target.worker, target.keys, target.whole_worker, pending);
   }
 }
 
-void InvalidationManager::SyncGateLocked(const Directive* before, const Directive& after) {
+void DirectiveDriver::SyncGateLocked(const Directive* before, const Directive& after) {
   if (before != nullptr) SetGateLocked(governance::PendingTargets(*before), false);
   SetGateLocked(governance::PendingTargets(after), true);
 }
 
-std::optional<std::pair<Directive, std::string>> InvalidationManager::ApplyLocked(
+std::optional<std::pair<Directive, std::string>> DirectiveDriver::ApplyLocked(
     const std::string& id, const governance::DirectiveEvent& event, int64_t now_ms,
     std::vector<Work>* defer) {
   Directive& directive = directives_.at(id);
@@ -119,33 +129,33 @@ std::optional<std::pair<Directive, std::string>> InvalidationManager::ApplyLocke
   return std::make_pair(directive, std::move(*effects.journal));
 }
 
-void InvalidationManager::ApplyReplicated(std::string_view record) {
+void DirectiveDriver::ApplyReplicated(std::string_view record) {
   Result<Directive> directive = DecodeDirectiveRecord(record);
   if (!directive.ok()) {
     log::Line(log::Level::kError, "directive.replicated_unreadable")
         .Field("error", directive.status().ToString());
     return;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (DrivesLocked(directive->id)) return;
   auto it = directives_.find(directive->id);
   SyncGateLocked(it == directives_.end() ? nullptr : &it->second, *directive);
   directives_[directive->id] = std::move(directive).value();
 }
 
-Result<InvalidationManager::Opened> InvalidationManager::Create(const InvalidationRequest& request,
-                                                                std::string_view actor) {
+Result<DirectiveDriver::Opened> DirectiveDriver::Create(const InvalidationRequest& request,
+                                                        std::string_view actor) {
   if (request.scope == "tenant") return CreateRevocation(request, actor);
   governance::DirectiveDraft draft;
   KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
   draft.reason = request.reason;
   draft.model = request.model;
   draft.tenant = request.tenant;
-  draft.scope = request.scope.empty() ? KVEvictionScope::kExactSpan
-                                      : KVEvictionScope::kWholePrefixCache;
+  draft.scope =
+      request.scope.empty() ? KVEvictionScope::kExactSpan : KVEvictionScope::kWholePrefixCache;
 
   std::vector<index::WorkerResidency> workers;
-  for (index::WorkerResidency& w : daemon_->index.Workers()) {
+  for (index::WorkerResidency& w : with_.index->Workers()) {
     if (w.model == request.model) workers.push_back(std::move(w));
   }
   if (workers.empty()) {
@@ -153,19 +163,20 @@ Result<InvalidationManager::Opened> InvalidationManager::Create(const Invalidati
   }
   std::vector<index::BlockKey> span;
   if (!request.token_ids.empty()) {
-    const std::string salt = CurrentTenantSalt(*daemon_, request.tenant, request.model);
-    span = index::RequestChain(daemon_->index.hasher(),
+    const std::string salt = with_.salts->Current(request.tenant, request.model);
+    span = index::RequestChain(with_.index->hasher(),
                                {request.model, request.lora_name, request.group_idx}, salt,
                                request.token_ids, workers.front().block_size);
-    draft.owners = governance::OwnersOfSpan(span, daemon_->index.Overlap(span));
+    draft.owners = governance::OwnersOfSpan(span, with_.index->Overlap(span));
   } else if (request.block_hash.has_value()) {
-    KVGOV_ASSIGN_OR_RETURN(span, daemon_->index.KeysForEngineHashes(
-                                     request.worker, std::span(&*request.block_hash, 1),
-                                     request.group_idx));
+    KVGOV_ASSIGN_OR_RETURN(
+        span, with_.index->KeysForEngineHashes(request.worker, std::span(&*request.block_hash, 1),
+                                               request.group_idx));
     draft.owners.push_back(governance::OwnerOfKeys(request.worker, span));
   } else {
     if (request.scope == "worker") {
-      std::erase_if(workers, [&](const index::WorkerResidency& w) { return w.id != request.worker; });
+      std::erase_if(workers,
+                    [&](const index::WorkerResidency& w) { return w.id != request.worker; });
       if (workers.empty()) {
         return Status::NotFound("worker: '" + request.worker + "' does not serve '" +
                                 request.model + "'");
@@ -180,18 +191,18 @@ Result<InvalidationManager::Opened> InvalidationManager::Create(const Invalidati
   return Opened{std::move(planned.directive), {}};
 }
 
-Result<InvalidationManager::Opened> InvalidationManager::CreateRevocation(
+Result<DirectiveDriver::Opened> DirectiveDriver::CreateRevocation(
     const InvalidationRequest& request, std::string_view actor) {
   if (!request.model.empty()) {
-    const std::vector<index::WorkerResidency> workers = daemon_->index.Workers();
+    const std::vector<index::WorkerResidency> workers = with_.index->Workers();
     if (std::none_of(workers.begin(), workers.end(),
                      [&](const index::WorkerResidency& w) { return w.model == request.model; })) {
       return Status::NotFound("model: no registered worker serves '" + request.model + "'");
     }
   }
-  std::lock_guard revoking(revoke_mu_);
+  MutexLock revoking(revoke_mu_);
   const router::SaltEpochs::TenantEpochs next =
-      daemon_->salt_epochs.Advanced(request.tenant, request.model);
+      with_.salts->Advanced(request.tenant, request.model);
   governance::DirectiveDraft draft;
   KVGOV_ASSIGN_OR_RETURN(draft.id, auth::RandomHexId());
   draft.reason = request.reason;
@@ -209,7 +220,7 @@ Result<InvalidationManager::Opened> InvalidationManager::CreateRevocation(
   draft.subject = governance::RevocationSubject(request.model, request.tenant, revocation);
   // The residue as of the new epoch: what every salt before it keyed.
   std::vector<index::LineageResidue> residue_by_tier =
-      RevocationResidue(*daemon_, request.tenant, request.model, next, /*by_tier=*/true);
+      with_.salts->Residue(request.tenant, request.model, next, /*by_tier=*/true);
   for (const index::LineageResidue& residue : residue_by_tier) {
     OwnerProgress& owner = draft.owners.emplace_back();
     owner.worker = residue.worker;
@@ -220,40 +231,39 @@ Result<InvalidationManager::Opened> InvalidationManager::CreateRevocation(
   governance::DirectiveLifecycle::Planned planned = lifecycle_.Plan(std::move(draft), now_ms);
   // The epoch and the directive in one journaled write: a revocation the
   // answer acknowledges is in force after any crash.
-  const store::WriteOp epoch{store::Column::kGovernance,
-                             std::string(kSaltEpochPrefix) + request.tenant,
-                             EncodeSaltEpochRecord(request.tenant, next)};
+  const store::WriteOp epoch = services::TenantSalts::RecordOf(request.tenant, next);
   KVGOV_RETURN_IF_ERROR(Open(planned, actor, {&epoch, 1}));
-  daemon_->salt_epochs.Set(request.tenant, next);
+  with_.salts->Install(request.tenant, next);
   return Opened{std::move(planned.directive), std::move(residue_by_tier)};
 }
 
-Status InvalidationManager::Open(governance::DirectiveLifecycle::Planned& planned,
-                                 std::string_view actor, std::span<const store::WriteOp> state) {
+Status DirectiveDriver::Open(governance::DirectiveLifecycle::Planned& planned,
+                             std::string_view actor, std::span<const store::WriteOp> state) {
   const Directive& directive = planned.directive;
-  const bool to_drive = !governance::IsFinished(directive.state);
-  if (daemon_->replica != nullptr && to_drive) {
+  // Replicas claim what they drive.
+  replication::Replica* const claims =
+      governance::IsFinished(directive.state) ? nullptr : with_.recorder->replica();
+  if (claims != nullptr) {
     // Claimed before it is in the log, so no other replica takes it over
     // while its creator is alive.
-    Result<bool> claimed = daemon_->replica->Claim(ClaimName(directive.id));
+    Result<bool> claimed = claims->Claim(ClaimName(directive.id));
     if (!claimed.ok()) {
       return Status::Unavailable("governance writes are refused while Redis is unreachable: " +
                                  claimed.status().message());
     }
     if (!*claimed) return Status::Internal("a fresh directive id was already claimed");
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     driving_.insert(directive.id);
   }
-  if (Status recorded = Record(directive, *planned.effects.journal, actor, state);
-      !recorded.ok()) {
-    if (daemon_->replica != nullptr && to_drive) {
-      daemon_->replica->ReleaseClaim(ClaimName(directive.id));
-      std::lock_guard lock(mu_);
+  if (Status recorded = Record(directive, *planned.effects.journal, actor, state); !recorded.ok()) {
+    if (claims != nullptr) {
+      claims->ReleaseClaim(ClaimName(directive.id));
+      MutexLock lock(mu_);
       driving_.erase(directive.id);
     }
     return recorded;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   SetGateLocked(planned.effects.hold, true);
   directives_[directive.id] = directive;
   if (!planned.effects.call.empty() || planned.effects.certify) {
@@ -263,25 +273,24 @@ Status InvalidationManager::Open(governance::DirectiveLifecycle::Planned& planne
   return Status::Ok();
 }
 
-std::vector<index::LineageResidue> InvalidationManager::Residue(const Directive& directive) const {
+std::vector<index::LineageResidue> DirectiveDriver::Residue(const Directive& directive) const {
   return ResidueOf(directive, /*by_tier=*/true);
 }
 
-std::vector<index::LineageResidue> InvalidationManager::ResidueOf(const Directive& directive,
-                                                                  bool by_tier) const {
+std::vector<index::LineageResidue> DirectiveDriver::ResidueOf(const Directive& directive,
+                                                              bool by_tier) const {
   if (!directive.revocation) return {};
   // Against the tenant's epochs now: a later revocation only moves more
   // salts into the residue.
-  return RevocationResidue(*daemon_, directive.tenant, directive.model,
-                           daemon_->salt_epochs.Get(directive.tenant).value_or(
-                               router::SaltEpochs::TenantEpochs{}),
-                           by_tier);
+  return with_.salts->Residue(
+      directive.tenant, directive.model,
+      with_.salts->Epochs(directive.tenant).value_or(router::SaltEpochs::TenantEpochs{}), by_tier);
 }
 
-void InvalidationManager::WatchResidue(int64_t now_ms) {
+void DirectiveDriver::WatchResidue(int64_t now_ms) {
   std::vector<Directive> watched;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, directive] : directives_) {
       const bool awaits = directive.state == DirectiveState::kDispatched ||
                           directive.state == DirectiveState::kAcknowledged;
@@ -291,10 +300,10 @@ void InvalidationManager::WatchResidue(int64_t now_ms) {
   for (const Directive& directive : watched) {
     // Read outside the lock: the index takes its own.
     const std::vector<index::LineageResidue> residue = ResidueOf(directive, /*by_tier=*/false);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!directives_.contains(directive.id)) continue;
     for (const OwnerProgress& owner : directive.owners) {
-      governance::ResidueSeen seen{owner.worker, 0, 0, StreamSeq(*daemon_, owner.worker)};
+      governance::ResidueSeen seen{owner.worker, 0, 0, with_.engines.stream_seq(owner.worker)};
       for (const index::LineageResidue& held : residue) {
         if (held.worker != owner.worker) continue;
         seen.residue = held.matched_refs;
@@ -305,10 +314,10 @@ void InvalidationManager::WatchResidue(int64_t now_ms) {
   }
 }
 
-void InvalidationManager::Run() {
-  std::unique_lock lock(mu_);
+void DirectiveDriver::Run() {
+  MutexLock lock(mu_);
   while (true) {
-    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) wake_.wait(lock);
     if (stopping_) return;
     Work work = std::move(queue_.front());
     queue_.pop_front();
@@ -322,17 +331,17 @@ void InvalidationManager::Run() {
   }
 }
 
-void InvalidationManager::Dispatch(const Work& work) {
+void DirectiveDriver::Dispatch(const Work& work) {
   std::optional<Directive> directive = Get(work.id);
   if (!directive) return;
   for (size_t i : work.call) {
     if (i >= directive->owners.size()) continue;
     const OwnerProgress& owner = directive->owners[i];
     Result<std::unique_ptr<connectors::InvalidationConnector>> connector =
-        ConnectorFor(*daemon_, owner.worker);
-    const int64_t stream_seq = StreamSeq(*daemon_, owner.worker);
+        ConnectorFor(owner.worker);
+    const int64_t stream_seq = with_.engines.stream_seq(owner.worker);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       // Answered meanwhile (a second round for the same owner), or the
       // directive finished or was witnessed: nothing to call.
       if (!governance::MayCall(directives_.at(work.id), i)) continue;
@@ -354,23 +363,22 @@ void InvalidationManager::Dispatch(const Work& work) {
                           result->scope, result->degraded, result->degrade_reason})
                     : governance::DirectiveEvent(
                           governance::CallFailed{i, name, result.status().message()});
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ApplyLocked(work.id, answer, clock::NowMillis());
   }
   std::optional<std::pair<Directive, std::string>> record;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     record = ApplyLocked(work.id, governance::CallsEnded{}, clock::NowMillis());
   }
   if (record) RecordOrLog(record->first, record->second);
 }
 
-void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
-                                  const EngineEvent& event) {
+void DirectiveDriver::Observe(std::string_view worker, uint64_t seq, const EngineEvent& event) {
   governance::DirectiveEvent seen;
   if (const auto* block_removed = std::get_if<BlockRemoved>(&event)) {
     // Resolved before the index applies the removal and forgets the hash.
-    Result<std::vector<index::BlockKey>> keys = daemon_->index.KeysForEngineHashes(
+    Result<std::vector<index::BlockKey>> keys = with_.index->KeysForEngineHashes(
         worker, block_removed->block_hashes, block_removed->group_idx);
     seen = governance::RemovalSeen{std::string(worker), seq,
                                    keys.ok() ? *std::move(keys) : std::vector<index::BlockKey>{}};
@@ -382,20 +390,20 @@ void InvalidationManager::Observe(std::string_view worker, uint64_t seq,
   WitnessAll(seen);
 }
 
-void InvalidationManager::ObserveRestart(std::string_view worker, uint64_t seq) {
+void DirectiveDriver::ObserveRestart(std::string_view worker, uint64_t seq) {
   WitnessAll(governance::RestartSeen{std::string(worker), seq});
 }
 
-void InvalidationManager::WitnessAll(const governance::DirectiveEvent& seen) {
+void DirectiveDriver::WitnessAll(const governance::DirectiveEvent& seen) {
   const int64_t now_ms = clock::NowMillis();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, directive] : directives_) {
     // Witnessing journals nothing: the certify step journals the anchor.
     if (DrivesLocked(id)) ApplyLocked(id, seen, now_ms);
   }
 }
 
-void InvalidationManager::Certify(const std::string& id) {
+void DirectiveDriver::Certify(const std::string& id) {
   std::optional<Directive> directive = Get(id);
   if (!directive || directive->state != DirectiveState::kWitnessed) return;
   // The journal row recording the witness is the certificate's anchor: the
@@ -403,9 +411,8 @@ void InvalidationManager::Certify(const std::string& id) {
   const std::string record = EncodeDirectiveRecord(*directive);
   const store::WriteOp state{store::Column::kGovernance,
                              std::string(kDirectivePrefix) + directive->id, record};
-  Result<journal::Row> anchor =
-      RecordGovernance(*daemon_, kDaemonActor, "invalidation.witnessed", directive->id, record,
-                       {&state, 1});
+  Result<journal::Row> anchor = with_.recorder->Record(kDaemonActor, "invalidation.witnessed",
+                                                       directive->id, record, {&state, 1});
   if (!anchor.ok()) {
     log::Line(log::Level::kError, "directive.not_journaled")
         .Field("directive", id)
@@ -425,9 +432,9 @@ void InvalidationManager::Certify(const std::string& id) {
     // and did what the directive asked: its residue went by eviction.
     std::string connector_name = owner.connector;
     if (connector_name.empty()) {
-      if (const ingest::EngineSpec* engine = EngineOf(*daemon_, owner.worker)) {
-        connector_name = engine->connector.empty() ? std::string(ToString(engine->kind))
-                                                   : engine->connector;
+      if (const ingest::EngineSpec* engine = with_.engines.engine_of(owner.worker)) {
+        connector_name =
+            engine->connector.empty() ? std::string(ToString(engine->kind)) : engine->connector;
       }
     }
     Result<cert::CertConnector> connector = ParseEnum<cert::CertConnector>(connector_name);
@@ -448,7 +455,7 @@ void InvalidationManager::Certify(const std::string& id) {
   }
   input.anchor = {anchor->seq, anchor->prev_hash, anchor->hash};
   input.issued_at_ms = clock::NowMillis();
-  Result<cert::DeletionCertificate> certificate = cert::MintCertificate(input, *daemon_->issuer);
+  Result<cert::DeletionCertificate> certificate = cert::MintCertificate(input, *with_.issuer);
   Result<std::string> encoded = certificate.ok() ? cert::EncodeCertificateJson(*certificate)
                                                  : Result<std::string>(certificate.status());
   if (!encoded.ok()) {
@@ -469,9 +476,10 @@ void InvalidationManager::Certify(const std::string& id) {
                      std::string(kCertificatePrefix) + certificate->certificate_id, *encoded},
       store::WriteOp{store::Column::kGovernance, std::string(kDirectivePrefix) + id,
                      certified_record}};
-  if (Status recorded = RecordGovernance(*daemon_, kDaemonActor, "certificate",
-                                         certificate->certificate_id, *encoded, ops)
-                            .status();
+  if (Status recorded =
+          with_.recorder
+              ->Record(kDaemonActor, "certificate", certificate->certificate_id, *encoded, ops)
+              .status();
       !recorded.ok()) {
     log::Line(log::Level::kError, "directive.not_certified")
         .Field("directive", id)
@@ -480,22 +488,22 @@ void InvalidationManager::Certify(const std::string& id) {
     return;
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ApplyLocked(id, certified_event, input.issued_at_ms);
   }
   CountCertificate("issued");
 }
 
-void InvalidationManager::CountCertificate(std::string_view outcome) {
-  if (daemon_->certificates != nullptr) daemon_->certificates->WithLabels({outcome})->Inc();
+void DirectiveDriver::CountCertificate(std::string_view outcome) {
+  certificates_->WithLabels({std::string(outcome)})->Inc();
 }
 
-void InvalidationManager::Tick(int64_t now_ms) {
-  if (daemon_->replica != nullptr) TendClaims(now_ms);
+void DirectiveDriver::Tick(int64_t now_ms) {
+  if (replication::Replica* replica = with_.recorder->replica()) TendClaims(*replica, now_ms);
   WatchResidue(now_ms);
   std::vector<std::pair<Directive, std::string>> records;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, directive] : directives_) {
       if (!DrivesLocked(id)) continue;
       if (auto record = ApplyLocked(id, governance::Tick{}, now_ms)) {
@@ -506,16 +514,15 @@ void InvalidationManager::Tick(int64_t now_ms) {
   for (const auto& [directive, kind] : records) (void)Record(directive, kind, kDaemonActor);
 }
 
-void InvalidationManager::TendClaims(int64_t now_ms) {
-  replication::Replica& replica = *daemon_->replica;
+void DirectiveDriver::TendClaims(replication::Replica& replica, int64_t now_ms) {
   std::vector<std::string> driven;
   std::vector<std::string> orphans;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // A third of the claim's life between rounds: a live driver renews
     // twice before its claim could lapse.
     if (now_ms < next_claim_round_ms_) return;
-    next_claim_round_ms_ = now_ms + daemon_->options.claim_ttl_ms / 3;
+    next_claim_round_ms_ = now_ms + options_.claim_ttl_ms / 3;
     for (const auto& [id, directive] : directives_) {
       if (driving_.contains(id)) {
         driven.push_back(id);
@@ -528,12 +535,12 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
   for (const std::string& id : driven) {
     bool finished = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       finished = governance::IsFinished(directives_.at(id).state);
     }
     if (finished) {
       replica.ReleaseClaim(ClaimName(id));
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       driving_.erase(id);
       continue;
     }
@@ -543,14 +550,14 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
       log::Line(log::Level::kWarn, "directive.claim_lost")
           .Field("replica", replica.id())
           .Field("directive", id);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       driving_.erase(id);
     }
   }
   for (const std::string& id : orphans) {
     Result<bool> claimed = replica.Claim(ClaimName(id));
     if (!claimed.ok() || !*claimed) continue;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const Directive& directive = directives_.at(id);
     if (governance::IsFinished(directive.state)) {
       replica.ReleaseClaim(ClaimName(id));
@@ -565,17 +572,17 @@ void InvalidationManager::TendClaims(int64_t now_ms) {
   }
 }
 
-std::optional<Directive> InvalidationManager::Get(std::string_view id) const {
-  std::lock_guard lock(mu_);
+std::optional<Directive> DirectiveDriver::Get(std::string_view id) const {
+  MutexLock lock(mu_);
   auto it = directives_.find(id);
   if (it == directives_.end()) return std::nullopt;
   return it->second;
 }
 
-std::vector<Directive> InvalidationManager::NewestFirst() const {
+std::vector<Directive> DirectiveDriver::NewestFirst() const {
   std::vector<Directive> out;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     out.reserve(directives_.size());
     for (const auto& [id, directive] : directives_) out.push_back(directive);
   }
@@ -585,27 +592,27 @@ std::vector<Directive> InvalidationManager::NewestFirst() const {
   return out;
 }
 
-std::map<std::string, uint64_t, std::less<>> InvalidationManager::CountByState() const {
+std::map<std::string, uint64_t, std::less<>> DirectiveDriver::CountByState() const {
   std::map<std::string, uint64_t, std::less<>> counts;
   for (const auto& [state, spelling] : EnumSpelling<DirectiveState>::kValues) {
     counts.emplace(spelling, 0);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, directive] : directives_) ++counts[std::string(ToString(directive.state))];
   return counts;
 }
 
-void InvalidationManager::CallRecoveredOwners() {
-  std::lock_guard lock(mu_);
+void DirectiveDriver::CallRecoveredOwners() {
+  MutexLock lock(mu_);
   for (Work& work : recovered_) queue_.push_back(std::move(work));
   recovered_.clear();
   wake_.notify_all();
 }
 
-Status InvalidationManager::Recover() {
+Status DirectiveDriver::Recover() {
   const int64_t now_ms = clock::NowMillis();
   Status unreadable;
-  KVGOV_RETURN_IF_ERROR(daemon_->store->Scan(
+  KVGOV_RETURN_IF_ERROR(with_.store->Scan(
       store::Column::kGovernance, kDirectivePrefix, "invalidation0",
       [&](std::string_view key, std::string_view value) {
         Result<Directive> decoded = DecodeDirectiveRecord(value);
@@ -614,14 +621,14 @@ Status InvalidationManager::Recover() {
           return false;
         }
         const std::string id = decoded->id;
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         SyncGateLocked(nullptr, *decoded);
         directives_[id] = *std::move(decoded);
         // A single kvgov was the directive's only driver and drives it on:
         // owners not yet called are called, and every removal still counts
         // when the engines' streams show it, caught up through replay. A
         // replica's directive lives on with whichever replica claims it.
-        if (!daemon_->replicated()) {
+        if (!with_.recorder->replicated()) {
           ApplyLocked(id, governance::DriverResumed{}, now_ms, &recovered_);
         }
         return true;
@@ -629,4 +636,4 @@ Status InvalidationManager::Recover() {
   return unreadable;
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services
