@@ -424,20 +424,6 @@ Result<std::string> DefaultReplicaId() {
   return std::string(host[0] != '\0' ? host : "kvgov") + "-" + suffix.substr(0, 8);
 }
 
-// Drain flags are governance state: kept as "drain/<worker>" rows.
-Status RestoreDrains(Daemon& daemon) {
-  std::vector<std::string> drained;
-  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
-      store::Column::kGovernance, "drain/", "drain0", [&](std::string_view key, std::string_view) {
-        drained.emplace_back(key.substr(6));
-        return true;
-      }));
-  for (const std::string& worker : drained) {
-    // A worker no longer configured keeps its row; it is simply not routable.
-    (void)daemon.status.SetDraining(worker, true);
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -618,6 +604,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                      {.retain_ended_ms = options.lease_retain_ms}));
   daemon->quarantines = std::make_unique<services::QuarantineService>(
       &daemon->gate, daemon->store.get(), daemon->recorder.get());
+  daemon->drains = std::make_unique<services::WorkerDrains>(&daemon->status, daemon->store.get(),
+                                                            daemon->recorder.get());
   daemon->reports = std::make_unique<services::ReportIntake>(
       AdmissionPolicy(options.admit), &daemon->index, daemon->accounting.get(),
       daemon->leases.get());
@@ -698,8 +686,12 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
       .Field("ms", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                             std::chrono::steady_clock::now() - recovery_started)
                                             .count()));
-  KVGOV_RETURN_IF_ERROR(RestoreDrains(*daemon));
-  KVGOV_RETURN_IF_ERROR(RecoverGovernance(*daemon));
+  // Governance state: leases whose time ran out while kvgov was down are
+  // journaled as expired by a single node.
+  KVGOV_RETURN_IF_ERROR(daemon->drains->Recover());
+  KVGOV_RETURN_IF_ERROR(daemon->salts->Recover(*daemon->store));
+  KVGOV_RETURN_IF_ERROR(daemon->leases->Recover(clock::NowMillis()));
+  KVGOV_RETURN_IF_ERROR(daemon->quarantines->Recover());
   // Recovered: the compaction held since the store opened may take a core.
   KVGOV_RETURN_IF_ERROR(daemon->store->ResumeCompactions());
   if (replicated) {
@@ -712,13 +704,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
     replica.claim_ttl = std::chrono::milliseconds(options.claim_ttl_ms);
     replica.log_retain = std::chrono::milliseconds(options.log_retain_ms);
     replica.snapshot_interval = std::chrono::milliseconds(options.snapshot_interval_ms);
-    Daemon* state = daemon.get();
+    auto governance = std::make_shared<services::ReplicatedGovernance>(
+        daemon->leases.get(), daemon->quarantines.get(), daemon->salts.get(),
+        daemon->invalidations.get(), daemon->drains.get());
     replication::Replica::Hooks hooks;
-    hooks.apply = [state](const replication::LogEntry& entry) {
-      ApplyReplicatedGovernance(*state, entry);
-    };
-    hooks.guard = [leases = daemon->leases.get()](const replication::LogEntry& entry) {
-      return leases->GuardReplicated(entry);
+    hooks.apply = [governance](const replication::LogEntry& entry) { governance->Apply(entry); };
+    hooks.guard = [governance](const replication::LogEntry& entry) {
+      return governance->Guard(entry);
     };
     hooks.fatal = options.on_fatal;
     KVGOV_ASSIGN_OR_RETURN(

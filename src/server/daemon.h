@@ -23,8 +23,10 @@
 #include "kvgov/services/governance_recorder.h"
 #include "kvgov/services/lease_service.h"
 #include "kvgov/services/quarantine_service.h"
+#include "kvgov/services/replicated_governance.h"
 #include "kvgov/services/report_intake.h"
 #include "kvgov/services/tenant_salts.h"
+#include "kvgov/services/worker_drains.h"
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
@@ -180,6 +182,7 @@ struct Daemon {
   std::unique_ptr<services::LeaseService> leases;
   std::unique_ptr<services::QuarantineService> quarantines;
   std::unique_ptr<services::TenantSalts> salts;  // keyed by the tenant secret
+  std::unique_ptr<services::WorkerDrains> drains;
   std::unique_ptr<router::Router> router;
   std::unique_ptr<metrics::CacheAccounting> accounting;
   std::unique_ptr<services::ReportIntake> reports;  // POST /v1/events and the spool

@@ -206,30 +206,6 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
 
 }  // namespace
 
-void ApplyReplicatedGovernance(Daemon& daemon, const replication::LogEntry& entry) {
-  for (const replication::LogWrite& write : entry.writes) {
-    if (write.column != "governance") continue;  // tokens: the replica's own file
-    const std::string_view key = write.key;
-    if (key.starts_with(services::LeaseService::kRecordPrefix) && write.value.has_value()) {
-      (void)daemon.leases->ApplyReplicatedRecord(*write.value);
-    } else if (key.starts_with(services::QuarantineService::kRecordPrefix)) {
-      daemon.quarantines->ApplyReplicatedWrite(
-          key.substr(services::QuarantineService::kRecordPrefix.size()), write.value);
-    } else if (key.starts_with("drain/")) {
-      (void)daemon.status.SetDraining(key.substr(6), write.value.has_value());
-    } else if (key.starts_with(services::TenantSalts::kRecordPrefix) && write.value.has_value()) {
-      (void)daemon.salts->ApplyReplicatedRecord(*write.value);
-    } else if (key.starts_with("invalidation/") && write.value.has_value()) {
-      daemon.invalidations->ApplyReplicated(*write.value);
-    }
-  }
-}
-
-Status RecoverGovernance(Daemon& daemon) {
-  KVGOV_RETURN_IF_ERROR(daemon.salts->Recover(*daemon.store));
-  KVGOV_RETURN_IF_ERROR(daemon.leases->Recover(clock::NowMillis()));
-  return daemon.quarantines->Recover();
-}
 
 namespace {
 

@@ -470,22 +470,12 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                                                      httplib::Response& response,
                                                      const auth::Principal& caller) {
       const std::string worker = request.matches[1].str();
-      if (!daemon.status.Get(worker).has_value()) {
-        return SendError(response, 404,
-                         Status::NotFound("worker '" + worker + "' is not registered"));
+      if (Status set = daemon.drains->Set(ActorOf(caller), worker, draining); !set.ok()) {
+        return SendError(
+            response, set.code() == StatusCode::kNotFound ? 404 : GovernanceWriteHttpStatus(set),
+            set);
       }
-      // Durable first, then in effect: a drain the answer acknowledges
-      // survives a crash.
-      const store::WriteOp state{store::Column::kGovernance, "drain/" + worker,
-                                 draining ? std::optional<std::string>("1") : std::nullopt};
-      const Json payload = {{"worker", worker}, {"draining", draining}};
-      Status recorded = daemon.recorder->Record(ActorOf(caller),
-                                         draining ? "worker.drain" : "worker.undrain", worker,
-                                         payload.dump(), {&state, 1})
-                            .status();
-      if (!recorded.ok()) return SendError(response, GovernanceWriteHttpStatus(recorded), recorded);
-      (void)daemon.status.SetDraining(worker, draining);
-      SendJson(response, 200, payload);
+      SendJson(response, 200, {{"worker", worker}, {"draining", draining}});
     });
   };
   http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)",

@@ -18,7 +18,6 @@ namespace {
 using governance::DirectiveState;
 using governance::OwnerProgress;
 
-constexpr std::string_view kDirectivePrefix = "invalidation/";
 constexpr std::string_view kCertificatePrefix = "certificate/";
 
 std::string ClaimName(std::string_view id) { return "directive/" + std::string(id); }
@@ -79,8 +78,7 @@ Status DirectiveDriver::Record(const Directive& directive, std::string_view kind
                                std::string_view actor, std::span<const store::WriteOp> beside) {
   const std::string record = EncodeDirectiveRecord(directive);
   std::vector<store::WriteOp> state(beside.begin(), beside.end());
-  state.push_back(
-      {store::Column::kGovernance, std::string(kDirectivePrefix) + directive.id, record});
+  state.push_back({store::Column::kGovernance, std::string(kRecordPrefix) + directive.id, record});
   return with_.recorder->Record(actor, kind, directive.id, record, state).status();
 }
 
@@ -409,8 +407,8 @@ void DirectiveDriver::Certify(const std::string& id) {
   // The journal row recording the witness is the certificate's anchor: the
   // certificate can only exist after the removal was seen and recorded.
   const std::string record = EncodeDirectiveRecord(*directive);
-  const store::WriteOp state{store::Column::kGovernance,
-                             std::string(kDirectivePrefix) + directive->id, record};
+  const store::WriteOp state{store::Column::kGovernance, std::string(kRecordPrefix) + directive->id,
+                             record};
   Result<journal::Row> anchor = with_.recorder->Record(kDaemonActor, "invalidation.witnessed",
                                                        directive->id, record, {&state, 1});
   if (!anchor.ok()) {
@@ -474,7 +472,7 @@ void DirectiveDriver::Certify(const std::string& id) {
   const std::array<store::WriteOp, 2> ops = {
       store::WriteOp{store::Column::kGovernance,
                      std::string(kCertificatePrefix) + certificate->certificate_id, *encoded},
-      store::WriteOp{store::Column::kGovernance, std::string(kDirectivePrefix) + id,
+      store::WriteOp{store::Column::kGovernance, std::string(kRecordPrefix) + id,
                      certified_record}};
   if (Status recorded =
           with_.recorder
@@ -613,7 +611,7 @@ Status DirectiveDriver::Recover() {
   const int64_t now_ms = clock::NowMillis();
   Status unreadable;
   KVGOV_RETURN_IF_ERROR(with_.store->Scan(
-      store::Column::kGovernance, kDirectivePrefix, "invalidation0",
+      store::Column::kGovernance, kRecordPrefix, "invalidation0",
       [&](std::string_view key, std::string_view value) {
         Result<Directive> decoded = DecodeDirectiveRecord(value);
         if (!decoded.ok()) {

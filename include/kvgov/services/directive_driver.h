@@ -71,6 +71,9 @@ struct DirectiveDriverOptions {
 /// engine-stream threads report events through Observe.
 class DirectiveDriver {
  public:
+  /// Where directive records live in the governance column.
+  static constexpr std::string_view kRecordPrefix = "invalidation/";
+
   struct Collaborators {
     const index::ResidencyIndex* index = nullptr;
     governance::GovernanceGate* gate = nullptr;
