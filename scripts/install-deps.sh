@@ -11,8 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # fuzzing (make fuzz): clang, and libFuzzer with the sanitizer runtimes
   clang libclang-rt-14-dev
-  # the format check (tests/format_check.sh)
-  clang-format
+  # the format and tidy checks (tests/format_check.sh, tests/tidy_check.sh)
+  clang-format clang-tidy
   # libraries
   nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libssl-dev libsodium-dev libcli11-dev
   libboost-dev

@@ -22,8 +22,8 @@ Result<int64_t> RetentionMillis(std::string_view retention) {
   std::string_view unit(unit_start, static_cast<size_t>(end - unit_start));
   int64_t unit_ms = 0;
   if (unit == "s") unit_ms = 1000;
-  if (unit == "m" || unit == "min") unit_ms = 60 * 1000;
-  if (unit == "h") unit_ms = 60 * 60 * 1000;
+  if (unit == "m" || unit == "min") unit_ms = int64_t{60} * 1000;
+  if (unit == "h") unit_ms = int64_t{60} * 60 * 1000;
   constexpr int64_t kMaxCount = int64_t{1} << 32;
   if (error != std::errc() || unit_ms == 0 || count <= 0 || count > kMaxCount) {
     return Status::InvalidArgument("retention: want <count><s|m|min|h> such as '5m' or '1h', got '" +

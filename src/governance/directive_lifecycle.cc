@@ -335,7 +335,7 @@ DirectiveLifecycle::Planned DirectiveLifecycle::Plan(DirectiveDraft draft, int64
     d.target_count += owner.target_count;
   }
   if (draft.revocation) {
-    d.revocation = std::move(draft.revocation);
+    d.revocation = draft.revocation;
     planned.effects.journal = JournalKind(DirectiveState::kPlanned);
     if (d.owners.empty()) {
       // Nothing of the old epochs is resident: gone as of its own moment.

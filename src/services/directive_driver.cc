@@ -138,7 +138,8 @@ void DirectiveDriver::ApplyReplicated(std::string_view record) {
   if (DrivesLocked(directive->id)) return;
   auto it = directives_.find(directive->id);
   SyncGateLocked(it == directives_.end() ? nullptr : &it->second, *directive);
-  directives_[directive->id] = std::move(directive).value();
+  const std::string id = directive->id;
+  directives_[id] = *std::move(directive);
 }
 
 Result<DirectiveDriver::Opened> DirectiveDriver::Create(const InvalidationRequest& request,

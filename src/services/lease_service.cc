@@ -141,7 +141,7 @@ void LeaseService::ForgetEnded(int64_t now_ms) {
     return index_->Holds(worker, key);
   });
   const std::vector<std::string> handoffs =
-      table_.ForgetEndedBefore(now_ms - options_.retain_ended_ms, now_ms - 60 * 1000);
+      table_.ForgetEndedBefore(now_ms - options_.retain_ended_ms, now_ms - int64_t{60} * 1000);
   if (handoffs.empty()) return;
   std::vector<store::WriteOp> deletes;
   deletes.reserve(handoffs.size());

@@ -24,7 +24,7 @@ namespace kvgov::services {
 struct LeaseServiceOptions {
   /// How long an ended, transport-reported lease stays listed (and its
   /// record stored); a handoff's is forgotten a minute after it ended.
-  int64_t retain_ended_ms = 3600 * 1000;
+  int64_t retain_ended_ms = int64_t{3600} * 1000;
 };
 
 /// The NIXL leases kvgov witnesses (docs/formats/governance-api.md, "Leases";
