@@ -98,7 +98,7 @@ def main():
         gov = os.path.join(server, "governance_api.cc")
         with open(gov, encoding="utf-8") as f:
             text = f.read()
-        text, n = re.subn(r'http\.Get\("/v1/quarantines",', 'RegisterNothing("/v1/quarantines",',
+        text, n = re.subn(r'http\.Get\(\s*"/v1/quarantines",', 'RegisterNothing("/v1/quarantines",',
                           text)
         assert n == 1, "selftest: GET /v1/quarantines registration not found"
         with open(gov, "w", encoding="utf-8") as f:

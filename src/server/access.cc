@@ -11,8 +11,7 @@ namespace {
 // Authenticates and authorizes, or writes the 401/403 answer and returns
 // nothing.
 std::optional<auth::Principal> Admit(Daemon& daemon, auth::Role role,
-                                     const httplib::Request& request,
-                                     httplib::Response& response) {
+                                     const httplib::Request& request, httplib::Response& response) {
   Result<auth::Principal> caller =
       daemon.auth->Authorize(request.get_header_value("Authorization"), role);
   if (caller.ok()) return *caller;
@@ -37,27 +36,25 @@ Handler Guard(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
 }
 
 Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
-  return Guard(daemon, role,
-               [handler = std::move(handler)](const httplib::Request& request,
-                                              httplib::Response& response,
-                                              const auth::Principal& caller) {
-                 if (!caller.tenant.empty()) {
-                   return SendError(response, 403,
-                                    Status::PermissionDenied(
-                                        "token '" + caller.token + "' is bound to tenant '" +
-                                        caller.tenant + "'; this route is fleet-wide"));
-                 }
-                 handler(request, response, caller);
-               });
+  return Guard(
+      daemon, role,
+      [handler = std::move(handler)](const httplib::Request& request, httplib::Response& response,
+                                     const auth::Principal& caller) {
+        if (!caller.tenant.empty()) {
+          return SendError(
+              response, 403,
+              Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
+                                       caller.tenant + "'; this route is fleet-wide"));
+        }
+        handler(request, response, caller);
+      });
 }
 
 Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler) {
-  return GuardFleetWrite(daemon, role,
-                         [handler = std::move(handler)](const httplib::Request& request,
-                                                        httplib::Response& response,
-                                                        const auth::Principal&) {
-                           handler(request, response);
-                         });
+  return GuardFleetWrite(
+      daemon, role,
+      [handler = std::move(handler)](const httplib::Request& request, httplib::Response& response,
+                                     const auth::Principal&) { handler(request, response); });
 }
 
 std::string ActorOf(const auth::Principal& caller) {

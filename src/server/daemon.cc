@@ -29,22 +29,22 @@ namespace {
 Status RegisterEngineMetrics(Daemon& daemon) {
   metrics::Registry& registry = daemon.metrics;
   using metrics::FamilyOptions;
-  KVGOV_ASSIGN_OR_RETURN(auto* events,
-                         registry.AddCallbackCounter(
-                             {"kvgov_engine_events_total",
-                              "Engine KV events applied to the residency index, by worker and "
-                              "event type.",
-                              {"worker", "type"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* events,
+      registry.AddCallbackCounter({"kvgov_engine_events_total",
+                                   "Engine KV events applied to the residency index, by worker and "
+                                   "event type.",
+                                   {"worker", "type"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* gaps, registry.AddCallbackCounter(
                                          {"kvgov_engine_seq_gaps_total",
                                           "Forward gaps in an engine stream's sequence numbers.",
                                           {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* replays,
-                         registry.AddCallbackCounter(
-                             {"kvgov_engine_replays_total",
-                              "Replay requests made to repair gaps, by outcome (ok: every "
-                              "missing batch came back; failed: the worker was marked stale).",
-                              {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* replays,
+      registry.AddCallbackCounter({"kvgov_engine_replays_total",
+                                   "Replay requests made to repair gaps, by outcome (ok: every "
+                                   "missing batch came back; failed: the worker was marked stale).",
+                                   {"worker", "outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* restarts,
                          registry.AddCallbackCounter(
                              {"kvgov_engine_restarts_total",
@@ -64,11 +64,11 @@ Status RegisterEngineMetrics(Daemon& daemon) {
                          registry.AddCallbackGauge({"kvgov_residency_blocks",
                                                     "KV blocks resident per worker and tier.",
                                                     {"worker", "tier"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* stale, registry.AddCallbackGauge(
-                                          {"kvgov_worker_stale",
-                                           "1 while a worker's residency cannot be believed (an "
-                                           "unrepaired gap); its blocks then do not count.",
-                                           {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* stale, registry.AddCallbackGauge({"kvgov_worker_stale",
+                                              "1 while a worker's residency cannot be believed (an "
+                                              "unrepaired gap); its blocks then do not count.",
+                                              {"worker"}}));
   KVGOV_ASSIGN_OR_RETURN(
       auto* store_pending,
       registry.AddCallbackGauge(
@@ -76,52 +76,52 @@ Status RegisterEngineMetrics(Daemon& daemon) {
            "Bytes of applied engine batches handed to the store's writer and not yet written "
            "(docs/adr/0038): what a kill -9 would leave to the engines' replay.",
            {}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* stale_seconds,
-                         registry.AddCallbackGauge(
-                             {"kvgov_worker_stale_seconds",
-                              "How long a worker has been stale, by the reason it went stale "
-                              "(gap_lost, replay_rolled_over, replay_unanswered, "
-                              "stale_before_restart); absent while it is live.",
-                              {"worker", "reason"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* catch_ups,
-                         registry.AddCallbackCounter(
-                             {"kvgov_engine_catch_ups_total",
-                              "Catch-ups through the replay socket at each connection to the "
-                              "engine, by outcome (ok: kvgov holds every batch the engine "
-                              "published; failed: the worker was marked stale).",
-                              {"worker", "outcome"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* stale_seconds,
+      registry.AddCallbackGauge({"kvgov_worker_stale_seconds",
+                                 "How long a worker has been stale, by the reason it went stale "
+                                 "(gap_lost, replay_rolled_over, replay_unanswered, "
+                                 "stale_before_restart); absent while it is live.",
+                                 {"worker", "reason"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* catch_ups,
+      registry.AddCallbackCounter({"kvgov_engine_catch_ups_total",
+                                   "Catch-ups through the replay socket at each connection to the "
+                                   "engine, by outcome (ok: kvgov holds every batch the engine "
+                                   "published; failed: the worker was marked stale).",
+                                   {"worker", "outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* orphans,
                          registry.AddCallbackCounter(
                              {"kvgov_engine_orphan_blocks_total",
                               "Stored blocks whose parent kvgov never saw (a missed batch or a "
                               "restarted engine); they are not indexed.",
                               {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* drift,
-                         registry.AddCallbackCounter(
-                             {"kvgov_engine_hash_drift_blocks_total",
-                              "Blocks an engine stored again under a new hash for the same "
-                              "tokens: its hash seed changed (PYTHONHASHSEED unset).",
-                              {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* salts,
-                         registry.AddCallbackGauge(
-                             {"kvgov_engine_salts",
-                              "1 for a worker's salt reporting (ADR 0019): reported (its events "
-                              "carry extra keys), not_reported (a salted request came back "
-                              "without the salt: tenant routes avoid it), unknown (no evidence "
-                              "yet); 0 for the other two.",
-                              {"worker", "state"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* salt_blind,
-                         registry.AddCallbackCounter(
-                             {"kvgov_engine_salt_blind_blocks_total",
-                              "Blocks of a salted request that the engine published without "
-                              "the salt; they are not indexed.",
-                              {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* silent_seconds,
-                         registry.AddCallbackGauge(
-                             {"kvgov_engine_silent_seconds",
-                              "Seconds since the engine stream's last batch (since kvgov began "
-                              "following it, when it has sent none).",
-                              {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* drift,
+      registry.AddCallbackCounter({"kvgov_engine_hash_drift_blocks_total",
+                                   "Blocks an engine stored again under a new hash for the same "
+                                   "tokens: its hash seed changed (PYTHONHASHSEED unset).",
+                                   {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* salts,
+      registry.AddCallbackGauge({"kvgov_engine_salts",
+                                 "1 for a worker's salt reporting (ADR 0019): reported (its events "
+                                 "carry extra keys), not_reported (a salted request came back "
+                                 "without the salt: tenant routes avoid it), unknown (no evidence "
+                                 "yet); 0 for the other two.",
+                                 {"worker", "state"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* salt_blind,
+      registry.AddCallbackCounter({"kvgov_engine_salt_blind_blocks_total",
+                                   "Blocks of a salted request that the engine published without "
+                                   "the salt; they are not indexed.",
+                                   {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* silent_seconds,
+      registry.AddCallbackGauge({"kvgov_engine_silent_seconds",
+                                 "Seconds since the engine stream's last batch (since kvgov began "
+                                 "following it, when it has sent none).",
+                                 {"worker"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* silent,
                          registry.AddCallbackGauge(
                              {"kvgov_engine_silent",
@@ -201,12 +201,12 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                              {"kvgov_gateway_relayed_bytes_total",
                               "Bytes of engines' answers the gateway passed on to its clients."}));
   gateway.bytes_relayed->WithLabels({});
-  KVGOV_ASSIGN_OR_RETURN(gateway.retries,
-                         daemon.metrics.AddCounter(
-                             {"kvgov_gateway_upstream_retries_total",
-                              "Gateway requests tried again on the next candidate because the "
-                              "first engine gave no byte or a 5xx before any byte reached the "
-                              "client."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      gateway.retries,
+      daemon.metrics.AddCounter({"kvgov_gateway_upstream_retries_total",
+                                 "Gateway requests tried again on the next candidate because the "
+                                 "first engine gave no byte or a 5xx before any byte reached the "
+                                 "client."}));
   gateway.retries->WithLabels({});
   KVGOV_ASSIGN_OR_RETURN(
       gateway.tokenize_mismatches,
@@ -233,12 +233,11 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
       daemon.metrics.AddCounter({"kvgov_gateway_predicted_tokens_total",
                                  "Prompt tokens kvgov predicted cached on the chosen worker.",
                                  {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      gateway.cached_tokens,
-      daemon.metrics.AddCounter({"kvgov_gateway_engine_cached_tokens_total",
-                                 "Prompt tokens the engine reported cached "
-                                 "(usage.prompt_tokens_details.cached_tokens).",
-                                 {"worker"}}));
+  KVGOV_ASSIGN_OR_RETURN(gateway.cached_tokens,
+                         daemon.metrics.AddCounter({"kvgov_gateway_engine_cached_tokens_total",
+                                                    "Prompt tokens the engine reported cached "
+                                                    "(usage.prompt_tokens_details.cached_tokens).",
+                                                    {"worker"}}));
   KVGOV_ASSIGN_OR_RETURN(
       gateway.unaccounted,
       daemon.metrics.AddCounter({"kvgov_gateway_unaccounted_total",
@@ -273,9 +272,9 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                               {"state"}}));
   KVGOV_ASSIGN_OR_RETURN(auto* leases, daemon.metrics.AddCallbackGauge(
                                            {"kvgov_leases", "NIXL leases by state.", {"state"}}));
-  KVGOV_ASSIGN_OR_RETURN(auto* quarantined,
-                         daemon.metrics.AddCallbackGauge(
-                             {"kvgov_quarantined_blocks", "Blocks under quarantine."}));
+  KVGOV_ASSIGN_OR_RETURN(
+      auto* quarantined,
+      daemon.metrics.AddCallbackGauge({"kvgov_quarantined_blocks", "Blocks under quarantine."}));
   KVGOV_ASSIGN_OR_RETURN(
       auto* clock_skew,
       daemon.metrics.AddCallbackGauge(
@@ -286,8 +285,7 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
   Daemon* state = &daemon;
   return daemon.metrics
       .RegisterCollector([=](metrics::CollectorSink& sink) {
-        std::map<NIXLLeaseState, uint64_t> counts =
-            state->leases->CountByState(clock::NowMillis());
+        std::map<NIXLLeaseState, uint64_t> counts = state->leases->CountByState(clock::NowMillis());
         for (const auto& [value, spelling] : EnumSpelling<NIXLLeaseState>::kValues) {
           sink.Emit(leases, {spelling}, static_cast<double>(counts[value]));
         }
@@ -312,9 +310,9 @@ Status RegisterRouteMetrics(Daemon& daemon) {
                                  {"outcome"}}));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.overlap,
-      daemon.metrics.AddHistogram(
-          {"kvgov_route_overlap_blocks", "Credited prefix overlap of the chosen worker, in blocks."},
-          {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}));
+      daemon.metrics.AddHistogram({"kvgov_route_overlap_blocks",
+                                   "Credited prefix overlap of the chosen worker, in blocks."},
+                                  {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.latency,
       daemon.metrics.AddHistogram({"kvgov_route_latency_seconds",
@@ -424,7 +422,6 @@ Result<std::string> DefaultReplicaId() {
   return std::string(host[0] != '\0' ? host : "kvgov") + "-" + suffix.substr(0, 8);
 }
 
-
 }  // namespace
 
 Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint64_t head_seq) {
@@ -433,9 +430,8 @@ Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint
   const bool whole = !cursor_.has_value() || cursor_->report.first_broken_seq.has_value() ||
                      now_ms - whole_walk_at_ms_ >= kWholeWalkEvery;
   if (!whole && cursor_->next_seq > head_seq) return cursor_->report;  // nothing new
-  KVGOV_ASSIGN_OR_RETURN(
-      journal::VerifyCursor cursor,
-      journal::VerifyFrom(store, whole ? journal::VerifyCursor{} : *cursor_));
+  KVGOV_ASSIGN_OR_RETURN(journal::VerifyCursor cursor,
+                         journal::VerifyFrom(store, whole ? journal::VerifyCursor{} : *cursor_));
   if (whole) whole_walk_at_ms_ = now_ms;
   cursor_ = std::move(cursor);
   return cursor_->report;
@@ -573,8 +569,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                       ? options.data_dir + "/tenant-salt.key"
                                       : options.tenant_secret_file;
   KVGOV_ASSIGN_OR_RETURN(std::string tenant_secret, auth::LoadOrCreateTenantSecret(secret_path));
-  daemon->salts = std::make_unique<services::TenantSalts>(std::move(tenant_secret),
-                                                         &daemon->index, &daemon->gate);
+  daemon->salts = std::make_unique<services::TenantSalts>(std::move(tenant_secret), &daemon->index,
+                                                          &daemon->gate);
   daemon->auth = std::make_unique<auth::Authenticator>(auth::TokenFilePath(options.data_dir),
                                                        !IsLoopbackHost(options.host));
   KVGOV_RETURN_IF_ERROR(daemon->auth->Load());
@@ -582,9 +578,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                          cert::IssuerKey::LoadOrCreate(options.issuer_key_file.empty()
                                                            ? options.data_dir + "/issuer.key"
                                                            : options.issuer_key_file));
-  KVGOV_ASSIGN_OR_RETURN(daemon->store, store::Store::Open(options.data_dir + "/store",
-                                             {.on_fatal = options.on_fatal,
-                                              .hold_compactions = true}));
+  KVGOV_ASSIGN_OR_RETURN(
+      daemon->store, store::Store::Open(options.data_dir + "/store",
+                                        {.on_fatal = options.on_fatal, .hold_compactions = true}));
   KVGOV_ASSIGN_OR_RETURN(daemon->journal, journal::Journal::Open(daemon->store.get()));
   daemon->recorder =
       std::make_unique<services::GovernanceRecorder>(daemon->journal.get(), replicated);
@@ -597,24 +593,23 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
-  KVGOV_ASSIGN_OR_RETURN(
-      daemon->leases,
-      services::LeaseService::Create(&daemon->gate, &daemon->index, daemon->store.get(),
-                                     daemon->recorder.get(), &daemon->metrics,
-                                     {.retain_ended_ms = options.lease_retain_ms}));
+  KVGOV_ASSIGN_OR_RETURN(daemon->leases, services::LeaseService::Create(
+                                             &daemon->gate, &daemon->index, daemon->store.get(),
+                                             daemon->recorder.get(), &daemon->metrics,
+                                             {.retain_ended_ms = options.lease_retain_ms}));
   daemon->quarantines = std::make_unique<services::QuarantineService>(
       &daemon->gate, daemon->store.get(), daemon->recorder.get());
   daemon->drains = std::make_unique<services::WorkerDrains>(&daemon->status, daemon->store.get(),
                                                             daemon->recorder.get());
-  daemon->reports = std::make_unique<services::ReportIntake>(
-      AdmissionPolicy(options.admit), &daemon->index, daemon->accounting.get(),
-      daemon->leases.get());
+  daemon->reports =
+      std::make_unique<services::ReportIntake>(AdmissionPolicy(options.admit), &daemon->index,
+                                               daemon->accounting.get(), daemon->leases.get());
   KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
   if (options.prefix_diagnostics) {
     prompts::DetectorOptions detector;
     detector.granule_tokens = options.breaker_granule_tokens;
-    KVGOV_RETURN_IF_ERROR(auth::FillRandom(
-        std::span(reinterpret_cast<char*>(&detector.key), sizeof(detector.key))));
+    KVGOV_RETURN_IF_ERROR(
+        auth::FillRandom(std::span(reinterpret_cast<char*>(&detector.key), sizeof(detector.key))));
     daemon->breakers = std::make_unique<prompts::CacheBreakerDetector>(detector);
     KVGOV_ASSIGN_OR_RETURN(
         daemon->prefix_avoidable_tokens,
@@ -625,8 +620,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
              "reordering).",
              {"model", "tenant", "cause"}}));
   }
-  daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status,
-                                                    options.route, &daemon->gate);
+  daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route,
+                                                    &daemon->gate);
   metrics::CacheAccounting* accounting = daemon->accounting.get();
   ingest::StreamStore* stream_store = daemon->stream_store.get();
   Daemon* const wired = daemon.get();
@@ -639,16 +634,15 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
            .recorder = daemon->recorder.get(),
            .store = daemon->store.get(),
            .issuer = daemon->issuer.get(),
-           .engines = {.engine_of = [wired](std::string_view worker) {
-                         return EngineOf(*wired, worker);
-                       },
-                       .stream_seq = [wired](std::string_view worker) -> int64_t {
-                         if (!wired->ingest) return -1;
-                         for (const transport::StreamView& view : wired->ingest->Streams()) {
-                           if (view.worker == worker) return view.stats->last_seq.load();
-                         }
-                         return -1;
-                       }}},
+           .engines = {
+               .engine_of = [wired](std::string_view worker) { return EngineOf(*wired, worker); },
+               .stream_seq = [wired](std::string_view worker) -> int64_t {
+                 if (!wired->ingest) return -1;
+                 for (const transport::StreamView& view : wired->ingest->Streams()) {
+                   if (view.worker == worker) return view.stats->last_seq.load();
+                 }
+                 return -1;
+               }}},
           &daemon->metrics,
           {.witness_timeout_ms = options.witness_timeout_ms,
            .claim_ttl_ms = options.claim_ttl_ms}));
@@ -665,13 +659,12 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         return stream_store->Recover(stream, recovered);
       },
       ingest::StreamObserver{
-          .event = [invalidations](std::string_view worker, uint64_t seq,
-                                   const EngineEvent& event) {
-            invalidations->Observe(worker, seq, event);
-          },
-          .restart = [invalidations](std::string_view worker, uint64_t seq) {
-            invalidations->ObserveRestart(worker, seq);
-          }});
+          .event = [invalidations](
+                       std::string_view worker, uint64_t seq,
+                       const EngineEvent& event) { invalidations->Observe(worker, seq, event); },
+          .restart = [invalidations](
+                         std::string_view worker,
+                         uint64_t seq) { invalidations->ObserveRestart(worker, seq); }});
   KVGOV_RETURN_IF_ERROR(daemon->ingest->AddEngines(options.engines));
   for (const ingest::EngineSpec& engine : options.engines) {
     KVGOV_ASSIGN_OR_RETURN(std::vector<ingest::StreamSpec> streams, ingest::StreamsFor(engine));
@@ -767,8 +760,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   daemon->traffic = std::make_unique<metrics::TrafficHistory>(
       static_cast<size_t>(15 * 60 * 1000 / traffic_interval_ms));
   daemon->traffic->Sample(clock::NowMillis(), daemon->route_totals.Read(*daemon->accounting));
-  daemon->traffic_samples = std::make_unique<PeriodicTask>(
-      std::chrono::milliseconds(traffic_interval_ms), [state] {
+  daemon->traffic_samples =
+      std::make_unique<PeriodicTask>(std::chrono::milliseconds(traffic_interval_ms), [state] {
         state->traffic->Sample(clock::NowMillis(), state->route_totals.Read(*state->accounting));
       });
   store::Store* store = daemon->store.get();
@@ -786,14 +779,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         failing = synced.ok() ? std::string() : synced.ToString();
       });
   if (!options.spool_dir.empty()) {
-    KVGOV_ASSIGN_OR_RETURN(
-        daemon->spool,
-        spool::SpoolDirectory::Open(
-            options.spool_dir,
-            [reports = daemon->reports.get()](const IngestEvent& event) {
-              return reports->Apply(event, kSpoolActor, clock::NowMillis());
-            },
-            &daemon->metrics));
+    KVGOV_ASSIGN_OR_RETURN(daemon->spool,
+                           spool::SpoolDirectory::Open(
+                               options.spool_dir,
+                               [reports = daemon->reports.get()](const IngestEvent& event) {
+                                 return reports->Apply(event, kSpoolActor, clock::NowMillis());
+                               },
+                               &daemon->metrics));
     spool::SpoolDirectory* spool = daemon->spool.get();
     daemon->spool_scans = std::make_unique<PeriodicTask>(
         std::chrono::milliseconds(std::max<int64_t>(1, options.spool_interval_ms)),

@@ -54,9 +54,9 @@ namespace kvgov::server {
 
 /// The route call's own metrics.
 struct RouteMetrics {
-  metrics::CounterFamily* decisions = nullptr;     // {outcome}
-  metrics::HistogramFamily* overlap = nullptr;     // credited overlap blocks of the choice
-  metrics::HistogramFamily* latency = nullptr;     // seconds spent deciding
+  metrics::CounterFamily* decisions = nullptr;  // {outcome}
+  metrics::HistogramFamily* overlap = nullptr;  // credited overlap blocks of the choice
+  metrics::HistogramFamily* latency = nullptr;  // seconds spent deciding
   // {model,tenant}: requests sent under a diverted salt (they cross a
   // quarantine), by /v1/route and the gateway.
   metrics::CounterFamily* diversions = nullptr;
@@ -198,10 +198,10 @@ struct Daemon {
   // Cache breakers in routed prompts; null with --prefix-diagnostics=false.
   std::unique_ptr<prompts::CacheBreakerDetector> breakers;
   metrics::CounterFamily* prefix_avoidable_tokens = nullptr;  // {model,tenant,cause}
-  ChainCheck chain_check;                // /v1/journal/verify and certificate checks
+  ChainCheck chain_check;                            // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   std::unique_ptr<connectors::UpstreamConnections> upstreams;  // the gateway's, to the engines
-  std::unique_ptr<services::DirectiveDriver> invalidations;  // outlives ingest: streams call it
+  std::unique_ptr<services::DirectiveDriver> invalidations;    // outlives ingest: streams call it
   std::optional<TokenAudit> token_audit;  // a single node's; housekeeping's alone after start
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;
@@ -209,7 +209,7 @@ struct Daemon {
   std::unique_ptr<PeriodicTask> group_commit;
   std::unique_ptr<PeriodicTask> traffic_samples;
   std::unique_ptr<spool::SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first
-  std::unique_ptr<PeriodicTask> spool_scans;      // scans `spool`; before it in Stop
+  std::unique_ptr<PeriodicTask> spool_scans;     // scans `spool`; before it in Stop
 
   /// True for one of several replicas (serve --redis), from the start:
   /// recovery runs before `replica` exists and must already act as one.

@@ -60,10 +60,9 @@ class DaemonPlane final : public gateway::Plane {
   std::optional<gateway::EngineAddress> EngineOf(std::string_view worker) const override {
     const ingest::EngineSpec* engine = server::EngineOf(daemon_, worker);
     if (engine == nullptr || OpenAIUrl(*engine).empty()) return std::nullopt;
-    return gateway::EngineAddress{engine->id, OpenAIUrl(*engine),
-                                  std::string(connectors::TokenizePath(engine->kind)),
-                                  engine->kind == ingest::EngineKind::kSglang,
-                                  engine->bootstrap_port};
+    return gateway::EngineAddress{
+        engine->id, OpenAIUrl(*engine), std::string(connectors::TokenizePath(engine->kind)),
+        engine->kind == ingest::EngineKind::kSglang, engine->bootstrap_port};
   }
 
   int64_t BlockSize(std::string_view worker) const override {
@@ -121,9 +120,9 @@ class DaemonPlane final : public gateway::Plane {
   }
 
   Result<std::unique_ptr<gateway::HandoffPin>> Pin(const gateway::HandoffRequest& request,
-                                                    std::string_view request_id,
-                                                    std::string_view prefill_worker,
-                                                    NIXLTransferRole role) override {
+                                                   std::string_view request_id,
+                                                   std::string_view prefill_worker,
+                                                   NIXLTransferRole role) override {
     return PinHandoff(daemon_, request, request_id, prefill_worker, role);
   }
   void RecordHandoff(gateway::HandoffRecord record,
@@ -169,7 +168,8 @@ template <typename T, typename Call>
 Result<T> OnAnEngineOf(Daemon& daemon, std::string_view model, Call call) {
   Result<T> answer = NoEngineFor(model);
   for (const index::WorkerResidency& worker : daemon.index.Workers()) {
-    const ingest::EngineSpec* engine = worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
+    const ingest::EngineSpec* engine =
+        worker.model == model ? EngineOf(daemon, worker.id) : nullptr;
     if (engine == nullptr || OpenAIUrl(*engine).empty()) continue;
     answer = call(*engine);
     if (answer.ok() || answer.status().code() != StatusCode::kUnavailable) break;
@@ -189,9 +189,8 @@ Result<std::vector<int64_t>> TokenizeOnAnEngineOf(Daemon& daemon, std::string_vi
 
 Result<std::string> DetokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
                                            std::span<const int64_t> tokens) {
-  const std::string body =
-      nlohmann::json{{"model", model}, {"tokens", tokens}}.dump(
-          -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string body = nlohmann::json{{"model", model}, {"tokens", tokens}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
   return OnAnEngineOf<std::string>(daemon, model, [&](const ingest::EngineSpec& engine) {
     return daemon.upstreams->Detokenize(OpenAIUrl(engine), engine.kind, body);
   });

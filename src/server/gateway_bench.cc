@@ -72,9 +72,9 @@ class GatewayFleet {
                std::array<ingest::EngineRole, 2> roles = {ingest::EngineRole::kBoth,
                                                           ingest::EngineRole::kBoth},
                bool prefix_diagnostics = true) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_gateway_bench_" + std::to_string(::getpid()) + "_" +
-            std::to_string(next_fleet_++));
+    dir_ =
+        std::filesystem::temp_directory_path() /
+        ("kvgov_gateway_bench_" + std::to_string(::getpid()) + "_" + std::to_string(next_fleet_++));
     std::filesystem::remove_all(dir_);
     ServerOptions options;
     options.port = 0;
@@ -94,7 +94,8 @@ class GatewayFleet {
       engine_options.http_threads = 32;
       KVGOV_ASSIGN_OR_RETURN(std::unique_ptr<simfleet::LiveEngine> engine,
                              simfleet::LiveEngine::Start(engine_options));
-      KVGOV_ASSIGN_OR_RETURN(ingest::EngineSpec spec, ingest::ParseEngineSpec(engine->EngineSpec()));
+      KVGOV_ASSIGN_OR_RETURN(ingest::EngineSpec spec,
+                             ingest::ParseEngineSpec(engine->EngineSpec()));
       options.engines.push_back(std::move(spec));
       engines_.push_back(std::move(engine));
     }
@@ -127,8 +128,7 @@ class GatewayFleet {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
       httplib::Result models = gateway.Get("/v1/models");
-      if (models && models->status == 200 &&
-          models->body.find("\"llama\"") != std::string::npos) {
+      if (models && models->status == 200 && models->body.find("\"llama\"") != std::string::npos) {
         return Status::Ok();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -142,10 +142,10 @@ class GatewayFleet {
     httplib::Client gateway("127.0.0.1", gateway_port());
     httplib::Result first = gateway.Post("/v1/completions", body, "application/json");
     if (!first || first->status != 200) {
-      return Status::Unavailable(
-          "warm-up request failed: " +
-          (first ? "HTTP " + std::to_string(first->status) + " " + first->body
-                 : httplib::to_string(first.error())));
+      return Status::Unavailable("warm-up request failed: " +
+                                 (first
+                                      ? "HTTP " + std::to_string(first->status) + " " + first->body
+                                      : httplib::to_string(first.error())));
     }
     const size_t holder = engines_[0]->received_salts().empty() ? 1 : 0;
     httplib::Client control("127.0.0.1", server_->port());
@@ -156,7 +156,8 @@ class GatewayFleet {
         const Json rows = Json::parse(workers->body, nullptr, /*allow_exceptions=*/false);
         uint64_t blocks = 0;
         if (rows.is_object()) {
-          for (const Json& row : rows["workers"]) blocks += row.value(Json::json_pointer("/blocks/hbm"), uint64_t{0});
+          for (const Json& row : rows["workers"])
+            blocks += row.value(Json::json_pointer("/blocks/hbm"), uint64_t{0});
         }
         if (blocks >= kPromptTokens / 16) return holder;
       }
@@ -178,8 +179,8 @@ std::string CompletionBody(bool stream, int max_tokens, int64_t first_token = 10
   std::vector<int64_t> prompt(kPromptTokens);
   for (int i = 0; i < kPromptTokens; ++i) prompt[i] = first_token + i;
   if (stamp) prompt[40] = *stamp;
-  return Json{{"model", "llama"}, {"prompt", prompt}, {"max_tokens", max_tokens},
-              {"stream", stream}}
+  return Json{
+      {"model", "llama"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}}
       .dump();
 }
 
@@ -238,7 +239,9 @@ void BM_GatewayTtfbVsDirect(benchmark::State& state) {
   state.counters["tokenize_p99_us"] = bench::Percentile(tokenize_us, 0.99);
 }
 BENCHMARK(BM_GatewayTtfbVsDirect)
-    ->Iterations(bench::Sized(2000, 20))->UseManualTime()->Unit(benchmark::kMicrosecond);
+    ->Iterations(bench::Sized(2000, 20))
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // What cache-breaker detection adds to a request: the same gateway with
 // --prefix-diagnostics on and off, side by side, sent the same prompts, each
@@ -281,8 +284,7 @@ void BM_GatewayTtfbDetectionOnVsOff(benchmark::State& state) {
   state.counters["off_ttfb_p50_us"] = bench::Percentile(off_us, 0.50);
   state.counters["on_ttfb_p99_us"] = bench::Percentile(on_us, 0.99);
   state.counters["off_ttfb_p99_us"] = bench::Percentile(off_us, 0.99);
-  state.counters["added_p50_us"] =
-      bench::Percentile(on_us, 0.50) - bench::Percentile(off_us, 0.50);
+  state.counters["added_p50_us"] = bench::Percentile(on_us, 0.50) - bench::Percentile(off_us, 0.50);
 }
 BENCHMARK(BM_GatewayTtfbDetectionOnVsOff)
     ->Iterations(bench::Sized(1000, 20))
@@ -327,7 +329,8 @@ void BM_GatewayThroughputVsDirect(benchmark::State& state) {
   for (auto _ : state) {
     direct += RequestsPerSecond(fleet.direct_host(), fleet.direct_port(), body, kClients, kRound,
                                 &failed);
-    gateway += RequestsPerSecond("127.0.0.1", fleet.gateway_port(), body, kClients, kRound, &failed);
+    gateway +=
+        RequestsPerSecond("127.0.0.1", fleet.gateway_port(), body, kClients, kRound, &failed);
   }
   if (failed.load()) {
     state.SkipWithError("a request failed");
@@ -339,7 +342,8 @@ void BM_GatewayThroughputVsDirect(benchmark::State& state) {
   state.counters["ratio_gateway_vs_direct_throughput"] = gateway / direct;
 }
 BENCHMARK(BM_GatewayThroughputVsDirect)
-    ->Iterations(bench::Sized(3, 1))->Unit(benchmark::kMillisecond);
+    ->Iterations(bench::Sized(3, 1))
+    ->Unit(benchmark::kMillisecond);
 
 void BM_HandoffTtfbVsColocated(benchmark::State& state) {
   const std::string body = CompletionBody(/*stream=*/true, /*max_tokens=*/4);
@@ -385,7 +389,9 @@ void BM_HandoffTtfbVsColocated(benchmark::State& state) {
       bench::Percentile(handoff_us, 0.50) / bench::Percentile(colocated_us, 0.50);
 }
 BENCHMARK(BM_HandoffTtfbVsColocated)
-    ->Iterations(bench::Sized(500, 20))->UseManualTime()->Unit(benchmark::kMicrosecond);
+    ->Iterations(bench::Sized(500, 20))
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 size_t HeapBytes() {
   const struct mallinfo2 info = mallinfo2();
@@ -487,8 +493,7 @@ void BM_GatewayMemoryPerStream(benchmark::State& state) {
   state.counters["gateway_resident_bytes_per_stream"] = resident / rounds;
   state.counters["streams"] = kStreams;
 }
-BENCHMARK(BM_GatewayMemoryPerStream)
-    ->Iterations(bench::Sized(3, 1))->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GatewayMemoryPerStream)->Iterations(bench::Sized(3, 1))->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvgov::server

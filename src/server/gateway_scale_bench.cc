@@ -152,14 +152,20 @@ class ScaleFleet {
     instant.model = "llama";
     instant.token_interval = std::chrono::milliseconds(engine_interval_ms);
     KVGOV_ASSIGN_OR_RETURN(instant_, simfleet::InstantEngine::Start(instant));
-    std::vector<std::string> args = {
-        KVGOV_BINARY,          "serve",
-        "--listen",            "127.0.0.1:0",
-        "--ready-file",        (dir_ / "ready").string(),
-        "--data-dir",          (dir_ / "data").string(),
-        "--gateway-listen",    "127.0.0.1:0",
-        "--gateway-ready-file", (dir_ / "gateway-ready").string(),
-        "--prefix-diagnostics", "false"};
+    std::vector<std::string> args = {KVGOV_BINARY,
+                                     "serve",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--ready-file",
+                                     (dir_ / "ready").string(),
+                                     "--data-dir",
+                                     (dir_ / "data").string(),
+                                     "--gateway-listen",
+                                     "127.0.0.1:0",
+                                     "--gateway-ready-file",
+                                     (dir_ / "gateway-ready").string(),
+                                     "--prefix-diagnostics",
+                                     "false"};
     if (const char* loops = std::getenv("KVGOV_BENCH_GATEWAY_LOOPS")) {
       args.insert(args.end(), {"--gateway-loops", loops});
     }
@@ -174,9 +180,12 @@ class ScaleFleet {
       args.push_back(engine->EngineSpec() + ",openai=" + instant_->url());
       engines_.push_back(std::move(engine));
     }
-    KVGOV_ASSIGN_OR_RETURN(kvgov_, simfleet::ChildProcess::Spawn(args, (dir_ / "kvgov.log").string()));
-    KVGOV_ASSIGN_OR_RETURN(gateway_port_, ReadPort(dir_ / "gateway-ready", std::chrono::seconds(30)));
-    KVGOV_ASSIGN_OR_RETURN(const int control_port, ReadPort(dir_ / "ready", std::chrono::seconds(30)));
+    KVGOV_ASSIGN_OR_RETURN(kvgov_,
+                           simfleet::ChildProcess::Spawn(args, (dir_ / "kvgov.log").string()));
+    KVGOV_ASSIGN_OR_RETURN(gateway_port_,
+                           ReadPort(dir_ / "gateway-ready", std::chrono::seconds(30)));
+    KVGOV_ASSIGN_OR_RETURN(const int control_port,
+                           ReadPort(dir_ / "ready", std::chrono::seconds(30)));
     // Serving once a worker is live: a request answered 200.
     httplib::Client gateway("127.0.0.1", gateway_port_);
     const auto deadline = Clock::now() + std::chrono::seconds(30);
@@ -213,9 +222,10 @@ class ScaleFleet {
                         << "    location / { proxy_pass http://engine; proxy_http_version 1.1;"
                         << " proxy_set_header Connection \"\"; proxy_buffering off; }\n"
                         << "  }\n}\n";
-    KVGOV_ASSIGN_OR_RETURN(nginx_, simfleet::ChildProcess::Spawn(
-                                       {"/usr/sbin/nginx", "-p", dir_.string(), "-c", conf.string()},
-                                       (dir_ / "nginx.log").string()));
+    KVGOV_ASSIGN_OR_RETURN(
+        nginx_,
+        simfleet::ChildProcess::Spawn({"/usr/sbin/nginx", "-p", dir_.string(), "-c", conf.string()},
+                                      (dir_ / "nginx.log").string()));
     httplib::Client client("127.0.0.1", nginx_port_);
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     while (Clock::now() < deadline) {
@@ -268,14 +278,16 @@ Result<double> Wrk(const fs::path& dir, int port, const std::string& body) {
   const fs::path script = dir / "post.lua";
   std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = " << Json(body).dump()
                         << "\nwrk.headers[\"Content-Type\"] = \"application/json\"\n";
-  const std::string command = "wrk -t1 -c32 -d" + std::to_string(kWrkSeconds) + "s -s " + script.string() + " http://127.0.0.1:" +
-                              std::to_string(port) + "/v1/completions 2>&1";
+  const std::string command = "wrk -t1 -c32 -d" + std::to_string(kWrkSeconds) + "s -s " +
+                              script.string() + " http://127.0.0.1:" + std::to_string(port) +
+                              "/v1/completions 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return Status::Unavailable("cannot run wrk");
   std::string output;
   char buffer[4096];
   while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  if (::pclose(pipe) != 0) return Status::Unavailable("wrk failed (apt-get install wrk): " + output);
+  if (::pclose(pipe) != 0)
+    return Status::Unavailable("wrk failed (apt-get install wrk): " + output);
   if (output.find("Non-2xx") != std::string::npos) {
     return Status::Unavailable("answers that were not 2xx: " + output);
   }
@@ -333,12 +345,16 @@ void Throughput(benchmark::State& state, int engine_interval_ms, const std::stri
 void BM_FrontDoorThroughputInstantEngine(benchmark::State& state) {
   Throughput(state, 0, "instant_engine");
 }
-BENCHMARK(BM_FrontDoorThroughputInstantEngine)->Iterations(bench::Sized(2, 1))->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FrontDoorThroughputInstantEngine)
+    ->Iterations(bench::Sized(2, 1))
+    ->Unit(benchmark::kMillisecond);
 
 void BM_FrontDoorThroughputEngine2ms(benchmark::State& state) {
   Throughput(state, 2, "2ms_engine");
 }
-BENCHMARK(BM_FrontDoorThroughputEngine2ms)->Iterations(bench::Sized(2, 1))->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FrontDoorThroughputEngine2ms)
+    ->Iterations(bench::Sized(2, 1))
+    ->Unit(benchmark::kMillisecond);
 
 // A streamed request on a socket of its own, read without blocking.
 class StreamClient {
@@ -351,9 +367,9 @@ class StreamClient {
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     const std::string request =
         "POST /v1/completions HTTP/1.1\r\nHost: kvgov\r\nContent-Type: application/json\r\n"
-        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    ok_ = fd_ >= 0 &&
-          ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    ok_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
           ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) ==
               static_cast<ssize_t>(request.size());
   }
@@ -460,7 +476,8 @@ void BM_FrontDoorStreamsHeld(benchmark::State& state) {
 }
 BENCHMARK(BM_FrontDoorStreamsHeld)
     ->Arg(bench::Sized(9000, 100))
-    ->Iterations(bench::Sized(2, 1))->Unit(benchmark::kMillisecond);
+    ->Iterations(bench::Sized(2, 1))
+    ->Unit(benchmark::kMillisecond);
 
 void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   ScaleFleet fleet;
@@ -519,7 +536,9 @@ void BM_FrontDoorTtfbAt1000Streams(benchmark::State& state) {
   state.counters["held_streams"] = 1000;
   bench::ReportTtfbPair(state, direct_us, gateway_us);
 }
-BENCHMARK(BM_FrontDoorTtfbAt1000Streams)->Iterations(bench::Sized(1000, 20))->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FrontDoorTtfbAt1000Streams)
+    ->Iterations(bench::Sized(1000, 20))
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvgov::server

@@ -27,7 +27,6 @@ using governance::Directive;
 
 using Json = nlohmann::json;
 
-
 Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
   return {{"lease_id", lease.lease_id},
           {"state", std::string(ToString(LeaseStateAt(lease, now_ms)))},
@@ -102,19 +101,18 @@ template <typename Request>
 bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
   if (body.prompt.empty() && body.messages.empty()) return true;
   const bool chat = !body.messages.empty();
-  Result<std::vector<int64_t>> tokens = chat
-                                            ? TokenizeMessages(daemon, body.model, body.messages)
-                                            : TokenizePrompt(daemon, body.model, body.prompt);
+  Result<std::vector<int64_t>> tokens = chat ? TokenizeMessages(daemon, body.model, body.messages)
+                                             : TokenizePrompt(daemon, body.model, body.prompt);
   if (!tokens.ok()) {
     // Anything but a model no engine serves is the engine's failure: it was
     // unreachable, refused, or answered no token list.
     if (tokens.status().code() == StatusCode::kNotFound) {
       SendError(response, 404, tokens.status());
     } else {
-      SendError(response, 502,
-                Status::Unavailable(std::string("the engine could not tokenize the ") +
-                                    (chat ? "messages" : "prompt") + ": " +
-                                    tokens.status().message()));
+      SendError(
+          response, 502,
+          Status::Unavailable(std::string("the engine could not tokenize the ") +
+                              (chat ? "messages" : "prompt") + ": " + tokens.status().message()));
     }
     return false;
   }
@@ -124,8 +122,8 @@ bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
   return true;
 }
 
-void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
-                      httplib::Response& response, const auth::Principal& caller) {
+void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
+                      const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
   Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, BodyLimits(daemon));
   if (!body.ok()) return SendBodyError(response, body.status());
@@ -144,19 +142,19 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
       if (worker.model == body->model) block_size = worker.block_size;
     }
     if (block_size == 0) {
-      return SendError(response, 404,
-                        Status::NotFound("model: no registered worker serves '" + body->model +
-                                         "'"));
+      return SendError(
+          response, 404,
+          Status::NotFound("model: no registered worker serves '" + body->model + "'"));
     }
     const std::string salt = daemon.salts->Current(body->tenant, body->model);
     keys = index::RequestChain(daemon.index.hasher(), {body->model, body->lora_name, 0}, salt,
                                body->token_ids, block_size);
     if (keys.empty()) {
-      return SendError(response, 400,
-                        Status::InvalidArgument(
-                            "$." + std::string(token_field) + ": shorter than one block (" +
-                            std::to_string(body->token_ids.size()) + " tokens, blocks of " +
-                            std::to_string(block_size) + ")"));
+      return SendError(
+          response, 400,
+          Status::InvalidArgument("$." + std::string(token_field) + ": shorter than one block (" +
+                                  std::to_string(body->token_ids.size()) + " tokens, blocks of " +
+                                  std::to_string(block_size) + ")"));
     }
   } else {
     Result<std::vector<index::BlockKey>> found = daemon.index.KeysForEngineHashes(
@@ -206,7 +204,6 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request,
 
 }  // namespace
 
-
 namespace {
 
 // A fleet-wide caller sees everything; a tenant-bound one its tenant's.
@@ -235,8 +232,11 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
       !lifted.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(lifted), lifted);
   }
-  SendJson(response, 200, {{"id", found->id}, {"lifted", true}, {"blocks", found->keys.size()},
-                           {"reason", body->reason}});
+  SendJson(response, 200,
+           {{"id", found->id},
+            {"lifted", true},
+            {"blocks", found->keys.size()},
+            {"reason", body->reason}});
 }
 
 // The tenant of the directive a stored certificate was minted for.
@@ -260,12 +260,13 @@ Result<std::string> FindCertificate(const Daemon& daemon, const std::string& pre
   const std::string begin = "certificate/" + prefix;
   std::vector<std::string> found;
   // Every key with the prefix sorts before prefix + 'g'.
-  KVGOV_RETURN_IF_ERROR(daemon.store->Scan(
-      store::Column::kGovernance, begin, begin + "g",
-      [&](std::string_view, std::string_view value) {
-        if (VisibleTo(caller, CertificateTenant(daemon, value))) found.emplace_back(value);
-        return found.size() < 2;
-      }));
+  KVGOV_RETURN_IF_ERROR(
+      daemon.store->Scan(store::Column::kGovernance, begin, begin + "g",
+                         [&](std::string_view, std::string_view value) {
+                           if (VisibleTo(caller, CertificateTenant(daemon, value)))
+                             found.emplace_back(value);
+                           return found.size() < 2;
+                         }));
   if (found.empty()) return Status::NotFound("no certificate '" + prefix + "'");
   if (found.size() > 1) {
     return Status::InvalidArgument("'" + prefix +
@@ -294,7 +295,8 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
   bool ok = true;
   auto add = [&](std::string_view name, const Status& status, const std::string& detail) {
     ok = ok && status.ok();
-    checks.push_back({{"name", name}, {"ok", status.ok()},
+    checks.push_back({{"name", name},
+                      {"ok", status.ok()},
                       {"detail", status.ok() ? detail : status.ToString()}});
   };
   Result<cert::DeletionCertificate> parsed = cert::ParseCertificateJson(text);
@@ -315,8 +317,7 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
     anchored = chain.status();
   } else if (chain->first_broken_seq.has_value() && *chain->first_broken_seq <= seq) {
     anchored = Status::Corruption("the journal breaks at seq " +
-                                  std::to_string(*chain->first_broken_seq) + ": " +
-                                  chain->problem);
+                                  std::to_string(*chain->first_broken_seq) + ": " + chain->problem);
   } else {
     Result<std::vector<journal::Row>> rows = daemon.journal->Read(seq, 1);
     if (!rows.ok()) {
@@ -337,47 +338,46 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
 
 void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
   using auth::Role;
-  http.Post("/v1/invalidations",
-            Guard(daemon, Role::kAdmin,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                    if (!RequireJsonContentType(request, response)) return;
-                    Result<InvalidationRequest> body =
-                        DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
-                    if (!body.ok()) return SendBodyError(response, body.status());
-                    // A tenant-bound token revokes its own tenant only.
-                    const bool by_tokens = (body->scope.empty() && NamesSpanByTokens(*body)) ||
-                                           body->scope == "tenant";
-                    if (Status fitted = FitToCaller(caller, by_tokens, body->tenant);
-                        !fitted.ok()) {
-                      return SendError(response, 403, fitted);
-                    }
-                    const bool tokenized = !body->prompt.empty() || !body->messages.empty();
-                    if (!TokenizeSpan(daemon, *body, response)) return;
-                    Result<services::DirectiveDriver::Opened> opened =
-                        daemon.invalidations->Create(*body, ActorOf(caller));
-                    if (!opened.ok()) {
-                      return SendError(response,
-                                       opened.status().code() == StatusCode::kNotFound
-                                           ? 404
-                                           : GovernanceWriteHttpStatus(opened.status()),
-                                       opened.status());
-                    }
-                    const Directive& directive = opened->directive;
-                    // The owners as GET /v1/invalidations/{id} shows them.
-                    Json answer = {
-                        {"id", directive.id},
-                        {"state", ToString(directive.state)},
-                        {"owners", Json::parse(EncodeDirectiveJson(directive))["owners"]}};
-                    if (tokenized) answer["token_ids"] = body->token_ids;
-                    if (directive.revocation) {
-                      // What it was opened over, as its owners count it.
-                      answer["unreachable_since_ms"] = directive.revocation->unreachable_since_ms;
-                      answer["residue"] = ResidueJson(opened->residue);
-                    }
-                    WarnOfUnknownTenant(daemon, body->tenant, answer);
-                    SendJson(response, 202, answer);
-                  }));
+  http.Post(
+      "/v1/invalidations",
+      Guard(daemon, Role::kAdmin,
+            [&daemon](const httplib::Request& request, httplib::Response& response,
+                      const auth::Principal& caller) {
+              if (!RequireJsonContentType(request, response)) return;
+              Result<InvalidationRequest> body =
+                  DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
+              if (!body.ok()) return SendBodyError(response, body.status());
+              // A tenant-bound token revokes its own tenant only.
+              const bool by_tokens =
+                  (body->scope.empty() && NamesSpanByTokens(*body)) || body->scope == "tenant";
+              if (Status fitted = FitToCaller(caller, by_tokens, body->tenant); !fitted.ok()) {
+                return SendError(response, 403, fitted);
+              }
+              const bool tokenized = !body->prompt.empty() || !body->messages.empty();
+              if (!TokenizeSpan(daemon, *body, response)) return;
+              Result<services::DirectiveDriver::Opened> opened =
+                  daemon.invalidations->Create(*body, ActorOf(caller));
+              if (!opened.ok()) {
+                return SendError(response,
+                                 opened.status().code() == StatusCode::kNotFound
+                                     ? 404
+                                     : GovernanceWriteHttpStatus(opened.status()),
+                                 opened.status());
+              }
+              const Directive& directive = opened->directive;
+              // The owners as GET /v1/invalidations/{id} shows them.
+              Json answer = {{"id", directive.id},
+                             {"state", ToString(directive.state)},
+                             {"owners", Json::parse(EncodeDirectiveJson(directive))["owners"]}};
+              if (tokenized) answer["token_ids"] = body->token_ids;
+              if (directive.revocation) {
+                // What it was opened over, as its owners count it.
+                answer["unreachable_since_ms"] = directive.revocation->unreachable_since_ms;
+                answer["residue"] = ResidueJson(opened->residue);
+              }
+              WarnOfUnknownTenant(daemon, body->tenant, answer);
+              SendJson(response, 202, answer);
+            }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
            Guard(daemon, Role::kRead,
                  [&daemon](const httplib::Request& request, httplib::Response& response,
@@ -387,9 +387,9 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    // Another tenant's directive answers as an unknown one:
                    // its existence is not the caller's to learn.
                    if (!directive || !VisibleTo(caller, directive->tenant)) {
-                     return SendError(response, 404,
-                                      Status::NotFound("no invalidation '" +
-                                                       request.matches[1].str() + "'"));
+                     return SendError(
+                         response, 404,
+                         Status::NotFound("no invalidation '" + request.matches[1].str() + "'"));
                    }
                    Json answer = Json::parse(EncodeDirectiveJson(*directive));
                    if (directive->revocation) {
@@ -435,21 +435,20 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    }
                    SendJson(response, 200, {{"invalidations", std::move(out)}});
                  }));
-  http.Get("/v1/leases",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request&, httplib::Response& response,
-                           const auth::Principal& caller) {
-                   // Leases are transport infrastructure and carry no tenant:
-                   // a tenant-bound caller sees none.
-                   Json leases = Json::array();
-                   if (caller.tenant.empty()) {
-                     const int64_t now = clock::NowMillis();
-                     for (const NIXLLease& lease : daemon.leases->All()) {
-                       leases.push_back(LeaseJson(lease, now));
-                     }
-                   }
-                   SendJson(response, 200, {{"leases", std::move(leases)}});
-                 }));
+  http.Get("/v1/leases", Guard(daemon, Role::kRead,
+                               [&daemon](const httplib::Request&, httplib::Response& response,
+                                         const auth::Principal& caller) {
+                                 // Leases are transport infrastructure and carry no tenant:
+                                 // a tenant-bound caller sees none.
+                                 Json leases = Json::array();
+                                 if (caller.tenant.empty()) {
+                                   const int64_t now = clock::NowMillis();
+                                   for (const NIXLLease& lease : daemon.leases->All()) {
+                                     leases.push_back(LeaseJson(lease, now));
+                                   }
+                                 }
+                                 SendJson(response, 200, {{"leases", std::move(leases)}});
+                               }));
   http.Post("/v1/quarantine",
             Guard(daemon, Role::kAdmin,
                   [&daemon](const httplib::Request& request, httplib::Response& response,
@@ -462,26 +461,26 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                             const auth::Principal& caller) {
                     HandleQuarantineLift(daemon, request, response, caller);
                   }));
-  http.Get("/v1/quarantines",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request&, httplib::Response& response,
-                           const auth::Principal& caller) {
-                   Result<std::vector<services::Quarantine>> in_force =
-                       daemon.quarantines->InForce();
-                   if (!in_force.ok()) return SendError(response, 500, in_force.status());
-                   Json out = Json::array();
-                   for (const services::Quarantine& quarantine : *in_force) {
-                     if (!VisibleTo(caller, quarantine.tenant)) continue;
-                     out.push_back({{"id", quarantine.id},
-                                    {"model", quarantine.model},
-                                    {"tenant", quarantine.tenant},
-                                    {"reason", quarantine.reason},
-                                    {"created_ms", quarantine.created_ms},
-                                    {"blocks", quarantine.keys.size()},
-                                    {"diverted_requests", daemon.quarantines->Diverted(quarantine.id)}});
-                   }
-                   SendJson(response, 200, {{"quarantines", std::move(out)}});
-                 }));
+  http.Get(
+      "/v1/quarantines",
+      Guard(daemon, Role::kRead,
+            [&daemon](const httplib::Request&, httplib::Response& response,
+                      const auth::Principal& caller) {
+              Result<std::vector<services::Quarantine>> in_force = daemon.quarantines->InForce();
+              if (!in_force.ok()) return SendError(response, 500, in_force.status());
+              Json out = Json::array();
+              for (const services::Quarantine& quarantine : *in_force) {
+                if (!VisibleTo(caller, quarantine.tenant)) continue;
+                out.push_back({{"id", quarantine.id},
+                               {"model", quarantine.model},
+                               {"tenant", quarantine.tenant},
+                               {"reason", quarantine.reason},
+                               {"created_ms", quarantine.created_ms},
+                               {"blocks", quarantine.keys.size()},
+                               {"diverted_requests", daemon.quarantines->Diverted(quarantine.id)}});
+              }
+              SendJson(response, 200, {{"quarantines", std::move(out)}});
+            }));
 }
 
 }  // namespace kvgov::server

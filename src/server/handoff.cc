@@ -110,9 +110,8 @@ Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
                                                         NIXLTransferRole role) {
   const std::optional<index::WorkerResidency> worker = daemon.index.Worker(prefill_worker);
   const int64_t block_size = worker ? std::max<int64_t>(1, worker->block_size) : 1;
-  std::vector<index::BlockKey> keys =
-      index::RequestChain(daemon.index.hasher(), {request.model, "", 0}, request.salt,
-                          request.tokens, block_size);
+  std::vector<index::BlockKey> keys = index::RequestChain(
+      daemon.index.hasher(), {request.model, "", 0}, request.salt, request.tokens, block_size);
   const ingest::EngineSpec* engine = EngineOf(daemon, prefill_worker);
   NIXLLease lease;
   lease.lease_id = "handoff-" + std::string(request_id);

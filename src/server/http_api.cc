@@ -33,7 +33,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-
 bool IsJsonContentType(const httplib::Request& request) {
   const std::string type = request.get_header_value("Content-Type");
   return type.rfind("application/json", 0) == 0;
@@ -49,7 +48,7 @@ void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Resp
   for (size_t i = 0; i < batch->events.size(); ++i) {
     const Result<IngestEvent>& event = batch->events[i];
     Status status = event.ok() ? daemon.reports->Apply(*event, ActorOf(caller), clock::NowMillis())
-                                : event.status();
+                               : event.status();
     if (status.ok()) {
       ++accepted;
     } else {
@@ -238,8 +237,8 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   SendJsonText(response, 200, EncodeRouteDecisionJson(*decision));
 }
 
-void HandleRouteDone(Daemon& daemon, const httplib::Request& request,
-                     httplib::Response& response, const auth::Principal& caller) {
+void HandleRouteDone(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
+                     const auth::Principal& caller) {
   const bool has_body = request.body.find_first_not_of(" \t\r\n") != std::string::npos;
   if (has_body && !RequireJsonContentType(request, response)) return;
   Result<RouteDoneReport> report = DecodeRouteDoneJson(request.body, BodyLimits(daemon));
@@ -265,17 +264,13 @@ std::string ConfigJson(const Daemon& daemon) {
   config.spool_dir = daemon.options.spool_dir;
   config.engines = daemon.options.engines;
   if (daemon.replica) {
-    Result<replication::RedisEndpoint> redis =
-        replication::ParseRedisUrl(daemon.options.redis_url);
-    config.replica = ReplicaConfigView{daemon.replica->id(),
-                                       redis.ok() ? redis->Describe() : "",
-                                       daemon.options.redis_prefix,
-                                       daemon.options.claim_ttl_ms,
-                                       daemon.options.log_retain_ms,
-                                       daemon.options.snapshot_interval_ms,
-                                       daemon.replica->connected(),
-                                       daemon.replica->housekeeper(),
-                                       daemon.replica->applied_id()};
+    Result<replication::RedisEndpoint> redis = replication::ParseRedisUrl(daemon.options.redis_url);
+    config.replica =
+        ReplicaConfigView{daemon.replica->id(),         redis.ok() ? redis->Describe() : "",
+                          daemon.options.redis_prefix,  daemon.options.claim_ttl_ms,
+                          daemon.options.log_retain_ms, daemon.options.snapshot_interval_ms,
+                          daemon.replica->connected(),  daemon.replica->housekeeper(),
+                          daemon.replica->applied_id()};
   }
   return EncodeConfigJson(config);
 }
@@ -405,8 +400,9 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
     if (daemon.replica != nullptr && daemon.replica->log_reset()) {
       SendJson(response, 503,
                {{"status", "log_reset"},
-                {"detail", "the governance log on Redis is not the one this replica followed "
-                           "(Redis lost its data): restore Redis from its backup"}});
+                {"detail",
+                 "the governance log on Redis is not the one this replica followed "
+                 "(Redis lost its data): restore Redis from its backup"}});
       return;
     }
     if (daemon.replica != nullptr && !daemon.replica->caught_up()) {
@@ -419,72 +415,72 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
     }
     SendJson(response, 200, {{"status", "ready"}});
   });
-  http.Post("/v1/events", GuardFleetWrite(daemon, Role::kIngest,
-                                          [&daemon](const httplib::Request& request,
-                                                    httplib::Response& response,
-                                                    const auth::Principal& caller) {
-                                            HandleEvents(daemon, request, response, caller);
-                                          }));
-  http.Get("/v1/workers",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request&, httplib::Response& response,
-                           const auth::Principal& caller) {
-                   HandleWorkers(daemon, response, /*fleet_view=*/caller.tenant.empty());
-                 }));
-  http.Post("/v1/route", Guard(daemon, Role::kRoute,
-                               [&daemon](const httplib::Request& request,
-                                         httplib::Response& response,
-                                         const auth::Principal& caller) {
-                                 HandleRoute(daemon, request, response, caller);
-                               }));
+  http.Post("/v1/events",
+            GuardFleetWrite(daemon, Role::kIngest,
+                            [&daemon](const httplib::Request& request, httplib::Response& response,
+                                      const auth::Principal& caller) {
+                              HandleEvents(daemon, request, response, caller);
+                            }));
+  http.Get("/v1/workers", Guard(daemon, Role::kRead,
+                                [&daemon](const httplib::Request&, httplib::Response& response,
+                                          const auth::Principal& caller) {
+                                  HandleWorkers(daemon, response,
+                                                /*fleet_view=*/caller.tenant.empty());
+                                }));
+  http.Post("/v1/route",
+            Guard(daemon, Role::kRoute,
+                  [&daemon](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+                    HandleRoute(daemon, request, response, caller);
+                  }));
   // POST /v1/route/{id}/<step>: the step on the caller's own decision (a
   // tenant-bound token's own tenant's), answered {<answer>: true}.
   using DecisionStep = Status (router::Router::*)(std::string_view, std::string_view);
   auto decision_step = [&daemon](DecisionStep step, const char* answer) {
-    return WithoutBody(daemon.options.max_body_bytes,
-                       Guard(daemon, Role::kRoute,
-                             [&daemon, step, answer](const httplib::Request& request,
-                                                     httplib::Response& response,
-                                                     const auth::Principal& caller) {
-                               Status done = ((*daemon.router).*step)(request.matches[1].str(),
-                                                                      caller.tenant);
-                               if (!done.ok()) return SendError(response, 404, done);
-                               SendJson(response, 200, {{answer, true}});
-                             }));
+    return WithoutBody(
+        daemon.options.max_body_bytes,
+        Guard(daemon, Role::kRoute,
+              [&daemon, step, answer](const httplib::Request& request, httplib::Response& response,
+                                      const auth::Principal& caller) {
+                Status done = ((*daemon.router).*step)(request.matches[1].str(), caller.tenant);
+                if (!done.ok()) return SendError(response, 404, done);
+                SendJson(response, 200, {{answer, true}});
+              }));
   };
   // Done may carry the engine's usage: the only /v1/route saving counted.
-  http.Post(R"(/v1/route/([0-9a-f]{32})/done)",
-            WithOptionalBody(daemon.options.max_body_bytes,
-                             Guard(daemon, Role::kRoute,
-                                   [&daemon](const httplib::Request& request,
-                                             httplib::Response& response,
-                                             const auth::Principal& caller) {
-                                     HandleRouteDone(daemon, request, response, caller);
-                                   }),
-                             /*keep=*/true));
+  http.Post(
+      R"(/v1/route/([0-9a-f]{32})/done)",
+      WithOptionalBody(daemon.options.max_body_bytes,
+                       Guard(daemon, Role::kRoute,
+                             [&daemon](const httplib::Request& request, httplib::Response& response,
+                                       const auth::Principal& caller) {
+                               HandleRouteDone(daemon, request, response, caller);
+                             }),
+                       /*keep=*/true));
   http.Post(R"(/v1/route/([0-9a-f]{32})/prefilled)",
             decision_step(&router::Router::Prefilled, "decoding"));
   auto set_drain = [&daemon](bool draining) {
-    return GuardFleetWrite(daemon, Role::kAdmin, [&daemon, draining](
-                                                     const httplib::Request& request,
-                                                     httplib::Response& response,
-                                                     const auth::Principal& caller) {
-      const std::string worker = request.matches[1].str();
-      if (Status set = daemon.drains->Set(ActorOf(caller), worker, draining); !set.ok()) {
-        return SendError(
-            response, set.code() == StatusCode::kNotFound ? 404 : GovernanceWriteHttpStatus(set),
-            set);
-      }
-      SendJson(response, 200, {{"worker", worker}, {"draining", draining}});
-    });
+    return GuardFleetWrite(
+        daemon, Role::kAdmin,
+        [&daemon, draining](const httplib::Request& request, httplib::Response& response,
+                            const auth::Principal& caller) {
+          const std::string worker = request.matches[1].str();
+          if (Status set = daemon.drains->Set(ActorOf(caller), worker, draining); !set.ok()) {
+            return SendError(
+                response,
+                set.code() == StatusCode::kNotFound ? 404 : GovernanceWriteHttpStatus(set), set);
+          }
+          SendJson(response, 200, {{"worker", worker}, {"draining", draining}});
+        });
   };
   http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)",
             WithoutBody(daemon.options.max_body_bytes, set_drain(true)));
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
-  http.Get("/v1/config", GuardFleet(daemon, Role::kAdmin,
-                                    [&daemon](const httplib::Request&, httplib::Response& response) {
-                                      SendJsonText(response, 200, ConfigJson(daemon));
-                                    }));
+  http.Get("/v1/config",
+           GuardFleet(daemon, Role::kAdmin,
+                      [&daemon](const httplib::Request&, httplib::Response& response) {
+                        SendJsonText(response, 200, ConfigJson(daemon));
+                      }));
   // Public, as /healthz is: anyone verifying a deletion certificate
   // offline needs this key, and it is the public half only
   // (docs/formats/tokens.md).
@@ -494,18 +490,18 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
               {"key_id", daemon.issuer->key_id()},
               {"public_key", daemon.issuer->public_key_hex()}});
   });
-  http.Get("/v1/journal", GuardFleet(daemon, Role::kRead,
-                                     [&daemon](const httplib::Request& request,
-                                               httplib::Response& response) {
-                                       HandleJournal(daemon, request, response);
-                                     }));
+  http.Get("/v1/journal",
+           GuardFleet(daemon, Role::kRead,
+                      [&daemon](const httplib::Request& request, httplib::Response& response) {
+                        HandleJournal(daemon, request, response);
+                      }));
   RegisterGovernanceApi(http, daemon);
   // The whole chain, as `kvgov journal verify` checks it, while kvgov runs.
   http.Get("/v1/journal/verify",
            GuardFleet(daemon, Role::kRead,
                       [&daemon](const httplib::Request&, httplib::Response& response) {
-                        Result<journal::VerifyReport> report = daemon.chain_check.Verify(
-                            *daemon.store, daemon.journal->head_seq());
+                        Result<journal::VerifyReport> report =
+                            daemon.chain_check.Verify(*daemon.store, daemon.journal->head_seq());
                         if (!report.ok()) return SendError(response, 500, report.status());
                         Json body = {{"ok", !report->first_broken_seq.has_value()},
                                      {"rows", report->rows},
@@ -526,12 +522,12 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                         }
                         SendJson(response, 200, body);
                       }));
-  http.Get("/metrics",
-           GuardFleet(daemon, Role::kRead, [&daemon](const httplib::Request&,
-                                                     httplib::Response& response) {
-             response.set_content(daemon.metrics.Render(),
-                                  "text/plain; version=0.0.4; charset=utf-8");
-           }));
+  http.Get("/metrics", GuardFleet(daemon, Role::kRead,
+                                  [&daemon](const httplib::Request&, httplib::Response& response) {
+                                    response.set_content(
+                                        daemon.metrics.Render(),
+                                        "text/plain; version=0.0.4; charset=utf-8");
+                                  }));
 }
 
 }  // namespace kvgov::server

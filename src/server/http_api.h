@@ -14,7 +14,7 @@ namespace httplib {
 class Server;
 struct Request;
 struct Response;
-}
+}  // namespace httplib
 
 namespace kvgov::server {
 
@@ -55,8 +55,7 @@ void SendJson(httplib::Response& response, int status, const nlohmann::json& bod
 /// ride_engine (the engine's own cache saved it), `saved_tokens` as the
 /// prefill saved: the credited overlap for /v1/route, the engine's reported
 /// cached tokens for the gateway.
-Entry RouteSavingEntry(std::string_view decision_id, std::string_view worker,
-                       int64_t saved_tokens);
+Entry RouteSavingEntry(std::string_view decision_id, std::string_view worker, int64_t saved_tokens);
 
 /// A JSON answer a src/codec encoder wrote.
 void SendJsonText(httplib::Response& response, int status, std::string body);

@@ -28,8 +28,8 @@ class HttpApiTest : public ::testing::Test {
     options.admit.push_back(AdmissionRule{"engine", Scope::kTenant, "test"});
     // A worker whose engine is not running: ZeroMQ connects lazily, so the
     // worker is registered and waits for a publisher that never comes.
-    options.engines.push_back(*ingest::ParseEngineSpec(
-        "id=w1,events=tcp://127.0.0.1:1,model=llama,block-size=4"));
+    options.engines.push_back(
+        *ingest::ParseEngineSpec("id=w1,events=tcp://127.0.0.1:1,model=llama,block-size=4"));
     Result<std::unique_ptr<Server>> server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
@@ -79,7 +79,8 @@ TEST_F(HttpApiTest, SavingsAreCountedUnderTheirOwnSource) {
   ASSERT_EQ(PostEvents(R"({"events":[
     {"type":"provider_cache","provider":"openai","model_id":"gpt","cached_tokens":4096},
     {"type":"tool_result","key":"grep:ab:1","event":"hit","result_digest":"r","saved_tokens":30}
-  ]})")->status,
+  ]})")
+                ->status,
             200);
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find(R"(kvgov_prefill_tokens_saved_total{source="provider"} 4096)"),
@@ -99,7 +100,8 @@ TEST_F(HttpApiTest, TransportsMoveResidencyByTokenIds) {
     {"type":"kv_transfer","direction":"offload","span_digest":"s","tokens":8,
      "to_tier":"dram","from_tier":"hbm","bytes_moved":1024,
      "worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}
-  ]})")->status,
+  ]})")
+                ->status,
             200);
   Json workers = GetJson("/v1/workers");
   ASSERT_EQ(workers["workers"].size(), 1u);
@@ -155,8 +157,7 @@ TEST_F(HttpApiTest, BodyErrorsHaveTheirOwnStatus) {
 
 TEST_F(HttpApiTest, MetricsExposeEngineFamilies) {
   std::string metrics = Metrics();
-  EXPECT_NE(metrics.find(R"(kvgov_residency_blocks{worker="w1",tier="hbm"} 0)"),
-            std::string::npos)
+  EXPECT_NE(metrics.find(R"(kvgov_residency_blocks{worker="w1",tier="hbm"} 0)"), std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find(R"(kvgov_engine_seq_gaps_total{worker="w1"} 0)"), std::string::npos);
   EXPECT_NE(metrics.find("# TYPE kvgov_engine_events_total counter"), std::string::npos);
@@ -171,7 +172,8 @@ namespace {
 TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
   // Residency for w1 reported by a transport, by token ids.
   ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
-     "to_tier":"hbm","worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}]})")->status,
+     "to_tier":"hbm","worker":"w1","token_ids":[1,2,3,4,5,6,7,8]}]})")
+                ->status,
             200);
   httplib::Result response =
       client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12]})",
@@ -203,7 +205,6 @@ TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["load"]["decoding_requests"], 0);
   EXPECT_EQ(client_->Post(prefilled, "", "application/json")->status, 404);
 
-
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find(R"(kvgov_route_decisions_total{outcome="routed"} 1)"), std::string::npos);
   EXPECT_NE(metrics.find("kvgov_route_overlap_blocks_count 1"), std::string::npos);
@@ -215,8 +216,9 @@ TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
   // Done with the engine's usage: that, and only that, counts as saved, and
   // the prediction is scored against it.
   const Json again = Json::parse(
-      client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12]})",
-                    "application/json")
+      client_
+          ->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12]})",
+                 "application/json")
           ->body);
   const std::string reported = "/v1/route/" + again["decision_id"].get<std::string>() + "/done";
   httplib::Result bad = client_->Post(
@@ -251,47 +253,49 @@ TEST_F(HttpApiTest, RouteExplainsItselfAndReleases) {
 }
 
 TEST_F(HttpApiTest, TenantSaltComesFromKvgovNotTheClient) {
-  httplib::Result acme = client_->Post(
-      "/v1/route", R"({"model":"llama","tenant":"acme","token_ids":[1,2,3,4]})", "application/json");
+  httplib::Result acme =
+      client_->Post("/v1/route", R"({"model":"llama","tenant":"acme","token_ids":[1,2,3,4]})",
+                    "application/json");
   ASSERT_EQ(acme->status, 200);
   const std::string salt = Json::parse(acme->body)["cache_salt"];
   EXPECT_EQ(salt.size(), 32u);
-  httplib::Result again = client_->Post(
-      "/v1/route", R"({"model":"llama","tenant":"acme","token_ids":[1,2,3,4]})", "application/json");
+  httplib::Result again =
+      client_->Post("/v1/route", R"({"model":"llama","tenant":"acme","token_ids":[1,2,3,4]})",
+                    "application/json");
   EXPECT_EQ(Json::parse(again->body)["cache_salt"], salt);
-  httplib::Result other = client_->Post(
-      "/v1/route", R"({"model":"llama","tenant":"umbrella","token_ids":[1,2,3,4]})",
-      "application/json");
+  httplib::Result other =
+      client_->Post("/v1/route", R"({"model":"llama","tenant":"umbrella","token_ids":[1,2,3,4]})",
+                    "application/json");
   EXPECT_NE(Json::parse(other->body)["cache_salt"], salt);
 
-  httplib::Result forged = client_->Post(
-      "/v1/route", R"({"model":"llama","cache_salt":"mine","token_ids":[1,2,3,4]})",
-      "application/json");
+  httplib::Result forged =
+      client_->Post("/v1/route", R"({"model":"llama","cache_salt":"mine","token_ids":[1,2,3,4]})",
+                    "application/json");
   EXPECT_EQ(forged->status, 400);
   EXPECT_NE(forged->body.find("$.cache_salt: unknown field"), std::string::npos);
 }
 
 TEST_F(HttpApiTest, DrainedWorkerIsNotRoutedAndSaysWhy) {
   ASSERT_EQ(client_->Post("/v1/workers/w1/drain", "", "application/json")->status, 200);
-  httplib::Result response = client_->Post(
-      "/v1/route", R"({"model":"llama","token_ids":[1,2,3,4]})", "application/json");
+  httplib::Result response =
+      client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4]})", "application/json");
   ASSERT_EQ(response->status, 503);
   Json body = Json::parse(response->body);
   EXPECT_EQ(body["worker"], "");
   EXPECT_EQ(body["candidates"][0]["reason"], "draining");
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["health"]["draining"], true);
   ASSERT_EQ(client_->Delete("/v1/workers/w1/drain")->status, 200);
-  EXPECT_EQ(client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4]})",
-                          "application/json")
-                ->status,
-            200);
+  EXPECT_EQ(
+      client_->Post("/v1/route", R"({"model":"llama","token_ids":[1,2,3,4]})", "application/json")
+          ->status,
+      200);
   EXPECT_EQ(client_->Post("/v1/workers/ghost/drain", "", "application/json")->status, 404);
 }
 
 TEST_F(HttpApiTest, RouteErrors) {
-  EXPECT_EQ(client_->Post("/v1/route", R"({"model":"qwen","token_ids":[1]})", "application/json")
-                ->status,
-            404);
+  EXPECT_EQ(
+      client_->Post("/v1/route", R"({"model":"qwen","token_ids":[1]})", "application/json")->status,
+      404);
   EXPECT_EQ(client_->Post("/v1/route", R"({"token_ids":[1]})", "application/json")->status, 400);
   EXPECT_EQ(client_->Post("/v1/route", "{}", "text/plain")->status, 415);
   EXPECT_EQ(client_->Post("/v1/route/nothex/done", "", "application/json")->status, 404);
@@ -305,8 +309,8 @@ TEST_F(HttpApiTest, RouteErrors) {
 // Token ids are non-negative int32 wherever a span is named: a route, a
 // transport report, a quarantine. The refusal names the element.
 TEST_F(HttpApiTest, TokenIdsOutsideInt32AreRefusedNamingTheElement) {
-  httplib::Result route = client_->Post(
-      "/v1/route", R"({"model":"llama","token_ids":[-1,2]})", "application/json");
+  httplib::Result route =
+      client_->Post("/v1/route", R"({"model":"llama","token_ids":[-1,2]})", "application/json");
   ASSERT_TRUE(route);
   EXPECT_EQ(route->status, 400);
   EXPECT_EQ(Json::parse(route->body)["error"]["message"],
@@ -319,10 +323,11 @@ TEST_F(HttpApiTest, TokenIdsOutsideInt32AreRefusedNamingTheElement) {
                                "2147483648"),
             std::string::npos)
       << too_big->body;
-  EXPECT_EQ(client_->Post("/v1/route", R"({"model":"llama","token_ids":[0,2147483647]})",
-                          "application/json")
-                ->status,
-            200);
+  EXPECT_EQ(
+      client_
+          ->Post("/v1/route", R"({"model":"llama","token_ids":[0,2147483647]})", "application/json")
+          ->status,
+      200);
 
   httplib::Result event = PostEvents(R"({"events":[
     {"type":"kv_transfer","direction":"offload","span_digest":"s","tokens":4,
@@ -330,14 +335,14 @@ TEST_F(HttpApiTest, TokenIdsOutsideInt32AreRefusedNamingTheElement) {
   ASSERT_TRUE(event);
   Json answer = Json::parse(event->body);
   EXPECT_EQ(answer["accepted"], 0) << event->body;
-  EXPECT_EQ(answer["rejected"][0]["error"], "$.events[0].token_ids[2]: want a token id in "
-                                            "0..2147483647, got -3")
+  EXPECT_EQ(answer["rejected"][0]["error"],
+            "$.events[0].token_ids[2]: want a token id in "
+            "0..2147483647, got -3")
       << event->body;
   EXPECT_EQ(GetJson("/v1/workers")["workers"][0]["blocks"]["dram"], 0);
 
   httplib::Result quarantine = client_->Post(
-      "/v1/quarantine", R"({"model":"llama","reason":"x","token_ids":[1,-5]})",
-      "application/json");
+      "/v1/quarantine", R"({"model":"llama","reason":"x","token_ids":[1,-5]})", "application/json");
   EXPECT_EQ(quarantine->status, 400);
   EXPECT_NE(quarantine->body.find("$.token_ids[1]: want a token id"), std::string::npos)
       << quarantine->body;
@@ -361,9 +366,9 @@ namespace kvgov::server {
 namespace {
 
 Json RouteTo(httplib::Client& client, const std::string& tokens) {
-  httplib::Result response = client.Post(
-      "/v1/route", R"({"model":"llama","workers":["w1"],"token_ids":)" + tokens + "}",
-      "application/json");
+  httplib::Result response =
+      client.Post("/v1/route", R"({"model":"llama","workers":["w1"],"token_ids":)" + tokens + "}",
+                  "application/json");
   EXPECT_TRUE(response);
   return Json::parse(response->body);
 }
@@ -371,16 +376,20 @@ Json RouteTo(httplib::Client& client, const std::string& tokens) {
 TEST_F(HttpApiTest, LeaseCreditsOnlyWhileActive) {
   const std::string tokens = "[1,2,3,4,5,6,7,8]";
   ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
-     "to_tier":"hbm","worker":"w1","token_ids":)" + tokens + "}]}")->status,
+     "to_tier":"hbm","worker":"w1","token_ids":)" +
+                       tokens + "}]}")
+                ->status,
             200);
   Json accepted = Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
      "event":"create","role":"prefill_pin","span_digest":"s","remote_engine":"w1","ttl_ms":60000,
-     "token_ids":)" + tokens + "}]}")->body);
+     "token_ids":)" + tokens + "}]}")
+                                  ->body);
   ASSERT_EQ(accepted["accepted"], 1) << accepted.dump();
   EXPECT_EQ(RouteTo(*client_, tokens)["overlap_blocks"], 2);
 
   ASSERT_EQ(Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
-     "event":"transfer_complete","role":"prefill_pin"}]})")->body)["accepted"],
+     "event":"transfer_complete","role":"prefill_pin"}]})")
+                            ->body)["accepted"],
             1);
   Json after = RouteTo(*client_, tokens);
   EXPECT_EQ(after["overlap_blocks"], 0);
@@ -389,7 +398,8 @@ TEST_F(HttpApiTest, LeaseCreditsOnlyWhileActive) {
 
   // A heartbeat after completion never revives the lease.
   Json revived = Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
-     "event":"heartbeat","role":"prefill_pin"}]})")->body);
+     "event":"heartbeat","role":"prefill_pin"}]})")
+                                 ->body);
   EXPECT_EQ(revived["accepted"], 0);
   EXPECT_NE(revived["rejected"][0]["error"].get<std::string>().find("cannot revive"),
             std::string::npos);
@@ -411,14 +421,15 @@ TEST_F(HttpApiTest, LeaseCreditsOnlyWhileActive) {
 TEST_F(HttpApiTest, LeaseReportWithNegativeCountsIsRefusedAfterGrant) {
   ASSERT_EQ(Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
      "event":"create","role":"prefill_pin","span_digest":"s","remote_engine":"w1",
-     "ttl_ms":60000}]})")->body)["accepted"],
+     "ttl_ms":60000}]})")
+                            ->body)["accepted"],
             1);
   Json heartbeat = Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"l1",
-     "event":"heartbeat","role":"prefill_pin","tokens":-5}]})")->body);
+     "event":"heartbeat","role":"prefill_pin","tokens":-5}]})")
+                                   ->body);
   EXPECT_EQ(heartbeat["accepted"], 0);
   ASSERT_EQ(heartbeat["rejected"].size(), 1u);
-  EXPECT_NE(heartbeat["rejected"][0]["error"].get<std::string>().find("tokens"),
-            std::string::npos)
+  EXPECT_NE(heartbeat["rejected"][0]["error"].get<std::string>().find("tokens"), std::string::npos)
       << heartbeat.dump();
   // Nothing of the refused report was counted: the lease is as granted.
   Json leases = GetJson("/v1/leases");
@@ -429,11 +440,14 @@ TEST_F(HttpApiTest, LeaseReportWithNegativeCountsIsRefusedAfterGrant) {
 TEST_F(HttpApiTest, ExpiredLeaseStopsCreditWithoutAnyEvent) {
   const std::string tokens = "[1,2,3,4]";
   ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
-     "to_tier":"hbm","worker":"w1","token_ids":)" + tokens + "}]}")->status,
+     "to_tier":"hbm","worker":"w1","token_ids":)" +
+                       tokens + "}]}")
+                ->status,
             200);
   ASSERT_EQ(Json::parse(PostEvents(R"({"events":[{"type":"nixl_lease","lease_id":"short",
      "event":"create","role":"prefill_pin","span_digest":"s","remote_engine":"w1","ttl_ms":50,
-     "token_ids":)" + tokens + "}]}")->body)["accepted"],
+     "token_ids":)" + tokens + "}]}")
+                            ->body)["accepted"],
             1);
   // Poll: the lease expires 50 ms after its grant, with no event at all.
   Json route;
@@ -448,9 +462,9 @@ TEST_F(HttpApiTest, ExpiredLeaseStopsCreditWithoutAnyEvent) {
     // Hold the document: a range-for over a temporary's member dangles.
     const Json journal = GetJson("/v1/journal?since=1&limit=1000");
     for (const Json& row : journal["rows"]) {
-      journaled |= row["kind"] == "lease.transition" &&
-                   row["payload"].get<std::string>().find("\"to\":\"expired\"") !=
-                       std::string::npos;
+      journaled |=
+          row["kind"] == "lease.transition" &&
+          row["payload"].get<std::string>().find("\"to\":\"expired\"") != std::string::npos;
     }
   }
   EXPECT_TRUE(journaled);
@@ -459,12 +473,15 @@ TEST_F(HttpApiTest, ExpiredLeaseStopsCreditWithoutAnyEvent) {
 TEST_F(HttpApiTest, QuarantineStopsCreditAndIsJournaled) {
   const std::string tokens = "[1,2,3,4,5,6,7,8]";
   ASSERT_EQ(PostEvents(R"({"events":[{"type":"kv_transfer","direction":"store","span_digest":"s",
-     "to_tier":"hbm","worker":"w1","token_ids":)" + tokens + "}]}")->status,
+     "to_tier":"hbm","worker":"w1","token_ids":)" +
+                       tokens + "}]}")
+                ->status,
             200);
   ASSERT_EQ(RouteTo(*client_, tokens)["overlap_blocks"], 2);
-  httplib::Result quarantined = client_->Post(
-      "/v1/quarantine", R"({"model":"llama","token_ids":[1,2,3,4],"reason":"poisoned tool output"})",
-      "application/json");
+  httplib::Result quarantined =
+      client_->Post("/v1/quarantine",
+                    R"({"model":"llama","token_ids":[1,2,3,4],"reason":"poisoned tool output"})",
+                    "application/json");
   ASSERT_EQ(quarantined->status, 200) << quarantined->body;
   EXPECT_EQ(Json::parse(quarantined->body)["blocks"], 1);
 
@@ -485,15 +502,13 @@ TEST_F(HttpApiTest, QuarantineStopsCreditAndIsJournaled) {
   for (const Json& row : journal["rows"]) journaled |= row["kind"] == "quarantine";
   EXPECT_TRUE(journaled) << journal.dump();
 
-  EXPECT_EQ(client_->Post("/v1/quarantine", R"({"model":"llama","reason":"x"})",
-                          "application/json")
+  EXPECT_EQ(client_->Post("/v1/quarantine", R"({"model":"llama","reason":"x"})", "application/json")
                 ->status,
             400);
   // With invalidate, the same span also gets a directive; w1 has no control
   // URL, so its owner cannot be reached and the directive fails, journaled.
   httplib::Result with_invalidation = client_->Post(
-      "/v1/quarantine",
-      R"({"model":"llama","token_ids":[1,2,3,4],"reason":"x","invalidate":true})",
+      "/v1/quarantine", R"({"model":"llama","token_ids":[1,2,3,4],"reason":"x","invalidate":true})",
       "application/json");
   ASSERT_EQ(with_invalidation->status, 200) << with_invalidation->body;
   const std::string directive =

@@ -17,8 +17,8 @@ Result<uint16_t> BindListener(httplib::Server& http, const std::string& host, ui
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     *bound_socket = sock;
   });
-  const int bound = port == 0 ? http.bind_to_any_port(host)
-                              : (http.bind_to_port(host, port) ? port : -1);
+  const int bound =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return Status::IOError("cannot listen on " + host + ":" + std::to_string(port) +
                            " (address in use or not available)");

@@ -29,8 +29,8 @@ void ObservePrompt(Daemon& daemon, std::string_view model, std::string_view tena
   const prompts::Finding& finding = *seen.finding;
   if (finding.avoidable_tokens > 0) {
     daemon.prefix_avoidable_tokens
-        ->WithLabels({std::string(model), std::string(tenant),
-                      std::string(prompts::ToString(finding.kind))})
+        ->WithLabels(
+            {std::string(model), std::string(tenant), std::string(prompts::ToString(finding.kind))})
         ->Add(finding.avoidable_tokens);
   }
   if (seen.new_finding) {
@@ -67,7 +67,8 @@ void HandleLint(Daemon& daemon, const httplib::Request& request, httplib::Respon
   std::vector<std::vector<int64_t>> sent, fixed;
   for (size_t i = 0; i < requests->size(); ++i) {
     const LintedRequest& r = (*requests)[i];
-    for (auto [body, out] : {std::pair{&r.chat_body, &sent}, std::pair{&r.fixed_chat_body, &fixed}}) {
+    for (auto [body, out] :
+         {std::pair{&r.chat_body, &sent}, std::pair{&r.fixed_chat_body, &fixed}}) {
       Result<std::vector<int64_t>> tokens = TokenizeChat(daemon, r.model, *body);
       if (!tokens.ok()) {
         const StatusCode code = tokens.status().code();
@@ -110,51 +111,50 @@ void RegisterPrefixDiagnosticsApi(httplib::Server& http, Daemon& daemon) {
             Guard(daemon, auth::Role::kRead,
                   [&daemon](const httplib::Request& request, httplib::Response& response,
                             const auth::Principal&) { HandleLint(daemon, request, response); }));
-  http.Get("/v1/diagnostics/prefix",
-           Guard(daemon, auth::Role::kRead,
-                 [&daemon](const httplib::Request& request, httplib::Response& response,
-                           const auth::Principal& caller) {
-                   if (!daemon.breakers) {
-                     return SendError(response, 404,
-                                      Status::NotFound("prefix diagnostics are off "
-                                                       "(serve --prefix-diagnostics=false)"));
-                   }
-                   std::optional<std::string> tenant;
-                   if (request.has_param("tenant")) tenant = request.get_param_value("tenant");
-                   // A tenant-bound token sees its own tenant's findings only.
-                   if (!caller.tenant.empty()) {
-                     if (tenant && *tenant != caller.tenant) {
-                       return SendError(response, 403,
-                                        Status::PermissionDenied(
-                                            "token '" + caller.token + "' is bound to tenant '" +
-                                            caller.tenant + "'; it reads that tenant's only"));
-                     }
-                     tenant = caller.tenant;
-                   }
-                   std::vector<prompts::Finding> findings = daemon.breakers->Findings(tenant);
-                   if (request.has_param("model")) {
-                     const std::string model = request.get_param_value("model");
-                     std::erase_if(findings, [&](const prompts::Finding& finding) {
-                       return finding.model != model;
-                     });
-                   }
-                   // The few tokens a tenant allowed kvgov to keep, as text.
-                   std::vector<std::optional<PrefixFindingContext>> contexts(findings.size());
-                   for (size_t i = 0; i < findings.size(); ++i) {
-                     if (findings[i].context_tokens.empty()) continue;
-                     Result<std::string> text =
-                         DetokenizeOnAnEngineOf(daemon, findings[i].model,
-                                                findings[i].context_tokens);
-                     contexts[i] = text.ok() ? PrefixFindingContext{*text, ""}
-                                             : PrefixFindingContext{"", text.status().message()};
-                   }
-                   response.status = 200;
-                   response.set_content(
-                       EncodePrefixDiagnosticsJson(findings,
-                                                   daemon.breakers->options().granule_tokens,
-                                                   daemon.breakers->families(), contexts),
-                       "application/json");
-                 }));
+  http.Get(
+      "/v1/diagnostics/prefix",
+      Guard(daemon, auth::Role::kRead,
+            [&daemon](const httplib::Request& request, httplib::Response& response,
+                      const auth::Principal& caller) {
+              if (!daemon.breakers) {
+                return SendError(response, 404,
+                                 Status::NotFound("prefix diagnostics are off "
+                                                  "(serve --prefix-diagnostics=false)"));
+              }
+              std::optional<std::string> tenant;
+              if (request.has_param("tenant")) tenant = request.get_param_value("tenant");
+              // A tenant-bound token sees its own tenant's findings only.
+              if (!caller.tenant.empty()) {
+                if (tenant && *tenant != caller.tenant) {
+                  return SendError(
+                      response, 403,
+                      Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
+                                               caller.tenant + "'; it reads that tenant's only"));
+                }
+                tenant = caller.tenant;
+              }
+              std::vector<prompts::Finding> findings = daemon.breakers->Findings(tenant);
+              if (request.has_param("model")) {
+                const std::string model = request.get_param_value("model");
+                std::erase_if(findings, [&](const prompts::Finding& finding) {
+                  return finding.model != model;
+                });
+              }
+              // The few tokens a tenant allowed kvgov to keep, as text.
+              std::vector<std::optional<PrefixFindingContext>> contexts(findings.size());
+              for (size_t i = 0; i < findings.size(); ++i) {
+                if (findings[i].context_tokens.empty()) continue;
+                Result<std::string> text =
+                    DetokenizeOnAnEngineOf(daemon, findings[i].model, findings[i].context_tokens);
+                contexts[i] = text.ok() ? PrefixFindingContext{*text, ""}
+                                        : PrefixFindingContext{"", text.status().message()};
+              }
+              response.status = 200;
+              response.set_content(
+                  EncodePrefixDiagnosticsJson(findings, daemon.breakers->options().granule_tokens,
+                                              daemon.breakers->families(), contexts),
+                  "application/json");
+            }));
 }
 
 }  // namespace kvgov::server

@@ -139,11 +139,16 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
   zmq::context_t context(1);
   std::vector<std::unique_ptr<bench::EventPublisher>> publishers;
   const std::filesystem::path ready = dir.path() / "ready";
-  std::vector<std::string> args = {binary,         "serve",
-                                   "--listen",     "127.0.0.1:0",
-                                   "--data-dir",   (dir.path() / "data").string(),
-                                   "--ready-file", ready.string(),
-                                   "--snapshot-every-batches", kSnapshotEveryBatches};
+  std::vector<std::string> args = {binary,
+                                   "serve",
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--data-dir",
+                                   (dir.path() / "data").string(),
+                                   "--ready-file",
+                                   ready.string(),
+                                   "--snapshot-every-batches",
+                                   kSnapshotEveryBatches};
   // More `kvgov serve` flags, space-separated (e.g. --snapshot-log-ratio 0),
   // to compare settings on the same fill.
   if (const char* extra = std::getenv("KVGOV_BENCH_SERVE_ARGS"); extra != nullptr) {
@@ -199,8 +204,7 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     // (docs/adr/0038): until then a kill -9 leaves the rest to the
     // engines' replay, which these publishers do not serve.
     // A kvgov from before the metric reads as having nothing pending.
-    while (ResidentBlocks(client) != kWorkers * kBlocksPerWorker ||
-           PendingStoreBytes(client) > 0) {
+    while (ResidentBlocks(client) != kWorkers * kBlocksPerWorker || PendingStoreBytes(client) > 0) {
       if (Clock::now() > fill_deadline || !first.Running()) {
         state.SkipWithError("the first kvgov did not hold and store every block within 600 s");
         return;
@@ -251,7 +255,10 @@ void BM_KillNineToServingTenMillion(benchmark::State& state) {
     state.counters["logged_batches"] = RecoveryField(log, "logged_batches");
   }
 }
-BENCHMARK(BM_KillNineToServingTenMillion)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KillNineToServingTenMillion)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvgov::server

@@ -198,8 +198,8 @@ class Publisher {
   bool WaitForSubscribers(int count, Clock::time_point deadline) {
     int seen = 0;
     while (seen < count) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                              Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return false;
       std::array<zmq::pollitem_t, 1> items = {{{socket_.handle(), 0, ZMQ_POLLIN, 0}}};
       zmq::poll(items, left);
@@ -392,7 +392,7 @@ struct Figures {
   int replicas = 0;
   std::string name;
   std::vector<double> write_ms;
-  std::vector<double> visible_ms;  // with more than one server
+  std::vector<double> visible_ms;    // with more than one server
   size_t visible_at_first_poll = 0;  // writes every other server held when first asked
   std::vector<double> route_ms;
   size_t routes = 0;
@@ -528,9 +528,9 @@ Status RouteSlice(const Shape& shape, const std::vector<std::string>& bodies,
           return false;
         }
         const Json decision = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
-        const std::string done =
-            "/v1/route/" + (decision.is_object() ? decision.value("decision_id", "") : "") +
-            "/done";
+        const std::string done = "/v1/route/" +
+                                 (decision.is_object() ? decision.value("decision_id", "") : "") +
+                                 "/done";
         if (httplib::Result released = client->Post(done); !released || released->status != 200) {
           std::lock_guard lock(mu);
           failure = Describe(released, "POST " + done);

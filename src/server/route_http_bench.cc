@@ -148,8 +148,7 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
     // woken from a blocking read, and its first pass runs on cold caches
     // (about twice the warm time here). The warm pass is the floor the
     // in-process benchmark measures too.
-    benchmark::DoNotOptimize(
-        index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize).data());
+    benchmark::DoNotOptimize(index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize).data());
     const auto started = Clock::now();
     std::vector<index::BlockKey> chain =
         index::RequestChain(hasher, ns, "", prompt, Fleet::kBlockSize);

@@ -5,9 +5,9 @@
 namespace kvgov::server {
 
 Result<RequestSalt> SaltRoute(Daemon& daemon, router::RouteRequest& request) {
-  KVGOV_ASSIGN_OR_RETURN(RequestSalt salt,
-                         daemon.salts->ForPrompt(request.tenant, request.model,
-                                                 request.lora_name, request.token_ids));
+  KVGOV_ASSIGN_OR_RETURN(
+      RequestSalt salt,
+      daemon.salts->ForPrompt(request.tenant, request.model, request.lora_name, request.token_ids));
   if (salt.diverted()) {
     request.salt_must_be_honoured = true;
     daemon.gate.CountDiverted(salt.diverted_by);

@@ -75,8 +75,7 @@ namespace {
 
 // Words for a refusal cpp-httplib makes before any handler runs (so every
 // error answer has a body): what was wrong and what to do about it.
-std::string DescribeListenerRefusal(const httplib::Request& request, int status,
-                                    size_t max_body) {
+std::string DescribeListenerRefusal(const httplib::Request& request, int status, size_t max_body) {
   switch (status) {
     case 404:
       return "no route for " + request.method + " " + request.path;
@@ -188,8 +187,8 @@ Result<std::unique_ptr<gateway::FrontDoor>> StartGateway(const ServerOptions& op
 Result<metrics::CollectorId> CollectGatewayStats(Daemon& daemon, const gateway::FrontDoor& door) {
   KVGOV_ASSIGN_OR_RETURN(
       metrics::CallbackFamily * connections,
-      daemon.metrics.AddCallbackGauge({"kvgov_gateway_connections",
-                                       "Client connections open on the gateway's listener."}));
+      daemon.metrics.AddCallbackGauge(
+          {"kvgov_gateway_connections", "Client connections open on the gateway's listener."}));
   KVGOV_ASSIGN_OR_RETURN(
       metrics::CallbackFamily * open_requests,
       daemon.metrics.AddCallbackGauge(
@@ -218,21 +217,21 @@ Result<metrics::CollectorId> CollectGatewayStats(Daemon& daemon, const gateway::
   for (const ingest::EngineSpec& engine : daemon.options.engines) {
     engine_of_url.emplace(OpenAIUrl(engine), engine.id);
   }
-  return daemon.metrics.RegisterCollector([&door, connections, open_requests, refused, dropped,
-                                           upstream, engine_of_url = std::move(engine_of_url)](
-                                              metrics::CollectorSink& sink) {
-    const gateway::FrontDoorStats stats = door.stats();
-    sink.Emit(connections, {}, static_cast<double>(stats.connections));
-    sink.Emit(open_requests, {}, static_cast<double>(stats.exchanges));
-    sink.Emit(refused, {}, static_cast<double>(stats.connections_refused));
-    sink.Emit(dropped, {}, static_cast<double>(stats.dropped_slow));
-    for (const auto& [url, pool] : door.upstream_stats()) {
-      const auto engine = engine_of_url.find(url);
-      const std::string_view name = engine == engine_of_url.end() ? url : engine->second;
-      sink.Emit(upstream, {name, "idle"}, static_cast<double>(pool.idle));
-      sink.Emit(upstream, {name, "active"}, static_cast<double>(pool.active));
-    }
-  });
+  return daemon.metrics.RegisterCollector(
+      [&door, connections, open_requests, refused, dropped, upstream,
+       engine_of_url = std::move(engine_of_url)](metrics::CollectorSink& sink) {
+        const gateway::FrontDoorStats stats = door.stats();
+        sink.Emit(connections, {}, static_cast<double>(stats.connections));
+        sink.Emit(open_requests, {}, static_cast<double>(stats.exchanges));
+        sink.Emit(refused, {}, static_cast<double>(stats.connections_refused));
+        sink.Emit(dropped, {}, static_cast<double>(stats.dropped_slow));
+        for (const auto& [url, pool] : door.upstream_stats()) {
+          const auto engine = engine_of_url.find(url);
+          const std::string_view name = engine == engine_of_url.end() ? url : engine->second;
+          sink.Emit(upstream, {name, "idle"}, static_cast<double>(pool.idle));
+          sink.Emit(upstream, {name, "active"}, static_cast<double>(pool.active));
+        }
+      });
 }
 
 }  // namespace
@@ -298,8 +297,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   RegisterHandoffApi(http, *impl->daemon);
   RegisterPrefixDiagnosticsApi(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
-  http.set_error_handler([max_body](const httplib::Request& request,
-                                    httplib::Response& response) {
+  http.set_error_handler([max_body](const httplib::Request& request, httplib::Response& response) {
     // Only fill in bodies the handlers did not write themselves.
     if (!response.body.empty()) return;
     const int status = response.status;

@@ -139,16 +139,18 @@ TEST_F(ServerTest, ABodylessOrOversizedPostIsToldWhatToDo) {
   options.max_body_bytes = 1024;
   Result<std::unique_ptr<Server>> server = Server::Start(options);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  const std::string bodyless = RawExchange(
-      (*server)->port(), "POST /v1/quarantine HTTP/1.1\r\nHost: x\r\n\r\n",
-      /*timeout_s=*/15);
+  const std::string bodyless =
+      RawExchange((*server)->port(), "POST /v1/quarantine HTTP/1.1\r\nHost: x\r\n\r\n",
+                  /*timeout_s=*/15);
   EXPECT_EQ(bodyless.rfind("HTTP/1.1 400", 0), 0u) << bodyless;
   EXPECT_NE(bodyless.find("body: missing; POST /v1/quarantine takes a JSON object"),
             std::string::npos)
       << bodyless;
-  const std::string oversized = RawExchange(
-      (*server)->port(), "POST /v1/quarantine HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n"
-                         "Connection: close\r\n\r\n" + std::string(4096, ' '));
+  const std::string oversized =
+      RawExchange((*server)->port(),
+                  "POST /v1/quarantine HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n"
+                  "Connection: close\r\n\r\n" +
+                      std::string(4096, ' '));
   EXPECT_EQ(oversized.rfind("HTTP/1.1 413", 0), 0u) << oversized;
   EXPECT_NE(oversized.find("1024-byte limit; `kvgov serve --max-body-bytes`"), std::string::npos)
       << oversized;
@@ -161,17 +163,18 @@ TEST_F(ServerTest, PostsThatTakeNoBodyAnswerWithoutOne) {
   Result<std::unique_ptr<Server>> server = Server::Start(Options());
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const uint16_t port = (*server)->port();
-  const std::string done = RawExchange(
-      port, "POST /v1/route/" + std::string(32, 'a') + "/done HTTP/1.1\r\nHost: x\r\n"
-            "Connection: close\r\n\r\n");
+  const std::string done = RawExchange(port, "POST /v1/route/" + std::string(32, 'a') +
+                                                 "/done HTTP/1.1\r\nHost: x\r\n"
+                                                 "Connection: close\r\n\r\n");
   EXPECT_EQ(done.rfind("HTTP/1.1 404", 0), 0u) << done;
   const std::string drain = RawExchange(
       port, "POST /v1/workers/w1/drain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(drain.rfind("HTTP/1.1 404", 0), 0u) << drain;
   EXPECT_NE(drain.find("'w1' is not registered"), std::string::npos) << drain;
-  const std::string with_body = RawExchange(
-      port, "POST /v1/workers/w1/drain HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
-            "Connection: close\r\n\r\n{}");
+  const std::string with_body =
+      RawExchange(port,
+                  "POST /v1/workers/w1/drain HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                  "Connection: close\r\n\r\n{}");
   EXPECT_EQ(with_body.rfind("HTTP/1.1 404", 0), 0u) << with_body;
 }
 

@@ -18,7 +18,8 @@ TokenAudit::Recorded RecordOf(const auth::TokenRecord& record) {
 std::string EncodeTokenSet(const TokenAudit::TokenSet& tokens) {
   Json out = Json::object();
   for (const auto& [name, recorded] : tokens) {
-    out[name] = {{"payload", recorded.payload}, {"secret_fingerprint", recorded.secret_fingerprint}};
+    out[name] = {{"payload", recorded.payload},
+                 {"secret_fingerprint", recorded.secret_fingerprint}};
   }
   return out.dump();
 }
@@ -51,8 +52,8 @@ Result<TokenAudit> TokenAudit::Load(const Daemon& daemon) {
       return Status::Corruption(std::string(kJournaledTokensKey) + ": '" + name +
                                 "' is not {payload, secret_fingerprint}");
     }
-    audit.journaled_.emplace(name, Recorded{payload->get<std::string>(),
-                                            fingerprint->get<std::string>()});
+    audit.journaled_.emplace(
+        name, Recorded{payload->get<std::string>(), fingerprint->get<std::string>()});
   }
   return audit;
 }
