@@ -14,6 +14,7 @@
 #include "kvgov/log/log.h"
 #include "kvgov/ingest/engine_diagnostics.h"
 #include "kvgov/replication/replica.h"
+#include "kvgov/services/replicated_governance.h"
 #include "kvgov/spool/spool_directory.h"
 #include "kvgov/auth/entropy.h"
 #include "server/governance_api.h"

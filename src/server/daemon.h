@@ -23,7 +23,6 @@
 #include "kvgov/services/governance_recorder.h"
 #include "kvgov/services/lease_service.h"
 #include "kvgov/services/quarantine_service.h"
-#include "kvgov/services/replicated_governance.h"
 #include "kvgov/services/report_intake.h"
 #include "kvgov/services/tenant_salts.h"
 #include "kvgov/services/worker_drains.h"

@@ -27,15 +27,14 @@ struct LeaseServiceOptions {
   int64_t retain_ended_ms = int64_t{3600} * 1000;
 };
 
-/// The NIXL leases kvgov witnesses (docs/formats/governance-api.md, "Leases";
+/// The NIXL leases kvgov witnesses (docs/formats/governance-api.md, "NIXL leases";
 /// docs/adr/0004, 0021): each report moves the lease table (or is refused),
 /// the transition is journaled with the lease's record in one synced write
 /// (through the replicated log for a replica), the gate learns the blocks
 /// the lease covers on its worker, and the transition is counted. Owns the
 /// lease table; the gate is shared with the router and the other services.
 ///
-/// Store records: "lease/<id>" in the governance column, a JSON object
-/// {"lease": <the lease as the events API spells it>, "worker", "keys"}.
+/// Store records: "lease/<id>" in the governance column (docs/formats/store.md).
 ///
 /// Thread-safe: the table, the gate, the index, the store and the recorder
 /// each are; a report is not atomic against a concurrent one for the same

@@ -15,8 +15,7 @@
 namespace kvgov::services {
 
 /// A quarantine in force, as stored: "quarantine/<id>" in the governance
-/// column, a JSON object of these fields (docs/formats/governance-api.md,
-/// "Quarantine").
+/// column, a JSON object of these fields (docs/formats/store.md).
 struct Quarantine {
   std::string id;
   std::string model;
