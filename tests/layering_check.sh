@@ -84,6 +84,17 @@ check "the handoff's rules must not include third-party headers" "$third_party" 
 check "services must not use the daemon, HTTP or the listeners" \
   '#include *("server/|<(httplib\.h|boost/)|"kvgov/(server|gateway|transport)/)' \
   "$root/src/services" "$root/include/kvgov/services"
+# src/server's routes, plane and tables take what they use in their
+# constructors or registration structs (docs/adr/0042): only the root
+# (daemon.{h,cc}, which builds everything, and server.cc, which hands each
+# route file its part) knows the daemon.
+route_files=$(find "$root/src/server" -name '*.cc' -o -name '*.h' |
+  grep -vE '/(daemon\.(h|cc)|server\.cc)$|_(test|bench)\.cc$' || true)
+if [ -n "$route_files" ]; then
+  # shellcheck disable=SC2086
+  check "src/server's routes must not reach the root (server/daemon.h)" \
+    '(#include *"server/daemon\.h"|\bDaemon&)' $route_files
+fi
 # Beast and Asio serve HTTP only in src/gateway (and what runs on it: the
 # simulated instant engine).
 beast_users=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" '#include *<boost/(beast|asio)' \

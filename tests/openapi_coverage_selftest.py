@@ -125,7 +125,7 @@ def main():
         gov = os.path.join(server, "governance_api.cc")
         with open(gov, encoding="utf-8") as f:
             text = f.read()
-        text, n = re.subn(r'(http\.Get\("/v1/leases",\s*Guard\(daemon, )Role::kRead',
+        text, n = re.subn(r'(http\.Get\("/v1/leases",\s*Guard\(\*routes\.auth, )Role::kRead',
                           r"\1Role::kAdmin", text)
         assert n == 1, "selftest: the GET /v1/leases guard was not found"
         with open(gov, "w", encoding="utf-8") as f:

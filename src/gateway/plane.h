@@ -20,23 +20,14 @@
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/status.h"
 #include "kvgov/gateway/handoff_rules.h"
+#include "kvgov/router/prediction_score.h"
 #include "kvgov/router/router.h"
 
 namespace kvgov::gateway {
 
 /// What a routed request's engine is expected to report, to check its
 /// usage against (Plane::Account).
-struct Prediction {
-  std::string model;
-  std::string tenant;
-  int64_t routed_tokens = 0;
-  int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
-  int64_t block_size = 1;
-  // False when the engine prepends what kvgov never tokenized (a Responses
-  // request's previous_response_id): its prompt count is not held against
-  // the routed tokens.
-  bool whole_prompt = true;
-};
+using router::Prediction;
 
 /// Where a worker's engine serves OpenAI's API.
 struct EngineAddress {

@@ -2,7 +2,6 @@
 
 #include <httplib.h>
 
-#include "server/daemon.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
@@ -10,10 +9,9 @@ namespace {
 
 // Authenticates and authorizes, or writes the 401/403 answer and returns
 // nothing.
-std::optional<auth::Principal> Admit(Daemon& daemon, auth::Role role,
+std::optional<auth::Principal> Admit(auth::Authenticator& auth, auth::Role role,
                                      const httplib::Request& request, httplib::Response& response) {
-  Result<auth::Principal> caller =
-      daemon.auth->Authorize(request.get_header_value("Authorization"), role);
+  Result<auth::Principal> caller = auth.Authorize(request.get_header_value("Authorization"), role);
   if (caller.ok()) return *caller;
   if (caller.status().code() == StatusCode::kUnauthenticated) {
     response.set_header("WWW-Authenticate", "Bearer realm=\"kvgov\"");
@@ -26,18 +24,18 @@ std::optional<auth::Principal> Admit(Daemon& daemon, auth::Role role,
 
 }  // namespace
 
-Handler Guard(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
-  return [&daemon, role, handler = std::move(handler)](const httplib::Request& request,
-                                                       httplib::Response& response) {
-    if (std::optional<auth::Principal> caller = Admit(daemon, role, request, response)) {
+Handler Guard(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler) {
+  return [&auth, role, handler = std::move(handler)](const httplib::Request& request,
+                                                     httplib::Response& response) {
+    if (std::optional<auth::Principal> caller = Admit(auth, role, request, response)) {
       handler(request, response, *caller);
     }
   };
 }
 
-Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handler) {
+Handler GuardFleetWrite(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler) {
   return Guard(
-      daemon, role,
+      auth, role,
       [handler = std::move(handler)](const httplib::Request& request, httplib::Response& response,
                                      const auth::Principal& caller) {
         if (!caller.tenant.empty()) {
@@ -50,9 +48,9 @@ Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handle
       });
 }
 
-Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler) {
+Handler GuardFleet(auth::Authenticator& auth, auth::Role role, Handler handler) {
   return GuardFleetWrite(
-      daemon, role,
+      auth, role,
       [handler = std::move(handler)](const httplib::Request& request, httplib::Response& response,
                                      const auth::Principal&) { handler(request, response); });
 }

@@ -18,8 +18,6 @@ struct Response;
 
 namespace kvgov::server {
 
-struct Daemon;
-
 using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 using PrincipalHandler =
     std::function<void(const httplib::Request&, httplib::Response&, const auth::Principal&)>;
@@ -27,15 +25,15 @@ using PrincipalHandler =
 /// Authenticates the call's bearer token and checks `role`, answering 401
 /// or 403 itself; otherwise calls `handler` with the caller, whose tenant
 /// binding the handler must honour.
-Handler Guard(Daemon& daemon, auth::Role role, PrincipalHandler handler);
+Handler Guard(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler);
 
 /// The same for fleet-wide routes (journal, metrics, config, drain,
 /// ingest): a tenant-bound token is refused with 403.
-Handler GuardFleet(Daemon& daemon, auth::Role role, Handler handler);
+Handler GuardFleet(auth::Authenticator& auth, auth::Role role, Handler handler);
 
 /// GuardFleet for a fleet-wide governance write: the handler gets the
 /// caller, to name it in the journal.
-Handler GuardFleetWrite(Daemon& daemon, auth::Role role, PrincipalHandler handler);
+Handler GuardFleetWrite(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler);
 
 /// The journal's actor for a caller (docs/formats/journal.md §2):
 /// "token:<name>", or "local" for a loopback call while authentication is

@@ -8,10 +8,9 @@
 #include "kvgov/codec/route_api.h"
 #include "kvgov/console/assets.h"
 #include "server/access.h"
-#include "server/daemon.h"
-#include "server/salting.h"
-#include "server/gateway.h"
+#include "server/engines.h"
 #include "server/http_api.h"
+#include "server/salting.h"
 
 namespace kvgov::server {
 namespace {
@@ -31,9 +30,9 @@ void ServeAsset(const httplib::Request& request, httplib::Response& response) {
   response.set_content(std::string(asset->body), std::string(asset->content_type));
 }
 
-Json TrafficJson(const Daemon& daemon) {
+Json TrafficJson(const ConsoleRoutes& routes) {
   Json points = Json::array();
-  for (const metrics::TrafficPoint& point : daemon.traffic->Points()) {
+  for (const metrics::TrafficPoint& point : routes.traffic->Points()) {
     Json saved = Json::object();
     for (const auto& [source, spelling] : EnumSpelling<Source>::kValues) {
       saved[std::string(spelling)] = point.change.saved_tokens[static_cast<size_t>(source)];
@@ -44,17 +43,16 @@ Json TrafficJson(const Daemon& daemon) {
                       {"credited_blocks", point.change.credited_blocks},
                       {"saved_tokens", std::move(saved)}});
   }
-  return {{"interval_ms", std::max<int64_t>(100, daemon.options.traffic_interval_ms)},
-          {"points", std::move(points)}};
+  return {{"interval_ms", routes.traffic_interval_ms}, {"points", std::move(points)}};
 }
 
 // POST /v1/route/explain: /v1/route's body, or "prompt" text in place of
 // "token_ids" for the model's engine to tokenize; the decision as
 // /v1/route answers it, kept nowhere.
-void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
-                   const auth::Principal& caller) {
+void HandleExplain(const ConsoleRoutes& routes, const httplib::Request& request,
+                   httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  Result<ExplainRequest> body = DecodeExplainRequestJson(request.body, BodyLimits(daemon));
+  Result<ExplainRequest> body = DecodeExplainRequestJson(request.body, routes.body_limits);
   if (!body.ok()) return SendBodyError(response, body.status());
   router::RouteRequest& route = body->route;
   if (Status fitted = FitToCaller(caller, /*names_span_by_tokens=*/true, route.tenant);
@@ -62,7 +60,7 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
     return SendError(response, 403, fitted);
   }
   if (!body->prompt.empty()) {
-    Result<std::vector<int64_t>> tokens = TokenizePrompt(daemon, route.model, body->prompt);
+    Result<std::vector<int64_t>> tokens = routes.engines->TokenizePrompt(route.model, body->prompt);
     if (!tokens.ok()) {
       return SendError(response, tokens.status().code() == StatusCode::kNotFound ? 404 : 502,
                        tokens.status());
@@ -71,12 +69,10 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
   }
   // Salted as the route itself would be, diversion included, but not
   // counted: a dry run sends nothing.
-  Result<RequestSalt> salt =
-      daemon.salts->ForPrompt(route.tenant, route.model, route.lora_name, route.token_ids);
+  Result<RequestSalt> salt = routes.salting->DryRun(route);
   if (!salt.ok()) return SendError(response, 503, salt.status());
-  route.salt_must_be_honoured = salt->diverted();
   Result<router::RouteDecision> decision =
-      daemon.router->Explain(route, salt->salt, clock::NowMillis());
+      routes.router->Explain(route, salt->salt, clock::NowMillis());
   if (!decision.ok()) {
     return SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
                      decision.status());
@@ -95,7 +91,7 @@ void HandleExplain(Daemon& daemon, const httplib::Request& request, httplib::Res
 
 }  // namespace
 
-void RegisterConsoleApi(httplib::Server& http, Daemon& daemon) {
+void RegisterConsoleApi(httplib::Server& http, const ConsoleRoutes& routes) {
   using auth::Role;
   http.Get("/ui", [](const httplib::Request&, httplib::Response& response) {
     response.set_redirect("/ui/", 308);
@@ -103,15 +99,15 @@ void RegisterConsoleApi(httplib::Server& http, Daemon& daemon) {
   http.Get("/ui/", ServeAsset);
   http.Get(R"(/ui/([a-z]+\.[a-z]+))", ServeAsset);
   http.Get("/v1/traffic",
-           GuardFleet(daemon, Role::kRead,
-                      [&daemon](const httplib::Request&, httplib::Response& response) {
-                        SendJson(response, 200, TrafficJson(daemon));
+           GuardFleet(*routes.auth, Role::kRead,
+                      [routes](const httplib::Request&, httplib::Response& response) {
+                        SendJson(response, 200, TrafficJson(routes));
                       }));
   http.Post("/v1/route/explain",
-            Guard(daemon, Role::kRoute,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                    HandleExplain(daemon, request, response, caller);
+            Guard(*routes.auth, Role::kRoute,
+                  [routes](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                    HandleExplain(routes, request, response, caller);
                   }));
 }
 

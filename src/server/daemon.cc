@@ -17,7 +17,7 @@
 #include "kvgov/services/replicated_governance.h"
 #include "kvgov/spool/spool_directory.h"
 #include "kvgov/auth/entropy.h"
-#include "server/governance_api.h"
+#include "kvgov/codec/config_api.h"
 #include "server/http_api.h"
 #include "kvgov/auth/tenant_secret.h"
 
@@ -189,7 +189,8 @@ Status RegisterEngineMetrics(Daemon& daemon) {
       .status();
 }
 
-Status RegisterGovernanceMetrics(Daemon& daemon) {
+// The gateway's request path's families, and the handoffs'.
+Result<Handoffs::Metrics> RegisterGatewayMetrics(Daemon& daemon) {
   GatewayMetrics& gateway = daemon.gateway_metrics;
   KVGOV_ASSIGN_OR_RETURN(
       gateway.requests,
@@ -210,43 +211,15 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                  "client."}));
   gateway.retries->WithLabels({});
   KVGOV_ASSIGN_OR_RETURN(
-      gateway.tokenize_mismatches,
-      daemon.metrics.AddCounter({"kvgov_gateway_tokenize_mismatch_total",
-                                 "Gateway answers whose usage.prompt_tokens differ from the "
-                                 "tokens kvgov routed on, by model.",
-                                 {"model"}}));
-  KVGOV_ASSIGN_OR_RETURN(
       gateway.tokenize_failures,
       daemon.metrics.AddCounter({"kvgov_gateway_tokenize_failures_total",
                                  "Gateway requests answered 502 because no engine of the model "
                                  "could tokenize them (unreachable, or a tokenizer that lacks "
                                  "the request's form, e.g. chat on an older SGLang), by model.",
                                  {"model"}}));
+  Handoffs::Metrics handoffs;
   KVGOV_ASSIGN_OR_RETURN(
-      gateway.predictions,
-      daemon.metrics.AddCounter({"kvgov_gateway_predictions_total",
-                                 "Gateway answers by how kvgov's predicted overlap compared with "
-                                 "the blocks the engine reported cached: exact, over (predicted "
-                                 "more) or under.",
-                                 {"worker", "outcome"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      gateway.predicted_tokens,
-      daemon.metrics.AddCounter({"kvgov_gateway_predicted_tokens_total",
-                                 "Prompt tokens kvgov predicted cached on the chosen worker.",
-                                 {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(gateway.cached_tokens,
-                         daemon.metrics.AddCounter({"kvgov_gateway_engine_cached_tokens_total",
-                                                    "Prompt tokens the engine reported cached "
-                                                    "(usage.prompt_tokens_details.cached_tokens).",
-                                                    {"worker"}}));
-  KVGOV_ASSIGN_OR_RETURN(
-      gateway.unaccounted,
-      daemon.metrics.AddCounter({"kvgov_gateway_unaccounted_total",
-                                 "Gateway answers that carried no usage (a stream whose client "
-                                 "set stream_options without include_usage, an error)."}));
-  gateway.unaccounted->WithLabels({});
-  KVGOV_ASSIGN_OR_RETURN(
-      gateway.handoffs,
+      handoffs.outcomes,
       daemon.metrics.AddCounter({"kvgov_gateway_handoffs_total",
                                  "Disaggregated gateway requests by how their prefill/decode "
                                  "handoff ended: completed, unpinned (the prefill answer carried "
@@ -255,15 +228,20 @@ Status RegisterGovernanceMetrics(Daemon& daemon) {
                                  "ran out first), client_gone.",
                                  {"outcome"}}));
   for (const auto& [value, spelling] : EnumSpelling<HandoffOutcome>::kValues) {
-    gateway.handoffs->WithLabels({std::string(spelling)});
+    handoffs.outcomes->WithLabels({std::string(spelling)});
   }
   KVGOV_ASSIGN_OR_RETURN(
-      gateway.handoff_seconds,
+      handoffs.seconds,
       daemon.metrics.AddHistogram({"kvgov_gateway_handoff_seconds",
                                    "Time from the prefill worker's answer (SGLang: the dispatch of "
                                    "both legs) to the decode worker's first token (a whole "
                                    "answer's arrival, when not streamed)."},
                                   metrics::ExponentialBuckets(1e-3, 2, 16)));
+  return handoffs;
+}
+
+// Governance state by state, read at scrape time.
+Status RegisterGovernanceGauges(Daemon& daemon) {
   KVGOV_ASSIGN_OR_RETURN(auto* invalidations,
                          daemon.metrics.AddCallbackGauge(
                              {"kvgov_invalidations",
@@ -425,70 +403,6 @@ Result<std::string> DefaultReplicaId() {
 
 }  // namespace
 
-Result<journal::VerifyReport> ChainCheck::Verify(const store::Store& store, uint64_t head_seq) {
-  std::lock_guard lock(mu_);
-  const int64_t now_ms = clock::NowMillis();
-  const bool whole = !cursor_.has_value() || cursor_->report.first_broken_seq.has_value() ||
-                     now_ms - whole_walk_at_ms_ >= kWholeWalkEvery;
-  if (!whole && cursor_->next_seq > head_seq) return cursor_->report;  // nothing new
-  KVGOV_ASSIGN_OR_RETURN(journal::VerifyCursor cursor,
-                         journal::VerifyFrom(store, whole ? journal::VerifyCursor{} : *cursor_));
-  if (whole) whole_walk_at_ms_ = now_ms;
-  cursor_ = std::move(cursor);
-  return cursor_->report;
-}
-
-void RouteTotals::Count(const router::RouteDecision& decision) {
-  routes_.fetch_add(1, std::memory_order_relaxed);
-  prompt_blocks_.fetch_add(decision.prompt_blocks, std::memory_order_relaxed);
-  credited_blocks_.fetch_add(decision.overlap_blocks, std::memory_order_relaxed);
-}
-
-metrics::TrafficTotals RouteTotals::Read(const metrics::CacheAccounting& accounting) const {
-  metrics::TrafficTotals totals;
-  totals.routes = routes_.load(std::memory_order_relaxed);
-  totals.prompt_blocks = prompt_blocks_.load(std::memory_order_relaxed);
-  totals.credited_blocks = credited_blocks_.load(std::memory_order_relaxed);
-  for (const auto& [source, spelling] : EnumSpelling<Source>::kValues) {
-    totals.saved_tokens[static_cast<size_t>(source)] = accounting.SavedTokens(source);
-  }
-  return totals;
-}
-
-void OpenPredictions::Add(std::string decision_id, Open open) {
-  std::lock_guard lock(mu_);
-  if (!open_.emplace(decision_id, std::move(open)).second) return;
-  order_.push_back(std::move(decision_id));
-  // Ids taken or forgotten leave stale entries in order_; they are skipped.
-  while (open_.size() > kMaxOpen && !order_.empty()) {
-    open_.erase(order_.front());
-    order_.pop_front();
-  }
-  if (order_.size() > 2 * kMaxOpen) {
-    std::erase_if(order_, [this](const std::string& id) { return !open_.contains(id); });
-  }
-}
-
-std::optional<OpenPredictions::Open> OpenPredictions::Take(std::string_view decision_id) {
-  std::lock_guard lock(mu_);
-  auto it = open_.find(decision_id);
-  if (it == open_.end()) return std::nullopt;
-  Open open = std::move(it->second);
-  open_.erase(it);
-  return open;
-}
-
-void TenantsSeen::Note(const std::string& tenant) {
-  if (tenant.empty()) return;
-  std::lock_guard lock(mu_);
-  if (tenants_.size() < kMaxTenants) tenants_.insert(tenant);
-}
-
-bool TenantsSeen::Contains(std::string_view tenant) const {
-  std::lock_guard lock(mu_);
-  return tenants_.size() >= kMaxTenants || tenants_.contains(tenant);
-}
-
 Daemon::Daemon(size_t index_shards) : index(index::BlockKeyHasher(), index_shards) {}
 Daemon::~Daemon() { Stop(); }
 
@@ -514,34 +428,23 @@ void Daemon::Stop() {
   if (store) (void)store->SyncWal();
 }
 
-void ExpectSaltedBlocks(Daemon& daemon, const router::RouteRequest& request,
-                        std::string_view cache_salt, const router::RouteDecision& decision) {
-  // A first block already resident will not be stored again: nothing to
-  // expect, and an expectation left waiting could be met by another
-  // request's unsalted root.
-  if (cache_salt.empty() || decision.worker.empty() || decision.overlap_blocks > 0) return;
-  const std::optional<index::WorkerResidency> worker = daemon.index.Worker(decision.worker);
-  if (!worker || worker->salts == index::SaltReporting::kReported || worker->block_size <= 0 ||
-      request.token_ids.size() < static_cast<size_t>(worker->block_size)) {
-    return;
+std::string DescribeConfig(const Daemon& daemon) {
+  ConfigView config;
+  config.weights = daemon.router->weights();
+  config.probe_interval_ms = daemon.options.probe_interval_ms;
+  config.max_body_bytes = daemon.options.max_body_bytes;
+  config.spool_dir = daemon.options.spool_dir;
+  config.engines = daemon.options.engines;
+  if (daemon.replica) {
+    Result<replication::RedisEndpoint> redis = replication::ParseRedisUrl(daemon.options.redis_url);
+    config.replica =
+        ReplicaConfigView{daemon.replica->id(),         redis.ok() ? redis->Describe() : "",
+                          daemon.options.redis_prefix,  daemon.options.claim_ttl_ms,
+                          daemon.options.log_retain_ms, daemon.options.snapshot_interval_ms,
+                          daemon.replica->connected(),  daemon.replica->housekeeper(),
+                          daemon.replica->applied_id()};
   }
-  (void)daemon.index.ExpectSaltedRoot(
-      decision.worker,
-      index::SaltlessRoot(
-          daemon.index.hasher(), {request.model, request.lora_name, 0},
-          std::span(request.token_ids).first(static_cast<size_t>(worker->block_size))));
-}
-
-int GovernanceWriteHttpStatus(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kResourceExhausted:
-      return 413;  // the record would not fit a journal row
-    case StatusCode::kUnavailable:
-    case StatusCode::kIOError:
-      return 503;
-    default:
-      return 500;
-  }
+  return EncodeConfigJson(config);
 }
 
 Status CheckServerOptions(const ServerOptions& options) {
@@ -591,9 +494,18 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
           .snapshot_every = std::max<uint64_t>(1, options.snapshot_every_batches),
           .snapshot_log_ratio = std::max(0.0, options.snapshot_log_ratio)});
   KVGOV_ASSIGN_OR_RETURN(daemon->accounting, metrics::CacheAccounting::Create(&daemon->metrics));
+  KVGOV_ASSIGN_OR_RETURN(daemon->usage,
+                         services::UsageAccounting::Create(daemon->accounting.get(),
+                                                           &daemon->predictions, &daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
-  KVGOV_RETURN_IF_ERROR(RegisterGovernanceMetrics(*daemon));
+  KVGOV_ASSIGN_OR_RETURN(const Handoffs::Metrics handoff_metrics, RegisterGatewayMetrics(*daemon));
+  KVGOV_RETURN_IF_ERROR(RegisterGovernanceGauges(*daemon));
+  daemon->salting = std::make_unique<RouteSalting>(
+      daemon->salts.get(), &daemon->gate, &daemon->index, daemon->route_metrics.diversions);
+  daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
+  daemon->engines = std::make_unique<Engines>(
+      options.engines, &daemon->index, daemon->upstreams.get(), BodyLimits(options.max_body_bytes));
   KVGOV_ASSIGN_OR_RETURN(daemon->leases, services::LeaseService::Create(
                                              &daemon->gate, &daemon->index, daemon->store.get(),
                                              daemon->recorder.get(), &daemon->metrics,
@@ -605,15 +517,19 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   daemon->reports =
       std::make_unique<services::ReportIntake>(AdmissionPolicy(options.admit), &daemon->index,
                                                daemon->accounting.get(), daemon->leases.get());
+  daemon->handoffs = std::make_unique<Handoffs>(daemon->leases.get(), &daemon->gate, &daemon->index,
+                                                daemon->engines.get(), handoff_metrics);
   KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
+  std::unique_ptr<prompts::CacheBreakerDetector> breakers;
+  metrics::CounterFamily* avoidable_tokens = nullptr;
   if (options.prefix_diagnostics) {
     prompts::DetectorOptions detector;
     detector.granule_tokens = options.breaker_granule_tokens;
     KVGOV_RETURN_IF_ERROR(
         auth::FillRandom(std::span(reinterpret_cast<char*>(&detector.key), sizeof(detector.key))));
-    daemon->breakers = std::make_unique<prompts::CacheBreakerDetector>(detector);
+    breakers = std::make_unique<prompts::CacheBreakerDetector>(detector);
     KVGOV_ASSIGN_OR_RETURN(
-        daemon->prefix_avoidable_tokens,
+        avoidable_tokens,
         daemon->metrics.AddCounter(
             {"kvgov_prefix_avoidable_prefill_tokens_total",
              "Prompt tokens the engine recomputed only because of a cache breaker earlier in the "
@@ -621,11 +537,14 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
              "reordering).",
              {"model", "tenant", "cause"}}));
   }
+  daemon->prefixes = std::make_unique<PrefixWatch>(
+      std::move(breakers), options.prefix_context_tenants, avoidable_tokens);
   daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route,
                                                     &daemon->gate);
   metrics::CacheAccounting* accounting = daemon->accounting.get();
   ingest::StreamStore* stream_store = daemon->stream_store.get();
   Daemon* const wired = daemon.get();
+  const Engines* engines = daemon->engines.get();
   KVGOV_ASSIGN_OR_RETURN(
       daemon->invalidations,
       services::DirectiveDriver::Create(
@@ -636,7 +555,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
            .store = daemon->store.get(),
            .issuer = daemon->issuer.get(),
            .engines = {
-               .engine_of = [wired](std::string_view worker) { return EngineOf(*wired, worker); },
+               .engine_of = [engines](std::string_view worker) { return engines->Of(worker); },
                .stream_seq = [wired](std::string_view worker) -> int64_t {
                  if (!wired->ingest) return -1;
                  for (const transport::StreamView& view : wired->ingest->Streams()) {
@@ -731,11 +650,12 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   if (!replicated) {
     // After serve.start: the rows of changes made while kvgov was down
     // follow the start that found them.
-    KVGOV_ASSIGN_OR_RETURN(daemon->token_audit, TokenAudit::Load(*daemon));
-    KVGOV_RETURN_IF_ERROR(daemon->token_audit->CatchUp(*daemon));
+    KVGOV_ASSIGN_OR_RETURN(
+        daemon->token_audit,
+        TokenAudit::Load(daemon->auth.get(), daemon->store.get(), daemon->recorder.get()));
+    KVGOV_RETURN_IF_ERROR(daemon->token_audit->CatchUp());
   }
   daemon->invalidations->CallRecoveredOwners();
-  daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
   daemon->prober = std::make_unique<connectors::HealthProber>(
       &daemon->status, options.engines,
       connectors::HealthProberOptions{.probe_interval_ms = options.probe_interval_ms});
@@ -755,9 +675,10 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
         }
         state->invalidations->Tick(now);
         state->leases->ForgetEnded(now);
-        if (state->token_audit) state->token_audit->CatchUpOrLog(*state);
+        if (state->token_audit) state->token_audit->CatchUpOrLog();
       });
   const int64_t traffic_interval_ms = std::max<int64_t>(100, options.traffic_interval_ms);
+  daemon->traffic_interval_ms = traffic_interval_ms;
   daemon->traffic = std::make_unique<metrics::TrafficHistory>(
       static_cast<size_t>(15 * 60 * 1000 / traffic_interval_ms));
   daemon->traffic->Sample(clock::NowMillis(), daemon->route_totals.Read(*daemon->accounting));

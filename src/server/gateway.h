@@ -1,53 +1,47 @@
 #pragma once
 
-// Internal to kvgov_server: the gateway's doors into the daemon
-// (docs/formats/gateway.md, docs/adr/0035), and the engines' tokenizers
-// for the control API's prompts and messages.
+// Internal to kvgov_server: the gateway's doors into kvgov's state
+// (gateway::Plane; docs/formats/gateway.md, docs/adr/0035).
 
 #include <cstdint>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
 
 #include "gateway/front_door.h"
-#include "kvgov/core/status.h"
+#include "gateway/plane.h"
+#include "kvgov/auth/tokens.h"
+#include "kvgov/index/residency_index.h"
+#include "kvgov/router/router.h"
+#include "kvgov/router/worker_status.h"
+#include "kvgov/services/usage_accounting.h"
+#include "server/route_state.h"
 
 namespace kvgov::server {
 
-struct Daemon;
+class Engines;
+class Handoffs;
+class PrefixWatch;
+class RouteSalting;
+
+/// What the gateway's request path reaches; each must outlive the front
+/// door.
+struct GatewayServices {
+  gateway::GatewayLimits limits;
+  auth::Authenticator* auth = nullptr;
+  const index::ResidencyIndex* index = nullptr;
+  const router::WorkerStatusTable* status = nullptr;
+  const Engines* engines = nullptr;
+  router::Router* router = nullptr;
+  RouteSalting* salting = nullptr;
+  PrefixWatch* prefixes = nullptr;
+  services::UsageAccounting* usage = nullptr;
+  Handoffs* handoffs = nullptr;
+  TenantsSeen* tenants_seen = nullptr;
+  RouteTotals* route_totals = nullptr;
+  GatewayMetrics metrics;
+};
 
 /// The front door's handler (gateway::FrontDoor, a listener of its own
 /// beside the control API): src/gateway's request path
-/// (gateway::GatewayHandler) over the daemon's Plane, which it owns.
-gateway::Handler GatewayHandler(Daemon& daemon);
-
-/// The token ids of `prompt`, from the tokenizer of the engine of a worker
-/// serving `model` (what the gateway would do for a completion). NotFound
-/// when no worker with an engine URL serves the model; the engine's error
-/// otherwise.
-Result<std::vector<int64_t>> TokenizePrompt(Daemon& daemon, std::string_view model,
-                                            std::string_view prompt);
-
-/// The token ids of an OpenAI chat `messages` array (JSON text), through the
-/// engine's chat template: the /tokenize body the gateway would send for a
-/// chat completion of `model` with those messages. NotFound as
-/// TokenizePrompt; InvalidArgument or ResourceExhausted when the gateway
-/// would refuse that chat (not a non-empty array, past the body limits);
-/// the engine's error otherwise.
-Result<std::vector<int64_t>> TokenizeMessages(Daemon& daemon, std::string_view model,
-                                              std::string_view messages);
-
-/// The text of `tokens`, from the detokenizer of the engine of a worker
-/// serving `model`. NotFound as TokenizePrompt; the engine's error
-/// otherwise.
-Result<std::string> DetokenizeOnAnEngineOf(Daemon& daemon, std::string_view model,
-                                           std::span<const int64_t> tokens);
-
-/// The token ids of an OpenAI chat completion body (JSON text, its model
-/// `model`), as TokenizeMessages: its messages and the chat-template fields
-/// the gateway forwards (tools among them).
-Result<std::vector<int64_t>> TokenizeChat(Daemon& daemon, std::string_view model,
-                                          std::string_view chat);
+/// (gateway::GatewayHandler) over a Plane on `services`, which it owns.
+gateway::Handler GatewayHandler(const GatewayServices& services);
 
 }  // namespace kvgov::server

@@ -14,10 +14,8 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/log/log.h"
 #include "server/access.h"
-#include "server/daemon.h"
-#include "server/gateway.h"
-#include "server/salting.h"
-#include "kvgov/auth/entropy.h"
+#include "server/engines.h"
+#include "server/route_state.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
@@ -45,8 +43,8 @@ Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
 // A governance write that names a tenant no token is bound to and no route
 // was made for since start is most likely a typo: it is carried out (the
 // tenant may come later), and the answer says so.
-void WarnOfUnknownTenant(const Daemon& daemon, std::string_view tenant, Json& answer) {
-  if (tenant.empty() || daemon.auth->NamesTenant(tenant) || daemon.tenants_seen.Contains(tenant)) {
+void WarnOfUnknownTenant(const GovernanceRoutes& routes, std::string_view tenant, Json& answer) {
+  if (tenant.empty() || routes.auth->NamesTenant(tenant) || routes.tenants_seen->Contains(tenant)) {
     return;
   }
   answer["warning"] = "tenant '" + std::string(tenant.substr(0, 128)) +
@@ -78,9 +76,9 @@ Json ResidueJson(const std::vector<index::LineageResidue>& residue) {
 }
 
 // The longest leading run of `keys` some worker holds.
-uint64_t ResidentBlocks(const Daemon& daemon, std::span<const index::BlockKey> keys) {
+uint64_t ResidentBlocks(const GovernanceRoutes& routes, std::span<const index::BlockKey> keys) {
   uint64_t longest = 0;
-  for (const index::WorkerOverlap& overlap : daemon.index.Overlap(keys)) {
+  for (const index::WorkerOverlap& overlap : routes.index->Overlap(keys)) {
     longest = std::max(longest, overlap.blocks);
   }
   return longest;
@@ -98,11 +96,12 @@ bool NamesSpanByTokens(const Request& body) {
 // answered: 404 when no worker of the model has an engine URL, 502 when the
 // engine cannot tokenize.
 template <typename Request>
-bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
+bool TokenizeSpan(const GovernanceRoutes& routes, Request& body, httplib::Response& response) {
   if (body.prompt.empty() && body.messages.empty()) return true;
   const bool chat = !body.messages.empty();
-  Result<std::vector<int64_t>> tokens = chat ? TokenizeMessages(daemon, body.model, body.messages)
-                                             : TokenizePrompt(daemon, body.model, body.prompt);
+  Result<std::vector<int64_t>> tokens =
+      chat ? routes.engines->TokenizeMessages(body.model, body.messages)
+           : routes.engines->TokenizePrompt(body.model, body.prompt);
   if (!tokens.ok()) {
     // Anything but a model no engine serves is the engine's failure: it was
     // unreachable, refused, or answered no token list.
@@ -122,10 +121,10 @@ bool TokenizeSpan(Daemon& daemon, Request& body, httplib::Response& response) {
   return true;
 }
 
-void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
-                      const auth::Principal& caller) {
+void HandleQuarantine(const GovernanceRoutes& routes, const httplib::Request& request,
+                      httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, BodyLimits(daemon));
+  Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, routes.body_limits);
   if (!body.ok()) return SendBodyError(response, body.status());
   if (Status fitted = FitToCaller(caller, NamesSpanByTokens(*body), body->tenant); !fitted.ok()) {
     return SendError(response, 403, fitted);
@@ -134,11 +133,11 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
                                        : !body->messages.empty() ? "messages"
                                                                  : "token_ids";
   const bool tokenized = token_field != "token_ids";
-  if (!TokenizeSpan(daemon, *body, response)) return;
+  if (!TokenizeSpan(routes, *body, response)) return;
   std::vector<index::BlockKey> keys;
   if (!body->token_ids.empty()) {
     int64_t block_size = 0;
-    for (const index::WorkerResidency& worker : daemon.index.Workers()) {
+    for (const index::WorkerResidency& worker : routes.index->Workers()) {
       if (worker.model == body->model) block_size = worker.block_size;
     }
     if (block_size == 0) {
@@ -146,8 +145,8 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
           response, 404,
           Status::NotFound("model: no registered worker serves '" + body->model + "'"));
     }
-    const std::string salt = daemon.salts->Current(body->tenant, body->model);
-    keys = index::RequestChain(daemon.index.hasher(), {body->model, body->lora_name, 0}, salt,
+    const std::string salt = routes.salts->Current(body->tenant, body->model);
+    keys = index::RequestChain(routes.index->hasher(), {body->model, body->lora_name, 0}, salt,
                                body->token_ids, block_size);
     if (keys.empty()) {
       return SendError(
@@ -157,7 +156,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
                                   std::to_string(block_size) + ")"));
     }
   } else {
-    Result<std::vector<index::BlockKey>> found = daemon.index.KeysForEngineHashes(
+    Result<std::vector<index::BlockKey>> found = routes.index->KeysForEngineHashes(
         body->worker, std::span(&*body->block_hash, 1), body->group_idx);
     if (!found.ok()) return SendError(response, 404, found.status());
     keys = *found;
@@ -168,18 +167,18 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
   wanted.reason = body->reason;
   wanted.keys = keys;
   Result<services::Quarantine> imposed =
-      daemon.quarantines->Impose(ActorOf(caller), std::move(wanted), clock::NowMillis());
+      routes.quarantines->Impose(ActorOf(caller), std::move(wanted), clock::NowMillis());
   if (!imposed.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(imposed.status()), imposed.status());
   }
   const std::string& id = imposed->id;
   Json answer = {{"id", id},
                  {"blocks", keys.size()},
-                 {"resident_blocks", ResidentBlocks(daemon, keys)},
+                 {"resident_blocks", ResidentBlocks(routes, keys)},
                  {"reason", body->reason}};
   // What the text stood for: the caller sees what was quarantined.
   if (tokenized) answer["token_ids"] = body->token_ids;
-  WarnOfUnknownTenant(daemon, body->tenant, answer);
+  WarnOfUnknownTenant(routes, body->tenant, answer);
   if (body->invalidate) {
     // The same span, evicted from every engine that holds it.
     InvalidationRequest invalidation;
@@ -192,7 +191,7 @@ void HandleQuarantine(Daemon& daemon, const httplib::Request& request, httplib::
     invalidation.group_idx = body->group_idx;
     invalidation.reason = "quarantine " + id + ": " + body->reason;
     Result<services::DirectiveDriver::Opened> opened =
-        daemon.invalidations->Create(invalidation, ActorOf(caller));
+        routes.invalidations->Create(invalidation, ActorOf(caller));
     if (!opened.ok()) {
       return SendError(response, GovernanceWriteHttpStatus(opened.status()), opened.status());
     }
@@ -213,13 +212,13 @@ bool VisibleTo(const auth::Principal& caller, std::string_view tenant) {
 
 // Ends a quarantine: journaled with its reason and the quarantine it ends,
 // then its blocks earn credit again (unless another quarantine names them).
-void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
+void HandleQuarantineLift(const GovernanceRoutes& routes, const httplib::Request& request,
                           httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
   Result<QuarantineLiftRequest> body =
-      DecodeQuarantineLiftRequestJson(request.body, BodyLimits(daemon));
+      DecodeQuarantineLiftRequestJson(request.body, routes.body_limits);
   if (!body.ok()) return SendBodyError(response, body.status());
-  Result<services::Quarantine> found = daemon.quarantines->Find(request.matches[1].str());
+  Result<services::Quarantine> found = routes.quarantines->Find(request.matches[1].str());
   // Another tenant's quarantine answers as an unknown one.
   if (found.ok() && !VisibleTo(caller, found->tenant)) {
     found = Status::NotFound("no quarantine '" + request.matches[1].str() + "' in force");
@@ -228,7 +227,7 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
     return SendError(response, found.status().code() == StatusCode::kNotFound ? 404 : 500,
                      found.status());
   }
-  if (Status lifted = daemon.quarantines->Lift(ActorOf(caller), *found, body->reason);
+  if (Status lifted = routes.quarantines->Lift(ActorOf(caller), *found, body->reason);
       !lifted.ok()) {
     return SendError(response, GovernanceWriteHttpStatus(lifted), lifted);
   }
@@ -240,13 +239,13 @@ void HandleQuarantineLift(Daemon& daemon, const httplib::Request& request,
 }
 
 // The tenant of the directive a stored certificate was minted for.
-std::string CertificateTenant(const Daemon& daemon, std::string_view certificate) {
+std::string CertificateTenant(const GovernanceRoutes& routes, std::string_view certificate) {
   const Json json = Json::parse(certificate, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("directive_id") || !json["directive_id"].is_string()) {
     return "";
   }
   std::optional<Directive> directive =
-      daemon.invalidations->Get(json["directive_id"].get<std::string>());
+      routes.invalidations->Get(json["directive_id"].get<std::string>());
   return directive ? directive->tenant : "";
 }
 
@@ -255,15 +254,15 @@ constexpr size_t kListedDirectives = 100;
 // The stored certificate with this id or unique id prefix that the caller
 // may see: NotFound (another tenant's is not there for it), or
 // InvalidArgument for a prefix of more than one.
-Result<std::string> FindCertificate(const Daemon& daemon, const std::string& prefix,
+Result<std::string> FindCertificate(const GovernanceRoutes& routes, const std::string& prefix,
                                     const auth::Principal& caller) {
   const std::string begin = "certificate/" + prefix;
   std::vector<std::string> found;
   // Every key with the prefix sorts before prefix + 'g'.
   KVGOV_RETURN_IF_ERROR(
-      daemon.store->Scan(store::Column::kGovernance, begin, begin + "g",
+      routes.store->Scan(store::Column::kGovernance, begin, begin + "g",
                          [&](std::string_view, std::string_view value) {
-                           if (VisibleTo(caller, CertificateTenant(daemon, value)))
+                           if (VisibleTo(caller, CertificateTenant(routes, value)))
                              found.emplace_back(value);
                            return found.size() < 2;
                          }));
@@ -290,7 +289,7 @@ void SendCertificateError(httplib::Response& response, const Status& error) {
 // Each check's name, outcome and detail: the certificate's own (schema,
 // fields, id, signature, issuer against this kvgov's key) and its anchor
 // (the journal chain verifies through the anchor row, which matches).
-Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
+Json VerifyStoredCertificate(const GovernanceRoutes& routes, std::string_view text) {
   Json checks = Json::array();
   bool ok = true;
   auto add = [&](std::string_view name, const Status& status, const std::string& detail) {
@@ -304,22 +303,22 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
     add("parse", parsed.status(), "");
     return {{"ok", false}, {"checks", std::move(checks)}};
   }
-  const std::string trusted[] = {daemon.issuer->public_key_hex()};
+  const std::string trusted[] = {routes.issuer->public_key_hex()};
   for (const cert::CertificateCheck& check : cert::CheckCertificate(*parsed, trusted)) {
     add(check.name, check.status,
-        check.name == "issuer" ? "signed by this kvgov's key " + daemon.issuer->key_id() : "holds");
+        check.name == "issuer" ? "signed by this kvgov's key " + routes.issuer->key_id() : "holds");
   }
   const uint64_t seq = parsed->anchor.journal_seq;
   Status anchored = Status::Ok();
   Result<journal::VerifyReport> chain =
-      daemon.chain_check.Verify(*daemon.store, daemon.journal->head_seq());
+      routes.chain_check->Verify(*routes.store, routes.journal->head_seq());
   if (!chain.ok()) {
     anchored = chain.status();
   } else if (chain->first_broken_seq.has_value() && *chain->first_broken_seq <= seq) {
     anchored = Status::Corruption("the journal breaks at seq " +
                                   std::to_string(*chain->first_broken_seq) + ": " + chain->problem);
   } else {
-    Result<std::vector<journal::Row>> rows = daemon.journal->Read(seq, 1);
+    Result<std::vector<journal::Row>> rows = routes.journal->Read(seq, 1);
     if (!rows.ok()) {
       anchored = rows.status();
     } else if (rows->empty() || rows->front().seq != seq) {
@@ -336,16 +335,16 @@ Json VerifyStoredCertificate(Daemon& daemon, std::string_view text) {
 
 }  // namespace
 
-void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
+void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes) {
   using auth::Role;
   http.Post(
       "/v1/invalidations",
-      Guard(daemon, Role::kAdmin,
-            [&daemon](const httplib::Request& request, httplib::Response& response,
-                      const auth::Principal& caller) {
+      Guard(*routes.auth, Role::kAdmin,
+            [routes](const httplib::Request& request, httplib::Response& response,
+                     const auth::Principal& caller) {
               if (!RequireJsonContentType(request, response)) return;
               Result<InvalidationRequest> body =
-                  DecodeInvalidationRequestJson(request.body, BodyLimits(daemon));
+                  DecodeInvalidationRequestJson(request.body, routes.body_limits);
               if (!body.ok()) return SendBodyError(response, body.status());
               // A tenant-bound token revokes its own tenant only.
               const bool by_tokens =
@@ -354,9 +353,9 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                 return SendError(response, 403, fitted);
               }
               const bool tokenized = !body->prompt.empty() || !body->messages.empty();
-              if (!TokenizeSpan(daemon, *body, response)) return;
+              if (!TokenizeSpan(routes, *body, response)) return;
               Result<services::DirectiveDriver::Opened> opened =
-                  daemon.invalidations->Create(*body, ActorOf(caller));
+                  routes.invalidations->Create(*body, ActorOf(caller));
               if (!opened.ok()) {
                 return SendError(response,
                                  opened.status().code() == StatusCode::kNotFound
@@ -375,15 +374,15 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                 answer["unreachable_since_ms"] = directive.revocation->unreachable_since_ms;
                 answer["residue"] = ResidueJson(opened->residue);
               }
-              WarnOfUnknownTenant(daemon, body->tenant, answer);
+              WarnOfUnknownTenant(routes, body->tenant, answer);
               SendJson(response, 202, answer);
             }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request& request, httplib::Response& response,
-                           const auth::Principal& caller) {
+           Guard(*routes.auth, Role::kRead,
+                 [routes](const httplib::Request& request, httplib::Response& response,
+                          const auth::Principal& caller) {
                    std::optional<Directive> directive =
-                       daemon.invalidations->Get(request.matches[1].str());
+                       routes.invalidations->Get(request.matches[1].str());
                    // Another tenant's directive answers as an unknown one:
                    // its existence is not the caller's to learn.
                    if (!directive || !VisibleTo(caller, directive->tenant)) {
@@ -393,18 +392,18 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    }
                    Json answer = Json::parse(EncodeDirectiveJson(*directive));
                    if (directive->revocation) {
-                     answer["residue"] = ResidueJson(daemon.invalidations->Residue(*directive));
+                     answer["residue"] = ResidueJson(routes.invalidations->Residue(*directive));
                    }
                    SendJson(response, 200, answer);
                  }));
   // By its id, or a unique prefix of at least 8 hex digits (what the demo
   // and the logs print).
   http.Get(R"(/v1/certificates/([0-9a-f]{8,64}))",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request& request, httplib::Response& response,
-                           const auth::Principal& caller) {
+           Guard(*routes.auth, Role::kRead,
+                 [routes](const httplib::Request& request, httplib::Response& response,
+                          const auth::Principal& caller) {
                    Result<std::string> found =
-                       FindCertificate(daemon, request.matches[1].str(), caller);
+                       FindCertificate(routes, request.matches[1].str(), caller);
                    if (!found.ok()) return SendCertificateError(response, found.status());
                    response.status = 200;
                    response.set_content(*found, "application/json");
@@ -413,21 +412,21 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
   // own issuer key and journal: for the console, and for a caller that
   // cannot stop the daemon to read its store.
   http.Get(R"(/v1/certificates/([0-9a-f]{8,64})/verify)",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request& request, httplib::Response& response,
-                           const auth::Principal& caller) {
+           Guard(*routes.auth, Role::kRead,
+                 [routes](const httplib::Request& request, httplib::Response& response,
+                          const auth::Principal& caller) {
                    Result<std::string> found =
-                       FindCertificate(daemon, request.matches[1].str(), caller);
+                       FindCertificate(routes, request.matches[1].str(), caller);
                    if (!found.ok()) return SendCertificateError(response, found.status());
-                   SendJson(response, 200, VerifyStoredCertificate(daemon, *found));
+                   SendJson(response, 200, VerifyStoredCertificate(routes, *found));
                  }));
   // Newest first; a tenant-bound caller sees its tenant's.
   http.Get("/v1/invalidations",
-           Guard(daemon, Role::kRead,
-                 [&daemon](const httplib::Request&, httplib::Response& response,
-                           const auth::Principal& caller) {
+           Guard(*routes.auth, Role::kRead,
+                 [routes](const httplib::Request&, httplib::Response& response,
+                          const auth::Principal& caller) {
                    Json out = Json::array();
-                   for (const Directive& directive : daemon.invalidations->NewestFirst()) {
+                   for (const Directive& directive : routes.invalidations->NewestFirst()) {
                      if (out.size() == kListedDirectives) break;
                      if (VisibleTo(caller, directive.tenant)) {
                        out.push_back(Json::parse(EncodeDirectiveJson(directive)));
@@ -435,38 +434,38 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                    }
                    SendJson(response, 200, {{"invalidations", std::move(out)}});
                  }));
-  http.Get("/v1/leases", Guard(daemon, Role::kRead,
-                               [&daemon](const httplib::Request&, httplib::Response& response,
-                                         const auth::Principal& caller) {
+  http.Get("/v1/leases", Guard(*routes.auth, Role::kRead,
+                               [routes](const httplib::Request&, httplib::Response& response,
+                                        const auth::Principal& caller) {
                                  // Leases are transport infrastructure and carry no tenant:
                                  // a tenant-bound caller sees none.
                                  Json leases = Json::array();
                                  if (caller.tenant.empty()) {
                                    const int64_t now = clock::NowMillis();
-                                   for (const NIXLLease& lease : daemon.leases->All()) {
+                                   for (const NIXLLease& lease : routes.leases->All()) {
                                      leases.push_back(LeaseJson(lease, now));
                                    }
                                  }
                                  SendJson(response, 200, {{"leases", std::move(leases)}});
                                }));
   http.Post("/v1/quarantine",
-            Guard(daemon, Role::kAdmin,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                    HandleQuarantine(daemon, request, response, caller);
+            Guard(*routes.auth, Role::kAdmin,
+                  [routes](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                    HandleQuarantine(routes, request, response, caller);
                   }));
   http.Post(R"(/v1/quarantines/([0-9a-f]{32})/lift)",
-            Guard(daemon, Role::kAdmin,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                    HandleQuarantineLift(daemon, request, response, caller);
+            Guard(*routes.auth, Role::kAdmin,
+                  [routes](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                    HandleQuarantineLift(routes, request, response, caller);
                   }));
   http.Get(
       "/v1/quarantines",
-      Guard(daemon, Role::kRead,
-            [&daemon](const httplib::Request&, httplib::Response& response,
-                      const auth::Principal& caller) {
-              Result<std::vector<services::Quarantine>> in_force = daemon.quarantines->InForce();
+      Guard(*routes.auth, Role::kRead,
+            [routes](const httplib::Request&, httplib::Response& response,
+                     const auth::Principal& caller) {
+              Result<std::vector<services::Quarantine>> in_force = routes.quarantines->InForce();
               if (!in_force.ok()) return SendError(response, 500, in_force.status());
               Json out = Json::array();
               for (const services::Quarantine& quarantine : *in_force) {
@@ -477,7 +476,7 @@ void RegisterGovernanceApi(httplib::Server& http, Daemon& daemon) {
                                {"reason", quarantine.reason},
                                {"created_ms", quarantine.created_ms},
                                {"blocks", quarantine.keys.size()},
-                               {"diverted_requests", daemon.quarantines->Diverted(quarantine.id)}});
+                               {"diverted_requests", routes.quarantines->Diverted(quarantine.id)}});
               }
               SendJson(response, 200, {{"quarantines", std::move(out)}});
             }));

@@ -14,20 +14,19 @@
 #include "kvgov/index/block_key.h"
 #include "kvgov/log/log.h"
 #include "server/access.h"
-#include "server/daemon.h"
-#include "server/gateway_upstream.h"
+#include "server/engines.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
 
 void HandoffLog::Add(HandoffRecord record) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   records_.push_back(std::move(record));
   while (records_.size() > kKept) records_.pop_front();
 }
 
 std::vector<HandoffRecord> HandoffLog::NewestFirst(std::string_view tenant) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<HandoffRecord> out;
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (tenant.empty() || it->tenant == tenant) out.push_back(*it);
@@ -35,25 +34,14 @@ std::vector<HandoffRecord> HandoffLog::NewestFirst(std::string_view tenant) cons
   return out;
 }
 
-ingest::EngineRole RoleOf(const Daemon& daemon, std::string_view worker) {
-  const ingest::EngineSpec* engine = EngineOf(daemon, worker);
-  return engine == nullptr ? ingest::EngineRole::kBoth : engine->role;
-}
-
-bool ServedDisaggregated(const Daemon& daemon, const std::vector<std::string>& serving) {
-  return std::any_of(serving.begin(), serving.end(), [&](const std::string& worker) {
-    return RoleOf(daemon, worker) != ingest::EngineRole::kBoth;
-  });
-}
-
 namespace {
 
-// The pin of one handoff: its lease in the daemon's table, and the span's
+// The pin of one handoff: its lease in the lease service, and the span's
 // keys on the prefill worker, which the gate is asked about.
-class DaemonPin final : public gateway::HandoffPin {
+class LeasePin final : public gateway::HandoffPin {
  public:
-  DaemonPin(services::LeaseService& leases, const governance::GovernanceGate& gate,
-            std::string lease_id, std::string prefill_worker, std::vector<index::BlockKey> keys)
+  LeasePin(services::LeaseService& leases, const governance::GovernanceGate& gate,
+           std::string lease_id, std::string prefill_worker, std::vector<index::BlockKey> keys)
       : leases_(leases),
         gate_(gate),
         lease_id_(std::move(lease_id)),
@@ -84,7 +72,8 @@ class DaemonPin final : public gateway::HandoffPin {
     report.event = event;
     report.witness = NIXLLeaseWitness::kHandoff;
     // A lease the expiry timer ended first stays expired (terminal).
-    if (Status ended = leases_.ApplyReport(report, std::nullopt, kDaemonActor, clock::NowMillis());
+    if (Status ended =
+            leases_.ApplyReport(report, std::nullopt, services::kDaemonActor, clock::NowMillis());
         !ended.ok() && ended.code() != StatusCode::kFailedPrecondition) {
       log::Line(log::Level::kError, "handoff.lease_not_ended")
           .Field("lease", lease_id_)
@@ -103,16 +92,15 @@ class DaemonPin final : public gateway::HandoffPin {
 
 }  // namespace
 
-Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
-                                                        const HandoffRequest& request,
-                                                        std::string_view request_id,
-                                                        std::string_view prefill_worker,
-                                                        NIXLTransferRole role) {
-  const std::optional<index::WorkerResidency> worker = daemon.index.Worker(prefill_worker);
+Result<std::unique_ptr<gateway::HandoffPin>> Handoffs::Pin(const HandoffRequest& request,
+                                                           std::string_view request_id,
+                                                           std::string_view prefill_worker,
+                                                           NIXLTransferRole role) {
+  const std::optional<index::WorkerResidency> worker = index_->Worker(prefill_worker);
   const int64_t block_size = worker ? std::max<int64_t>(1, worker->block_size) : 1;
-  std::vector<index::BlockKey> keys = index::RequestChain(
-      daemon.index.hasher(), {request.model, "", 0}, request.salt, request.tokens, block_size);
-  const ingest::EngineSpec* engine = EngineOf(daemon, prefill_worker);
+  std::vector<index::BlockKey> keys = index::RequestChain(index_->hasher(), {request.model, "", 0},
+                                                          request.salt, request.tokens, block_size);
+  const ingest::EngineSpec* engine = engines_->Of(prefill_worker);
   NIXLLease lease;
   lease.lease_id = "handoff-" + std::string(request_id);
   lease.request_id = std::string(request_id);
@@ -130,27 +118,25 @@ Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
   span.worker = std::string(prefill_worker);
   span.token_ids = request.tokens;
   span.cache_salt = request.salt;
-  KVGOV_RETURN_IF_ERROR(daemon.leases->ApplyReport(lease, span, kDaemonActor, clock::NowMillis()));
-  return std::unique_ptr<gateway::HandoffPin>(std::make_unique<DaemonPin>(
-      *daemon.leases, daemon.gate, lease.lease_id, std::string(prefill_worker), std::move(keys)));
+  KVGOV_RETURN_IF_ERROR(
+      leases_->ApplyReport(lease, span, services::kDaemonActor, clock::NowMillis()));
+  return std::unique_ptr<gateway::HandoffPin>(std::make_unique<LeasePin>(
+      *leases_, *gate_, lease.lease_id, std::string(prefill_worker), std::move(keys)));
 }
 
-void RecordHandoff(Daemon& daemon, gateway::HandoffRecord record,
-                   std::optional<double> handoff_seconds) {
-  daemon.gateway_metrics.handoffs->WithLabels({std::string(ToString(record.outcome))})->Inc();
-  if (handoff_seconds) {
-    daemon.gateway_metrics.handoff_seconds->WithLabels({})->Observe(*handoff_seconds);
-  }
-  daemon.handoffs.Add(std::move(record));
+void Handoffs::Record(gateway::HandoffRecord record, std::optional<double> handoff_seconds) {
+  metrics_.outcomes->WithLabels({std::string(ToString(record.outcome))})->Inc();
+  if (handoff_seconds) metrics_.seconds->WithLabels({})->Observe(*handoff_seconds);
+  log_.Add(std::move(record));
 }
 
-void RegisterHandoffApi(httplib::Server& http, Daemon& daemon) {
+void RegisterHandoffApi(httplib::Server& http, auth::Authenticator& auth, const HandoffLog& log) {
   http.Get("/v1/handoffs",
-           Guard(daemon, auth::Role::kRead,
-                 [&daemon](const httplib::Request&, httplib::Response& response,
-                           const auth::Principal& caller) {
+           Guard(auth, auth::Role::kRead,
+                 [&log](const httplib::Request&, httplib::Response& response,
+                        const auth::Principal& caller) {
                    nlohmann::json out = nlohmann::json::array();
-                   for (const HandoffRecord& r : daemon.handoffs.NewestFirst(caller.tenant)) {
+                   for (const HandoffRecord& r : log.NewestFirst(caller.tenant)) {
                      out.push_back({{"request_id", r.request_id},
                                     {"model", r.model},
                                     {"tenant", r.tenant},

@@ -7,7 +7,6 @@
 
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,15 +15,18 @@
 #include "gateway/plane.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/status.h"
-#include "kvgov/ingest/engine_spec.h"
+#include "kvgov/auth/tokens.h"
+#include "kvgov/core/mutex.h"
+#include "kvgov/governance/governance_gate.h"
+#include "kvgov/index/residency_index.h"
+#include "kvgov/metrics/registry.h"
+#include "kvgov/services/lease_service.h"
 
 namespace httplib {
 class Server;
 }  // namespace httplib
 
 namespace kvgov::server {
-
-struct Daemon;
 
 using gateway::HandoffOutcome;
 using gateway::HandoffRecord;
@@ -39,31 +41,52 @@ class HandoffLog {
   std::vector<HandoffRecord> NewestFirst(std::string_view tenant) const;
 
  private:
-  mutable std::mutex mu_;
-  std::deque<HandoffRecord> records_;  // oldest first
+  mutable Mutex mu_;
+  std::deque<HandoffRecord> records_ KVGOV_GUARDED_BY(mu_);  // oldest first
 };
 
-/// True when one of `serving` has a role other than both: the model is
-/// then served in two steps.
-bool ServedDisaggregated(const Daemon& daemon, const std::vector<std::string>& serving);
+class Engines;
 
-/// The worker's engine role (both for a worker no --engine names).
-ingest::EngineRole RoleOf(const Daemon& daemon, std::string_view worker);
+/// The handoffs the gateway's request path makes: their pins' leases, and
+/// their records.
+///
+/// Thread-safe: the log, and each collaborator, are.
+class Handoffs {
+ public:
+  struct Metrics {
+    metrics::CounterFamily* outcomes = nullptr;   // {outcome}: HandoffOutcome
+    metrics::HistogramFamily* seconds = nullptr;  // prefill answer -> decode first token
+  };
 
-/// Plane::Pin: the lease "handoff-<request_id>" over the prompt's span on
-/// the prefill worker, its TTL the engine's pin time, reported as kvgov's
-/// own witness; the pin then reads the lease table and the span gate.
-Result<std::unique_ptr<gateway::HandoffPin>> PinHandoff(Daemon& daemon,
-                                                        const HandoffRequest& request,
-                                                        std::string_view request_id,
-                                                        std::string_view prefill_worker,
-                                                        NIXLTransferRole role);
+  /// Every collaborator must outlive the handoffs.
+  Handoffs(services::LeaseService* leases, const governance::GovernanceGate* gate,
+           const index::ResidencyIndex* index, const Engines* engines, Metrics metrics)
+      : leases_(leases), gate_(gate), index_(index), engines_(engines), metrics_(metrics) {}
 
-/// Plane::RecordHandoff: into the log and the metrics.
-void RecordHandoff(Daemon& daemon, HandoffRecord record, std::optional<double> handoff_seconds);
+  /// Plane::Pin: the lease "handoff-<request_id>" over the prompt's span on
+  /// the prefill worker, its TTL the engine's pin time, reported as kvgov's
+  /// own witness; the pin then reads the lease table and the span gate.
+  Result<std::unique_ptr<gateway::HandoffPin>> Pin(const HandoffRequest& request,
+                                                   std::string_view request_id,
+                                                   std::string_view prefill_worker,
+                                                   NIXLTransferRole role);
+
+  /// Plane::RecordHandoff: into the log and the metrics.
+  void Record(HandoffRecord record, std::optional<double> handoff_seconds);
+
+  const HandoffLog& log() const { return log_; }
+
+ private:
+  services::LeaseService* const leases_;
+  const governance::GovernanceGate* const gate_;
+  const index::ResidencyIndex* const index_;
+  const Engines* const engines_;
+  const Metrics metrics_;
+  HandoffLog log_;
+};
 
 /// GET /v1/handoffs on the control API: the newest handoffs, newest first
 /// (read role; a tenant-bound caller sees its tenant's only).
-void RegisterHandoffApi(httplib::Server& http, Daemon& daemon);
+void RegisterHandoffApi(httplib::Server& http, auth::Authenticator& auth, const HandoffLog& log);
 
 }  // namespace kvgov::server

@@ -7,26 +7,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/clock/clock.h"
-#include "kvgov/codec/config_api.h"
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/codec/route_api.h"
 #include "kvgov/codec/workers_api.h"
 #include "kvgov/ingest/engine_diagnostics.h"
-#include "kvgov/core/digest.h"
-#include "kvgov/core/kv_transfer.h"
-#include "kvgov/core/nixl_lease.h"
-#include "kvgov/core/provider_cache.h"
-#include "kvgov/core/tool_result.h"
-#include "kvgov/index/block_key.h"
+#include "kvgov/auth/entropy.h"
 #include "kvgov/replication/replica.h"
 #include "server/access.h"
-#include "server/daemon.h"
-#include "server/gateway_upstream.h"
-#include "server/handoff.h"
+#include "server/engines.h"
 #include "server/prefix_diagnostics.h"
 #include "server/salting.h"
-#include "kvgov/auth/entropy.h"
-#include "server/governance_api.h"
 
 namespace kvgov::server {
 namespace {
@@ -38,16 +28,16 @@ bool IsJsonContentType(const httplib::Request& request) {
   return type.rfind("application/json", 0) == 0;
 }
 
-void HandleEvents(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
-                  const auth::Principal& caller) {
+void HandleEvents(const ControlRoutes& routes, const httplib::Request& request,
+                  httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  Result<IngestBatch> batch = DecodeIngestBatchJson(request.body, BodyLimits(daemon));
+  Result<IngestBatch> batch = DecodeIngestBatchJson(request.body, routes.body_limits);
   if (!batch.ok()) return SendBodyError(response, batch.status());
   size_t accepted = 0;
   Json rejected = Json::array();
   for (size_t i = 0; i < batch->events.size(); ++i) {
     const Result<IngestEvent>& event = batch->events[i];
-    Status status = event.ok() ? daemon.reports->Apply(*event, ActorOf(caller), clock::NowMillis())
+    Status status = event.ok() ? routes.reports->Apply(*event, ActorOf(caller), clock::NowMillis())
                                : event.status();
     if (status.ok()) {
       ++accepted;
@@ -104,28 +94,28 @@ httplib::Server::HandlerWithContentReader WithoutBody(size_t max_body_bytes, Han
 
 // A tenant-bound caller (fleet_view false) sees ids, models and health:
 // block counts and stream statistics are aggregates over every tenant.
-void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet_view) {
+void HandleWorkers(const ControlRoutes& routes, httplib::Response& response, bool fleet_view) {
   std::map<std::string, transport::StreamView> streams;
-  if (daemon.ingest) {
-    for (const transport::StreamView& view : daemon.ingest->Streams()) {
+  if (routes.ingest) {
+    for (const transport::StreamView& view : routes.ingest->Streams()) {
       streams.emplace(view.worker, view);
     }
   }
   std::vector<WorkerView> views;
   const int64_t now_ms = clock::NowMillis();
-  for (index::WorkerResidency& worker : daemon.index.Workers()) {
+  for (index::WorkerResidency& worker : routes.index->Workers()) {
     WorkerView& view = views.emplace_back();
-    view.health = daemon.status.Get(worker.id);
+    view.health = routes.status->Get(worker.id);
     view.fleet_view = fleet_view;
     // Read for every caller, shown only in the fleet view: they are
     // aggregates over every tenant.
-    router::WorkerLoad load = daemon.router->LoadOf(worker.id);
-    std::optional<router::PredictionScore> predictions = daemon.predictions.Of(worker.id);
+    router::WorkerLoad load = routes.router->LoadOf(worker.id);
+    std::optional<router::PredictionScore> predictions = routes.predictions->Of(worker.id);
     const std::optional<double> running = router::RunningRequests(load.scraped);
     if (auto it = streams.find(worker.id); it != streams.end()) {
       const ingest::StreamStats& stats = *it->second.stats;
       const ingest::EngineDiagnostics diagnostics =
-          ingest::DiagnoseEngine(stats, running, now_ms, daemon.options.engine_silence_ms);
+          ingest::DiagnoseEngine(stats, running, now_ms, routes.engine_silence_ms);
       if (worker.state == index::WorkerState::kLive && stats.last_seq.load() < 0) {
         view.waiting_for_events_ms = diagnostics.silent_for_ms;
         view.stream_error = stats.stream_error();
@@ -139,10 +129,10 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
       if (fleet_view) {
         WorkerStreamView& stream = view.stream.emplace();
         stream.kind = std::string(ToString(it->second.kind));
-        stream.role = std::string(ToString(RoleOf(daemon, worker.id)));
+        stream.role = std::string(ToString(routes.engines->RoleOf(worker.id)));
         stream.events_endpoint = it->second.events;
         stream.replay_endpoint = it->second.replay;
-        if (const ingest::EngineSpec* engine = EngineOf(daemon, worker.id); engine != nullptr) {
+        if (const ingest::EngineSpec* engine = routes.engines->Of(worker.id); engine != nullptr) {
           stream.control_url = engine->control;
         }
         stream.last_seq = stats.last_seq.load();
@@ -167,17 +157,17 @@ void HandleWorkers(const Daemon& daemon, httplib::Response& response, bool fleet
   SendJsonText(response, 200, EncodeWorkersJson(views));
 }
 
-void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
-                 const auth::Principal& caller) {
+void HandleRoute(const ControlRoutes& routes, const httplib::Request& request,
+                 httplib::Response& response, const auth::Principal& caller) {
   const auto started = std::chrono::steady_clock::now();
-  auto count = [&daemon](std::string_view outcome) {
-    daemon.route_metrics.decisions->WithLabels({outcome})->Inc();
+  auto count = [&routes](std::string_view outcome) {
+    routes.metrics.decisions->WithLabels({outcome})->Inc();
   };
   if (!RequireJsonContentType(request, response)) {
     count("bad_request");
     return;
   }
-  Result<router::RouteRequest> route = DecodeRouteRequestJson(request.body, BodyLimits(daemon));
+  Result<router::RouteRequest> route = DecodeRouteRequestJson(request.body, routes.body_limits);
   if (!route.ok()) {
     count("bad_request");
     return SendBodyError(response, route.status());
@@ -188,7 +178,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     SendError(response, 403, fitted);
     return;
   }
-  Result<RequestSalt> salt = SaltRoute(daemon, *route);
+  Result<RequestSalt> salt = routes.salting->Salt(*route);
   if (!salt.ok()) {
     count("no_eligible_worker");
     SendError(response, 503, salt.status());
@@ -200,7 +190,7 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
     return;
   }
   Result<router::RouteDecision> decision =
-      daemon.router->Route(*route, salt->salt, std::move(id).value(), clock::NowMillis());
+      routes.router->Route(*route, salt->salt, std::move(id).value(), clock::NowMillis());
   if (!decision.ok()) {
     count(decision.status().code() == StatusCode::kNotFound ? "unknown_model" : "bad_request");
     SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
@@ -214,65 +204,45 @@ void HandleRoute(Daemon& daemon, const httplib::Request& request, httplib::Respo
   }
   count("routed");
   MarkDiverted(*salt, *decision);
-  ObservePrompt(daemon, route->model, route->tenant, route->token_ids);
-  daemon.tenants_seen.Note(route->tenant);
-  daemon.route_totals.Count(*decision);
+  routes.prefixes->Observe(route->model, route->tenant, route->token_ids);
+  routes.tenants_seen->Note(route->tenant);
+  routes.route_totals->Count(*decision);
   // A prediction, kept apart from savings: only the engine's usage, if the
   // caller reports it on done, counts as saved (docs/adr/0028).
-  const std::optional<index::WorkerResidency> chosen = daemon.index.Worker(decision->worker);
+  const std::optional<index::WorkerResidency> chosen = routes.index->Worker(decision->worker);
   const int64_t block_size = chosen ? std::max<int64_t>(1, chosen->block_size) : 1;
   const int64_t predicted = static_cast<int64_t>(decision->overlap_blocks) * block_size;
-  daemon.route_metrics.predicted_tokens
+  routes.metrics.predicted_tokens
       ->WithLabels({route->model, route->tenant.empty() ? "none" : route->tenant})
       ->Add(static_cast<double>(predicted));
-  daemon.route_predictions.Add(
+  routes.route_predictions->Add(
       decision->decision_id,
       {decision->worker,
-       Prediction{route->model, route->tenant, static_cast<int64_t>(route->token_ids.size()),
-                  predicted, block_size}});
-  daemon.route_metrics.overlap->WithLabels({})->Observe(
-      static_cast<double>(decision->overlap_blocks));
-  daemon.route_metrics.latency->WithLabels({})->Observe(
+       router::Prediction{route->model, route->tenant,
+                          static_cast<int64_t>(route->token_ids.size()), predicted, block_size}});
+  routes.metrics.overlap->WithLabels({})->Observe(static_cast<double>(decision->overlap_blocks));
+  routes.metrics.latency->WithLabels({})->Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   SendJsonText(response, 200, EncodeRouteDecisionJson(*decision));
 }
 
-void HandleRouteDone(Daemon& daemon, const httplib::Request& request, httplib::Response& response,
-                     const auth::Principal& caller) {
+void HandleRouteDone(const ControlRoutes& routes, const httplib::Request& request,
+                     httplib::Response& response, const auth::Principal& caller) {
   const bool has_body = request.body.find_first_not_of(" \t\r\n") != std::string::npos;
   if (has_body && !RequireJsonContentType(request, response)) return;
-  Result<RouteDoneReport> report = DecodeRouteDoneJson(request.body, BodyLimits(daemon));
+  Result<RouteDoneReport> report = DecodeRouteDoneJson(request.body, routes.body_limits);
   if (!report.ok()) return SendBodyError(response, report.status());
   const std::string decision_id = request.matches[1].str();
-  if (Status done = daemon.router->Done(decision_id, caller.tenant); !done.ok()) {
+  if (Status done = routes.router->Done(decision_id, caller.tenant); !done.ok()) {
     return SendError(response, 404, done);
   }
-  std::optional<OpenPredictions::Open> open = daemon.route_predictions.Take(decision_id);
+  std::optional<OpenPredictions::Open> open = routes.route_predictions->Take(decision_id);
   if (report->usage.has_value() && open.has_value()) {
-    Account(daemon, open->worker, decision_id, open->prediction, report->usage);
+    routes.usage->Account(open->worker, decision_id, open->prediction, report->usage);
   }
   Json answer = {{"released", true}};
   if (report->usage.has_value()) answer["accounted"] = open.has_value();
   SendJson(response, 200, answer);
-}
-
-std::string ConfigJson(const Daemon& daemon) {
-  ConfigView config;
-  config.weights = daemon.router->weights();
-  config.probe_interval_ms = daemon.options.probe_interval_ms;
-  config.max_body_bytes = daemon.options.max_body_bytes;
-  config.spool_dir = daemon.options.spool_dir;
-  config.engines = daemon.options.engines;
-  if (daemon.replica) {
-    Result<replication::RedisEndpoint> redis = replication::ParseRedisUrl(daemon.options.redis_url);
-    config.replica =
-        ReplicaConfigView{daemon.replica->id(),         redis.ok() ? redis->Describe() : "",
-                          daemon.options.redis_prefix,  daemon.options.claim_ttl_ms,
-                          daemon.options.log_retain_ms, daemon.options.snapshot_interval_ms,
-                          daemon.replica->connected(),  daemon.replica->housekeeper(),
-                          daemon.replica->applied_id()};
-  }
-  return EncodeConfigJson(config);
 }
 
 // A query parameter as an unsigned integer within [min, max].
@@ -290,13 +260,13 @@ Result<uint64_t> QueryNumber(const httplib::Request& request, const char* name, 
   return value;
 }
 
-void HandleJournal(const Daemon& daemon, const httplib::Request& request,
+void HandleJournal(const ControlRoutes& routes, const httplib::Request& request,
                    httplib::Response& response) {
   Result<uint64_t> since = QueryNumber(request, "since", 1, 1, UINT64_MAX);
   Result<uint64_t> limit = QueryNumber(request, "limit", 100, 1, 1000);
   if (!since.ok()) return SendError(response, 400, since.status());
   if (!limit.ok()) return SendError(response, 400, limit.status());
-  Result<std::vector<journal::Row>> rows = daemon.journal->Read(*since, *limit);
+  Result<std::vector<journal::Row>> rows = routes.journal->Read(*since, *limit);
   if (!rows.ok()) return SendError(response, 500, rows.status());
   Json out = Json::array();
   for (const journal::Row& row : *rows) {
@@ -315,34 +285,15 @@ void HandleJournal(const Daemon& daemon, const httplib::Request& request,
   // head_hash names the whole chain: replicas that applied the same log
   // report the same one.
   Json body = {{"rows", std::move(out)},
-               {"head_seq", daemon.journal->head_seq()},
-               {"head_hash", daemon.journal->head_hash()}};
-  if (!rows->empty() && rows->back().seq < daemon.journal->head_seq()) {
+               {"head_seq", routes.journal->head_seq()},
+               {"head_hash", routes.journal->head_hash()}};
+  if (!rows->empty() && rows->back().seq < routes.journal->head_seq()) {
     body["next_since"] = rows->back().seq + 1;
   }
   SendJson(response, 200, body);
 }
 
 }  // namespace
-
-std::string DescribeConfig(const Daemon& daemon) { return ConfigJson(daemon); }
-
-Entry RouteSavingEntry(std::string_view decision_id, std::string_view worker,
-                       int64_t saved_tokens) {
-  KVTransfer transfer;
-  transfer.direction = KVTransferDirection::kRoute;
-  transfer.span.span_digest = DigestFields("kvgov.route.v1", {decision_id});
-  transfer.span.tokens = saved_tokens;
-  transfer.span.owner = std::string(worker);
-  transfer.span.to_tier = saved_tokens > 0 ? ResidencyTier::kHBM : ResidencyTier::kUnknown;
-  transfer.span.outcome = saved_tokens > 0 ? KVTransferOutcome::kOk : KVTransferOutcome::kMissed;
-  // A route span always lowers: its digest is set and its counts are not
-  // negative.
-  Entry entry = std::move(FromKVTransfer(transfer)).value();
-  entry.metrics.prefill_tokens_saved = saved_tokens;
-  entry.labels["decision_id"] = std::string(decision_id);
-  return entry;
-}
 
 void SendJsonText(httplib::Response& response, int status, std::string body) {
   response.status = status;
@@ -357,10 +308,22 @@ void SendError(httplib::Response& response, int status, const Status& error) {
   SendErrorJson(response, status, StatusCodeName(error.code()), error.message());
 }
 
-JsonLimits BodyLimits(const Daemon& daemon) {
+JsonLimits BodyLimits(size_t max_body_bytes) {
   JsonLimits limits;
-  limits.max_bytes = daemon.options.max_body_bytes;
+  limits.max_bytes = max_body_bytes;
   return limits;
+}
+
+int GovernanceWriteHttpStatus(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kResourceExhausted:
+      return 413;  // the record would not fit a journal row
+    case StatusCode::kUnavailable:
+    case StatusCode::kIOError:
+      return 503;
+    default:
+      return 500;
+  }
 }
 
 void SendBodyError(httplib::Response& response, const Status& error) {
@@ -386,7 +349,7 @@ void SendErrorJson(httplib::Response& response, int status, std::string_view cod
            {{"error", {{"code", std::string(code)}, {"message", std::string(message)}}}});
 }
 
-void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
+void RegisterHttpApi(httplib::Server& http, const ControlRoutes& routes) {
   using auth::Role;
   // Liveness stays open: probes carry no token. (So does /v1/issuer, below.)
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
@@ -396,8 +359,8 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   // route around no quarantine the fleet holds, so it takes no traffic
   // until it has. A single node is ready once it serves (recovery runs
   // before the listener opens).
-  http.Get("/readyz", [&daemon](const httplib::Request&, httplib::Response& response) {
-    if (daemon.replica != nullptr && daemon.replica->log_reset()) {
+  http.Get("/readyz", [routes](const httplib::Request&, httplib::Response& response) {
+    if (routes.replica != nullptr && routes.replica->log_reset()) {
       SendJson(response, 503,
                {{"status", "log_reset"},
                 {"detail",
@@ -405,10 +368,10 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                  "(Redis lost its data): restore Redis from its backup"}});
       return;
     }
-    if (daemon.replica != nullptr && !daemon.replica->caught_up()) {
+    if (routes.replica != nullptr && !routes.replica->caught_up()) {
       SendJson(response, 503,
                {{"status", "catching_up"},
-                {"detail", daemon.replica->connected()
+                {"detail", routes.replica->connected()
                                ? "applying the governance log up to its end"
                                : "the governance log on Redis is not reachable yet"}});
       return;
@@ -416,33 +379,33 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
     SendJson(response, 200, {{"status", "ready"}});
   });
   http.Post("/v1/events",
-            GuardFleetWrite(daemon, Role::kIngest,
-                            [&daemon](const httplib::Request& request, httplib::Response& response,
-                                      const auth::Principal& caller) {
-                              HandleEvents(daemon, request, response, caller);
+            GuardFleetWrite(*routes.auth, Role::kIngest,
+                            [routes](const httplib::Request& request, httplib::Response& response,
+                                     const auth::Principal& caller) {
+                              HandleEvents(routes, request, response, caller);
                             }));
-  http.Get("/v1/workers", Guard(daemon, Role::kRead,
-                                [&daemon](const httplib::Request&, httplib::Response& response,
-                                          const auth::Principal& caller) {
-                                  HandleWorkers(daemon, response,
+  http.Get("/v1/workers", Guard(*routes.auth, Role::kRead,
+                                [routes](const httplib::Request&, httplib::Response& response,
+                                         const auth::Principal& caller) {
+                                  HandleWorkers(routes, response,
                                                 /*fleet_view=*/caller.tenant.empty());
                                 }));
   http.Post("/v1/route",
-            Guard(daemon, Role::kRoute,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
-                    HandleRoute(daemon, request, response, caller);
+            Guard(*routes.auth, Role::kRoute,
+                  [routes](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
+                    HandleRoute(routes, request, response, caller);
                   }));
   // POST /v1/route/{id}/<step>: the step on the caller's own decision (a
   // tenant-bound token's own tenant's), answered {<answer>: true}.
   using DecisionStep = Status (router::Router::*)(std::string_view, std::string_view);
-  auto decision_step = [&daemon](DecisionStep step, const char* answer) {
+  auto decision_step = [routes](DecisionStep step, const char* answer) {
     return WithoutBody(
-        daemon.options.max_body_bytes,
-        Guard(daemon, Role::kRoute,
-              [&daemon, step, answer](const httplib::Request& request, httplib::Response& response,
-                                      const auth::Principal& caller) {
-                Status done = ((*daemon.router).*step)(request.matches[1].str(), caller.tenant);
+        routes.body_limits.max_bytes,
+        Guard(*routes.auth, Role::kRoute,
+              [routes, step, answer](const httplib::Request& request, httplib::Response& response,
+                                     const auth::Principal& caller) {
+                Status done = ((*routes.router).*step)(request.matches[1].str(), caller.tenant);
                 if (!done.ok()) return SendError(response, 404, done);
                 SendJson(response, 200, {{answer, true}});
               }));
@@ -450,22 +413,22 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
   // Done may carry the engine's usage: the only /v1/route saving counted.
   http.Post(
       R"(/v1/route/([0-9a-f]{32})/done)",
-      WithOptionalBody(daemon.options.max_body_bytes,
-                       Guard(daemon, Role::kRoute,
-                             [&daemon](const httplib::Request& request, httplib::Response& response,
-                                       const auth::Principal& caller) {
-                               HandleRouteDone(daemon, request, response, caller);
+      WithOptionalBody(routes.body_limits.max_bytes,
+                       Guard(*routes.auth, Role::kRoute,
+                             [routes](const httplib::Request& request, httplib::Response& response,
+                                      const auth::Principal& caller) {
+                               HandleRouteDone(routes, request, response, caller);
                              }),
                        /*keep=*/true));
   http.Post(R"(/v1/route/([0-9a-f]{32})/prefilled)",
             decision_step(&router::Router::Prefilled, "decoding"));
-  auto set_drain = [&daemon](bool draining) {
+  auto set_drain = [routes](bool draining) {
     return GuardFleetWrite(
-        daemon, Role::kAdmin,
-        [&daemon, draining](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal& caller) {
+        *routes.auth, Role::kAdmin,
+        [routes, draining](const httplib::Request& request, httplib::Response& response,
+                           const auth::Principal& caller) {
           const std::string worker = request.matches[1].str();
-          if (Status set = daemon.drains->Set(ActorOf(caller), worker, draining); !set.ok()) {
+          if (Status set = routes.drains->Set(ActorOf(caller), worker, draining); !set.ok()) {
             return SendError(
                 response,
                 set.code() == StatusCode::kNotFound ? 404 : GovernanceWriteHttpStatus(set), set);
@@ -474,39 +437,37 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
         });
   };
   http.Post(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)",
-            WithoutBody(daemon.options.max_body_bytes, set_drain(true)));
+            WithoutBody(routes.body_limits.max_bytes, set_drain(true)));
   http.Delete(R"(/v1/workers/([A-Za-z0-9_.@-]+)/drain)", set_drain(false));
-  http.Get("/v1/config",
-           GuardFleet(daemon, Role::kAdmin,
-                      [&daemon](const httplib::Request&, httplib::Response& response) {
-                        SendJsonText(response, 200, ConfigJson(daemon));
-                      }));
+  http.Get("/v1/config", GuardFleet(*routes.auth, Role::kAdmin,
+                                    [routes](const httplib::Request&, httplib::Response& response) {
+                                      SendJsonText(response, 200, routes.config_json());
+                                    }));
   // Public, as /healthz is: anyone verifying a deletion certificate
   // offline needs this key, and it is the public half only
   // (docs/formats/tokens.md).
-  http.Get("/v1/issuer", [&daemon](const httplib::Request&, httplib::Response& response) {
+  http.Get("/v1/issuer", [routes](const httplib::Request&, httplib::Response& response) {
     SendJson(response, 200,
              {{"algorithm", "ed25519"},
-              {"key_id", daemon.issuer->key_id()},
-              {"public_key", daemon.issuer->public_key_hex()}});
+              {"key_id", routes.issuer->key_id()},
+              {"public_key", routes.issuer->public_key_hex()}});
   });
   http.Get("/v1/journal",
-           GuardFleet(daemon, Role::kRead,
-                      [&daemon](const httplib::Request& request, httplib::Response& response) {
-                        HandleJournal(daemon, request, response);
+           GuardFleet(*routes.auth, Role::kRead,
+                      [routes](const httplib::Request& request, httplib::Response& response) {
+                        HandleJournal(routes, request, response);
                       }));
-  RegisterGovernanceApi(http, daemon);
   // The whole chain, as `kvgov journal verify` checks it, while kvgov runs.
   http.Get("/v1/journal/verify",
-           GuardFleet(daemon, Role::kRead,
-                      [&daemon](const httplib::Request&, httplib::Response& response) {
+           GuardFleet(*routes.auth, Role::kRead,
+                      [routes](const httplib::Request&, httplib::Response& response) {
                         Result<journal::VerifyReport> report =
-                            daemon.chain_check.Verify(*daemon.store, daemon.journal->head_seq());
+                            routes.chain_check->Verify(*routes.store, routes.journal->head_seq());
                         if (!report.ok()) return SendError(response, 500, report.status());
                         Json body = {{"ok", !report->first_broken_seq.has_value()},
                                      {"rows", report->rows},
-                                     {"head_seq", daemon.journal->head_seq()},
-                                     {"head_hash", daemon.journal->head_hash()}};
+                                     {"head_seq", routes.journal->head_seq()},
+                                     {"head_hash", routes.journal->head_hash()}};
                         // Rows a replica that rejoined from a snapshot never
                         // had; every other replica holds them.
                         body["adopted"] = Json::array();
@@ -522,10 +483,10 @@ void RegisterHttpApi(httplib::Server& http, Daemon& daemon) {
                         }
                         SendJson(response, 200, body);
                       }));
-  http.Get("/metrics", GuardFleet(daemon, Role::kRead,
-                                  [&daemon](const httplib::Request&, httplib::Response& response) {
+  http.Get("/metrics", GuardFleet(*routes.auth, Role::kRead,
+                                  [routes](const httplib::Request&, httplib::Response& response) {
                                     response.set_content(
-                                        daemon.metrics.Render(),
+                                        routes.registry->Render(),
                                         "text/plain; version=0.0.4; charset=utf-8");
                                   }));
 }

@@ -3,8 +3,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::server {
 
@@ -21,7 +22,7 @@ class PeriodicTask {
 
   void Stop() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
     wake_.notify_all();
@@ -30,8 +31,14 @@ class PeriodicTask {
 
  private:
   void Loop() {
-    std::unique_lock lock(mu_);
-    while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
+    MutexLock lock(mu_);
+    while (!stopping_) {
+      // Until the interval is over or Stop wakes it (a loop, not a
+      // predicate: the thread-safety analysis cannot see a lambda run under
+      // the lock).
+      const auto due = std::chrono::steady_clock::now() + interval_;
+      while (!stopping_ && wake_.wait_until(lock, due) != std::cv_status::timeout) continue;
+      if (stopping_) break;
       lock.unlock();
       run_();
       lock.lock();
@@ -40,10 +47,10 @@ class PeriodicTask {
 
   const std::chrono::milliseconds interval_;
   const std::function<void()> run_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by mu_
-  std::thread thread_;     // last: starts after the members it reads
+  Mutex mu_;
+  std::condition_variable_any wake_;
+  bool stopping_ KVGOV_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts after the members it reads
 };
 
 }  // namespace kvgov::server

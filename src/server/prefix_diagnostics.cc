@@ -11,24 +11,23 @@
 #include "kvgov/codec/prefix_diagnostics_api.h"
 #include "kvgov/log/log.h"
 #include "server/access.h"
-#include "server/daemon.h"
-#include "server/gateway.h"
+#include "server/engines.h"
 #include "server/http_api.h"
 
 namespace kvgov::server {
 
-void ObservePrompt(Daemon& daemon, std::string_view model, std::string_view tenant,
-                   std::span<const int64_t> tokens) {
-  if (!daemon.breakers) return;
-  const std::vector<std::string>& allowed = daemon.options.prefix_context_tenants;
+void PrefixWatch::Observe(std::string_view model, std::string_view tenant,
+                          std::span<const int64_t> tokens) {
+  if (!detector_) return;
   const std::string_view named = tenant.empty() ? std::string_view("-") : tenant;
-  const bool keep_context = std::find(allowed.begin(), allowed.end(), named) != allowed.end();
+  const bool keep_context =
+      std::find(context_tenants_.begin(), context_tenants_.end(), named) != context_tenants_.end();
   const prompts::Observation seen =
-      daemon.breakers->Observe(model, tenant, tokens, clock::NowMillis(), keep_context);
+      detector_->Observe(model, tenant, tokens, clock::NowMillis(), keep_context);
   if (!seen.finding) return;
   const prompts::Finding& finding = *seen.finding;
   if (finding.avoidable_tokens > 0) {
-    daemon.prefix_avoidable_tokens
+    avoidable_tokens_
         ->WithLabels(
             {std::string(model), std::string(tenant), std::string(prompts::ToString(finding.kind))})
         ->Add(finding.avoidable_tokens);
@@ -55,10 +54,10 @@ size_t CommonPrefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b
 // POST /v1/lint/prompt: the rules from the requests' text, the token
 // figures from the engine's tokenizer (each request as sent and as it
 // would be with the rules kept).
-void HandleLint(Daemon& daemon, const httplib::Request& request, httplib::Response& response) {
+void HandleLint(const Engines& engines, JsonLimits body_limits, const httplib::Request& request,
+                httplib::Response& response) {
   if (!RequireJsonContentType(request, response)) return;
-  Result<std::vector<LintedRequest>> requests =
-      DecodeLintRequestJson(request.body, BodyLimits(daemon));
+  Result<std::vector<LintedRequest>> requests = DecodeLintRequestJson(request.body, body_limits);
   if (!requests.ok()) return SendBodyError(response, requests.status());
   std::vector<prompts::LintRequest> lint;
   for (const LintedRequest& r : *requests) lint.push_back(r.lint);
@@ -69,7 +68,7 @@ void HandleLint(Daemon& daemon, const httplib::Request& request, httplib::Respon
     const LintedRequest& r = (*requests)[i];
     for (auto [body, out] :
          {std::pair{&r.chat_body, &sent}, std::pair{&r.fixed_chat_body, &fixed}}) {
-      Result<std::vector<int64_t>> tokens = TokenizeChat(daemon, r.model, *body);
+      Result<std::vector<int64_t>> tokens = engines.TokenizeChat(r.model, *body);
       if (!tokens.ok()) {
         const StatusCode code = tokens.status().code();
         const std::string where = "$.requests[" + std::to_string(i) + "]: ";
@@ -106,55 +105,59 @@ void HandleLint(Daemon& daemon, const httplib::Request& request, httplib::Respon
 
 }  // namespace
 
-void RegisterPrefixDiagnosticsApi(httplib::Server& http, Daemon& daemon) {
+void RegisterPrefixDiagnosticsApi(httplib::Server& http, auth::Authenticator& auth,
+                                  const PrefixWatch& watch, const Engines& engines,
+                                  JsonLimits body_limits) {
   http.Post("/v1/lint/prompt",
-            Guard(daemon, auth::Role::kRead,
-                  [&daemon](const httplib::Request& request, httplib::Response& response,
-                            const auth::Principal&) { HandleLint(daemon, request, response); }));
-  http.Get(
-      "/v1/diagnostics/prefix",
-      Guard(daemon, auth::Role::kRead,
-            [&daemon](const httplib::Request& request, httplib::Response& response,
-                      const auth::Principal& caller) {
-              if (!daemon.breakers) {
-                return SendError(response, 404,
-                                 Status::NotFound("prefix diagnostics are off "
-                                                  "(serve --prefix-diagnostics=false)"));
-              }
-              std::optional<std::string> tenant;
-              if (request.has_param("tenant")) tenant = request.get_param_value("tenant");
-              // A tenant-bound token sees its own tenant's findings only.
-              if (!caller.tenant.empty()) {
-                if (tenant && *tenant != caller.tenant) {
-                  return SendError(
-                      response, 403,
-                      Status::PermissionDenied("token '" + caller.token + "' is bound to tenant '" +
-                                               caller.tenant + "'; it reads that tenant's only"));
-                }
-                tenant = caller.tenant;
-              }
-              std::vector<prompts::Finding> findings = daemon.breakers->Findings(tenant);
-              if (request.has_param("model")) {
-                const std::string model = request.get_param_value("model");
-                std::erase_if(findings, [&](const prompts::Finding& finding) {
-                  return finding.model != model;
-                });
-              }
-              // The few tokens a tenant allowed kvgov to keep, as text.
-              std::vector<std::optional<PrefixFindingContext>> contexts(findings.size());
-              for (size_t i = 0; i < findings.size(); ++i) {
-                if (findings[i].context_tokens.empty()) continue;
-                Result<std::string> text =
-                    DetokenizeOnAnEngineOf(daemon, findings[i].model, findings[i].context_tokens);
-                contexts[i] = text.ok() ? PrefixFindingContext{*text, ""}
-                                        : PrefixFindingContext{"", text.status().message()};
-              }
-              response.status = 200;
-              response.set_content(
-                  EncodePrefixDiagnosticsJson(findings, daemon.breakers->options().granule_tokens,
-                                              daemon.breakers->families(), contexts),
-                  "application/json");
-            }));
+            Guard(auth, auth::Role::kRead,
+                  [&engines, body_limits](const httplib::Request& request,
+                                          httplib::Response& response, const auth::Principal&) {
+                    HandleLint(engines, body_limits, request, response);
+                  }));
+  http.Get("/v1/diagnostics/prefix",
+           Guard(auth, auth::Role::kRead,
+                 [&watch, &engines](const httplib::Request& request, httplib::Response& response,
+                                    const auth::Principal& caller) {
+                   const prompts::CacheBreakerDetector* detector = watch.detector();
+                   if (detector == nullptr) {
+                     return SendError(response, 404,
+                                      Status::NotFound("prefix diagnostics are off "
+                                                       "(serve --prefix-diagnostics=false)"));
+                   }
+                   std::optional<std::string> tenant;
+                   if (request.has_param("tenant")) tenant = request.get_param_value("tenant");
+                   // A tenant-bound token sees its own tenant's findings only.
+                   if (!caller.tenant.empty()) {
+                     if (tenant && *tenant != caller.tenant) {
+                       return SendError(response, 403,
+                                        Status::PermissionDenied(
+                                            "token '" + caller.token + "' is bound to tenant '" +
+                                            caller.tenant + "'; it reads that tenant's only"));
+                     }
+                     tenant = caller.tenant;
+                   }
+                   std::vector<prompts::Finding> findings = detector->Findings(tenant);
+                   if (request.has_param("model")) {
+                     const std::string model = request.get_param_value("model");
+                     std::erase_if(findings, [&](const prompts::Finding& finding) {
+                       return finding.model != model;
+                     });
+                   }
+                   // The few tokens a tenant allowed kvgov to keep, as text.
+                   std::vector<std::optional<PrefixFindingContext>> contexts(findings.size());
+                   for (size_t i = 0; i < findings.size(); ++i) {
+                     if (findings[i].context_tokens.empty()) continue;
+                     Result<std::string> text =
+                         engines.Detokenize(findings[i].model, findings[i].context_tokens);
+                     contexts[i] = text.ok() ? PrefixFindingContext{*text, ""}
+                                             : PrefixFindingContext{"", text.status().message()};
+                   }
+                   response.status = 200;
+                   response.set_content(
+                       EncodePrefixDiagnosticsJson(findings, detector->options().granule_tokens,
+                                                   detector->families(), contexts),
+                       "application/json");
+                 }));
 }
 
 }  // namespace kvgov::server

@@ -6,8 +6,16 @@
 // /v1/lint/prompt checks requests given against the rules, no traffic needed.
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "kvgov/auth/tokens.h"
+#include "kvgov/codec/ingest_batch.h"
+#include "kvgov/metrics/registry.h"
+#include "kvgov/prompts/cache_breakers.h"
 
 namespace httplib {
 class Server;
@@ -15,14 +23,41 @@ class Server;
 
 namespace kvgov::server {
 
-struct Daemon;
+class Engines;
 
-/// Compares one routed prompt with the recent prompts of its family: counts
-/// the tokens its finding makes the engine recompute, and logs a finding
-/// the first time it is seen. Nothing when detection is off.
-void ObservePrompt(Daemon& daemon, std::string_view model, std::string_view tenant,
-                   std::span<const int64_t> tokens);
+/// The cache breakers found in routed prompts.
+///
+/// Thread-safe: the detector and the metric family each are.
+class PrefixWatch {
+ public:
+  /// `detector` null: detection is off (serve --prefix-diagnostics=false).
+  /// `context_tenants`: the tenants ("-" for none) whose findings keep a
+  /// few tokens of context (--prefix-context-tenants). `avoidable_tokens`:
+  /// the {model,tenant,cause} counter, null when detection is off.
+  PrefixWatch(std::unique_ptr<prompts::CacheBreakerDetector> detector,
+              std::vector<std::string> context_tenants, metrics::CounterFamily* avoidable_tokens)
+      : detector_(std::move(detector)),
+        context_tenants_(std::move(context_tenants)),
+        avoidable_tokens_(avoidable_tokens) {}
 
-void RegisterPrefixDiagnosticsApi(httplib::Server& http, Daemon& daemon);
+  /// Compares one routed prompt with the recent prompts of its family:
+  /// counts the tokens its finding makes the engine recompute, and logs a
+  /// finding the first time it is seen. Nothing when detection is off.
+  void Observe(std::string_view model, std::string_view tenant, std::span<const int64_t> tokens);
+
+  /// Null when detection is off.
+  const prompts::CacheBreakerDetector* detector() const { return detector_.get(); }
+
+ private:
+  const std::unique_ptr<prompts::CacheBreakerDetector> detector_;
+  const std::vector<std::string> context_tenants_;
+  metrics::CounterFamily* const avoidable_tokens_;
+};
+
+/// POST /v1/lint/prompt and GET /v1/diagnostics/prefix (read role); the
+/// engines tokenize what they check. Each collaborator must outlive `http`.
+void RegisterPrefixDiagnosticsApi(httplib::Server& http, auth::Authenticator& auth,
+                                  const PrefixWatch& watch, const Engines& engines,
+                                  JsonLimits body_limits);
 
 }  // namespace kvgov::server

@@ -18,11 +18,13 @@
 #include "gateway/front_door.h"
 #include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
+#include "kvgov/core/mutex.h"
 #include "kvgov/server/http_listener.h"
 #include "server/console_api.h"
 #include "server/daemon.h"
 #include "server/gateway.h"
-#include "server/gateway_upstream.h"
+#include "server/engines.h"
+#include "server/governance_api.h"
 #include "server/handoff.h"
 #include "server/http_api.h"
 #include "server/prefix_diagnostics.h"
@@ -156,6 +158,60 @@ Result<uint16_t> Listen(httplib::Server& http, const std::string& host, uint16_t
   return bound;
 }
 
+// Every control API route, each file handed the members it uses.
+void RegisterRoutes(httplib::Server& http, Daemon& daemon) {
+  auth::Authenticator* const auth = daemon.auth.get();
+  const JsonLimits body_limits = BodyLimits(daemon.options.max_body_bytes);
+  const Daemon* const root = &daemon;
+  RegisterHttpApi(http, {.auth = auth,
+                         .body_limits = body_limits,
+                         .reports = daemon.reports.get(),
+                         .index = &daemon.index,
+                         .status = &daemon.status,
+                         .ingest = daemon.ingest.get(),
+                         .predictions = &daemon.predictions,
+                         .engines = daemon.engines.get(),
+                         .engine_silence_ms = daemon.options.engine_silence_ms,
+                         .router = daemon.router.get(),
+                         .salting = daemon.salting.get(),
+                         .prefixes = daemon.prefixes.get(),
+                         .usage = daemon.usage.get(),
+                         .metrics = daemon.route_metrics,
+                         .tenants_seen = &daemon.tenants_seen,
+                         .route_totals = &daemon.route_totals,
+                         .route_predictions = &daemon.route_predictions,
+                         .drains = daemon.drains.get(),
+                         .config_json = [root] { return DescribeConfig(*root); },
+                         .issuer = daemon.issuer.get(),
+                         .journal = daemon.journal.get(),
+                         .store = daemon.store.get(),
+                         .chain_check = &daemon.chain_check,
+                         .registry = &daemon.metrics,
+                         .replica = daemon.replica.get()});
+  RegisterGovernanceApi(http, {.auth = auth,
+                               .body_limits = body_limits,
+                               .invalidations = daemon.invalidations.get(),
+                               .quarantines = daemon.quarantines.get(),
+                               .leases = daemon.leases.get(),
+                               .salts = daemon.salts.get(),
+                               .index = &daemon.index,
+                               .engines = daemon.engines.get(),
+                               .tenants_seen = &daemon.tenants_seen,
+                               .store = daemon.store.get(),
+                               .issuer = daemon.issuer.get(),
+                               .journal = daemon.journal.get(),
+                               .chain_check = &daemon.chain_check});
+  RegisterConsoleApi(http, {.auth = auth,
+                            .body_limits = body_limits,
+                            .traffic = daemon.traffic.get(),
+                            .traffic_interval_ms = daemon.traffic_interval_ms,
+                            .salting = daemon.salting.get(),
+                            .router = daemon.router.get(),
+                            .engines = daemon.engines.get()});
+  RegisterHandoffApi(http, *auth, daemon.handoffs->log());
+  RegisterPrefixDiagnosticsApi(http, *auth, *daemon.prefixes, *daemon.engines, body_limits);
+}
+
 // The gateway's front door on --gateway-listen: the same TLS files and
 // body limit as the control API, the upstream timeouts of --gateway-*.
 Result<std::unique_ptr<gateway::FrontDoor>> StartGateway(const ServerOptions& options,
@@ -179,7 +235,22 @@ Result<std::unique_ptr<gateway::FrontDoor>> StartGateway(const ServerOptions& op
                                  status >= 500 ? "server_error" : "invalid_request_error", "",
                                  code);
   };
-  return gateway::FrontDoor::Start(std::move(door), GatewayHandler(daemon));
+  GatewayServices services{.limits = {.body = BodyLimits(options.max_body_bytes),
+                                      .max_in_flight = options.gateway_max_in_flight,
+                                      .max_requests = options.gateway_max_requests},
+                           .auth = daemon.auth.get(),
+                           .index = &daemon.index,
+                           .status = &daemon.status,
+                           .engines = daemon.engines.get(),
+                           .router = daemon.router.get(),
+                           .salting = daemon.salting.get(),
+                           .prefixes = daemon.prefixes.get(),
+                           .usage = daemon.usage.get(),
+                           .handoffs = daemon.handoffs.get(),
+                           .tenants_seen = &daemon.tenants_seen,
+                           .route_totals = &daemon.route_totals,
+                           .metrics = daemon.gateway_metrics};
+  return gateway::FrontDoor::Start(std::move(door), GatewayHandler(services));
 }
 
 // The front door's state on /metrics: connections, requests being served,
@@ -244,8 +315,8 @@ struct Server::Impl {
   std::unique_ptr<gateway::FrontDoor> gateway;  // --gateway-listen; null without
   std::optional<metrics::CollectorId> gateway_collector;
   uint16_t gateway_port = 0;
-  bool stopped = false;
-  std::mutex mu;  // guards `stopped`
+  Mutex mu;
+  bool stopped KVGOV_GUARDED_BY(mu) = false;
 };
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -292,10 +363,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   KVGOV_ASSIGN_OR_RETURN(impl->daemon, BuildDaemon(options));
   if (replicated) KVGOV_RETURN_IF_ERROR(check_a_token_exists());
   httplib::Server& http = *impl->http;
-  RegisterHttpApi(http, *impl->daemon);
-  RegisterConsoleApi(http, *impl->daemon);
-  RegisterHandoffApi(http, *impl->daemon);
-  RegisterPrefixDiagnosticsApi(http, *impl->daemon);
+  RegisterRoutes(http, *impl->daemon);
   const size_t max_body = options.max_body_bytes;
   http.set_error_handler([max_body](const httplib::Request& request, httplib::Response& response) {
     // Only fill in bodies the handlers did not write themselves.
@@ -335,7 +403,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 
 void Server::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }

@@ -4,7 +4,6 @@
 
 #include "kvgov/core/digest.h"
 #include "kvgov/log/log.h"
-#include "server/daemon.h"
 
 namespace kvgov::server {
 namespace {
@@ -24,20 +23,20 @@ std::string EncodeTokenSet(const TokenAudit::TokenSet& tokens) {
   return out.dump();
 }
 
-// One row, with the set it leaves recorded in the same write.
-Status JournalChange(Daemon& daemon, std::string_view kind, std::string_view name,
-                     const std::string& payload, const TokenAudit::TokenSet& after) {
-  const store::WriteOp state{store::Column::kGovernance,
-                             std::string(TokenAudit::kJournaledTokensKey), EncodeTokenSet(after)};
-  return daemon.recorder->Record(TokenAudit::kActor, kind, name, payload, {&state, 1}).status();
-}
-
 }  // namespace
 
-Result<TokenAudit> TokenAudit::Load(const Daemon& daemon) {
+Status TokenAudit::JournalChange(std::string_view kind, std::string_view name,
+                                 const std::string& payload, const TokenSet& after) {
+  const store::WriteOp state{store::Column::kGovernance, std::string(kJournaledTokensKey),
+                             EncodeTokenSet(after)};
+  return recorder_->Record(kActor, kind, name, payload, {&state, 1}).status();
+}
+
+Result<TokenAudit> TokenAudit::Load(auth::Authenticator* auth, const store::Store* store,
+                                    services::GovernanceRecorder* recorder) {
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> stored,
-                         daemon.store->Get(store::Column::kGovernance, kJournaledTokensKey));
-  TokenAudit audit;
+                         store->Get(store::Column::kGovernance, kJournaledTokensKey));
+  TokenAudit audit(auth, recorder);
   audit.first_audit_ = !stored.has_value();
   if (!stored.has_value()) return audit;
   const Json value = Json::parse(*stored, nullptr, /*allow_exceptions=*/false);
@@ -58,12 +57,12 @@ Result<TokenAudit> TokenAudit::Load(const Daemon& daemon) {
   return audit;
 }
 
-Status TokenAudit::CatchUp(Daemon& daemon) {
-  daemon.auth->Refresh();
-  const uint64_t generation = daemon.auth->generation();
+Status TokenAudit::CatchUp() {
+  auth_->Refresh();
+  const uint64_t generation = auth_->generation();
   if (generation == seen_generation_) return Status::Ok();
   TokenSet in_force;
-  for (const auth::TokenRecord& record : daemon.auth->Records()) {
+  for (const auth::TokenRecord& record : auth_->Records()) {
     in_force.emplace(record.name, RecordOf(record));
   }
   // A token replaced under the same name (an edited file, a new secret) is
@@ -76,7 +75,7 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
     }
     TokenSet after = journaled_;
     after.erase(it->first);
-    KVGOV_RETURN_IF_ERROR(JournalChange(daemon, "token.revoke", it->first,
+    KVGOV_RETURN_IF_ERROR(JournalChange("token.revoke", it->first,
                                         auth::DescribeTokenChange(it->first, nullptr), after));
     it = journaled_.erase(it);
   }
@@ -87,7 +86,7 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
     if (journaled_.contains(name)) continue;
     TokenSet after = journaled_;
     after.emplace(name, recorded);
-    KVGOV_RETURN_IF_ERROR(JournalChange(daemon, kind, name, recorded.payload, after));
+    KVGOV_RETURN_IF_ERROR(JournalChange(kind, name, recorded.payload, after));
     journaled_ = std::move(after);
   }
   first_audit_ = false;
@@ -95,8 +94,8 @@ Status TokenAudit::CatchUp(Daemon& daemon) {
   return Status::Ok();
 }
 
-void TokenAudit::CatchUpOrLog(Daemon& daemon) {
-  Status caught_up = CatchUp(daemon);
+void TokenAudit::CatchUpOrLog() {
+  Status caught_up = CatchUp();
   if (!caught_up.ok() && !failing_) {
     log::Line(log::Level::kError, "tokens.journal_failed").Field("error", caught_up.ToString());
   }

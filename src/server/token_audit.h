@@ -9,11 +9,12 @@
 #include <map>
 #include <string>
 
+#include "kvgov/auth/tokens.h"
 #include "kvgov/core/status.h"
+#include "kvgov/services/governance_recorder.h"
+#include "kvgov/store/store.h"
 
 namespace kvgov::server {
-
-struct Daemon;
 
 /// Compares the tokens in force with the set the journal last recorded
 /// (kept in the governance column under kJournaledTokensKey) and appends a
@@ -40,18 +41,29 @@ class TokenAudit {
   };
   using TokenSet = std::map<std::string, Recorded, std::less<>>;
 
-  /// Loads the recorded set. Corruption when it does not decode.
-  static Result<TokenAudit> Load(const Daemon& daemon);
+  /// Loads the recorded set from `store`. Corruption when it does not
+  /// decode. The collaborators must outlive the audit.
+  static Result<TokenAudit> Load(auth::Authenticator* auth, const store::Store* store,
+                                 services::GovernanceRecorder* recorder);
 
   /// Journals what changed since the last call (cheap when nothing did).
   /// The first audit of a data dir journals the tokens it finds as
   /// token.baseline rows.
-  Status CatchUp(Daemon& daemon);
+  Status CatchUp();
   /// CatchUp, for a timer that retries: a failure is logged
   /// (tokens.journal_failed) once until it succeeds again.
-  void CatchUpOrLog(Daemon& daemon);
+  void CatchUpOrLog();
 
  private:
+  TokenAudit(auth::Authenticator* auth, services::GovernanceRecorder* recorder)
+      : auth_(auth), recorder_(recorder) {}
+
+  // One row, with the set it leaves recorded in the same write.
+  Status JournalChange(std::string_view kind, std::string_view name, const std::string& payload,
+                       const TokenSet& after);
+
+  auth::Authenticator* auth_;
+  services::GovernanceRecorder* recorder_;
   TokenSet journaled_;
   bool first_audit_ = false;  // no set was ever journaled in this data dir
   uint64_t seen_generation_ = UINT64_MAX;

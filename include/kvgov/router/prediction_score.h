@@ -21,6 +21,20 @@ enum class PredictionOutcome { kExact, kOver, kUnder };
 
 std::string_view ToString(PredictionOutcome outcome);
 
+/// What a routed request's engine is expected to report, to hold its usage
+/// against (services::UsageAccounting).
+struct Prediction {
+  std::string model;
+  std::string tenant;
+  int64_t routed_tokens = 0;
+  int64_t predicted_tokens = 0;  // the decision's credited overlap, in tokens
+  int64_t block_size = 1;
+  // False when the engine prepends what kvgov never tokenized (a Responses
+  // request's previous_response_id): its prompt count is not held against
+  // the routed tokens.
+  bool whole_prompt = true;
+};
+
 /// `block_size` <= 0 is taken as 1.
 PredictionOutcome ScorePrediction(int64_t predicted_tokens, int64_t cached_tokens,
                                   int64_t block_size);
@@ -43,8 +57,8 @@ struct PredictionScore {
 class PredictionScores {
  public:
   /// Scores one answered request on `worker`; returns the outcome.
-  PredictionOutcome Record(std::string_view worker, int64_t predicted_tokens,
-                           int64_t cached_tokens, int64_t block_size);
+  PredictionOutcome Record(std::string_view worker, int64_t predicted_tokens, int64_t cached_tokens,
+                           int64_t block_size);
   /// The worker's score; nullopt when nothing was scored on it.
   std::optional<PredictionScore> Of(std::string_view worker) const;
 
