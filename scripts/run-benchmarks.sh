@@ -8,7 +8,7 @@
 #
 # --smoke (`make bench-smoke`, run by CI): every case of every binary, the
 # 10 M ones included, once at its smallest size (KVGOV_BENCH_SMOKE,
-# src/bench/smoke.h), then the summary and the routing table as `make
+# src/testing/bench_smoke.h), then the summary and the routing table as `make
 # bench` prints them, into BUILD_DIR/bench-smoke-results/. It proves the
 # benchmarks still run and the summary still reads them; its figures judge
 # nothing.

@@ -95,6 +95,17 @@ if [ -n "$route_files" ]; then
   check "src/server's routes must not reach the root (server/daemon.h)" \
     '(#include *"server/daemon\.h"|\bDaemon&)' $route_files
 fi
+# Test and benchmark support (src/testing) is never linked into kvgov.
+not_test_support=$(find "$root/src" "$root/apps" "$root/include" -name '*.cc' -o -name '*.h' |
+  grep -v "^$root/src/testing/" || true)
+# shellcheck disable=SC2086
+check "kvgov's own code must not use test support (src/testing)" '#include *"testing/' \
+  $not_test_support
+# The simulator and the simulated engines run for `kvgov demo`, `simulate`
+# and `loadgen` (src/cli), never on the daemon's serving path.
+check "the daemon must not use the simulator or the simulated engines" \
+  '#include *"(kvgov/(sim|simfleet)/|sim/|simfleet/)' "$root/src/server" "$root/src/services" \
+  "$root/src/gateway" "$root/include/kvgov/server" "$root/include/kvgov/services"
 # Beast and Asio serve HTTP only in src/gateway (and what runs on it: the
 # simulated instant engine).
 beast_users=$(grep -rlE --exclude="*_test.cc" --exclude="*_bench.cc" '#include *<boost/(beast|asio)' \

@@ -7,19 +7,10 @@
 # be refused, or the check itself is broken.
 # Usage: thread_safety_check.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
-root=${1:?usage: thread_safety_check.sh SOURCE_DIR BUILD_DIR}
-build=${2:?usage: thread_safety_check.sh SOURCE_DIR BUILD_DIR}
-root=$(cd "$root" && pwd)  # compile_commands.json names files by absolute path
-build=$(cd "$build" && pwd)
 clang=${CLANG:-clang++}
-if ! command -v "$clang" > /dev/null; then
-  echo "thread_safety_check: $clang is not installed (scripts/install-deps.sh installs it)" >&2
-  exit 1
-fi
-if [ ! -f "$build/compile_commands.json" ]; then
-  echo "thread_safety_check: $build/compile_commands.json is missing (configure the build first)" >&2
-  exit 1
-fi
+# shellcheck source=tests/clang_check_common.sh
+source "$(dirname "$0")/clang_check_common.sh"
+clang_check_start thread_safety_check "$clang" "$@"
 # The modules whose locks are annotated. Grows as modules are annotated.
 annotated=(src/auth src/connectors src/governance src/ingest src/journal src/prompts src/router
   src/server src/services src/store)

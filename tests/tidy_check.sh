@@ -7,19 +7,10 @@
 # format check's are (docs/adr/0036).
 # Usage: tidy_check.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
-root=${1:?usage: tidy_check.sh SOURCE_DIR BUILD_DIR}
-build=${2:?usage: tidy_check.sh SOURCE_DIR BUILD_DIR}
-root=$(cd "$root" && pwd)  # compile_commands.json names files by absolute path
-build=$(cd "$build" && pwd)
 tidy=${CLANG_TIDY:-clang-tidy}
-if ! command -v "$tidy" > /dev/null; then
-  echo "tidy_check: $tidy is not installed (scripts/install-deps.sh installs it)" >&2
-  exit 1
-fi
-if [ ! -f "$build/compile_commands.json" ]; then
-  echo "tidy_check: $build/compile_commands.json is missing (configure the build first)" >&2
-  exit 1
-fi
+# shellcheck source=tests/clang_check_common.sh
+source "$(dirname "$0")/clang_check_common.sh"
+clang_check_start tidy_check "$tidy" "$@"
 # The modules tidied so far.
 tidied=(src/core src/governance src/services)
 # GCC's own warning flags in the build's commands are not clang's.

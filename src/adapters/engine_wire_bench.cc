@@ -24,7 +24,7 @@
 #include <msgpack.hpp>
 
 #include "adapters/one_pass_decoder.h"
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/sim/event_wire.h"

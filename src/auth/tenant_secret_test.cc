@@ -5,24 +5,18 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "kvgov/auth/entropy.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::auth {
 namespace {
 
 class TenantSecretTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov-secret-test-" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "tenant.secret").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { path_ = (dir_ / "tenant.secret").string(); }
 
-  std::filesystem::path dir_;
+  test_support::ScratchDir dir_{"kvgov_tenant_secret_test"};
   std::string path_;
 };
 

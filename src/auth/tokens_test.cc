@@ -6,22 +6,17 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <set>
 #include <thread>
+
+#include "testing/scratch_dir.h"
 
 namespace kvgov::auth {
 namespace {
 
 class TokensTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov-auth-test-" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(dir_);
-    path_ = TokenFilePath(dir_.string());
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { path_ = TokenFilePath(dir_.string()); }
 
   std::string Add(const std::string& name, std::vector<Role> roles,
                   const std::string& tenant = "") {
@@ -32,7 +27,7 @@ class TokensTest : public ::testing::Test {
 
   void WriteFile(const std::string& text) { std::ofstream(path_) << text; }
 
-  std::filesystem::path dir_;
+  test_support::ScratchDir dir_{"kvgov_tokens_test"};
   std::string path_;
 };
 

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "testing/scratch_dir.h"
+
 namespace kvgov::cert {
 namespace {
 
@@ -69,11 +71,6 @@ std::pair<int, std::string> RunShell(const std::string& command) {
 class CertificateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_cert_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     const std::string seed_path = Path("rfc.key");
     WriteFile(seed_path, HexToBytes(kRfcSeedHex));
     ::chmod(seed_path.c_str(), 0600);
@@ -85,7 +82,6 @@ class CertificateTest : public ::testing::Test {
     other_key_ = std::move(other).value();
     trusted_ = {key_->public_key_hex()};
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string Path(std::string_view name) const { return (dir_ / name).string(); }
 
@@ -123,7 +119,7 @@ class CertificateTest : public ::testing::Test {
     return Status::Internal("no signature check");
   }
 
-  std::filesystem::path dir_;
+  test_support::ScratchDir dir_{"kvgov_cert_test"};
   std::unique_ptr<IssuerKey> key_;
   std::unique_ptr<IssuerKey> other_key_;
   std::vector<std::string> trusted_;

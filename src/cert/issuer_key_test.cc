@@ -7,19 +7,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "testing/scratch_dir.h"
+
 namespace kvgov::cert {
 namespace {
 
 class IssuerKeyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_issuer_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "issuer.key").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  void SetUp() override { path_ = (dir_ / "issuer.key").string(); }
+  test_support::ScratchDir dir_{"kvgov_issuer_key_test"};
   std::string path_;
 };
 

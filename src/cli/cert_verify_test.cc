@@ -16,6 +16,8 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/store/store.h"
 
+#include "testing/scratch_dir.h"
+
 namespace kvgov::cli {
 namespace {
 
@@ -27,10 +29,6 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 class CertVerifyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("kvgov_cert_verify_test_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(root_);
     data_dir_ = (root_ / "data").string();
     std::filesystem::create_directories(data_dir_);
 
@@ -51,7 +49,6 @@ class CertVerifyTest : public ::testing::Test {
     key_ = std::move(key).value();
     // The journal and store close here, as they would when the daemon stops.
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
 
   cert::CertificateInput Input(const journal::Row& row) const {
     cert::CertificateInput input;
@@ -88,7 +85,7 @@ class CertVerifyTest : public ::testing::Test {
 
   bool Has(const std::string& text) const { return output_.find(text) != std::string::npos; }
 
-  std::filesystem::path root_;
+  test_support::ScratchDir root_{"kvgov_cert_verify_test"};
   std::string data_dir_;
   std::vector<journal::Row> rows_;
   std::unique_ptr<cert::IssuerKey> key_;

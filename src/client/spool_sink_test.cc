@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvgov/spool/spool_reader.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::client {
 namespace {
@@ -23,15 +24,6 @@ using ::testing::HasSubstr;
 
 class SpoolSinkTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kvgov_spool_sink_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A sink on the test's directory; `set` changes the other options.
   std::unique_ptr<SpoolSink> MakeSink(const std::function<void(SpoolSinkOptions&)>& set = nullptr) {
     SpoolSinkOptions options;
@@ -45,7 +37,7 @@ class SpoolSinkTest : public ::testing::Test {
   // Files in the directory with this suffix, in name order.
   std::vector<fs::path> Files(const std::string& suffix) const {
     std::vector<fs::path> out;
-    for (const fs::directory_entry& entry : fs::directory_iterator(dir_)) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir_.path())) {
       const std::string name = entry.path().filename().string();
       if (name.size() >= suffix.size() &&
           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -74,7 +66,7 @@ class SpoolSinkTest : public ::testing::Test {
     return events;
   }
 
-  fs::path dir_;
+  test_support::ScratchDir dir_{"kvgov_spool_sink_test"};
 };
 
 Event Store(int i) {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"
 

@@ -18,6 +18,8 @@
 #include "ingest/vllm_batch_builder.h"
 #include "kvgov/core/digest.h"
 
+#include "testing/scratch_dir.h"
+
 namespace kvgov::ingest {
 namespace {
 
@@ -44,14 +46,6 @@ std::string Uninterrupted(int64_t last) {
 
 class StreamStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kvgov_stream_store_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::unique_ptr<store::Store> OpenStore() {
     Result<std::unique_ptr<store::Store>> store = store::Store::Open(dir_.string());
     EXPECT_TRUE(store.ok()) << store.status().ToString();
@@ -95,7 +89,7 @@ class StreamStoreTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
+  test_support::ScratchDir dir_{"kvgov_stream_store_test"};
 };
 
 TEST_F(StreamStoreTest, RecoveryRebuildsExactlyTheIndexTheStreamApplied) {
@@ -174,7 +168,7 @@ TEST_F(StreamStoreTest, TheLogRatioSpacesSnapshotsByWhatTheyWouldRewrite) {
   };
   for (const double ratio : {1.0, 0.0}) {
     SCOPED_TRACE("ratio " + std::to_string(ratio));
-    fs::remove_all(dir_);
+    fs::remove_all(dir_.path());
     std::unique_ptr<store::Store> store = OpenStore();
     ASSERT_NE(store, nullptr);
     Ingest(store.get(), 100, {.snapshot_every = 1, .snapshot_log_ratio = ratio}, Pace::kInStep,

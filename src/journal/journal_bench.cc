@@ -6,40 +6,29 @@
 // The store lives under the system temp directory: the append figures are
 // that disk's fsync latency plus kvgov's work.
 
-#include <unistd.h>
-
 #include <benchmark/benchmark.h>
 
 #include <chrono>
-#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
+#include "testing/scratch_dir.h"
 #include "kvgov/core/digest.h"
 #include "kvgov/journal/journal.h"
 
 namespace kvgov::journal {
 namespace {
 
-namespace fs = std::filesystem;
-
 // A store in a fresh temp directory, removed afterwards.
 class TempStore {
  public:
-  explicit TempStore(const std::string& name)
-      : dir_(fs::temp_directory_path() /
-             ("kvgov_journal_bench_" + std::to_string(::getpid()) + "_" + name)) {
-    fs::remove_all(dir_);
+  explicit TempStore(const std::string& name) : dir_("kvgov_journal_bench_" + name) {
     Result<std::unique_ptr<store::Store>> opened = store::Store::Open(dir_.string());
     status_ = opened.status();
     if (opened.ok()) store_ = std::move(opened).value();
-  }
-  ~TempStore() {
-    store_.reset();
-    fs::remove_all(dir_);
   }
   TempStore(const TempStore&) = delete;
   TempStore& operator=(const TempStore&) = delete;
@@ -49,7 +38,7 @@ class TempStore {
   store::Store& store() { return *store_; }
 
  private:
-  fs::path dir_;
+  test_support::ScratchDir dir_;  // outlives the store
   Status status_;
   std::unique_ptr<store::Store> store_;
 };

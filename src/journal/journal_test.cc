@@ -13,6 +13,8 @@
 
 #include "kvgov/core/digest.h"
 
+#include "testing/scratch_dir.h"
+
 namespace kvgov::journal {
 namespace {
 
@@ -237,17 +239,7 @@ class SlowSyncStore final : public store::Store {
 
 class JournalTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kvgov_journal_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    OpenStore();
-  }
-  void TearDown() override {
-    store_.reset();
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { OpenStore(); }
 
   void OpenStore() {
     store_.reset();
@@ -290,7 +282,7 @@ class JournalTest : public ::testing::Test {
     return report.ok() ? *report : VerifyReport{};
   }
 
-  fs::path dir_;
+  test_support::ScratchDir dir_{"kvgov_journal_test"};  // outlives the store
   std::unique_ptr<store::Store> store_;
 };
 

@@ -8,13 +8,13 @@
 #include <string>
 #include <thread>
 
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
 
 namespace kvgov::replication {
 namespace {
 
 using std::chrono::milliseconds;
-using testing::RedisServerProcess;
+using test_support::RedisServerProcess;
 using Clock = std::chrono::steady_clock;
 using Load = std::map<std::string, uint64_t, std::less<>>;
 

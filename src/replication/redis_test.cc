@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
 
 namespace kvgov::replication {
 namespace {
 
 using std::chrono::milliseconds;
-using testing::RedisServerProcess;
+using test_support::RedisServerProcess;
 
 RedisEndpoint Endpoint(const RedisServerProcess& server) {
   Result<RedisEndpoint> endpoint = ParseRedisUrl(server.url());

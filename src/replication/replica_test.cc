@@ -28,7 +28,9 @@
 #include "kvgov/auth/tokens.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/store/store.h"
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
+
+#include "testing/scratch_dir.h"
 
 namespace kvgov::replication {
 namespace {
@@ -36,7 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::RedisServerProcess;
+using test_support::RedisServerProcess;
 
 bool WaitUntil(const std::function<bool()>& done, milliseconds timeout = milliseconds(10000)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -171,17 +173,8 @@ class ReplicaTest : public ::testing::Test {
   void SetUp() override {
     Status started = redis_.Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
-    root_ = fs::temp_directory_path() /
-            ("kvgov_replica_test_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
   }
-  void TearDown() override {
-    nodes_.clear();
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
-  }
+  void TearDown() override { nodes_.clear(); }
 
   ReplicaOptions Options(const std::string& id, const std::string& url = "") {
     ReplicaOptions options;
@@ -234,7 +227,7 @@ class ReplicaTest : public ::testing::Test {
   }
 
   RedisServerProcess redis_;
-  fs::path root_;
+  test_support::ScratchDir root_{"kvgov_replica_test"};
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/governance/governance_gate.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/index/residency_index.h"

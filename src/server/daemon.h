@@ -112,10 +112,6 @@ struct Daemon {
   std::unique_ptr<spool::SpoolDirectory> spool;  // --spool-dir; feeds the others, so stops first
   std::unique_ptr<PeriodicTask> spool_scans;     // scans `spool`; before it in Stop
 
-  /// True for one of several replicas (serve --redis), from the start:
-  /// recovery runs before `replica` exists and must already act as one.
-  bool replicated() const { return !options.redis_url.empty(); }
-
   /// Stops the threads that write (ingest, prober, commits) and snapshots
   /// the streams, so the next start replays nothing. Idempotent.
   void Stop();

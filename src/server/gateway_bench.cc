@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "connectors/control_url.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"

@@ -44,7 +44,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "router/route_bench_fleet.h"

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgov/server/server.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::server {
 namespace {
@@ -17,8 +18,6 @@ using Json = nlohmann::json;
 class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_http_api_test_" + std::to_string(::getpid()));
     ServerOptions options;
     options.port = 0;
     options.data_dir = (dir_ / "data").string();
@@ -35,11 +34,6 @@ class HttpApiTest : public ::testing::Test {
     server_ = std::move(server).value();
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
   }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
   httplib::Result PostEvents(const std::string& body,
                              const std::string& type = "application/json") {
     return client_->Post("/v1/events", body, type);
@@ -52,7 +46,7 @@ class HttpApiTest : public ::testing::Test {
   }
   std::string Metrics() { return client_->Get("/metrics")->body; }
 
-  std::filesystem::path dir_;
+  test_support::ScratchDir dir_{"kvgov_http_api_test"};  // outlives the server
   std::unique_ptr<Server> server_;
   std::unique_ptr<httplib::Client> client_;
 };

@@ -28,10 +28,10 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/sim/event_wire.h"
 #include "kvgov/simfleet/child_process.h"
-#include "server/bench_scratch_dir.h"
+#include "testing/scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
 
 namespace kvgov::server {
@@ -135,7 +135,7 @@ double PeakRssMib(pid_t pid) {
 void BM_KillNineToServingTenMillion(benchmark::State& state) {
   const char* binary_override = std::getenv("KVGOV_BENCH_BINARY");
   const std::string binary = binary_override != nullptr ? binary_override : KVGOV_BINARY;
-  bench::ScratchDir dir("kvgov_recovery_bench");
+  test_support::ScratchDir dir("kvgov_recovery_bench");
   zmq::context_t context(1);
   std::vector<std::unique_ptr<bench::EventPublisher>> publishers;
   const std::filesystem::path ready = dir.path() / "ready";

@@ -58,11 +58,11 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/cert/issuer_key.h"
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
 #include "router/route_bench_fleet.h"
 #include "kvgov/auth/tenant_secret.h"
 
@@ -584,7 +584,7 @@ struct Measurement {
 // Everything, once per process: one redis-server, every shape, interleaved.
 Measurement MeasureAll() {
   Measurement out;
-  replication::testing::RedisServerProcess redis;
+  test_support::RedisServerProcess redis;
   out.redis = redis.Start();
   Deployment deployment;
   out.status = deployment.Start({0, 1, 3}, out.redis.ok() ? redis.url() : "");

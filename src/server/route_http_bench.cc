@@ -22,13 +22,13 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/codec/route_api.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
 #include "router/route_bench_fleet.h"
-#include "server/bench_scratch_dir.h"
+#include "testing/scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
 
 namespace kvgov::server {
@@ -79,7 +79,7 @@ bool FleetResident(httplib::Client& client) {
 }
 
 void BM_HttpRouteVsHash(benchmark::State& state) {
-  bench::ScratchDir dir("kvgov_route_http_bench");
+  test_support::ScratchDir dir("kvgov_route_http_bench");
   zmq::context_t publisher_context(1);
   std::vector<std::unique_ptr<bench::EventPublisher>> publishers;
   ServerOptions options;

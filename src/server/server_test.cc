@@ -14,20 +14,13 @@
 #include <fstream>
 
 #include "kvgov/store/store.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::server {
 namespace {
 
 class ServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_server_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   ServerOptions Options() const {
     ServerOptions options;
     options.port = 0;
@@ -36,7 +29,7 @@ class ServerTest : public ::testing::Test {
     return options;
   }
 
-  std::filesystem::path dir_;
+  test_support::ScratchDir dir_{"kvgov_server_test"};
 };
 
 TEST_F(ServerTest, HealthzAnswersOnAnEphemeralPort) {

@@ -41,13 +41,30 @@ std::string LeaseRecord(const NIXLLease& lease, std::string_view worker,
   return Json{{"lease", Json::parse(EncodeJson(lease))}, {"worker", worker}, {"keys", keys}}.dump();
 }
 
-// The lease a stored record holds; InvalidArgument for any other value.
-Result<NIXLLease> DecodeLeaseRecord(std::string_view record) {
+// A stored lease record: the lease, and the span it pins (empty when the
+// span cannot be read: it then pins nothing).
+struct StoredLease {
+  NIXLLease lease;
+  std::string worker;
+  std::vector<index::BlockKey> keys;
+};
+
+// What LeaseRecord wrote; InvalidArgument for any other value.
+Result<StoredLease> DecodeLeaseRecord(std::string_view record) {
   const Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("lease")) {
     return Status::InvalidArgument("not a lease record");
   }
-  return DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
+  KVGOV_ASSIGN_OR_RETURN(NIXLLease lease, DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{}));
+  StoredLease stored{.lease = std::move(lease), .worker = "", .keys = {}};
+  try {
+    stored.worker = json.value("worker", "");
+    stored.keys = json.value("keys", std::vector<index::BlockKey>{});
+  } catch (const Json::exception&) {
+    stored.worker.clear();
+    stored.keys.clear();
+  }
+  return stored;
 }
 
 }  // namespace
@@ -172,17 +189,10 @@ Status LeaseService::Recover(int64_t now_ms) {
 }
 
 bool LeaseService::ApplyReplicatedRecord(std::string_view record) {
-  const Json json = Json::parse(record, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json.contains("lease")) return false;
-  Result<NIXLLease> lease = DecodeNIXLLeaseJson(json["lease"].dump(), JsonLimits{});
-  if (!lease.ok()) return false;
-  table_.Restore(*lease);
-  try {
-    gate_->CoverLease(*lease, json.value("worker", ""),
-                      json.value("keys", std::vector<index::BlockKey>{}));
-  } catch (const Json::exception&) {
-    gate_->CoverLease(*lease, "", {});  // a span that cannot be read pins nothing
-  }
+  Result<StoredLease> stored = DecodeLeaseRecord(record);
+  if (!stored.ok()) return false;
+  table_.Restore(stored->lease);
+  gate_->CoverLease(stored->lease, stored->worker, stored->keys);
   return true;
 }
 
@@ -193,38 +203,42 @@ Status LeaseService::GuardReplicated(const replication::LogEntry& entry) const {
       continue;
     }
     const std::string lease_id = write.key.substr(kRecordPrefix.size());
-    Result<NIXLLease> next = DecodeLeaseRecord(*write.value);
-    if (!next.ok()) return next.status().WithContext("lease '" + lease_id + "'");
+    Result<StoredLease> next_record = DecodeLeaseRecord(*write.value);
+    if (!next_record.ok()) return next_record.status().WithContext("lease '" + lease_id + "'");
+    const NIXLLease& next = next_record->lease;
     // The record the log left: only the log writes lease records on a
     // replica, so every replica reads the same one here.
     Result<std::optional<std::string>> stored = store_->Get(store::Column::kGovernance, write.key);
     if (!stored.ok()) return Status::Unavailable(stored.status().ToString());
     if (!stored->has_value()) {
-      if (next->event == NIXLLeaseEvent::kCreate) continue;
+      if (next.event == NIXLLeaseEvent::kCreate) continue;
       return Status::NotFound("lease '" + lease_id +
                               "' is not known to the governance log (never created, or "
                               "forgotten after it ended)");
     }
-    if (next->event == NIXLLeaseEvent::kCreate) {
+    if (next.event == NIXLLeaseEvent::kCreate) {
       return Status::AlreadyExists("lease '" + lease_id + "' was already created");
     }
-    Result<NIXLLease> current = DecodeLeaseRecord(**stored);
-    if (!current.ok()) return current.status().WithContext("stored lease '" + lease_id + "'");
+    Result<StoredLease> current_record = DecodeLeaseRecord(**stored);
+    if (!current_record.ok()) {
+      return current_record.status().WithContext("stored lease '" + lease_id + "'");
+    }
+    const NIXLLease& current = current_record->lease;
     // Ended by an event: nothing moves it again, not even a second expiry.
-    if (current->event != NIXLLeaseEvent::kCreate && current->event != NIXLLeaseEvent::kHeartbeat) {
+    if (current.event != NIXLLeaseEvent::kCreate && current.event != NIXLLeaseEvent::kHeartbeat) {
       return Status::FailedPrecondition(
           "lease '" + lease_id + "' is " +
-          std::string(ToString(LeaseStateAt(*current, entry.time_ms))) + "; event '" +
-          std::string(ToString(next->event)) + "' cannot move it (a concurrent write ended it)");
+          std::string(ToString(LeaseStateAt(current, entry.time_ms))) + "; event '" +
+          std::string(ToString(next.event)) + "' cannot move it (a concurrent write ended it)");
     }
     // kvgov's own expiry only ends a lease whose time the log says is up:
     // a heartbeat applied meanwhile (through another replica) extended it.
-    if (next->event == NIXLLeaseEvent::kExpiry && entry.actor == kDaemonActor &&
-        LeaseStateAt(*current, entry.time_ms) != NIXLLeaseState::kExpired) {
+    if (next.event == NIXLLeaseEvent::kExpiry && entry.actor == kDaemonActor &&
+        LeaseStateAt(current, entry.time_ms) != NIXLLeaseState::kExpired) {
       return Status::FailedPrecondition("lease '" + lease_id +
                                         "' is not due: a heartbeat extended it");
     }
-    KVGOV_RETURN_IF_ERROR(ApplyNIXLLeaseEvent(*current, next->event, entry.time_ms).status());
+    KVGOV_RETURN_IF_ERROR(ApplyNIXLLeaseEvent(current, next.event, entry.time_ms).status());
   }
   return Status::Ok();
 }
@@ -256,13 +270,9 @@ LeaseService::Span LeaseService::PersistedSpan(std::string_view lease_id) const 
   Result<std::optional<std::string>> record =
       store_->Get(store::Column::kGovernance, RecordKey(lease_id));
   if (!record.ok() || !record->has_value()) return {};
-  const Json json = Json::parse(**record, nullptr, /*allow_exceptions=*/false);
-  try {
-    return {json.at("worker").get<std::string>(),
-            json.at("keys").get<std::vector<index::BlockKey>>()};
-  } catch (const Json::exception&) {
-    return {};
-  }
+  Result<StoredLease> stored = DecodeLeaseRecord(**record);
+  if (!stored.ok()) return {};
+  return {std::move(stored->worker), std::move(stored->keys)};
 }
 
 Status LeaseService::Persist(std::string_view actor, const governance::LeaseTransition& transition,

@@ -4,10 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "services/scratch_governance_store.h"
+#include "testing/scratch_governance_store.h"
 
 namespace kvgov::services {
 namespace {
+
+using test_support::ScratchGovernanceStore;
 
 using Json = nlohmann::json;
 

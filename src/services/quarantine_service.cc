@@ -82,32 +82,33 @@ Status QuarantineService::Lift(std::string_view actor, const Quarantine& quarant
   return Status::Ok();
 }
 
+Status QuarantineService::ScanRecords(
+    const std::function<bool(std::string_view key, Result<Quarantine> quarantine)>& each) const {
+  // Every key with the prefix sorts before "quarantine0" ('0' follows '/').
+  return store_->Scan(
+      store::Column::kGovernance, kRecordPrefix, "quarantine0",
+      [&](std::string_view key, std::string_view value) { return each(key, DecodeRecord(value)); });
+}
+
 Result<std::vector<Quarantine>> QuarantineService::InForce() const {
   std::vector<Quarantine> found;
-  KVGOV_RETURN_IF_ERROR(store_->Scan(store::Column::kGovernance, kRecordPrefix, "quarantine0",
-                                     [&](std::string_view, std::string_view value) {
-                                       if (Result<Quarantine> quarantine = DecodeRecord(value);
-                                           quarantine.ok()) {
-                                         found.push_back(*std::move(quarantine));
-                                       }
-                                       return true;
-                                     }));
+  KVGOV_RETURN_IF_ERROR(ScanRecords([&](std::string_view, Result<Quarantine> quarantine) {
+    if (quarantine.ok()) found.push_back(*std::move(quarantine));
+    return true;
+  }));
   return found;
 }
 
 Status QuarantineService::Recover() {
   Status unreadable;
-  KVGOV_RETURN_IF_ERROR(
-      store_->Scan(store::Column::kGovernance, kRecordPrefix, "quarantine0",
-                   [&](std::string_view key, std::string_view value) {
-                     Result<Quarantine> quarantine = DecodeRecord(value);
-                     if (!quarantine.ok()) {
-                       unreadable = quarantine.status().WithContext(std::string(key));
-                       return false;
-                     }
-                     gate_->Quarantine(key.substr(kRecordPrefix.size()), quarantine->keys);
-                     return true;
-                   }));
+  KVGOV_RETURN_IF_ERROR(ScanRecords([&](std::string_view key, Result<Quarantine> quarantine) {
+    if (!quarantine.ok()) {
+      unreadable = quarantine.status().WithContext(std::string(key));
+      return false;
+    }
+    gate_->Quarantine(key.substr(kRecordPrefix.size()), quarantine->keys);
+    return true;
+  }));
   return unreadable;
 }
 

@@ -5,10 +5,12 @@
 #include "kvgov/codec/directive_record.h"
 #include "kvgov/codec/json_codec.h"
 #include "kvgov/index/block_key.h"
-#include "services/scratch_governance_store.h"
+#include "testing/scratch_governance_store.h"
 
 namespace kvgov::services {
 namespace {
+
+using test_support::ScratchGovernanceStore;
 
 // One replica's services, fed from the log alone: its recorder is a
 // replica's, so the directive driver leaves every directive to the log.
@@ -59,13 +61,18 @@ class ReplicatedGovernanceTest : public ScratchGovernanceStore {
   std::unique_ptr<DirectiveDriver> directives_;
 };
 
-TEST_F(ReplicatedGovernanceTest, EachRecordReachesTheServiceWhoseRecordItIs) {
+// A lease record as the lease service stores it, for worker "w", no keys.
+std::string LeaseRecordOf(std::string_view lease_id, NIXLLeaseEvent event) {
   NIXLLease lease;
-  lease.lease_id = "l1";
+  lease.lease_id = std::string(lease_id);
   lease.span_digest = "span";
   lease.remote_engine = "w";
-  lease.event = NIXLLeaseEvent::kCreate;
+  lease.event = event;
   lease.ttl_ms = 1000;
+  return R"({"lease":)" + EncodeJson(lease) + R"(,"worker":"w","keys":[]})";
+}
+
+TEST_F(ReplicatedGovernanceTest, EachRecordReachesTheServiceWhoseRecordItIs) {
   governance::Directive directive;
   directive.id = "d1";
   directive.model = "m";
@@ -74,8 +81,7 @@ TEST_F(ReplicatedGovernanceTest, EachRecordReachesTheServiceWhoseRecordItIs) {
 
   replication::LogEntry entry;
   entry.writes = {
-      {"governance", "lease/l1",
-       R"({"lease":)" + EncodeJson(lease) + R"(,"worker":"w","keys":[]})"},
+      {"governance", "lease/l1", LeaseRecordOf("l1", NIXLLeaseEvent::kCreate)},
       {"governance", "quarantine/q1", R"({"id":"q1","keys":[1,2]})"},
       {"governance", "drain/w", "1"},
       {"governance", revoked.key, revoked.value},
@@ -105,15 +111,9 @@ TEST_F(ReplicatedGovernanceTest, EachRecordReachesTheServiceWhoseRecordItIs) {
 }
 
 TEST_F(ReplicatedGovernanceTest, TheGuardRefusesAnIllegalLeaseStep) {
-  NIXLLease heartbeat;
-  heartbeat.lease_id = "never-created";
-  heartbeat.span_digest = "span";
-  heartbeat.remote_engine = "w";
-  heartbeat.event = NIXLLeaseEvent::kHeartbeat;
-  heartbeat.ttl_ms = 1000;
   replication::LogEntry entry;
   entry.writes = {{"governance", "lease/never-created",
-                   R"({"lease":)" + EncodeJson(heartbeat) + R"(,"worker":"w","keys":[]})"}};
+                   LeaseRecordOf("never-created", NIXLLeaseEvent::kHeartbeat)}};
   EXPECT_EQ(Governance().Guard(entry).code(), StatusCode::kNotFound);
 }
 

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "kvgov/index/block_key.h"
-#include "services/scratch_governance_store.h"
+#include "testing/scratch_governance_store.h"
 
 namespace kvgov::services {
 namespace {
+
+using test_support::ScratchGovernanceStore;
 
 constexpr int64_t kBlockSize = 4;
 const std::vector<int64_t> kPrompt = {1, 2, 3, 4, 5, 6, 7, 8};

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "testing/scratch_dir.h"
+
 namespace kvgov::store {
 namespace {
 
@@ -21,15 +23,6 @@ namespace fs = std::filesystem;
 
 class StoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("kvgov_store_test_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   std::string Dir(const std::string& name = "store") const { return (root_ / name).string(); }
 
   static std::unique_ptr<Store> MustOpen(const std::string& dir) {
@@ -74,7 +67,7 @@ class StoreTest : public ::testing::Test {
     return out;
   }
 
-  fs::path root_;
+  test_support::ScratchDir root_{"kvgov_store_test"};
 };
 
 TEST(KeyU64Test, SortsNumericallyAndRoundTrips) {

@@ -38,13 +38,13 @@
 #include "e2e/wait.h"
 #include "kvgov/replication/governance_log.h"
 #include "kvgov/replication/redis.h"
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
 
 namespace kvgov::testing {
 namespace {
 
 using Json = nlohmann::json;
-using replication::testing::RedisServerProcess;
+using test_support::RedisServerProcess;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 

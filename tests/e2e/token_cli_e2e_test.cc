@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -16,31 +15,15 @@
 #include "e2e/daemon_process.h"
 #include "e2e/run_command.h"
 #include "kvgov/auth/tokens.h"
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch directory removed when the test ends.
-class ScratchDir {
- public:
-  ScratchDir()
-      : path_(fs::temp_directory_path() /
-              ("kvgov-token-cli-" + std::to_string(::getpid()) + "-" +
-               std::to_string(std::random_device{}()))) {
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test_support::ScratchDir;
 
 std::string ReadAll(const fs::path& path) {
   std::ifstream file(path, std::ios::binary);
@@ -56,7 +39,7 @@ std::string LastLine(std::string output) {
 // directory, as before, but the output now says so and names the file in
 // full; the secret stays alone on the last line.
 TEST(TokenCliE2ETest, AddSaysWhichDataDirItWroteTo) {
-  ScratchDir cwd;
+  ScratchDir cwd("kvgov_token_cli_cwd");
   std::string output;
   const std::string command = "cd '" + cwd.path().string() + "' && '" KVGOV_BINARY
                               "' token add app --role infer 2>&1";
@@ -73,7 +56,7 @@ TEST(TokenCliE2ETest, AddSaysWhichDataDirItWroteTo) {
   EXPECT_EQ(LastLine(output).rfind("kvgov_", 0), 0u) << output;
 
   // Given one, it names that one and does not speak of a default.
-  ScratchDir other;
+  ScratchDir other("kvgov_token_cli_other");
   const std::string given = (other.path() / "data").string();
   output.clear();
   ASSERT_EQ(DaemonProcess::RunToExit(
@@ -104,7 +87,7 @@ TEST(TokenCliE2ETest, AddSaysWhichDataDirItWroteTo) {
 // --redis and --data-dir name two different homes for tokens: the command
 // refuses the pair, says which to drop and why, and writes nowhere.
 TEST(TokenCliE2ETest, RedisWithDataDirIsRefusedNotIgnored) {
-  ScratchDir dir;
+  ScratchDir dir("kvgov_token_cli");
   const std::string data_dir = (dir.path() / "data").string();
   // No Redis listens here: the refusal comes before any connection.
   const std::string redis = "redis://127.0.0.1:1";
@@ -128,7 +111,7 @@ TEST(TokenCliE2ETest, RedisWithDataDirIsRefusedNotIgnored) {
 // `kvgov token list --redis` lists what `token add|revoke --redis` wrote to
 // the replicas' log, with no replica running.
 TEST(TokenCliE2ETest, ListWithRedisReadsTheReplicatedTokens) {
-  replication::testing::RedisServerProcess redis;
+  test_support::RedisServerProcess redis;
   Status started = redis.Start();
   ASSERT_TRUE(started.ok()) << started.ToString();
   std::string output;
@@ -191,7 +174,7 @@ TEST(TokenCliE2ETest, ListWithRedisReadsTheReplicatedTokens) {
 // keygen keeps files that exist; run again it says so, file by file, and
 // the keys stay what they were.
 TEST(TokenCliE2ETest, KeygenRunTwiceSaysItKeptTheFiles) {
-  ScratchDir dir;
+  ScratchDir dir("kvgov_token_cli");
   const std::string issuer = (dir.path() / "issuer.key").string();
   const std::string secret = (dir.path() / "tenant.key").string();
   std::string first;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +71,11 @@ class QuarantineService {
   void ApplyReplicatedWrite(std::string_view id, const std::optional<std::string>& value);
 
  private:
+  // `each(key, decoded record)` for every stored quarantine, in id order,
+  // until it returns false; the store's error if the scan fails.
+  Status ScanRecords(
+      const std::function<bool(std::string_view key, Result<Quarantine> quarantine)>& each) const;
+
   governance::GovernanceGate* const gate_;
   store::Store* const store_;
   GovernanceRecorder* const recorder_;

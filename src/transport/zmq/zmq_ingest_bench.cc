@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/smoke.h"
+#include "testing/bench_smoke.h"
 #include "kvgov/adapters/engine_wire.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/ingest/engine_stream.h"
@@ -30,7 +30,7 @@
 #include "kvgov/sim/event_wire.h"
 #include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
-#include "server/bench_scratch_dir.h"
+#include "testing/scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
 
 namespace kvgov::transport {
@@ -314,7 +314,7 @@ void BM_IngestWithStoreVsWithout(benchmark::State& state) {
       state.SkipWithError(bare.status().ToString().c_str());
       break;
     }
-    bench::ScratchDir dir("kvgov_ingest_store_bench");
+    test_support::ScratchDir dir("kvgov_ingest_store_bench");
     Result<std::unique_ptr<store::Store>> store = store::Store::Open(dir.path().string());
     if (!store.ok()) {
       state.SkipWithError(store.status().ToString().c_str());

@@ -1,13 +1,11 @@
 #pragma once
 
 // Test support for the services: a real RocksDB store and journal in a
-// scratch directory named after the running test, and a single node's
-// recorder over them.
+// scratch directory, and a single node's recorder over them.
 
-#include <unistd.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
-#include <gtest/gtest.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,29 +13,21 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/services/governance_recorder.h"
 #include "kvgov/store/store.h"
+#include "testing/scratch_dir.h"
 
-namespace kvgov::services {
+namespace kvgov::test_support {
 
 class ScratchGovernanceStore : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvgov_services_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
     Result<std::unique_ptr<store::Store>> store = store::Store::Open(dir_.string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
     Result<std::unique_ptr<journal::Journal>> journal = journal::Journal::Open(store_.get());
     ASSERT_TRUE(journal.ok()) << journal.status().ToString();
     journal_ = std::move(journal).value();
-    recorder_ = std::make_unique<GovernanceRecorder>(journal_.get(), /*replicated=*/false);
-  }
-  void TearDown() override {
-    recorder_.reset();
-    journal_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
+    recorder_ =
+        std::make_unique<services::GovernanceRecorder>(journal_.get(), /*replicated=*/false);
   }
 
   std::vector<journal::Row> Rows() const {
@@ -46,10 +36,10 @@ class ScratchGovernanceStore : public ::testing::Test {
     return rows.ok() ? *rows : std::vector<journal::Row>{};
   }
 
-  std::filesystem::path dir_;
+  ScratchDir dir_{"kvgov_services_test"};  // outlives the store
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<journal::Journal> journal_;
-  std::unique_ptr<GovernanceRecorder> recorder_;
+  std::unique_ptr<services::GovernanceRecorder> recorder_;
 };
 
-}  // namespace kvgov::services
+}  // namespace kvgov::test_support

@@ -10,7 +10,7 @@
 
 #include "kvgov/core/status.h"
 
-namespace kvgov::replication::testing {
+namespace kvgov::test_support {
 
 /// Starts /usr/bin/redis-server with no persistence, in a temporary
 /// directory of its own (which also holds its log, `redis.log`), and waits
@@ -61,4 +61,4 @@ class RedisServerProcess {
   pid_t pid_ = -1;
 };
 
-}  // namespace kvgov::replication::testing
+}  // namespace kvgov::test_support

@@ -1,4 +1,4 @@
-#include "replication/redis_server_process.h"
+#include "testing/redis_server_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,8 +20,12 @@
 
 #include "kvgov/replication/redis.h"
 
-namespace kvgov::replication::testing {
+namespace kvgov::test_support {
 namespace {
+
+using replication::RedisConnection;
+using replication::RedisEndpoint;
+using replication::RedisReply;
 
 using Clock = std::chrono::steady_clock;
 
@@ -222,4 +226,4 @@ void RedisServerProcess::Stop() { Signal(SIGTERM, kStopGraceMs); }
 
 void RedisServerProcess::Kill() { Signal(SIGKILL, kStopGraceMs); }
 
-}  // namespace kvgov::replication::testing
+}  // namespace kvgov::test_support
