@@ -12,9 +12,9 @@ fi
 # The modules formatted so far. The tree is formatted module by module, not
 # at once: a file reformatted is a compiler-cache miss everywhere it is
 # built, and the whole tree cold does not fit CI's 90 minutes (docs/adr/0036).
-formatted=(src/auth src/cert src/client src/clock src/console src/gateway src/governance
-  src/ingest src/journal src/json src/log src/prompts src/replication src/router src/server src/sim
-  src/services src/spool src/store src/testing)
+formatted=(src/auth src/cert src/cli src/client src/clock src/console src/gateway src/governance
+  src/index src/ingest src/journal src/json src/log src/prompts src/replication src/router
+  src/server src/services src/sim src/simfleet src/spool src/store src/testing)
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
   mapfile -t files < <(git ls-files -- "${formatted[@]/%//*.cc}" "${formatted[@]/%//*.h}")
 else

@@ -101,8 +101,8 @@ int Serve(const ServeFlags& flags) {
     return 2;
   }
   if (!flags.gateway_listen.empty()) {
-    if (Status parsed = ParseListen(flags.gateway_listen, &options.gateway_host,
-                                    &options.gateway_port);
+    if (Status parsed =
+            ParseListen(flags.gateway_listen, &options.gateway_host, &options.gateway_port);
         !parsed.ok()) {
       std::fprintf(stderr, "kvgov serve: --gateway-listen: %s\n", parsed.message().c_str());
       return 2;
@@ -240,16 +240,17 @@ int VerifyJournal(const std::string& data_dir) {
   }
   if (report->first_broken_seq.has_value()) {
     std::printf("journal broken at seq %llu: %s (%llu rows before it verify)\n",
-                static_cast<unsigned long long>(*report->first_broken_seq),
-                report->problem.c_str(), static_cast<unsigned long long>(report->rows));
+                static_cast<unsigned long long>(*report->first_broken_seq), report->problem.c_str(),
+                static_cast<unsigned long long>(report->rows));
     return 1;
   }
   std::printf("journal ok: %llu rows\n", static_cast<unsigned long long>(report->rows));
   for (const journal::AdoptedSpan& span : report->adopted) {
-    std::printf("  rows %llu-%llu adopted from %s (this replica rejoined; every other replica "
-                "holds them)\n",
-                static_cast<unsigned long long>(span.first_seq),
-                static_cast<unsigned long long>(span.last_seq), span.source.c_str());
+    std::printf(
+        "  rows %llu-%llu adopted from %s (this replica rejoined; every other replica "
+        "holds them)\n",
+        static_cast<unsigned long long>(span.first_seq),
+        static_cast<unsigned long long>(span.last_seq), span.source.c_str());
   }
   return 0;
 }
@@ -279,8 +280,9 @@ int RunKeygen(const std::string& issuer_key, const std::string& tenant_secret) {
               (*issuer)->key_id().c_str(), issuer_existed ? kKept : "created",
               tenant_secret.c_str(), secret_existed ? kKept : "created");
   if (issuer_existed && secret_existed) {
-    std::printf("nothing new was written; to replace a key, move its file away first (every "
-                "replica must then get the new copy)\n");
+    std::printf(
+        "nothing new was written; to replace a key, move its file away first (every "
+        "replica must then get the new copy)\n");
   }
   return 0;
 }
@@ -309,12 +311,14 @@ int Run(int argc, char** argv) {
       "Run the kvgov daemon: follow engines' KV-event streams, keep the residency index,\n"
       "and serve the HTTP API (/healthz, /metrics, /v1/workers, POST /v1/events).\n"
       "Example: kvgov serve --listen 127.0.0.1:8787 --data-dir ./kvgov-data");
-  serve->add_option("--listen", serve_flags.listen,
-                    "HOST:PORT to serve HTTP on; port 0 picks a free port. Beyond loopback\n"
-                    "kvgov starts only once a bearer token exists (kvgov token add).")
+  serve
+      ->add_option("--listen", serve_flags.listen,
+                   "HOST:PORT to serve HTTP on; port 0 picks a free port. Beyond loopback\n"
+                   "kvgov starts only once a bearer token exists (kvgov token add).")
       ->capture_default_str();
-  serve->add_option("--data-dir", serve_flags.data_dir,
-                    "Directory for kvgov's durable state; created with mode 0700.")
+  serve
+      ->add_option("--data-dir", serve_flags.data_dir,
+                   "Directory for kvgov's durable state; created with mode 0700.")
       ->capture_default_str();
   serve->add_option("--ready-file", serve_flags.ready_file,
                     "Write the bound port to this file once the server accepts\n"
@@ -325,58 +329,68 @@ int Run(int argc, char** argv) {
                     "callers need a token with the infer role once tokens exist.");
   serve->add_option("--gateway-ready-file", serve_flags.gateway_ready_file,
                     "Write the gateway's bound port to this file once it accepts connections.");
-  serve->add_option("--gateway-connect-timeout-ms", serve_flags.gateway_connect_timeout_ms,
-                    "The gateway's connect timeout to an engine.")
+  serve
+      ->add_option("--gateway-connect-timeout-ms", serve_flags.gateway_connect_timeout_ms,
+                   "The gateway's connect timeout to an engine.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{600000}));
-  serve->add_option("--gateway-first-byte-timeout-ms", serve_flags.gateway_first_byte_timeout_ms,
-                    "How long the gateway waits for an engine's first byte (and between\n"
-                    "chunks) before it tries the next candidate or answers 504.")
+  serve
+      ->add_option("--gateway-first-byte-timeout-ms", serve_flags.gateway_first_byte_timeout_ms,
+                   "How long the gateway waits for an engine's first byte (and between\n"
+                   "chunks) before it tries the next candidate or answers 504.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
-  serve->add_option("--gateway-max-in-flight", serve_flags.gateway_max_in_flight,
-                    "Requests the gateway keeps in flight on one worker at most: a busy\n"
-                    "worker is skipped, and with every worker busy the answer is 429 with\n"
-                    "Retry-After. 0: no limit.")
+  serve
+      ->add_option("--gateway-max-in-flight", serve_flags.gateway_max_in_flight,
+                   "Requests the gateway keeps in flight on one worker at most: a busy\n"
+                   "worker is skipped, and with every worker busy the answer is 429 with\n"
+                   "Retry-After. 0: no limit.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}));
-  serve->add_option("--gateway-loops", serve_flags.gateway_loops,
-                    "The gateway's event-loop threads, which serve every client connection\n"
-                    "and engine connection between them. 0: one per core.")
+  serve
+      ->add_option("--gateway-loops", serve_flags.gateway_loops,
+                   "The gateway's event-loop threads, which serve every client connection\n"
+                   "and engine connection between them. 0: one per core.")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
-  serve->add_option("--gateway-max-connections", serve_flags.gateway_max_connections,
-                    "Client connections the gateway holds open at most; more are closed as\n"
-                    "they are accepted. Each needs a file descriptor (ulimit -n).")
+  serve
+      ->add_option("--gateway-max-connections", serve_flags.gateway_max_connections,
+                   "Client connections the gateway holds open at most; more are closed as\n"
+                   "they are accepted. Each needs a file descriptor (ulimit -n).")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{10000000}));
-  serve->add_option("--gateway-max-requests", serve_flags.gateway_max_requests,
-                    "Requests, streams included, the gateway serves at once at most; more\n"
-                    "are answered 429 with Retry-After.")
+  serve
+      ->add_option("--gateway-max-requests", serve_flags.gateway_max_requests,
+                   "Requests, streams included, the gateway serves at once at most; more\n"
+                   "are answered 429 with Retry-After.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
-  serve->add_option("--gateway-header-timeout-ms", serve_flags.gateway_header_timeout_ms,
-                    "A client's request line and headers must arrive within this of its\n"
-                    "first byte; a client trickling them (slow-loris) is dropped.")
+  serve
+      ->add_option("--gateway-header-timeout-ms", serve_flags.gateway_header_timeout_ms,
+                   "A client's request line and headers must arrive within this of its\n"
+                   "first byte; a client trickling them (slow-loris) is dropped.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{600000}));
-  serve->add_option("--prefix-diagnostics", serve_flags.prefix_diagnostics,
-                    "Look for cache breakers in the prompts the gateway and /v1/route see:\n"
-                    "volatile spans early in otherwise static prompts (GET\n"
-                    "/v1/diagnostics/prefix). Only keyed hashes of prompts are kept.")
+  serve
+      ->add_option("--prefix-diagnostics", serve_flags.prefix_diagnostics,
+                   "Look for cache breakers in the prompts the gateway and /v1/route see:\n"
+                   "volatile spans early in otherwise static prompts (GET\n"
+                   "/v1/diagnostics/prefix). Only keyed hashes of prompts are kept.")
       ->capture_default_str();
-  serve->add_option("--breaker-granule-tokens", serve_flags.breaker_granule_tokens,
-                    "Prompts are compared in granules of this many tokens: set it to the\n"
-                    "engines' block size.")
+  serve
+      ->add_option("--breaker-granule-tokens", serve_flags.breaker_granule_tokens,
+                   "Prompts are compared in granules of this many tokens: set it to the\n"
+                   "engines' block size.")
       ->capture_default_str()
       ->check(CLI::Range(uint32_t{1}, uint32_t{1024}));
   serve->add_option("--prefix-context-tenant", serve_flags.prefix_context_tenants,
                     "A tenant whose cache breakers may show the few tokens around them, as\n"
                     "the engine detokenizes them ('-' for untenanted traffic); repeatable.\n"
                     "Prompts are the tenant's data: none by default.");
-  serve->add_option("--http-threads", serve_flags.http_threads,
-                    "Threads of each listener (control API, gateway). A kept-alive\n"
-                    "connection or a streamed answer holds one for its whole length.")
+  serve
+      ->add_option("--http-threads", serve_flags.http_threads,
+                   "Threads of each listener (control API, gateway). A kept-alive\n"
+                   "connection or a streamed answer holds one for its whole length.")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   serve->add_option("--engine", serve_flags.engines,
@@ -396,131 +410,152 @@ int Run(int argc, char** argv) {
   serve->add_option("--tls-cert", serve_flags.tls_cert_file,
                     "PEM certificate (chain) for HTTPS; with --tls-key, kvgov speaks only HTTPS.");
   serve->add_option("--tls-key", serve_flags.tls_key_file, "PEM private key for --tls-cert.");
-  serve->add_option("--max-body-bytes", serve_flags.max_body_bytes,
-                    "Refuse POST bodies longer than this with 413.")
+  serve
+      ->add_option("--max-body-bytes", serve_flags.max_body_bytes,
+                   "Refuse POST bodies longer than this with 413.")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
 
   router::RouteWeights& route = serve_flags.route;
   const std::string weights = "Route cost";
-  serve->add_option("--route-overlap-weight", route.overlap_weight,
-                    "Cost of each prompt block the worker would still prefill.")
+  serve
+      ->add_option("--route-overlap-weight", route.overlap_weight,
+                   "Cost of each prompt block the worker would still prefill.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
-  serve->add_option("--route-hbm-credit", route.tier_credit[0],
-                    "Share of a block's prefill saved when it is resident in HBM.")
+  serve
+      ->add_option("--route-hbm-credit", route.tier_credit[0],
+                   "Share of a block's prefill saved when it is resident in HBM.")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->group(weights);
-  serve->add_option("--route-dram-credit", route.tier_credit[1],
-                    "The same for a block resident only in host DRAM.")
+  serve
+      ->add_option("--route-dram-credit", route.tier_credit[1],
+                   "The same for a block resident only in host DRAM.")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->group(weights);
-  serve->add_option("--route-disk-credit", route.tier_credit[2],
-                    "The same for a block resident only on disk.")
+  serve
+      ->add_option("--route-disk-credit", route.tier_credit[2],
+                   "The same for a block resident only on disk.")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->group(weights);
-  serve->add_option("--route-remote-credit", route.tier_credit[3],
-                    "The same for a block only in a remote tier (an object store, a shared\n"
-                    "file system, another machine's pool), which the engine must fetch first.")
+  serve
+      ->add_option("--route-remote-credit", route.tier_credit[3],
+                   "The same for a block only in a remote tier (an object store, a shared\n"
+                   "file system, another machine's pool), which the engine must fetch first.")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->group(weights);
-  serve->add_option("--route-unrouted-request-blocks", route.unrouted_request_blocks,
-                    "Load, in blocks, of each request an engine reports that kvgov did not\n"
-                    "route itself.")
+  serve
+      ->add_option("--route-unrouted-request-blocks", route.unrouted_request_blocks,
+                   "Load, in blocks, of each request an engine reports that kvgov did not\n"
+                   "route itself.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
-  serve->add_option("--route-pull-weight", route.pull_weight,
-                    "Cost of each prompt block a decode worker pulls from a prefill worker's\n"
-                    "pin (a disaggregated model's decode step), against 1 per block of prefill.")
+  serve
+      ->add_option("--route-pull-weight", route.pull_weight,
+                   "Cost of each prompt block a decode worker pulls from a prefill worker's\n"
+                   "pin (a disaggregated model's decode step), against 1 per block of prefill.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
-  serve->add_option("--route-cache-pressure-weight", route.cache_pressure_weight,
-                    "Added to the overlap weight, per block a worker would prefill, in\n"
-                    "proportion to how full its cache is against the fullest worker's.")
+  serve
+      ->add_option("--route-cache-pressure-weight", route.cache_pressure_weight,
+                   "Added to the overlap weight, per block a worker would prefill, in\n"
+                   "proportion to how full its cache is against the fullest worker's.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
-  serve->add_option("--route-decode-load-weight", route.decode_load_weight,
-                    "Load of each prompt block of a routed request past its first token (it\n"
-                    "decodes), against 1 per block of prefill it still has to do.")
+  serve
+      ->add_option("--route-decode-load-weight", route.decode_load_weight,
+                   "Load of each prompt block of a routed request past its first token (it\n"
+                   "decodes), against 1 per block of prefill it still has to do.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
-  serve->add_option("--route-busy-load-blocks", route.busy_load_blocks,
-                    "A worker whose load reaches this many blocks is busy and not routed to;\n"
-                    "0 turns the limit off.")
+  serve
+      ->add_option("--route-busy-load-blocks", route.busy_load_blocks,
+                   "A worker whose load reaches this many blocks is busy and not routed to;\n"
+                   "0 turns the limit off.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
-  serve->add_option("--route-temperature", route.temperature,
-                    "0 picks the lowest cost; above 0 samples by softmax over costs.")
+  serve
+      ->add_option("--route-temperature", route.temperature,
+                   "0 picks the lowest cost; above 0 samples by softmax over costs.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(weights);
   serve->add_option("--route-seed", route.seed, "Seed of the sampling generator.")
       ->capture_default_str()
       ->group(weights);
-  serve->add_option("--route-decision-ttl-ms", route.decision_ttl_ms,
-                    "A decision not released by POST /v1/route/{id}/done releases its load\n"
-                    "after this long.")
+  serve
+      ->add_option("--route-decision-ttl-ms", route.decision_ttl_ms,
+                   "A decision not released by POST /v1/route/{id}/done releases its load\n"
+                   "after this long.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
       ->group(weights);
-  serve->add_option("--probe-interval-ms", serve_flags.probe_interval_ms,
-                    "How often engines with a control URL are probed (/health, /metrics).")
+  serve
+      ->add_option("--probe-interval-ms", serve_flags.probe_interval_ms,
+                   "How often engines with a control URL are probed (/health, /metrics).")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
-  serve->add_option("--traffic-interval-ms", serve_flags.traffic_interval_ms,
-                    "The console's traffic charts (GET /v1/traffic) show 15 minutes in\n"
-                    "intervals this long.")
+  serve
+      ->add_option("--traffic-interval-ms", serve_flags.traffic_interval_ms,
+                   "The console's traffic charts (GET /v1/traffic) show 15 minutes in\n"
+                   "intervals this long.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{60000}));
-  serve->add_option("--index-shards", serve_flags.index_shards,
-                    "Shards of the residency index (docs/adr/0027): engines in different\n"
-                    "shards apply their events in parallel; a prefix held in several\n"
-                    "shards is kept once in each, and a route reads each shard in turn.\n"
-                    "0: one per core.")
+  serve
+      ->add_option("--index-shards", serve_flags.index_shards,
+                   "Shards of the residency index (docs/adr/0027): engines in different\n"
+                   "shards apply their events in parallel; a prefix held in several\n"
+                   "shards is kept once in each, and a route reads each shard in turn.\n"
+                   "0: one per core.")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, index::ResidencyIndex::kMaxShards));
-  serve->add_option("--snapshot-every-batches", serve_flags.snapshot_every_batches,
-                    "Snapshot a worker's residency into the store at most every this many\n"
-                    "engine batches; recovery re-applies only the batches after the last\n"
-                    "snapshot.")
+  serve
+      ->add_option("--snapshot-every-batches", serve_flags.snapshot_every_batches,
+                   "Snapshot a worker's residency into the store at most every this many\n"
+                   "engine batches; recovery re-applies only the batches after the last\n"
+                   "snapshot.")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
-  serve->add_option("--snapshot-log-ratio", serve_flags.snapshot_log_ratio,
-                    "...and only once the blocks the batches since the last snapshot stored\n"
-                    "or removed reach this many times the blocks that snapshot held, so a\n"
-                    "big worker is not rewritten for every few blocks it changes\n"
-                    "(docs/adr/0038). 0: by the batch count alone.")
+  serve
+      ->add_option("--snapshot-log-ratio", serve_flags.snapshot_log_ratio,
+                   "...and only once the blocks the batches since the last snapshot stored\n"
+                   "or removed reach this many times the blocks that snapshot held, so a\n"
+                   "big worker is not rewritten for every few blocks it changes\n"
+                   "(docs/adr/0038). 0: by the batch count alone.")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
   serve->add_option("--admit", serve_flags.admit,
                     "Admit transfer reports from this owner (repeatable), as OWNER or\n"
                     "OWNER=SCOPE (tenant or fleet; tenant by default). Reports from other\n"
                     "owners are counted but move no residency and earn no route credit.");
-  serve->add_option("--witness-timeout-ms", serve_flags.witness_timeout_ms,
-                    "An invalidation fails (witness_timeout) when the engines' own event\n"
-                    "streams have not shown the removal by then.")
+  serve
+      ->add_option("--witness-timeout-ms", serve_flags.witness_timeout_ms,
+                   "An invalidation fails (witness_timeout) when the engines' own event\n"
+                   "streams have not shown the removal by then.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400000}));
-  serve->add_option("--lease-retain-ms", serve_flags.lease_retain_ms,
-                    "A transport-reported lease that ended is listed by GET /v1/leases\n"
-                    "this long, then forgotten from memory (its journal rows stay).")
+  serve
+      ->add_option("--lease-retain-ms", serve_flags.lease_retain_ms,
+                   "A transport-reported lease that ended is listed by GET /v1/leases\n"
+                   "this long, then forgotten from memory (its journal rows stay).")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1000}, int64_t{604800000}));
-  serve->add_option("--engine-silence-ms", serve_flags.engine_silence_ms,
-                    "An engine whose event stream has been silent this long while its\n"
-                    "scraped metrics show requests running is reported silent\n"
-                    "(kvgov_engine_silent, GET /v1/workers): events not enabled, or its\n"
-                    "publisher died.")
+  serve
+      ->add_option("--engine-silence-ms", serve_flags.engine_silence_ms,
+                   "An engine whose event stream has been silent this long while its\n"
+                   "scraped metrics show requests running is reported silent\n"
+                   "(kvgov_engine_silent, GET /v1/workers): events not enabled, or its\n"
+                   "publisher died.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
   serve->add_option("--spool-dir", serve_flags.spool_dir,
@@ -535,45 +570,52 @@ int Run(int argc, char** argv) {
                     "0600) when missing. Default: <data-dir>/issuer.key. Replicas (--redis)\n"
                     "share one file, which must exist (kvgov keygen).");
   const std::string replicas = "Replicas (docs/adr/0011-replicated-governance-log.md)";
-  serve->add_option("--redis", serve_flags.redis_url,
-                    "redis://[:PASSWORD@]HOST[:PORT][/DB]: run as one of several replicas\n"
-                    "sharing governance through a log on Redis Streams. Needs --issuer-key\n"
-                    "and --tenant-secret-file, the same files on every replica. Without it\n"
-                    "kvgov is a single node.")
+  serve
+      ->add_option("--redis", serve_flags.redis_url,
+                   "redis://[:PASSWORD@]HOST[:PORT][/DB]: run as one of several replicas\n"
+                   "sharing governance through a log on Redis Streams. Needs --issuer-key\n"
+                   "and --tenant-secret-file, the same files on every replica. Without it\n"
+                   "kvgov is a single node.")
       ->group(replicas);
-  serve->add_option("--redis-password-file", serve_flags.redis_password_file,
-                    kRedisPasswordFileHelp)
+  serve
+      ->add_option("--redis-password-file", serve_flags.redis_password_file, kRedisPasswordFileHelp)
       ->group(replicas);
-  serve->add_option("--redis-prefix", serve_flags.redis_prefix,
-                    "Prefix of every Redis key kvgov uses; the replicas of one fleet share it.")
+  serve
+      ->add_option("--redis-prefix", serve_flags.redis_prefix,
+                   "Prefix of every Redis key kvgov uses; the replicas of one fleet share it.")
       ->capture_default_str()
       ->group(replicas);
-  serve->add_option("--replica-id", serve_flags.replica_id,
-                    "This replica's name in the log and its claims. Default: host name and a\n"
-                    "random suffix. Keep it across restarts to resume its own claims at once.")
+  serve
+      ->add_option("--replica-id", serve_flags.replica_id,
+                   "This replica's name in the log and its claims. Default: host name and a\n"
+                   "random suffix. Keep it across restarts to resume its own claims at once.")
       ->group(replicas);
-  serve->add_option("--claim-ttl-ms", serve_flags.claim_ttl_ms,
-                    "A replica's claim on a directive (or on housekeeping) lapses this long\n"
-                    "after it stops renewing it; another replica then takes the work over.")
+  serve
+      ->add_option("--claim-ttl-ms", serve_flags.claim_ttl_ms,
+                   "A replica's claim on a directive (or on housekeeping) lapses this long\n"
+                   "after it stops renewing it; another replica then takes the work over.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{300}, int64_t{600000}))
       ->group(replicas);
-  serve->add_option("--log-retain-ms", serve_flags.log_retain_ms,
-                    "History the housekeeper keeps in the governance stream below the slowest\n"
-                    "live replica when it trims: a replica away for less catches up from the\n"
-                    "log, a longer one from the snapshot.")
+  serve
+      ->add_option("--log-retain-ms", serve_flags.log_retain_ms,
+                   "History the housekeeper keeps in the governance stream below the slowest\n"
+                   "live replica when it trims: a replica away for less catches up from the\n"
+                   "log, a longer one from the snapshot.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{30LL * 24 * 3600 * 1000}))
       ->group(replicas);
-  serve->add_option("--snapshot-interval-ms", serve_flags.snapshot_interval_ms,
-                    "How often the housekeeper writes the governance snapshot to Redis and\n"
-                    "trims the stream.")
+  serve
+      ->add_option("--snapshot-interval-ms", serve_flags.snapshot_interval_ms,
+                   "How often the housekeeper writes the governance snapshot to Redis and\n"
+                   "trims the stream.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{24LL * 3600 * 1000}))
       ->group(replicas);
-  serve->add_flag("--print-config", serve_flags.print_config,
-                  "Print the effective settings (flags over --config over defaults) as a\n"
-                  "TOML [serve] section that --config loads, and exit 0 without starting.")
+  serve
+      ->add_flag("--print-config", serve_flags.print_config,
+                 "Print the effective settings (flags over --config over defaults) as a\n"
+                 "TOML [serve] section that --config loads, and exit 0 without starting.")
       ->configurable(false);
 
   SimulateFlags simulate_flags;
@@ -618,8 +660,7 @@ int Run(int argc, char** argv) {
       "secret, each mode 0600. An existing file is kept, not replaced (the output says which\n"
       "were kept). Copy both to every replica.");
   keygen->add_option("--issuer-key", keygen_issuer_key, "Where the issuer key goes.")->required();
-  keygen->add_option("--tenant-secret-file", keygen_tenant_secret,
-                     "Where the tenant secret goes.")
+  keygen->add_option("--tenant-secret-file", keygen_tenant_secret, "Where the tenant secret goes.")
       ->required();
 
   std::string journal_data_dir = "./kvgov-data";

@@ -51,9 +51,8 @@ size_t ScalarLength(std::string_view text) {
   size_t i = 0;
   if (text[i] == '-' || text[i] == '+') ++i;
   const size_t digits = i;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
-                             text[i] == '.' || text[i] == '_' || text[i] == 'e' ||
-                             text[i] == 'E')) {
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
+                             text[i] == '_' || text[i] == 'e' || text[i] == 'E')) {
     ++i;
   }
   return i > digits ? i : 0;
@@ -112,12 +111,14 @@ Result<std::string> FormatValue(const std::string& key, const std::string& value
   if (numeric && IsPlainNumber(value)) return value;
   for (char c : value) {
     if (c == '"' || c == '#' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      return Status::InvalidArgument(key + ": the value holds a double quote, a '#' or a "
+      return Status::InvalidArgument(key +
+                                     ": the value holds a double quote, a '#' or a "
                                      "control character, which a kvgov config file cannot hold");
     }
   }
   if (!value.empty() && value.back() == '\\') {
-    return Status::InvalidArgument(key + ": a value may not end in a backslash in a kvgov "
+    return Status::InvalidArgument(key +
+                                   ": a value may not end in a backslash in a kvgov "
                                    "config file");
   }
   return "\"" + value + "\"";
@@ -128,7 +129,8 @@ Result<std::string> FormatValue(const std::string& key, const std::string& value
 Result<std::string> FormatConfigSection(const CLI::App& section) {
   std::string out = "# kvgov " + section.get_name() +
                     ": effective settings (command line over --config file over defaults)\n"
-                    "[" + section.get_name() + "]\n";
+                    "[" +
+                    section.get_name() + "]\n";
   for (const CLI::Option* option : section.get_options()) {
     if (!option->get_configurable() || option->get_lnames().empty()) continue;
     const std::string& key = option->get_lnames().front();
@@ -180,13 +182,13 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
     const std::string_view text = Trim(StripComment(line));
     if (text.empty()) continue;
     if (text.front() == '[') {
-      if (text.back() != ']') return Status::InvalidArgument(where + "a section header must end in ']'");
+      if (text.back() != ']')
+        return Status::InvalidArgument(where + "a section header must end in ']'");
       section_name = std::string(Trim(text.substr(1, text.size() - 2)));
       try {
         section = app.get_subcommand(section_name);
       } catch (const CLI::OptionNotFound&) {
-        return Status::InvalidArgument(where + "[" + section_name +
-                                       "] is not a kvgov subcommand");
+        return Status::InvalidArgument(where + "[" + section_name + "] is not a kvgov subcommand");
       }
       continue;
     }
@@ -235,7 +237,8 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
     if (value == "[") {
       return Status::InvalidArgument(where + "key '" + key +
                                      "': put the array's first element on the key's line, "
-                                     "e.g. " + key + " = [\"...\",");
+                                     "e.g. " +
+                                     key + " = [\"...\",");
     }
     // An array may run over several lines, up to its closing bracket.
     std::string more;

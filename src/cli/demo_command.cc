@@ -61,12 +61,14 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& flags) {
       "and let a NIXL lease lapse. Then kvgov keeps running until Ctrl-C. `make run` runs it.");
   command->add_option("--listen", flags.listen, "HOST:PORT for kvgov's HTTP API (loopback only).")
       ->capture_default_str();
-  command->add_option("--gateway-listen", flags.gateway_listen,
-                      "HOST:PORT for kvgov's OpenAI-compatible gateway (loopback only; the same "
-                      "host as --listen).")
+  command
+      ->add_option("--gateway-listen", flags.gateway_listen,
+                   "HOST:PORT for kvgov's OpenAI-compatible gateway (loopback only; the same "
+                   "host as --listen).")
       ->capture_default_str();
-  command->add_option("--data-dir", flags.data_root,
-                      "Root under which the demo makes a fresh data dir (demo-<UTC time>).")
+  command
+      ->add_option("--data-dir", flags.data_root,
+                   "Root under which the demo makes a fresh data dir (demo-<UTC time>).")
       ->capture_default_str();
   command->add_flag("--quick", flags.quick, "A small workload that finishes in seconds (CI).");
   command->add_flag("--exit", flags.exit_after, "Stop once the report is printed.");

@@ -31,8 +31,7 @@ Status WriteSpecs(const std::string& path, const std::vector<std::string>& specs
   return Status::Ok();
 }
 
-Result<std::vector<std::unique_ptr<simfleet::LiveEngine>>> StartEngines(
-    const EnginesFlags& flags) {
+Result<std::vector<std::unique_ptr<simfleet::LiveEngine>>> StartEngines(const EnginesFlags& flags) {
   KVGOV_ASSIGN_OR_RETURN(const ingest::EngineKind kind, ParseEnum<ingest::EngineKind>(flags.kind));
   KVGOV_ASSIGN_OR_RETURN(const ingest::EngineRole role, ParseEnum<ingest::EngineRole>(flags.role));
   std::vector<std::unique_ptr<simfleet::LiveEngine>> engines;
@@ -80,22 +79,25 @@ CLI::App* AddEnginesCommand(CLI::App& app, EnginesFlags& flags) {
   command->add_option("--kind", flags.kind, "Whose interfaces they speak.")
       ->capture_default_str()
       ->check(CLI::IsMember({"vllm", "sglang"}));
-  command->add_option("--role", flags.role,
-                      "both, or prefill / decode for a disaggregated pool (every engine).")
+  command
+      ->add_option("--role", flags.role,
+                   "both, or prefill / decode for a disaggregated pool (every engine).")
       ->capture_default_str()
       ->check(CLI::IsMember({"both", "prefill", "decode"}));
   command->add_option("--model", flags.model, "The model they serve.")->capture_default_str();
-  command->add_option("--host", flags.host,
-                      "The address every socket binds, and the specs name: an address of this\n"
-                      "machine that kvgov can connect to.")
+  command
+      ->add_option("--host", flags.host,
+                   "The address every socket binds, and the specs name: an address of this\n"
+                   "machine that kvgov can connect to.")
       ->capture_default_str();
-  command->add_option("--pool-blocks", flags.pool_blocks,
-                      "KV blocks of " + std::to_string(demo.pool.block_size) +
-                          " tokens per engine.")
+  command
+      ->add_option("--pool-blocks", flags.pool_blocks,
+                   "KV blocks of " + std::to_string(demo.pool.block_size) + " tokens per engine.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  command->add_option("--max-model-len", flags.max_model_len,
-                      "Context length; a longer prompt is refused with 400.")
+  command
+      ->add_option("--max-model-len", flags.max_model_len,
+                   "Context length; a longer prompt is refused with 400.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   command->add_option("--speedup", flags.speedup, "Modeled prefill time is divided by this.")
@@ -132,8 +134,9 @@ int RunEngines(const EnginesFlags& flags) {
                 engine->events_endpoint().c_str(), engine->replay_endpoint().c_str(),
                 engine->control_url().c_str());
   }
-  std::printf("follow them with kvgov (its OpenAI gateway on --gateway-listen):\n"
-              "  kvgov serve --gateway-listen 127.0.0.1:8788");
+  std::printf(
+      "follow them with kvgov (its OpenAI gateway on --gateway-listen):\n"
+      "  kvgov serve --gateway-listen 127.0.0.1:8788");
   for (const std::string& spec : specs) std::printf(" \\\n    --engine %s", spec.c_str());
   std::printf("\n");
   std::fflush(stdout);

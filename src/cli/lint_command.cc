@@ -84,7 +84,8 @@ int RunLint(const LintFlags& flags) {
                  httplib::to_string(answer.error()).c_str());
     return 2;
   }
-  const nlohmann::json json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json json =
+      nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
   if (answer->status != 200) {
     const std::string message =
         json.is_object() && json.contains("error") && json["error"].is_object()

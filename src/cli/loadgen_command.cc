@@ -22,23 +22,27 @@ CLI::App* AddLoadgenCommand(CLI::App& app, LoadgenFlags& flags) {
   command->add_option("--duration", options.duration_s, "Seconds of load.")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
-  command->add_option("--rate", options.batches_per_s_per_engine,
-                      "Event batches per second per engine; 0: as fast as possible.")
+  command
+      ->add_option("--rate", options.batches_per_s_per_engine,
+                   "Event batches per second per engine; 0: as fast as possible.")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  command->add_option("--route-threads", options.route_threads,
-                      "Threads calling /v1/route back to back.")
+  command
+      ->add_option("--route-threads", options.route_threads,
+                   "Threads calling /v1/route back to back.")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
-  command->add_option("--governance-every-ms", options.governance_every_ms,
-                      "One quarantine or NIXL lease call this often.")
+  command
+      ->add_option("--governance-every-ms", options.governance_every_ms,
+                   "One quarantine or NIXL lease call this often.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{60000}));
   command->add_option("--data-dir", options.data_dir,
                       "The daemon's data dir (default: a fresh directory under $TMPDIR,\n"
                       "removed afterwards unless --keep-data).");
   command->add_flag("--keep-data", flags.keep_data, "Keep the daemon's data dir and log.");
-  command->add_option("--kvgov", options.kvgov_binary, "The kvgov binary to load (default: this one).");
+  command->add_option("--kvgov", options.kvgov_binary,
+                      "The kvgov binary to load (default: this one).");
   command->add_option("--seed", options.seed, "Seed of the prompts.")->capture_default_str();
   return command;
 }
@@ -47,7 +51,8 @@ int RunLoadgenCommand(LoadgenFlags flags) {
   simfleet::LoadgenOptions& options = flags.options;
   bool owned = false;
   if (options.data_dir.empty()) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kvgov-loadgen-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "kvgov-loadgen-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       std::fprintf(stderr, "kvgov loadgen: cannot make a temporary directory\n");
       return 1;
@@ -62,10 +67,11 @@ int RunLoadgenCommand(LoadgenFlags flags) {
   }
   const simfleet::LoadgenReport& r = *report;
   std::printf("duration     %.1f s\n", r.duration_s);
-  std::printf("ingest       %llu batches, %llu blocks stored, %llu removed: %.0f blocks/s applied\n",
-              static_cast<unsigned long long>(r.batches_published),
-              static_cast<unsigned long long>(r.blocks_stored),
-              static_cast<unsigned long long>(r.blocks_removed), r.blocks_per_s);
+  std::printf(
+      "ingest       %llu batches, %llu blocks stored, %llu removed: %.0f blocks/s applied\n",
+      static_cast<unsigned long long>(r.batches_published),
+      static_cast<unsigned long long>(r.blocks_stored),
+      static_cast<unsigned long long>(r.blocks_removed), r.blocks_per_s);
   std::printf("route        %llu calls (%llu errors), p50 %.2f ms, p99 %.2f ms\n",
               static_cast<unsigned long long>(r.routes),
               static_cast<unsigned long long>(r.route_errors), r.route_p50_ms, r.route_p99_ms);

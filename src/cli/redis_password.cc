@@ -7,8 +7,9 @@ namespace kvgov::cli {
 Result<std::string> WithRedisPasswordFile(const std::string& redis_url,
                                           const std::string& password_file) {
   if (redis_url.empty()) {
-    return Status::InvalidArgument("--redis-password-file: the password of --redis, which is not "
-                                   "given");
+    return Status::InvalidArgument(
+        "--redis-password-file: the password of --redis, which is not "
+        "given");
   }
   KVGOV_ASSIGN_OR_RETURN(const std::string password,
                          replication::ReadRedisPasswordFile(password_file));

@@ -139,9 +139,9 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     }
     fleet.engines = engines > 0 ? engines : 8;
     fleet.shape = sim::ModelShape::kQwen3_32B;
-    fleet.capacity_blocks = static_cast<size_t>(std::ceil(
-        static_cast<double>(sim::SharedPrefixBlocks(workload, fleet.block_size)) / 0.73 /
-        fleet.engines));
+    fleet.capacity_blocks = static_cast<size_t>(
+        std::ceil(static_cast<double>(sim::SharedPrefixBlocks(workload, fleet.block_size)) / 0.73 /
+                  fleet.engines));
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::SharedPrefixWorkload(workload));
     scenario.description = std::to_string(workload.groups) + " groups x (" +
                            std::to_string(workload.system_prompt_tokens) + " + " +
@@ -177,12 +177,12 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     fleet.capacity_blocks = flags.workload == "tool-agent" ? 8192 : 4096;
     fleet.decode.enabled = flags.workload == "tool-agent";
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::AgentWorkload(workload));
-    scenario.description =
-        std::to_string(workload.tenants) + " tenants x " +
-        std::to_string(workload.sessions_per_tenant) + " sessions x " +
-        std::to_string(workload.turns) + " turns, " +
-        std::to_string(workload.system_prompt_tokens) + "-token system prompt per tenant, " +
-        std::to_string(workload.message_tokens) + "-token messages";
+    scenario.description = std::to_string(workload.tenants) + " tenants x " +
+                           std::to_string(workload.sessions_per_tenant) + " sessions x " +
+                           std::to_string(workload.turns) + " turns, " +
+                           std::to_string(workload.system_prompt_tokens) +
+                           "-token system prompt per tenant, " +
+                           std::to_string(workload.message_tokens) + "-token messages";
   } else if (flags.workload == "conversation") {
     sim::ConversationWorkloadOptions workload;
     workload.seed = flags.seed;
@@ -216,12 +216,11 @@ Result<Scenario> BuildScenario(const SimulateFlags& flags) {
     if (flags.answer_tokens > 0) workload.answer_tokens = flags.answer_tokens;
     DecodedLlamaFleet(engines, 8192, fleet);
     KVGOV_ASSIGN_OR_RETURN(scenario.trace, sim::BurstWorkload(workload));
-    scenario.description = std::to_string(workload.bursts) + " bursts of " +
-                           std::to_string(workload.burst_requests) + " requests in " +
-                           Rate(workload.burst_window_s) + " s over " +
-                           Rate(workload.background_per_s) + "/s background, " +
-                           std::to_string(workload.prompts) + " shared " +
-                           std::to_string(workload.prompt_tokens) + "-token prompts";
+    scenario.description =
+        std::to_string(workload.bursts) + " bursts of " + std::to_string(workload.burst_requests) +
+        " requests in " + Rate(workload.burst_window_s) + " s over " +
+        Rate(workload.background_per_s) + "/s background, " + std::to_string(workload.prompts) +
+        " shared " + std::to_string(workload.prompt_tokens) + "-token prompts";
   } else {
     return Status::InvalidArgument("--workload: unknown workload \"" + flags.workload +
                                    "\": want shared-prefix, agent, tool-agent, "
@@ -340,11 +339,12 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       "(p50/p90/p99, from the prefill cost measured on an H200) and load spread. kvgov's\n"
       "policy is its own router fed only by the engines' encoded KV-event streams.\n"
       "Deterministic under --seed. Example: kvgov simulate --workload shared-prefix");
-  command->add_option("--workload", flags.workload,
-                      "shared-prefix (llm-d's benchmark), agent, tool-agent (long tool\n"
-                      "definitions, tool results), conversation (multi-turn chat), document-qa\n"
-                      "(long documents, Zipf popularity) or burst. All but shared-prefix and\n"
-                      "agent model decode.")
+  command
+      ->add_option("--workload", flags.workload,
+                   "shared-prefix (llm-d's benchmark), agent, tool-agent (long tool\n"
+                   "definitions, tool results), conversation (multi-turn chat), document-qa\n"
+                   "(long documents, Zipf popularity) or burst. All but shared-prefix and\n"
+                   "agent model decode.")
       ->capture_default_str();
   CLI::Option* trace = command->add_option(
       "--trace", flags.trace,
@@ -352,40 +352,47 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       "input_length, output_length, hash_ids) instead of a workload; tokens are synthesized\n"
       "per hash id, so equal ids are equal blocks. Default fleet: 4 engines x 50000 blocks,\n"
       "llama-3-8b.");
-  command->add_option("--trace-block-tokens", flags.trace_block_tokens,
-                      "Tokens each of the trace's hash ids stands for.")
+  command
+      ->add_option("--trace-block-tokens", flags.trace_block_tokens,
+                   "Tokens each of the trace's hash ids stands for.")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{65536}))
       ->needs(trace);
-  command->add_option("--speedup", flags.speedup,
-                      "Replay the trace this many times faster (arrivals divided by it).")
+  command
+      ->add_option("--speedup", flags.speedup,
+                   "Replay the trace this many times faster (arrivals divided by it).")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->needs(trace);
-  command->add_option("--window", flags.window,
-                      "START:END: only the trace's requests arriving in [START, END) seconds\n"
-                      "(either side may be empty).")
+  command
+      ->add_option("--window", flags.window,
+                   "START:END: only the trace's requests arriving in [START, END) seconds\n"
+                   "(either side may be empty).")
       ->needs(trace);
-  command->add_option("--engines", flags.engines,
-                      "Simulated engines (default: 8 for shared-prefix, 4 for agent).")
+  command
+      ->add_option("--engines", flags.engines,
+                   "Simulated engines (default: 8 for shared-prefix, 4 for agent).")
       ->check(CLI::Range(1, 1024));
-  command->add_option("--capacity-blocks", flags.capacity_blocks,
-                      "KV blocks per engine (default: shared-prefix sizes the fleet so its group\n"
-                      "prompts fill 73% of it, as llm-d's benchmark did; agent uses 4096).")
+  command
+      ->add_option("--capacity-blocks", flags.capacity_blocks,
+                   "KV blocks per engine (default: shared-prefix sizes the fleet so its group\n"
+                   "prompts fill 73% of it, as llm-d's benchmark did; agent uses 4096).")
       ->check(CLI::Range(size_t{1}, size_t{1} << 30));
   command->add_option("--requests", flags.requests, "Requests in the trace.")
       ->check(CLI::Range(1, 10000000));
-  command->add_option("--rate", flags.rate,
-                      "Requests per second (shared-prefix) or new sessions per second (agent).")
+  command
+      ->add_option("--rate", flags.rate,
+                   "Requests per second (shared-prefix) or new sessions per second (agent).")
       ->check(CLI::PositiveNumber);
   command->add_option("--shape", flags.shape,
                       "Prefill cost model: qwen3-32b (shared-prefix default) or llama-3-8b.");
   command->add_flag("--decode", flags.decode,
-                   "Model the answers' decode for a built-in workload too (continuous batching;\n"
-                   "a trace always has it), and report end-to-end latency.");
-  command->add_option("--answer-tokens", flags.answer_tokens,
-                      "Answer length: each answer (agent, default 192) or the mean of\n"
-                      "exponential draws capped at 8x (shared-prefix, default 0: none).")
+                    "Model the answers' decode for a built-in workload too (continuous batching;\n"
+                    "a trace always has it), and report end-to-end latency.");
+  command
+      ->add_option("--answer-tokens", flags.answer_tokens,
+                   "Answer length: each answer (agent, default 192) or the mean of\n"
+                   "exponential draws capped at 8x (shared-prefix, default 0: none).")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   command->add_option("--seed", flags.seed, "Seed of the trace and the engines' hash seeds.")
       ->capture_default_str();
@@ -393,23 +400,27 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
                       "Policies to compare (repeatable): kvgov, round-robin, random, least-load,\n"
                       "oracle, and the peers' as documented: dynamo, llm-d, sglang, prefix-hash\n"
                       "(colocated fleets only). Default: all.");
-  command->add_option("--encoding", flags.encoding,
-                      "Engine event encoding: map (vLLM >= 0.26) or legacy (positional).")
+  command
+      ->add_option("--encoding", flags.encoding,
+                   "Engine event encoding: map (vLLM >= 0.26) or legacy (positional).")
       ->capture_default_str();
   command->add_flag("--json", flags.json, "Print the reports as JSON.");
-  command->add_option("--route-overlap-weight", flags.route.overlap_weight,
-                      "kvgov's cost of each prompt block a worker would still prefill (as in\n"
-                      "kvgov serve).")
+  command
+      ->add_option("--route-overlap-weight", flags.route.overlap_weight,
+                   "kvgov's cost of each prompt block a worker would still prefill (as in\n"
+                   "kvgov serve).")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  command->add_option("--route-cache-pressure-weight", flags.route.cache_pressure_weight,
-                      "kvgov's cost added to the overlap weight in proportion to how full a\n"
-                      "worker's cache is (as in kvgov serve).")
+  command
+      ->add_option("--route-cache-pressure-weight", flags.route.cache_pressure_weight,
+                   "kvgov's cost added to the overlap weight in proportion to how full a\n"
+                   "worker's cache is (as in kvgov serve).")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  command->add_option("--route-decode-load-weight", flags.route.decode_load_weight,
-                      "kvgov's load of each prompt block of a request past its first token (as\n"
-                      "in kvgov serve).")
+  command
+      ->add_option("--route-decode-load-weight", flags.route.decode_load_weight,
+                   "kvgov's load of each prompt block of a request past its first token (as\n"
+                   "in kvgov serve).")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   CLI::Option* disaggregate = command->add_option(
@@ -417,8 +428,9 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags& flags) {
       "Also run each policy on the same x+y engines split xPyD (e.g. 2P2D): sim-0.. prefill,\n"
       "the rest decode, pulling the prompt's KV they lack from the prefill engine (decode\n"
       "itself is not modeled). Prints the colocated and the disaggregated table.");
-  command->add_option("--link-gbps", flags.link_gbps,
-                      "Each decode engine's link for KV pulls, Gb/s (with --disaggregate).")
+  command
+      ->add_option("--link-gbps", flags.link_gbps,
+                   "Each decode engine's link for KV pulls, Gb/s (with --disaggregate).")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->needs(disaggregate);

@@ -20,9 +20,8 @@ struct SimulateFlags {
   bool decode = false;         // a built-in workload's answers are decoded (traces always)
   int64_t answer_tokens = -1;  // -1: the workload's default
   uint64_t seed = 1;
-  std::vector<std::string> policies = {"kvgov",       "round-robin", "random",
-                                       "least-load",  "oracle",      "dynamo",
-                                       "llm-d",       "sglang",      "prefix-hash"};
+  std::vector<std::string> policies = {"kvgov",  "round-robin", "random", "least-load", "oracle",
+                                       "dynamo", "llm-d",       "sglang", "prefix-hash"};
   std::string encoding = "map";
   bool json = false;
   router::RouteWeights route;  // kvgov's policy

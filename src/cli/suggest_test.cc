@@ -39,8 +39,7 @@ TEST(SuggestionsTest, NamesTheNearestCommandOrFlag) {
   EXPECT_EQ(parse({"serve", "--gatway-listen", "x"}),
             "kvgov: '--gatway-listen' is not a flag of 'serve'; did you mean "
             "'--gateway-listen'?\n");
-  EXPECT_EQ(parse({"serv"}),
-            "kvgov: 'serv' is not a command of 'kvgov'; did you mean 'serve'?\n");
+  EXPECT_EQ(parse({"serv"}), "kvgov: 'serv' is not a command of 'kvgov'; did you mean 'serve'?\n");
   EXPECT_EQ(parse({"serve", "--nothing-like-it"}), "");
   // A flag's first word names every flag it begins.
   EXPECT_EQ(parse({"serve", "--gateway", "x"}),

@@ -81,8 +81,10 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
       "not in the file are kept. Idempotent, and safe to run from several places at once:\n"
       "made for an init container that declares a fleet's tokens from a Secret. Example:\n"
       "kvgov token import /etc/kvgov/tokens/tokens.json --redis redis://kvgov-redis:6379");
-  flags.import->add_option("FILE", flags.import_file, "A tokens.json, e.g. made with kvgov token "
-                                                     "add --data-dir on another machine.")
+  flags.import
+      ->add_option("FILE", flags.import_file,
+                   "A tokens.json, e.g. made with kvgov token "
+                   "add --data-dir on another machine.")
       ->required();
   for (CLI::App* command : {flags.add, flags.list, flags.revoke, flags.import}) {
     flags.data_dir_options.push_back(
@@ -101,8 +103,7 @@ CLI::App* AddTokenCommand(CLI::App& app, TokenFlags& flags) {
                            "Import into the replicas' governance log on this Redis instead of a\n"
                            "data dir: every replica applies it within a second.");
   for (CLI::App* command : {flags.add, flags.list, flags.revoke, flags.import}) {
-    command->add_option("--redis-password-file", flags.redis_password_file,
-                        kRedisPasswordFileHelp);
+    command->add_option("--redis-password-file", flags.redis_password_file, kRedisPasswordFileHelp);
     command->add_option("--redis-prefix", flags.redis_prefix, "The replicas' --redis-prefix.")
         ->capture_default_str();
   }
@@ -240,9 +241,9 @@ int RunImport(const TokenFlags& flags) {
       // appends interleave) append the same id, which every replica
       // applies once; after a later revoke the state, and the id, differ.
       const std::string write_id =
-          "token-import-" + Sha256Hex(log_view.ChangedAt(record.name) + "\n" +
-                                      auth::EncodeTokenRecord(record))
-                                .substr(0, 40);
+          "token-import-" +
+          Sha256Hex(log_view.ChangedAt(record.name) + "\n" + auth::EncodeTokenRecord(record))
+              .substr(0, 40);
       done = AppendTokenChange(flags, "token.add", record.name, record, write_id);
     } else {
       done = auth::PutTokenRecord(path, record);
@@ -251,8 +252,8 @@ int RunImport(const TokenFlags& flags) {
     ++(step == ImportStep::kAdd ? added : replaced);
     std::printf("%s %s\n", step == ImportStep::kAdd ? "added" : "replaced", record.name.c_str());
   }
-  const std::string place = replicated ? "the replicas' governance log"
-                                       : AbsoluteDir(flags.data_dir) + "/tokens.json";
+  const std::string place =
+      replicated ? "the replicas' governance log" : AbsoluteDir(flags.data_dir) + "/tokens.json";
   std::printf("imported %s into %s: %d added, %d replaced, %d unchanged\n",
               flags.import_file.c_str(), place.c_str(), added, replaced, kept);
   return 0;
@@ -342,9 +343,10 @@ int RunToken(const TokenFlags& given) {
     // this ran): kvgov serve must use the same data dir to accept it. The
     // secret stays alone on the last line.
     if (!data_dir_given) {
-      std::printf("no --data-dir given: using the default, %s (%s); kvgov serve must run with "
-                  "the same data dir to accept this token\n",
-                  flags.data_dir.c_str(), AbsoluteDir(flags.data_dir).c_str());
+      std::printf(
+          "no --data-dir given: using the default, %s (%s); kvgov serve must run with "
+          "the same data dir to accept this token\n",
+          flags.data_dir.c_str(), AbsoluteDir(flags.data_dir).c_str());
     }
     std::printf("created token '%s' in %s/tokens.json; its secret is shown once, below:\n%s\n",
                 flags.name.c_str(), AbsoluteDir(flags.data_dir).c_str(), secret->c_str());
@@ -353,8 +355,8 @@ int RunToken(const TokenFlags& given) {
   // A missing token file is "no tokens" to the daemon, but a missing data
   // dir is most likely a mistyped --data-dir: an empty table would hide it.
   if (std::error_code error; !std::filesystem::is_directory(flags.data_dir, error)) {
-    return Fail(command, Status::NotFound("no data dir '" + flags.data_dir +
-                                          "' (give kvgov's --data-dir)"));
+    return Fail(command,
+                Status::NotFound("no data dir '" + flags.data_dir + "' (give kvgov's --data-dir)"));
   }
   if (flags.revoke->parsed()) {
     if (Status revoked = auth::RevokeToken(path, flags.name); !revoked.ok()) {

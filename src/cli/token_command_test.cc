@@ -44,8 +44,7 @@ TEST(TokenCommandTest, AddHelpListsEveryRoleWithWhatItOpensAndTheDefaultDataDir)
   }
   EXPECT_NE(help.find("Default: ./kvgov-data"), std::string::npos) << help;
   for (CLI::App* command : {flags.list, flags.revoke}) {
-    EXPECT_NE(command->help().find("Default: ./kvgov-data"), std::string::npos)
-        << command->help();
+    EXPECT_NE(command->help().find("Default: ./kvgov-data"), std::string::npos) << command->help();
     EXPECT_NE(command->help().find("--redis "), std::string::npos) << command->help();
   }
 }
@@ -58,7 +57,8 @@ TEST(TokenDocsTest, TheReadmeAndTheTokenFormatListEveryRole) {
   ASSERT_FALSE(roles_rule.empty());
   for (const auth::RoleInfo& role : auth::Roles()) {
     EXPECT_NE(readme.find(Quoted(role.name)), std::string::npos)
-        << "README's Authentication does not list " << role.name << ":\n" << readme;
+        << "README's Authentication does not list " << role.name << ":\n"
+        << readme;
     EXPECT_NE(roles_rule.find(Quoted(role.name)), std::string::npos)
         << "tokens.md's `roles` rule does not list " << role.name << ": " << roles_rule;
     EXPECT_NE(tokens.find("\n| " + Quoted(role.name) + " |"), std::string::npos)

@@ -63,4 +63,17 @@ std::string Hex64(uint64_t value) {
   return out;
 }
 
+std::string HexNumber(uint64_t value) {
+  std::string out = "0x";
+  bool started = false;
+  for (int shift = 60; shift >= 0; shift -= 4) {
+    const unsigned digit = (value >> shift) & 0xf;
+    if (digit != 0 || started || shift == 0) {
+      out.push_back(kDigits[digit]);
+      started = true;
+    }
+  }
+  return out;
+}
+
 }  // namespace kvgov

@@ -42,5 +42,12 @@ TEST(HexTest, SixtyFourBitValuesAreSixteenDigitsZeroPadded) {
   EXPECT_EQ(reused, "0123456789abcdef");
 }
 
+TEST(HexTest, ANumberInAMessageHasNoLeadingZeros) {
+  EXPECT_EQ(HexNumber(0), "0x0");
+  EXPECT_EQ(HexNumber(0x5), "0x5");
+  EXPECT_EQ(HexNumber(0xdeadbeef), "0xdeadbeef");
+  EXPECT_EQ(HexNumber(~uint64_t{0}), "0xffffffffffffffff");
+}
+
 }  // namespace
 }  // namespace kvgov

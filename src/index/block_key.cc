@@ -9,7 +9,6 @@
 #include <bit>
 #include <cstring>
 
-
 namespace kvgov::index {
 namespace {
 
@@ -137,10 +136,9 @@ std::vector<BlockKey> RequestChain(const BlockKeyHasher& hasher, const ChainName
                                    int64_t block_size) {
   const std::string first = FirstBlockExtraKey(ns.lora_name, cache_salt);
   const std::string rest = FirstBlockExtraKey(ns.lora_name, "");
-  return ChainKeys(hasher.seed(), hasher.Root(ns), tokens, block_size,
-                   [&first, &rest](size_t block) -> std::string_view {
-                     return block == 0 ? first : rest;
-                   });
+  return ChainKeys(
+      hasher.seed(), hasher.Root(ns), tokens, block_size,
+      [&first, &rest](size_t block) -> std::string_view { return block == 0 ? first : rest; });
 }
 
 BlockKey SaltlessRoot(const BlockKeyHasher& hasher, const ChainNamespace& ns,

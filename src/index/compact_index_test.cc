@@ -56,8 +56,7 @@ TEST(CompactIndexTest, HalfAMillionKeysRemovedAndReAddedTwice) {
   for (int round = 0; round < 2; ++round) {
     for (BlockKey& key : keys) key = rng();
     ASSERT_TRUE(index.AddBlocks("a", keys, ResidencyTier::kHBM).ok());
-    ASSERT_TRUE(
-        index.AddBlocks("b", std::span(keys).first(kKeys / 2), ResidencyTier::kDRAM).ok());
+    ASSERT_TRUE(index.AddBlocks("b", std::span(keys).first(kKeys / 2), ResidencyTier::kDRAM).ok());
     ASSERT_EQ(index.ResidentPairs(), kKeys + kKeys / 2);
     ASSERT_EQ(Hbm(index, "a"), kKeys);
     // The first key is on both; the last only on a.
@@ -98,7 +97,8 @@ TEST(CompactIndexTest, ChurnOfEngineEventsMatchesAFreshIndex) {
   for (EngineHash hash = 1; hash <= kHashes; ++hash) {
     if (!present[hash]) continue;
     ++resident;
-    ASSERT_TRUE(fresh.Apply("w", Stored({hash}, std::nullopt, static_cast<int64_t>(hash) * 10)).ok());
+    ASSERT_TRUE(
+        fresh.Apply("w", Stored({hash}, std::nullopt, static_cast<int64_t>(hash) * 10)).ok());
   }
   EXPECT_EQ(churned.ResidentPairs(), resident);
   EXPECT_EQ(Hbm(churned, "w"), resident);
@@ -114,7 +114,8 @@ TEST(CompactIndexTest, ZeroKeyAndZeroEngineHash) {
   ASSERT_TRUE(index.AddBlocks("w", std::span(&zero_key, 1), ResidencyTier::kDisk).ok());
   ASSERT_TRUE(index.Apply("w", Stored({0, 1}, std::nullopt, 1)).ok());
   ASSERT_TRUE(index.Apply("w", Stored({2}, EngineHash{0}, 100)).ok());  // parent: engine hash 0
-  Result<std::vector<BlockKey>> keys = index.KeysForEngineHashes("w", std::vector<EngineHash>{0, 1, 2}, 0);
+  Result<std::vector<BlockKey>> keys =
+      index.KeysForEngineHashes("w", std::vector<EngineHash>{0, 1, 2}, 0);
   ASSERT_TRUE(keys.ok());
   EXPECT_EQ(index.ResidentPairs(), 4u);
   EXPECT_EQ(index.Overlap(std::span(&zero_key, 1)).at(0).blocks, 1u);
@@ -181,7 +182,8 @@ TEST(CompactIndexTest, ManyWorkersShareAChain) {
     prefix.token_ids.resize(prefix.block_hashes.size() * kBlockSize);
     ASSERT_TRUE(index.Apply(id, prefix).ok());
   }
-  const std::vector<BlockKey> keys = index.hasher().Chain({"m", "", 0}, chain.token_ids, kBlockSize);
+  const std::vector<BlockKey> keys =
+      index.hasher().Chain({"m", "", 0}, chain.token_ids, kBlockSize);
   std::vector<WorkerOverlap> overlap = index.Overlap(keys);
   ASSERT_EQ(overlap.size(), static_cast<size_t>(kWorkers));
   for (int w = 0; w < kWorkers; ++w) {
@@ -211,7 +213,8 @@ TEST(CompactIndexTest, ReusedWorkerNumbersStartEmpty) {
   const BlockStored chain = Stored({1, 2}, std::nullopt, 1);
   ASSERT_TRUE(index.Apply("a", chain).ok());
   ASSERT_TRUE(index.Apply("b", chain).ok());
-  const std::vector<BlockKey> keys = index.hasher().Chain({"m", "", 0}, chain.token_ids, kBlockSize);
+  const std::vector<BlockKey> keys =
+      index.hasher().Chain({"m", "", 0}, chain.token_ids, kBlockSize);
   ASSERT_TRUE(index.RemoveWorker("a").ok());
   ASSERT_TRUE(index.AddWorker("c", "m", kBlockSize).ok());  // takes a's place
   EXPECT_EQ(index.ResidentPairs(), 2u);

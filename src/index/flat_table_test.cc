@@ -296,7 +296,8 @@ TEST(FlatMapTest, MovesAndSwapsTransferEverything) {
 TEST(FlatMapTest, ValuesAreNotTruncatedByPacking) {
   FlatMap<uint64_t> map;
   for (uint64_t key = 1; key <= 64; ++key) map.Insert(key, ~uint64_t{0} - key);
-  for (uint64_t key = 1; key <= 64; ++key) EXPECT_EQ(map.ValueAt(map.Find(key)), ~uint64_t{0} - key);
+  for (uint64_t key = 1; key <= 64; ++key)
+    EXPECT_EQ(map.ValueAt(map.Find(key)), ~uint64_t{0} - key);
   map.Insert(~uint64_t{0}, 1);
   EXPECT_EQ(map.ValueAt(map.Find(~uint64_t{0})), 1u);
 }

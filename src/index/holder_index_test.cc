@@ -17,8 +17,7 @@ constexpr uint16_t kHbm = 1u << 1;
 // The workers holding `key`, sorted.
 std::vector<uint32_t> Holders(const HolderIndex& index, uint64_t key) {
   std::vector<uint32_t> out;
-  index.ForEachHolder(key,
-                      [&](uint32_t holder) { out.push_back(HolderIndex::WorkerOf(holder)); });
+  index.ForEachHolder(key, [&](uint32_t holder) { out.push_back(HolderIndex::WorkerOf(holder)); });
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -134,7 +133,8 @@ TEST(HolderIndexTest, EveryWorkerNumberAndTierMaskRoundTrips) {
   EXPECT_EQ(index.RemoveTiers(1, 0, 1), 1);  // inline again
   EXPECT_EQ(index.Tiers(1, last), HolderIndex::kAllTiers);
   EXPECT_EQ(Holders(index, 1), std::vector<uint32_t>{last});
-  EXPECT_EQ(index.RemoveTiers(1, last, static_cast<uint16_t>(HolderIndex::kAllTiers & ~1u)), HolderIndex::kAllTiers);
+  EXPECT_EQ(index.RemoveTiers(1, last, static_cast<uint16_t>(HolderIndex::kAllTiers & ~1u)),
+            HolderIndex::kAllTiers);
   EXPECT_EQ(index.Tiers(1, last), 1);
 }
 

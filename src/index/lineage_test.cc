@@ -24,7 +24,7 @@ namespace kvgov::index {
 namespace {
 
 constexpr int64_t kBlockSize = 4;
-constexpr size_t kHbm = 0;   // kIndexedTiers' slots
+constexpr size_t kHbm = 0;  // kIndexedTiers' slots
 constexpr size_t kDram = 1;
 using TierCounts = std::array<uint64_t, kIndexedTiers.size()>;
 
@@ -197,8 +197,7 @@ TEST_F(LineageTest, LoraOnlyRootIsUnsaltedAndLoraWithSaltIsALineage) {
   const std::string lora_salted = FirstBlockExtraKey("lora-x", "salt-a");
   ASSERT_EQ(lora_salted, R"(["lora-x","salt-a"])");
   Apply(index_, "w1", Root({5, 6}, lora_salted, "GPU", "lora-x"));
-  std::optional<LineageResidue> w1 =
-      W1([&](std::string_view root) { return root == lora_salted; });
+  std::optional<LineageResidue> w1 = W1([&](std::string_view root) { return root == lora_salted; });
   ASSERT_TRUE(w1.has_value());
   EXPECT_EQ(w1->matched_refs, 2u);
 }
@@ -365,7 +364,7 @@ TEST_F(LineageTest, ByTierCountsEachMatchedRefInItsBestTier) {
   Apply(index_, "w1", Part(chain, 2, 1, "CPU"));
   Apply(index_, "w1", Removed({3}, "GPU"));
   Apply(index_, "w1", Part(unsalted, 0, 2, "CPU"));  // unsalted: never counted
-  ASSERT_EQ(index_.ResidentPairs(), 5u);  // the offloads keyed as the originals
+  ASSERT_EQ(index_.ResidentPairs(), 5u);             // the offloads keyed as the originals
 
   std::optional<LineageResidue> w1 = W1(SaltedWith({"salt-a"}), true);
   ASSERT_TRUE(w1.has_value());
@@ -375,8 +374,7 @@ TEST_F(LineageTest, ByTierCountsEachMatchedRefInItsBestTier) {
   expected[kDram] = 1;
   EXPECT_EQ(w1->matched_by_tier, expected);
   // Not asked for: left empty.
-  EXPECT_EQ(W1(SaltedWith({"salt-a"}), false)->matched_by_tier,
-            TierCounts{});
+  EXPECT_EQ(W1(SaltedWith({"salt-a"}), false)->matched_by_tier, TierCounts{});
 }
 
 // The same streams on one shard and on three give the same answers, and
@@ -420,7 +418,10 @@ std::unique_ptr<ResidencyIndex> ShardedScenario(size_t shards, Model& model) {
         EXPECT_TRUE(index->Apply(workers[w], stored).ok());
         for (size_t b = 0; b < hashes.size(); ++b) {
           const BlockStored block = Part(stored, b, 1, medium);
-          refs[hashes[b]] = {root, {medium}, block.parent_block_hash, block.token_ids,
+          refs[hashes[b]] = {root,
+                             {medium},
+                             block.parent_block_hash,
+                             block.token_ids,
                              block.extra_keys.empty() ? "" : block.extra_keys[0]};
         }
         seen.insert(seen.end(), hashes.begin(), hashes.end());
@@ -508,8 +509,7 @@ TEST(LineageShardTest, ShardCountChangesNoAnswerAndAnswersFollowTheRules) {
           EXPECT_EQ(residue.model, "llama");
           EXPECT_EQ(residue.matched_refs, want.matched_refs) << worker;
           EXPECT_EQ(residue.unattributed_refs, want.unattributed_refs) << worker;
-          EXPECT_EQ(residue.matched_by_tier,
-                    by_tier ? want.matched_by_tier : TierCounts{})
+          EXPECT_EQ(residue.matched_by_tier, by_tier ? want.matched_by_tier : TierCounts{})
               << worker;
         }
       }

@@ -123,7 +123,6 @@ std::string_view ToString(SaltReporting salts) {
   return "unknown";
 }
 
-
 ResidencyIndex::ResidencyIndex(BlockKeyHasher hasher, size_t shards) : hasher_(hasher) {
   shards_.resize(std::clamp<size_t>(shards, 1, kMaxShards));
   for (auto& shard : shards_) shard = std::make_unique<Shard>();
@@ -244,7 +243,8 @@ void ResidencyIndex::ClearLocked(WorkerSlot& slot) {
   keys.reserve(slot.pairs);
   slot.ForEachKey([&](BlockKey key) { keys.push_back(key); });
   HolderIndex& holders = ShardOf(slot.number).holders;
-  for (BlockKey key : InHomeOrder(std::span<const BlockKey>(keys), [](BlockKey key) { return key; })) {
+  for (BlockKey key :
+       InHomeOrder(std::span<const BlockKey>(keys), [](BlockKey key) { return key; })) {
     holders.Remove(key, slot.number);
   }
   // Released, not kept for reuse: an engine that clears (a restart) refills
@@ -296,9 +296,9 @@ bool ResidencyIndex::NoteSaltReportingLocked(WorkerSlot& slot, const BlockStored
     return false;
   }
   if (slot.salts == SaltReporting::kReported || slot.salted_roots.empty()) return false;
-  const BlockKey root = SaltlessRoot(
-      hasher_, ChainNamespace{slot.model, stored.lora_name, NamespaceGroup(stored)},
-      std::span(stored.token_ids).first(static_cast<size_t>(slot.block_size)));
+  const BlockKey root =
+      SaltlessRoot(hasher_, ChainNamespace{slot.model, stored.lora_name, NamespaceGroup(stored)},
+                   std::span(stored.token_ids).first(static_cast<size_t>(slot.block_size)));
   const auto expected = std::find(slot.salted_roots.begin(), slot.salted_roots.end(), root);
   if (expected == slot.salted_roots.end()) return false;
   slot.salted_roots.erase(expected);
@@ -359,9 +359,8 @@ ApplyResult ResidencyIndex::ApplyStoredLocked(WorkerSlot& slot, const BlockStore
     for (size_t i = begin; i < end; ++i) {
       // Both arms string_view: a "" arm would make the result a temporary
       // std::string and leave `extra` dangling.
-      std::string_view extra = i < stored.extra_keys.size()
-                                   ? std::string_view(stored.extra_keys[i])
-                                   : std::string_view();
+      std::string_view extra = i < stored.extra_keys.size() ? std::string_view(stored.extra_keys[i])
+                                                            : std::string_view();
       parent = hasher_.Next(parent, tokens.subspan(i * block_size, block_size), extra);
       keys[i - begin] = parent;
       refs.Prefetch(stored.block_hashes[i]);
@@ -453,10 +452,9 @@ Result<ApplyResult> ResidencyIndex::Apply(std::string_view worker, const EngineE
     }
     if (stored->token_ids.size() !=
         stored->block_hashes.size() * static_cast<size_t>(slot->block_size)) {
-      return Status::InvalidArgument(
-          "token_ids: " + std::to_string(stored->token_ids.size()) + " tokens for " +
-          std::to_string(stored->block_hashes.size()) + " blocks of " +
-          std::to_string(slot->block_size));
+      return Status::InvalidArgument("token_ids: " + std::to_string(stored->token_ids.size()) +
+                                     " tokens for " + std::to_string(stored->block_hashes.size()) +
+                                     " blocks of " + std::to_string(slot->block_size));
     }
     return ApplyStoredLocked(*slot, *stored);
   }
@@ -561,8 +559,7 @@ std::vector<WorkerOverlap> ResidencyIndex::Overlap(std::span<const BlockKey> cha
 }
 
 void ResidencyIndex::OverlapInShard(const Shard& shard, std::span<const BlockKey> chain,
-                                    std::span<uint32_t> position,
-                                    std::vector<WorkerOverlap>& all,
+                                    std::span<uint32_t> position, std::vector<WorkerOverlap>& all,
                                     std::vector<uint32_t>& ranks) const {
   const HolderIndex& table = shard.holders;
   struct Candidate {

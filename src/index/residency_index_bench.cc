@@ -32,8 +32,8 @@ constexpr int64_t kBlockSize = 16;
 // same prefixes. With `tenants` > 0, chain c is salted with tenant
 // c % tenants's salt on its first block, as vLLM publishes it (extra_keys),
 // so the index keeps its lineage (ResidencyIndex::Residue).
-std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed,
-                                    int64_t first_token = 1, int tenants = 0) {
+std::vector<BlockStored> MakeChains(int chains, int depth, uint64_t seed, int64_t first_token = 1,
+                                    int tenants = 0) {
   std::mt19937_64 rng(seed);
   std::vector<BlockStored> events;
   int64_t next_token = first_token;
@@ -63,8 +63,7 @@ size_t HeapInUse() {
 // a salted chain's refs also get a lineage entry).
 void BM_ApplyBlockStored(benchmark::State& state) {
   const int depth = static_cast<int>(state.range(0));
-  std::vector<BlockStored> events =
-      MakeChains(1024, depth, 1, 1, static_cast<int>(state.range(1)));
+  std::vector<BlockStored> events = MakeChains(1024, depth, 1, 1, static_cast<int>(state.range(1)));
   for (auto _ : state) {
     state.PauseTiming();
     ResidencyIndex index;
@@ -73,9 +72,8 @@ void BM_ApplyBlockStored(benchmark::State& state) {
     for (const BlockStored& event : events) benchmark::DoNotOptimize(index.Apply("w1", event));
   }
   state.SetItemsProcessed(state.iterations() * 1024 * depth);
-  state.counters["blocks_per_s"] =
-      benchmark::Counter(static_cast<double>(state.iterations() * 1024 * depth),
-                         benchmark::Counter::kIsRate);
+  state.counters["blocks_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * 1024 * depth), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ApplyBlockStored)
     ->Args({1, 0})
@@ -101,8 +99,8 @@ void BM_Residue(benchmark::State& state) {
   }
   uint64_t matched = 0;
   for (auto _ : state) {
-    const std::vector<LineageResidue> residue = index.Residue(
-        [](std::string_view root) { return root == "[\"salt-7\"]"; }, by_tier);
+    const std::vector<LineageResidue> residue =
+        index.Residue([](std::string_view root) { return root == "[\"salt-7\"]"; }, by_tier);
     matched = residue.empty() ? 0 : residue.front().matched_refs;
     benchmark::DoNotOptimize(residue);
   }
@@ -148,7 +146,8 @@ void BM_IngestTwoStreams(benchmark::State& state) {
   const int chains = bench::Sized(1 << 15, 1 << 12);  // x 16 blocks = 524,288 a stream
   const uint64_t stream_blocks = static_cast<uint64_t>(chains) * 16;
   const std::vector<std::vector<BlockStored>> two = {
-      MakeChains(chains, 16, 21, 1), MakeChains(chains, 16, 22, 1 + static_cast<int64_t>(chains) * 16 * 16)};
+      MakeChains(chains, 16, 21, 1),
+      MakeChains(chains, 16, 22, 1 + static_cast<int64_t>(chains) * 16 * 16)};
   const std::vector<std::vector<BlockStored>> one = {two[0]};
   double one_s = 0;
   double two_one_lock_s = 0;
@@ -185,7 +184,8 @@ void BM_Overlap(benchmark::State& state) {
     (void)index.AddWorker(id, "llama", kBlockSize);
     (void)index.Apply(id, chain[0]);
   }
-  std::vector<BlockKey> keys = index.hasher().Chain({"llama", "", 0}, chain[0].token_ids, kBlockSize);
+  std::vector<BlockKey> keys =
+      index.hasher().Chain({"llama", "", 0}, chain[0].token_ids, kBlockSize);
   for (auto _ : state) benchmark::DoNotOptimize(index.Overlap(keys));
 }
 BENCHMARK(BM_Overlap)->Arg(1)->Arg(8)->Arg(64);
@@ -243,9 +243,9 @@ void MeasureBytesPerPair(benchmark::State& state, int workers, int blocks, bool 
 // Arg 1: 1 = the pool declared. Arg 2: the index's shards. Arg 3: tenants
 // salting the chains (0: unsalted), whose refs carry a lineage entry.
 void BM_MemoryPerResidentPair(benchmark::State& state) {
-  MeasureBytesPerPair(state, static_cast<int>(state.range(0)),
-                      bench::Sized(1 << 20, 1 << 12), state.range(1) != 0,
-                      static_cast<size_t>(state.range(2)), static_cast<int>(state.range(3)));
+  MeasureBytesPerPair(state, static_cast<int>(state.range(0)), bench::Sized(1 << 20, 1 << 12),
+                      state.range(1) != 0, static_cast<size_t>(state.range(2)),
+                      static_cast<int>(state.range(3)));
 }
 BENCHMARK(BM_MemoryPerResidentPair)
     ->Args({1, 0, 1, 0})
@@ -264,8 +264,8 @@ BENCHMARK(BM_MemoryPerResidentPair)
 // Arg 1: 1 = the pool declared. Arg 2: the index's shards.
 void BM_MemoryTenMillionPairs(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
-  MeasureBytesPerPair(state, workers, bench::Sized(10 << 20, 1 << 14) / workers, state.range(1) != 0,
-                      static_cast<size_t>(state.range(2)));
+  MeasureBytesPerPair(state, workers, bench::Sized(10 << 20, 1 << 14) / workers,
+                      state.range(1) != 0, static_cast<size_t>(state.range(2)));
 }
 BENCHMARK(BM_MemoryTenMillionPairs)
     ->Args({1, 0, 1})

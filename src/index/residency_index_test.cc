@@ -58,9 +58,9 @@ TEST_F(ResidencyIndexTest, EngineHashesMapToSeedIndependentKeys) {
   // Two engines with different hash seeds store the same prefix.
   std::vector<int64_t> tokens = Tokens(3);
   ASSERT_TRUE(index_.Apply("w1", Stored({11, 12, 13}, std::nullopt, tokens)).ok());
-  ASSERT_TRUE(index_.Apply("w2", Stored({901, 902}, std::nullopt,
-                                        {tokens.begin(), tokens.begin() + 8}))
-                  .ok());
+  ASSERT_TRUE(
+      index_.Apply("w2", Stored({901, 902}, std::nullopt, {tokens.begin(), tokens.begin() + 8}))
+          .ok());
 
   std::vector<WorkerOverlap> overlap = index_.Overlap(Chain(tokens));
   ASSERT_EQ(overlap.size(), 2u);
@@ -73,8 +73,8 @@ TEST_F(ResidencyIndexTest, EngineHashesMapToSeedIndependentKeys) {
 
 TEST_F(ResidencyIndexTest, ParentChainsAcrossEvents) {
   std::vector<int64_t> tokens = Tokens(3);
-  ASSERT_TRUE(index_.Apply("w1", Stored({1}, std::nullopt, {tokens.begin(), tokens.begin() + 4}))
-                  .ok());
+  ASSERT_TRUE(
+      index_.Apply("w1", Stored({1}, std::nullopt, {tokens.begin(), tokens.begin() + 4})).ok());
   ASSERT_TRUE(
       index_.Apply("w1", Stored({2, 3}, EngineHash{1}, {tokens.begin() + 4, tokens.end()})).ok());
   EXPECT_EQ(index_.Overlap(Chain(tokens))[0].blocks, 3u);
@@ -369,8 +369,8 @@ TEST_F(ResidencyIndexTest, ALoraNameAloneIsNoEvidenceOfSalts) {
   ASSERT_TRUE(index_.Apply("w1", lora_stored({3}, 2, Tokens(1, 950))).ok());
   EXPECT_EQ(index_.Worker("w1")->salts, SaltReporting::kUnknown);
   // A salted LoRA request returned without its salt still matches.
-  const BlockKey root = SaltlessRoot(index_.hasher(), {"llama", "adapter", 0},
-                                     std::span(tokens).first(kBlockSize));
+  const BlockKey root =
+      SaltlessRoot(index_.hasher(), {"llama", "adapter", 0}, std::span(tokens).first(kBlockSize));
   ASSERT_TRUE(index_.ExpectSaltedRoot("w1", root).ok());
   Result<ApplyResult> applied = index_.Apply("w1", lora_stored({5, 6}, std::nullopt, tokens));
   ASSERT_TRUE(applied.ok());
@@ -408,8 +408,8 @@ TEST_F(ResidencyIndexTest, LongSaltedExtraKeyMatchesTheRequestChain) {
   BlockStored stored = Stored({1, 2}, std::nullopt, Tokens(2));
   stored.extra_keys = {FirstBlockExtraKey("", salt), ""};
   ASSERT_TRUE(index_.Apply("w1", stored).ok());
-  std::vector<BlockKey> chain = RequestChain(index_.hasher(), {"llama", "", 0}, salt, Tokens(2),
-                                             kBlockSize);
+  std::vector<BlockKey> chain =
+      RequestChain(index_.hasher(), {"llama", "", 0}, salt, Tokens(2), kBlockSize);
   std::vector<WorkerOverlap> overlap = index_.Overlap(chain);
   ASSERT_EQ(overlap.size(), 1u);
   EXPECT_EQ(overlap[0].blocks, 2u);
@@ -428,9 +428,9 @@ namespace {
 // holes, holder lists built in different orders, mixed and unindexed tiers,
 // stale workers, and workers removed and registered again.
 TEST(ResidencyIndexOverlapTest, RandomResidencyMatchesTheDefinition) {
-  constexpr std::array<ResidencyTier, 6> kTiers = {
-      ResidencyTier::kHBM, ResidencyTier::kDRAM,  ResidencyTier::kDisk,
-      ResidencyTier::kCXL, ResidencyTier::kRemote, ResidencyTier::kUnknown};
+  constexpr std::array<ResidencyTier, 6> kTiers = {ResidencyTier::kHBM,    ResidencyTier::kDRAM,
+                                                   ResidencyTier::kDisk,   ResidencyTier::kCXL,
+                                                   ResidencyTier::kRemote, ResidencyTier::kUnknown};
   auto best_slot = [](const std::set<ResidencyTier>& tiers) -> uint8_t {
     for (size_t slot = 0; slot + 1 < kIndexedTiers.size(); ++slot) {
       if (tiers.contains(kIndexedTiers[slot])) return static_cast<uint8_t>(slot);

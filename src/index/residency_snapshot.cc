@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "index/worker_slot.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/index/worker_capture.h"
 
@@ -192,20 +193,6 @@ class SnapshotReader {
   size_t end_;
 };
 
-std::string Hex(uint64_t value) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "0x";
-  bool started = false;
-  for (int shift = 60; shift >= 0; shift -= 4) {
-    const unsigned digit = (value >> shift) & 0xf;
-    if (digit != 0 || started || shift == 0) {
-      out.push_back(kDigits[digit]);
-      started = true;
-    }
-  }
-  return out;
-}
-
 uint64_t KeyProbe(const BlockKeyHasher& hasher) {
   return hasher.Root(ChainNamespace{std::string(kKeyProbeNamespace), "", 0});
 }
@@ -231,8 +218,9 @@ Result<WorkerCapture> ResidencyIndex::CaptureWorker(std::string_view worker) con
   refs.reserve(slot->EngineRefs());
   AdviseHugePages(refs.data(), refs.capacity() * sizeof(KeyRef));
   for (const EngineGroup& group : slot->engine_groups) {
-    group.keys.ForEach(
-        [&](EngineHash hash, BlockKey key) { refs.push_back({key, group.group_idx, hash}); });
+    group.keys.ForEach([&](EngineHash hash, BlockKey key) {
+      refs.push_back({key, group.group_idx, hash});
+    });
   }
   capture.uniform = slot->UniformTiers();
   if (!capture.uniform.has_value()) {
@@ -240,7 +228,8 @@ Result<WorkerCapture> ResidencyIndex::CaptureWorker(std::string_view worker) con
     keys.reserve(slot->pairs);
     AdviseHugePages(keys.data(), keys.capacity() * sizeof(KeyTiers));
     const HolderIndex& holders = ShardOf(slot->number).holders;
-    const uint32_t number = slot->number;  // clang 14 (the fuzz tree) captures no structured binding
+    const uint32_t number =
+        slot->number;  // clang 14 (the fuzz tree) captures no structured binding
     auto read_tiers = [&](BlockKey key) {
       if (const uint16_t held = holders.Tiers(key, number); held != 0) {
         keys.push_back({key, held});
@@ -417,8 +406,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   }
   const uint32_t crc = Crc32c(snapshot.substr(0, end));
   if (stored_crc != crc) {
-    return Reader::Error(end, "checksum mismatch: stored " + Hex(stored_crc) + ", computed " +
-                                  Hex(crc) + " over bytes [0, " + std::to_string(end) + ")");
+    return Reader::Error(end, "checksum mismatch: stored " + HexNumber(stored_crc) + ", computed " +
+                                  HexNumber(crc) + " over bytes [0, " + std::to_string(end) + ")");
   }
 
   // The header. Past the checksum every read is still bounds-checked: a
@@ -484,7 +473,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   // would rehash about as many entries again as the snapshot holds. The
   // refs are reserved in group 0, where they almost always are.
   decoded.resident.reserve(static_cast<size_t>(key_count));
-  AdviseHugePages(decoded.resident.data(), decoded.resident.capacity() * sizeof(DecodedSnapshot::KeyTiers));
+  AdviseHugePages(decoded.resident.data(),
+                  decoded.resident.capacity() * sizeof(DecodedSnapshot::KeyTiers));
   struct EngineRef {
     EngineHash hash;
     BlockKey key;
@@ -513,24 +503,25 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
     BlockKey key = 0;
     KVGOV_RETURN_IF_ERROR(reader.U64("key", key));
     if (i > 0 && key <= previous_key) {
-      return Reader::Error(record_at, record() + ": key " + Hex(key) +
+      return Reader::Error(record_at, record() + ": key " + HexNumber(key) +
                                           " is not greater than the previous key " +
-                                          Hex(previous_key));
+                                          HexNumber(previous_key));
     }
     previous_key = key;
     at = reader.offset();
     uint64_t tiers = 0;
     KVGOV_RETURN_IF_ERROR(reader.Varint("tiers", tiers));
     if ((tiers & ~uint64_t{kSnapshotTierBits}) != 0) {
-      return Reader::Error(at, record() + " (key " + Hex(key) + "): tier mask " + Hex(tiers) +
-                                   " has bits outside the known tiers " + Hex(kSnapshotTierBits));
+      return Reader::Error(at, record() + " (key " + HexNumber(key) + "): tier mask " +
+                                   HexNumber(tiers) + " has bits outside the known tiers " +
+                                   HexNumber(kSnapshotTierBits));
     }
     at = reader.offset();
     uint64_t nrefs = 0;
     KVGOV_RETURN_IF_ERROR(reader.Varint("nrefs", nrefs));
     if (tiers == 0 && nrefs == 0) {
-      return Reader::Error(record_at,
-                           record() + " (key " + Hex(key) + ") has no tier and no engine ref");
+      return Reader::Error(
+          record_at, record() + " (key " + HexNumber(key) + ") has no tier and no engine ref");
     }
     if (nrefs > ref_count - refs_seen) {
       return Reader::Error(at, record() + ": " + std::to_string(nrefs) +
@@ -559,10 +550,11 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
       KVGOV_RETURN_IF_ERROR(reader.U64("engine hash", hash));
       KVGOV_RETURN_IF_ERROR(reader.Varint("group", group));
       const int64_t group_idx = UnZigZag(group);
-      if (r > 0 && (group_idx < previous_group ||
-                    (group_idx == previous_group && hash <= previous_hash))) {
-        return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(hash) + ", group " +
-                                         std::to_string(group_idx) + ") is out of order");
+      if (r > 0 &&
+          (group_idx < previous_group || (group_idx == previous_group && hash <= previous_hash))) {
+        return Reader::Error(ref_at, record() + ": engine ref (hash " + HexNumber(hash) +
+                                         ", group " + std::to_string(group_idx) +
+                                         ") is out of order");
       }
       previous_hash = hash;
       previous_group = group_idx;
@@ -580,12 +572,14 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
         continue;
       }
       if (group_table == nullptr || group_idx != group_refs_idx) {
-        group_table = &out.Group(group_idx).keys;  // may move the other tables: re-fetched on change
+        group_table =
+            &out.Group(group_idx).keys;  // may move the other tables: re-fetched on change
         group_refs_idx = group_idx;
       }
       if (!group_table->Insert(hash, key).second) {
-        return Reader::Error(ref_at, record() + ": engine ref (hash " + Hex(hash) + ", group " +
-                                         std::to_string(group_idx) + ") already names another key");
+        return Reader::Error(ref_at, record() + ": engine ref (hash " + HexNumber(hash) +
+                                         ", group " + std::to_string(group_idx) +
+                                         ") already names another key");
       }
     }
   }
@@ -604,8 +598,8 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
     table.Reserve(group_idx == 0 ? std::max<size_t>(refs.size(), decoded.pool_blocks)
                                  : refs.size());
     bool duplicate = false;
-    for (const EngineRef& ref :
-         InHomeOrder(std::span<const EngineRef>(refs), [](const EngineRef& ref) { return ref.hash; })) {
+    for (const EngineRef& ref : InHomeOrder(std::span<const EngineRef>(refs),
+                                            [](const EngineRef& ref) { return ref.hash; })) {
       duplicate |= !table.Insert(ref.hash, ref.key).second;
     }
     if (duplicate) {
@@ -618,8 +612,9 @@ Status ResidencyIndex::DecodeSnapshot(std::string_view snapshot, DecodedSnapshot
   }
   if (const uint64_t ours = KeyProbe(hasher_); probe != ours) {
     return Status::FailedPrecondition(
-        "index snapshot: its keys come from another block-key hasher (key probe " + Hex(probe) +
-        ", this index's " + Hex(ours) + "); they would match no route request");
+        "index snapshot: its keys come from another block-key hasher (key probe " +
+        HexNumber(probe) + ", this index's " + HexNumber(ours) +
+        "); they would match no route request");
   }
   return Status::Ok();
 }
@@ -647,9 +642,8 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
     const WorkerSlot& restored = decoded.slot;
     if (restored.model != slot->model || restored.block_size != slot->block_size) {
       return Status::FailedPrecondition("index snapshot is of model '" + restored.model +
-                                        "' with block size " +
-                                        std::to_string(restored.block_size) + "; worker '" +
-                                        slot->id + "' is registered with model '" +
+                                        "' with block size " + std::to_string(restored.block_size) +
+                                        "; worker '" + slot->id + "' is registered with model '" +
                                         slot->model + "' and block size " +
                                         std::to_string(slot->block_size));
     }
@@ -667,8 +661,8 @@ Status ResidencyIndex::RestoreWorker(std::string_view worker, std::string_view s
       });
     }
     using KeyTiers = DecodedSnapshot::KeyTiers;
-    const HomeOrdered<KeyTiers> ordered =
-        InHomeOrder(std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
+    const HomeOrdered<KeyTiers> ordered = InHomeOrder(
+        std::span<const KeyTiers>(resident), [](const KeyTiers& entry) { return entry.key; });
     // Room for the keys that no worker holds yet, before the first goes in
     // (InHomeOrder says why): keys others hold take no new slot. Grown by
     // half at least, as inserts grow it: at a restart every worker is

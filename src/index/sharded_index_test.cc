@@ -59,7 +59,8 @@ std::vector<EngineEvent> WorkerEvents(int worker) {
     return tail;
   };
   for (int prompt = 0; prompt < kSystemPrompts; ++prompt) {
-    if ((worker + prompt) % 3 != 2) tails.push_back(store(SystemPrompt(prompt), std::nullopt, false));
+    if ((worker + prompt) % 3 != 2)
+      tails.push_back(store(SystemPrompt(prompt), std::nullopt, false));
   }
   for (int step = 0; step < 400; ++step) {
     const uint64_t what = rng() % 10;
@@ -138,7 +139,8 @@ void ExpectSameAnswers(const ResidencyIndex& got, const ResidencyIndex& want) {
 // with them shards, are not in id order), some with a declared pool.
 void Register(ResidencyIndex& index) {
   for (int worker = kWorkers - 1; worker >= 0; --worker) {
-    ASSERT_TRUE(index.AddWorker(WorkerId(worker), "llama", kBlockSize, worker % 2 == 0 ? 512 : 0).ok());
+    ASSERT_TRUE(
+        index.AddWorker(WorkerId(worker), "llama", kBlockSize, worker % 2 == 0 ? 512 : 0).ok());
   }
 }
 
@@ -227,7 +229,8 @@ TEST(ShardedIndexTest, ConcurrentStreamsLeaveTheIndexOfOneAfterAnother) {
           const std::vector<WorkerOverlap> overlap = index.Overlap(chain);
           for (size_t i = 0; i < overlap.size(); ++i) {
             const WorkerOverlap& o = overlap[i];
-            const uint64_t by_tier = std::accumulate(o.by_tier.begin(), o.by_tier.end(), uint64_t{0});
+            const uint64_t by_tier =
+                std::accumulate(o.by_tier.begin(), o.by_tier.end(), uint64_t{0});
             if (o.blocks == 0 || o.blocks > chain.size() || o.best_tier.size() != o.blocks ||
                 by_tier != o.blocks || (i > 0 && !(overlap[i - 1].worker < o.worker))) {
               torn.fetch_add(1);

@@ -4,7 +4,7 @@
 //   replicas:0  a single node, no Redis (governance writes go to its journal);
 //   replicas:1  one replica on Redis Streams;
 //   replicas:3  three replicas on one Redis log, sharing the key files.
-// One real redis-server (kvgov_redis_test_support) serves the run. All five
+// One real redis-server (kvgov_test_support) serves the run. All five
 // servers run at once and follow the same 4 engines (one vLLM-framed
 // publisher each on loopback, payloads from the simulator's wire encoder,
 // ~1.8 k resident blocks per worker, each system prompt held by two

@@ -137,7 +137,8 @@ Status ReadGatewayFigures(httplib::Client& kvgov, DemoResult& result) {
   }
   httplib::Result metrics = kvgov.Get("/metrics");
   if (!metrics || metrics->status != 200) return Status::Unavailable("GET /metrics failed");
-  for (const auto& [labels, value] : Samples(metrics->body, "kvgov_gateway_tokenize_mismatch_total")) {
+  for (const auto& [labels, value] :
+       Samples(metrics->body, "kvgov_gateway_tokenize_mismatch_total")) {
     result.gateway_tokenize_mismatches += value;
   }
   for (const auto& [labels, value] :
@@ -277,7 +278,8 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                plan.fleet.engines, plan.fleet.engines - 1, plan.fleet.capacity_blocks,
                static_cast<long long>(plan.fleet.block_size),
                std::string(sim::ToString(plan.fleet.shape)).c_str());
-  std::fprintf(out, "  engines   their specs, for a kvgov serve of your own (--engine SPEC each):\n");
+  std::fprintf(out,
+               "  engines   their specs, for a kvgov serve of your own (--engine SPEC each):\n");
   for (const auto& engine : impl_->engines) {
     std::fprintf(out, "            %s\n", engine->EngineSpec().c_str());
   }
@@ -290,14 +292,15 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   std::fflush(out);
 
   // Wait until kvgov has probed every engine healthy.
-  KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::seconds(20), "engines healthy", [&]() -> Result<bool> {
-    KVGOV_ASSIGN_OR_RETURN(Json workers, GetJson(kvgov, "/v1/workers"));
-    size_t healthy = 0;
-    for (const Json& worker : workers["workers"]) {
-      healthy += worker.contains("health") && worker["health"].value("healthy", false) ? 1 : 0;
-    }
-    return healthy == impl_->engines.size();
-  }));
+  KVGOV_RETURN_IF_ERROR(
+      PollUntil(std::chrono::seconds(20), "engines healthy", [&]() -> Result<bool> {
+        KVGOV_ASSIGN_OR_RETURN(Json workers, GetJson(kvgov, "/v1/workers"));
+        size_t healthy = 0;
+        for (const Json& worker : workers["workers"]) {
+          healthy += worker.contains("health") && worker["health"].value("healthy", false) ? 1 : 0;
+        }
+        return healthy == impl_->engines.size();
+      }));
 
   // Send the workload live, through the gateway.
   DriveOptions drive;
@@ -312,12 +315,14 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                                 : static_cast<double>(progress.hit_blocks) /
                                       static_cast<double>(progress.prompt_blocks);
     if (tty) {
-      std::fprintf(out, "\r  sending   %llu/%llu requests through the gateway, hit rate %s, errors %llu ",
-                   static_cast<unsigned long long>(progress.done),
-                   static_cast<unsigned long long>(progress.total), Percent(hit_rate).c_str(),
-                   static_cast<unsigned long long>(progress.errors));
+      std::fprintf(
+          out, "\r  sending   %llu/%llu requests through the gateway, hit rate %s, errors %llu ",
+          static_cast<unsigned long long>(progress.done),
+          static_cast<unsigned long long>(progress.total), Percent(hit_rate).c_str(),
+          static_cast<unsigned long long>(progress.errors));
     } else if (progress.done >= next_line) {
-      std::fprintf(out, "  sending   %llu/%llu requests through the gateway, hit rate %s, errors %llu\n",
+      std::fprintf(out,
+                   "  sending   %llu/%llu requests through the gateway, hit rate %s, errors %llu\n",
                    static_cast<unsigned long long>(progress.done),
                    static_cast<unsigned long long>(progress.total), Percent(hit_rate).c_str(),
                    static_cast<unsigned long long>(progress.errors));
@@ -347,7 +352,8 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   for (const auto& [tenant, tokens] : result.gateway_saved_tokens_by_tenant) {
     savings += (savings.empty() ? "" : ", ") + tenant + " " + std::to_string(std::llround(tokens));
   }
-  std::fprintf(out, "            ride_engine saving (engine-reported cached tokens) by tenant: %s\n\n",
+  std::fprintf(out,
+               "            ride_engine saving (engine-reported cached tokens) by tenant: %s\n\n",
                savings.empty() ? "none" : savings.c_str());
   KVGOV_RETURN_IF_ERROR(ReportBreaker(kvgov, out, result));
   if (live.errors > 0) {
@@ -414,35 +420,33 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   // Timed from before the request: kvgov grants the lease while answering
   // it, so a clock read after the answer would shave that off the lapse.
   const Clock::time_point requested_at = Clock::now();
-  KVGOV_ASSIGN_OR_RETURN(
-      Json granted,
-      PostJson(kvgov, "POST /v1/events", "/v1/events",
-               {{"events",
-                 {{{"type", "nixl_lease"},
-                   {"lease_id", "demo-lease"},
-                   {"event", "create"},
-                   {"role", "prefill_pin"},
-                   {"span_digest", "demo-lease-span"},
-                   {"remote_engine", worker},
-                   {"ttl_ms", kLeaseTtlMs},
-                   {"worker", worker},
-                   {"token_ids", leased->tokens},
-                   {"cache_salt", pinned.value("cache_salt", "")}}}}}));
+  KVGOV_ASSIGN_OR_RETURN(Json granted,
+                         PostJson(kvgov, "POST /v1/events", "/v1/events",
+                                  {{"events",
+                                    {{{"type", "nixl_lease"},
+                                      {"lease_id", "demo-lease"},
+                                      {"event", "create"},
+                                      {"role", "prefill_pin"},
+                                      {"span_digest", "demo-lease-span"},
+                                      {"remote_engine", worker},
+                                      {"ttl_ms", kLeaseTtlMs},
+                                      {"worker", worker},
+                                      {"token_ids", leased->tokens},
+                                      {"cache_salt", pinned.value("cache_salt", "")}}}}}));
   if (granted.value("accepted", 0) != 1) {
     return Status::FailedPrecondition("the lease was refused: " + granted.dump());
   }
-  const Json only_there = {{"tenant", leased->tenant},
-                           {"token_ids", leased->tokens},
-                           {"workers", {worker}}};
+  const Json only_there = {
+      {"tenant", leased->tenant}, {"token_ids", leased->tokens}, {"workers", {worker}}};
   KVGOV_ASSIGN_OR_RETURN(Json active, Impl::Ask(kvgov, only_there));
   const uint64_t credited = active.value("overlap_blocks", uint64_t{0});
   result.lease_credited_while_active = credited > 0;
   Json lapsed;
   KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::milliseconds(kLeaseTtlMs + 10000), "lease expiry",
                                   [&]() -> Result<bool> {
-    KVGOV_ASSIGN_OR_RETURN(lapsed, Impl::Ask(kvgov, only_there));
-    return lapsed.value("overlap_blocks", uint64_t{1}) == 0;
-  }));
+                                    KVGOV_ASSIGN_OR_RETURN(lapsed, Impl::Ask(kvgov, only_there));
+                                    return lapsed.value("overlap_blocks", uint64_t{1}) == 0;
+                                  }));
   result.lease_expired_after_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - requested_at).count();
   result.lease_verdict_after = lapsed["verdict"].value("reason", "");
@@ -469,18 +473,17 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   KVGOV_ASSIGN_OR_RETURN(Json before, Impl::Ask(kvgov, tenant0_route));
   const std::string holder = before.value("worker", "");
   KVGOV_ASSIGN_OR_RETURN(
-      Json quarantine,
-      PostJson(kvgov, "POST /v1/quarantine", "/v1/quarantine",
-               {{"model", kModel},
-                {"tenant", "tenant-0"},
-                {"token_ids", system_prompt},
-                {"reason", "demo: tenant-0's system prompt was found poisoned"}}));
+      Json quarantine, PostJson(kvgov, "POST /v1/quarantine", "/v1/quarantine",
+                                {{"model", kModel},
+                                 {"tenant", "tenant-0"},
+                                 {"token_ids", system_prompt},
+                                 {"reason", "demo: tenant-0's system prompt was found poisoned"}}));
   result.quarantined_blocks = quarantine.value("blocks", uint64_t{0});
   Json on_holder = tenant0_route;
   on_holder["workers"] = {holder};
   KVGOV_ASSIGN_OR_RETURN(Json after, Impl::Ask(kvgov, on_holder));
-  result.quarantine_verdict = after["verdict"].value("kind", "") + "/" +
-                              after["verdict"].value("reason", "");
+  result.quarantine_verdict =
+      after["verdict"].value("kind", "") + "/" + after["verdict"].value("reason", "");
   std::fprintf(out,
                "  quarantine    tenant-0's system prompt (%llu blocks): on %s it earned %llu "
                "blocks of credit before, %llu after (%s)%s\n",
@@ -494,22 +497,21 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
                    : "");
 
   // Then have its owners delete it, with proof.
-  KVGOV_ASSIGN_OR_RETURN(
-      Json opened_directive,
-      PostJson(kvgov, "POST /v1/invalidations", "/v1/invalidations",
-               {{"model", kModel},
-                {"tenant", "tenant-0"},
-                {"token_ids", system_prompt},
-                {"reason", "demo: delete tenant-0's poisoned system prompt"}}));
+  KVGOV_ASSIGN_OR_RETURN(Json opened_directive,
+                         PostJson(kvgov, "POST /v1/invalidations", "/v1/invalidations",
+                                  {{"model", kModel},
+                                   {"tenant", "tenant-0"},
+                                   {"token_ids", system_prompt},
+                                   {"reason", "demo: delete tenant-0's poisoned system prompt"}}));
   const std::string directive_id = opened_directive.value("id", "");
   const Clock::time_point opened = Clock::now();
   Json directive;
-  KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::seconds(20), "invalidation " + directive_id,
-                                  [&]() -> Result<bool> {
-    KVGOV_ASSIGN_OR_RETURN(directive, GetJson(kvgov, "/v1/invalidations/" + directive_id));
-    const std::string state = directive.value("state", "");
-    return state == "certified" || state == "failed";
-  }));
+  KVGOV_RETURN_IF_ERROR(
+      PollUntil(std::chrono::seconds(20), "invalidation " + directive_id, [&]() -> Result<bool> {
+        KVGOV_ASSIGN_OR_RETURN(directive, GetJson(kvgov, "/v1/invalidations/" + directive_id));
+        const std::string state = directive.value("state", "");
+        return state == "certified" || state == "failed";
+      }));
   result.invalidation_state = directive.value("state", "");
   std::string owners;
   for (const Json& owner : directive["owners"]) {
@@ -566,9 +568,10 @@ Result<DemoResult> Demo::Run(const DemoOptions& options) {
   for (const sim::SimRequest& request : trace) {
     if (request.tenant != "tenant-1") continue;
     result.route_example_file = result.data_dir + "-route.json";
-    std::ofstream(result.route_example_file)
-        << Json{{"model", kModel}, {"tenant", request.tenant}, {"token_ids", request.tokens}}
-               .dump();
+    std::ofstream(result.route_example_file) << Json{
+        {"model", kModel},
+        {"tenant", request.tenant},
+        {"token_ids", request.tokens}}.dump();
     break;
   }
   KVGOV_RETURN_IF_ERROR(RunGatewaySession(out, result));
@@ -594,12 +597,14 @@ Status Demo::RunGatewaySession(FILE* out, DemoResult& result) {
   auto applied_batches = [&]() -> Result<int64_t> {
     KVGOV_ASSIGN_OR_RETURN(Json workers, GetJson(kvgov, "/v1/workers"));
     int64_t batches = 0;
-    for (const Json& worker : workers["workers"]) batches += worker.value("last_seq", int64_t{-1}) + 1;
+    for (const Json& worker : workers["workers"])
+      batches += worker.value("last_seq", int64_t{-1}) + 1;
     return batches;
   };
   KVGOV_ASSIGN_OR_RETURN(const int64_t batches_before, applied_batches());
-  std::fprintf(out, "Gateway: an agent's two chat turns through kvgov (tokenized by the engine's "
-                    "own /tokenize, routed by kvgov)\n");
+  std::fprintf(out,
+               "Gateway: an agent's two chat turns through kvgov (tokenized by the engine's "
+               "own /tokenize, routed by kvgov)\n");
   for (int turn = 1; turn <= 2; ++turn) {
     KVGOV_ASSIGN_OR_RETURN(
         Json answer, PostJson(gateway, "POST /v1/chat/completions", "/v1/chat/completions",
@@ -610,17 +615,18 @@ Status Demo::RunGatewaySession(FILE* out, DemoResult& result) {
         usage.value("prompt_tokens_details", Json::object()).value("cached_tokens", int64_t{0});
     (turn == 1 ? result.gateway_turn1_prompt_tokens : result.gateway_turn2_prompt_tokens) = prompt;
     if (turn == 2) result.gateway_turn2_cached_tokens = cached;
-    std::fprintf(out, "  turn %d    %lld prompt tokens, %lld of them cached (as the engine "
-                      "reported)\n",
+    std::fprintf(out,
+                 "  turn %d    %lld prompt tokens, %lld of them cached (as the engine "
+                 "reported)\n",
                  turn, static_cast<long long>(prompt), static_cast<long long>(cached));
     messages.push_back(answer["choices"][0].value("message", Json::object()));
     messages.push_back({{"role", "user"}, {"content", "Close the first one."}});
     if (turn == 1) {
-      KVGOV_RETURN_IF_ERROR(PollUntil(std::chrono::seconds(10), "the first turn indexed",
-                                      [&]() -> Result<bool> {
-                                        KVGOV_ASSIGN_OR_RETURN(int64_t batches, applied_batches());
-                                        return batches > batches_before;
-                                      }));
+      KVGOV_RETURN_IF_ERROR(
+          PollUntil(std::chrono::seconds(10), "the first turn indexed", [&]() -> Result<bool> {
+            KVGOV_ASSIGN_OR_RETURN(int64_t batches, applied_batches());
+            return batches > batches_before;
+          }));
     }
   }
   std::fprintf(out,

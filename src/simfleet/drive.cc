@@ -52,8 +52,8 @@ Result<sim::RequestOutcome> OutcomeOf(const Json& answer, const std::string& wha
   outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
   const Json usage = answer.value("usage", Json::object());
   const Json details = usage.value("prompt_tokens_details", Json::object());
-  outcome.computed_tokens =
-      outcome.prompt_tokens - (details.is_object() ? details.value("cached_tokens", int64_t{0}) : 0);
+  outcome.computed_tokens = outcome.prompt_tokens -
+                            (details.is_object() ? details.value("cached_tokens", int64_t{0}) : 0);
   outcome.prefill_s = sim.value("prefill_s", 0.0);
   outcome.ttft_s = sim.value("ttft_s", 0.0);
   return outcome;

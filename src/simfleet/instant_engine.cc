@@ -145,18 +145,17 @@ asio::awaitable<void> Complete(InstantEngine::Impl& engine, Exchange& exchange, 
   const int64_t prompt_tokens = static_cast<int64_t>(Tokens(request).size());
   const int64_t max_tokens = request.value("max_tokens", int64_t{16});
   const bool stream = request.value("stream", false);
-  const bool include_usage =
-      stream && request.contains("stream_options") &&
-      request["stream_options"].value("include_usage", false);
+  const bool include_usage = stream && request.contains("stream_options") &&
+                             request["stream_options"].value("include_usage", false);
   const Json usage = {{"prompt_tokens", prompt_tokens},
                       {"completion_tokens", max_tokens},
                       {"total_tokens", prompt_tokens + max_tokens},
                       {"prompt_tokens_details", {{"cached_tokens", 0}}}};
-  const Json head = {{"id", "cmpl-instant"},
-                     {"object", chat ? (stream ? "chat.completion.chunk" : "chat.completion")
-                                     : "text_completion"},
-                     {"created", 0},
-                     {"model", engine.options.model}};
+  const Json head = {
+      {"id", "cmpl-instant"},
+      {"object", chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+      {"created", 0},
+      {"model", engine.options.model}};
   // A request may pace itself ("sim_token_interval_ms"): benchmarks hold
   // slow streams open and time fast ones on the same engine.
   const std::chrono::milliseconds interval(request.value(
@@ -180,11 +179,11 @@ asio::awaitable<void> Complete(InstantEngine::Impl& engine, Exchange& exchange, 
       text += " tok" + std::to_string(i);
     }
     Json answer = head;
-    answer["choices"] = Json::array(
-        {chat ? Json{{"index", 0},
-                     {"message", {{"role", "assistant"}, {"content", text}}},
-                     {"finish_reason", "length"}}
-              : Json{{"index", 0}, {"text", text}, {"finish_reason", "length"}}});
+    answer["choices"] =
+        Json::array({chat ? Json{{"index", 0},
+                                 {"message", {{"role", "assistant"}, {"content", text}}},
+                                 {"finish_reason", "length"}}
+                          : Json{{"index", 0}, {"text", text}, {"finish_reason", "length"}}});
     answer["usage"] = usage;
     std::string body = answer.dump();
     engine.Keep(key, {body, interval * max_tokens});
@@ -245,10 +244,9 @@ Result<std::unique_ptr<InstantEngine>> InstantEngine::Start(InstantEngineOptions
   door.max_body_bytes = size_t{64} << 20;
   KVGOV_ASSIGN_OR_RETURN(
       impl->door,
-      gateway::FrontDoor::Start(std::move(door),
-                                std::move(http).Dispatch([](Exchange& exchange) {
-                                  return Refuse(exchange, 404, "no such route");
-                                })));
+      gateway::FrontDoor::Start(std::move(door), std::move(http).Dispatch([](Exchange& exchange) {
+        return Refuse(exchange, 404, "no such route");
+      })));
   return std::unique_ptr<InstantEngine>(new InstantEngine(std::move(impl)));
 }
 

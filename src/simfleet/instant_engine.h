@@ -37,10 +37,10 @@ class InstantEngine {
   InstantEngine(const InstantEngine&) = delete;
   InstantEngine& operator=(const InstantEngine&) = delete;
 
-  std::string url() const;  // http://127.0.0.1:PORT
-  uint64_t completions() const;     // completion requests received
-  uint64_t aborted() const;         // ... whose client went away before the answer ended
-  int64_t open_answers() const;     // ... being answered now
+  std::string url() const;       // http://127.0.0.1:PORT
+  uint64_t completions() const;  // completion requests received
+  uint64_t aborted() const;      // ... whose client went away before the answer ended
+  int64_t open_answers() const;  // ... being answered now
 
   struct Impl;
 

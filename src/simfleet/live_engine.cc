@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "kvgov/codec/messages_api.h"
+#include "kvgov/core/hex.h"
 #include "kvgov/server/http_listener.h"
 #include "simfleet/replay_responder.h"
 
@@ -371,8 +372,7 @@ Result<bool> ParamFlag(const Json& params, const char* name) {
   const auto flag = params.find(name);
   if (flag == params.end() || flag->is_null()) return false;
   if (!flag->is_boolean()) {
-    return Status::InvalidArgument(std::string("kv_transfer_params.") + name +
-                                   ": want a boolean");
+    return Status::InvalidArgument(std::string("kv_transfer_params.") + name + ": want a boolean");
   }
   return flag->get<bool>();
 }
@@ -387,8 +387,9 @@ Result<Handoff> ParseHandoff(const Json& body) {
     return Status::InvalidArgument(
         "kv_transfer_params: do_remote_decode and do_remote_prefill are both true; want one");
   }
-  return remote_decode ? Handoff::kRemoteDecode
-                       : remote_prefill ? Handoff::kRemotePrefill : Handoff::kNone;
+  return remote_decode    ? Handoff::kRemoteDecode
+         : remote_prefill ? Handoff::kRemotePrefill
+                          : Handoff::kNone;
 }
 
 // Where a decode engine pulls a handed-over prompt from: the fields of a
@@ -506,10 +507,9 @@ Result<uint64_t> ReadRoom(const Json& body) {
   if (room == body.end() || room->is_null()) {
     return Status::InvalidArgument("bootstrap_room: required");
   }
-  const bool in_range =
-      room->is_number_unsigned()
-          ? room->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
-          : room->is_number_integer() && room->get<int64_t>() >= 0;
+  const bool in_range = room->is_number_unsigned()
+                            ? room->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                            : room->is_number_integer() && room->get<int64_t>() >= 0;
   if (!in_range) {
     // SGLang also takes one room per element of a batch; the simulator
     // serves no batches.
@@ -570,8 +570,7 @@ std::string RoleSpec(const LiveEngineOptions& options, int http_port) {
 }
 
 double WallSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // A decode request counted in vllm:num_requests_waiting while its KV has
@@ -826,9 +825,10 @@ struct LiveEngine::Impl {
     if (output > limit) {
       const std::string asked = std::to_string(output);
       SendError(response, 400,
-                field + "=" + asked + " cannot be greater than max_model_len=" +
-                    std::to_string(limit) + ". Please request fewer output tokens. (parameter=" +
-                    field + ", value=" + asked + ")",
+                field + "=" + asked +
+                    " cannot be greater than max_model_len=" + std::to_string(limit) +
+                    ". Please request fewer output tokens. (parameter=" + field +
+                    ", value=" + asked + ")",
                 kBadRequestError, field);
       return true;
     }
@@ -840,7 +840,8 @@ struct LiveEngine::Impl {
                     std::to_string(limit) + " tokens, resulting in a maximum input length of " +
                     std::to_string(limit - output) +
                     " tokens. Please reduce the length of the input prompt. "
-                    "(parameter=input_tokens, value=" + passed + ")",
+                    "(parameter=input_tokens, value=" +
+                    passed + ")",
                 kBadRequestError, "input_tokens");
       return true;
     }
@@ -877,8 +878,8 @@ struct LiveEngine::Impl {
     const std::string model = options.model;
     // usage in Anthropic's words: the cached part apart from input_tokens.
     auto usage_of = [](const Json& usage) {
-      const int64_t cached = usage.value(Json::json_pointer("/prompt_tokens_details/cached_tokens"),
-                                         int64_t{0});
+      const int64_t cached =
+          usage.value(Json::json_pointer("/prompt_tokens_details/cached_tokens"), int64_t{0});
       return Json{{"input_tokens", usage.value("prompt_tokens", int64_t{0}) - cached},
                   {"output_tokens", usage.value("completion_tokens", int64_t{0})},
                   {"cache_read_input_tokens", cached},
@@ -887,17 +888,17 @@ struct LiveEngine::Impl {
     if (!stream) {
       const Json completion = Json::parse(answer.body);
       const Json& choice = completion["choices"][0];
-      Json message = {{"id", "msg_" + completion.value("id", std::string())},
-                      {"type", "message"},
-                      {"role", "assistant"},
-                      {"model", model},
-                      {"content",
-                       Json::array({{{"type", "text"},
-                                     {"text", choice["message"].value("content", std::string())}}})},
-                      {"stop_reason", choice.value("finish_reason", "") == "length" ? "max_tokens"
-                                                                                   : "end_turn"},
-                      {"stop_sequence", nullptr},
-                      {"usage", usage_of(completion["usage"])}};
+      Json message = {
+          {"id", "msg_" + completion.value("id", std::string())},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", model},
+          {"content", Json::array({{{"type", "text"},
+                                    {"text", choice["message"].value("content", std::string())}}})},
+          {"stop_reason",
+           choice.value("finish_reason", "") == "length" ? "max_tokens" : "end_turn"},
+          {"stop_sequence", nullptr},
+          {"usage", usage_of(completion["usage"])}};
       response.set_content(message.dump(), "application/json");
       return;
     }
@@ -928,15 +929,16 @@ struct LiveEngine::Impl {
                           {"stop_reason", nullptr},
                           {"stop_sequence", nullptr},
                           {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}});
-          out += event("content_block_start", {{"type", "content_block_start"},
-                                               {"index", 0},
-                                               {"content_block", {{"type", "text"}, {"text", ""}}}});
+          out +=
+              event("content_block_start", {{"type", "content_block_start"},
+                                            {"index", 0},
+                                            {"content_block", {{"type", "text"}, {"text", ""}}}});
         }
         if (data.contains("usage") && data["usage"].is_object() && data["choices"].empty()) {
-          out += event("message_delta", {{"type", "message_delta"},
-                                         {"delta", {{"stop_reason", "max_tokens"},
-                                                    {"stop_sequence", nullptr}}},
-                                         {"usage", usage_of(data["usage"])}});
+          out += event("message_delta",
+                       {{"type", "message_delta"},
+                        {"delta", {{"stop_reason", "max_tokens"}, {"stop_sequence", nullptr}}},
+                        {"usage", usage_of(data["usage"])}});
           out += event("message_stop", {{"type", "message_stop"}});
           continue;
         }
@@ -944,10 +946,10 @@ struct LiveEngine::Impl {
         const Json& choice = data["choices"][0];
         const std::string text = choice["delta"].value("content", std::string());
         if (!text.empty()) {
-          out += event("content_block_delta",
-                       {{"type", "content_block_delta"},
-                        {"index", 0},
-                        {"delta", {{"type", "text_delta"}, {"text", text}}}});
+          out +=
+              event("content_block_delta", {{"type", "content_block_delta"},
+                                            {"index", 0},
+                                            {"delta", {{"type", "text_delta"}, {"text", text}}}});
         }
         if (!choice["finish_reason"].is_null()) {
           out += event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
@@ -1017,27 +1019,35 @@ struct LiveEngine::Impl {
     auto usage_of = [](const Json& usage) {
       const int64_t prompt = usage.value("prompt_tokens", int64_t{0});
       const int64_t output = usage.value("completion_tokens", int64_t{0});
-      return Json{{"input_tokens", prompt},
-                  {"input_tokens_details",
-                   {{"cached_tokens", usage.value(Json::json_pointer("/prompt_tokens_details/cached_tokens"),
-                                                  int64_t{0})}}},
-                  {"output_tokens", output},
-                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                  {"total_tokens", prompt + output}};
+      return Json{
+          {"input_tokens", prompt},
+          {"input_tokens_details",
+           {{"cached_tokens",
+             usage.value(Json::json_pointer("/prompt_tokens_details/cached_tokens"), int64_t{0})}}},
+          {"output_tokens", output},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", prompt + output}};
     };
     auto item_of = [item_id](const std::string& text, const char* status) {
-      return Json{{"type", "message"},
-                  {"id", item_id},
-                  {"status", status},
-                  {"role", "assistant"},
-                  {"content", Json::array({{{"type", "output_text"},
-                                            {"text", text},
-                                            {"annotations", Json::array()}}})}};
+      return Json{
+          {"type", "message"},
+          {"id", item_id},
+          {"status", status},
+          {"role", "assistant"},
+          {"content",
+           Json::array(
+               {{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
     };
     auto response_of = [id, model](const char* status, Json output, Json usage) {
-      Json out = {{"id", id},           {"object", "response"}, {"created_at", 0},
-                  {"status", status},   {"model", model},       {"output", std::move(output)},
-                  {"parallel_tool_calls", true}, {"tool_choice", "auto"}, {"tools", Json::array()}};
+      Json out = {{"id", id},
+                  {"object", "response"},
+                  {"created_at", 0},
+                  {"status", status},
+                  {"model", model},
+                  {"output", std::move(output)},
+                  {"parallel_tool_calls", true},
+                  {"tool_choice", "auto"},
+                  {"tools", Json::array()}};
       if (!usage.is_null()) out["usage"] = std::move(usage);
       return out;
     };
@@ -1084,28 +1094,26 @@ struct LiveEngine::Impl {
                        {{"response", response_of("in_progress", Json::array(), nullptr)}});
           out += event("response.output_item.added",
                        {{"output_index", 0}, {"item", item_of("", "in_progress")}});
-          out += event("response.content_part.added", {{"item_id", item_id},
-                                                       {"output_index", 0},
-                                                       {"content_index", 0},
-                                                       {"part", part}});
+          out += event(
+              "response.content_part.added",
+              {{"item_id", item_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
         }
         if (data.contains("usage") && data["usage"].is_object() && data["choices"].empty()) {
           Json done_part = part;
           done_part["text"] = text;
-          out += event("response.output_text.done", {{"item_id", item_id},
-                                                     {"output_index", 0},
-                                                     {"content_index", 0},
-                                                     {"text", text}});
+          out += event(
+              "response.output_text.done",
+              {{"item_id", item_id}, {"output_index", 0}, {"content_index", 0}, {"text", text}});
           out += event("response.content_part.done", {{"item_id", item_id},
                                                       {"output_index", 0},
                                                       {"content_index", 0},
                                                       {"part", done_part}});
           out += event("response.output_item.done",
                        {{"output_index", 0}, {"item", item_of(text, "completed")}});
-          out += event("response.completed",
-                       {{"response", response_of("completed",
-                                                 Json::array({item_of(text, "completed")}),
-                                                 usage_of(data["usage"]))}});
+          out += event(
+              "response.completed",
+              {{"response", response_of("completed", Json::array({item_of(text, "completed")}),
+                                        usage_of(data["usage"]))}});
           remember(text);
           continue;
         }
@@ -1113,18 +1121,16 @@ struct LiveEngine::Impl {
         const std::string delta = data["choices"][0]["delta"].value("content", std::string());
         if (delta.empty()) continue;
         text += delta;
-        out += event("response.output_text.delta", {{"item_id", item_id},
-                                                    {"output_index", 0},
-                                                    {"content_index", 0},
-                                                    {"delta", delta}});
+        out += event(
+            "response.output_text.delta",
+            {{"item_id", item_id}, {"output_index", 0}, {"content_index", 0}, {"delta", delta}});
       }
       return out;
     };
     RelayConverted(answer, std::move(convert), response);
   }
 
-  void HandleCompletion(const httplib::Request& request, httplib::Response& response,
-                        bool chat) {
+  void HandleCompletion(const httplib::Request& request, httplib::Response& response, bool chat) {
     const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(response, 400, "body: not a JSON object", kRequestValidation);
@@ -1226,8 +1232,8 @@ struct LiveEngine::Impl {
     }
     Result<std::optional<Bootstrap>> bootstrap = ParseBootstrap(body);
     if (!bootstrap.ok()) return SendError(response, 400, bootstrap.status().message());
-    NoteReceived(completion, *bootstrap ? std::optional<uint64_t>((*bootstrap)->room)
-                                        : std::nullopt);
+    NoteReceived(completion,
+                 *bootstrap ? std::optional<uint64_t>((*bootstrap)->room) : std::nullopt);
     if (!*bootstrap || options.role == ingest::EngineRole::kBoth) {
       return PrefillAndAnswer(response, completion, /*hand_over=*/false, "");
     }
@@ -1265,8 +1271,7 @@ struct LiveEngine::Impl {
       if (hand_over) transfer_params = HandOverLocked(completion, request_id, finish);
     }
     std::this_thread::sleep_until(finish);
-    const double queue_s =
-        std::chrono::duration<double>(start - arrived).count() * options.speedup;
+    const double queue_s = std::chrono::duration<double>(start - arrived).count() * options.speedup;
     const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
     Json sim = {{"engine", options.id},
                 {"hit_blocks", outcome.hit_blocks},
@@ -1315,15 +1320,9 @@ struct LiveEngine::Impl {
 
   // REQUIRES: mu held (the generator is not thread-safe).
   std::string RandomHexLocked(size_t digits) {
-    static constexpr char kHex[] = "0123456789abcdef";
     std::string out;
-    out.reserve(digits);
-    uint64_t bits = 0;
-    for (size_t i = 0; i < digits; ++i) {
-      if (i % 16 == 0) bits = rng();
-      out.push_back(kHex[bits & 0xf]);
-      bits >>= 4;
-    }
+    while (out.size() < digits) out += Hex64(rng());
+    out.resize(digits);
     return out;
   }
 
@@ -1382,7 +1381,8 @@ struct LiveEngine::Impl {
       if (handoff == handoffs.end()) {
         return SendError(response, 404,
                          "remote_request_id: " + request_id + " is unknown at engine " +
-                             options.id + " (never handed over, already pulled, or its pin "
+                             options.id +
+                             " (never handed over, already pulled, or its pin "
                              "lapsed)",
                          "not_found_error");
       }
@@ -1431,8 +1431,8 @@ struct LiveEngine::Impl {
       outcome = PrefillLocked(tokens, completion.cache_salt);
     }
     const int64_t pulled_tokens = outcome.computed_tokens;
-    const double transfer_s = sim::TransferSeconds(options.shape, pulled_tokens,
-                                                   options.link_bytes_per_s);
+    const double transfer_s =
+        sim::TransferSeconds(options.shape, pulled_tokens, options.link_bytes_per_s);
     const Clock::time_point landed = Clock::now();
     std::this_thread::sleep_for(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(transfer_s / options.speedup)));
@@ -1480,11 +1480,9 @@ struct LiveEngine::Impl {
       // would wait out its lease for nothing. Refused as a busy engine.
       if (rooms.size() + 1 >= static_cast<size_t>(options.http_threads)) {
         return SendError(response, 503,
-                         name + ": engine " + options.id + " has " +
-                             std::to_string(rooms.size()) +
+                         name + ": engine " + options.id + " has " + std::to_string(rooms.size()) +
                              " rooms waiting for their decode engines, as many as its " +
-                             std::to_string(options.http_threads) +
-                             " HTTP threads leave room for",
+                             std::to_string(options.http_threads) + " HTTP threads leave room for",
                          "server_error");
       }
       outcome = PrefillLocked(tokens, completion.cache_salt);
@@ -1509,8 +1507,7 @@ struct LiveEngine::Impl {
     bool reset = false;
     {
       std::unique_lock lock(mu);
-      room_cv.wait_until(lock, pending->expires,
-                         [&] { return pending->ended || closing.load(); });
+      room_cv.wait_until(lock, pending->expires, [&] { return pending->ended || closing.load(); });
       // Not taken: the lease has passed (or the engine is stopping), and
       // the pin ends here if the sweep has not ended it yet.
       if (!pending->ended) EndRoomLocked(room, *pending);
@@ -1523,18 +1520,17 @@ struct LiveEngine::Impl {
                          "server_error");
       }
       if (reset) {
-        return SendError(response, 500,
-                         name + ": engine " + options.id +
-                             "'s cache was reset before a decode worker connected",
-                         "server_error");
+        return SendError(
+            response, 500,
+            name + ": engine " + options.id + "'s cache was reset before a decode worker connected",
+            "server_error");
       }
       return SendError(response, 500,
                        name + ": no decode worker connected within " +
                            std::to_string(options.kv_lease.count()) + " ms",
                        "server_error");
     }
-    const double queue_s =
-        std::chrono::duration<double>(start - arrived).count() * options.speedup;
+    const double queue_s = std::chrono::duration<double>(start - arrived).count() * options.speedup;
     const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
     Json sim = {{"engine", options.id},
                 {"hit_blocks", outcome.hit_blocks},
@@ -1656,8 +1652,8 @@ struct LiveEngine::Impl {
         if (result->status != 200 || !answer.is_object() || !answer.contains("tokens") ||
             !answer["tokens"].is_number_integer()) {
           return Status::Unavailable(where + ": the prefill engine at " + peer +
-                                     " answered the fetch with " +
-                                     std::to_string(result->status) + " and no token count");
+                                     " answered the fetch with " + std::to_string(result->status) +
+                                     " and no token count");
         }
         return answer["tokens"].get<int64_t>();
       }
@@ -1832,19 +1828,19 @@ struct LiveEngine::Impl {
   Clock::time_point busy_until{};
   std::deque<std::pair<Clock::time_point, Clock::time_point>> queue;  // (start, finish)
   uint64_t next_seq = 0;
-  std::unordered_map<std::string, PendingHandoff> handoffs;  // by remote_request_id
-  std::deque<std::pair<Clock::time_point, std::string>> expiries;  // in expiry order
+  std::unordered_map<std::string, PendingHandoff> handoffs;          // by remote_request_id
+  std::deque<std::pair<Clock::time_point, std::string>> expiries;    // in expiry order
   std::unordered_map<uint64_t, std::shared_ptr<PendingRoom>> rooms;  // by bootstrap_room
-  std::deque<std::pair<Clock::time_point, uint64_t>> room_expiries;   // in expiry order
-  std::condition_variable room_cv;  // with mu: a room ended, or the engine is stopping
+  std::deque<std::pair<Clock::time_point, uint64_t>> room_expiries;  // in expiry order
+  std::condition_variable room_cv;   // with mu: a room ended, or the engine is stopping
   std::atomic<bool> closing{false};  // set under mu, so a room's waiter cannot miss it
   std::mt19937_64 rng{std::random_device{}()};
   std::atomic<size_t> pending_handoffs{0};  // handoffs and rooms, for the idle sweep
-  std::atomic<uint64_t> pulls{0};   // prefill side: handoffs pulled, rooms fetched
-  std::atomic<uint64_t> failed{0};  // decode side: pulls (or room fetches) that failed
-  std::atomic<int64_t> pulling{0};  // decode side: handoffs waiting for their KV
+  std::atomic<uint64_t> pulls{0};           // prefill side: handoffs pulled, rooms fetched
+  std::atomic<uint64_t> failed{0};          // decode side: pulls (or room fetches) that failed
+  std::atomic<int64_t> pulling{0};          // decode side: handoffs waiting for their KV
 
-  std::mutex received_mu;  // guards received_salts, last_bootstrap_room
+  std::mutex received_mu;                   // guards received_salts, last_bootstrap_room
   std::vector<std::string> received_salts;  // the cache_salt of every completion, "" for none
   std::optional<uint64_t> last_bootstrap_room;
   std::atomic<uint64_t> aborted{0};  // streams whose client went away
@@ -1899,8 +1895,7 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
                                    ": link_bytes_per_s must be > 0");
   }
   if (options.pull_delay < std::chrono::milliseconds(0)) {
-    return Status::InvalidArgument("simulated engine " + options.id +
-                                   ": pull_delay must be >= 0");
+    return Status::InvalidArgument("simulated engine " + options.id + ": pull_delay must be >= 0");
   }
   auto impl = std::make_unique<Impl>(options);
   try {
@@ -1922,9 +1917,8 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_tcp_nodelay(true);
-  http.Get("/health", [](const httplib::Request&, httplib::Response& response) {
-    response.status = 200;
-  });
+  http.Get("/health",
+           [](const httplib::Request&, httplib::Response& response) { response.status = 200; });
   http.Get("/metrics", [self](const httplib::Request&, httplib::Response& response) {
     self->HandleMetrics(response);
   });
@@ -1940,21 +1934,20 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
       response.status = 200;
     });
   }
-  http.Post("/v1/completions", [self](const httplib::Request& request,
-                                      httplib::Response& response) {
-    self->HandleCompletion(request, response, /*chat=*/false);
-  });
-  http.Post("/v1/chat/completions", [self](const httplib::Request& request,
-                                           httplib::Response& response) {
-    self->HandleCompletion(request, response, /*chat=*/true);
-  });
+  http.Post("/v1/completions",
+            [self](const httplib::Request& request, httplib::Response& response) {
+              self->HandleCompletion(request, response, /*chat=*/false);
+            });
+  http.Post("/v1/chat/completions",
+            [self](const httplib::Request& request, httplib::Response& response) {
+              self->HandleCompletion(request, response, /*chat=*/true);
+            });
   http.Post("/v1/messages", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleMessages(request, response);
   });
-  http.Post("/v1/responses",
-            [self](const httplib::Request& request, httplib::Response& response) {
-              self->HandleResponses(request, response);
-            });
+  http.Post("/v1/responses", [self](const httplib::Request& request, httplib::Response& response) {
+    self->HandleResponses(request, response);
+  });
   http.Post("/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
     self->HandleTokenize(request, response);
   });
@@ -1963,19 +1956,18 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   });
   if (options.kind == ingest::EngineKind::kSglang) {
     // SGLang's path for the same shapes (connectors::TokenizePath).
-    http.Post("/v1/tokenize", [self](const httplib::Request& request,
-                                     httplib::Response& response) {
+    http.Post("/v1/tokenize", [self](const httplib::Request& request, httplib::Response& response) {
       self->HandleTokenize(request, response);
     });
   }
-  http.Post("/kvgov_sim/bootstrap", [self](const httplib::Request& request,
-                                           httplib::Response& response) {
-    self->HandleBootstrap(request, response);
-  });
-  http.Post("/kvgov_sim/nixl_read", [self](const httplib::Request& request,
-                                           httplib::Response& response) {
-    self->HandleNixlRead(request, response);
-  });
+  http.Post("/kvgov_sim/bootstrap",
+            [self](const httplib::Request& request, httplib::Response& response) {
+              self->HandleBootstrap(request, response);
+            });
+  http.Post("/kvgov_sim/nixl_read",
+            [self](const httplib::Request& request, httplib::Response& response) {
+              self->HandleNixlRead(request, response);
+            });
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
         SendError(response, 500, "internal error");

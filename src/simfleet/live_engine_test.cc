@@ -142,7 +142,8 @@ TEST_P(LiveEngineTest, SpeaksVllmsWireAndControlApi) {
   dealer.connect(engine->replay_endpoint());
   std::string start(8, '\0');
   const uint64_t stored_seq = BigEndian(stored[1]);
-  for (int i = 0; i < 8; ++i) start[static_cast<size_t>(i)] = static_cast<char>(stored_seq >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    start[static_cast<size_t>(i)] = static_cast<char>(stored_seq >> (56 - 8 * i));
   std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0), zmq::buffer(start)};
   zmq::send_multipart(dealer, request);
   std::vector<zmq::message_t> reply = Receive(dealer);
@@ -316,13 +317,12 @@ TEST(LiveEngineDisaggregationTest, HandsAPromptOverFromPrefillToDecode) {
   EXPECT_EQ(prefill->pinned_blocks(), 2u);
 
   // The decode leg: the client's own body (streamed) plus those params.
-  httplib::Result answer = DecodeLeg(
-      *decode,
-      Json{{"prompt", prompt},
-           {"max_tokens", 3},
-           {"stream", true},
-           {"stream_options", {{"include_usage", true}}}},
-      params);
+  httplib::Result answer = DecodeLeg(*decode,
+                                     Json{{"prompt", prompt},
+                                          {"max_tokens", 3},
+                                          {"stream", true},
+                                          {"stream_options", {{"include_usage", true}}}},
+                                     params);
   ASSERT_TRUE(answer);
   ASSERT_EQ(answer->status, 200) << answer->body;
   EXPECT_EQ(answer->get_header_value("Content-Type"), "text/event-stream");
@@ -369,7 +369,7 @@ TEST(LiveEngineDisaggregationTest, PullsOnlyWhatItDoesNotHoldAndOnlyOnce) {
   ASSERT_NE(decode, nullptr);
   httplib::Client d_client(decode->control_url());
   const std::vector<int64_t> prompt = Tokens(40, 7);
-  Complete(d_client, Tokens(16, 7));  // D already holds the first block
+  Complete(d_client, Tokens(16, 7));               // D already holds the first block
   const Json params = HandOver(*prefill, prompt);  // no X-Request-Id: a generated one
   const std::string remote_id = params.value("remote_request_id", "");
   EXPECT_EQ(remote_id.size(), 32u + 1 + 8) << remote_id;
@@ -393,9 +393,8 @@ TEST(LiveEngineDisaggregationTest, PullsOnlyWhatItDoesNotHoldAndOnlyOnce) {
   ASSERT_TRUE(answer);
   EXPECT_EQ(answer->status, 503);
   const Json error = Json::parse(answer->body);
-  EXPECT_EQ(error["error"]["message"],
-            "kv_transfer_params: remote request " + remote_id +
-                " is unknown or expired at engine sim-p");
+  EXPECT_EQ(error["error"]["message"], "kv_transfer_params: remote request " + remote_id +
+                                           " is unknown or expired at engine sim-p");
   EXPECT_EQ(decode->failed_pulls(), 1u);
   EXPECT_EQ(prefill->pulls(), 1u);
 }
@@ -403,9 +402,9 @@ TEST(LiveEngineDisaggregationTest, PullsOnlyWhatItDoesNotHoldAndOnlyOnce) {
 TEST(LiveEngineDisaggregationTest, APinThatLapsedFailsThePull) {
   std::unique_ptr<LiveEngine> prefill =
       StartRole("sim-p", ingest::EngineRole::kPrefill, std::chrono::milliseconds(50));
-  std::unique_ptr<LiveEngine> decode = StartRole("sim-d", ingest::EngineRole::kDecode,
-                                                 std::chrono::seconds(30),
-                                                 std::chrono::milliseconds(200));
+  std::unique_ptr<LiveEngine> decode =
+      StartRole("sim-d", ingest::EngineRole::kDecode, std::chrono::seconds(30),
+                std::chrono::milliseconds(200));
   ASSERT_NE(prefill, nullptr);
   ASSERT_NE(decode, nullptr);
   const std::vector<int64_t> prompt = Tokens(40, 7);
@@ -467,8 +466,7 @@ TEST(LiveEngineDisaggregationTest, AHandoffMissingAFieldIsRefusedNamingIt) {
   httplib::Result answer = DecodeLeg(*decode, body, bad_port);
   ASSERT_TRUE(answer);
   EXPECT_EQ(answer->status, 400);
-  EXPECT_NE(answer->body.find("kv_transfer_params.remote_port: want an integer"),
-            std::string::npos)
+  EXPECT_NE(answer->body.find("kv_transfer_params.remote_port: want an integer"), std::string::npos)
       << answer->body;
   EXPECT_EQ(decode->failed_pulls(), 0u);  // refused before any pull
 
@@ -710,8 +708,8 @@ TEST(LiveEngineSglangTest, HandsAPromptOverThroughTheBootstrapRoom) {
   EXPECT_EQ(decode->last_bootstrap_room(), room);
   // The room is gone: a second fetch of it is refused, naming it.
   httplib::Client p_client(prefill->control_url());
-  httplib::Result again = p_client.Post(
-      "/kvgov_sim/bootstrap", Json{{"bootstrap_room", room}}.dump(), "application/json");
+  httplib::Result again = p_client.Post("/kvgov_sim/bootstrap",
+                                        Json{{"bootstrap_room", room}}.dump(), "application/json");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 404);
   EXPECT_NE(again->body.find("bootstrap_room " + std::to_string(room)), std::string::npos)
@@ -843,10 +841,10 @@ TEST(LiveEngineSglangTest, ADecodeEngineWhoseRoomNeverComesFails) {
   httplib::Result answer = PostCompletion(*decode, RoomBody(prompt, *prefill, 9, 1, false));
   ASSERT_TRUE(answer);
   EXPECT_EQ(answer->status, 503);
-  EXPECT_NE(answer->body.find("bootstrap_room 9: the prefill engine at 127.0.0.1:" +
-                              std::to_string(PortOf(*prefill)) +
-                              " did not hold the room within 100 ms"),
-            std::string::npos)
+  EXPECT_NE(
+      answer->body.find("bootstrap_room 9: the prefill engine at 127.0.0.1:" +
+                        std::to_string(PortOf(*prefill)) + " did not hold the room within 100 ms"),
+      std::string::npos)
       << answer->body;
   EXPECT_EQ(decode->failed_pulls(), 1u);
   // A prefill engine that cannot be reached fails at once.

@@ -17,7 +17,6 @@
 #include "kvgov/simfleet/live_engine.h"
 #include "simfleet/http_json.h"
 
-
 namespace kvgov::simfleet {
 namespace {
 
@@ -96,12 +95,18 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
   }
   const std::string ready = options.data_dir + ".ready";
   std::filesystem::remove(ready, made);
-  std::vector<std::string> args = {binary,         "serve",
-                                   "--listen",     "127.0.0.1:0",
-                                   "--data-dir",   options.data_dir,
-                                   "--ready-file", ready,
-                                   "--probe-interval-ms", "200",
-                                   "--snapshot-every-batches", "2000"};
+  std::vector<std::string> args = {binary,
+                                   "serve",
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--data-dir",
+                                   options.data_dir,
+                                   "--ready-file",
+                                   ready,
+                                   "--probe-interval-ms",
+                                   "200",
+                                   "--snapshot-every-batches",
+                                   "2000"};
   for (const auto& engine : engines) {
     args.push_back("--engine");
     args.push_back(engine->EngineSpec());
@@ -193,18 +198,16 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
       const bool quarantine = i % 2 == 0;
       // A lease is granted and completed in two calls, so lease state stays
       // bounded; quarantines reuse a few spans for the same reason.
-      const Json body =
-          quarantine
-              ? Json{{"model", kModel},
-                     {"token_ids", groups[random() % kQuarantinedGroups]},
-                     {"reason", "loadgen"}}
-              : Json{{"events",
-                      {{{"type", "nixl_lease"},
-                        {"lease_id", "lease-" + std::to_string(i / 4)},
-                        {"event", i % 4 == 1 ? "create" : "transfer_complete"},
-                        {"role", "prefill_pin"},
-                        {"remote_engine", "load-0"},
-                        {"ttl_ms", 60000}}}}};
+      const Json body = quarantine ? Json{{"model", kModel},
+                                          {"token_ids", groups[random() % kQuarantinedGroups]},
+                                          {"reason", "loadgen"}}
+                                   : Json{{"events",
+                                           {{{"type", "nixl_lease"},
+                                             {"lease_id", "lease-" + std::to_string(i / 4)},
+                                             {"event", i % 4 == 1 ? "create" : "transfer_complete"},
+                                             {"role", "prefill_pin"},
+                                             {"remote_engine", "load-0"},
+                                             {"ttl_ms", 60000}}}}};
       const Clock::time_point start = Clock::now();
       Result<Json> answer = quarantine
                                 ? PostJson(client, "POST /v1/quarantine", "/v1/quarantine", body)

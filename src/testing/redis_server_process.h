@@ -2,7 +2,7 @@
 
 // Test support: a real redis-server on a free loopback port, owned by the
 // test that starts it. Linked by kvgov_replication's tests and available to
-// the end-to-end tests (target kvgov_redis_test_support).
+// the end-to-end tests (target kvgov_test_support).
 
 #include <sys/types.h>
 

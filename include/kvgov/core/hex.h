@@ -28,4 +28,8 @@ Result<std::string> HexDecode(std::string_view hex, std::string_view what);
 void WriteHex64(uint64_t value, std::string& out);
 std::string Hex64(uint64_t value);
 
+/// `value` as "0x" and its lowercase hex digits without leading zeros: a
+/// number in a message ("0x0" for zero).
+std::string HexNumber(uint64_t value);
+
 }  // namespace kvgov
