@@ -71,7 +71,7 @@ def main():
         # A new route, registered but not documented (as a spool-dir hook or
         # any other handler would be): the check names it and where it is.
         server, spec = fresh()
-        api = os.path.join(server, "http_api.cc")
+        api = os.path.join(server, "operations_api.cc")
         edit(api, '  http.Get("/healthz",',
              '  http.Post(R"(/v1/spool/([a-z]+)/flush)", nullptr);\n'
              '  http.Get("/v1/undocumented", nullptr);\n  http.Get("/healthz",')
@@ -82,7 +82,7 @@ def main():
 
         # A registration commented out does not count.
         server, spec = fresh()
-        edit(os.path.join(server, "http_api.cc"), '  http.Get("/healthz",',
+        edit(os.path.join(server, "operations_api.cc"), '  http.Get("/healthz",',
              '  // http.Get("/v1/commented-out", nullptr);\n  http.Get("/healthz",')
         expect("a commented-out registration is ignored", 0, None, server, spec)
 
@@ -125,7 +125,7 @@ def main():
         gov = os.path.join(server, "governance_api.cc")
         with open(gov, encoding="utf-8") as f:
             text = f.read()
-        text, n = re.subn(r'(http\.Get\("/v1/leases",\s*Guard\(\*routes\.auth, )Role::kRead',
+        text, n = re.subn(r'(http\.Get\("/v1/leases",\s*Guard\(routes\.access, )Role::kRead',
                           r"\1Role::kAdmin", text)
         assert n == 1, "selftest: the GET /v1/leases guard was not found"
         with open(gov, "w", encoding="utf-8") as f:

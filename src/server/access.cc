@@ -2,7 +2,7 @@
 
 #include <httplib.h>
 
-#include "server/http_api.h"
+#include "server/route_http.h"
 
 namespace kvgov::server {
 namespace {
@@ -24,18 +24,18 @@ std::optional<auth::Principal> Admit(auth::Authenticator& auth, auth::Role role,
 
 }  // namespace
 
-Handler Guard(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler) {
-  return [&auth, role, handler = std::move(handler)](const httplib::Request& request,
-                                                     httplib::Response& response) {
-    if (std::optional<auth::Principal> caller = Admit(auth, role, request, response)) {
+Handler Guard(const RouteAccess& access, auth::Role role, PrincipalHandler handler) {
+  return [auth = access.auth, role, handler = std::move(handler)](const httplib::Request& request,
+                                                                  httplib::Response& response) {
+    if (std::optional<auth::Principal> caller = Admit(*auth, role, request, response)) {
       handler(request, response, *caller);
     }
   };
 }
 
-Handler GuardFleetWrite(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler) {
+Handler GuardFleetWrite(const RouteAccess& access, auth::Role role, PrincipalHandler handler) {
   return Guard(
-      auth, role,
+      access, role,
       [handler = std::move(handler)](const httplib::Request& request, httplib::Response& response,
                                      const auth::Principal& caller) {
         if (!caller.tenant.empty()) {
@@ -48,9 +48,9 @@ Handler GuardFleetWrite(auth::Authenticator& auth, auth::Role role, PrincipalHan
       });
 }
 
-Handler GuardFleet(auth::Authenticator& auth, auth::Role role, Handler handler) {
+Handler GuardFleet(const RouteAccess& access, auth::Role role, Handler handler) {
   return GuardFleetWrite(
-      auth, role,
+      access, role,
       [handler = std::move(handler)](const httplib::Request& request, httplib::Response& response,
                                      const auth::Principal&) { handler(request, response); });
 }

@@ -9,31 +9,35 @@
 #include <string>
 
 #include "kvgov/auth/tokens.h"
+#include "kvgov/codec/json_codec.h"
 #include "kvgov/core/status.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/route_http.h"
 
 namespace kvgov::server {
 
-using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+/// What every route file takes first: who may call its routes, and the
+/// limits their bodies are decoded under. The authenticator must outlive
+/// the listener.
+struct RouteAccess {
+  auth::Authenticator* auth = nullptr;
+  JsonLimits body_limits;
+};
+
 using PrincipalHandler =
     std::function<void(const httplib::Request&, httplib::Response&, const auth::Principal&)>;
 
 /// Authenticates the call's bearer token and checks `role`, answering 401
 /// or 403 itself; otherwise calls `handler` with the caller, whose tenant
 /// binding the handler must honour.
-Handler Guard(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler);
+Handler Guard(const RouteAccess& access, auth::Role role, PrincipalHandler handler);
 
 /// The same for fleet-wide routes (journal, metrics, config, drain,
 /// ingest): a tenant-bound token is refused with 403.
-Handler GuardFleet(auth::Authenticator& auth, auth::Role role, Handler handler);
+Handler GuardFleet(const RouteAccess& access, auth::Role role, Handler handler);
 
 /// GuardFleet for a fleet-wide governance write: the handler gets the
 /// caller, to name it in the journal.
-Handler GuardFleetWrite(auth::Authenticator& auth, auth::Role role, PrincipalHandler handler);
+Handler GuardFleetWrite(const RouteAccess& access, auth::Role role, PrincipalHandler handler);
 
 /// The journal's actor for a caller (docs/formats/journal.md §2):
 /// "token:<name>", or "local" for a loopback call while authentication is

@@ -9,7 +9,7 @@
 #include "kvgov/console/assets.h"
 #include "server/access.h"
 #include "server/engines.h"
-#include "server/http_api.h"
+#include "server/route_http.h"
 #include "server/salting.h"
 
 namespace kvgov::server {
@@ -52,7 +52,7 @@ Json TrafficJson(const ConsoleRoutes& routes) {
 void HandleExplain(const ConsoleRoutes& routes, const httplib::Request& request,
                    httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  Result<ExplainRequest> body = DecodeExplainRequestJson(request.body, routes.body_limits);
+  Result<ExplainRequest> body = DecodeExplainRequestJson(request.body, routes.access.body_limits);
   if (!body.ok()) return SendBodyError(response, body.status());
   router::RouteRequest& route = body->route;
   if (Status fitted = FitToCaller(caller, /*names_span_by_tokens=*/true, route.tenant);
@@ -99,12 +99,12 @@ void RegisterConsoleApi(httplib::Server& http, const ConsoleRoutes& routes) {
   http.Get("/ui/", ServeAsset);
   http.Get(R"(/ui/([a-z]+\.[a-z]+))", ServeAsset);
   http.Get("/v1/traffic",
-           GuardFleet(*routes.auth, Role::kRead,
+           GuardFleet(routes.access, Role::kRead,
                       [routes](const httplib::Request&, httplib::Response& response) {
                         SendJson(response, 200, TrafficJson(routes));
                       }));
   http.Post("/v1/route/explain",
-            Guard(*routes.auth, Role::kRoute,
+            Guard(routes.access, Role::kRoute,
                   [routes](const httplib::Request& request, httplib::Response& response,
                            const auth::Principal& caller) {
                     HandleExplain(routes, request, response, caller);

@@ -10,6 +10,7 @@
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/metrics/traffic_history.h"
 #include "kvgov/router/router.h"
+#include "server/access.h"
 
 namespace httplib {
 class Server;
@@ -22,8 +23,7 @@ class RouteSalting;
 
 /// What the console's routes use; each must outlive the listener.
 struct ConsoleRoutes {
-  auth::Authenticator* auth = nullptr;
-  JsonLimits body_limits;
+  RouteAccess access;
   const metrics::TrafficHistory* traffic = nullptr;
   int64_t traffic_interval_ms = 0;  // as sampled
   const RouteSalting* salting = nullptr;

@@ -18,7 +18,7 @@
 #include "kvgov/spool/spool_directory.h"
 #include "kvgov/auth/entropy.h"
 #include "kvgov/codec/config_api.h"
-#include "server/http_api.h"
+#include "server/route_http.h"
 #include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {

@@ -16,7 +16,7 @@
 #include "server/access.h"
 #include "server/engines.h"
 #include "server/route_state.h"
-#include "server/http_api.h"
+#include "server/route_http.h"
 
 namespace kvgov::server {
 namespace {
@@ -44,7 +44,8 @@ Json LeaseJson(const NIXLLease& lease, int64_t now_ms) {
 // was made for since start is most likely a typo: it is carried out (the
 // tenant may come later), and the answer says so.
 void WarnOfUnknownTenant(const GovernanceRoutes& routes, std::string_view tenant, Json& answer) {
-  if (tenant.empty() || routes.auth->NamesTenant(tenant) || routes.tenants_seen->Contains(tenant)) {
+  if (tenant.empty() || routes.access.auth->NamesTenant(tenant) ||
+      routes.tenants_seen->Contains(tenant)) {
     return;
   }
   answer["warning"] = "tenant '" + std::string(tenant.substr(0, 128)) +
@@ -124,7 +125,8 @@ bool TokenizeSpan(const GovernanceRoutes& routes, Request& body, httplib::Respon
 void HandleQuarantine(const GovernanceRoutes& routes, const httplib::Request& request,
                       httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
-  Result<QuarantineRequest> body = DecodeQuarantineRequestJson(request.body, routes.body_limits);
+  Result<QuarantineRequest> body =
+      DecodeQuarantineRequestJson(request.body, routes.access.body_limits);
   if (!body.ok()) return SendBodyError(response, body.status());
   if (Status fitted = FitToCaller(caller, NamesSpanByTokens(*body), body->tenant); !fitted.ok()) {
     return SendError(response, 403, fitted);
@@ -216,7 +218,7 @@ void HandleQuarantineLift(const GovernanceRoutes& routes, const httplib::Request
                           httplib::Response& response, const auth::Principal& caller) {
   if (!RequireJsonContentType(request, response)) return;
   Result<QuarantineLiftRequest> body =
-      DecodeQuarantineLiftRequestJson(request.body, routes.body_limits);
+      DecodeQuarantineLiftRequestJson(request.body, routes.access.body_limits);
   if (!body.ok()) return SendBodyError(response, body.status());
   Result<services::Quarantine> found = routes.quarantines->Find(request.matches[1].str());
   // Another tenant's quarantine answers as an unknown one.
@@ -339,12 +341,12 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
   using auth::Role;
   http.Post(
       "/v1/invalidations",
-      Guard(*routes.auth, Role::kAdmin,
+      Guard(routes.access, Role::kAdmin,
             [routes](const httplib::Request& request, httplib::Response& response,
                      const auth::Principal& caller) {
               if (!RequireJsonContentType(request, response)) return;
               Result<InvalidationRequest> body =
-                  DecodeInvalidationRequestJson(request.body, routes.body_limits);
+                  DecodeInvalidationRequestJson(request.body, routes.access.body_limits);
               if (!body.ok()) return SendBodyError(response, body.status());
               // A tenant-bound token revokes its own tenant only.
               const bool by_tokens =
@@ -378,7 +380,7 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
               SendJson(response, 202, answer);
             }));
   http.Get(R"(/v1/invalidations/([0-9a-f]{32}))",
-           Guard(*routes.auth, Role::kRead,
+           Guard(routes.access, Role::kRead,
                  [routes](const httplib::Request& request, httplib::Response& response,
                           const auth::Principal& caller) {
                    std::optional<Directive> directive =
@@ -399,7 +401,7 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
   // By its id, or a unique prefix of at least 8 hex digits (what the demo
   // and the logs print).
   http.Get(R"(/v1/certificates/([0-9a-f]{8,64}))",
-           Guard(*routes.auth, Role::kRead,
+           Guard(routes.access, Role::kRead,
                  [routes](const httplib::Request& request, httplib::Response& response,
                           const auth::Principal& caller) {
                    Result<std::string> found =
@@ -412,7 +414,7 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
   // own issuer key and journal: for the console, and for a caller that
   // cannot stop the daemon to read its store.
   http.Get(R"(/v1/certificates/([0-9a-f]{8,64})/verify)",
-           Guard(*routes.auth, Role::kRead,
+           Guard(routes.access, Role::kRead,
                  [routes](const httplib::Request& request, httplib::Response& response,
                           const auth::Principal& caller) {
                    Result<std::string> found =
@@ -422,7 +424,7 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
                  }));
   // Newest first; a tenant-bound caller sees its tenant's.
   http.Get("/v1/invalidations",
-           Guard(*routes.auth, Role::kRead,
+           Guard(routes.access, Role::kRead,
                  [routes](const httplib::Request&, httplib::Response& response,
                           const auth::Principal& caller) {
                    Json out = Json::array();
@@ -434,7 +436,7 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
                    }
                    SendJson(response, 200, {{"invalidations", std::move(out)}});
                  }));
-  http.Get("/v1/leases", Guard(*routes.auth, Role::kRead,
+  http.Get("/v1/leases", Guard(routes.access, Role::kRead,
                                [routes](const httplib::Request&, httplib::Response& response,
                                         const auth::Principal& caller) {
                                  // Leases are transport infrastructure and carry no tenant:
@@ -449,20 +451,20 @@ void RegisterGovernanceApi(httplib::Server& http, const GovernanceRoutes& routes
                                  SendJson(response, 200, {{"leases", std::move(leases)}});
                                }));
   http.Post("/v1/quarantine",
-            Guard(*routes.auth, Role::kAdmin,
+            Guard(routes.access, Role::kAdmin,
                   [routes](const httplib::Request& request, httplib::Response& response,
                            const auth::Principal& caller) {
                     HandleQuarantine(routes, request, response, caller);
                   }));
   http.Post(R"(/v1/quarantines/([0-9a-f]{32})/lift)",
-            Guard(*routes.auth, Role::kAdmin,
+            Guard(routes.access, Role::kAdmin,
                   [routes](const httplib::Request& request, httplib::Response& response,
                            const auth::Principal& caller) {
                     HandleQuarantineLift(routes, request, response, caller);
                   }));
   http.Get(
       "/v1/quarantines",
-      Guard(*routes.auth, Role::kRead,
+      Guard(routes.access, Role::kRead,
             [routes](const httplib::Request&, httplib::Response& response,
                      const auth::Principal& caller) {
               Result<std::vector<services::Quarantine>> in_force = routes.quarantines->InForce();

@@ -14,6 +14,7 @@
 #include "kvgov/services/quarantine_service.h"
 #include "kvgov/services/tenant_salts.h"
 #include "kvgov/store/store.h"
+#include "server/access.h"
 
 namespace httplib {
 class Server;
@@ -27,8 +28,7 @@ class TenantsSeen;
 
 /// What the governance routes use; each must outlive the listener.
 struct GovernanceRoutes {
-  auth::Authenticator* auth = nullptr;
-  JsonLimits body_limits;
+  RouteAccess access;
   services::DirectiveDriver* invalidations = nullptr;
   services::QuarantineService* quarantines = nullptr;
   const services::LeaseService* leases = nullptr;

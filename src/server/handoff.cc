@@ -15,7 +15,7 @@
 #include "kvgov/log/log.h"
 #include "server/access.h"
 #include "server/engines.h"
-#include "server/http_api.h"
+#include "server/route_http.h"
 
 namespace kvgov::server {
 
@@ -130,9 +130,9 @@ void Handoffs::Record(gateway::HandoffRecord record, std::optional<double> hando
   log_.Add(std::move(record));
 }
 
-void RegisterHandoffApi(httplib::Server& http, auth::Authenticator& auth, const HandoffLog& log) {
+void RegisterHandoffApi(httplib::Server& http, const RouteAccess& access, const HandoffLog& log) {
   http.Get("/v1/handoffs",
-           Guard(auth, auth::Role::kRead,
+           Guard(access, auth::Role::kRead,
                  [&log](const httplib::Request&, httplib::Response& response,
                         const auth::Principal& caller) {
                    nlohmann::json out = nlohmann::json::array();

@@ -15,12 +15,12 @@
 #include "gateway/plane.h"
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/core/status.h"
-#include "kvgov/auth/tokens.h"
 #include "kvgov/core/mutex.h"
 #include "kvgov/governance/governance_gate.h"
 #include "kvgov/index/residency_index.h"
 #include "kvgov/metrics/registry.h"
 #include "kvgov/services/lease_service.h"
+#include "server/access.h"
 
 namespace httplib {
 class Server;
@@ -87,6 +87,6 @@ class Handoffs {
 
 /// GET /v1/handoffs on the control API: the newest handoffs, newest first
 /// (read role; a tenant-bound caller sees its tenant's only).
-void RegisterHandoffApi(httplib::Server& http, auth::Authenticator& auth, const HandoffLog& log);
+void RegisterHandoffApi(httplib::Server& http, const RouteAccess& access, const HandoffLog& log);
 
 }  // namespace kvgov::server

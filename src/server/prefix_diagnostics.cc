@@ -12,7 +12,7 @@
 #include "kvgov/log/log.h"
 #include "server/access.h"
 #include "server/engines.h"
-#include "server/http_api.h"
+#include "server/route_http.h"
 
 namespace kvgov::server {
 
@@ -105,17 +105,17 @@ void HandleLint(const Engines& engines, JsonLimits body_limits, const httplib::R
 
 }  // namespace
 
-void RegisterPrefixDiagnosticsApi(httplib::Server& http, auth::Authenticator& auth,
-                                  const PrefixWatch& watch, const Engines& engines,
-                                  JsonLimits body_limits) {
+void RegisterPrefixDiagnosticsApi(httplib::Server& http, const RouteAccess& access,
+                                  const PrefixWatch& watch, const Engines& engines) {
+  const JsonLimits body_limits = access.body_limits;
   http.Post("/v1/lint/prompt",
-            Guard(auth, auth::Role::kRead,
+            Guard(access, auth::Role::kRead,
                   [&engines, body_limits](const httplib::Request& request,
                                           httplib::Response& response, const auth::Principal&) {
                     HandleLint(engines, body_limits, request, response);
                   }));
   http.Get("/v1/diagnostics/prefix",
-           Guard(auth, auth::Role::kRead,
+           Guard(access, auth::Role::kRead,
                  [&watch, &engines](const httplib::Request& request, httplib::Response& response,
                                     const auth::Principal& caller) {
                    const prompts::CacheBreakerDetector* detector = watch.detector();

@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kvgov/auth/tokens.h"
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/metrics/registry.h"
 #include "kvgov/prompts/cache_breakers.h"
+#include "server/access.h"
 
 namespace httplib {
 class Server;
@@ -56,8 +56,7 @@ class PrefixWatch {
 
 /// POST /v1/lint/prompt and GET /v1/diagnostics/prefix (read role); the
 /// engines tokenize what they check. Each collaborator must outlive `http`.
-void RegisterPrefixDiagnosticsApi(httplib::Server& http, auth::Authenticator& auth,
-                                  const PrefixWatch& watch, const Engines& engines,
-                                  JsonLimits body_limits);
+void RegisterPrefixDiagnosticsApi(httplib::Server& http, const RouteAccess& access,
+                                  const PrefixWatch& watch, const Engines& engines);
 
 }  // namespace kvgov::server

@@ -22,12 +22,15 @@
 #include "kvgov/server/http_listener.h"
 #include "server/console_api.h"
 #include "server/daemon.h"
-#include "server/gateway.h"
 #include "server/engines.h"
+#include "server/fleet_api.h"
+#include "server/gateway.h"
 #include "server/governance_api.h"
 #include "server/handoff.h"
-#include "server/http_api.h"
+#include "server/operations_api.h"
 #include "server/prefix_diagnostics.h"
+#include "server/route_http.h"
+#include "server/routing_api.h"
 
 namespace kvgov::server {
 namespace {
@@ -160,36 +163,38 @@ Result<uint16_t> Listen(httplib::Server& http, const std::string& host, uint16_t
 
 // Every control API route, each file handed the members it uses.
 void RegisterRoutes(httplib::Server& http, Daemon& daemon) {
-  auth::Authenticator* const auth = daemon.auth.get();
-  const JsonLimits body_limits = BodyLimits(daemon.options.max_body_bytes);
+  const RouteAccess access{.auth = daemon.auth.get(),
+                           .body_limits = BodyLimits(daemon.options.max_body_bytes)};
   const Daemon* const root = &daemon;
-  RegisterHttpApi(http, {.auth = auth,
-                         .body_limits = body_limits,
-                         .reports = daemon.reports.get(),
-                         .index = &daemon.index,
-                         .status = &daemon.status,
-                         .ingest = daemon.ingest.get(),
-                         .predictions = &daemon.predictions,
-                         .engines = daemon.engines.get(),
-                         .engine_silence_ms = daemon.options.engine_silence_ms,
-                         .router = daemon.router.get(),
-                         .salting = daemon.salting.get(),
-                         .prefixes = daemon.prefixes.get(),
-                         .usage = daemon.usage.get(),
-                         .metrics = daemon.route_metrics,
-                         .tenants_seen = &daemon.tenants_seen,
-                         .route_totals = &daemon.route_totals,
-                         .route_predictions = &daemon.route_predictions,
-                         .drains = daemon.drains.get(),
-                         .config_json = [root] { return DescribeConfig(*root); },
-                         .issuer = daemon.issuer.get(),
-                         .journal = daemon.journal.get(),
-                         .store = daemon.store.get(),
-                         .chain_check = &daemon.chain_check,
-                         .registry = &daemon.metrics,
-                         .replica = daemon.replica.get()});
-  RegisterGovernanceApi(http, {.auth = auth,
-                               .body_limits = body_limits,
+  RegisterOperationsApi(http, {.access = access,
+                               .config_json = [root] { return DescribeConfig(*root); },
+                               .issuer = daemon.issuer.get(),
+                               .journal = daemon.journal.get(),
+                               .store = daemon.store.get(),
+                               .chain_check = &daemon.chain_check,
+                               .registry = &daemon.metrics,
+                               .replica = daemon.replica.get()});
+  RegisterFleetApi(http, {.access = access,
+                          .reports = daemon.reports.get(),
+                          .index = &daemon.index,
+                          .status = &daemon.status,
+                          .router = daemon.router.get(),
+                          .ingest = daemon.ingest.get(),
+                          .predictions = &daemon.predictions,
+                          .engines = daemon.engines.get(),
+                          .engine_silence_ms = daemon.options.engine_silence_ms,
+                          .drains = daemon.drains.get()});
+  RegisterRoutingApi(http, {.access = access,
+                            .router = daemon.router.get(),
+                            .salting = daemon.salting.get(),
+                            .index = &daemon.index,
+                            .prefixes = daemon.prefixes.get(),
+                            .usage = daemon.usage.get(),
+                            .metrics = daemon.route_metrics,
+                            .tenants_seen = &daemon.tenants_seen,
+                            .route_totals = &daemon.route_totals,
+                            .route_predictions = &daemon.route_predictions});
+  RegisterGovernanceApi(http, {.access = access,
                                .invalidations = daemon.invalidations.get(),
                                .quarantines = daemon.quarantines.get(),
                                .leases = daemon.leases.get(),
@@ -201,15 +206,14 @@ void RegisterRoutes(httplib::Server& http, Daemon& daemon) {
                                .issuer = daemon.issuer.get(),
                                .journal = daemon.journal.get(),
                                .chain_check = &daemon.chain_check});
-  RegisterConsoleApi(http, {.auth = auth,
-                            .body_limits = body_limits,
+  RegisterConsoleApi(http, {.access = access,
                             .traffic = daemon.traffic.get(),
                             .traffic_interval_ms = daemon.traffic_interval_ms,
                             .salting = daemon.salting.get(),
                             .router = daemon.router.get(),
                             .engines = daemon.engines.get()});
-  RegisterHandoffApi(http, *auth, daemon.handoffs->log());
-  RegisterPrefixDiagnosticsApi(http, *auth, *daemon.prefixes, *daemon.engines, body_limits);
+  RegisterHandoffApi(http, access, daemon.handoffs->log());
+  RegisterPrefixDiagnosticsApi(http, access, *daemon.prefixes, *daemon.engines);
 }
 
 // The gateway's front door on --gateway-listen: the same TLS files and
