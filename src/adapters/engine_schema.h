@@ -52,6 +52,6 @@ static_assert(kStoredFields[kParentBlockHash] == "parent_block_hash" &&
 /// A BlockRemoved's fields, in its positional order: a subset of a
 /// BlockStored's, read by the same rules.
 inline constexpr std::array<StoredField, 5> kRemovedFieldOrder = {kBlockHashes, kMedium, kGroupIdx,
-                                                                 kLocality, kOwnership};
+                                                                  kLocality, kOwnership};
 
 }  // namespace kvgov::adapters::internal

@@ -19,6 +19,7 @@
 namespace kvgov::adapters {
 namespace {
 
+using internal::AddReportedExtraKeys;
 using internal::Bytes;
 using internal::CanonicalJson;
 using internal::IsUnset;
@@ -33,7 +34,6 @@ using internal::ReadString;
 using internal::ReadTokenIds;
 using internal::UnpackUntrusted;
 using internal::WrongType;
-using internal::AddReportedExtraKeys;
 
 // ---------------------------------------------------------------------------
 // Field collection, shared by every schema. A schema is an ordered list of
@@ -156,8 +156,8 @@ Status CheckExtraKeyCount(size_t keys, size_t blocks, std::string_view where) {
 // ---------------------------------------------------------------------------
 // vLLM and SGLang events.
 
-using internal::StoredField;
 using internal::kStoredFields;
+using internal::StoredField;
 using enum internal::StoredField;
 // `cache_salt` is SGLang's (map events, sglang#37482), read by name: it has
 // no position in vLLM's layout.
@@ -212,8 +212,9 @@ Result<std::string> ReadSglangMetadata(const msgpack::object& metadata, std::str
   return ReadOptionalString(slots[0], Path(where, "cache_salt"));
 }
 
-Result<BlockStored> DecodeStored(const Slots<kStoredFieldCount>& f, const msgpack::object* cache_salt_field,
-                                 std::string_view where, uint64_t& unknown) {
+Result<BlockStored> DecodeStored(const Slots<kStoredFieldCount>& f,
+                                 const msgpack::object* cache_salt_field, std::string_view where,
+                                 uint64_t& unknown) {
   BlockStored stored;
   if (f[kBlockHashes] == nullptr) return Missing(Path(where, "block_hashes"));
   KVGOV_ASSIGN_OR_RETURN(stored.block_hashes,
@@ -698,7 +699,8 @@ Result<EngineEventBatch> DecodeEngineBatchByObjects(std::string_view payload,
 // The one pass takes what engines send; anything else, every error
 // included, goes the object path, which names it (docs/adr/0025).
 Result<EngineEventBatch> DecodeEngineBatch(std::string_view payload, const MsgpackLimits& limits) {
-  if (std::optional<EngineEventBatch> batch = internal::DecodeEngineBatchInOnePass(payload, limits)) {
+  if (std::optional<EngineEventBatch> batch =
+          internal::DecodeEngineBatchInOnePass(payload, limits)) {
     return std::move(*batch);
   }
   return internal::DecodeEngineBatchByObjects(payload, limits);

@@ -136,7 +136,8 @@ void BM_DecodeThreeWays(benchmark::State& state) {
     one_pass_s += std::chrono::duration<double>(one_pass - by_objects).count();
     state.SetIterationTime(std::chrono::duration<double>(one_pass - by_objects).count());
   }
-  const double blocks = static_cast<double>(payloads.blocks) * static_cast<double>(state.iterations());
+  const double blocks =
+      static_cast<double>(payloads.blocks) * static_cast<double>(state.iterations());
   state.counters["unpack_blocks_per_s"] = blocks / unpack_s;
   state.counters["objects_blocks_per_s"] = blocks / objects_s;
   state.counters["one_pass_blocks_per_s"] = blocks / one_pass_s;
@@ -146,7 +147,10 @@ void BM_DecodeThreeWays(benchmark::State& state) {
   state.counters["decode_apply_blocks_per_s"] = blocks / apply_s;
   state.counters["decode_apply_vs_unpack"] = unpack_s / apply_s;
 }
-BENCHMARK(BM_DecodeThreeWays)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(bench::Sized(2.0, 0.01));
+BENCHMARK(BM_DecodeThreeWays)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(bench::Sized(2.0, 0.01));
 
 }  // namespace
 }  // namespace kvgov::adapters

@@ -759,8 +759,7 @@ TEST(EngineWireVllmTest, LocalityOwnershipAndSessionAreDecoded) {
     p.Str("medium").Str("OBJ").Str("locality").Str("LOCAL").Str("ownership").Nil();
   }));
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
-  EXPECT_EQ(std::get<BlockRemoved>(removed->events.at(0)),
-            (BlockRemoved{{1}, "OBJ", 0, "LOCAL"}));
+  EXPECT_EQ(std::get<BlockRemoved>(removed->events.at(0)), (BlockRemoved{{1}, "OBJ", 0, "LOCAL"}));
   ExpectSchemaError(DecodeEngineBatch(OneEventBatch([](Pack& p) {
                       p.Map(3).Str("type").Str("BlockRemoved").Str("block_hashes").Ints({1});
                       p.Str("locality").Int(1);
@@ -1084,10 +1083,9 @@ void ExpectOnePassSound(const std::string& payload, const std::string& what) {
 }
 
 TEST(OnePassDecoderTest, TakesEveryEnginesGoldenButEagleBigrams) {
-  for (const char* name :
-       {"vllm_legacy_positional.msgpack", "vllm_v026_map_events.msgpack",
-        "vllm_storage_locality.msgpack", "vllm_map_batch_map_events.msgpack",
-        "sglang_cpu_tier1_negative_hash.msgpack", "vllm_bytes_hashes.msgpack"}) {
+  for (const char* name : {"vllm_legacy_positional.msgpack", "vllm_v026_map_events.msgpack",
+                           "vllm_storage_locality.msgpack", "vllm_map_batch_map_events.msgpack",
+                           "sglang_cpu_tier1_negative_hash.msgpack", "vllm_bytes_hashes.msgpack"}) {
     const std::string payload = ReadGolden(name);
     const std::optional<EngineEventBatch> fast = internal::DecodeEngineBatchInOnePass(payload, {});
     ASSERT_TRUE(fast.has_value()) << name;
@@ -1140,12 +1138,10 @@ TEST(OnePassDecoderTest, LeavesErrorsLimitsAndRareFormsToTheObjectPath) {
 
   MsgpackLimits tight;
   tight.max_str = 4;
-  const std::string long_unknown = OneEventBatch([](Pack& p) {
-    p.Array(2).Str("Future").Str("longer than four");
-  });
+  const std::string long_unknown =
+      OneEventBatch([](Pack& p) { p.Array(2).Str("Future").Str("longer than four"); });
   EXPECT_FALSE(internal::DecodeEngineBatchInOnePass(long_unknown, tight).has_value());
-  EXPECT_EQ(DecodeEngineBatch(long_unknown, tight).status().code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(DecodeEngineBatch(long_unknown, tight).status().code(), StatusCode::kResourceExhausted);
 
   // An empty extra-keys array for two blocks is refused, not taken as none.
   const std::string no_keys = OneEventBatch([](Pack& p) {
@@ -1161,11 +1157,10 @@ TEST(OnePassDecoderTest, LeavesErrorsLimitsAndRareFormsToTheObjectPath) {
 TEST(OnePassDecoderTest, AgreesWithTheObjectPathOnMutatedGoldens) {
   std::mt19937_64 random(25);
   size_t taken = 0;
-  for (const char* name :
-       {"vllm_legacy_positional.msgpack", "vllm_v026_map_events.msgpack",
-        "vllm_storage_locality.msgpack", "sglang_salted_eagle.msgpack",
-        "vllm_map_batch_map_events.msgpack", "sglang_cpu_tier1_negative_hash.msgpack",
-        "vllm_bytes_hashes.msgpack"}) {
+  for (const char* name : {"vllm_legacy_positional.msgpack", "vllm_v026_map_events.msgpack",
+                           "vllm_storage_locality.msgpack", "sglang_salted_eagle.msgpack",
+                           "vllm_map_batch_map_events.msgpack",
+                           "sglang_cpu_tier1_negative_hash.msgpack", "vllm_bytes_hashes.msgpack"}) {
     const std::string golden = ReadGolden(name);
     for (int round = 0; round < 3000; ++round) {
       std::string payload = golden;
@@ -1217,7 +1212,8 @@ TEST(OnePassDecoderTest, AStreamLeavesTheSameIndexEitherWay) {
       const int blocks = 1 + static_cast<int>(random() % 4);
       for (int b = 0; b < blocks; ++b) {
         stored.block_hashes.push_back(random());
-        for (int t = 0; t < 4; ++t) stored.token_ids.push_back(static_cast<int64_t>(random() % 128256));
+        for (int t = 0; t < 4; ++t)
+          stored.token_ids.push_back(static_cast<int64_t>(random() % 128256));
       }
       if (step % 7 == 0) {
         stored.lora_name = "adapter";
@@ -1231,7 +1227,8 @@ TEST(OnePassDecoderTest, AStreamLeavesTheSameIndexEitherWay) {
       batch.events.emplace_back(BlockRemoved{chains[chains.size() - 6], "GPU", 0, ""});
     }
     if (step == 150) batch.events.emplace_back(AllBlocksCleared{});
-    const auto encoding = step % 2 == 0 ? sim::WireEncoding::kMap : sim::WireEncoding::kLegacyPositional;
+    const auto encoding =
+        step % 2 == 0 ? sim::WireEncoding::kMap : sim::WireEncoding::kLegacyPositional;
     Result<std::string> payload = sim::EncodeEventBatch(batch, encoding);
     ASSERT_TRUE(payload.ok()) << payload.status().ToString();
     const std::optional<EngineEventBatch> fast = internal::DecodeEngineBatchInOnePass(*payload, {});

@@ -39,7 +39,8 @@ bool MsgpackCursor::Next(WireValue& value, uint32_t depth) {
     value.sint = static_cast<int8_t>(lead);
     return true;
   }
-  if (lead >= 0xa0 && lead <= 0xbf) return Sized(value, WireKind::kStr, lead & 0x1fu, limits_.max_str);
+  if (lead >= 0xa0 && lead <= 0xbf)
+    return Sized(value, WireKind::kStr, lead & 0x1fu, limits_.max_str);
   if (lead >= 0x90 && lead <= 0x9f) return Container(value, WireKind::kArray, lead & 0x0fu, depth);
   if (lead >= 0x80 && lead <= 0x8f) return Container(value, WireKind::kMap, lead & 0x0fu, depth);
   switch (lead) {

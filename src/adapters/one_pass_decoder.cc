@@ -61,8 +61,8 @@ uint8_t FieldOf(std::string_view key) {
 struct EventFields {
   BlockStored stored;
   std::string cache_salt;
-  uint32_t present = 0;      // Bit(field) for every field read
-  bool extra_keys = false;   // an array of them was read (nil is none)
+  uint32_t present = 0;     // Bit(field) for every field read
+  bool extra_keys = false;  // an array of them was read (nil is none)
 };
 
 class OnePass {

@@ -180,7 +180,8 @@ Result<int64_t> ReadInt64(const msgpack::object& object, std::string_view where)
 namespace {
 
 bool IsTokenId(const msgpack::object& token) {
-  return token.type == msgpack::type::POSITIVE_INTEGER && token.via.u64 <= static_cast<uint64_t>(kMaxTokenId);
+  return token.type == msgpack::type::POSITIVE_INTEGER &&
+         token.via.u64 <= static_cast<uint64_t>(kMaxTokenId);
 }
 
 Status NotATokenId(const msgpack::object& token, const std::string& where) {

@@ -27,21 +27,21 @@ struct RecordError : std::runtime_error {
 // pending and the stream seq each owner was dispatched at.
 Json OwnerJson(const OwnerProgress& owner, bool full) {
   Json json = {{"worker", owner.worker},
-          {"connector", owner.connector},
-          {"scope", owner.scope ? ToString(*owner.scope) : ""},
-          {"degraded", owner.degraded},
-          {"degrade_reason", owner.degrade_reason},
-          {"attempts", owner.attempts},
-          {"last_status", owner.last_status},
-          {"last_error", owner.last_error},
-          {"state", ToString(owner.state)},
-          {"targets", owner.target_count},
-          {"pending", owner.pending.size()},
-          {"whole_worker", owner.whole_worker},
-          {"witness_kind", owner.witness_kind ? ToString(*owner.witness_kind) : ""},
-          {"witness_seqs", owner.witness_seqs},
-          {"residue", owner.residue},
-          {"unattributed", owner.unattributed}};
+               {"connector", owner.connector},
+               {"scope", owner.scope ? ToString(*owner.scope) : ""},
+               {"degraded", owner.degraded},
+               {"degrade_reason", owner.degrade_reason},
+               {"attempts", owner.attempts},
+               {"last_status", owner.last_status},
+               {"last_error", owner.last_error},
+               {"state", ToString(owner.state)},
+               {"targets", owner.target_count},
+               {"pending", owner.pending.size()},
+               {"whole_worker", owner.whole_worker},
+               {"witness_kind", owner.witness_kind ? ToString(*owner.witness_kind) : ""},
+               {"witness_seqs", owner.witness_seqs},
+               {"residue", owner.residue},
+               {"unattributed", owner.unattributed}};
   if (full) {
     json["pending_keys"] = owner.pending;
     json["dispatch_seq"] = owner.dispatch_seq;
@@ -60,13 +60,18 @@ Json RevocationJson(const Revocation& r) {
 Json ToJson(const Directive& d, bool full) {
   Json owners = Json::array();
   for (const OwnerProgress& owner : d.owners) owners.push_back(OwnerJson(owner, full));
-  Json json = {{"id", d.id},           {"state", ToString(d.state)},
-          {"failure", d.failure}, {"reason", d.reason},
-          {"model", d.model},     {"tenant", d.tenant},
-          {"subject", d.subject},
-          {"scope", ToString(d.scope)},     {"targets", d.target_count},
-          {"owners", owners},     {"certificate_id", d.certificate_id},
-          {"created_ms", d.created_ms}};
+  Json json = {{"id", d.id},
+               {"state", ToString(d.state)},
+               {"failure", d.failure},
+               {"reason", d.reason},
+               {"model", d.model},
+               {"tenant", d.tenant},
+               {"subject", d.subject},
+               {"scope", ToString(d.scope)},
+               {"targets", d.target_count},
+               {"owners", owners},
+               {"certificate_id", d.certificate_id},
+               {"created_ms", d.created_ms}};
   if (d.revocation) json["revocation"] = RevocationJson(*d.revocation);
   if (full) json["deadline_ms"] = d.deadline_ms;
   return json;

@@ -30,9 +30,9 @@ Status FieldError(std::string_view field, std::string_view problem) {
 constexpr std::string_view kHandoffFields[] = {"kv_transfer_params", "bootstrap_host",
                                                "bootstrap_port", "bootstrap_room"};
 
-constexpr std::string_view kChatTemplateFields[] = {
-    "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
-    "tools"};
+constexpr std::string_view kChatTemplateFields[] = {"add_generation_prompt",
+                                                    "continue_final_message", "chat_template",
+                                                    "chat_template_kwargs", "tools"};
 
 // Where the structure walk is, for the path of an error: each open
 // container's key (objects) or index (arrays).
@@ -88,9 +88,7 @@ Status CheckStructure(const simdjson::dom::element& element, const JsonLimits& l
 }
 
 // A JSON value as compact text, for the tokenize body.
-std::string Minified(const simdjson::dom::element& element) {
-  return simdjson::minify(element);
-}
+std::string Minified(const simdjson::dom::element& element) { return simdjson::minify(element); }
 
 Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const simdjson::dom::element& root) {
   if (!root.is_object()) return Status::InvalidArgument("$: want a JSON object");
@@ -113,12 +111,13 @@ Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const simdjson::dom::ele
   // host it likes, or at another tenant's pinned KV.
   for (const std::string_view field : kHandoffFields) {
     if (json[field].error() == simdjson::SUCCESS) {
-      return FieldError(field, "set by kvgov's gateway for a disaggregated handoff; a client "
-                               "may not send it");
+      return FieldError(field,
+                        "set by kvgov's gateway for a disaggregated handoff; a client "
+                        "may not send it");
     }
   }
-  if (simdjson::dom::element stream; json["stream"].get(stream) == simdjson::SUCCESS &&
-                                     !stream.is_null()) {
+  if (simdjson::dom::element stream;
+      json["stream"].get(stream) == simdjson::SUCCESS && !stream.is_null()) {
     if (stream.get(request.stream) != simdjson::SUCCESS) {
       return FieldError("stream", "want true or false");
     }
@@ -136,10 +135,9 @@ Result<GatewayRequest> Decode(GatewayEndpoint endpoint, const simdjson::dom::ele
       tokenize["prompt"] = Minified(prompt);
     } else if (prompt.is_array()) {
       const simdjson::dom::array ids = prompt.get_array().value_unsafe();
-      const bool all_integers =
-          std::all_of(ids.begin(), ids.end(), [](const simdjson::dom::element& id) {
-            return id.is_int64() || id.is_uint64();
-          });
+      const bool all_integers = std::all_of(
+          ids.begin(), ids.end(),
+          [](const simdjson::dom::element& id) { return id.is_int64() || id.is_uint64(); });
       if (ids.size() == 0) {
         return FieldError("prompt", "want a string or a non-empty array of token ids");
       }
@@ -242,12 +240,13 @@ Result<T> ReadParsed(std::string_view body, const JsonLimits& limits, Read read)
       // simdjson keeps integers to 64 bits; nlohmann read larger ones as
       // doubles. No OpenAI field takes one.
       return json_internal::PathError(
-          "$", "malformed JSON: a number that is not JSON, out of a double's range, or an "
-               "integer that does not fit in 64 bits");
+          "$",
+          "malformed JSON: a number that is not JSON, out of a double's range, or an "
+          "integer that does not fit in 64 bits");
     }
     if (parsed != simdjson::SUCCESS) {
-      return json_internal::PathError("$", std::string("malformed JSON: ") +
-                                               simdjson::error_message(parsed));
+      return json_internal::PathError(
+          "$", std::string("malformed JSON: ") + simdjson::error_message(parsed));
     }
     std::vector<PathFrame> frames;
     KVGOV_RETURN_IF_ERROR(CheckStructure(root, limits, frames));
@@ -266,8 +265,9 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
     // Tokenized as the chat completion the engine makes of it; a Messages
     // stream reports usage unasked (message_start, message_delta).
     KVGOV_ASSIGN_OR_RETURN(const std::string chat, MessagesChatRequestJson(body, limits));
-    KVGOV_ASSIGN_OR_RETURN(GatewayRequest request,
-                           DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, limits));
+    KVGOV_ASSIGN_OR_RETURN(
+        GatewayRequest request,
+        DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, limits));
     request.ask_usage = false;
     return request;
   }
@@ -275,8 +275,9 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
     // Tokenized as the chat completion the engine makes of it; a Responses
     // stream reports usage unasked (response.completed).
     KVGOV_ASSIGN_OR_RETURN(const std::string chat, ResponsesChatRequestJson(body, limits));
-    KVGOV_ASSIGN_OR_RETURN(GatewayRequest request,
-                           DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, limits));
+    KVGOV_ASSIGN_OR_RETURN(
+        GatewayRequest request,
+        DecodeGatewayRequestJson(GatewayEndpoint::kChatCompletions, chat, limits));
     request.ask_usage = false;
     const nlohmann::json sent = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (const auto previous = sent.find("previous_response_id");
@@ -288,8 +289,9 @@ Result<GatewayRequest> DecodeGatewayRequestJson(GatewayEndpoint endpoint, std::s
     }
     return request;
   }
-  return ReadParsed<GatewayRequest>(
-      body, limits, [endpoint](const simdjson::dom::element& root) { return Decode(endpoint, root); });
+  return ReadParsed<GatewayRequest>(body, limits, [endpoint](const simdjson::dom::element& root) {
+    return Decode(endpoint, root);
+  });
 }
 
 namespace {
@@ -313,8 +315,8 @@ std::string ForwardedBody(std::string_view body, std::string_view salt, bool ask
   std::string members;
   if (!salt.empty()) members = "\"cache_salt\":" + codec_internal::Dump(Json(std::string(salt)));
   if (ask_usage) {
-    members += std::string(members.empty() ? "" : ",") +
-               "\"stream_options\":{\"include_usage\":true}";
+    members +=
+        std::string(members.empty() ? "" : ",") + "\"stream_options\":{\"include_usage\":true}";
   }
   if (members.empty()) return std::string(body);
   return PrependMembers(body, members);
@@ -344,7 +346,7 @@ Result<std::string> NixlPrefillBody(std::string_view forwarded) {
   body.erase("stream_options");
   body.erase("min_tokens");
   body.erase("min_completion_tokens");
-  body["kv_transfer_params"] = {{"do_remote_decode", true},   {"do_remote_prefill", false},
+  body["kv_transfer_params"] = {{"do_remote_decode", true},    {"do_remote_prefill", false},
                                 {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
                                 {"remote_host", nullptr},      {"remote_port", nullptr}};
   return codec_internal::Dump(body);
@@ -421,12 +423,11 @@ JsonLimits UsageLimits() {
 Result<std::optional<EngineUsage>> DecodeWholeAnswer(std::string_view json,
                                                      const JsonLimits& limits) {
   return ReadParsed<std::optional<EngineUsage>>(
-      json, limits,
-      [](const simdjson::dom::element& root) -> Result<std::optional<EngineUsage>> {
+      json, limits, [](const simdjson::dom::element& root) -> Result<std::optional<EngineUsage>> {
         simdjson::dom::object answer;
         if (root.get(answer) != simdjson::SUCCESS) {
-          return Status::InvalidArgument(std::string("$: the answer is a JSON ") +
-                                         TypeName(root) + ", not an object");
+          return Status::InvalidArgument(std::string("$: the answer is a JSON ") + TypeName(root) +
+                                         ", not an object");
         }
         return UsageOf(answer);
       });

@@ -29,10 +29,11 @@ using Clock = std::chrono::steady_clock;
 // A completion of `tokens` token ids among the fields an SDK sends.
 std::string CompletionBody(int64_t tokens) {
   std::vector<int64_t> prompt(static_cast<size_t>(tokens));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = 1000 + static_cast<int64_t>(i * 7919 % 120000);
-  return nlohmann::json{{"model", "llama"},     {"prompt", prompt}, {"max_tokens", 64},
-                        {"temperature", 0.7},   {"stream", true},   {"logprobs", nullptr},
-                        {"user", "bench-user"}, {"n", 1}}
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = 1000 + static_cast<int64_t>(i * 7919 % 120000);
+  return nlohmann::json{
+      {"model", "llama"}, {"prompt", prompt},    {"max_tokens", 64},     {"temperature", 0.7},
+      {"stream", true},   {"logprobs", nullptr}, {"user", "bench-user"}, {"n", 1}}
       .dump();
 }
 
@@ -44,12 +45,13 @@ std::string ChatBody() {
     for (int w = 0; w < 60; ++w) content += "word" + std::to_string(m * 60 + w) + " ";
     messages.push_back({{"role", m % 2 == 0 ? "user" : "assistant"}, {"content", content}});
   }
-  return nlohmann::json{{"model", "llama"},
-                        {"messages", messages},
-                        {"tools",
-                         {{{"type", "function"},
-                           {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
-                        {"stream", true}}
+  return nlohmann::json{
+      {"model", "llama"},
+      {"messages", messages},
+      {"tools",
+       {{{"type", "function"},
+         {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
+      {"stream", true}}
       .dump();
 }
 
@@ -74,8 +76,8 @@ void DecodeSideBySide(benchmark::State& state, GatewayEndpoint endpoint, const s
   bool ok = true;
   for (auto _ : state) {
     const double fast = DecodeMicros(&DecodeGatewayRequestJson, endpoint, body, limits, &ok);
-    nlohmann_us += DecodeMicros(&codec_testing::DecodeGatewayRequestWithNlohmann, endpoint, body,
-                                limits, &ok);
+    nlohmann_us +=
+        DecodeMicros(&codec_testing::DecodeGatewayRequestWithNlohmann, endpoint, body, limits, &ok);
     simdjson_us += fast;
     state.SetIterationTime(fast / 1e6);
   }
@@ -105,7 +107,8 @@ BENCHMARK(BM_DecodeChat)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // simdjson pass) on the same body, and on the compact body (token_ids_b64).
 void BM_DecodeRoute8k(benchmark::State& state) {
   std::vector<int64_t> prompt(8192);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = 1000 + static_cast<int64_t>(i * 7919 % 120000);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = 1000 + static_cast<int64_t>(i * 7919 % 120000);
   const std::string numbers = nlohmann::json{{"model", "llama"}, {"token_ids", prompt}}.dump();
   const std::string compact =
       nlohmann::json{{"model", "llama"}, {"token_ids_b64", EncodeTokenIdsBase64(prompt)}}.dump();

@@ -42,10 +42,9 @@ TEST(GatewayApiTest, ChatMessagesGoToTheTokenizerWithTheTemplatesFields) {
   EXPECT_EQ(body["tools"].size(), 1u);
   EXPECT_EQ(body["chat_template_kwargs"]["enable_thinking"], false);
   EXPECT_FALSE(body.contains("temperature"));
-  EXPECT_EQ(nlohmann::json::parse(
-                Chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
-                     R"("add_generation_prompt":false})")
-                    ->tokenize_body)["add_generation_prompt"],
+  EXPECT_EQ(nlohmann::json::parse(Chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                                       R"("add_generation_prompt":false})")
+                                      ->tokenize_body)["add_generation_prompt"],
             false);
 }
 
@@ -56,8 +55,9 @@ TEST(GatewayApiTest, ErrorsNameTheField) {
             "$.model: want a non-empty string");
   EXPECT_EQ(message(Completions(R"({"model":"m","prompt":[1],"cache_salt":"x"})")),
             "$.cache_salt: set by kvgov from the caller's tenant; a client may not send one");
-  EXPECT_EQ(message(Completions(R"({"model":"m","prompt":["a","b"]})")).rfind("$.prompt: a batch", 0),
-            0u);
+  EXPECT_EQ(
+      message(Completions(R"({"model":"m","prompt":["a","b"]})")).rfind("$.prompt: a batch", 0),
+      0u);
   EXPECT_EQ(message(Completions(R"({"model":"m","prompt":[1,-2]})")),
             "$.prompt[1]: want a token id in 0..2147483647, got -2");
   EXPECT_EQ(message(Completions(R"({"model":"m","prompt":[1],"stream":"yes"})")),
@@ -139,16 +139,15 @@ TEST(GatewayApiTest, ThePrefillAnswersParamsGoToTheDecodeLegAsSent) {
   EXPECT_TRUE(leg.ends_with(R"("model":"m","stream":true})"));  // the rest byte for byte
 
   // The engine freed the blocks at once: no params, the decode leg prefills.
-  for (const char* answer : {R"({"choices":[]})", R"({"kv_transfer_params":null})",
-                             R"({"kv_transfer_params":{}})"}) {
+  for (const char* answer :
+       {R"({"choices":[]})", R"({"kv_transfer_params":null})", R"({"kv_transfer_params":{}})"}) {
     Result<std::optional<std::string>> none = DecodeKvTransferParams(answer, JsonLimits{});
     ASSERT_TRUE(none.ok()) << answer;
     EXPECT_FALSE(none->has_value()) << answer;
   }
-  EXPECT_EQ(DecodeKvTransferParams(R"({"kv_transfer_params":[1]})", JsonLimits{})
-                .status()
-                .message(),
-            "$.kv_transfer_params: want an object");
+  EXPECT_EQ(
+      DecodeKvTransferParams(R"({"kv_transfer_params":[1]})", JsonLimits{}).status().message(),
+      "$.kv_transfer_params: want an object");
   EXPECT_FALSE(DecodeKvTransferParams("not json", JsonLimits{}).ok());
 }
 
@@ -172,10 +171,10 @@ TEST(GatewayApiTest, UsageIsAskedForOnlyWhenTheClientDidNotSayAnything) {
 }
 
 TEST(GatewayApiTest, TheEnginesUsageIsReadFromAnswersAndEvents) {
-  std::optional<EngineUsage> whole = DecodeEngineUsage(
-      R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":64,)"
-      R"("prompt_tokens_details":{"cached_tokens":48}}})",
-      JsonLimits{});
+  std::optional<EngineUsage> whole =
+      DecodeEngineUsage(R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":64,)"
+                        R"("prompt_tokens_details":{"cached_tokens":48}}})",
+                        JsonLimits{});
   ASSERT_TRUE(whole.has_value());
   EXPECT_EQ(whole->prompt_tokens, 64);
   EXPECT_EQ(whole->cached_tokens, 48);
@@ -192,8 +191,8 @@ TEST(GatewayApiTest, TheEnginesUsageIsReadFromAnswersAndEvents) {
 // A whole answer that is not a JSON object is an error naming why; one
 // without usage is an answer with no usage.
 TEST(GatewayApiTest, AWholeAnswerMustBeAJsonObject) {
-  Result<std::optional<EngineUsage>> answer = DecodeWholeAnswer(
-      R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":7}})", JsonLimits{});
+  Result<std::optional<EngineUsage>> answer =
+      DecodeWholeAnswer(R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":7}})", JsonLimits{});
   ASSERT_TRUE(answer.ok()) << answer.status().ToString();
   ASSERT_TRUE(answer->has_value());
   EXPECT_EQ((*answer)->prompt_tokens, 7);
@@ -295,9 +294,8 @@ TEST(GatewayRequestDecoderTest, AgreesWithTheDecoderItReplaced) {
         const Result<GatewayRequest> now = DecodeGatewayRequestJson(endpoint, body, limits);
         const Result<GatewayRequest> before =
             DecodeGatewayRequestWithNlohmann(endpoint, body, limits);
-        ASSERT_EQ(now.ok(), before.ok())
-            << body << "\n now: " << now.status().ToString()
-            << "\n before: " << before.status().ToString();
+        ASSERT_EQ(now.ok(), before.ok()) << body << "\n now: " << now.status().ToString()
+                                         << "\n before: " << before.status().ToString();
         if (now.ok()) {
           EXPECT_TRUE(SameDecodedRequest(*now, *before)) << body;
         } else {
@@ -316,8 +314,8 @@ TEST(GatewayRequestDecoderTest, AgreesWithTheDecoderItReplaced) {
 // read it as a double. No OpenAI field takes one.
 TEST(GatewayRequestDecoderTest, AnIntegerPast64BitsIsRefusedWithItsReason) {
   const std::string body = R"({"model":"m","prompt":[1],"seed":123456789012345678901234})";
-  EXPECT_TRUE(DecodeGatewayRequestWithNlohmann(GatewayEndpoint::kCompletions, body, JsonLimits{})
-                  .ok());
+  EXPECT_TRUE(
+      DecodeGatewayRequestWithNlohmann(GatewayEndpoint::kCompletions, body, JsonLimits{}).ok());
   const Result<GatewayRequest> now =
       DecodeGatewayRequestJson(GatewayEndpoint::kCompletions, body, JsonLimits{});
   ASSERT_EQ(now.status().code(), StatusCode::kInvalidArgument);

@@ -83,7 +83,6 @@ Result<GatewayRequest> DecodeGatewayRequestWithNlohmann(GatewayEndpoint endpoint
   return Decode(endpoint, json);
 }
 
-
 bool SameDecodedRequest(const GatewayRequest& a, const GatewayRequest& b) {
   const auto tokenize = [](const std::string& body) {
     return body.empty() ? Json() : Json::parse(body, nullptr, /*allow_exceptions=*/false);

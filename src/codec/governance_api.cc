@@ -130,8 +130,8 @@ struct Schema<InvalidationRequest> {
     }
     v.Expect("flush", !q.flush || revocation, [] { return std::string("only with scope tenant"); });
     TextSpanRules(v, q);
-    const int named = (ByTokens(q) ? 1 : 0) + (q.block_hash.has_value() ? 1 : 0) +
-                      (q.scope.empty() ? 0 : 1);
+    const int named =
+        (ByTokens(q) ? 1 : 0) + (q.block_hash.has_value() ? 1 : 0) + (q.scope.empty() ? 0 : 1);
     v.Expect(TokenField(q), named == 1, [] {
       return std::string(
           "give exactly one of token_ids, prompt, messages, worker + block_hash, or scope "

@@ -144,8 +144,8 @@ TEST(InvalidationRequestTest, APromptOrChatMessagesNameASpanInPlaceOfTokenIds) {
 
   // Kept as minified JSON text, each message as sent (its fields are the
   // engine's chat template's to judge).
-  Result<InvalidationRequest> chat = Decode(
-      R"({"model":"llama","messages":[ {"role":"user", "content":"hi"} ],"reason":"r"})");
+  Result<InvalidationRequest> chat =
+      Decode(R"({"model":"llama","messages":[ {"role":"user", "content":"hi"} ],"reason":"r"})");
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
   EXPECT_EQ(chat->messages, R"([{"content":"hi","role":"user"}])");
   EXPECT_EQ(chat->prompt, "");

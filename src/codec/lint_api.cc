@@ -20,8 +20,8 @@ std::string Dump(const Ordered& json) {
 
 // Keys sorted, at every depth: nlohmann::json's objects are ordered maps.
 std::string Canonical(const Ordered& json) {
-  return nlohmann::json::parse(Dump(json)).dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(Dump(json))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Every string in `json` masked (MaskVolatile), keys kept.
@@ -83,7 +83,8 @@ Result<Content> ReadContent(const Ordered& content, const std::string& path, boo
     // Tool results and images carry no text the lint reads; they keep
     // their place (an image changes nothing a cache rule names).
     if (!block.contains("text")) continue;
-    if (!block["text"].is_string()) return PathError(ChildPath(block_path, "text"), "want a string");
+    if (!block["text"].is_string())
+      return PathError(ChildPath(block_path, "text"), "want a string");
     const std::string& text = block["text"].get_ref<const std::string&>();
     if (!out.joined.empty()) out.joined += "\n";
     out.joined += text;
@@ -93,7 +94,8 @@ Result<Content> ReadContent(const Ordered& content, const std::string& path, boo
 }
 
 Result<std::string> ReadModel(const Ordered& request, const std::string& path) {
-  if (!request.contains("model")) return PathError(ChildPath(path, "model"), "missing required field");
+  if (!request.contains("model"))
+    return PathError(ChildPath(path, "model"), "missing required field");
   if (!request["model"].is_string() || request["model"].get_ref<const std::string&>().empty()) {
     return PathError(ChildPath(path, "model"), "want a non-empty string");
   }
@@ -104,7 +106,8 @@ Result<const Ordered*> ReadMessages(const Ordered& request, const std::string& p
   const std::string messages_path = ChildPath(path, "messages");
   if (!request.contains("messages")) return PathError(messages_path, "missing required field");
   const Ordered& messages = request["messages"];
-  if (!messages.is_array() || messages.empty()) return PathError(messages_path, "want a non-empty array");
+  if (!messages.is_array() || messages.empty())
+    return PathError(messages_path, "want a non-empty array");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string message_path = IndexPath(messages_path, i);
     if (!messages[i].is_object()) return PathError(message_path, "want an object");
@@ -127,7 +130,8 @@ prompts::ToolForm ToolFormOf(const Ordered& tool, const std::string& name) {
 Ordered FixedTools(const Ordered& tools, const std::vector<std::string>& names) {
   std::vector<size_t> order(tools.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return names[a] < names[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return names[a] < names[b]; });
   Ordered out = Ordered::array();
   for (size_t i : order) out.push_back(Ordered::parse(Canonical(Masked(tools[i]))));
   return out;
@@ -189,9 +193,8 @@ Result<LintedRequest> LowerOpenAI(const Ordered& request, const std::string& pat
   }
   for (size_t i = 0; i < messages->size(); ++i) {
     const std::string content_path = ChildPath(IndexPath(lowering.messages_path, i), "content");
-    KVGOV_ASSIGN_OR_RETURN(Content content,
-                           ReadContent((*messages)[i]["content"], content_path,
-                                       i + 1 == messages->size()));
+    KVGOV_ASSIGN_OR_RETURN(Content content, ReadContent((*messages)[i]["content"], content_path,
+                                                        i + 1 == messages->size()));
     for (prompts::PromptPart& part : content.parts) out.lint.parts.push_back(std::move(part));
     // Chat templates render the tools into the system prompt: after it.
     if (i == 0) {
@@ -241,8 +244,8 @@ Result<LintedRequest> LowerAnthropic(const Ordered& request, const std::string& 
   for (size_t i = 0; i < messages->size(); ++i) {
     const Ordered& message = (*messages)[i];
     const std::string content_path = ChildPath(IndexPath(lowering.messages_path, i), "content");
-    KVGOV_ASSIGN_OR_RETURN(Content content, ReadContent(message["content"], content_path,
-                                                        i + 1 == messages->size()));
+    KVGOV_ASSIGN_OR_RETURN(
+        Content content, ReadContent(message["content"], content_path, i + 1 == messages->size()));
     for (prompts::PromptPart& part : content.parts) out.lint.parts.push_back(std::move(part));
     chat_messages.push_back({{"role", message["role"]}, {"content", content.joined}});
   }
@@ -310,11 +313,11 @@ std::string EncodeLintAnswerJson(const LintAnswer& answer) {
   }
   nlohmann::json requests = nlohmann::json::array();
   for (size_t i = 0; i < answer.prompt_tokens.size(); ++i) {
-    requests.push_back({{"format", i < answer.formats.size() ? answer.formats[i] : ""},
-                        {"prompt_tokens", answer.prompt_tokens[i]},
-                        {"stable_prefix_tokens", i < answer.stable_prefix_tokens.size()
-                                                     ? answer.stable_prefix_tokens[i]
-                                                     : 0}});
+    requests.push_back(
+        {{"format", i < answer.formats.size() ? answer.formats[i] : ""},
+         {"prompt_tokens", answer.prompt_tokens[i]},
+         {"stable_prefix_tokens",
+          i < answer.stable_prefix_tokens.size() ? answer.stable_prefix_tokens[i] : 0}});
   }
   nlohmann::json out = {{"findings", std::move(findings)}, {"requests", std::move(requests)}};
   if (answer.shared_prefix_tokens) out["shared_prefix_tokens"] = *answer.shared_prefix_tokens;

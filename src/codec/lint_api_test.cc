@@ -32,8 +32,10 @@ TEST(LintApiTest, AnOpenAIChatIsLoweredInTheOrderATemplateRendersIt) {
   EXPECT_TRUE(r.lint.parts[3].last_turn);
   EXPECT_FALSE(r.lint.parts[0].last_turn);
   ASSERT_EQ(r.lint.tools.size(), 2u);
-  EXPECT_EQ(r.lint.tools[0].as_sent, R"({"type":"function","function":{"name":"b","parameters":{"z":1,"a":2}}})");
-  EXPECT_EQ(r.lint.tools[0].canonical, R"({"function":{"name":"b","parameters":{"a":2,"z":1}},"type":"function"})");
+  EXPECT_EQ(r.lint.tools[0].as_sent,
+            R"({"type":"function","function":{"name":"b","parameters":{"z":1,"a":2}}})");
+  EXPECT_EQ(r.lint.tools[0].canonical,
+            R"({"function":{"name":"b","parameters":{"a":2,"z":1}},"type":"function"})");
   // As sent, and fixed: volatile spans masked, tools sorted by name and key.
   EXPECT_EQ(Json::parse(r.chat_body)["messages"][0]["content"], "be brief, it is 10:41");
   const Json fixed = Json::parse(r.fixed_chat_body);
@@ -76,13 +78,17 @@ TEST(LintApiTest, BadBodiesAreRefusedNamingWhere) {
             "$.requests[0].messages[0].content: missing required field");
   EXPECT_EQ(error(R"({"requests":[{"model":"m","messages":[{"role":"user","content":7}]}]})"),
             "$.requests[0].messages[0].content: want a string or an array of content blocks");
-  EXPECT_EQ(error(R"({"format":"gemini","requests":[]})"), "$.format: want \"openai\" or \"anthropic\"");
-  EXPECT_EQ(error(R"({"requests":[{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}]})"),
-            "$.requests[0].tools[0].function.name: want a string (tools are "
-            "{\"type\":\"function\",\"function\":{...}})");
+  EXPECT_EQ(error(R"({"format":"gemini","requests":[]})"),
+            "$.format: want \"openai\" or \"anthropic\"");
+  EXPECT_EQ(
+      error(
+          R"({"requests":[{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}]})"),
+      "$.requests[0].tools[0].function.name: want a string (tools are "
+      "{\"type\":\"function\",\"function\":{...}})");
   std::string many = R"({"requests":[)";
   for (size_t i = 0; i <= kMaxLintRequests; ++i) {
-    many += std::string(i ? "," : "") + R"({"model":"m","messages":[{"role":"user","content":"x"}]})";
+    many +=
+        std::string(i ? "," : "") + R"({"model":"m","messages":[{"role":"user","content":"x"}]})";
   }
   EXPECT_EQ(error(many + "]}"), "$.requests: 65 requests, over the limit of 64");
   // The bounded parser's limits and duplicate-key rule hold here too.

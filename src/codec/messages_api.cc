@@ -144,9 +144,10 @@ Status LowerMessage(const Ordered& message, const std::string& path, Ordered& ch
         return PathError(block_path, "a tool_use block wants a string id and name");
       }
       const Ordered input = block.contains("input") ? block["input"] : Ordered::object();
-      tool_calls.push_back({{"id", block["id"]},
-                            {"type", "function"},
-                            {"function", {{"name", block["name"]}, {"arguments", PythonDumps(input)}}}});
+      tool_calls.push_back(
+          {{"id", block["id"]},
+           {"type", "function"},
+           {"function", {{"name", block["name"]}, {"arguments", PythonDumps(input)}}}});
     } else if (IsType(block, "tool_result")) {
       if (role == "assistant") {
         KVGOV_ASSIGN_OR_RETURN(std::string text, ToolResultText(block, block_path));
@@ -203,7 +204,8 @@ Result<Ordered> LowerRequest(const Ordered& request) {
     return PathError("$.messages", "want a non-empty array");
   }
   for (size_t i = 0; i < request["messages"].size(); ++i) {
-    KVGOV_RETURN_IF_ERROR(LowerMessage(request["messages"][i], IndexPath("$.messages", i), messages));
+    KVGOV_RETURN_IF_ERROR(
+        LowerMessage(request["messages"][i], IndexPath("$.messages", i), messages));
   }
   chat["messages"] = std::move(messages);
   if (request.contains("tools") && !request["tools"].is_null()) {
@@ -292,8 +294,7 @@ Result<Ordered> ResponsesContent(const Ordered& content, const std::string& path
       }
       parts.push_back({{"type", "image_url"}, {"image_url", {{"url", part["image_url"]}}}});
     } else {
-      return PathError(ChildPath(part_path, "type"),
-                       "want input_text, output_text or input_image");
+      return PathError(ChildPath(part_path, "type"), "want input_text, output_text or input_image");
     }
   }
   return ContentOf(std::move(parts));
@@ -323,13 +324,14 @@ Result<Ordered> LowerResponsesRequest(const Ordered& request) {
           return PathError(path, "a function_call wants call_id and name");
         }
         const Ordered arguments = item.contains("arguments") ? item["arguments"] : Ordered("{}");
-        messages.push_back({{"role", "assistant"},
-                            {"content", nullptr},
-                            {"tool_calls",
-                             Ordered::array({{{"id", item["call_id"]},
-                                              {"type", "function"},
-                                              {"function", {{"name", item["name"]},
-                                                            {"arguments", arguments}}}}})}});
+        messages.push_back(
+            {{"role", "assistant"},
+             {"content", nullptr},
+             {"tool_calls",
+              Ordered::array(
+                  {{{"id", item["call_id"]},
+                    {"type", "function"},
+                    {"function", {{"name", item["name"]}, {"arguments", arguments}}}}})}});
       } else if (IsType(item, "function_call_output")) {
         if (!item.contains("call_id")) return PathError(ChildPath(path, "call_id"), "missing");
         const Ordered output = item.contains("output") ? item["output"] : Ordered("");
@@ -392,8 +394,7 @@ std::optional<EngineUsage> DecodeResponsesUsage(std::string_view json, const Jso
     if (!parsed->contains("response")) return std::nullopt;
     response = &(*parsed)["response"];
   }
-  if (!response->is_object() || !response->contains("usage") ||
-      !(*response)["usage"].is_object()) {
+  if (!response->is_object() || !response->contains("usage") || !(*response)["usage"].is_object()) {
     return std::nullopt;
   }
   const Ordered& usage = (*response)["usage"];

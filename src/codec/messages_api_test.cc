@@ -43,7 +43,8 @@ TEST(MessagesApiTest, ToolUseAndResultsBecomeToolCallsAndToolMessages) {
   EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
             "{\"city\": \"Z\\u00fcrich\", \"days\": [1, 2]}");
   EXPECT_EQ(messages[1]["tool_calls"][0]["id"], "toolu_1");
-  EXPECT_EQ(messages[2], (Json{{"role", "tool"}, {"tool_call_id", "toolu_1"}, {"content", "sunny\n20C"}}));
+  EXPECT_EQ(messages[2],
+            (Json{{"role", "tool"}, {"tool_call_id", "toolu_1"}, {"content", "sunny\n20C"}}));
   EXPECT_EQ(messages[3], (Json{{"role", "user"}, {"content", "thanks"}}));
   EXPECT_EQ(chat["tools"][0]["function"]["parameters"]["type"], "object");
   EXPECT_EQ(chat["tool_choice"], "auto");
@@ -88,7 +89,8 @@ TEST(MessagesApiTest, TheGatewayDecodesAMessagesRequestAsItsChatAndRefusesAClien
 
   Result<GatewayRequest> salted = DecodeGatewayRequestJson(
       GatewayEndpoint::kMessages,
-      R"({"model":"m","cache_salt":"x","messages":[{"role":"user","content":"hi"}]})", JsonLimits{});
+      R"({"model":"m","cache_salt":"x","messages":[{"role":"user","content":"hi"}]})",
+      JsonLimits{});
   ASSERT_FALSE(salted.ok());
   EXPECT_NE(salted.status().message().find("cache_salt"), std::string::npos);
 }
@@ -103,7 +105,8 @@ TEST(MessagesApiTest, UsageCountsTheCachedPartInThePrompt) {
   EXPECT_EQ((*whole)->prompt_tokens, 46);
   EXPECT_EQ((*whole)->cached_tokens, 32);
   std::optional<EngineUsage> start = DecodeMessagesUsage(
-      R"({"type":"message_start","message":{"usage":{"input_tokens":48,"output_tokens":0}}})", limits);
+      R"({"type":"message_start","message":{"usage":{"input_tokens":48,"output_tokens":0}}})",
+      limits);
   ASSERT_TRUE(start);
   EXPECT_EQ(start->prompt_tokens, 48);
   std::optional<EngineUsage> delta = DecodeMessagesUsage(
@@ -117,14 +120,15 @@ TEST(MessagesApiTest, UsageCountsTheCachedPartInThePrompt) {
 }
 
 TEST(ResponsesApiTest, InputItemsBecomeTheChatTheEngineMakes) {
-  Result<std::string> chat_json = ResponsesChatRequestJson(R"({"model":"m","instructions":"Be brief.",
+  Result<std::string> chat_json =
+      ResponsesChatRequestJson(R"({"model":"m","instructions":"Be brief.",
     "max_output_tokens":5,"stream":true,"previous_response_id":"resp_1",
     "tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}],
     "input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},
              {"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\": 1}"},
              {"type":"function_call_output","call_id":"c1","output":"42"},
              {"type":"message","role":"developer","content":"note"}]})",
-                                                           JsonLimits{});
+                               JsonLimits{});
   ASSERT_TRUE(chat_json.ok()) << chat_json.status().ToString();
   const Json chat = Json::parse(*chat_json);
   const Json& messages = chat["messages"];
@@ -139,8 +143,8 @@ TEST(ResponsesApiTest, InputItemsBecomeTheChatTheEngineMakes) {
   EXPECT_FALSE(chat.contains("previous_response_id"));
 
   Result<GatewayRequest> request = DecodeGatewayRequestJson(
-      GatewayEndpoint::kResponses, R"({"model":"m","input":"hello","previous_response_id":"resp_7"})",
-      JsonLimits{});
+      GatewayEndpoint::kResponses,
+      R"({"model":"m","input":"hello","previous_response_id":"resp_7"})", JsonLimits{});
   ASSERT_TRUE(request.ok()) << request.status().ToString();
   EXPECT_EQ(request->previous_response_id, "resp_7");
   EXPECT_EQ(Json::parse(request->tokenize_body)["messages"][0]["content"], "hello");
@@ -148,8 +152,8 @@ TEST(ResponsesApiTest, InputItemsBecomeTheChatTheEngineMakes) {
                                         R"({"model":"m","input":"x","previous_response_id":7})",
                                         JsonLimits{})
                    .ok());
-  EXPECT_FALSE(DecodeGatewayRequestJson(GatewayEndpoint::kResponses, R"({"model":"m"})", JsonLimits{})
-                   .ok());
+  EXPECT_FALSE(
+      DecodeGatewayRequestJson(GatewayEndpoint::kResponses, R"({"model":"m"})", JsonLimits{}).ok());
 }
 
 TEST(ResponsesApiTest, UsageAndIdFromTheWholeResponseOrItsEvents) {
@@ -171,8 +175,9 @@ TEST(ResponsesApiTest, UsageAndIdFromTheWholeResponseOrItsEvents) {
 }
 
 TEST(MessagesApiTest, ErrorsInAnthropicsShape) {
-  EXPECT_EQ(Json::parse(EncodeMessagesErrorJson(529, "busy")),
-            (Json{{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", "busy"}}}}));
+  EXPECT_EQ(
+      Json::parse(EncodeMessagesErrorJson(529, "busy")),
+      (Json{{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", "busy"}}}}));
   EXPECT_EQ(MessagesErrorType(404), "not_found_error");
   EXPECT_EQ(MessagesErrorType(502), "api_error");
   EXPECT_TRUE(EncodeMessagesErrorEvent("broke").starts_with("event: error\ndata: {"));

@@ -15,8 +15,7 @@ std::string PrefixFindingAdvice(const prompts::Finding& finding) {
              " after them repeat: move what changes there (a timestamp, an id, a name) after "
              "the static content";
     case prompts::FindingKind::kReordering:
-      return "from token " + from + of + ", the same " +
-             std::to_string(finding.avoidable_tokens) +
+      return "from token " + from + of + ", the same " + std::to_string(finding.avoidable_tokens) +
              " tokens recur in another order: serialize tools, schemas and documents in one "
              "fixed order (sorted keys)";
     case prompts::FindingKind::kDivergence:
@@ -56,9 +55,8 @@ std::string EncodePrefixDiagnosticsJson(
       out.back()["context"] = std::move(context);
     }
   }
-  return nlohmann::json{{"granule_tokens", granule_tokens},
-                        {"families", families},
-                        {"findings", std::move(out)}}
+  return nlohmann::json{
+      {"granule_tokens", granule_tokens}, {"families", families}, {"findings", std::move(out)}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

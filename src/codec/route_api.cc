@@ -68,9 +68,7 @@ struct RouteDoneBody {
 
 constexpr int64_t kMaxReportedTokens = (int64_t{1} << 31) - 1;
 
-std::string CountProblem() {
-  return "want an integer in 0-" + std::to_string(kMaxReportedTokens);
-}
+std::string CountProblem() { return "want an integer in 0-" + std::to_string(kMaxReportedTokens); }
 bool IsCount(const std::optional<int64_t>& count) {
   return !count.has_value() || (*count >= 0 && *count <= kMaxReportedTokens);
 }
@@ -98,9 +96,9 @@ struct Schema<ReportedUsage> {
                                  ? r.prompt_tokens_details->cached_tokens.value_or(0)
                                  : 0;
       if (cached > r.prompt_tokens) {
-        return Status::InvalidArgument("prompt_tokens_details.cached_tokens: " +
-                                       std::to_string(cached) + " is more than prompt_tokens (" +
-                                       std::to_string(r.prompt_tokens) + ")");
+        return Status::InvalidArgument(
+            "prompt_tokens_details.cached_tokens: " + std::to_string(cached) +
+            " is more than prompt_tokens (" + std::to_string(r.prompt_tokens) + ")");
       }
       return Status::Ok();
     });
@@ -162,15 +160,15 @@ nlohmann::json DecisionJson(const router::RouteDecision& decision) {
     if (!c.reason.empty()) row["reason"] = c.reason;
     candidates.push_back(std::move(row));
   }
-  return {{"decision_id", decision.decision_id},
-          {"worker", decision.worker},
-          {"cache_salt", decision.cache_salt},
-          {"prompt_blocks", decision.prompt_blocks},
-          {"overlap_blocks", decision.overlap_blocks},
-          {"verdict",
-           {{"kind", ToString(decision.verdict.kind)},
-            {"reason", ToString(decision.verdict.reason)}}},
-          {"candidates", std::move(candidates)}};
+  return {
+      {"decision_id", decision.decision_id},
+      {"worker", decision.worker},
+      {"cache_salt", decision.cache_salt},
+      {"prompt_blocks", decision.prompt_blocks},
+      {"overlap_blocks", decision.overlap_blocks},
+      {"verdict",
+       {{"kind", ToString(decision.verdict.kind)}, {"reason", ToString(decision.verdict.reason)}}},
+      {"candidates", std::move(candidates)}};
 }
 
 }  // namespace kvgov::codec_internal
@@ -189,7 +187,8 @@ std::string EncodeRouteDecisionJson(const router::RouteDecision& decision) {
 std::string EncodeUnroutableDecisionJson(const router::RouteDecision& decision) {
   constexpr std::string_view kCode = "unavailable";
   constexpr std::string_view kMessage = "no eligible worker; each candidate says why";
-  if (std::optional<std::string> text = codec_internal::WriteDecisionJson(decision, kCode, kMessage)) {
+  if (std::optional<std::string> text =
+          codec_internal::WriteDecisionJson(decision, kCode, kMessage)) {
     return std::move(*text);
   }
   nlohmann::json body = codec_internal::DecisionJson(decision);
@@ -201,12 +200,12 @@ Result<router::RouteRequest> DecodeRouteRequestJson(std::string_view text,
                                                     const JsonLimits& limits) {
   // The common body in one simdjson pass; anything else, every error
   // included, on the schema path, which names it.
-  if (std::optional<router::RouteRequest> fast = codec_internal::DecodeRouteRequestFast(text, limits)) {
+  if (std::optional<router::RouteRequest> fast =
+          codec_internal::DecodeRouteRequestFast(text, limits)) {
     return std::move(*fast);
   }
   return codec_internal::DecodeRouteRequestBySchema(text, limits);
 }
-
 
 Result<ExplainRequest> DecodeExplainRequestJson(std::string_view text, const JsonLimits& limits) {
   return codec_internal::DecodeDocument<ExplainRequest>(text, limits, "route codec");
@@ -290,7 +289,8 @@ std::string EncodeTokenIdsBase64(std::span<const int64_t> token_ids) {
 Result<std::vector<int64_t>> DecodeTokenIdsBase64(std::string_view text, std::string_view field) {
   const std::string name(field);
   if (text.size() % 4 != 0) {
-    return Status::InvalidArgument(name + ": want padded base64 (a multiple of 4 characters), got " +
+    return Status::InvalidArgument(name +
+                                   ": want padded base64 (a multiple of 4 characters), got " +
                                    std::to_string(text.size()));
   }
   size_t padding = 0;
@@ -323,11 +323,12 @@ Result<std::vector<int64_t>> DecodeTokenIdsBase64(std::string_view text, std::st
   std::vector<int64_t> tokens(bytes.size() / 4);
   for (size_t t = 0; t < tokens.size(); ++t) {
     const auto* b = reinterpret_cast<const unsigned char*>(bytes.data() + 4 * t);
-    const uint32_t token = uint32_t{b[0]} | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) |
-                           (uint32_t{b[3]} << 24);
+    const uint32_t token =
+        uint32_t{b[0]} | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) | (uint32_t{b[3]} << 24);
     if (token > static_cast<uint32_t>(kMaxTokenId)) {
       return Status::InvalidArgument(name + "[" + std::to_string(t) + "]: want a token id in 0.." +
-                                     std::to_string(kMaxTokenId) + ", got " + std::to_string(token));
+                                     std::to_string(kMaxTokenId) + ", got " +
+                                     std::to_string(token));
     }
     tokens[t] = token;
   }

@@ -73,8 +73,7 @@ TEST(RouteApiTest, ADoneReportCarriesTheEnginesUsageOrNothing) {
   EXPECT_EQ(message(R"({"usage":{"prompt_tokens":4,"prompt_tokens_details":{"cached_tokens":8}}})"),
             "$.usage.prompt_tokens_details.cached_tokens: 8 is more than prompt_tokens (4)");
   EXPECT_EQ(message(R"({"usage":{"prompt_tokens":4},"saved":9})"), "$.saved: unknown field");
-  EXPECT_EQ(message(R"({"usage":{"prompt_tokens":"4"}})").rfind("$.usage.prompt_tokens: ", 0),
-            0u);
+  EXPECT_EQ(message(R"({"usage":{"prompt_tokens":"4"}})").rfind("$.usage.prompt_tokens: ", 0), 0u);
 }
 
 // route-api.md's compact token ids: padded base64 of little-endian uint32.
@@ -91,7 +90,8 @@ TEST(RouteApiTest, TokenIdsMayComeAsBase64OfLittleEndianUint32) {
   for (size_t n = 0; n < 9; ++n) {
     std::vector<int64_t> tokens(n);
     for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int64_t>(i * 7919 + 3);
-    const Result<std::vector<int64_t>> back = DecodeTokenIdsBase64(EncodeTokenIdsBase64(tokens), "f");
+    const Result<std::vector<int64_t>> back =
+        DecodeTokenIdsBase64(EncodeTokenIdsBase64(tokens), "f");
     ASSERT_TRUE(back.ok()) << n << ": " << back.status().ToString();
     EXPECT_EQ(*back, tokens);
   }
@@ -115,10 +115,11 @@ TEST(RouteApiTest, TokenIdsMayComeAsBase64OfLittleEndianUint32) {
 // schema path; whatever it takes, the schema path decodes the same.
 TEST(RouteApiTest, TheOnePassAgreesWithTheSchemaPath) {
   const JsonLimits limits;
-  for (const char* body :
-       {R"({"model":"llama","tenant":"acme","token_ids":[1,2,3],"lora_name":"ad","workers":["w1"]})",
-        R"( {"token_ids_b64":"AQAAAAABAAD///9/", "model":"m\u0065"} )",
-        R"({"model":"m","token_ids":[]})"}) {
+  for (
+      const char* body :
+      {R"({"model":"llama","tenant":"acme","token_ids":[1,2,3],"lora_name":"ad","workers":["w1"]})",
+       R"( {"token_ids_b64":"AQAAAAABAAD///9/", "model":"m\u0065"} )",
+       R"({"model":"m","token_ids":[]})"}) {
     const std::optional<router::RouteRequest> fast =
         codec_internal::DecodeRouteRequestFast(body, limits);
     ASSERT_TRUE(fast.has_value()) << body;
@@ -162,7 +163,8 @@ TEST(RouteApiTest, TheDecisionWriterPrintsWhatTheDocumentPrints) {
       case 2:
         return (static_cast<double>(random() % 2000) - 1000) * 0.1;
       case 3:
-        return std::ldexp(static_cast<double>(random() % 1000000 + 1), static_cast<int>(random() % 120) - 60);
+        return std::ldexp(static_cast<double>(random() % 1000000 + 1),
+                          static_cast<int>(random() % 120) - 60);
       case 4:
         return random() % 2 == 0 ? 0.0 : -0.0;
       default:
@@ -206,7 +208,8 @@ TEST(RouteApiTest, TheDecisionWriterPrintsWhatTheDocumentPrints) {
     // The same values always: nlohmann's Grisu2 may print a double with a
     // digit more than the shortest that reads back, which this writer
     // prints; every other byte is the same.
-    ASSERT_EQ(nlohmann::json::parse(*written), nlohmann::json::parse(document)) << "round " << round;
+    ASSERT_EQ(nlohmann::json::parse(*written), nlohmann::json::parse(document))
+        << "round " << round;
     if (*written == document) ++same_bytes;
   }
   EXPECT_GT(same_bytes, 450);
@@ -217,7 +220,8 @@ TEST(RouteApiTest, TheDecisionWriterPrintsWhatTheDocumentPrints) {
   router::RouteDecision foreign;
   foreign.worker = "w\xc3\xa9";
   EXPECT_FALSE(codec_internal::WriteDecisionJson(foreign).has_value());
-  EXPECT_EQ(EncodeRouteDecisionJson(foreign), codec_internal::Dump(codec_internal::DecisionJson(foreign)));
+  EXPECT_EQ(EncodeRouteDecisionJson(foreign),
+            codec_internal::Dump(codec_internal::DecisionJson(foreign)));
 }
 
 router::RouteDecision TwoCandidates() {

@@ -86,7 +86,8 @@ std::optional<router::RouteRequest> DecodeRouteRequestFast(std::string_view text
     for (const simdjson::dom::key_value_pair member : object) {
       size_t field = 0;
       while (field < kFields && kFieldNames[field] != member.key) ++field;
-      if (field == kFields || (seen & (1u << field)) != 0) return std::nullopt;  // unknown, repeated
+      if (field == kFields || (seen & (1u << field)) != 0)
+        return std::nullopt;  // unknown, repeated
       seen |= 1u << field;
       bool read = false;
       switch (static_cast<Field>(field)) {

@@ -43,10 +43,14 @@ Json StreamJson(const WorkerStreamView& stream, Json row) {
 
 std::string_view StateName(const WorkerView& view) {
   switch (view.no_events_yet) {
-    case NoEventsYet::kNotApplicable: return index::ToString(view.residency.state);
-    case NoEventsYet::kIdle: return "idle";
-    case NoEventsYet::kSilent: return "silent";
-    case NoEventsYet::kStreamFailed: return "stream_failed";
+    case NoEventsYet::kNotApplicable:
+      return index::ToString(view.residency.state);
+    case NoEventsYet::kIdle:
+      return "idle";
+    case NoEventsYet::kSilent:
+      return "silent";
+    case NoEventsYet::kStreamFailed:
+      return "stream_failed";
   }
   return "unknown";
 }

@@ -55,8 +55,8 @@ TEST(WorkersApiTest, ATenantsViewHasIdsModelsStateAndHealthOnly) {
   const WorkerView view = StaleWorker(false);
   const nlohmann::json row =
       nlohmann::json::parse(EncodeWorkersJson(std::span(&view, 1)))["workers"][0];
-  for (const char* hidden : {"blocks", "load", "kind", "last_seq", "diagnostics",
-                             "events_endpoint", "replay_endpoint", "control_url"}) {
+  for (const char* hidden : {"blocks", "load", "kind", "last_seq", "diagnostics", "events_endpoint",
+                             "replay_endpoint", "control_url"}) {
     EXPECT_FALSE(row.contains(hidden)) << hidden;
   }
   EXPECT_EQ(row["model"], "llama");
@@ -67,9 +67,10 @@ TEST(WorkersApiTest, ATenantsViewHasIdsModelsStateAndHealthOnly) {
 // and its state says why: idle, silent though it served requests, or a
 // stream kvgov could not subscribe to.
 TEST(WorkersApiTest, AWorkerWithoutEventsYetSaysWhy) {
-  const std::pair<NoEventsYet, const char*> cases[] = {{NoEventsYet::kIdle, "idle"},
-                                                       {NoEventsYet::kSilent, "silent"},
-                                                       {NoEventsYet::kStreamFailed, "stream_failed"}};
+  const std::pair<NoEventsYet, const char*> cases[] = {
+      {NoEventsYet::kIdle, "idle"},
+      {NoEventsYet::kSilent, "silent"},
+      {NoEventsYet::kStreamFailed, "stream_failed"}};
   for (bool fleet_view : {true, false}) {
     for (const auto& [reason, state] : cases) {
       WorkerView view = StaleWorker(fleet_view);
@@ -109,8 +110,8 @@ TEST(ConfigApiTest, ASingleNodeHasANullReplicaAndEveryTiersCredit) {
   EXPECT_EQ(json["route"]["tier_credit"]["remote"], 0.25);
   EXPECT_EQ(json["route"]["tier_credit"]["unknown"], 0.0);
   EXPECT_TRUE(json["engines"].empty());
-  config.replica = ReplicaConfigView{"r1", "redis://127.0.0.1:6379/0", "kvgov", 3000, 600000,
-                                     30000, true, false, "0-1"};
+  config.replica = ReplicaConfigView{
+      "r1", "redis://127.0.0.1:6379/0", "kvgov", 3000, 600000, 30000, true, false, "0-1"};
   const nlohmann::json replica = nlohmann::json::parse(EncodeConfigJson(config))["replica"];
   EXPECT_EQ(replica["claim_ttl_ms"], 3000);
   EXPECT_EQ(replica["log_retain_ms"], 600000);

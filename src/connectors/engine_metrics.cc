@@ -224,8 +224,8 @@ class SampleLine {
 }  // namespace
 
 Result<std::vector<router::ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
-                                                          int64_t now_ms, size_t ranks,
-                                                          size_t max_bytes) {
+                                                                  int64_t now_ms, size_t ranks,
+                                                                  size_t max_bytes) {
   if (prometheus_text.size() > max_bytes) {
     return Status::ResourceExhausted("metrics: " + std::to_string(prometheus_text.size()) +
                                      " bytes, over the " + std::to_string(max_bytes) +
@@ -315,7 +315,7 @@ Result<std::vector<router::ScrapedLoad>> ParseEngineMetricsByRank(std::string_vi
 }
 
 Result<router::ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
-                                       size_t max_bytes) {
+                                               size_t max_bytes) {
   KVGOV_ASSIGN_OR_RETURN(std::vector<router::ScrapedLoad> loads,
                          ParseEngineMetricsByRank(prometheus_text, now_ms, 1, max_bytes));
   return loads.front();

@@ -44,7 +44,8 @@ TEST(EngineMetricsTest, SumsVllmGaugesAcrossEnginesAndAveragesKvUsage) {
 // A data-parallel engine behind one server: each rank's stream is its own
 // worker, and each gets its own rank's load, not the engine's sum.
 TEST(EngineMetricsTest, ByRankGivesEachRankItsOwnSeries) {
-  Result<std::vector<router::ScrapedLoad>> loads = ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 2);
+  Result<std::vector<router::ScrapedLoad>> loads =
+      ParseEngineMetricsByRank(kVllmTwoEngines, 1700, 2);
   ASSERT_TRUE(loads.ok()) << loads.status().ToString();
   ASSERT_EQ(loads->size(), 2u);
   EXPECT_DOUBLE_EQ((*loads)[0].running, 3.0);

@@ -85,9 +85,9 @@ Result<DispatchResult> HttpConnector::Dispatch(const EvictionRequest& request,
       if (cancel.load(std::memory_order_acquire)) return Status::Unavailable("cancelled");
       Attempt& record = result.attempts.emplace_back();
       record.at_ms = clock::NowMillis();
-      httplib::Result answer =
-          body.empty() ? client.Post(target_.path, headers)
-                       : client.Post(target_.path, headers, body, "application/json");
+      httplib::Result answer = body.empty()
+                                   ? client.Post(target_.path, headers)
+                                   : client.Post(target_.path, headers, body, "application/json");
       if (!answer) {
         record.error = RequestErrorText(answer.error());
       } else {

@@ -17,7 +17,7 @@ namespace kvgov::connectors {
 
 /// Where a connector POSTs, and what to say when the route is missing.
 struct HttpTarget {
-  std::string name;       // "vllm", ...
+  std::string name;  // "vllm", ...
   ControlEndpoint endpoint;
   std::string url;        // scheme://host:port/path, for messages
   std::string path;       // what is POSTed to
@@ -75,9 +75,9 @@ Result<std::unique_ptr<InvalidationConnector>> MakeVllmConnector(const Connector
                                                                  HttpTarget target);
 Result<std::unique_ptr<InvalidationConnector>> MakeSglangConnector(const ConnectorConfig& config,
                                                                    HttpTarget target);
-Result<std::unique_ptr<InvalidationConnector>> MakeLmcacheConnector(
-    const ConnectorConfig& config, HttpTarget target);
-Result<std::unique_ptr<InvalidationConnector>> MakeWebhookConnector(
-    const ConnectorConfig& config, HttpTarget target);
+Result<std::unique_ptr<InvalidationConnector>> MakeLmcacheConnector(const ConnectorConfig& config,
+                                                                    HttpTarget target);
+Result<std::unique_ptr<InvalidationConnector>> MakeWebhookConnector(const ConnectorConfig& config,
+                                                                    HttpTarget target);
 
 }  // namespace kvgov::connectors

@@ -227,8 +227,8 @@ TEST(InvalidationConnectorTest, LmcacheClearSendsTheConfiguredInstanceAndLocatio
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].path, "/clear");
   EXPECT_EQ(seen[0].content_type, "application/json");
-  EXPECT_EQ(Json::parse(seen[0].body), (Json{{"instance_id", "inst-7"},
-                                             {"location", "LocalDiskBackend"}}));
+  EXPECT_EQ(Json::parse(seen[0].body),
+            (Json{{"instance_id", "inst-7"}, {"location", "LocalDiskBackend"}}));
 }
 
 TEST(InvalidationConnectorTest, LmcacheDefaultsAreLmcachesOwn) {
@@ -351,8 +351,8 @@ TEST(InvalidationConnectorTest, CancelDuringBackoffReturnsPromptly) {
   ASSERT_NE(connector, nullptr);
   std::atomic<bool> cancel{false};
 
-  std::future<Result<DispatchResult>> dispatch = std::async(
-      std::launch::async, [&] { return connector->Dispatch(Request(), cancel); });
+  std::future<Result<DispatchResult>> dispatch =
+      std::async(std::launch::async, [&] { return connector->Dispatch(Request(), cancel); });
   ASSERT_TRUE(WaitFor([&] { return owner.seen().size() == 1; }));
   // The connector is in (or entering) its 60 s pause now.
   std::this_thread::sleep_for(milliseconds(20));

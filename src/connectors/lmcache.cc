@@ -7,8 +7,8 @@
 
 namespace kvgov::connectors {
 
-Result<std::unique_ptr<InvalidationConnector>> MakeLmcacheConnector(
-    const ConnectorConfig& config, HttpTarget target) {
+Result<std::unique_ptr<InvalidationConnector>> MakeLmcacheConnector(const ConnectorConfig& config,
+                                                                    HttpTarget target) {
   const std::string where = "connector lmcache";
   if (config.lmcache_instance_id.empty() || config.lmcache_location.empty()) {
     return Status::InvalidArgument(where +
@@ -27,8 +27,8 @@ Result<std::unique_ptr<InvalidationConnector>> MakeLmcacheConnector(
   target.not_found =
       "is the control URL the LMCache controller's API port (--port, 9000 by default)?";
   target.url += target.path;
-  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WholeFlushConnector>(std::move(target), config.admin_token,
-                                               config.retry, std::move(body));
+  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WholeFlushConnector>(
+      std::move(target), config.admin_token, config.retry, std::move(body));
   return connector;
 }
 

@@ -141,8 +141,9 @@ Result<std::string> UpstreamConnections::PostForAnswer(const std::string& base_u
 Result<std::vector<int64_t>> UpstreamConnections::Tokenize(const std::string& base_url,
                                                            ingest::EngineKind kind,
                                                            std::string_view body) {
-  KVGOV_ASSIGN_OR_RETURN(const std::string answer,
-                         PostForAnswer(base_url, std::string(TokenizePath(kind)), body, "tokenize"));
+  KVGOV_ASSIGN_OR_RETURN(
+      const std::string answer,
+      PostForAnswer(base_url, std::string(TokenizePath(kind)), body, "tokenize"));
   JsonLimits limits;
   limits.max_bytes = kMaxTokenizeAnswerBytes;
   limits.max_array_items = kMaxTokenizeAnswerBytes;

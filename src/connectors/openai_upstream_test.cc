@@ -22,15 +22,16 @@ class StandInEngine {
  public:
   // `requests_per_connection` 1: the engine closes every connection after
   // its answer, as an engine past its keep-alive timeout does.
-  StandInEngine(std::string path, int status, std::string body, size_t requests_per_connection = 100) {
+  StandInEngine(std::string path, int status, std::string body,
+                size_t requests_per_connection = 100) {
     server_.set_keep_alive_max_count(requests_per_connection);
-    server_.Post(path, [this, status, body](const httplib::Request& request,
-                                             httplib::Response& response) {
-      received_ = request.body;
-      client_ports_.push_back(request.remote_port);
-      response.status = status;
-      response.set_content(body, "application/json");
-    });
+    server_.Post(
+        path, [this, status, body](const httplib::Request& request, httplib::Response& response) {
+          received_ = request.body;
+          client_ports_.push_back(request.remote_port);
+          response.status = status;
+          response.set_content(body, "application/json");
+        });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     WaitFor([this] { return server_.is_running(); });

@@ -11,8 +11,8 @@ Result<std::unique_ptr<InvalidationConnector>> MakeSglangConnector(const Connect
   target.path = "/flush_cache";
   target.not_found = "is the control URL an SGLang server?";
   target.url += target.path;
-  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WholeFlushConnector>(std::move(target), config.admin_token,
-                                               config.retry, "");
+  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WholeFlushConnector>(
+      std::move(target), config.admin_token, config.retry, "");
   return connector;
 }
 

@@ -17,8 +17,8 @@ Result<std::unique_ptr<InvalidationConnector>> MakeVllmConnector(const Connector
   target.not_found =
       "vLLM registers /reset_prefix_cache only when started with VLLM_SERVER_DEV_MODE=1";
   target.url += target.path;
-  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WholeFlushConnector>(std::move(target), config.admin_token,
-                                               config.retry, "");
+  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WholeFlushConnector>(
+      std::move(target), config.admin_token, config.retry, "");
   return connector;
 }
 

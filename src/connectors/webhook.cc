@@ -55,8 +55,8 @@ class WebhookConnector final : public HttpConnector {
 
 }  // namespace
 
-Result<std::unique_ptr<InvalidationConnector>> MakeWebhookConnector(
-    const ConnectorConfig& config, HttpTarget target) {
+Result<std::unique_ptr<InvalidationConnector>> MakeWebhookConnector(const ConnectorConfig& config,
+                                                                    HttpTarget target) {
   const std::string& path = config.webhook_path;
   if (path.empty() || !path.starts_with('/') || path.size() > kMaxWebhookPathChars ||
       !std::all_of(path.begin(), path.end(),
@@ -68,7 +68,8 @@ Result<std::unique_ptr<InvalidationConnector>> MakeWebhookConnector(
   target.path = path;
   target.not_found = "check webhook_path";
   target.url += target.path;
-  std::unique_ptr<InvalidationConnector> connector = std::make_unique<WebhookConnector>(std::move(target), config.admin_token, config.retry);
+  std::unique_ptr<InvalidationConnector> connector =
+      std::make_unique<WebhookConnector>(std::move(target), config.admin_token, config.retry);
   return connector;
 }
 

@@ -123,8 +123,8 @@ std::string_view EngineEventTypeName(const EngineEvent& event) {
       event);
 }
 
-void LowerEngineEventEach(const EngineEvent& event, std::string_view worker,
-                          int64_t block_size, const std::function<void(const Entry&)>& sink) {
+void LowerEngineEventEach(const EngineEvent& event, std::string_view worker, int64_t block_size,
+                          const std::function<void(const Entry&)>& sink) {
   // A record that carries its own block size (BlockStored from vLLM and
   // SGLang) is the authority; the caller's value covers records that do not
   // (BlockRemoved, AllBlocksCleared, a Mooncake store without block_size).

@@ -18,18 +18,26 @@ TEST(TierForMediumTest, MapsEveryKnownMediumCaseInsensitively) {
     ResidencyTier tier;
   };
   const Case cases[] = {
-      {"", ResidencyTier::kHBM},           {"GPU", ResidencyTier::kHBM},
-      {"gpu", ResidencyTier::kHBM},        {"CPU", ResidencyTier::kDRAM},
-      {"cpu", ResidencyTier::kDRAM},       {"CPU_TIER1", ResidencyTier::kDRAM},
-      {"cpu_tier1", ResidencyTier::kDRAM}, {"CPU_TIER2", ResidencyTier::kDisk},
-      {"DISK", ResidencyTier::kDisk},      {"disk", ResidencyTier::kDisk},
-      {"L1", ResidencyTier::kHBM},         {"l2", ResidencyTier::kDRAM},
+      {"", ResidencyTier::kHBM},
+      {"GPU", ResidencyTier::kHBM},
+      {"gpu", ResidencyTier::kHBM},
+      {"CPU", ResidencyTier::kDRAM},
+      {"cpu", ResidencyTier::kDRAM},
+      {"CPU_TIER1", ResidencyTier::kDRAM},
+      {"cpu_tier1", ResidencyTier::kDRAM},
+      {"CPU_TIER2", ResidencyTier::kDisk},
+      {"DISK", ResidencyTier::kDisk},
+      {"disk", ResidencyTier::kDisk},
+      {"L1", ResidencyTier::kHBM},
+      {"l2", ResidencyTier::kDRAM},
       {"L3", ResidencyTier::kDisk},
       // vLLM's storage tiers (FS, OBJ in 0.26; STORAGE after vllm#48123).
-      {"FS", ResidencyTier::kDisk},        {"STORAGE", ResidencyTier::kDisk},
+      {"FS", ResidencyTier::kDisk},
+      {"STORAGE", ResidencyTier::kDisk},
       {"OBJ", ResidencyTier::kRemote},
       // SGLang's StorageMedium (sglang#22894).
-      {"CPU_PINNED", ResidencyTier::kDRAM}, {"EXTERNAL", ResidencyTier::kRemote},
+      {"CPU_PINNED", ResidencyTier::kDRAM},
+      {"EXTERNAL", ResidencyTier::kRemote},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(TierForMedium(c.medium), c.tier) << "medium '" << c.medium << "'";
@@ -211,8 +219,7 @@ TEST(LowerEngineEventEachTest, EveryBlockGetsTheEntryItsOwnReportLowersTo) {
   ASSERT_EQ(entries.size(), 4u);
   for (size_t i = 0; i < entries.size(); ++i) {
     EXPECT_EQ(entries[i], BlockEntry(KVTransferDirection::kStore, stored.block_hashes[i], 4,
-                                     ResidencyTier::kDRAM, ResidencyTier::kUnknown, "worker-a",
-                                     3))
+                                     ResidencyTier::kDRAM, ResidencyTier::kUnknown, "worker-a", 3))
         << "block " << i;
   }
   EXPECT_EQ(entries, LowerEngineEvent(stored, "worker-a", 16));
@@ -225,8 +232,7 @@ TEST(LowerEngineEventEachTest, EveryBlockGetsTheEntryItsOwnReportLowersTo) {
   ASSERT_EQ(entries.size(), 2u);
   for (size_t i = 0; i < entries.size(); ++i) {
     EXPECT_EQ(entries[i], BlockEntry(KVTransferDirection::kEvict, removed.block_hashes[i], 16,
-                                     ResidencyTier::kUnknown, ResidencyTier::kDisk, "worker-b",
-                                     2))
+                                     ResidencyTier::kUnknown, ResidencyTier::kDisk, "worker-b", 2))
         << "block " << i;
   }
   EXPECT_EQ(entries, LowerEngineEvent(removed, "worker-b", 16));

@@ -6,10 +6,10 @@ namespace kvgov {
 
 Status ValidateEntry(const Entry& entry) {
   if (entry.source != SourceForPlane(entry.plane)) {
-    return Status::InvalidArgument(
-        "source: '" + std::string(ToString(entry.source)) + "' does not match plane '" +
-        std::string(ToString(entry.plane)) + "' (want '" +
-        std::string(ToString(SourceForPlane(entry.plane))) + "')");
+    return Status::InvalidArgument("source: '" + std::string(ToString(entry.source)) +
+                                   "' does not match plane '" + std::string(ToString(entry.plane)) +
+                                   "' (want '" +
+                                   std::string(ToString(SourceForPlane(entry.plane))) + "')");
   }
   if (entry.id.length < 0) {
     return Status::InvalidArgument("id.length: must be >= 0, got " +

@@ -118,9 +118,9 @@ TEST(KVTransferTest, EvictionIsNeverAHit) {
 }
 
 TEST(KVTransferTest, StoreRouteAndMigrateOkAreHits) {
-  for (KVTransferDirection direction : {KVTransferDirection::kStore, KVTransferDirection::kRoute,
-                                        KVTransferDirection::kMigrate,
-                                        KVTransferDirection::kRestore}) {
+  for (KVTransferDirection direction :
+       {KVTransferDirection::kStore, KVTransferDirection::kRoute, KVTransferDirection::kMigrate,
+        KVTransferDirection::kRestore}) {
     KVTransfer transfer = Offload();
     transfer.direction = direction;
     EXPECT_TRUE(KVTransferVerdict(Lower(transfer)).CanServe()) << ToString(direction);

@@ -86,9 +86,8 @@ Result<NIXLLease> ApplyNIXLLeaseEvent(const NIXLLease& lease, NIXLLeaseEvent eve
     // A late expiry report for a lease our clock already expired is the
     // same fact told twice, not a revival.
     if (state == NIXLLeaseState::kExpired && event == NIXLLeaseEvent::kExpiry) return lease;
-    return Status::FailedPrecondition(who + " is " + std::string(ToString(state)) +
-                                      "; event '" + std::string(ToString(event)) +
-                                      "' cannot revive it");
+    return Status::FailedPrecondition(who + " is " + std::string(ToString(state)) + "; event '" +
+                                      std::string(ToString(event)) + "' cannot revive it");
   }
   NIXLLease next = lease;
   next.event = event;

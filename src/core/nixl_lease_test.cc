@@ -127,9 +127,8 @@ TEST(NIXLLeaseTest, HeartbeatExtendsExpiryByTheTTL) {
 }
 
 TEST(NIXLLeaseTest, TerminalStatesNeverRevive) {
-  Result<NIXLLease> done =
-      ApplyNIXLLeaseEvent(LeaseWith(NIXLLeaseEvent::kCreate), NIXLLeaseEvent::kTransferComplete,
-                          2000);
+  Result<NIXLLease> done = ApplyNIXLLeaseEvent(LeaseWith(NIXLLeaseEvent::kCreate),
+                                               NIXLLeaseEvent::kTransferComplete, 2000);
   ASSERT_TRUE(done.ok());
   Result<NIXLLease> revived = ApplyNIXLLeaseEvent(*done, NIXLLeaseEvent::kHeartbeat, 2500);
   ASSERT_FALSE(revived.ok());

@@ -26,8 +26,9 @@ Result<int64_t> RetentionMillis(std::string_view retention) {
   if (unit == "h") unit_ms = int64_t{60} * 60 * 1000;
   constexpr int64_t kMaxCount = int64_t{1} << 32;
   if (error != std::errc() || unit_ms == 0 || count <= 0 || count > kMaxCount) {
-    return Status::InvalidArgument("retention: want <count><s|m|min|h> such as '5m' or '1h', got '" +
-                                   std::string(retention) + "'");
+    return Status::InvalidArgument(
+        "retention: want <count><s|m|min|h> such as '5m' or '1h', got '" + std::string(retention) +
+        "'");
   }
   return count * unit_ms;
 }

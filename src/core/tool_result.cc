@@ -18,8 +18,8 @@ Result<ToolResultKey> ParseToolResultKey(std::string_view key) {
   bool all_set = parts.size() == 3;
   for (std::string_view part : parts) all_set = all_set && !part.empty();
   if (!all_set) {
-    return Status::InvalidArgument(
-        "key: want three non-empty parts tool:args_digest:epoch, got '" + std::string(key) + "'");
+    return Status::InvalidArgument("key: want three non-empty parts tool:args_digest:epoch, got '" +
+                                   std::string(key) + "'");
   }
   return ToolResultKey{std::string(parts[0]), std::string(parts[1]), std::string(parts[2])};
 }

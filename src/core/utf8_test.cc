@@ -27,8 +27,8 @@ TEST(Utf8Test, WhatJsonAndPrometheusParsersRefuseFails) {
   EXPECT_FALSE(IsValidUtf8("\xED\xBF\xBF"));      // surrogate U+DFFF
   EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // past U+10FFFF
   EXPECT_FALSE(IsValidUtf8("\xF5\x80\x80\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // truncated
-  EXPECT_FALSE(IsValidUtf8("ok\xE2\x28\xA1"));    // a bad continuation
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));        // truncated
+  EXPECT_FALSE(IsValidUtf8("ok\xE2\x28\xA1"));  // a bad continuation
 }
 
 TEST(Utf8Test, SequenceLengthNamesEachSequenceOrZero) {

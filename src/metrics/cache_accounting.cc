@@ -59,8 +59,8 @@ LookupVerdict CacheAccounting::Record(const Entry& entry) {
       ->Inc();
   if (entry.metrics.bytes_transferred > 0) {
     bytes_moved_
-        ->WithLabels({source, LabelOr(entry, "from_tier", "unknown"),
-                      TierName(entry.residency.tier)})
+        ->WithLabels(
+            {source, LabelOr(entry, "from_tier", "unknown"), TierName(entry.residency.tier)})
         ->Add(entry.metrics.bytes_transferred);
   }
   verdicts_

@@ -49,7 +49,8 @@ TEST(CacheAccountingTest, EachEntryCountsUnderItsOwnSource) {
       << text;
   EXPECT_EQ(text.find("kvgov_prefill_tokens_saved_total{source=\"" + engine_source + "\"}"),
             std::string::npos)
-      << "a transfer saves no prefill by itself\n" << text;
+      << "a transfer saves no prefill by itself\n"
+      << text;
   EXPECT_NE(text.find("kvgov_bytes_moved_total{source=\"" + engine_source +
                       "\",from_tier=\"unknown\",to_tier=\"dram\"} 4096"),
             std::string::npos)

@@ -108,12 +108,13 @@ void Histogram::Observe(double v) {
   const std::vector<double>& b = *bounds_;
   // `le` is inclusive: the first bound >= v. NaN compares false with every
   // bound, so it is sent to +Inf explicitly rather than to bucket 0.
-  std::size_t i = std::isnan(v) ? b.size()
-                                : static_cast<std::size_t>(
-                                      std::lower_bound(b.begin(), b.end(), v) - b.begin());
+  std::size_t i =
+      std::isnan(v) ? b.size()
+                    : static_cast<std::size_t>(std::lower_bound(b.begin(), b.end(), v) - b.begin());
   counts_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(v, std::memory_order_relaxed);
-  if (fold_ != nullptr) [[unlikely]] fold_->Inc();
+  if (fold_ != nullptr) [[unlikely]]
+    fold_->Inc();
 }
 
 std::uint64_t Histogram::Count() const {
@@ -296,8 +297,7 @@ template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;
 
-CallbackFamily::CallbackFamily(Registry* registry, FamilyOptions options,
-                               std::string_view type)
+CallbackFamily::CallbackFamily(Registry* registry, FamilyOptions options, std::string_view type)
     : FamilyBase(registry, std::move(options), type) {}
 
 void CallbackFamily::RenderSamples(std::string& out) const {
@@ -310,8 +310,8 @@ void CallbackFamily::RenderSamples(std::string& out) const {
 
 // ---- collector sink ------------------------------------------------------
 
-void CollectorSink::Emit(const CallbackFamily* family,
-                         std::span<const std::string_view> values, double value) {
+void CollectorSink::Emit(const CallbackFamily* family, std::span<const std::string_view> values,
+                         double value) {
   if (family == nullptr || family->registry_ != registry_) return;
   LabelKey key(values);
   std::span<const std::string_view> views = key.views();
@@ -367,13 +367,13 @@ Registry::Registry() {
        .label_names = {"family"},
        .max_children = kUnbounded},
       "counter", nullptr)));
-  CounterFamily* collector_errors = InsertLocked(std::unique_ptr<CounterFamily>(new CounterFamily(
-      this,
-      {.name = std::string(kCollectorErrorFamily),
-       .help = "Metric collector callbacks that threw during a scrape.",
-       .label_names = {},
-       .max_children = 1},
-      "counter", nullptr)));
+  CounterFamily* collector_errors = InsertLocked(std::unique_ptr<CounterFamily>(
+      new CounterFamily(this,
+                        {.name = std::string(kCollectorErrorFamily),
+                         .help = "Metric collector callbacks that threw during a scrape.",
+                         .label_names = {},
+                         .max_children = 1},
+                        "counter", nullptr)));
   collector_errors_ = collector_errors->GetOrCreateLocked({});
 }
 
@@ -395,8 +395,9 @@ Status Registry::ValidateLocked(const FamilyOptions& options, std::string_view t
     // gauge `x_sum` would collide with histogram `x`, and promtool flags them.
     for (std::string_view suffix : {"_total", "_bucket", "_sum", "_count"}) {
       if (name.ends_with(suffix)) {
-        return Status::InvalidArgument(what + ": only a counter name may end in _total, and no "
-                                              "name in _bucket, _sum or _count");
+        return Status::InvalidArgument(what +
+                                       ": only a counter name may end in _total, and no "
+                                       "name in _bucket, _sum or _count");
       }
     }
   }
@@ -437,8 +438,8 @@ FamilyT* Registry::InsertLocked(std::unique_ptr<FamilyT> family) {
 Result<CounterFamily*> Registry::AddCounter(FamilyOptions options) {
   std::lock_guard lock(mu_);
   KVGOV_RETURN_IF_ERROR(ValidateLocked(options, "counter"));
-  CounterFamily* family = InsertLocked(
-      std::unique_ptr<CounterFamily>(new CounterFamily(this, std::move(options), "counter", nullptr)));
+  CounterFamily* family = InsertLocked(std::unique_ptr<CounterFamily>(
+      new CounterFamily(this, std::move(options), "counter", nullptr)));
   if (family->label_names().empty()) family->GetOrCreateLocked({});
   return family;
 }
@@ -483,8 +484,7 @@ Result<CallbackFamily*> Registry::AddCallbackCounter(FamilyOptions options) {
   return AddCallbackFamily(std::move(options), "counter");
 }
 
-Result<CallbackFamily*> Registry::AddCallbackFamily(FamilyOptions options,
-                                                    std::string_view type) {
+Result<CallbackFamily*> Registry::AddCallbackFamily(FamilyOptions options, std::string_view type) {
   std::lock_guard lock(mu_);
   KVGOV_RETURN_IF_ERROR(ValidateLocked(options, type));
   CallbackFamily* family = InsertLocked(
@@ -504,8 +504,8 @@ Result<CollectorId> Registry::RegisterCollector(std::function<void(CollectorSink
 Status Registry::RemoveCollector(CollectorId id) {
   std::lock_guard lock(mu_);
   if (collectors_.erase(id) == 0) {
-    return Status::NotFound("metrics: collector " +
-                            std::to_string(static_cast<std::uint64_t>(id)) + " not registered");
+    return Status::NotFound("metrics: collector " + std::to_string(static_cast<std::uint64_t>(id)) +
+                            " not registered");
   }
   return Status::Ok();
 }

@@ -77,9 +77,13 @@ TEST(ExpositionTest, DoublesUseShortestRoundTripSpelling) {
 
 TEST(ExpositionTest, DoublesRoundTrip) {
   std::mt19937_64 rng(20240607);
-  std::vector<double> values = {0.1 + 0.2, 1.0 / 3, std::numeric_limits<double>::min(),
+  std::vector<double> values = {0.1 + 0.2,
+                                1.0 / 3,
+                                std::numeric_limits<double>::min(),
                                 std::numeric_limits<double>::max(),
-                                std::numeric_limits<double>::denorm_min(), 4.35, 1e300};
+                                std::numeric_limits<double>::denorm_min(),
+                                4.35,
+                                1e300};
   for (int i = 0; i < 10000; ++i) {
     std::uint64_t bits = rng();
     double v;
@@ -133,10 +137,10 @@ TEST(ExpositionTest, NameRules) {
 
 TEST(RegistryTest, GoldenExposition) {
   Registry registry;
-  CounterFamily* requests = Must(registry.AddCounter(
-      {.name = "app_requests_total",
-       .help = "Requests served.\nSecond line with a \\ backslash.",
-       .label_names = {"worker", "tier"}}));
+  CounterFamily* requests =
+      Must(registry.AddCounter({.name = "app_requests_total",
+                                .help = "Requests served.\nSecond line with a \\ backslash.",
+                                .label_names = {"worker", "tier"}}));
   GaugeFamily* temperature = Must(registry.AddGauge(
       {.name = "app_temperature_celsius", .help = "Temperature.", .label_names = {}}));
   HistogramFamily* latency = Must(registry.AddHistogram(
@@ -334,10 +338,8 @@ TEST(RegistryValidationTest, RejectsDuplicateNamesAcrossTypes) {
   Registry registry;
   ASSERT_TRUE(registry.AddGauge(Opts("blocks")).ok());
   EXPECT_EQ(registry.AddGauge(Opts("blocks")).status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddHistogram(Opts("blocks"), {1}).status().code(),
-            StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCallbackGauge(Opts("blocks")).status().code(),
-            StatusCode::kAlreadyExists);
+  EXPECT_EQ(registry.AddHistogram(Opts("blocks"), {1}).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(registry.AddCallbackGauge(Opts("blocks")).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(registry.AddCounter(Opts("kvgov_metrics_overflow_total")).status().code(),
             StatusCode::kAlreadyExists);
 }
@@ -395,7 +397,8 @@ TEST(FamilyTest, RemovedChildIsNotRenderedButCachedHandleStaysSafe) {
   ASSERT_TRUE(c->Remove({"w1"}).ok());
   cached->Inc();  // a hot path that has not noticed yet: harmless
   EXPECT_EQ(cached->Value(), 8);
-  EXPECT_EQ(Section(registry.Render(), "c_total"), "# HELP c_total Help.\n# TYPE c_total counter\n");
+  EXPECT_EQ(Section(registry.Render(), "c_total"),
+            "# HELP c_total Help.\n# TYPE c_total counter\n");
   auto fresh = c->WithLabels({"w1"});
   EXPECT_NE(fresh, cached);
   EXPECT_EQ(fresh->Value(), 0);
@@ -476,8 +479,7 @@ TEST(OverflowTest, HistogramsFoldToo) {
   h->WithLabels({"del"})->Observe(3);
   std::string text = registry.Render();
   EXPECT_NE(text.find("h_seconds_count{op=\"__overflow__\"} 2\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("kvgov_metrics_overflow_total{family=\"h_seconds\"} 2\n"),
-            std::string::npos)
+  EXPECT_NE(text.find("kvgov_metrics_overflow_total{family=\"h_seconds\"} 2\n"), std::string::npos)
       << text;
 }
 
@@ -555,9 +557,10 @@ TEST(CollectorTest, SamplesPastTheCapAreSummedIntoOverflow) {
                   })
                   .ok());
   std::string text = registry.Render();
-  EXPECT_EQ(Section(text, "blocks"),
-            "# HELP blocks Help.\n# TYPE blocks gauge\n"
-            "blocks{worker=\"__overflow__\"} 12\nblocks{worker=\"w1\"} 1\nblocks{worker=\"w2\"} 2\n");
+  EXPECT_EQ(
+      Section(text, "blocks"),
+      "# HELP blocks Help.\n# TYPE blocks gauge\n"
+      "blocks{worker=\"__overflow__\"} 12\nblocks{worker=\"w1\"} 1\nblocks{worker=\"w2\"} 2\n");
   EXPECT_NE(text.find("kvgov_metrics_overflow_total{family=\"blocks\"} 3\n"), std::string::npos);
 }
 
@@ -570,8 +573,8 @@ TEST(CollectorTest, ThrowingCollectorIsCountedAndOthersStillRun) {
                     throw std::runtime_error("index gone");
                   })
                   .ok());
-  ASSERT_TRUE(registry.RegisterCollector([&](CollectorSink& sink) { sink.Emit(g, {"other"}, 2); })
-                  .ok());
+  ASSERT_TRUE(
+      registry.RegisterCollector([&](CollectorSink& sink) { sink.Emit(g, {"other"}, 2); }).ok());
   std::string text = registry.Render();
   EXPECT_EQ(Section(text, "g"),
             "# HELP g Help.\n# TYPE g gauge\ng{a=\"before\"} 1\ng{a=\"other\"} 2\n");
@@ -630,8 +633,8 @@ TEST(ConcurrencyTest, DifferentChildrenFromFourThreadsAreExact) {
   });
   std::string text = registry.Render();
   for (int t = 0; t < kThreads; ++t) {
-    EXPECT_NE(text.find("c_total{w=\"w" + std::to_string(t) + "\"} " +
-                        std::to_string(kIterations) + "\n"),
+    EXPECT_NE(text.find("c_total{w=\"w" + std::to_string(t) + "\"} " + std::to_string(kIterations) +
+                        "\n"),
               std::string::npos)
         << text;
   }
@@ -721,11 +724,11 @@ TEST(PromtoolTest, EveryFamilyTypePassesCheckMetrics) {
                  << "(scripts/install-deps.sh does) to run this check";
   }
   Registry registry;
-  CounterFamily* requests = Must(registry.AddCounter(
-      {.name = "kvgov_requests_total",
-       .help = "Requests, with \"quotes\", a \\ and\na newline in help.",
-       .label_names = {"worker", "tier"},
-       .max_children = 3}));
+  CounterFamily* requests =
+      Must(registry.AddCounter({.name = "kvgov_requests_total",
+                                .help = "Requests, with \"quotes\", a \\ and\na newline in help.",
+                                .label_names = {"worker", "tier"},
+                                .max_children = 3}));
   CounterFamily* plain = Must(registry.AddCounter(Opts("kvgov_plain_total")));
   GaugeFamily* gauge = Must(registry.AddGauge(Opts("kvgov_resident_blocks", {"worker"})));
   HistogramFamily* latency = Must(registry.AddHistogram(
@@ -742,8 +745,8 @@ TEST(PromtoolTest, EveryFamilyTypePassesCheckMetrics) {
   requests->WithLabels({"w1", "hbm"})->Inc();
   requests->WithLabels({"w\"2\\\nx", "dram"})->Add(0.1);
   requests->WithLabels({"w3\xFF", "ssd"})->Add(7);
-  requests->WithLabels({"w4", "ssd"})->Inc();  // overflow
-  requests->WithLabels({"w5", "ssd"})->Inc();  // overflow
+  requests->WithLabels({"w4", "ssd"})->Inc();    // overflow
+  requests->WithLabels({"w5", "ssd"})->Inc();    // overflow
   requests->WithLabels({"a", "b", "c"})->Inc();  // label error
   plain->WithLabels({})->Add(std::uint64_t{1} << 62);
   gauge->WithLabels({"w1"})->Set(kNaN);

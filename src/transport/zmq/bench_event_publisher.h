@@ -25,8 +25,7 @@ namespace kvgov::bench {
 /// publishes faster than kvgov ingests must queue them, not lose them.
 class EventPublisher {
  public:
-  explicit EventPublisher(zmq::context_t& context)
-      : socket_(context, zmq::socket_type::xpub) {
+  explicit EventPublisher(zmq::context_t& context) : socket_(context, zmq::socket_type::xpub) {
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::sndhwm, 0);
     socket_.bind("tcp://127.0.0.1:*");
@@ -52,8 +51,7 @@ class EventPublisher {
       seq_bytes[i] = static_cast<char>(seq >> (56 - 8 * i));
     }
     // vLLM's default topic is empty.
-    std::array<zmq::const_buffer, 3> frames = {zmq::const_buffer("", 0),
-                                               zmq::buffer(seq_bytes),
+    std::array<zmq::const_buffer, 3> frames = {zmq::const_buffer("", 0), zmq::buffer(seq_bytes),
                                                zmq::buffer(payload.data(), payload.size())};
     (void)zmq::send_multipart(socket_, frames);
   }

@@ -45,8 +45,7 @@ class ZmqReplaySource : public ingest::ReplaySource {
       dealer.set(zmq::sockopt::linger, 0);
       dealer.connect(endpoint_);
       std::string start = BigEndian64(start_seq);
-      std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0),
-                                                  zmq::buffer(start)};
+      std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0), zmq::buffer(start)};
       if (!zmq::send_multipart(dealer, request)) {
         return Status::Unavailable("replay " + endpoint_ + ": request not sent");
       }
@@ -119,8 +118,8 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
     // missed batches: the monitor tells the stream when one completes.
     const std::string monitor_endpoint =
         "inproc://kvgov-ingest-monitor-" + std::to_string(stream_number);
-    if (zmq_socket_monitor(sub.handle(), monitor_endpoint.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
+    if (zmq_socket_monitor(sub.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED) !=
+        0) {
       throw zmq::error_t();
     }
     monitor.set(zmq::sockopt::linger, 0);
@@ -154,8 +153,8 @@ void RunStream(zmq::context_t& context, Stream& stream, const std::atomic<bool>&
             std::chrono::duration_cast<std::chrono::milliseconds>(settle_at - Clock::now()),
             std::chrono::milliseconds(0), wait);
       }
-      std::array<zmq::pollitem_t, 2> items = {{{monitor.handle(), 0, ZMQ_POLLIN, 0},
-                                               {sub.handle(), 0, ZMQ_POLLIN, 0}}};
+      std::array<zmq::pollitem_t, 2> items = {
+          {{monitor.handle(), 0, ZMQ_POLLIN, 0}, {sub.handle(), 0, ZMQ_POLLIN, 0}}};
       zmq::poll(items, wait);
       if (items[0].revents & ZMQ_POLLIN) {
         frames.clear();
@@ -257,9 +256,9 @@ Status ZmqIngest::AddEngines(std::span<const ingest::EngineSpec> engines) {
         stream->replay =
             std::make_unique<ZmqReplaySource>(&impl_->context, spec.replay, impl_->limits);
       }
-      stream->stream = std::make_unique<ingest::EngineStream>(
-          spec.worker, engine.kind, impl_->index, stream->replay.get(), impl_->sink,
-          impl_->durability);
+      stream->stream = std::make_unique<ingest::EngineStream>(spec.worker, engine.kind,
+                                                              impl_->index, stream->replay.get(),
+                                                              impl_->sink, impl_->durability);
       stream->stream->set_observer(impl_->observer);
       added.push_back(std::move(stream));
       engine_of.push_back(&engine);
@@ -301,9 +300,8 @@ std::vector<StreamView> ZmqIngest::Streams() const {
   std::lock_guard lock(impl_->mu);
   std::vector<StreamView> views;
   for (const auto& stream : impl_->streams) {
-    views.push_back(
-        {stream->spec.worker, stream->kind, stream->spec.events, stream->spec.replay,
-         &stream->stream->stats()});
+    views.push_back({stream->spec.worker, stream->kind, stream->spec.events, stream->spec.replay,
+                     &stream->stream->stats()});
   }
   return views;
 }

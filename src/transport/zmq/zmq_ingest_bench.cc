@@ -50,8 +50,8 @@ constexpr int64_t kVocab = 128256;  // Llama 3's: most token ids take 3 or 5 msg
 struct EncodedStream {
   std::vector<std::string> payloads;  // payload i is published with seq i
   uint64_t events = 0;
-  uint64_t blocks = 0;    // block hashes across all events: what the index applies
-  uint64_t resident = 0;  // blocks still resident at the end
+  uint64_t blocks = 0;         // block hashes across all events: what the index applies
+  uint64_t resident = 0;       // blocks still resident at the end
   uint64_t peak_resident = 0;  // the pool an engine publishing this needs
   uint64_t bytes = 0;
 };
@@ -331,7 +331,8 @@ void BM_IngestWithStoreVsWithout(benchmark::State& state) {
     state.SetIterationTime(*stored);
   }
   if (state.error_occurred()) return;
-  const double blocks = static_cast<double>(stream.blocks) * static_cast<double>(state.iterations());
+  const double blocks =
+      static_cast<double>(stream.blocks) * static_cast<double>(state.iterations());
   state.counters["ingest_blocks_per_s"] = blocks / bare_s;
   state.counters["stored_ingest_blocks_per_s"] = blocks / stored_s;
   // Issue 37's target is for the daemon's defaults; other cadences are
