@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "testing/bench_smoke.h"
+#include "testing/scratch_dir.h"
 #include "connectors/control_url.h"
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"
@@ -72,13 +73,10 @@ class GatewayFleet {
                std::array<ingest::EngineRole, 2> roles = {ingest::EngineRole::kBoth,
                                                           ingest::EngineRole::kBoth},
                bool prefix_diagnostics = true) {
-    dir_ =
-        std::filesystem::temp_directory_path() /
-        ("kvgov_gateway_bench_" + std::to_string(::getpid()) + "_" + std::to_string(next_fleet_++));
-    std::filesystem::remove_all(dir_);
+    dir_.emplace("kvgov_gateway_bench_" + std::to_string(next_fleet_++));
     ServerOptions options;
     options.port = 0;
-    options.data_dir = (dir_ / "data").string();
+    options.data_dir = (*dir_ / "data").string();
     options.gateway_host = "127.0.0.1";
     options.gateway_port = 0;
     options.prefix_diagnostics = prefix_diagnostics;
@@ -111,8 +109,6 @@ class GatewayFleet {
     if (server_) server_->Shutdown();
     server_.reset();
     for (auto& engine : engines_) engine->Stop();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
   }
 
   int gateway_port() const { return server_->gateway_port(); }
@@ -166,8 +162,8 @@ class GatewayFleet {
     return Status::DeadlineExceeded("kvgov never saw the warm-up prompt's blocks");
   }
 
-  static inline int next_fleet_ = 0;  // two fleets may run side by side
-  std::filesystem::path dir_;
+  static inline int next_fleet_ = 0;             // two fleets may run side by side
+  std::optional<test_support::ScratchDir> dir_;  // removed after the daemon stops
   std::vector<std::unique_ptr<simfleet::LiveEngine>> engines_;
   std::unique_ptr<Server> server_;
   connectors::ControlEndpoint direct_;

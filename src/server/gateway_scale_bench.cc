@@ -37,6 +37,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <cctype>
@@ -45,6 +46,7 @@
 #include <vector>
 
 #include "testing/bench_smoke.h"
+#include "testing/scratch_dir.h"
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "router/route_bench_fleet.h"
@@ -145,9 +147,7 @@ int FreePort() {
 class ScaleFleet {
  public:
   Status Start(int engine_interval_ms) {
-    dir_ = fs::temp_directory_path() / ("kvgov_gateway_scale_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = scratch_.emplace("kvgov_gateway_scale").path();
     simfleet::InstantEngineOptions instant;
     instant.model = "llama";
     instant.token_interval = std::chrono::milliseconds(engine_interval_ms);
@@ -245,8 +245,6 @@ class ScaleFleet {
     if (kvgov_.pid() > 0) kvgov_.Terminate(std::chrono::seconds(10));
     for (auto& engine : engines_) engine->Stop();
     instant_.reset();
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
   }
 
   int gateway_port() const { return gateway_port_; }
@@ -260,6 +258,7 @@ class ScaleFleet {
   const fs::path& dir() const { return dir_; }
 
  private:
+  std::optional<test_support::ScratchDir> scratch_;  // removed after its processes stop
   fs::path dir_;
   std::unique_ptr<simfleet::InstantEngine> instant_;
   std::vector<std::unique_ptr<simfleet::LiveEngine>> engines_;

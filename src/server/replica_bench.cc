@@ -63,6 +63,7 @@
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
 #include "testing/redis_server_process.h"
+#include "testing/scratch_dir.h"
 #include "router/route_bench_fleet.h"
 #include "kvgov/auth/tenant_secret.h"
 
@@ -264,16 +265,11 @@ class Deployment {
     }
     shapes_.clear();
     publishers_.clear();
-    std::error_code ignored;
-    if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
   }
 
   // `redis_url` empty: the shapes with replicas are left out.
   Status Start(const std::vector<int>& replicas, const std::string& redis_url) {
-    root_ = std::filesystem::temp_directory_path() /
-            ("kvgov_replica_bench_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(root_);
-    std::filesystem::create_directories(root_);
+    root_ = scratch_.emplace("kvgov_replica_bench").path();
     // The files replicas share; the single node uses them too.
     const std::string issuer_key = (root_ / "issuer.key").string();
     const std::string tenant_secret = (root_ / "tenant-secret.key").string();
@@ -366,6 +362,7 @@ class Deployment {
     return full == static_cast<size_t>(kWorkers);
   }
 
+  std::optional<test_support::ScratchDir> scratch_;  // removed after the servers stop
   std::filesystem::path root_;
   zmq::context_t context_{1};
   std::vector<std::unique_ptr<Publisher>> publishers_;
