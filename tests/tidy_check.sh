@@ -12,7 +12,8 @@ tidy=${CLANG_TIDY:-clang-tidy}
 source "$(dirname "$0")/clang_check_common.sh"
 clang_check_start tidy_check "$tidy" "$@"
 # The modules tidied so far.
-tidied=(src/core src/governance src/services)
+tidied=(src/adapters src/auth src/cert src/clock src/codec src/core src/governance src/journal
+  src/json src/log src/services src/store)
 # GCC's own warning flags in the build's commands are not clang's.
 flags=(--quiet --warnings-as-errors='*' --extra-arg=-Wno-unknown-warning-option)
 

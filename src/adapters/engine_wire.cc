@@ -157,7 +157,6 @@ Status CheckExtraKeyCount(size_t keys, size_t blocks, std::string_view where) {
 // vLLM and SGLang events.
 
 using internal::kStoredFields;
-using internal::StoredField;
 using enum internal::StoredField;
 // `cache_salt` is SGLang's (map events, sglang#37482), read by name: it has
 // no position in vLLM's layout.

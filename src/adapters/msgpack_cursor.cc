@@ -36,7 +36,7 @@ bool MsgpackCursor::Next(WireValue& value, uint32_t depth) {
   }
   if (lead >= 0xe0) {
     value.kind = WireKind::kInt;
-    value.sint = static_cast<int8_t>(lead);
+    value.sint = static_cast<int64_t>(lead) - 0x100;  // 111xxxxx: -32 to -1
     return true;
   }
   if (lead >= 0xa0 && lead <= 0xbf)

@@ -94,6 +94,9 @@ class MsgpackCursor {
   bool Signed(WireValue& value) {
     U bits = 0;
     if (!BigEndian(bits)) return false;
+    // Two's complement, as msgpack writes it: int 8's S is signed char,
+    // read as a number on purpose.
+    // NOLINTNEXTLINE(bugprone-signed-char-misuse)
     const auto v = static_cast<int64_t>(static_cast<S>(bits));
     if (v < 0) {
       value.kind = WireKind::kInt;

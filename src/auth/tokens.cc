@@ -166,7 +166,7 @@ Status SaveFile(const std::string& path, std::span<const TokenRecord> records) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const Status error = Status::IOError(Errno("cannot write", temp));
+      Status error = Status::IOError(Errno("cannot write", temp));
       ::close(fd);
       return error;
     }
@@ -354,7 +354,7 @@ std::string DescribeTokenChange(std::string_view name, const TokenRecord* record
 
 Result<TokenRecord> DecodeTokenRecord(std::string_view text) {
   json_internal::ParseLimits limits;
-  limits.max_bytes = 64 * 1024;
+  limits.max_bytes = size_t{64} * 1024;
   limits.noun = "token record";
   KVGOV_ASSIGN_OR_RETURN(Json value, json_internal::ParseJson(text, limits));
   return DecodeRecord(value, "$");

@@ -235,7 +235,8 @@ Result<std::map<uint64_t, AdoptedSpan>> AdoptedSpans(const store::Store& store) 
                                        bad = span.status();
                                        return false;
                                      }
-                                     spans.emplace(span->first_seq, std::move(span).value());
+                                     const uint64_t first_seq = span->first_seq;
+                                     spans.emplace(first_seq, std::move(span).value());
                                      return true;
                                    }));
   KVGOV_RETURN_IF_ERROR(bad);

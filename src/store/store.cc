@@ -168,16 +168,18 @@ Status CheckNotOrphaned(const std::string& dir) {
   if (!std::filesystem::exists(dir, ec) || std::filesystem::exists(dir + "/CURRENT", ec)) {
     return Status::Ok();
   }
+  std::string store_file;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    bool is_store_file = name.starts_with("MANIFEST-") || name.ends_with(".sst") ||
-                         name.ends_with(".log") || name == "IDENTITY";
-    if (is_store_file) {
-      return Status::Corruption("store " + dir + ": CURRENT is missing but the directory holds " +
-                                name + "; refusing to create a new store over it");
+    if (name.starts_with("MANIFEST-") || name.ends_with(".sst") || name.ends_with(".log") ||
+        name == "IDENTITY") {
+      store_file = std::move(name);
+      break;
     }
   }
-  return Status::Ok();
+  if (store_file.empty()) return Status::Ok();
+  return Status::Corruption("store " + dir + ": CURRENT is missing but the directory holds " +
+                            store_file + "; refusing to create a new store over it");
 }
 
 class RocksStore final : public Store {
