@@ -12,8 +12,9 @@ clang=${CLANG:-clang++}
 source "$(dirname "$0")/clang_check_common.sh"
 clang_check_start thread_safety_check "$clang" "$@"
 # The modules whose locks are annotated. Grows as modules are annotated.
-annotated=(src/auth src/connectors src/governance src/ingest src/journal src/prompts src/router
-  src/server src/services src/store)
+annotated=(src/auth src/client src/connectors src/gateway src/governance src/ingest src/journal
+  src/metrics src/prompts src/replication src/router src/server src/services src/simfleet src/store
+  src/transport)
 # Clang 14 has C++20 coroutines, but Boost.Asio (1.74) detects them for GCC
 # only: told, it declares asio::awaitable, which src/server's gateway files
 # include.

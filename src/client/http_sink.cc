@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <system_error>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "client/http_connection.h"
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::client {
 namespace {
@@ -104,13 +104,13 @@ struct HttpSink::Impl {
 
   void Run();
   // Waits for a batch worth sending and moves it out of the queue; false
-  // when the sender should exit. REQUIRES: mu held (through `lock`).
-  bool TakeBatch(std::unique_lock<std::mutex>& lock, std::vector<Queued>& batch);
+  // when the sender should exit. `lock` holds mu; waits release it.
+  bool TakeBatch(MutexLock& lock, std::vector<Queued>& batch) KVGOV_REQUIRES(mu);
   // Posts one batch until it settles; counts the outcome under mu.
   void Deliver(internal::HttpConnection& connection, std::vector<Queued>& batch,
-               std::minstd_rand& rng);
+               std::minstd_rand& rng) KVGOV_EXCLUDES(mu);
   void Settle(const std::vector<Queued>& batch, uint64_t sent, uint64_t rejected, uint64_t failed,
-              std::string error);
+              std::string error) KVGOV_EXCLUDES(mu);
 
   const HttpSinkOptions options;
   const internal::HttpEndpoint endpoint;
@@ -119,21 +119,22 @@ struct HttpSink::Impl {
 
   // Lock order: close_mu, then mu. close_mu only serialises Close calls,
   // so that one joins the sender and the others wait for it.
-  std::mutex close_mu;
-  mutable std::mutex mu;
-  std::condition_variable work;       // wakes the sender: events, flush, close, abandon
-  std::condition_variable settled;    // wakes Flush and Close
-  std::deque<Queued> queue;           // guarded by mu
-  size_t queue_bytes = 0;             // guarded by mu
-  std::atomic<size_t> queue_size{0};  // queue.size(), written under mu, read without it
-  uint64_t next_seq = 1;              // guarded by mu: the seq the next queued event gets
-  uint64_t settled_through = 0;       // guarded by mu: every seq up to here is settled
-  uint64_t flush_through = 0;         // guarded by mu: send partial batches until settled here
-  bool closing = false;               // guarded by mu: Emit refuses; the sender drains
-  bool abandon = false;               // guarded by mu: the close deadline passed
-  bool joined = false;                // guarded by mu
-  SinkStats counters;                 // guarded by mu; `pending` is derived in stats()
-  std::thread sender;
+  Mutex close_mu;
+  mutable Mutex mu;
+  std::condition_variable_any work;     // wakes the sender: events, flush, close, abandon
+  std::condition_variable_any settled;  // wakes Flush and Close
+  std::deque<Queued> queue KVGOV_GUARDED_BY(mu);
+  size_t queue_bytes KVGOV_GUARDED_BY(mu) = 0;
+  // queue.size(), written under mu, read without it.
+  std::atomic<size_t> queue_size{0};
+  uint64_t next_seq KVGOV_GUARDED_BY(mu) = 1;         // the seq the next queued event gets
+  uint64_t settled_through KVGOV_GUARDED_BY(mu) = 0;  // every seq up to here is settled
+  uint64_t flush_through KVGOV_GUARDED_BY(mu) = 0;    // send partial batches until settled here
+  bool closing KVGOV_GUARDED_BY(mu) = false;          // Emit refuses; the sender drains
+  bool abandon KVGOV_GUARDED_BY(mu) = false;          // the close deadline passed
+  bool joined KVGOV_GUARDED_BY(mu) = false;
+  SinkStats counters KVGOV_GUARDED_BY(mu);  // `pending` is derived in stats()
+  std::thread sender;  // started by Create, joined by the Close that holds close_mu
 };
 
 void HttpSink::Impl::Run() {
@@ -147,7 +148,7 @@ void HttpSink::Impl::Run() {
   std::vector<Queued> batch;
   for (;;) {
     {
-      std::unique_lock lock(mu);
+      MutexLock lock(mu);
       if (!TakeBatch(lock, batch)) return;
     }
     Deliver(connection, batch, rng);
@@ -155,7 +156,7 @@ void HttpSink::Impl::Run() {
   }
 }
 
-bool HttpSink::Impl::TakeBatch(std::unique_lock<std::mutex>& lock, std::vector<Queued>& batch) {
+bool HttpSink::Impl::TakeBatch(MutexLock& lock, std::vector<Queued>& batch) {
   for (;;) {
     if (abandon) return false;
     if (queue.empty()) {
@@ -235,10 +236,15 @@ void HttpSink::Impl::Deliver(internal::HttpConnection& connection, std::vector<Q
     const auto ceiling = std::max<int64_t>(1, backoff.count());
     const milliseconds delay(std::uniform_int_distribution<int64_t>(ceiling / 2, ceiling)(rng));
     backoff = std::min(options.max_backoff, backoff * 2);
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
     ++counters.retries;
     counters.last_error = error;
-    if (work.wait_for(lock, delay, [this] { return abandon; })) {
+    // Until the delay is over or Close abandons the batch (a loop, not a
+    // predicate: the thread-safety analysis cannot see a lambda run under
+    // the lock).
+    const Clock::time_point due = Clock::now() + delay;
+    while (!abandon && work.wait_until(lock, due) != std::cv_status::timeout) continue;
+    if (abandon) {
       lock.unlock();
       return Settle(batch, 0, 0, n, "abandoned at close: " + error);
     }
@@ -248,7 +254,7 @@ void HttpSink::Impl::Deliver(internal::HttpConnection& connection, std::vector<Q
 void HttpSink::Impl::Settle(const std::vector<Queued>& batch, uint64_t sent, uint64_t rejected,
                             uint64_t failed, std::string error) {
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     counters.sent += sent;
     counters.rejected += rejected;
     counters.failed += failed;
@@ -282,7 +288,7 @@ Status HttpSink::Emit(const Event& event) noexcept {
   // this look, without the lock, spares them the encoding. The check under
   // the lock below is the one that counts.
   if (s.queue_size.load(std::memory_order_relaxed) >= s.options.max_queue_events) {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     if (s.queue.size() >= s.options.max_queue_events) {
       ++s.counters.dropped;
       return s.closing ? Status::FailedPrecondition("sink is closed")
@@ -296,7 +302,7 @@ Status HttpSink::Emit(const Event& event) noexcept {
                                    std::to_string(s.options.max_batch_bytes));
   }
   if (!json.ok()) {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     ++s.counters.invalid;
     s.counters.last_error = json.status().message();
     return json.status();
@@ -304,7 +310,7 @@ Status HttpSink::Emit(const Event& event) noexcept {
   const size_t size = json->size();
   bool wake = false;
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     if (s.closing) {
       ++s.counters.dropped;
       return Status::FailedPrecondition("sink is closed");
@@ -330,21 +336,25 @@ Status HttpSink::Emit(const Event& event) noexcept {
 
 Status HttpSink::Flush(milliseconds timeout) noexcept {
   Impl& s = *impl_;
-  std::unique_lock lock(s.mu);
+  MutexLock lock(s.mu);
   const uint64_t target = s.next_seq - 1;
   if (s.settled_through >= target) return Status::Ok();
   s.flush_through = std::max(s.flush_through, target);
   s.work.notify_one();
-  if (s.settled.wait_for(lock, timeout, [&] { return s.settled_through >= target; })) {
-    return Status::Ok();
+  // A loop, not a predicate: the thread-safety analysis cannot see a
+  // lambda run under the lock.
+  const Clock::time_point due = Clock::now() + timeout;
+  while (s.settled_through < target) {
+    if (s.settled.wait_until(lock, due) == std::cv_status::timeout) break;
   }
+  if (s.settled_through >= target) return Status::Ok();
   return Status::Unavailable("flush: " + std::to_string(target - s.settled_through) +
                              " events still pending after " + std::to_string(timeout.count()) +
                              " ms");
 }
 
 SinkStats HttpSink::stats() const noexcept {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   SinkStats out = impl_->counters;
   out.pending = out.queued - out.sent - out.rejected - out.failed;
   return out;
@@ -352,15 +362,18 @@ SinkStats HttpSink::stats() const noexcept {
 
 Status HttpSink::Close(milliseconds timeout) noexcept {
   Impl& s = *impl_;
-  std::lock_guard close_lock(s.close_mu);
-  std::unique_lock lock(s.mu);
+  MutexLock close_lock(s.close_mu);
+  MutexLock lock(s.mu);
   if (s.joined) return Status::Ok();
   s.closing = true;
   s.work.notify_one();
   const uint64_t target = s.next_seq - 1;
   const uint64_t failed_before = s.counters.failed;
-  const bool drained =
-      s.settled.wait_for(lock, timeout, [&] { return s.settled_through >= target; });
+  const Clock::time_point due = Clock::now() + timeout;
+  while (s.settled_through < target) {
+    if (s.settled.wait_until(lock, due) == std::cv_status::timeout) break;
+  }
+  const bool drained = s.settled_through >= target;
   if (!drained) {
     s.abandon = true;
     // The sender may be inside a request: the interrupter ends its wait on

@@ -9,9 +9,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <system_error>
 #include <thread>
+
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::client {
 namespace {
@@ -39,28 +40,27 @@ Status SyncDirectory(const std::string& dir) {
 struct SpoolSink::Impl {
   explicit Impl(SpoolSinkOptions o) : options(std::move(o)) {}
 
-  // The file being written, opened on demand. REQUIRES: mu held.
-  Status OpenLocked();
+  // The file being written, opened on demand.
+  Status OpenLocked() KVGOV_REQUIRES(mu);
   // Syncs (per policy) and renames the open file into view; a file whose
   // sync or rename failed stays open and is tried again next time.
-  // REQUIRES: mu held.
-  Status PublishLocked();
+  Status PublishLocked() KVGOV_REQUIRES(mu);
   // Writes one line; cuts the file back to its last whole line on failure.
-  // REQUIRES: mu held and a file open.
-  Status AppendLocked(std::string& line);
+  // A file must be open.
+  Status AppendLocked(std::string& line) KVGOV_REQUIRES(mu);
   void RunTimer();
 
   const SpoolSinkOptions options;
-  mutable std::mutex mu;
-  std::condition_variable wake;  // the timer: a file opened, or closing
-  int fd = -1;                   // guarded by mu: the open .tmp, or -1
-  std::string tmp_path;          // guarded by mu
-  std::string final_path;        // guarded by mu
-  size_t file_bytes = 0;         // guarded by mu: whole lines written to the open file
-  Clock::time_point opened_at;   // guarded by mu
-  bool closed = false;           // guarded by mu
-  SinkStats counters;            // guarded by mu
-  std::thread timer;             // runs only with a max_file_age
+  mutable Mutex mu;
+  std::condition_variable_any wake;  // the timer: a file opened, or closing
+  int fd KVGOV_GUARDED_BY(mu) = -1;  // the open .tmp, or -1
+  std::string tmp_path KVGOV_GUARDED_BY(mu);
+  std::string final_path KVGOV_GUARDED_BY(mu);
+  size_t file_bytes KVGOV_GUARDED_BY(mu) = 0;  // whole lines written to the open file
+  Clock::time_point opened_at KVGOV_GUARDED_BY(mu);
+  bool closed KVGOV_GUARDED_BY(mu) = false;
+  SinkStats counters KVGOV_GUARDED_BY(mu);
+  std::thread timer;  // runs only with a max_file_age
 };
 
 Status SpoolSink::Impl::OpenLocked() {
@@ -132,7 +132,7 @@ Status SpoolSink::Impl::PublishLocked() {
 }
 
 void SpoolSink::Impl::RunTimer() {
-  std::unique_lock lock(mu);
+  MutexLock lock(mu);
   while (!closed) {
     if (fd < 0) {
       wake.wait(lock);
@@ -192,7 +192,7 @@ Status SpoolSink::Emit(const Event& event) noexcept {
                                    " bytes, over the spool line limit of " +
                                    std::to_string(kMaxSpoolLineBytes));
   }
-  std::lock_guard lock(s.mu);
+  MutexLock lock(s.mu);
   if (!json.ok()) {
     ++s.counters.invalid;
     s.counters.last_error = json.status().message();
@@ -222,14 +222,14 @@ Status SpoolSink::Emit(const Event& event) noexcept {
 }
 
 Status SpoolSink::Flush(std::chrono::milliseconds) noexcept {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   Status published = impl_->PublishLocked();
   if (!published.ok()) impl_->counters.last_error = published.message();
   return published;
 }
 
 SinkStats SpoolSink::stats() const noexcept {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->counters;
 }
 
@@ -237,7 +237,7 @@ Status SpoolSink::Close() noexcept {
   Impl& s = *impl_;
   Status published;
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     if (s.closed) return Status::Ok();
     s.closed = true;
     published = s.PublishLocked();

@@ -7,7 +7,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -21,6 +20,7 @@
 #include "kvgov/auth/tokens.h"
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/codec/messages_api.h"
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::gateway {
 namespace {
@@ -228,7 +228,7 @@ class ResponseOwners {
 
   void Note(std::string id, std::string worker) {
     if (id.empty()) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (worker_of_.insert_or_assign(id, std::move(worker)).second) order_.push_back(std::move(id));
     while (order_.size() > kKept) {
       worker_of_.erase(order_.front());
@@ -236,16 +236,16 @@ class ResponseOwners {
     }
   }
   std::optional<std::string> Find(const std::string& id) const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto it = worker_of_.find(id);
     if (it == worker_of_.end()) return std::nullopt;
     return it->second;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, std::string> worker_of_;
-  std::deque<std::string> order_;  // oldest first
+  mutable Mutex mu_;
+  std::unordered_map<std::string, std::string> worker_of_ KVGOV_GUARDED_BY(mu_);
+  std::deque<std::string> order_ KVGOV_GUARDED_BY(mu_);  // oldest first
 };
 
 // One request of an endpoint: tokenize (by the engine), route with the

@@ -103,14 +103,14 @@ UpstreamPool::~UpstreamPool() { *alive_ = false; }
 
 UpstreamPool::Engine& UpstreamPool::EngineFor(std::string_view base_url) {
   if (auto it = engines_.find(base_url); it != engines_.end()) return *it->second;
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   auto engine = std::make_unique<Engine>();
   engine->counters = engine->owned_counters.get();
   return *engines_.emplace(std::string(base_url), std::move(engine)).first->second;
 }
 
 std::vector<std::pair<std::string, UpstreamPoolStats>> UpstreamPool::stats() const {
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   std::vector<std::pair<std::string, UpstreamPoolStats>> out;
   for (const auto& [url, engine] : engines_) {
     out.emplace_back(url,

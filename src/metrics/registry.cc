@@ -163,14 +163,14 @@ Family<ChildT>::Family(Registry* registry, FamilyOptions options, std::string_vi
 template <typename ChildT>
 std::shared_ptr<ChildT> Family<ChildT>::WithLabels(std::span<const std::string_view> values) {
   LabelKey key(values);
-  std::lock_guard lock(registry_->mu_);
+  MutexLock lock(registry_->mu_);
   return WithLabelsLocked(key.views());
 }
 
 template <typename ChildT>
 std::shared_ptr<ChildT> Family<ChildT>::WithLabels(std::span<const std::string> values) {
   LabelKey key(values);
-  std::lock_guard lock(registry_->mu_);
+  MutexLock lock(registry_->mu_);
   return WithLabelsLocked(key.views());
 }
 
@@ -207,14 +207,14 @@ std::shared_ptr<ChildT> Family<ChildT>::GetOrCreateLocked(
 template <typename ChildT>
 Status Family<ChildT>::Remove(std::span<const std::string_view> values) {
   LabelKey key(values);
-  std::lock_guard lock(registry_->mu_);
+  MutexLock lock(registry_->mu_);
   return RemoveLocked(key.views());
 }
 
 template <typename ChildT>
 Status Family<ChildT>::Remove(std::span<const std::string> values) {
   LabelKey key(values);
-  std::lock_guard lock(registry_->mu_);
+  MutexLock lock(registry_->mu_);
   return RemoveLocked(key.views());
 }
 
@@ -236,7 +236,7 @@ Status Family<ChildT>::RemoveLocked(std::span<const std::string_view> values) {
 
 template <typename ChildT>
 std::size_t Family<ChildT>::child_count() const {
-  std::lock_guard lock(registry_->mu_);
+  MutexLock lock(registry_->mu_);
   return children_.size();
 }
 
@@ -347,7 +347,7 @@ void CollectorSink::Emit(const CallbackFamily* family, std::span<const std::stri
 // ---- registry ------------------------------------------------------------
 
 Registry::Registry() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // The registry's own families: their label is the family name, so their
   // cardinality is bounded by the code, and they must never fold into
   // themselves.
@@ -436,7 +436,7 @@ FamilyT* Registry::InsertLocked(std::unique_ptr<FamilyT> family) {
 }
 
 Result<CounterFamily*> Registry::AddCounter(FamilyOptions options) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_RETURN_IF_ERROR(ValidateLocked(options, "counter"));
   CounterFamily* family = InsertLocked(std::unique_ptr<CounterFamily>(
       new CounterFamily(this, std::move(options), "counter", nullptr)));
@@ -445,7 +445,7 @@ Result<CounterFamily*> Registry::AddCounter(FamilyOptions options) {
 }
 
 Result<GaugeFamily*> Registry::AddGauge(FamilyOptions options) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_RETURN_IF_ERROR(ValidateLocked(options, "gauge"));
   GaugeFamily* family = InsertLocked(
       std::unique_ptr<GaugeFamily>(new GaugeFamily(this, std::move(options), "gauge", nullptr)));
@@ -467,7 +467,7 @@ Result<HistogramFamily*> Registry::AddHistogram(FamilyOptions options, std::vect
                                      ": bucket bounds must be strictly increasing");
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_RETURN_IF_ERROR(ValidateLocked(options, "histogram"));
   auto shared_bounds = std::make_shared<const std::vector<double>>(std::move(bounds));
   HistogramFamily* family = InsertLocked(std::unique_ptr<HistogramFamily>(
@@ -485,7 +485,7 @@ Result<CallbackFamily*> Registry::AddCallbackCounter(FamilyOptions options) {
 }
 
 Result<CallbackFamily*> Registry::AddCallbackFamily(FamilyOptions options, std::string_view type) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_RETURN_IF_ERROR(ValidateLocked(options, type));
   CallbackFamily* family = InsertLocked(
       std::unique_ptr<CallbackFamily>(new CallbackFamily(this, std::move(options), type)));
@@ -495,14 +495,14 @@ Result<CallbackFamily*> Registry::AddCallbackFamily(FamilyOptions options, std::
 
 Result<CollectorId> Registry::RegisterCollector(std::function<void(CollectorSink&)> collect) {
   if (!collect) return Status::InvalidArgument("metrics: collector must not be empty");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   CollectorId id{next_collector_id_++};
   collectors_.emplace(id, std::move(collect));
   return id;
 }
 
 Status Registry::RemoveCollector(CollectorId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (collectors_.erase(id) == 0) {
     return Status::NotFound("metrics: collector " + std::to_string(static_cast<std::uint64_t>(id)) +
                             " not registered");
@@ -521,7 +521,7 @@ std::shared_ptr<Counter> Registry::LabelErrorCounterLocked(const std::string& fa
 }
 
 std::string Registry::Render() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (CallbackFamily* family : callback_families_) {
     family->samples_.clear();
     family->has_overflow_sample_ = false;

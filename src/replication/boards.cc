@@ -58,7 +58,7 @@ Status LoadBoard::Publish(const std::map<std::string, uint64_t, std::less<>>& bl
   }
   const std::string args[] = {"SET", prefix_ + replica_id_, object.dump(), "PX",
                               std::to_string(ttl_.count())};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(RedisReply reply, connection_.Command(args));
   if (reply.type != RedisReply::Type::kStatus || reply.text != "OK") {
     return UnexpectedReply("SET", "want OK");
@@ -67,7 +67,7 @@ Status LoadBoard::Publish(const std::map<std::string, uint64_t, std::less<>>& bl
 }
 
 Result<std::map<std::string, uint64_t, std::less<>>> LoadBoard::PeerTotals() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(std::set<std::string> keys,
                          ScanKeys(connection_, prefix_, prefix_ + replica_id_));
   std::map<std::string, uint64_t, std::less<>> totals;
@@ -94,7 +94,7 @@ AppliedBoard::AppliedBoard(const RedisEndpoint& endpoint, std::string key_prefix
 
 Status AppliedBoard::Publish(const StreamId& applied) {
   KVGOV_RETURN_IF_ERROR(CheckTtl(ttl_));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(
       RedisReply reply, connection_.Command({"SET", prefix_ + replica_id_, applied.ToString(), "PX",
                                              std::to_string(ttl_.count())}));
@@ -105,7 +105,7 @@ Status AppliedBoard::Publish(const StreamId& applied) {
 }
 
 Result<std::optional<StreamId>> AppliedBoard::Lowest() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(std::set<std::string> keys, ScanKeys(connection_, prefix_, ""));
   std::optional<StreamId> lowest;
   KVGOV_RETURN_IF_ERROR(MgetEach(connection_, keys, [&](const std::string& value) {

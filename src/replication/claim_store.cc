@@ -52,7 +52,7 @@ Result<bool> ClaimStore::Acquire(std::string_view name, std::string_view owner,
   if (owner.empty()) return Status::InvalidArgument("owner: empty");
   const std::string key = prefix_ + std::string(name);
   const std::string ttl_text = std::to_string(ttl.count());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // The common case, a free claim, takes one plain command; the script is
   // for a claim that is held, possibly by `owner` itself.
   KVGOV_ASSIGN_OR_RETURN(RedisReply set,
@@ -68,21 +68,21 @@ Result<bool> ClaimStore::Renew(std::string_view name, std::string_view owner,
   KVGOV_RETURN_IF_ERROR(CheckTtl(ttl));
   const std::string key = prefix_ + std::string(name);
   const std::string ttl_text = std::to_string(ttl.count());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return IntegerAsBool(connection_.Command({"EVAL", kRenewScript, "1", key, owner, ttl_text}),
                        "EVAL");
 }
 
 Status ClaimStore::Release(std::string_view name, std::string_view owner) {
   const std::string key = prefix_ + std::string(name);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return IntegerAsBool(connection_.Command({"EVAL", kReleaseScript, "1", key, owner}), "EVAL")
       .status();
 }
 
 Result<std::optional<std::string>> ClaimStore::Holder(std::string_view name) {
   const std::string key = prefix_ + std::string(name);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(RedisReply reply, connection_.Command({"GET", key}));
   if (reply.type == RedisReply::Type::kNil) return std::optional<std::string>();
   if (reply.type != RedisReply::Type::kString)

@@ -282,7 +282,7 @@ Result<std::string> GovernanceLog::Append(const LogEntry& entry) {
   }
   const std::string args[] = {"XADD", stream_key_, "*", "e", std::move(encoded)};
   Result<RedisReply> reply = [&] {
-    std::lock_guard<std::mutex> lock(append_mu_);
+    MutexLock lock(append_mu_);
     return append_.Command(args);
   }();
   if (!reply.ok()) return reply.status();
@@ -308,7 +308,7 @@ Result<LogBatch> GovernanceLog::ReadAfter(std::string_view after_id, size_t coun
   args.push_back(std::string(after_id));
 
   Result<RedisReply> reply = [&] {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     return block.count() > 0 ? read_.BlockingCommand(args, block + timeout_) : read_.Command(args);
   }();
   if (!reply.ok()) return reply.status();
@@ -351,7 +351,7 @@ Result<LogBatch> GovernanceLog::ReadAfter(std::string_view after_id, size_t coun
 Result<std::string> GovernanceLog::LastId() {
   const std::string args[] = {"XREVRANGE", stream_key_, "+", "-", "COUNT", "1"};
   Result<RedisReply> reply = [&] {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     return read_.Command(args);
   }();
   if (!reply.ok()) return reply.status();
@@ -363,12 +363,12 @@ Result<std::string> GovernanceLog::LastId() {
 Result<bool> GovernanceLog::TrimBelow(const StreamId& below) {
   const std::string args[] = {"EVAL",      std::string(kTrimScript), "2",
                               stream_key_, stream_key_ + ":trimmed", below.ToString()};
-  std::lock_guard<std::mutex> lock(append_mu_);
+  MutexLock lock(append_mu_);
   return IntegerAsBool(append_.Command(args), "EVAL");
 }
 
 Result<std::optional<StreamId>> GovernanceLog::TrimmedBelow() {
-  std::lock_guard<std::mutex> lock(read_mu_);
+  MutexLock lock(read_mu_);
   KVGOV_ASSIGN_OR_RETURN(RedisReply reply, read_.Command({"GET", stream_key_ + ":trimmed"}));
   if (reply.type == RedisReply::Type::kNil) return std::optional<StreamId>();
   if (reply.type != RedisReply::Type::kString) return UnexpectedReply("GET", "want a string");
@@ -377,7 +377,7 @@ Result<std::optional<StreamId>> GovernanceLog::TrimmedBelow() {
 }
 
 Result<uint64_t> GovernanceLog::Length() {
-  std::lock_guard<std::mutex> lock(read_mu_);
+  MutexLock lock(read_mu_);
   KVGOV_ASSIGN_OR_RETURN(RedisReply reply, read_.Command({"XLEN", stream_key_}));
   if (reply.type != RedisReply::Type::kInteger || reply.integer < 0) {
     return UnexpectedReply("XLEN", "want a count");
@@ -390,7 +390,7 @@ Result<uint64_t> GovernanceLog::Length() {
 // for one (it renews the replica's claims).
 Result<std::string> GovernanceLog::EnsureIdentity(std::string_view candidate) {
   {
-    std::lock_guard<std::mutex> lock(append_mu_);
+    MutexLock lock(append_mu_);
     KVGOV_ASSIGN_OR_RETURN(RedisReply set,
                            append_.Command({"SET", stream_key_ + ":identity", candidate, "NX"}));
     (void)set;  // OK when this call set it, nil when it was set before
@@ -401,7 +401,7 @@ Result<std::string> GovernanceLog::EnsureIdentity(std::string_view candidate) {
 }
 
 Result<std::optional<std::string>> GovernanceLog::Identity() {
-  std::lock_guard<std::mutex> lock(append_mu_);
+  MutexLock lock(append_mu_);
   KVGOV_ASSIGN_OR_RETURN(RedisReply reply, append_.Command({"GET", stream_key_ + ":identity"}));
   if (reply.type == RedisReply::Type::kNil) return std::optional<std::string>();
   if (reply.type != RedisReply::Type::kString) return UnexpectedReply("GET", "want a string");

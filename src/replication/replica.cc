@@ -259,15 +259,21 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, journal:
   KVGOV_ASSIGN_OR_RETURN(std::string instance, InstanceToken(store));
   std::unique_ptr<Replica> replica(new Replica(std::move(options), endpoint, std::move(instance),
                                                journal, store, router, std::move(hooks)));
+  StreamId applied;
   if (cursor.has_value()) {
-    Result<StreamId> applied = ParseStreamId(*cursor);
-    if (!applied.ok()) return applied.status().WithContext("the replica's applied stream id");
-    replica->applied_ = *applied;
+    Result<StreamId> parsed = ParseStreamId(*cursor);
+    if (!parsed.ok()) return parsed.status().WithContext("the replica's applied stream id");
+    applied = *parsed;
   }
   KVGOV_RETURN_IF_ERROR(replica->LoadWriteIds());
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> identity,
                          store->Get(store::Column::kMeta, std::string(kLogIdentityKey)));
-  replica->log_identity_ = identity.value_or("");
+  {
+    // Nobody else has the replica yet; locked so that every access is.
+    MutexLock lock(replica->mu_);
+    replica->applied_ = applied;
+    replica->log_identity_ = identity.value_or("");
+  }
   // Two processes under one id would share its claims and its rows'
   // origin: the second is refused while the first is alive.
   Result<bool> claimed = replica->claims_.Acquire(IdClaim(replica->id()), replica->instance_,
@@ -282,7 +288,7 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, journal:
   }
   // Counted as live before its first heartbeat: a restarted replica holds
   // the trim back from the start.
-  (void)replica->applied_board_.Publish(replica->applied_);
+  (void)replica->applied_board_.Publish(applied);
   (void)replica->CheckLogIdentity();  // Redis away: checked again by both loops
   Result<std::string> last = replica->log_.LastId();
   replica->applier_ = std::thread([r = replica.get()] { r->ApplyLoop(); });
@@ -295,9 +301,15 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, journal:
     return replica;
   }
   KVGOV_ASSIGN_OR_RETURN(StreamId target, ParseStreamId(*last));
-  std::unique_lock lock(replica->mu_);
-  if (replica->applied_cv_.wait_for(lock, replica->options_.catch_up_wait,
-                                    [&] { return replica->applied_ >= target; })) {
+  MutexLock lock(replica->mu_);
+  // Waits here are loops, not predicates: the thread-safety analysis cannot
+  // see a lambda run under the lock.
+  const auto due = std::chrono::steady_clock::now() + replica->options_.catch_up_wait;
+  while (replica->applied_ < target &&
+         replica->applied_cv_.wait_until(lock, due) != std::cv_status::timeout) {
+    continue;
+  }
+  if (replica->applied_ >= target) {
     replica->caught_up_.store(true);
   } else {
     log::Line(log::Level::kWarn, "replica.catching_up")
@@ -312,7 +324,7 @@ Replica::~Replica() { Stop(); }
 
 void Replica::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   stop_cv_.notify_all();
@@ -324,7 +336,7 @@ void Replica::Stop() {
 }
 
 std::string Replica::applied_id() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return applied_.ToString();
 }
 
@@ -369,10 +381,13 @@ Result<journal::Row> Replica::Record(std::string_view kind, std::string_view sub
         appended.status().message());
   }
   KVGOV_ASSIGN_OR_RETURN(StreamId id, ParseStreamId(*appended));
-  std::unique_lock lock(mu_);
-  if (!applied_cv_.wait_for(lock, options_.apply_wait,
-                            [&] { return stopping_ || applied_ >= id; }) ||
-      applied_ < id) {
+  MutexLock lock(mu_);
+  const auto due = std::chrono::steady_clock::now() + options_.apply_wait;
+  while (!stopping_ && applied_ < id &&
+         applied_cv_.wait_until(lock, due) != std::cv_status::timeout) {
+    continue;
+  }
+  if (applied_ < id) {
     return Status::Unavailable("appended to the governance log as " + *appended +
                                " but not yet applied here");
   }
@@ -427,20 +442,22 @@ void Replica::ReleaseClaim(std::string_view name) {
 }
 
 bool Replica::WaitFor(std::chrono::milliseconds period) {
-  std::unique_lock lock(mu_);
-  return !stop_cv_.wait_for(lock, period, [this] { return stopping_; });
+  MutexLock lock(mu_);
+  const auto due = std::chrono::steady_clock::now() + period;
+  while (!stopping_ && stop_cv_.wait_until(lock, due) != std::cv_status::timeout) continue;
+  return !stopping_;
 }
 
 void Replica::ApplyLoop() {
   std::string after;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     after = applied_.ToString();
   }
   auto backoff = std::chrono::milliseconds(50);
   while (true) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
     }
     Result<LogBatch> batch = log_.ReadAfter(after, kReadBatch, kReadBlock);
@@ -482,7 +499,7 @@ void Replica::ApplyLoop() {
             .Field("error", installed.ToString());
         if (!WaitFor(std::chrono::milliseconds(1000))) return;
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       after = applied_.ToString();
       continue;
     }
@@ -522,7 +539,7 @@ Status Replica::AdvanceCursor(const std::string& id) {
   const store::WriteOp cursor{store::Column::kMeta, std::string(kCursorKey), id};
   KVGOV_RETURN_IF_ERROR(store_->Write({&cursor, 1}, /*sync=*/true));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (applied_ < parsed) applied_ = parsed;
   }
   applied_cv_.notify_all();
@@ -539,7 +556,7 @@ void Replica::NoteSkipped(const std::string& id, const Status& why) {
 
 void Replica::SettleOwn(const LogEntry& entry, const StreamId& id, Result<journal::Row> outcome) {
   if (entry.origin != options_.replica_id || entry.write_id.empty()) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   own_rows_.emplace(entry.write_id, OwnOutcome{id, std::move(outcome)});
   if (own_rows_.size() > kMaxUnclaimedRows) {
     // Only writers that gave up leave rows behind: the oldest goes.
@@ -608,7 +625,7 @@ Status Replica::Skip(const LogEntry& entry, const Status& why) {
   RememberWriteId(entry, id);
   SettleOwn(entry, id, why);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (applied_ < id) applied_ = id;
   }
   applied_cv_.notify_all();
@@ -665,7 +682,7 @@ Status Replica::Apply(const LogEntry& entry) {
   if (hooks_.apply) hooks_.apply(entry);
   SettleOwn(entry, id, std::move(row));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     applied_ = id;
   }
   applied_cv_.notify_all();
@@ -675,7 +692,7 @@ Status Replica::Apply(const LogEntry& entry) {
 Result<bool> Replica::MissedHistory() {
   KVGOV_ASSIGN_OR_RETURN(std::optional<StreamId> trimmed, log_.TrimmedBelow());
   if (!trimmed.has_value()) return false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Entries older than the mark are gone; this replica needs every entry
   // after its applied id, so any entry below the mark that it has not
   // applied may be one of them.
@@ -747,7 +764,7 @@ Status Replica::InstallSnapshot() {
   if (hooks_.apply) hooks_.apply(as_entry);
   snapshot_installs_.fetch_add(1);  // before the applied id tells anyone it is done
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (applied_ < at) applied_ = at;
   }
   applied_cv_.notify_all();
@@ -850,7 +867,7 @@ void Replica::HeartbeatLoop() {
 bool Replica::CheckLogIdentity() {
   std::string known;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     known = log_identity_;
   }
   if (known.empty()) {
@@ -862,7 +879,7 @@ bool Replica::CheckLogIdentity() {
     if (!identity.ok()) return false;
     const store::WriteOp remember{store::Column::kMeta, std::string(kLogIdentityKey), *identity};
     if (!store_->Write({&remember, 1}, /*sync=*/true).ok()) return false;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     log_identity_ = *identity;
     return true;
   }

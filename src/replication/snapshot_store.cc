@@ -126,7 +126,7 @@ Status SnapshotStore::Put(const GovernanceSnapshot& snapshot) {
                                    " bytes encoded, over the limit of " +
                                    std::to_string(kMaxSnapshotBytes));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Result<std::optional<SnapshotManifest>> previous = ReadManifest(connection_, prefix_);
   const uint64_t chunks = (encoded.size() + kSnapshotChunkBytes - 1) / kSnapshotChunkBytes;
   for (uint64_t n = 0; n < chunks; ++n) {
@@ -152,7 +152,7 @@ Status SnapshotStore::Put(const GovernanceSnapshot& snapshot) {
 }
 
 Result<std::optional<GovernanceSnapshot>> SnapshotStore::Get() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVGOV_ASSIGN_OR_RETURN(std::optional<SnapshotManifest> manifest,
                          ReadManifest(connection_, prefix_));
   if (!manifest.has_value()) return std::optional<GovernanceSnapshot>();

@@ -5,11 +5,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "simfleet/http_json.h"
 
 namespace kvgov::simfleet {
@@ -18,18 +18,23 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Shared by the driving threads: atomics, and the first error under a mutex.
 struct Counters {
   std::atomic<uint64_t> done{0};
   std::atomic<uint64_t> prompt_blocks{0};
   std::atomic<uint64_t> hit_blocks{0};
   std::atomic<uint64_t> errors{0};
-  std::mutex error_mu;
-  std::string first_error;
+  Mutex error_mu;
+  std::string first_error KVGOV_GUARDED_BY(error_mu);
 
   void Fail(std::string error) {
     errors.fetch_add(1);
-    std::lock_guard lock(error_mu);
+    MutexLock lock(error_mu);
     if (first_error.empty()) first_error = std::move(error);
+  }
+  std::string FirstError() {
+    MutexLock lock(error_mu);
+    return first_error;
   }
 };
 
@@ -179,12 +184,12 @@ Result<DriveReport> DriveThroughKvgov(std::span<const sim::SimRequest> trace,
   }
   if (served.empty() && !trace.empty()) {
     return Status::Unavailable("drive: no request got through; first error: " +
-                               counters.first_error);
+                               counters.FirstError());
   }
   DriveReport report;
   report.report = sim::Summarize("kvgov (live)", served, engines.size());
   report.errors = counters.errors.load();
-  report.first_error = counters.first_error;
+  report.first_error = counters.FirstError();
   return report;
 }
 

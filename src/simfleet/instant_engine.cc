@@ -10,13 +10,13 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
 
 #include "gateway/front_door.h"
 #include "gateway/routes.h"
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::simfleet {
 
@@ -39,17 +39,17 @@ struct InstantEngine::Impl {
     std::string body;
     std::chrono::milliseconds wait{0};  // the answer's tokens' time
   };
-  std::mutex answers_mu;
-  std::unordered_map<std::string, Kept> answers;
+  Mutex answers_mu;
+  std::unordered_map<std::string, Kept> answers KVGOV_GUARDED_BY(answers_mu);
 
   std::optional<Kept> Answer(const std::string& key) {
-    std::lock_guard lock(answers_mu);
+    MutexLock lock(answers_mu);
     const auto it = answers.find(key);
     if (it == answers.end()) return std::nullopt;
     return it->second;
   }
   void Keep(std::string key, Kept answer) {
-    std::lock_guard lock(answers_mu);
+    MutexLock lock(answers_mu);
     if (answers.size() >= kMaxAnswers) answers.clear();
     answers.emplace(std::move(key), std::move(answer));
   }

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -24,6 +23,7 @@
 
 #include "kvgov/codec/messages_api.h"
 #include "kvgov/core/hex.h"
+#include "kvgov/core/mutex.h"
 #include "kvgov/server/http_listener.h"
 #include "simfleet/replay_responder.h"
 
@@ -222,13 +222,13 @@ class Vocabulary {
   static constexpr size_t kMaxWords = size_t{1} << 20;
 
   void Remember(int64_t id, std::string_view word) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (words_.size() < kMaxWords) words_.try_emplace(id, word);
   }
 
   std::string Text(const std::vector<int64_t>& ids) const {
     std::string text;
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (const int64_t id : ids) {
       if (!text.empty()) text += ' ';
       const auto word = words_.find(id);
@@ -238,8 +238,8 @@ class Vocabulary {
   }
 
  private:
-  mutable std::mutex mutex_;
-  std::unordered_map<int64_t, std::string> words_;
+  mutable Mutex mutex_;
+  std::unordered_map<int64_t, std::string> words_ KVGOV_GUARDED_BY(mutex_);
 };
 
 void TokenizeText(std::string_view text, std::vector<int64_t>& out, Vocabulary& vocabulary) {
@@ -605,16 +605,17 @@ struct LiveEngine::Impl {
     bool reset = false;         // ended by a cache reset, its pin with it
   };
 
-  // Prefills into the pool and publishes what changed. REQUIRES: mu held.
-  sim::PrefillOutcome PrefillLocked(std::span<const int64_t> tokens, std::string_view cache_salt) {
+  // Prefills into the pool and publishes what changed.
+  sim::PrefillOutcome PrefillLocked(std::span<const int64_t> tokens, std::string_view cache_salt)
+      KVGOV_REQUIRES(mu) {
     sim::PrefillOutcome outcome = pool.Prefill(tokens, cache_salt);
     if (!outcome.events.empty()) PublishLocked(outcome.events);
     return outcome;
   }
 
-  // Publishes one batch of the pool's events. REQUIRES: mu held, so seq
-  // order is the order the pool changed in.
-  void PublishLocked(std::vector<EngineEvent> events) {
+  // Publishes one batch of the pool's events. Under mu, so seq order is
+  // the order the pool changed in.
+  void PublishLocked(std::vector<EngineEvent> events) KVGOV_REQUIRES(mu) {
     EngineEventBatch batch;
     batch.ts = WallSeconds();
     batch.dp_rank = 0;
@@ -634,7 +635,7 @@ struct LiveEngine::Impl {
     }
     const uint64_t seq = next_seq++;
     {
-      std::lock_guard history_lock(history_mu);
+      MutexLock history_lock(history_mu);
       history.emplace_back(seq, *payload);
       while (history.size() > options.replay_batches) history.pop_front();
     }
@@ -651,7 +652,7 @@ struct LiveEngine::Impl {
       if (pending_handoffs.load() > 0) {
         // The idle sweep: a lapsed pin is freed within a poll even when no
         // request comes to free it.
-        std::lock_guard lock(mu);
+        MutexLock lock(mu);
         SweepLocked(Clock::now());
       }
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
@@ -659,7 +660,7 @@ struct LiveEngine::Impl {
       if (!request) continue;
       std::vector<std::pair<uint64_t, std::string>> batches;
       {
-        std::lock_guard history_lock(history_mu);
+        MutexLock history_lock(history_mu);
         for (const auto& entry : history) {
           if (entry.first >= request->start_seq) batches.push_back(entry);
         }
@@ -976,7 +977,7 @@ struct LiveEngine::Impl {
       const std::string previous = sent["previous_response_id"].get<std::string>();
       Json before;
       {
-        std::lock_guard lock(mu);
+        MutexLock lock(mu);
         const auto it = conversations.find(previous);
         if (it != conversations.end()) before = it->second;
       }
@@ -1011,7 +1012,7 @@ struct LiveEngine::Impl {
     }
     std::string id;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       id = "resp_" + RandomHexLocked(32);
     }
     const std::string item_id = "msg_" + id.substr(5);
@@ -1055,7 +1056,7 @@ struct LiveEngine::Impl {
     auto remember = [this, id, messages = chat["messages"]](const std::string& text) {
       Json conversation = messages;
       conversation.push_back({{"role", "assistant"}, {"content", text}});
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (conversations.size() >= kMaxConversations) conversations.clear();
       conversations[id] = std::move(conversation);
     };
@@ -1154,7 +1155,7 @@ struct LiveEngine::Impl {
       base = body_id != body.end() && body_id->is_string() ? body_id->get<std::string>() : "";
     }
     if (base.empty()) {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       base = RandomHexLocked(32);
     }
     completion.id = (chat ? "chatcmpl-" : "cmpl-") + base;
@@ -1214,7 +1215,7 @@ struct LiveEngine::Impl {
   }
 
   void NoteReceived(const Completion& completion, std::optional<uint64_t> room) {
-    std::lock_guard lock(received_mu);
+    MutexLock lock(received_mu);
     received_salts.push_back(completion.cache_salt);
     last_bootstrap_room = room;
   }
@@ -1256,7 +1257,7 @@ struct LiveEngine::Impl {
     Clock::time_point finish;
     Json transfer_params;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       arrived = Clock::now();
       SweepLocked(arrived);
       outcome = PrefillLocked(tokens, completion.cache_salt);
@@ -1286,9 +1287,9 @@ struct LiveEngine::Impl {
   // Pins a just-prefilled prompt under a fresh remote_request_id until a
   // decode engine pulls it or kv_lease passes (from the end of the
   // prefill, as vLLM's lease starts when the request finishes); returns
-  // the kv_transfer_params of vLLM's pull scheduler. REQUIRES: mu held.
+  // the kv_transfer_params of vLLM's pull scheduler.
   Json HandOverLocked(const Completion& completion, const std::string& request_id,
-                      Clock::time_point finish) {
+                      Clock::time_point finish) KVGOV_REQUIRES(mu) {
     sim::PinnedBlocks pinned = pool.Pin(completion.tokens, completion.cache_salt);
     // vLLM's internal id: the external one (X-Request-Id, or a random
     // uuid) with 8 random hex digits, which is why only the prefill
@@ -1318,8 +1319,8 @@ struct LiveEngine::Impl {
                 {"transfer_mode", "pull"}};
   }
 
-  // REQUIRES: mu held (the generator is not thread-safe).
-  std::string RandomHexLocked(size_t digits) {
+  // Under mu: the generator is not thread-safe.
+  std::string RandomHexLocked(size_t digits) KVGOV_REQUIRES(mu) {
     std::string out;
     while (out.size() < digits) out += Hex64(rng());
     out.resize(digits);
@@ -1328,8 +1329,8 @@ struct LiveEngine::Impl {
 
   // Frees the pins whose lease has passed. Expiries are in order (each
   // prefill finishes after the one before, and the lease is one length),
-  // so this stops at the first live one. REQUIRES: mu held.
-  void SweepLocked(Clock::time_point now) {
+  // so this stops at the first live one.
+  void SweepLocked(Clock::time_point now) KVGOV_REQUIRES(mu) {
     while (!expiries.empty() && expiries.front().first <= now) {
       const auto handoff = handoffs.find(expiries.front().second);
       // A pulled handoff left its expiry behind; only the one it names ends.
@@ -1375,7 +1376,7 @@ struct LiveEngine::Impl {
     }
     PendingHandoff pulled;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       SweepLocked(Clock::now());
       const auto handoff = handoffs.find(request_id);
       if (handoff == handoffs.end()) {
@@ -1424,7 +1425,7 @@ struct LiveEngine::Impl {
     const std::vector<int64_t>& tokens = completion.tokens;
     sim::PrefillOutcome outcome;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       SweepLocked(Clock::now());
       // The pulled blocks land in the pool as a prefill's would, and are
       // published the same way; their cost is the transfer below.
@@ -1466,7 +1467,7 @@ struct LiveEngine::Impl {
     Clock::time_point start;
     std::shared_ptr<PendingRoom> pending;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       arrived = Clock::now();
       SweepLocked(arrived);
       if (rooms.contains(room)) {
@@ -1506,8 +1507,11 @@ struct LiveEngine::Impl {
     bool pushed = false;
     bool reset = false;
     {
-      std::unique_lock lock(mu);
-      room_cv.wait_until(lock, pending->expires, [&] { return pending->ended || closing.load(); });
+      MutexLock lock(mu);
+      while (!pending->ended && !closing.load() &&
+             room_cv.wait_until(lock, pending->expires) != std::cv_status::timeout) {
+        continue;
+      }
       // Not taken: the lease has passed (or the engine is stopping), and
       // the pin ends here if the sweep has not ended it yet.
       if (!pending->ended) EndRoomLocked(room, *pending);
@@ -1545,9 +1549,9 @@ struct LiveEngine::Impl {
     Answer(response, completion, prompt_tokens - outcome.computed_tokens, std::move(sim), Json());
   }
 
-  // Ends a room: its pin, and the wait of its prefill request. REQUIRES: mu
-  // held, `pending` the room's own (a lapsed room's number may be reused).
-  void EndRoomLocked(uint64_t room, PendingRoom& pending) {
+  // Ends a room: its pin, and the wait of its prefill request. REQUIRES:
+  // `pending` the room's own (a lapsed room's number may be reused).
+  void EndRoomLocked(uint64_t room, PendingRoom& pending) KVGOV_REQUIRES(mu) {
     if (pending.ended) return;
     if (const auto found = rooms.find(room);
         found != rooms.end() && found->second.get() == &pending) {
@@ -1559,8 +1563,7 @@ struct LiveEngine::Impl {
     room_cv.notify_all();
   }
 
-  // REQUIRES: mu held.
-  size_t PendingLocked() const { return handoffs.size() + rooms.size(); }
+  size_t PendingLocked() const KVGOV_REQUIRES(mu) { return handoffs.size() + rooms.size(); }
 
   // The prefill side of SGLang's push, asked for by the room's decode
   // engine: held until the room's prefill is done (the decode engine may
@@ -1578,7 +1581,7 @@ struct LiveEngine::Impl {
     std::vector<EngineHash> hashes;
     int64_t tokens = 0;
     {
-      std::unique_lock lock(mu);
+      MutexLock lock(mu);
       const Clock::time_point arrived = Clock::now();
       SweepLocked(arrived);
       const auto found = rooms.find(*room);
@@ -1592,8 +1595,11 @@ struct LiveEngine::Impl {
       // The prefill's end is known from its start: waited for, not
       // signalled; a room that ends meanwhile (another fetch, the lease,
       // a reset) or an engine that stops wakes it.
-      room_cv.wait_until(lock, std::min(pending->ready, arrived + options.kv_lease),
-                         [&] { return pending->ended || closing.load(); });
+      const Clock::time_point until = std::min(pending->ready, arrived + options.kv_lease);
+      while (!pending->ended && !closing.load() &&
+             room_cv.wait_until(lock, until) != std::cv_status::timeout) {
+        continue;
+      }
       if (pending->ended || closing.load() || Clock::now() < pending->ready) {
         return SendError(response, 404,
                          name + " is not ready at engine " + options.id +
@@ -1764,7 +1770,7 @@ struct LiveEngine::Impl {
   // Empties the pool (AllBlocksCleared). The pool's pins went with it: no
   // pending handoff can be pulled, nor room fetched, now.
   void Reset() {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     PublishLocked({pool.Reset()});
     handoffs.clear();
     expiries.clear();
@@ -1783,7 +1789,7 @@ struct LiveEngine::Impl {
     size_t waiting = 0;
     double usage = 0;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       const Clock::time_point now = Clock::now();
       while (!queue.empty() && queue.front().second <= now) queue.pop_front();
       for (const auto& [start, finish] : queue) ++(start <= now ? running : waiting);
@@ -1816,42 +1822,48 @@ struct LiveEngine::Impl {
     Clock::time_point expires;
   };
 
-  // guards pool, busy_until, queue, next_seq, pub, handoffs, expiries,
-  // rooms, room_expiries, every PendingRoom, rng
-  mutable std::mutex mu;
+  // Also guards every PendingRoom's fields, unannotated: a nested struct's
+  // member cannot name the mutex of the Impl that holds it.
+  mutable Mutex mu;
   // Responses' conversations by response id (previous_response_id), newest
-  // kMaxConversations; guarded by mu.
+  // kMaxConversations.
   static constexpr size_t kMaxConversations = 4096;
-  std::unordered_map<std::string, Json> conversations;
-  sim::BlockPool pool;
+  std::unordered_map<std::string, Json> conversations KVGOV_GUARDED_BY(mu);
+  sim::BlockPool pool KVGOV_GUARDED_BY(mu);
   sim::PrefillCostModel cost;
-  Clock::time_point busy_until{};
-  std::deque<std::pair<Clock::time_point, Clock::time_point>> queue;  // (start, finish)
-  uint64_t next_seq = 0;
-  std::unordered_map<std::string, PendingHandoff> handoffs;          // by remote_request_id
-  std::deque<std::pair<Clock::time_point, std::string>> expiries;    // in expiry order
-  std::unordered_map<uint64_t, std::shared_ptr<PendingRoom>> rooms;  // by bootstrap_room
-  std::deque<std::pair<Clock::time_point, uint64_t>> room_expiries;  // in expiry order
-  std::condition_variable room_cv;   // with mu: a room ended, or the engine is stopping
-  std::atomic<bool> closing{false};  // set under mu, so a room's waiter cannot miss it
-  std::mt19937_64 rng{std::random_device{}()};
+  Clock::time_point busy_until KVGOV_GUARDED_BY(mu){};
+  // Each modeled request's (start, finish).
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> queue KVGOV_GUARDED_BY(mu);
+  uint64_t next_seq KVGOV_GUARDED_BY(mu) = 0;
+  // By remote_request_id.
+  std::unordered_map<std::string, PendingHandoff> handoffs KVGOV_GUARDED_BY(mu);
+  // In expiry order.
+  std::deque<std::pair<Clock::time_point, std::string>> expiries KVGOV_GUARDED_BY(mu);
+  // By bootstrap_room.
+  std::unordered_map<uint64_t, std::shared_ptr<PendingRoom>> rooms KVGOV_GUARDED_BY(mu);
+  // In expiry order.
+  std::deque<std::pair<Clock::time_point, uint64_t>> room_expiries KVGOV_GUARDED_BY(mu);
+  std::condition_variable_any room_cv;  // with mu: a room ended, or the engine is stopping
+  std::atomic<bool> closing{false};     // set under mu, so a room's waiter cannot miss it
+  std::mt19937_64 rng KVGOV_GUARDED_BY(mu){std::random_device{}()};
   std::atomic<size_t> pending_handoffs{0};  // handoffs and rooms, for the idle sweep
   std::atomic<uint64_t> pulls{0};           // prefill side: handoffs pulled, rooms fetched
   std::atomic<uint64_t> failed{0};          // decode side: pulls (or room fetches) that failed
   std::atomic<int64_t> pulling{0};          // decode side: handoffs waiting for their KV
 
-  std::mutex received_mu;                   // guards received_salts, last_bootstrap_room
-  std::vector<std::string> received_salts;  // the cache_salt of every completion, "" for none
-  std::optional<uint64_t> last_bootstrap_room;
+  Mutex received_mu;
+  // The cache_salt of every completion, "" for none.
+  std::vector<std::string> received_salts KVGOV_GUARDED_BY(received_mu);
+  std::optional<uint64_t> last_bootstrap_room KVGOV_GUARDED_BY(received_mu);
   std::atomic<uint64_t> aborted{0};  // streams whose client went away
 
   Vocabulary vocabulary;  // what the toy tokenizer has met, for /detokenize
 
-  std::mutex history_mu;  // guards history; the replay thread reads it
-  std::deque<std::pair<uint64_t, std::string>> history;
+  Mutex history_mu;  // taken after mu; the replay thread reads history
+  std::deque<std::pair<uint64_t, std::string>> history KVGOV_GUARDED_BY(history_mu);
 
   zmq::context_t context{1};
-  zmq::socket_t pub{context, zmq::socket_type::pub};
+  zmq::socket_t pub KVGOV_GUARDED_BY(mu){context, zmq::socket_type::pub};
   zmq::socket_t router{context, zmq::socket_type::router};
   std::string events_endpoint;
   std::string replay_endpoint;
@@ -1861,8 +1873,8 @@ struct LiveEngine::Impl {
   httplib::Server http;
   int http_port = 0;
   std::thread http_thread;
-  std::mutex stop_mu;
-  bool stopped = false;
+  Mutex stop_mu;
+  bool stopped KVGOV_GUARDED_BY(stop_mu) = false;
 };
 
 Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& options) {
@@ -1899,6 +1911,8 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
   }
   auto impl = std::make_unique<Impl>(options);
   try {
+    // Nobody else has it yet; held so that every access to pub is under it.
+    MutexLock lock(impl->mu);
     impl->pub.set(zmq::sockopt::linger, 0);
     impl->pub.set(zmq::sockopt::sndhwm, 100000);  // vLLM's hwm
     impl->pub.bind("tcp://" + options.host + ":0");
@@ -1989,14 +2003,14 @@ LiveEngine::~LiveEngine() { Stop(); }
 
 void LiveEngine::Stop() {
   {
-    std::lock_guard lock(impl_->stop_mu);
+    MutexLock lock(impl_->stop_mu);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
   {
     // A room's waiters (a prefill held for its push, a fetch held for its
     // prefill) end now, so the HTTP server's threads can be joined.
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->closing = true;
   }
   impl_->room_cv.notify_all();
@@ -2008,22 +2022,22 @@ void LiveEngine::Stop() {
 
 sim::PrefillOutcome LiveEngine::Prefill(std::span<const int64_t> tokens,
                                         std::string_view cache_salt) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->PrefillLocked(tokens, cache_salt);
 }
 
 size_t LiveEngine::resident_blocks() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->pool.size();
 }
 
 std::vector<std::string> LiveEngine::received_salts() const {
-  std::lock_guard lock(impl_->received_mu);
+  MutexLock lock(impl_->received_mu);
   return impl_->received_salts;
 }
 
 std::optional<uint64_t> LiveEngine::last_bootstrap_room() const {
-  std::lock_guard lock(impl_->received_mu);
+  MutexLock lock(impl_->received_mu);
   return impl_->last_bootstrap_room;
 }
 
@@ -2033,13 +2047,13 @@ uint64_t LiveEngine::pulls() const { return impl_->pulls.load(); }
 uint64_t LiveEngine::failed_pulls() const { return impl_->failed.load(); }
 
 size_t LiveEngine::pinned_blocks() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->SweepLocked(Clock::now());
   return impl_->pool.pinned_blocks();
 }
 
 uint64_t LiveEngine::next_seq() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->next_seq;
 }
 

@@ -9,10 +9,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <thread>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
 #include "simfleet/http_json.h"
@@ -42,11 +42,11 @@ int64_t RssKib(pid_t pid) {
 class Latencies {
  public:
   void Add(Clock::duration latency) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ms_.push_back(std::chrono::duration<double, std::milli>(latency).count());
   }
   double Percentile(double q) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (ms_.empty()) return 0;
     std::sort(ms_.begin(), ms_.end());
     const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(ms_.size())));
@@ -54,8 +54,8 @@ class Latencies {
   }
 
  private:
-  std::mutex mu_;
-  std::vector<double> ms_;
+  Mutex mu_;
+  std::vector<double> ms_ KVGOV_GUARDED_BY(mu_);
 };
 
 std::vector<int64_t> RandomTokens(std::mt19937_64& random, int64_t count) {

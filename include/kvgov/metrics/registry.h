@@ -9,13 +9,13 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 
 namespace kvgov::metrics {
@@ -290,7 +290,8 @@ class Family final : public internal::FamilyBase {
   const std::shared_ptr<const std::vector<double>> bounds_;
   std::vector<std::string> le_values_;  // rendered bounds, then "+Inf"
 
-  // Guarded by registry_->mu_.
+  // Guarded by registry_->mu_; not annotated, since the registry reaches
+  // them under its own mu_, which the analysis cannot tell is this one.
   std::map<std::vector<std::string>, Entry, internal::LabelsLess> children_;
   std::shared_ptr<ChildT> overflow_;  // also in children_ while set
   std::shared_ptr<ChildT> discard_;   // never in children_, never rendered
@@ -321,7 +322,8 @@ class CallbackFamily final : public internal::FamilyBase {
   CallbackFamily(Registry* registry, FamilyOptions options, std::string_view type);
   void RenderSamples(std::string& out) const override;
 
-  // Guarded by registry_->mu_; filled by collectors during Render.
+  // Guarded by registry_->mu_ (not annotated: as Family's children_);
+  // filled by collectors during Render.
   mutable std::map<std::vector<std::string>, double, internal::LabelsLess> samples_;
   mutable bool has_overflow_sample_ = false;
 };
@@ -428,27 +430,32 @@ class Registry {
   friend class CallbackFamily;
   friend class CollectorSink;
 
-  Status ValidateLocked(const FamilyOptions& options, std::string_view type) const;
+  Status ValidateLocked(const FamilyOptions& options, std::string_view type) const
+      KVGOV_REQUIRES(mu_);
   Result<CallbackFamily*> AddCallbackFamily(FamilyOptions options, std::string_view type);
   template <typename FamilyT>
-  FamilyT* InsertLocked(std::unique_ptr<FamilyT> family);
+  FamilyT* InsertLocked(std::unique_ptr<FamilyT> family) KVGOV_REQUIRES(mu_);
 
   // REQUIRES: mu_ held. The per-family children of the registry's own
   // counters, created on first need.
   std::shared_ptr<Counter> OverflowCounterLocked(const std::string& family) const;
   std::shared_ptr<Counter> LabelErrorCounterLocked(const std::string& family) const;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_. Families are never removed, so the pointers below and
-  // those handed out stay valid.
-  std::map<std::string, std::unique_ptr<internal::FamilyBase>, std::less<>> families_;
-  std::vector<CallbackFamily*> callback_families_;
-  std::map<CollectorId, std::function<void(CollectorSink&)>> collectors_;
-  std::uint64_t next_collector_id_ = 1;
+  mutable Mutex mu_;
+  // Families are never removed, so the pointers below and those handed out
+  // stay valid.
+  std::map<std::string, std::unique_ptr<internal::FamilyBase>, std::less<>> families_
+      KVGOV_GUARDED_BY(mu_);
+  std::vector<CallbackFamily*> callback_families_ KVGOV_GUARDED_BY(mu_);
+  std::map<CollectorId, std::function<void(CollectorSink&)>> collectors_ KVGOV_GUARDED_BY(mu_);
+  std::uint64_t next_collector_id_ KVGOV_GUARDED_BY(mu_) = 1;
+  // Set by the constructor, never after, and read under mu_ by the
+  // *CounterLocked helpers. Not annotated: those run for families and the
+  // collector sink, which cannot say they hold their registry_->mu_.
   CounterFamily* overflow_family_ = nullptr;
   CounterFamily* label_error_family_ = nullptr;
-  std::shared_ptr<Counter> collector_errors_;
-  mutable std::size_t last_render_size_ = 0;  // reserve hint
+  std::shared_ptr<Counter> collector_errors_ KVGOV_GUARDED_BY(mu_);
+  mutable std::size_t last_render_size_ KVGOV_GUARDED_BY(mu_) = 0;  // reserve hint
 };
 
 }  // namespace kvgov::metrics

@@ -9,13 +9,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/replication/redis.h"
 
@@ -128,10 +128,10 @@ class GovernanceLog {
  private:
   const std::string stream_key_;
   const std::chrono::milliseconds timeout_;  // a blocking read waits block + timeout_
-  std::mutex append_mu_;
-  RedisConnection append_;  // guarded by append_mu_
-  std::mutex read_mu_;
-  RedisConnection read_;  // guarded by read_mu_
+  Mutex append_mu_;
+  RedisConnection append_ KVGOV_GUARDED_BY(append_mu_);
+  Mutex read_mu_;
+  RedisConnection read_ KVGOV_GUARDED_BY(read_mu_);
 };
 
 /// Named claims with a time to live: SET NX PX to take, a compare-and-set
@@ -157,8 +157,8 @@ class ClaimStore {
 
  private:
   const std::string prefix_;
-  std::mutex mu_;
-  RedisConnection connection_;  // guarded by mu_
+  Mutex mu_;
+  RedisConnection connection_ KVGOV_GUARDED_BY(mu_);
 };
 
 /// The governance state every replica holds, as of one log entry: what a
@@ -205,8 +205,8 @@ class SnapshotStore {
 
  private:
   const std::string prefix_;  // "<prefix>:snapshot"
-  std::mutex mu_;
-  RedisConnection connection_;  // guarded by mu_
+  Mutex mu_;
+  RedisConnection connection_ KVGOV_GUARDED_BY(mu_);
 };
 
 /// Each live replica's applied stream id, under a key that expires (`ttl`):
@@ -226,8 +226,8 @@ class AppliedBoard {
   const std::string prefix_;
   const std::string replica_id_;
   const std::chrono::milliseconds ttl_;
-  std::mutex mu_;
-  RedisConnection connection_;  // guarded by mu_
+  Mutex mu_;
+  RedisConnection connection_ KVGOV_GUARDED_BY(mu_);
 };
 
 /// Each replica's in-flight route load per worker, published under a key
@@ -247,8 +247,8 @@ class LoadBoard {
   const std::string prefix_;
   const std::string replica_id_;
   const std::chrono::milliseconds ttl_;
-  std::mutex mu_;
-  RedisConnection connection_;  // guarded by mu_
+  Mutex mu_;
+  RedisConnection connection_ KVGOV_GUARDED_BY(mu_);
 };
 
 }  // namespace kvgov::replication

@@ -8,7 +8,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "kvgov/auth/tokens.h"
+#include "kvgov/core/mutex.h"
 #include "kvgov/core/status.h"
 #include "kvgov/journal/journal.h"
 #include "kvgov/replication/governance_log.h"
@@ -225,28 +225,28 @@ class Replica {
   AppliedBoard applied_board_;
   SnapshotStore snapshots_;
 
-  mutable std::mutex mu_;
-  std::condition_variable applied_cv_;
-  std::condition_variable stop_cv_;
-  StreamId applied_;                         // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any applied_cv_;
+  std::condition_variable_any stop_cv_;
+  StreamId applied_ KVGOV_GUARDED_BY(mu_);
   // What this replica's own entries came to, by write id, until their
-  // writers collect them. Guarded by mu_.
+  // writers collect them.
   struct OwnOutcome {
     StreamId at;
     Result<journal::Row> outcome;
   };
-  std::map<std::string, OwnOutcome, std::less<>> own_rows_;
+  std::map<std::string, OwnOutcome, std::less<>> own_rows_ KVGOV_GUARDED_BY(mu_);
   // The write ids applied within the window, by id and in stream order
   // (the applier's own; read under mu_ by nothing else).
   std::map<std::string, StreamId, std::less<>> write_ids_;
   std::deque<std::pair<StreamId, std::string>> write_id_order_;
-  StreamId snapshot_taken_;  // the applier's own
+  StreamId snapshot_taken_;                              // the applier's own
   std::chrono::steady_clock::time_point next_snapshot_;  // the applier's own
-  bool stopping_ = false;                                 // guarded by mu_
+  bool stopping_ KVGOV_GUARDED_BY(mu_) = false;
   std::atomic<bool> connected_{false};
   std::atomic<bool> caught_up_{false};
   std::atomic<bool> log_reset_{false};
-  std::string log_identity_;  // the log followed; "" until first met. Guarded by mu_.
+  std::string log_identity_ KVGOV_GUARDED_BY(mu_);  // the log followed; "" until first met
   std::atomic<bool> housekeeper_{false};
   std::atomic<bool> fatal_{false};
   std::atomic<uint64_t> rejected_{0};

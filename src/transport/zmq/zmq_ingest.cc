@@ -7,8 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <thread>
+
+#include "kvgov/core/mutex.h"
 
 namespace kvgov::transport {
 namespace {
@@ -210,8 +211,8 @@ struct ZmqIngest::Impl {
   ingest::StreamObserver observer;
   zmq::context_t context{1};
   std::atomic<bool> stopping{false};
-  mutable std::mutex mu;  // guards streams
-  std::vector<std::unique_ptr<Stream>> streams;
+  mutable Mutex mu;
+  std::vector<std::unique_ptr<Stream>> streams KVGOV_GUARDED_BY(mu);
 };
 
 ZmqIngest::ZmqIngest(index::ResidencyIndex* index, ingest::EntrySink sink, ReplayLimits limits,
@@ -233,7 +234,7 @@ Status ZmqIngest::AddEngine(const ingest::EngineSpec& engine) {
 }
 
 Status ZmqIngest::AddEngines(std::span<const ingest::EngineSpec> engines) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->stopping) return Status::FailedPrecondition("ingest is stopping");
   // Every worker registered and every stream built before any recovers.
   std::vector<std::unique_ptr<Stream>> added;
@@ -297,7 +298,7 @@ Status ZmqIngest::AddEngines(std::span<const ingest::EngineSpec> engines) {
 }
 
 std::vector<StreamView> ZmqIngest::Streams() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   std::vector<StreamView> views;
   for (const auto& stream : impl_->streams) {
     views.push_back({stream->spec.worker, stream->kind, stream->spec.events, stream->spec.replay,
@@ -309,10 +310,12 @@ std::vector<StreamView> ZmqIngest::Streams() const {
 void ZmqIngest::Stop() {
   std::vector<std::unique_ptr<Stream>>* streams = nullptr;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->stopping.exchange(true)) return;
     streams = &impl_->streams;
   }
+  // Joined without mu, which Streams keeps taking meanwhile: once stopping
+  // is set under mu, AddEngines adds no stream, so the vector stays as it is.
   for (auto& stream : *streams) {
     if (stream->thread.joinable()) stream->thread.join();
   }
