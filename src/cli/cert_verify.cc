@@ -173,7 +173,7 @@ int RunCertVerify(const std::string& file, const std::vector<std::string>& issue
       continue;
     }
     trusted.push_back(key);
-    sources.push_back("--issuer-key");
+    sources.emplace_back("--issuer-key");
   }
   std::string key_file_note;
   if (!data_dir.empty()) {

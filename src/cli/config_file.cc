@@ -176,31 +176,36 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
   ConfigLines lines;
   CLI::App* section = nullptr;
   std::string section_name;
+  // A refusal names the file and line, as a compiler does; it is built only
+  // on the way out, not for every line read.
+  const auto refuse = [&path](int at, const std::string& what) {
+    return Status::InvalidArgument(path + ":" + std::to_string(at) + ": " + what);
+  };
+  const auto refuse_key = [&refuse](int at, const std::string& key, const std::string& what) {
+    return refuse(at, "key '" + key + "'" + what);
+  };
   std::string line;
   for (int number = 1; std::getline(file, line); ++number) {
-    const std::string where = path + ":" + std::to_string(number) + ": ";
     const std::string_view text = Trim(StripComment(line));
     if (text.empty()) continue;
     if (text.front() == '[') {
-      if (text.back() != ']')
-        return Status::InvalidArgument(where + "a section header must end in ']'");
+      if (text.back() != ']') return refuse(number, "a section header must end in ']'");
       section_name = std::string(Trim(text.substr(1, text.size() - 2)));
       try {
         section = app.get_subcommand(section_name);
       } catch (const CLI::OptionNotFound&) {
-        return Status::InvalidArgument(where + "[" + section_name + "] is not a kvgov subcommand");
+        return refuse(number, "[" + section_name + "] is not a kvgov subcommand");
       }
       continue;
     }
     const size_t equals = text.find('=');
     if (equals == std::string_view::npos) {
-      return Status::InvalidArgument(where + "want 'key = value'");
+      return refuse(number, "want 'key = value'");
     }
     const std::string key(Trim(text.substr(0, equals)));
     if (section == nullptr) {
-      return Status::InvalidArgument(where + "key '" + key +
-                                     "' is outside any [section]; settings of kvgov serve go "
-                                     "under [serve]");
+      return refuse_key(number, key,
+                        " is outside any [section]; settings of kvgov serve go under [serve]");
     }
     const CLI::Option* option = section->get_option_no_throw("--" + key);
     if (option == nullptr || key == "config") {
@@ -220,9 +225,10 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
       } else {
         near = ClosestName(key, keys);
       }
-      return Status::InvalidArgument(
-          where + "key '" + key + "' is not a setting of [" + section_name + "]" +
-          (near ? "; did you mean '" + *near + "'?" : " (see kvgov " + section_name + " --help)"));
+      return refuse_key(number, key,
+                        " is not a setting of [" + section_name + "]" +
+                            (near ? "; did you mean '" + *near + "'?"
+                                  : " (see kvgov " + section_name + " --help)"));
     }
     std::string value(Trim(text.substr(equals + 1)));
     // CLI11, which reads the file after this check, cuts a line at its
@@ -230,15 +236,13 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
     // element is on the key's line, and keeps comments inside an array as
     // elements: refuse those here rather than let a value change silently.
     if (value.find('#') != std::string::npos) {  // what is left is inside quotes
-      return Status::InvalidArgument(where + "key '" + key +
-                                     "': a '#' inside a value; kvgov's config reader takes it "
-                                     "for a comment");
+      return refuse_key(number, key,
+                        ": a '#' inside a value; kvgov's config reader takes it for a comment");
     }
     if (value == "[") {
-      return Status::InvalidArgument(where + "key '" + key +
-                                     "': put the array's first element on the key's line, "
-                                     "e.g. " +
-                                     key + " = [\"...\",");
+      return refuse_key(
+          number, key,
+          ": put the array's first element on the key's line, e.g. " + key + " = [\"...\",");
     }
     // An array may run over several lines, up to its closing bracket.
     std::string more;
@@ -247,14 +251,13 @@ Result<ConfigLines> CheckConfigFile(const std::string& path, CLI::App& app) {
            std::getline(file, more)) {
       ++last;
       if (StripComment(more).size() != more.size()) {
-        return Status::InvalidArgument(path + ":" + std::to_string(last) + ": key '" + key +
-                                       "': no comments inside an array");
+        return refuse_key(last, key, ": no comments inside an array");
       }
       value += " ";
       value += Trim(more);
     }
     if (Status checked = CheckValue(value); !checked.ok()) {
-      return Status::InvalidArgument(where + "key '" + key + "': " + checked.message());
+      return refuse_key(number, key, ": " + checked.message());
     }
     lines["--" + key] = path + ":" + std::to_string(number);
     number = last;

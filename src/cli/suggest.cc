@@ -92,8 +92,8 @@ std::string Suggestions(CLI::App& app, int argc, const char* const* argv) {
       arg = arg.substr(0, arg.find('='));
       const std::string doubled = "-" + std::string(arg);
       if (is_flag(doubled)) {
-        out += "kvgov: '" + std::string(arg) + where + "long flags take two dashes: '" + doubled +
-               "'\n";
+        out += "kvgov: '" + std::string(arg) + where + "long flags take two dashes: '";
+        out += doubled + "'\n";
       }
     } else if (!arg.starts_with("-") && given->get_subcommands().empty() && !subcommands.empty() &&
                std::find(subcommands.begin(), subcommands.end(), arg) == subcommands.end()) {

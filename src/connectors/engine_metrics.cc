@@ -67,7 +67,8 @@ std::string CanonicalLabels(std::vector<std::pair<std::string, std::string>> lab
   std::sort(labels.begin(), labels.end());
   std::string out;
   for (const auto& [name, value] : labels) {
-    out += std::to_string(name.size()) + ":" + name + std::to_string(value.size()) + ":" + value;
+    out.append(std::to_string(name.size())).append(":").append(name);
+    out.append(std::to_string(value.size())).append(":").append(value);
   }
   return out;
 }

@@ -21,6 +21,14 @@ std::string Excerpt(std::string_view body) {
   return out;
 }
 
+// "<what> at <base_url><path>", the head of a failed request's error text:
+// built on the way out of the retry loop, never per attempt.
+std::string FailedAt(std::string_view what, std::string_view base_url, std::string_view path = {}) {
+  std::string out(what);
+  out.append(" at ").append(base_url).append(path);
+  return out;
+}
+
 }  // namespace
 
 struct UpstreamConnections::Connection {
@@ -126,12 +134,12 @@ Result<std::string> UpstreamConnections::PostForAnswer(const std::string& base_u
     }
     if (!result) {
       if (ClosedWhileKept(kept, attempt, sent)) continue;
-      return Status::Unavailable(std::string(what) + " at " + base_url + path + ": " +
+      return Status::Unavailable(FailedAt(what, base_url, path) + ": " +
                                  RequestErrorText(result.error()));
     }
     Keep(base_url, std::move(connection));
     if (result->status != 200) {
-      return Status::Unavailable(std::string(what) + " at " + base_url + path + ": HTTP " +
+      return Status::Unavailable(FailedAt(what, base_url, path) + ": HTTP " +
                                  std::to_string(result->status) + ": " + Excerpt(answer));
     }
     return answer;
@@ -199,7 +207,7 @@ Status UpstreamConnections::Forward(
     }
     const httplib::Error error = result.error();
     if (!answer->head_seen && ClosedWhileKept(kept, attempt, sent)) continue;
-    const std::string what = path + " at " + base_url + ": " + RequestErrorText(error);
+    const std::string what = FailedAt(path, base_url) + ": " + RequestErrorText(error);
     if (error == httplib::Error::Read && !answer->head_seen && TimedOut(sent)) {
       return Status::DeadlineExceeded(what + " (no answer within " +
                                       std::to_string(timeouts_.first_byte_ms) + " ms)");

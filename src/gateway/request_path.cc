@@ -627,8 +627,9 @@ asio::awaitable<void> ListModels(const Plane& plane, Exchange& exchange) {
 GuardedHandler Forward(Plane& plane, GatewayEndpoint endpoint, std::string path,
                        std::shared_ptr<std::atomic<uint64_t>> open,
                        std::shared_ptr<ResponseOwners> owners) {
-  return [&plane, endpoint, path = std::move(path), open, owners](
-             Exchange& exchange, const auth::Principal& caller) -> asio::awaitable<void> {
+  return [&plane, endpoint, path = std::move(path), open = std::move(open),
+          owners = std::move(owners)](Exchange& exchange,
+                                      const auth::Principal& caller) -> asio::awaitable<void> {
     plane.CountRequest(std::string_view(path).substr(4));
     struct Held {
       std::atomic<uint64_t>& n;

@@ -78,9 +78,14 @@ __extension__ typedef unsigned __int128 Uint128;
 inline void AdviseHugePages(void* array, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<uintptr_t>(array) + kHugePage - 1) & ~(kHugePage - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(array) + bytes) & ~(kHugePage - 1);
-  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  const auto address = reinterpret_cast<uintptr_t>(array);
+  const uintptr_t begin = (address + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (address + bytes) & ~(kHugePage - 1);
+  // The first whole page as an offset into the array, not a cast back from
+  // an integer, so the pointer keeps the array's provenance.
+  if (end > begin) {
+    (void)::madvise(static_cast<char*>(array) + (begin - address), end - begin, MADV_HUGEPAGE);
+  }
 #else
   (void)array;
   (void)bytes;

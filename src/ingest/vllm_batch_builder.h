@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvgov::ingest {
@@ -25,7 +26,8 @@ class VllmBatchBuilder {
                            int64_t first_token) {
     std::vector<int64_t> tokens(hashes.size() * kBlockSize);
     std::iota(tokens.begin(), tokens.end(), first_token);
-    events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {
+    events_.push_back([hashes = std::move(hashes), parent,
+                       tokens = std::move(tokens)](msgpack::packer<msgpack::sbuffer>& pk) {
       pk.pack_array(7);
       pk.pack(std::string("BlockStored"));
       pk.pack(hashes);
@@ -42,7 +44,7 @@ class VllmBatchBuilder {
     return *this;
   }
   VllmBatchBuilder& Removed(std::vector<uint64_t> hashes) {
-    events_.push_back([=](msgpack::packer<msgpack::sbuffer>& pk) {
+    events_.push_back([hashes = std::move(hashes)](msgpack::packer<msgpack::sbuffer>& pk) {
       pk.pack_array(3);
       pk.pack(std::string("BlockRemoved"));
       pk.pack(hashes);

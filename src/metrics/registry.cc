@@ -156,7 +156,7 @@ Family<ChildT>::Family(Registry* registry, FamilyOptions options, std::string_vi
     : FamilyBase(registry, std::move(options), type), bounds_(std::move(bounds)) {
   if (bounds_ != nullptr) {
     for (double b : *bounds_) le_values_.push_back(internal::FormatDouble(b));
-    le_values_.push_back("+Inf");
+    le_values_.emplace_back("+Inf");
   }
 }
 

@@ -113,7 +113,7 @@ std::optional<Finding> Compare(std::span<const uint64_t> earlier, std::span<cons
     const size_t span = runs.front().offset - common * granule;
     // A short span, then a long run the same again: the engine recomputes
     // the run only because the span precedes it.
-    if (matched_tokens < 2 * granule || matched_tokens < span) return std::nullopt;
+    if (matched_tokens < size_t{2} * granule || matched_tokens < span) return std::nullopt;
     finding.kind = FindingKind::kBreaker;
     finding.length_tokens = static_cast<uint32_t>(span);
   } else {

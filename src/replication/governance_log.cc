@@ -300,12 +300,12 @@ Result<LogBatch> GovernanceLog::ReadAfter(std::string_view after_id, size_t coun
   std::vector<std::string> args = {"XREAD", "COUNT", std::to_string(count)};
   // BLOCK 0 would wait forever; no block means a plain, non-blocking read.
   if (block.count() > 0) {
-    args.push_back("BLOCK");
+    args.emplace_back("BLOCK");
     args.push_back(std::to_string(block.count()));
   }
-  args.push_back("STREAMS");
+  args.emplace_back("STREAMS");
   args.push_back(stream_key_);
-  args.push_back(std::string(after_id));
+  args.emplace_back(after_id);
 
   Result<RedisReply> reply = [&] {
     MutexLock lock(read_mu_);

@@ -200,7 +200,7 @@ Status MgetEach(RedisConnection& connection, const std::set<std::string>& keys,
     }
     return Status::Ok();
   };
-  args.push_back("MGET");
+  args.emplace_back("MGET");
   for (const std::string& key : keys) {
     args.push_back(key);
     if (args.size() - 1 == kMgetBatch) KVGOV_RETURN_IF_ERROR(flush());

@@ -20,7 +20,7 @@ constexpr std::string_view kWriteIdPrefix = "replication/write/";
 // A write id is remembered this long, by stream time: far longer than a
 // writer retries one append (a second or two), short enough to keep the
 // set small at thousands of writes a second.
-constexpr uint64_t kWriteIdWindowMs = 10 * 60 * 1000;
+constexpr uint64_t kWriteIdWindowMs = uint64_t{10} * 60 * 1000;
 // A writer's appends of one entry: the first, and retries after a broken
 // connection, which the write id makes safe.
 constexpr int kAppendAttempts = 3;

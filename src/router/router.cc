@@ -351,7 +351,7 @@ Result<RouteDecision> Router::Decide(const RouteRequest& request, std::string_vi
     candidate.tier_overlap = credit.tier_overlap;
     candidate.credited_blocks = credit.credited_blocks;
     candidate.pulled_blocks = credit.pulled_blocks;
-    candidate.load = std::move(loads[key.index]);
+    candidate.load = loads[key.index];
     candidate.cost = key.cost;
     candidate.eligible = key.eligible;
     if (reasons[key.index] != nullptr) candidate.reason = reasons[key.index];

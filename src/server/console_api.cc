@@ -86,7 +86,7 @@ void HandleExplain(const ConsoleRoutes& routes, const httplib::Request& request,
     with_tokens["token_ids"] = route.token_ids;
     answer = with_tokens.dump();
   }
-  SendJsonText(response, decision->worker.empty() ? 503 : 200, std::move(answer));
+  SendJsonText(response, decision->worker.empty() ? 503 : 200, answer);
 }
 
 }  // namespace

@@ -680,7 +680,7 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   const int64_t traffic_interval_ms = std::max<int64_t>(100, options.traffic_interval_ms);
   daemon->traffic_interval_ms = traffic_interval_ms;
   daemon->traffic = std::make_unique<metrics::TrafficHistory>(
-      static_cast<size_t>(15 * 60 * 1000 / traffic_interval_ms));
+      static_cast<size_t>(int64_t{15} * 60 * 1000 / traffic_interval_ms));
   daemon->traffic->Sample(clock::NowMillis(), daemon->route_totals.Read(*daemon->accounting));
   daemon->traffic_samples =
       std::make_unique<PeriodicTask>(std::chrono::milliseconds(traffic_interval_ms), [state] {

@@ -37,7 +37,7 @@ void HandleEvents(const FleetRoutes& routes, const httplib::Request& request,
       std::string message = status.message();
       // Decoder errors carry their absolute path; lowering errors are
       // relative to the element.
-      if (message.rfind("$.", 0) != 0) message = "$.events[" + std::to_string(i) + "]." + message;
+      if (message.rfind("$.", 0) != 0) message.insert(0, "$.events[" + std::to_string(i) + "].");
       rejected.push_back(
           {{"index", i}, {"code", StatusCodeName(status.code())}, {"error", message}});
     }
@@ -102,8 +102,8 @@ void HandleWorkers(const FleetRoutes& routes, httplib::Response& response, bool 
       }
     }
     if (fleet_view) {
-      view.load = std::move(load);
-      view.predictions = std::move(predictions);
+      view.load = load;
+      view.predictions = predictions;
     }
     view.residency = std::move(worker);
   }

@@ -43,9 +43,9 @@ BodyReadingHandler ReadBody(size_t max_body_bytes, Handler handler, bool keep) {
 
 }  // namespace
 
-void SendJsonText(httplib::Response& response, int status, std::string body) {
+void SendJsonText(httplib::Response& response, int status, const std::string& body) {
   response.status = status;
-  response.set_content(std::move(body), "application/json");
+  response.set_content(body, "application/json");
 }
 
 void SendJson(httplib::Response& response, int status, const Json& body) {

@@ -51,7 +51,7 @@ std::string BodyOverLimitMessage(size_t max_body_bytes);
 void SendJson(httplib::Response& response, int status, const nlohmann::json& body);
 
 /// A JSON answer a src/codec encoder wrote.
-void SendJsonText(httplib::Response& response, int status, std::string body);
+void SendJsonText(httplib::Response& response, int status, const std::string& body);
 
 /// A route's handler, as cpp-httplib calls it.
 using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;

@@ -74,7 +74,7 @@ class RouteTotals {
 /// for one walk rather than each making their own.
 class ChainCheck {
  public:
-  static constexpr int64_t kWholeWalkEvery = 3600 * 1000;
+  static constexpr int64_t kWholeWalkEvery = int64_t{3600} * 1000;
 
   Result<journal::VerifyReport> Verify(const store::Store& store, uint64_t head_seq);
 

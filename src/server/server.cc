@@ -381,7 +381,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     if (status >= 400) SendErrorJson(response, status, code, message);
   });
   http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
+      [](const httplib::Request&, httplib::Response& response, const std::exception_ptr&) {
         // No exception escapes a handler; whatever slipped through is a 500
         // without internals in the body.
         SendErrorJson(response, 500, "internal", "internal error");

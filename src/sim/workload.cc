@@ -67,6 +67,7 @@ Result<std::vector<SimRequest>> AgentWorkload(const AgentWorkloadOptions& option
   }
   TraceRandom random(options.seed);
   std::vector<std::vector<int64_t>> system_prompts;
+  system_prompts.reserve(static_cast<size_t>(options.tenants));
   for (int t = 0; t < options.tenants; ++t) {
     system_prompts.push_back(random.Tokens(options.system_prompt_tokens));
   }
@@ -111,6 +112,7 @@ Result<std::vector<SimRequest>> SharedPrefixWorkload(const SharedPrefixWorkloadO
   }
   TraceRandom random(options.seed);
   std::vector<std::vector<int64_t>> system_prompts;
+  system_prompts.reserve(static_cast<size_t>(options.groups));
   for (int g = 0; g < options.groups; ++g) {
     system_prompts.push_back(random.Tokens(options.system_prompt_tokens));
   }
@@ -153,12 +155,14 @@ Result<std::vector<SimRequest>> ConversationWorkload(const ConversationWorkloadO
   }
   TraceRandom random(options.seed);
   const std::vector<int64_t> system_prompt = random.Tokens(options.system_prompt_tokens);
+  // Fits an int: 0 < min_turns <= max_turns, checked above.
+  const int turn_choices = options.max_turns - options.min_turns + 1;
   std::vector<SimRequest> requests;
   double session_start = 0;
   for (int s = 0; s < options.sessions; ++s) {
     session_start += random.Exponential(1.0 / options.session_starts_per_s);
-    const int turns = options.min_turns + static_cast<int>(random.Below(static_cast<uint64_t>(
-                                              options.max_turns - options.min_turns + 1)));
+    const int turns =
+        options.min_turns + static_cast<int>(random.Below(static_cast<uint64_t>(turn_choices)));
     std::vector<int64_t> transcript = system_prompt;
     double at = session_start;
     for (int turn = 0; turn < turns; ++turn) {
@@ -194,6 +198,7 @@ Result<std::vector<SimRequest>> DocumentQaWorkload(const DocumentQaWorkloadOptio
   }
   TraceRandom random(options.seed);
   std::vector<std::vector<int64_t>> documents;
+  documents.reserve(static_cast<size_t>(options.documents));
   const uint64_t spread =
       static_cast<uint64_t>(options.max_document_tokens - options.min_document_tokens + 1);
   for (int d = 0; d < options.documents; ++d) {
@@ -249,6 +254,7 @@ Result<std::vector<SimRequest>> BurstWorkload(const BurstWorkloadOptions& option
   }
   TraceRandom random(options.seed);
   std::vector<std::vector<int64_t>> prompts;
+  prompts.reserve(static_cast<size_t>(options.prompts));
   for (int p = 0; p < options.prompts; ++p) prompts.push_back(random.Tokens(options.prompt_tokens));
   std::vector<SimRequest> requests;
   const auto add = [&](double at, size_t prompt, std::string group) {

@@ -176,6 +176,8 @@ Status ReportBreaker(httplib::Client& kvgov, FILE* out, DemoResult& result) {
     result.breaker_position_tokens = finding.value("position_tokens", int64_t{-1});
     result.breaker_avoidable_tokens = finding.value("avoidable_tokens_per_request", int64_t{0});
     result.breaker_occurrences = finding.value("occurrences", uint64_t{0});
+    const int64_t breaker_end_tokens =
+        finding.value("position_tokens", int64_t{0}) + finding.value("length_tokens", int64_t{0});
     std::fprintf(out,
                  "  breakers  %s: tokens %lld..%lld of its prompts differ on every request (the "
                  "timestamp);\n            moving it after the static prompt would let the "
@@ -183,8 +185,7 @@ Status ReportBreaker(httplib::Client& kvgov, FILE* out, DemoResult& result) {
                  "(GET /v1/diagnostics/prefix)\n\n",
                  result.breaker_tenant.c_str(),
                  static_cast<long long>(result.breaker_position_tokens),
-                 static_cast<long long>(finding.value("position_tokens", int64_t{0}) +
-                                        finding.value("length_tokens", int64_t{0})),
+                 static_cast<long long>(breaker_end_tokens),
                  static_cast<long long>(result.breaker_avoidable_tokens),
                  static_cast<unsigned long long>(result.breaker_occurrences));
     return Status::Ok();

@@ -1626,7 +1626,8 @@ struct LiveEngine::Impl {
   // engine stops, or the prefill engine cannot be reached.
   Result<int64_t> FetchRoom(const Bootstrap& bootstrap, Clock::time_point deadline) {
     const std::string where = "bootstrap_room " + std::to_string(bootstrap.room);
-    const std::string peer = bootstrap.host + ":" + std::to_string(bootstrap.port);
+    const std::string prefill =
+        where + ": the prefill engine at " + bootstrap.host + ":" + std::to_string(bootstrap.port);
     try {
       httplib::Client client(bootstrap.host, bootstrap.port);
       // Loopback: a prefill engine that does not connect within this is gone.
@@ -1641,14 +1642,12 @@ struct LiveEngine::Impl {
                                 std::chrono::seconds(5));
         httplib::Result result = client.Post("/kvgov_sim/bootstrap", ask, "application/json");
         if (!result) {
-          return Status::Unavailable(where + ": the prefill engine at " + peer +
-                                     " is unreachable (" + httplib::to_string(result.error()) +
-                                     ")");
+          return Status::Unavailable(prefill + " is unreachable (" +
+                                     httplib::to_string(result.error()) + ")");
         }
         if (result->status == 404) {
           if (closing.load() || Clock::now() + kBootstrapRetry >= deadline) {
-            return Status::Unavailable(where + ": the prefill engine at " + peer +
-                                       " did not hold the room within " +
+            return Status::Unavailable(prefill + " did not hold the room within " +
                                        std::to_string(options.kv_lease.count()) + " ms");
           }
           std::this_thread::sleep_for(kBootstrapRetry);
@@ -1657,9 +1656,8 @@ struct LiveEngine::Impl {
         const Json answer = Json::parse(result->body, nullptr, /*allow_exceptions=*/false);
         if (result->status != 200 || !answer.is_object() || !answer.contains("tokens") ||
             !answer["tokens"].is_number_integer()) {
-          return Status::Unavailable(where + ": the prefill engine at " + peer +
-                                     " answered the fetch with " + std::to_string(result->status) +
-                                     " and no token count");
+          return Status::Unavailable(prefill + " answered the fetch with " +
+                                     std::to_string(result->status) + " and no token count");
         }
         return answer["tokens"].get<int64_t>();
       }
@@ -1983,7 +1981,7 @@ Result<std::unique_ptr<LiveEngine>> LiveEngine::Start(const LiveEngineOptions& o
               self->HandleNixlRead(request, response);
             });
   http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
+      [](const httplib::Request&, httplib::Response& response, const std::exception_ptr&) {
         SendError(response, 500, "internal error");
       });
   Result<uint16_t> bound = server::BindListener(http, options.host, 0);

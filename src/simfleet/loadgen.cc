@@ -108,7 +108,7 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
                                    "--snapshot-every-batches",
                                    "2000"};
   for (const auto& engine : engines) {
-    args.push_back("--engine");
+    args.emplace_back("--engine");
     args.push_back(engine->EngineSpec());
   }
   const std::string log = options.data_dir + ".log";
@@ -130,6 +130,7 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
   // Shared group prompts: routes hit what the engines hold.
   std::mt19937_64 seeding(options.seed);
   std::vector<std::vector<int64_t>> groups;
+  groups.reserve(kGroups);
   for (int g = 0; g < kGroups; ++g) groups.push_back(RandomTokens(seeding, kGroupTokens));
 
   LoadgenReport report;
@@ -292,7 +293,7 @@ Result<LoadgenReport> RunLoadgen(const LoadgenOptions& options) {
                               " quarantines acknowledged, " + std::to_string(journaled) +
                               " journaled");
   }
-  const int64_t allowed = std::max<int64_t>(report.rss_warm_kib / 5, 32 * 1024);
+  const int64_t allowed = std::max<int64_t>(report.rss_warm_kib / 5, int64_t{32} * 1024);
   if (report.rss_end_kib - report.rss_warm_kib > allowed) {
     report.failures.push_back("memory: RSS grew from " + std::to_string(report.rss_warm_kib) +
                               " KiB after warm-up to " + std::to_string(report.rss_end_kib) +

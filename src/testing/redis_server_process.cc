@@ -151,6 +151,7 @@ Status RedisServerProcess::Launch(bool* exited_early) {
                                    "--dir",
                                    dir_};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();

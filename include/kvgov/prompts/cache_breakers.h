@@ -136,6 +136,9 @@ class CacheBreakerDetector {
     uint64_t family;
     FindingKind kind;
     uint32_t position_granule;
+    // clang-tidy 14 reads the 0 a defaulted <=> is compared with as a null
+    // pointer (llvm-project#53961).
+    // NOLINTNEXTLINE(modernize-use-nullptr)
     auto operator<=>(const FindingKey&) const = default;
   };
   struct Scope {

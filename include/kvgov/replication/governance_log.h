@@ -69,6 +69,9 @@ Result<LogEntry> DecodeLogEntry(std::string_view bytes, std::string_view id);
 struct StreamId {
   uint64_t ms = 0;
   uint64_t seq = 0;
+  // clang-tidy 14 reads the 0 a defaulted <=> is compared with as a null
+  // pointer (llvm-project#53961).
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   friend auto operator<=>(const StreamId&, const StreamId&) = default;
   std::string ToString() const;
 };

@@ -70,7 +70,7 @@ class ZmqReplaySource : public ingest::ReplaySource {
         const zmq::message_t& payload = frames.back();
         if (seq_frame.size() != 8) continue;
         const uint64_t seq = ReadBigEndian64(seq_frame);
-        if (seq == kReplayEndMarker && payload.size() == 0) return Status::Ok();
+        if (seq == kReplayEndMarker && payload.empty()) return Status::Ok();
         on_batch(seq, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
         ++received;
       }
