@@ -8,9 +8,9 @@
 #include "kvgov/codec/route_api.h"
 #include "kvgov/console/assets.h"
 #include "server/access.h"
-#include "server/engines.h"
+#include "kvgov/services/engines.h"
 #include "server/route_http.h"
-#include "server/salting.h"
+#include "kvgov/services/route_salting.h"
 
 namespace kvgov::server {
 namespace {
@@ -69,7 +69,7 @@ void HandleExplain(const ConsoleRoutes& routes, const httplib::Request& request,
   }
   // Salted as the route itself would be, diversion included, but not
   // counted: a dry run sends nothing.
-  Result<RequestSalt> salt = routes.salting->DryRun(route);
+  Result<services::RequestSalt> salt = routes.salting->DryRun(route);
   if (!salt.ok()) return SendError(response, 503, salt.status());
   Result<router::RouteDecision> decision =
       routes.router->Explain(route, salt->salt, clock::NowMillis());
@@ -77,7 +77,7 @@ void HandleExplain(const ConsoleRoutes& routes, const httplib::Request& request,
     return SendError(response, decision.status().code() == StatusCode::kNotFound ? 404 : 400,
                      decision.status());
   }
-  MarkDiverted(*salt, *decision);
+  services::MarkDiverted(*salt, *decision);
   std::string answer = decision->worker.empty() ? EncodeUnroutableDecisionJson(*decision)
                                                 : EncodeRouteDecisionJson(*decision);
   if (!body->prompt.empty()) {

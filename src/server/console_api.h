@@ -16,19 +16,21 @@ namespace httplib {
 class Server;
 }  // namespace httplib
 
-namespace kvgov::server {
-
+namespace kvgov::services {
 class Engines;
 class RouteSalting;
+}  // namespace kvgov::services
+
+namespace kvgov::server {
 
 /// What the console's routes use; each must outlive the listener.
 struct ConsoleRoutes {
   RouteAccess access;
   const metrics::TrafficHistory* traffic = nullptr;
   int64_t traffic_interval_ms = 0;  // as sampled
-  const RouteSalting* salting = nullptr;
+  const services::RouteSalting* salting = nullptr;
   router::Router* router = nullptr;
-  const Engines* engines = nullptr;  // tokenize an explained prompt
+  const services::Engines* engines = nullptr;  // tokenize an explained prompt
 };
 
 /// GET /ui and its files (no token: they hold no data), GET /v1/traffic

@@ -190,7 +190,7 @@ Status RegisterEngineMetrics(Daemon& daemon) {
 }
 
 // The gateway's request path's families, and the handoffs'.
-Result<Handoffs::Metrics> RegisterGatewayMetrics(Daemon& daemon) {
+Result<services::Handoffs::Metrics> RegisterGatewayMetrics(Daemon& daemon) {
   GatewayMetrics& gateway = daemon.gateway_metrics;
   KVGOV_ASSIGN_OR_RETURN(
       gateway.requests,
@@ -217,7 +217,7 @@ Result<Handoffs::Metrics> RegisterGatewayMetrics(Daemon& daemon) {
                                  "could tokenize them (unreachable, or a tokenizer that lacks "
                                  "the request's form, e.g. chat on an older SGLang), by model.",
                                  {"model"}}));
-  Handoffs::Metrics handoffs;
+  services::Handoffs::Metrics handoffs;
   KVGOV_ASSIGN_OR_RETURN(
       handoffs.outcomes,
       daemon.metrics.AddCounter({"kvgov_gateway_handoffs_total",
@@ -227,7 +227,7 @@ Result<Handoffs::Metrics> RegisterGatewayMetrics(Daemon& daemon) {
                                  "quarantined or under invalidation), expired (the pin's lease "
                                  "ran out first), client_gone.",
                                  {"outcome"}}));
-  for (const auto& [value, spelling] : EnumSpelling<HandoffOutcome>::kValues) {
+  for (const auto& [value, spelling] : EnumSpelling<gateway::HandoffOutcome>::kValues) {
     handoffs.outcomes->WithLabels({std::string(spelling)});
   }
   KVGOV_ASSIGN_OR_RETURN(
@@ -499,12 +499,13 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
                                                            &daemon->predictions, &daemon->metrics));
   KVGOV_RETURN_IF_ERROR(RegisterEngineMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterRouteMetrics(*daemon));
-  KVGOV_ASSIGN_OR_RETURN(const Handoffs::Metrics handoff_metrics, RegisterGatewayMetrics(*daemon));
+  KVGOV_ASSIGN_OR_RETURN(const services::Handoffs::Metrics handoff_metrics,
+                         RegisterGatewayMetrics(*daemon));
   KVGOV_RETURN_IF_ERROR(RegisterGovernanceGauges(*daemon));
-  daemon->salting = std::make_unique<RouteSalting>(
+  daemon->salting = std::make_unique<services::RouteSalting>(
       daemon->salts.get(), &daemon->gate, &daemon->index, daemon->route_metrics.diversions);
   daemon->upstreams = std::make_unique<connectors::UpstreamConnections>(options.gateway_timeouts);
-  daemon->engines = std::make_unique<Engines>(
+  daemon->engines = std::make_unique<services::Engines>(
       options.engines, &daemon->index, daemon->upstreams.get(), BodyLimits(options.max_body_bytes));
   KVGOV_ASSIGN_OR_RETURN(daemon->leases, services::LeaseService::Create(
                                              &daemon->gate, &daemon->index, daemon->store.get(),
@@ -517,8 +518,8 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   daemon->reports =
       std::make_unique<services::ReportIntake>(AdmissionPolicy(options.admit), &daemon->index,
                                                daemon->accounting.get(), daemon->leases.get());
-  daemon->handoffs = std::make_unique<Handoffs>(daemon->leases.get(), &daemon->gate, &daemon->index,
-                                                daemon->engines.get(), handoff_metrics);
+  daemon->handoffs = std::make_unique<services::Handoffs>(
+      daemon->leases.get(), &daemon->gate, &daemon->index, daemon->engines.get(), handoff_metrics);
   KVGOV_RETURN_IF_ERROR(RegisterReplicaMetrics(*daemon));
   std::unique_ptr<prompts::CacheBreakerDetector> breakers;
   metrics::CounterFamily* avoidable_tokens = nullptr;
@@ -537,14 +538,14 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
              "reordering).",
              {"model", "tenant", "cause"}}));
   }
-  daemon->prefixes = std::make_unique<PrefixWatch>(
+  daemon->prefixes = std::make_unique<services::PrefixWatch>(
       std::move(breakers), options.prefix_context_tenants, avoidable_tokens);
   daemon->router = std::make_unique<router::Router>(&daemon->index, &daemon->status, options.route,
                                                     &daemon->gate);
   metrics::CacheAccounting* accounting = daemon->accounting.get();
   ingest::StreamStore* stream_store = daemon->stream_store.get();
   Daemon* const wired = daemon.get();
-  const Engines* engines = daemon->engines.get();
+  const services::Engines* engines = daemon->engines.get();
   KVGOV_ASSIGN_OR_RETURN(
       daemon->invalidations,
       services::DirectiveDriver::Create(
@@ -650,9 +651,9 @@ Result<std::unique_ptr<Daemon>> BuildDaemon(const ServerOptions& options) {
   if (!replicated) {
     // After serve.start: the rows of changes made while kvgov was down
     // follow the start that found them.
-    KVGOV_ASSIGN_OR_RETURN(
-        daemon->token_audit,
-        TokenAudit::Load(daemon->auth.get(), daemon->store.get(), daemon->recorder.get()));
+    KVGOV_ASSIGN_OR_RETURN(daemon->token_audit,
+                           services::TokenAudit::Load(daemon->auth.get(), daemon->store.get(),
+                                                      daemon->recorder.get()));
     KVGOV_RETURN_IF_ERROR(daemon->token_audit->CatchUp());
   }
   daemon->invalidations->CallRecoveredOwners();

@@ -19,26 +19,26 @@
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
 #include "kvgov/services/directive_driver.h"
+#include "kvgov/services/engines.h"
 #include "kvgov/services/governance_recorder.h"
+#include "kvgov/services/handoffs.h"
 #include "kvgov/services/lease_service.h"
+#include "kvgov/services/prefix_watch.h"
 #include "kvgov/services/quarantine_service.h"
 #include "kvgov/services/report_intake.h"
+#include "kvgov/services/route_salting.h"
 #include "kvgov/services/tenant_salts.h"
+#include "kvgov/services/token_audit.h"
 #include "kvgov/services/worker_drains.h"
 #include "kvgov/server/server.h"
 #include "kvgov/store/store.h"
 #include "kvgov/transport/zmq_ingest.h"
 #include "kvgov/metrics/cache_accounting.h"
 #include "kvgov/metrics/traffic_history.h"
-#include "server/handoff.h"
 #include "server/periodic_task.h"
-#include "server/token_audit.h"
 #include "kvgov/ingest/stream_store.h"
 #include "kvgov/services/usage_accounting.h"
-#include "server/engines.h"
-#include "server/prefix_diagnostics.h"
 #include "server/route_state.h"
-#include "server/salting.h"
 
 namespace kvgov::connectors {
 class HealthProber;
@@ -90,20 +90,21 @@ struct Daemon {
   std::unique_ptr<replication::Replica> replica;
   RouteMetrics route_metrics;
   GatewayMetrics gateway_metrics;
-  std::unique_ptr<RouteSalting> salting;             // /v1/route's and the gateway's
+  std::unique_ptr<services::RouteSalting> salting;   // /v1/route's and the gateway's
   TenantsSeen tenants_seen;                          // routed for, by /v1/route and the gateway
   OpenPredictions route_predictions;                 // /v1/route's, until done
   RouteTotals route_totals;                          // counted by /v1/route and the gateway
-  std::unique_ptr<PrefixWatch> prefixes;             // cache breakers in routed prompts
+  std::unique_ptr<services::PrefixWatch> prefixes;   // cache breakers in routed prompts
   ChainCheck chain_check;                            // /v1/journal/verify and certificate checks
   std::unique_ptr<metrics::TrafficHistory> traffic;  // sampled by `traffic_samples`
   int64_t traffic_interval_ms = 0;                   // every this often
   // The gateway's connections to the engines, and their tokenizers'.
   std::unique_ptr<connectors::UpstreamConnections> upstreams;
-  std::unique_ptr<Engines> engines;    // --engine, looked up
-  std::unique_ptr<Handoffs> handoffs;  // the gateway's prefill/decode handoffs
+  std::unique_ptr<services::Engines> engines;    // --engine, looked up
+  std::unique_ptr<services::Handoffs> handoffs;  // the gateway's prefill/decode handoffs
   std::unique_ptr<services::DirectiveDriver> invalidations;  // outlives ingest: streams call it
-  std::optional<TokenAudit> token_audit;  // a single node's; housekeeping's alone after start
+  std::optional<services::TokenAudit>
+      token_audit;  // a single node's; housekeeping's alone after start
   std::unique_ptr<transport::ZmqIngest> ingest;
   std::unique_ptr<connectors::HealthProber> prober;
   std::unique_ptr<PeriodicTask> housekeeping;

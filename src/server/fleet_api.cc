@@ -12,7 +12,7 @@
 #include "kvgov/codec/ingest_batch.h"
 #include "kvgov/codec/workers_api.h"
 #include "kvgov/ingest/engine_diagnostics.h"
-#include "server/engines.h"
+#include "kvgov/services/engines.h"
 #include "server/route_http.h"
 
 namespace kvgov::server {

@@ -18,9 +18,11 @@ namespace httplib {
 class Server;
 }
 
-namespace kvgov::server {
-
+namespace kvgov::services {
 class Engines;
+}  // namespace kvgov::services
+
+namespace kvgov::server {
 
 /// What the fleet routes use; each must outlive the listener.
 struct FleetRoutes {
@@ -32,7 +34,7 @@ struct FleetRoutes {
   const router::Router* router = nullptr;        // each worker's load
   const transport::ZmqIngest* ingest = nullptr;  // its streams' statistics; null: none
   const router::PredictionScores* predictions = nullptr;
-  const Engines* engines = nullptr;
+  const services::Engines* engines = nullptr;
   int64_t engine_silence_ms = 0;
   services::WorkerDrains* drains = nullptr;  // POST and DELETE .../drain
 };

@@ -9,10 +9,10 @@
 
 #include "gateway/request_path.h"
 #include "kvgov/clock/clock.h"
-#include "server/engines.h"
-#include "server/handoff.h"
-#include "server/prefix_diagnostics.h"
-#include "server/salting.h"
+#include "kvgov/services/engines.h"
+#include "kvgov/services/handoffs.h"
+#include "kvgov/services/prefix_watch.h"
+#include "kvgov/services/route_salting.h"
 
 namespace kvgov::server {
 namespace {
@@ -47,10 +47,11 @@ class ServicesPlane final : public gateway::Plane {
 
   std::optional<gateway::EngineAddress> EngineOf(std::string_view worker) const override {
     const ingest::EngineSpec* engine = services_.engines->Of(worker);
-    if (engine == nullptr || OpenAIUrl(*engine).empty()) return std::nullopt;
-    return gateway::EngineAddress{
-        engine->id, OpenAIUrl(*engine), std::string(connectors::TokenizePath(engine->kind)),
-        engine->kind == ingest::EngineKind::kSglang, engine->bootstrap_port};
+    if (engine == nullptr || services::OpenAIUrl(*engine).empty()) return std::nullopt;
+    return gateway::EngineAddress{engine->id, services::OpenAIUrl(*engine),
+                                  std::string(connectors::TokenizePath(engine->kind)),
+                                  engine->kind == ingest::EngineKind::kSglang,
+                                  engine->bootstrap_port};
   }
 
   int64_t BlockSize(std::string_view worker) const override {
@@ -79,7 +80,7 @@ class ServicesPlane final : public gateway::Plane {
   }
 
   Result<gateway::Salted> Salt(router::RouteRequest& route) override {
-    KVGOV_ASSIGN_OR_RETURN(RequestSalt salt, services_.salting->Salt(route));
+    KVGOV_ASSIGN_OR_RETURN(services::RequestSalt salt, services_.salting->Salt(route));
     return gateway::Salted{std::move(salt.salt), salt.diverted()};
   }
 
@@ -89,7 +90,7 @@ class ServicesPlane final : public gateway::Plane {
     Result<router::RouteDecision> decision =
         services_.router->Route(route, salted.salt, decision_id, clock::NowMillis());
     if (!decision.ok() || decision->worker.empty()) return decision;
-    MarkDiverted(salted.diverted, *decision);
+    services::MarkDiverted(salted.diverted, *decision);
     services_.tenants_seen->Note(route.tenant);
     services_.salting->ExpectSaltedBlocks(route, salted.salt, *decision);
     if (count == gateway::RouteCount::kRequest) services_.route_totals->Count(*decision);

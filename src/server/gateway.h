@@ -14,12 +14,14 @@
 #include "kvgov/services/usage_accounting.h"
 #include "server/route_state.h"
 
-namespace kvgov::server {
-
+namespace kvgov::services {
 class Engines;
 class Handoffs;
 class PrefixWatch;
 class RouteSalting;
+}  // namespace kvgov::services
+
+namespace kvgov::server {
 
 /// What the gateway's request path reaches; each must outlive the front
 /// door.
@@ -28,12 +30,12 @@ struct GatewayServices {
   auth::Authenticator* auth = nullptr;
   const index::ResidencyIndex* index = nullptr;
   const router::WorkerStatusTable* status = nullptr;
-  const Engines* engines = nullptr;
+  const services::Engines* engines = nullptr;
   router::Router* router = nullptr;
-  RouteSalting* salting = nullptr;
-  PrefixWatch* prefixes = nullptr;
+  services::RouteSalting* salting = nullptr;
+  services::PrefixWatch* prefixes = nullptr;
   services::UsageAccounting* usage = nullptr;
-  Handoffs* handoffs = nullptr;
+  services::Handoffs* handoffs = nullptr;
   TenantsSeen* tenants_seen = nullptr;
   RouteTotals* route_totals = nullptr;
   GatewayMetrics metrics;

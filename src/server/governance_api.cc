@@ -14,7 +14,7 @@
 #include "kvgov/journal/journal.h"
 #include "kvgov/log/log.h"
 #include "server/access.h"
-#include "server/engines.h"
+#include "kvgov/services/engines.h"
 #include "server/route_state.h"
 #include "server/route_http.h"
 

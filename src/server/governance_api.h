@@ -20,10 +20,13 @@ namespace httplib {
 class Server;
 }
 
+namespace kvgov::services {
+class Engines;
+}  // namespace kvgov::services
+
 namespace kvgov::server {
 
 class ChainCheck;
-class Engines;
 class TenantsSeen;
 
 /// What the governance routes use; each must outlive the listener.
@@ -34,7 +37,7 @@ struct GovernanceRoutes {
   const services::LeaseService* leases = nullptr;
   const services::TenantSalts* salts = nullptr;  // a quarantined span's keys
   const index::ResidencyIndex* index = nullptr;
-  const Engines* engines = nullptr;  // spans named by prompt or messages
+  const services::Engines* engines = nullptr;  // spans named by prompt or messages
   const TenantsSeen* tenants_seen = nullptr;
   // Certificates: where they are stored, whose key signs them, the chain
   // their anchors are in.

@@ -11,9 +11,9 @@
 #include "kvgov/auth/entropy.h"
 #include "kvgov/clock/clock.h"
 #include "kvgov/codec/route_api.h"
-#include "server/prefix_diagnostics.h"
+#include "kvgov/services/prefix_watch.h"
 #include "server/route_http.h"
-#include "server/salting.h"
+#include "kvgov/services/route_salting.h"
 
 namespace kvgov::server {
 namespace {
@@ -42,7 +42,7 @@ void HandleRoute(const RoutingRoutes& routes, const httplib::Request& request,
     SendError(response, 403, fitted);
     return;
   }
-  Result<RequestSalt> salt = routes.salting->Salt(*route);
+  Result<services::RequestSalt> salt = routes.salting->Salt(*route);
   if (!salt.ok()) {
     count("no_eligible_worker");
     SendError(response, 503, salt.status());
@@ -67,7 +67,7 @@ void HandleRoute(const RoutingRoutes& routes, const httplib::Request& request,
     return;
   }
   count("routed");
-  MarkDiverted(*salt, *decision);
+  services::MarkDiverted(*salt, *decision);
   routes.prefixes->Observe(route->model, route->tenant, route->token_ids);
   routes.tenants_seen->Note(route->tenant);
   routes.route_totals->Count(*decision);

@@ -14,18 +14,20 @@ namespace httplib {
 class Server;
 }
 
-namespace kvgov::server {
-
+namespace kvgov::services {
 class PrefixWatch;
 class RouteSalting;
+}  // namespace kvgov::services
+
+namespace kvgov::server {
 
 /// What the routing routes use; each must outlive the listener.
 struct RoutingRoutes {
   RouteAccess access;
   router::Router* router = nullptr;
-  RouteSalting* salting = nullptr;
+  services::RouteSalting* salting = nullptr;
   const index::ResidencyIndex* index = nullptr;  // the chosen worker's block size
-  PrefixWatch* prefixes = nullptr;
+  services::PrefixWatch* prefixes = nullptr;
   services::UsageAccounting* usage = nullptr;  // the usage a done reports
   RouteMetrics metrics;
   TenantsSeen* tenants_seen = nullptr;

@@ -22,13 +22,13 @@
 #include "kvgov/server/http_listener.h"
 #include "server/console_api.h"
 #include "server/daemon.h"
-#include "server/engines.h"
+#include "kvgov/services/engines.h"
 #include "server/fleet_api.h"
 #include "server/gateway.h"
 #include "server/governance_api.h"
-#include "server/handoff.h"
+#include "server/handoff_api.h"
 #include "server/operations_api.h"
-#include "server/prefix_diagnostics.h"
+#include "server/prefix_diagnostics_api.h"
 #include "server/route_http.h"
 #include "server/routing_api.h"
 
@@ -290,7 +290,7 @@ Result<metrics::CollectorId> CollectGatewayStats(Daemon& daemon, const gateway::
            {"engine", "state"}}));
   std::map<std::string, std::string, std::less<>> engine_of_url;
   for (const ingest::EngineSpec& engine : daemon.options.engines) {
-    engine_of_url.emplace(OpenAIUrl(engine), engine.id);
+    engine_of_url.emplace(services::OpenAIUrl(engine), engine.id);
   }
   return daemon.metrics.RegisterCollector(
       [&door, connections, open_requests, refused, dropped, upstream,

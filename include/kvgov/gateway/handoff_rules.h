@@ -83,7 +83,7 @@ enum class PinParams { kNone, kPresent, kMalformed };
 struct PinView {
   std::string lease_id;
   NIXLLeaseState lease_state = NIXLLeaseState::kFailed;  // kFailed: the lease is gone
-  uint64_t span_blocks = 0;        // the prompt's keys on the prefill worker
+  uint64_t span_blocks = 0;                              // the prompt's keys on the prefill worker
   uint64_t creditable_blocks = 0;  // of them, what governance lets a worker take now
   std::string limit;               // why fewer are creditable ("quarantine/...")
 };
@@ -188,7 +188,7 @@ class HandoffRules {
   std::string prefill_worker_;
   std::string decode_worker_;
   bool prefill_routed_ = false;  // bootstrap: this round's prefill worker is chosen
-  bool lease_open_ = false;  // recorded, and no move of ours ended it yet
+  bool lease_open_ = false;      // recorded, and no move of ours ended it yet
 };
 
 }  // namespace kvgov::gateway

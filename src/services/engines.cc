@@ -1,4 +1,4 @@
-#include "server/engines.h"
+#include "kvgov/services/engines.h"
 
 #include <nlohmann/json.hpp>
 
@@ -7,7 +7,7 @@
 #include "kvgov/codec/gateway_api.h"
 #include "kvgov/connectors/openai_upstream.h"
 
-namespace kvgov::server {
+namespace kvgov::services {
 namespace {
 
 Status NoEngineFor(std::string_view model) {
@@ -101,4 +101,4 @@ Result<std::string> Engines::Detokenize(std::string_view model,
   });
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services

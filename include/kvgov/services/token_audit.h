@@ -1,9 +1,9 @@
 #pragma once
 
-// Internal to kvgov_server: journals the token changes a single node finds
-// in its token file (docs/formats/tokens.md, "The journal"). Replicas need
-// none of this: their token changes arrive as governance log entries,
-// which are journaled rows already.
+// Journals the token changes a single node finds in its token file
+// (docs/formats/tokens.md, "The journal"). Replicas need none of this:
+// their token changes arrive as governance log entries, which are
+// journaled rows already.
 
 #include <cstdint>
 #include <map>
@@ -14,7 +14,7 @@
 #include "kvgov/services/governance_recorder.h"
 #include "kvgov/store/store.h"
 
-namespace kvgov::server {
+namespace kvgov::services {
 
 /// Compares the tokens in force with the set the journal last recorded
 /// (kept in the governance column under kJournaledTokensKey) and appends a
@@ -44,7 +44,7 @@ class TokenAudit {
   /// Loads the recorded set from `store`. Corruption when it does not
   /// decode. The collaborators must outlive the audit.
   static Result<TokenAudit> Load(auth::Authenticator* auth, const store::Store* store,
-                                 services::GovernanceRecorder* recorder);
+                                 GovernanceRecorder* recorder);
 
   /// Journals what changed since the last call (cheap when nothing did).
   /// The first audit of a data dir journals the tokens it finds as
@@ -55,7 +55,7 @@ class TokenAudit {
   void CatchUpOrLog();
 
  private:
-  TokenAudit(auth::Authenticator* auth, services::GovernanceRecorder* recorder)
+  TokenAudit(auth::Authenticator* auth, GovernanceRecorder* recorder)
       : auth_(auth), recorder_(recorder) {}
 
   // One row, with the set it leaves recorded in the same write.
@@ -63,11 +63,11 @@ class TokenAudit {
                        const TokenSet& after);
 
   auth::Authenticator* auth_;
-  services::GovernanceRecorder* recorder_;
+  GovernanceRecorder* recorder_;
   TokenSet journaled_;
   bool first_audit_ = false;  // no set was ever journaled in this data dir
   uint64_t seen_generation_ = UINT64_MAX;
   bool failing_ = false;
 };
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,6 +1,6 @@
 #pragma once
 
-// Internal to kvgov_server: the salt of each request kvgov routes
+// The salt of each request kvgov routes
 // (docs/formats/salting.md; docs/adr/0019).
 
 #include <string_view>
@@ -12,9 +12,7 @@
 #include "kvgov/router/router.h"
 #include "kvgov/services/tenant_salts.h"
 
-namespace kvgov::server {
-
-using services::RequestSalt;
+namespace kvgov::services {
 
 /// Salts the requests /v1/route, its explain and the gateway route.
 ///
@@ -24,8 +22,8 @@ class RouteSalting {
  public:
   /// Every collaborator must outlive the salting; `diversions` is the
   /// {model,tenant} counter of requests sent under a diverted salt.
-  RouteSalting(services::TenantSalts* salts, governance::GovernanceGate* gate,
-               index::ResidencyIndex* index, metrics::CounterFamily* diversions)
+  RouteSalting(TenantSalts* salts, governance::GovernanceGate* gate, index::ResidencyIndex* index,
+               metrics::CounterFamily* diversions)
       : salts_(salts), gate_(gate), index_(index), diversions_(diversions) {}
 
   /// TenantSalts::ForPrompt for a route request; a diverted one may then go
@@ -48,7 +46,7 @@ class RouteSalting {
                           const router::RouteDecision& decision);
 
  private:
-  services::TenantSalts* const salts_;
+  TenantSalts* const salts_;
   governance::GovernanceGate* const gate_;
   index::ResidencyIndex* const index_;
   metrics::CounterFamily* const diversions_;
@@ -59,4 +57,4 @@ class RouteSalting {
 void MarkDiverted(const RequestSalt& salt, router::RouteDecision& decision);
 void MarkDiverted(bool diverted, router::RouteDecision& decision);
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,9 +1,8 @@
 #pragma once
 
-// Cache breakers in the routed traffic (docs/formats/prefix-diagnostics.md):
-// the gateway and /v1/route feed each prompt to the daemon's detector;
-// GET /v1/diagnostics/prefix reports what it found, and POST
-// /v1/lint/prompt checks requests given against the rules, no traffic needed.
+// The cache breakers found in the prompts kvgov routes
+// (docs/formats/prefix-diagnostics.md): the gateway and /v1/route feed each
+// prompt to the detector; the control API reports what it found.
 
 #include <cstdint>
 #include <memory>
@@ -12,18 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kvgov/codec/ingest_batch.h"
 #include "kvgov/metrics/registry.h"
 #include "kvgov/prompts/cache_breakers.h"
-#include "server/access.h"
 
-namespace httplib {
-class Server;
-}  // namespace httplib
-
-namespace kvgov::server {
-
-class Engines;
+namespace kvgov::services {
 
 /// The cache breakers found in routed prompts.
 ///
@@ -54,9 +45,4 @@ class PrefixWatch {
   metrics::CounterFamily* const avoidable_tokens_;
 };
 
-/// POST /v1/lint/prompt and GET /v1/diagnostics/prefix (read role); the
-/// engines tokenize what they check. Each collaborator must outlive `http`.
-void RegisterPrefixDiagnosticsApi(httplib::Server& http, const RouteAccess& access,
-                                  const PrefixWatch& watch, const Engines& engines);
-
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,11 +1,11 @@
-#include "server/token_audit.h"
+#include "kvgov/services/token_audit.h"
 
 #include <nlohmann/json.hpp>
 
 #include "kvgov/core/digest.h"
 #include "kvgov/log/log.h"
 
-namespace kvgov::server {
+namespace kvgov::services {
 namespace {
 
 using Json = nlohmann::json;
@@ -33,7 +33,7 @@ Status TokenAudit::JournalChange(std::string_view kind, std::string_view name,
 }
 
 Result<TokenAudit> TokenAudit::Load(auth::Authenticator* auth, const store::Store* store,
-                                    services::GovernanceRecorder* recorder) {
+                                    GovernanceRecorder* recorder) {
   KVGOV_ASSIGN_OR_RETURN(std::optional<std::string> stored,
                          store->Get(store::Column::kGovernance, kJournaledTokensKey));
   TokenAudit audit(auth, recorder);
@@ -102,4 +102,4 @@ void TokenAudit::CatchUpOrLog() {
   failing_ = !caught_up.ok();
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,8 +1,8 @@
 #pragma once
 
-// Internal to kvgov_server: the engines `--engine` names, as the routes,
-// the gateway's plane and the directive driver look them up, and their
-// tokenizers for the control API's prompts and messages.
+// The engines `--engine` names, as the routes, the gateway's plane and the
+// handoffs look them up, and their tokenizers for the control API's
+// prompts and messages.
 
 #include <cstdint>
 #include <span>
@@ -19,7 +19,7 @@ namespace kvgov::connectors {
 class UpstreamConnections;
 }  // namespace kvgov::connectors
 
-namespace kvgov::server {
+namespace kvgov::services {
 
 /// The engine URL the gateway forwards to; "" for an engine without one.
 std::string OpenAIUrl(const ingest::EngineSpec& engine);
@@ -89,4 +89,4 @@ class Engines {
   const JsonLimits body_limits_;
 };
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,4 +1,4 @@
-#include "server/prefix_diagnostics.h"
+#include "server/prefix_diagnostics_api.h"
 
 #include <httplib.h>
 
@@ -6,43 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "kvgov/clock/clock.h"
 #include "kvgov/codec/lint_api.h"
 #include "kvgov/codec/prefix_diagnostics_api.h"
-#include "kvgov/log/log.h"
+#include "kvgov/services/engines.h"
+#include "kvgov/services/prefix_watch.h"
 #include "server/access.h"
-#include "server/engines.h"
 #include "server/route_http.h"
 
 namespace kvgov::server {
-
-void PrefixWatch::Observe(std::string_view model, std::string_view tenant,
-                          std::span<const int64_t> tokens) {
-  if (!detector_) return;
-  const std::string_view named = tenant.empty() ? std::string_view("-") : tenant;
-  const bool keep_context =
-      std::find(context_tenants_.begin(), context_tenants_.end(), named) != context_tenants_.end();
-  const prompts::Observation seen =
-      detector_->Observe(model, tenant, tokens, clock::NowMillis(), keep_context);
-  if (!seen.finding) return;
-  const prompts::Finding& finding = *seen.finding;
-  if (finding.avoidable_tokens > 0) {
-    avoidable_tokens_
-        ->WithLabels(
-            {std::string(model), std::string(tenant), std::string(prompts::ToString(finding.kind))})
-        ->Add(finding.avoidable_tokens);
-  }
-  if (seen.new_finding) {
-    log::Line(log::Level::kWarn, "prefix.breaker_found")
-        .Field("model", model)
-        .Field("tenant", tenant)
-        .Field("family", finding.family)
-        .Field("kind", prompts::ToString(finding.kind))
-        .Field("position_tokens", uint64_t{finding.position_tokens})
-        .Field("length_tokens", uint64_t{finding.length_tokens})
-        .Field("avoidable_tokens", uint64_t{finding.avoidable_tokens});
-  }
-}
 
 namespace {
 
@@ -54,8 +25,8 @@ size_t CommonPrefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b
 // POST /v1/lint/prompt: the rules from the requests' text, the token
 // figures from the engine's tokenizer (each request as sent and as it
 // would be with the rules kept).
-void HandleLint(const Engines& engines, JsonLimits body_limits, const httplib::Request& request,
-                httplib::Response& response) {
+void HandleLint(const services::Engines& engines, JsonLimits body_limits,
+                const httplib::Request& request, httplib::Response& response) {
   if (!RequireJsonContentType(request, response)) return;
   Result<std::vector<LintedRequest>> requests = DecodeLintRequestJson(request.body, body_limits);
   if (!requests.ok()) return SendBodyError(response, requests.status());
@@ -106,7 +77,8 @@ void HandleLint(const Engines& engines, JsonLimits body_limits, const httplib::R
 }  // namespace
 
 void RegisterPrefixDiagnosticsApi(httplib::Server& http, const RouteAccess& access,
-                                  const PrefixWatch& watch, const Engines& engines) {
+                                  const services::PrefixWatch& watch,
+                                  const services::Engines& engines) {
   const JsonLimits body_limits = access.body_limits;
   http.Post("/v1/lint/prompt",
             Guard(access, auth::Role::kRead,

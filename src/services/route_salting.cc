@@ -1,10 +1,10 @@
-#include "server/salting.h"
+#include "kvgov/services/route_salting.h"
 
 #include <span>
 
 #include "kvgov/index/block_key.h"
 
-namespace kvgov::server {
+namespace kvgov::services {
 
 Result<RequestSalt> RouteSalting::DryRun(router::RouteRequest& request) const {
   KVGOV_ASSIGN_OR_RETURN(RequestSalt salt, salts_->ForPrompt(request.tenant, request.model,
@@ -52,4 +52,4 @@ void MarkDiverted(bool diverted, router::RouteDecision& decision) {
   decision.verdict.reason = LookupReason::kDiverted;
 }
 
-}  // namespace kvgov::server
+}  // namespace kvgov::services

@@ -1,8 +1,4 @@
-#include "server/handoff.h"
-
-#include <httplib.h>
-
-#include <nlohmann/json.hpp>
+#include "kvgov/services/handoffs.h"
 
 #include <algorithm>
 #include <memory>
@@ -13,21 +9,19 @@
 #include "kvgov/core/nixl_lease.h"
 #include "kvgov/index/block_key.h"
 #include "kvgov/log/log.h"
-#include "server/access.h"
-#include "server/engines.h"
-#include "server/route_http.h"
+#include "kvgov/services/engines.h"
 
-namespace kvgov::server {
+namespace kvgov::services {
 
-void HandoffLog::Add(HandoffRecord record) {
+void HandoffLog::Add(gateway::HandoffRecord record) {
   MutexLock lock(mu_);
   records_.push_back(std::move(record));
   while (records_.size() > kKept) records_.pop_front();
 }
 
-std::vector<HandoffRecord> HandoffLog::NewestFirst(std::string_view tenant) const {
+std::vector<gateway::HandoffRecord> HandoffLog::NewestFirst(std::string_view tenant) const {
   MutexLock lock(mu_);
-  std::vector<HandoffRecord> out;
+  std::vector<gateway::HandoffRecord> out;
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (tenant.empty() || it->tenant == tenant) out.push_back(*it);
   }
@@ -40,8 +34,8 @@ namespace {
 // keys on the prefill worker, which the gate is asked about.
 class LeasePin final : public gateway::HandoffPin {
  public:
-  LeasePin(services::LeaseService& leases, const governance::GovernanceGate& gate,
-           std::string lease_id, std::string prefill_worker, std::vector<index::BlockKey> keys)
+  LeasePin(LeaseService& leases, const governance::GovernanceGate& gate, std::string lease_id,
+           std::string prefill_worker, std::vector<index::BlockKey> keys)
       : leases_(leases),
         gate_(gate),
         lease_id_(std::move(lease_id)),
@@ -72,8 +66,7 @@ class LeasePin final : public gateway::HandoffPin {
     report.event = event;
     report.witness = NIXLLeaseWitness::kHandoff;
     // A lease the expiry timer ended first stays expired (terminal).
-    if (Status ended =
-            leases_.ApplyReport(report, std::nullopt, services::kDaemonActor, clock::NowMillis());
+    if (Status ended = leases_.ApplyReport(report, std::nullopt, kDaemonActor, clock::NowMillis());
         !ended.ok() && ended.code() != StatusCode::kFailedPrecondition) {
       log::Line(log::Level::kError, "handoff.lease_not_ended")
           .Field("lease", lease_id_)
@@ -83,7 +76,7 @@ class LeasePin final : public gateway::HandoffPin {
   }
 
  private:
-  services::LeaseService& leases_;
+  LeaseService& leases_;
   const governance::GovernanceGate& gate_;
   const std::string lease_id_;
   const std::string prefill_worker_;
@@ -92,7 +85,7 @@ class LeasePin final : public gateway::HandoffPin {
 
 }  // namespace
 
-Result<std::unique_ptr<gateway::HandoffPin>> Handoffs::Pin(const HandoffRequest& request,
+Result<std::unique_ptr<gateway::HandoffPin>> Handoffs::Pin(const gateway::HandoffRequest& request,
                                                            std::string_view request_id,
                                                            std::string_view prefill_worker,
                                                            NIXLTransferRole role) {
@@ -118,8 +111,7 @@ Result<std::unique_ptr<gateway::HandoffPin>> Handoffs::Pin(const HandoffRequest&
   span.worker = std::string(prefill_worker);
   span.token_ids = request.tokens;
   span.cache_salt = request.salt;
-  KVGOV_RETURN_IF_ERROR(
-      leases_->ApplyReport(lease, span, services::kDaemonActor, clock::NowMillis()));
+  KVGOV_RETURN_IF_ERROR(leases_->ApplyReport(lease, span, kDaemonActor, clock::NowMillis()));
   return std::unique_ptr<gateway::HandoffPin>(std::make_unique<LeasePin>(
       *leases_, *gate_, lease.lease_id, std::string(prefill_worker), std::move(keys)));
 }
@@ -130,35 +122,4 @@ void Handoffs::Record(gateway::HandoffRecord record, std::optional<double> hando
   log_.Add(std::move(record));
 }
 
-void RegisterHandoffApi(httplib::Server& http, const RouteAccess& access, const HandoffLog& log) {
-  http.Get("/v1/handoffs",
-           Guard(access, auth::Role::kRead,
-                 [&log](const httplib::Request&, httplib::Response& response,
-                        const auth::Principal& caller) {
-                   nlohmann::json out = nlohmann::json::array();
-                   for (const HandoffRecord& r : log.NewestFirst(caller.tenant)) {
-                     out.push_back({{"request_id", r.request_id},
-                                    {"model", r.model},
-                                    {"tenant", r.tenant},
-                                    {"protocol", r.protocol},
-                                    {"prefill",
-                                     {{"worker", r.prefill_worker},
-                                      {"attempts", r.prefill_attempts},
-                                      {"overlap_blocks", r.prefill_overlap_blocks}}},
-                                    {"decode",
-                                     {{"worker", r.decode_worker},
-                                      {"overlap_blocks", r.decode_overlap_blocks},
-                                      {"pulled_blocks", r.pulled_blocks}}},
-                                    {"prompt_blocks", r.prompt_blocks},
-                                    {"lease_id", r.lease_id},
-                                    {"outcome", std::string(ToString(r.outcome))},
-                                    {"error", r.error},
-                                    {"started_ms", r.started_ms},
-                                    {"prefill_done_ms", r.prefill_done_ms},
-                                    {"first_token_ms", r.first_token_ms}});
-                   }
-                   SendJson(response, 200, {{"handoffs", std::move(out)}});
-                 }));
-}
-
-}  // namespace kvgov::server
+}  // namespace kvgov::services
