@@ -20,7 +20,7 @@
 #include "kvgov/index/residency_index.h"
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
-#include "router/route_bench_fleet.h"
+#include "testing/route_bench_fleet.h"
 
 namespace kvgov::router {
 namespace {

@@ -45,8 +45,8 @@
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"
 #include "kvgov/simfleet/live_engine.h"
-#include "router/route_bench_fleet.h"
-#include "server/ttfb_probe.h"
+#include "testing/route_bench_fleet.h"
+#include "testing/ttfb_probe.h"
 
 namespace kvgov::server {
 namespace {

@@ -49,8 +49,8 @@
 #include "testing/scratch_dir.h"
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
-#include "router/route_bench_fleet.h"
-#include "server/ttfb_probe.h"
+#include "testing/route_bench_fleet.h"
+#include "testing/ttfb_probe.h"
 #include "simfleet/instant_engine.h"
 
 #ifndef KVGOV_BINARY

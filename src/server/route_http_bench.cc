@@ -27,7 +27,7 @@
 #include "kvgov/index/block_key.h"
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
-#include "router/route_bench_fleet.h"
+#include "testing/route_bench_fleet.h"
 #include "testing/scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // Benchmark support, never linked into kvgov: the fleet the route
-// benchmarks run against, the same in process (router_bench.cc here) and
+// benchmarks run against, the same in process (src/router/router_bench.cc) and
 // over HTTP (src/server/route_http_bench.cc).
 //
 // 64 workers of one model, block size 16, each holding 16,384 blocks:

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "router/route_bench_fleet.h"
+#include "testing/route_bench_fleet.h"
 
 namespace kvgov::bench {
 
