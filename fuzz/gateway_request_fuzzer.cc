@@ -41,8 +41,8 @@ void CheckAgainstOracle(GatewayEndpoint endpoint, std::string_view text,
     return;
   }
   if (decoded.ok() == oracle.ok()) return;
-  const bool wide_integer = !decoded.ok() && decoded.status().message().find("64 bits") !=
-                                                 std::string::npos;
+  const bool wide_integer =
+      !decoded.ok() && decoded.status().message().find("64 bits") != std::string::npos;
   FUZZ_CHECK(wide_integer, "simdjson %s, the oracle %s",
              decoded.ok() ? "accepted" : Describe(decoded.status()).c_str(),
              oracle.ok() ? "accepted" : Describe(oracle.status()).c_str());
@@ -100,7 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = AsText(data, size);
   const JsonLimits defaults;
   const JsonLimits small = SmallJsonLimits();
-  for (GatewayEndpoint endpoint : {GatewayEndpoint::kCompletions, GatewayEndpoint::kChatCompletions}) {
+  for (GatewayEndpoint endpoint :
+       {GatewayEndpoint::kCompletions, GatewayEndpoint::kChatCompletions}) {
     const Result<GatewayRequest> full = DecodeGatewayRequestJson(endpoint, text, defaults);
     const Result<GatewayRequest> bounded = DecodeGatewayRequestJson(endpoint, text, small);
     if (full.ok()) {

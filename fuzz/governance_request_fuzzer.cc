@@ -68,8 +68,8 @@ template <typename Request>
 bool SameCommon(const Request& a, const Request& b) {
   return a.model == b.model && a.tenant == b.tenant && a.lora_name == b.lora_name &&
          a.token_ids == b.token_ids && a.prompt == b.prompt && a.messages == b.messages &&
-         a.worker == b.worker && a.block_hash == b.block_hash &&
-         a.group_idx == b.group_idx && a.reason == b.reason;
+         a.worker == b.worker && a.block_hash == b.block_hash && a.group_idx == b.group_idx &&
+         a.reason == b.reason;
 }
 
 template <typename Request>
@@ -104,8 +104,7 @@ void CheckRewrite(const Request& request, const nlohmann::json& json, Decode dec
 void CheckQuarantine(const QuarantineRequest& request) {
   CheckCommonStrings(request);
   FUZZ_CHECK(!request.reason.empty(), "quarantine without a reason");
-  FUZZ_CHECK(TokenForms(request) <= 1, "quarantine names its tokens %d ways",
-             TokenForms(request));
+  FUZZ_CHECK(TokenForms(request) <= 1, "quarantine names its tokens %d ways", TokenForms(request));
   FUZZ_CHECK((TokenForms(request) == 1) != request.block_hash.has_value(),
              "quarantine must name its span exactly one way");
   FUZZ_CHECK(!request.block_hash.has_value() || !request.worker.empty(),

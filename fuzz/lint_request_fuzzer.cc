@@ -32,9 +32,10 @@ void CheckPart(const prompts::PromptPart& part) {
   CheckUtf8(part.text, "part text");
   size_t end = 0;
   for (const prompts::VolatileSpan& span : prompts::FindVolatile(part.text)) {
-    FUZZ_CHECK(span.length > 0 && span.offset >= end && span.offset + span.length <= part.text.size(),
-               "span [%zu, +%zu) after %zu in a %zu-byte text", span.offset, span.length, end,
-               part.text.size());
+    FUZZ_CHECK(
+        span.length > 0 && span.offset >= end && span.offset + span.length <= part.text.size(),
+        "span [%zu, +%zu) after %zu in a %zu-byte text", span.offset, span.length, end,
+        part.text.size());
     end = span.offset + span.length;
   }
   const std::string masked = prompts::MaskVolatile(part.text);

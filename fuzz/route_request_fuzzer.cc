@@ -53,7 +53,8 @@ void CheckRequest(const router::RouteRequest& request) {
 
 // Whatever the one pass returns, the schema path returns too.
 void CheckOnePass(std::string_view text, const JsonLimits& limits) {
-  const std::optional<router::RouteRequest> fast = codec_internal::DecodeRouteRequestFast(text, limits);
+  const std::optional<router::RouteRequest> fast =
+      codec_internal::DecodeRouteRequestFast(text, limits);
   if (!fast.has_value()) return;
   const Result<router::RouteRequest> schema =
       codec_internal::DecodeRouteRequestBySchema(text, limits);

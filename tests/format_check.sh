@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every C++ file under src/ is as .clang-format says
+# Every C++ file of the tree is as .clang-format says
 # (Google's style at 100 columns, includes left in the order written: some
 # must come first, see src/gateway/front_door.h). Fix with clang-format -i.
 set -euo pipefail
@@ -9,16 +9,49 @@ if ! command -v clang-format > /dev/null; then
   echo "format_check: clang-format is not installed (scripts/install-deps.sh installs it)" >&2
   exit 1
 fi
-# All of src/. The public headers (include/kvgov) are not yet: the tree is
-# formatted a part at a time, not at once, since a file reformatted is a
-# compiler-cache miss everywhere it is built, and the whole tree cold does
-# not fit CI's 90 minutes (docs/adr/0036). A header is included everywhere.
-formatted=(src)
+# Every C++ file of the tree (src, include, tests, fuzz, apps, examples) but
+# the public headers below, not yet formatted: the tree is formatted a part
+# at a time, since a file reformatted is a compiler-cache miss everywhere it
+# is built, and the whole tree cold does not fit CI's 90 minutes
+# (docs/adr/0036). These are included by a fifth to nine tenths of the
+# tree's translation units each; the list only shrinks, and a new file is
+# checked from its first commit.
+not_yet=(
+  include/kvgov/connectors/openai_upstream.h
+  include/kvgov/core/engine_events.h
+  include/kvgov/core/mutex.h
+  include/kvgov/core/nixl_lease.h
+  include/kvgov/core/provider_cache.h
+  include/kvgov/core/status.h
+  include/kvgov/core/tool_result.h
+  include/kvgov/core/vocabulary.h
+  include/kvgov/governance/governance_gate.h
+  include/kvgov/governance/lease_table.h
+  include/kvgov/index/residency_index.h
+  include/kvgov/ingest/engine_spec.h
+  include/kvgov/ingest/engine_stream.h
+  include/kvgov/journal/journal.h
+  include/kvgov/log/log.h
+  include/kvgov/metrics/registry.h
+  include/kvgov/replication/governance_log.h
+  include/kvgov/router/router.h
+  include/kvgov/router/worker_status.h
+  include/kvgov/sim/block_pool.h
+  include/kvgov/sim/event_wire.h
+  include/kvgov/sim/workload.h
+  include/kvgov/store/store.h
+)
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-  mapfile -t files < <(git ls-files -- "${formatted[@]/%//*.cc}" "${formatted[@]/%//*.h}")
+  mapfile -t all < <(git ls-files -- '*.cc' '*.h')
 else
-  mapfile -t files < <(find "${formatted[@]}" -name '*.cc' -o -name '*.h')
+  mapfile -t all < <(find src include tests fuzz apps examples -name '*.cc' -o -name '*.h' 2> /dev/null)
 fi
+files=()
+for file in "${all[@]}"; do
+  skip=0
+  for pending in "${not_yet[@]}"; do [[ $file == "$pending" ]] && skip=1 && break; done
+  ((skip)) || files+=("$file")
+done
 # One run over every file: it names each line it would change.
 status=0
 output=$(clang-format --style=file --dry-run --Werror "${files[@]}" 2>&1) || status=$?

@@ -1,4 +1,5 @@
 #include "gateway/front_door.h"
+#include "testing/scratch_dir.h"
 
 #include <utility>
 
@@ -345,9 +346,7 @@ TEST(FrontDoorTest, AnUnreachableEngineIsUnavailableAndNamed) {
 }
 
 TEST(FrontDoorTest, SpeaksTlsWithTheFilesGivenAndRefusesFilesThatDoNotLoad) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("front_door_tls_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test_support::ScratchDir dir("front_door_tls");
   const std::string key = (dir / "tls.key").string();
   const std::string cert = (dir / "tls.crt").string();
   const std::string openssl =
@@ -384,7 +383,6 @@ TEST(FrontDoorTest, SpeaksTlsWithTheFilesGivenAndRefusesFilesThatDoNotLoad) {
   wrong = FrontDoor::Start(options, Echo);
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("cannot read --tls-key"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(FrontDoorTest, ABusyAddressIsAnIOErrorNamingIt) {

@@ -2,10 +2,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "testing/scratch_dir.h"
 
 namespace kvgov::spool {
 namespace {
@@ -18,11 +19,7 @@ constexpr std::string_view kGood =
 
 class SpoolReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    path_ = fs::temp_directory_path() /
-            ("kvgov_spool_reader_test_" + std::to_string(::getpid()) + ".ndjson");
-  }
-  void TearDown() override { fs::remove(path_); }
+  void SetUp() override { path_ = scratch_ / "spool.ndjson"; }
 
   void Write(const std::string& contents) {
     std::ofstream out(path_, std::ios::binary | std::ios::trunc);
@@ -44,6 +41,7 @@ class SpoolReaderTest : public ::testing::Test {
     return lines;
   }
 
+  const test_support::ScratchDir scratch_{"kvgov_spool_reader_test"};
   fs::path path_;
 };
 
@@ -133,8 +131,7 @@ TEST_F(SpoolReaderTest, ALineExactlyAtTheLimitIsRead) {
 
 TEST_F(SpoolReaderTest, OpenRefusesWhatIsNotAFile) {
   EXPECT_EQ(SpoolReader::Open((path_.string() + ".missing")).status().code(), StatusCode::kIOError);
-  EXPECT_EQ(SpoolReader::Open(fs::temp_directory_path().string()).status().code(),
-            StatusCode::kIOError);
+  EXPECT_EQ(SpoolReader::Open(scratch_.string()).status().code(), StatusCode::kIOError);
 }
 
 }  // namespace

@@ -56,17 +56,18 @@ TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
   EXPECT_NE(lacking->body.find("lacks the route role"), std::string::npos) << lacking->body;
   // The router's token passes the gate (no worker serves "m": 404).
   EXPECT_EQ(HttpStatus(client.Post("/v1/route", Bearer(router), route, "application/json")), 404);
-  EXPECT_EQ(HttpStatus(client.Post("/v1/events", Bearer(router), R"({"events":[]})",
-                               "application/json")),
+  EXPECT_EQ(
+      HttpStatus(client.Post("/v1/events", Bearer(router), R"({"events":[]})", "application/json")),
+      403);
+  EXPECT_EQ(HttpStatus(client.Post("/v1/quarantine", Bearer(reader), "{}", "application/json")),
             403);
-  EXPECT_EQ(HttpStatus(client.Post("/v1/quarantine", Bearer(reader), "{}", "application/json")), 403);
 
   std::string listed;
   ASSERT_EQ(DaemonProcess::RunToExit({"token", "list", "--data-dir", daemon.data_dir()}, &listed),
             0);
   EXPECT_NE(listed.find("reader"), std::string::npos);
   EXPECT_EQ(listed.find(reader.substr(6)), std::string::npos);  // no secrets
-  EXPECT_NE(listed.find("Z\n"), std::string::npos) << listed;    // ISO-8601 UTC times
+  EXPECT_NE(listed.find("Z\n"), std::string::npos) << listed;   // ISO-8601 UTC times
   std::string missing;
   EXPECT_EQ(DaemonProcess::RunToExit({"token", "list", "--data-dir", daemon.data_dir() + "-typo"},
                                      &missing),
@@ -75,8 +76,8 @@ TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
   EXPECT_NE(missing.find("no data dir"), std::string::npos) << missing;
 
   std::string revoked;
-  ASSERT_EQ(DaemonProcess::RunToExit(
-                {"token", "revoke", "reader", "--data-dir", daemon.data_dir()}, &revoked),
+  ASSERT_EQ(DaemonProcess::RunToExit({"token", "revoke", "reader", "--data-dir", daemon.data_dir()},
+                                     &revoked),
             0)
       << revoked;
   EXPECT_TRUE(WaitFor([&] { return HttpStatus(client.Get("/v1/workers", Bearer(reader))) == 401; },
@@ -86,9 +87,8 @@ TEST(AuthE2ETest, TokensGateEveryRouteByRoleAndRevocationIsImmediate) {
 TEST(AuthE2ETest, BeyondLoopbackOnlyWithATokenAndTlsWhenConfigured) {
   DaemonProcess daemon;
   std::string output;
-  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--listen", "0.0.0.0:0", "--data-dir",
-                                      daemon.data_dir()},
-                                     &output),
+  EXPECT_EQ(DaemonProcess::RunToExit(
+                {"serve", "--listen", "0.0.0.0:0", "--data-dir", daemon.data_dir()}, &output),
             1);
   EXPECT_NE(output.find("no bearer token exists"), std::string::npos) << output;
 
@@ -97,9 +97,10 @@ TEST(AuthE2ETest, BeyondLoopbackOnlyWithATokenAndTlsWhenConfigured) {
   const std::filesystem::path dir = daemon.dir();
   const std::string key = (dir / "tls.key").string();
   const std::string cert = (dir / "tls.crt").string();
-  const std::string openssl = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-                              "-nodes -days 1 -subj /CN=localhost -keyout " + key + " -out " +
-                              cert + " 2>/dev/null";
+  const std::string openssl =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+      "-nodes -days 1 -subj /CN=localhost -keyout " +
+      key + " -out " + cert + " 2>/dev/null";
   ASSERT_EQ(std::system(openssl.c_str()), 0);
   kvgov::Status started = daemon.Start({"--tls-cert", cert, "--tls-key", key}, "0.0.0.0:0");
   ASSERT_TRUE(started.ok()) << started.ToString();
@@ -115,15 +116,14 @@ TEST(AuthE2ETest, BeyondLoopbackOnlyWithATokenAndTlsWhenConfigured) {
   EXPECT_NE(HttpStatus(plain.Get("/healthz")), 200);  // plaintext is not spoken
   EXPECT_EQ(daemon.Stop(), 0);
 
-  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--data-dir", daemon.data_dir(), "--tls-cert",
-                                      cert, "--tls-key", cert, "--listen", "127.0.0.1:0"},
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--data-dir", daemon.data_dir(), "--tls-cert", cert,
+                                      "--tls-key", cert, "--listen", "127.0.0.1:0"},
                                      &output),
             1);
   EXPECT_NE(output.find("TLS: cannot load certificate"), std::string::npos) << output;
   // A file that is not there is not a mismatch: the answer says which.
-  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--data-dir", daemon.data_dir(), "--tls-cert",
-                                      cert, "--tls-key", key + ".missing", "--listen",
-                                      "127.0.0.1:0"},
+  EXPECT_EQ(DaemonProcess::RunToExit({"serve", "--data-dir", daemon.data_dir(), "--tls-cert", cert,
+                                      "--tls-key", key + ".missing", "--listen", "127.0.0.1:0"},
                                      &output),
             1);
   EXPECT_NE(output.find("TLS: cannot read --tls-key '" + key + ".missing': No such file"),
@@ -177,7 +177,7 @@ class TenantIsolationE2ETest : public ::testing::Test {
     a_ = AddToken(daemon_.data_dir(), "tenant-a", {"route", "read", "admin"}, "tenant-a");
     b_ = AddToken(daemon_.data_dir(), "tenant-b", {"route", "read", "admin"}, "tenant-b");
     kvgov::Status started = daemon_.Start({"--engine", engine_->EngineSpec(), "--probe-interval-ms",
-                                    "50", "--witness-timeout-ms", "10000"});
+                                           "50", "--witness-timeout-ms", "10000"});
     ASSERT_TRUE(started.ok()) << started.ToString();
     client_ = std::make_unique<httplib::Client>("127.0.0.1", daemon_.port());
     ASSERT_TRUE(WaitFor(
@@ -206,8 +206,8 @@ class TenantIsolationE2ETest : public ::testing::Test {
 
   Json Route(const std::string& secret) {
     Json decision = Post(secret, "/v1/route", {{"model", "llama"}, {"token_ids", prompt_}});
-    (void)client_->Post("/v1/route/" + decision.value("decision_id", "") + "/done",
-                        Bearer(secret), "", "application/json");
+    (void)client_->Post("/v1/route/" + decision.value("decision_id", "") + "/done", Bearer(secret),
+                        "", "application/json");
     return decision;
   }
 
@@ -229,11 +229,11 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   ASSERT_FALSE(salt_a.empty()) << first.dump();
   httplib::Client engine(engine_->control_url());
   ASSERT_EQ(HttpStatus(engine.Post("/v1/completions",
-                               Json{{"prompt", prompt_}, {"cache_salt", salt_a}}.dump(),
-                               "application/json")),
+                                   Json{{"prompt", prompt_}, {"cache_salt", salt_a}}.dump(),
+                                   "application/json")),
             200);
-  ASSERT_TRUE(WaitFor([&] { return Route(a_).value("overlap_blocks", 0) == 4; },
-                      std::chrono::seconds(10)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Route(a_).value("overlap_blocks", 0) == 4; }, std::chrono::seconds(10)));
   // The engine's events carried the salt among their extra keys.
   EXPECT_EQ(Get(fleet_, "/v1/workers")["workers"][0].value("salts", ""), "reported");
 
@@ -269,10 +269,10 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   EXPECT_EQ(Get(b_, "/v1/quarantines")["quarantines"].size(), 0u);
   EXPECT_EQ(Get(fleet_, "/v1/quarantines")["quarantines"].size(), 1u);
   // A tenant nothing knows of is most likely a typo: done, and said.
-  const Json typo = Post(fleet_, "/v1/quarantine",
-                         {{"model", "llama"}, {"tenant", "tenant-aa"}, {"token_ids", prompt_},
-                          {"reason", "x"}},
-                         &status);
+  const Json typo =
+      Post(fleet_, "/v1/quarantine",
+           {{"model", "llama"}, {"tenant", "tenant-aa"}, {"token_ids", prompt_}, {"reason", "x"}},
+           &status);
   ASSERT_EQ(status, 200) << typo.dump();
   EXPECT_NE(typo.value("warning", "").find("tenant 'tenant-aa' is unknown"), std::string::npos)
       << typo.dump();
@@ -281,14 +281,14 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
        {{"model", "llama"}, {"tenant", "tenant-a"}, {"token_ids", prompt_}, {"reason", "x"}},
        &status);
   EXPECT_EQ(status, 403);
-  Post(b_, "/v1/quarantine", {{"model", "llama"}, {"worker", "w1"}, {"block_hash", 1}, {"reason", "x"}},
-       &status);
+  Post(b_, "/v1/quarantine",
+       {{"model", "llama"}, {"worker", "w1"}, {"block_hash", 1}, {"reason", "x"}}, &status);
   EXPECT_EQ(status, 403);
 
   // Invalidation and certificate: A's, invisible to B (404, as if absent).
-  const Json opened = Post(a_, "/v1/invalidations",
-                           {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "test"}},
-                           &status);
+  const Json opened =
+      Post(a_, "/v1/invalidations",
+           {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "test"}}, &status);
   ASSERT_EQ(status, 202) << opened.dump();
   const std::string id = opened.value("id", "");
   Json directive;
@@ -309,15 +309,18 @@ TEST_F(TenantIsolationE2ETest, IdenticalPromptsShareNothingAcrossTenants) {
   EXPECT_EQ(status, 404);
   Get(b_, "/v1/certificates/" + certificate.substr(0, 8), &status);  // nor by prefix
   EXPECT_EQ(status, 404);
-  Post(b_, "/v1/invalidations", {{"model", "llama"}, {"scope", "model"}, {"reason", "x"}},
-       &status);
+  Post(b_, "/v1/invalidations", {{"model", "llama"}, {"scope", "model"}, {"reason", "x"}}, &status);
   EXPECT_EQ(status, 403);
 
   // Leases carry no tenant: tenant-bound tokens see none.
   Post(transport_, "/v1/events",
        {{"events",
-         {{{"type", "nixl_lease"}, {"lease_id", "l1"}, {"event", "create"},
-           {"role", "prefill_pin"}, {"remote_engine", "w1"}, {"ttl_ms", 60000}}}}},
+         {{{"type", "nixl_lease"},
+           {"lease_id", "l1"},
+           {"event", "create"},
+           {"role", "prefill_pin"},
+           {"remote_engine", "w1"},
+           {"ttl_ms", 60000}}}}},
        &status);
   ASSERT_EQ(status, 200);
   EXPECT_EQ(Get(fleet_, "/v1/leases")["leases"].size(), 1u);
@@ -368,14 +371,17 @@ TEST_F(TenantIsolationE2ETest, EveryJournalRowNamesWhoMadeIt) {
   ASSERT_EQ(HttpStatus(client_->Delete("/v1/workers/w1/drain", Bearer(fleet_))), 200);
   Post(transport_, "/v1/events",
        {{"events",
-         {{{"type", "nixl_lease"}, {"lease_id", "l9"}, {"event", "create"},
-           {"role", "prefill_pin"}, {"remote_engine", "w1"}, {"ttl_ms", 60000}}}}},
+         {{{"type", "nixl_lease"},
+           {"lease_id", "l9"},
+           {"event", "create"},
+           {"role", "prefill_pin"},
+           {"remote_engine", "w1"},
+           {"ttl_ms", 60000}}}}},
        &status);
   ASSERT_EQ(status, 200);
   // The engine holds the prompt unsalted: the fleet's span.
-  const Json opened = Post(
-      fleet_, "/v1/invalidations", {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "i"}},
-      &status);
+  const Json opened = Post(fleet_, "/v1/invalidations",
+                           {{"model", "llama"}, {"token_ids", prompt_}, {"reason", "i"}}, &status);
   ASSERT_EQ(status, 202) << opened.dump();
   Json directive;
   ASSERT_TRUE(WaitFor(
@@ -512,10 +518,10 @@ TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
     return tokens;
   };
   for (int64_t start : {40000, 50000}) {
-    httplib::Result answer = gateway.Post(
-        "/v1/completions", Bearer(tenant),
-        Json{{"model", "llama"}, {"prompt", prompt(start)}, {"max_tokens", 1}}.dump(),
-        "application/json");
+    httplib::Result answer =
+        gateway.Post("/v1/completions", Bearer(tenant),
+                     Json{{"model", "llama"}, {"prompt", prompt(start)}, {"max_tokens", 1}}.dump(),
+                     "application/json");
     ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "");
   }
   EXPECT_EQ((*engine)->received_salts().size(), 2u);
@@ -532,13 +538,15 @@ TEST(SaltCapabilityE2ETest, AnEngineThatDropsSaltsTakesNoTenantRoutes) {
 
   // The tenant's next route has nowhere to go, and says why.
   const Json route = {{"model", "llama"}, {"token_ids", prompt(40000)}};
-  httplib::Result again = client.Post("/v1/route", Bearer(tenant), route.dump(), "application/json");
+  httplib::Result again =
+      client.Post("/v1/route", Bearer(tenant), route.dump(), "application/json");
   ASSERT_EQ(HttpStatus(again), 503) << (again ? again->body : "");
   EXPECT_EQ(Json::parse(again->body)["candidates"][0].value("reason", ""), "salt_blind")
       << again->body;
   // An unsalted route of the same prompt is credited nothing: the engine
   // holds those blocks under the tenant's salt only.
-  httplib::Result unsalted = client.Post("/v1/route", Bearer(fleet), route.dump(), "application/json");
+  httplib::Result unsalted =
+      client.Post("/v1/route", Bearer(fleet), route.dump(), "application/json");
   ASSERT_EQ(HttpStatus(unsalted), 200) << (unsalted ? unsalted->body : "");
   EXPECT_EQ(Json::parse(unsalted->body).value("overlap_blocks", -1), 0) << unsalted->body;
   httplib::Result metrics = client.Get("/metrics", Bearer(fleet));

@@ -14,8 +14,7 @@ namespace kvgov::testing {
 /// `kvgov token add NAME --role R... [--tenant T]` on `data_dir`; returns the
 /// secret (the output's last line).
 inline std::string AddToken(const std::string& data_dir, const std::string& name,
-                            const std::vector<std::string>& roles,
-                            const std::string& tenant = "") {
+                            const std::vector<std::string>& roles, const std::string& tenant = "") {
   std::vector<std::string> args = {"token", "add", name, "--data-dir", data_dir};
   for (const std::string& role : roles) {
     args.push_back("--role");

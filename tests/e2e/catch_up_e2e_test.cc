@@ -55,7 +55,8 @@ TEST_F(CatchUpE2ETest, ABatchPublishedWhileKvgovWasDownIsResidentSoonAfterRestar
   const auto restarted = Clock::now();
   StartKvgov();
   ASSERT_TRUE(WaitFor([&] { return Current(); }, std::chrono::seconds(10)))
-      << Worker().dump() << "\n" << daemon_.Stderr();
+      << Worker().dump() << "\n"
+      << daemon_.Stderr();
   // Recorded, not asserted: start-up (a process, RocksDB, recovery) plus
   // one replay round trip takes well under a second alone, and 1.24 s was
   // seen under AddressSanitizer beside a browser test on two busy cores.

@@ -20,6 +20,7 @@
 
 #include "e2e/daemon_process.h"
 #include "kvgov/client/http_sink.h"
+#include "testing/scratch_dir.h"
 
 #ifndef KVGOV_CMAKE_COMMAND
 #error "the build defines KVGOV_CMAKE_COMMAND, KVGOV_BUILD_DIR and the rest"
@@ -67,13 +68,6 @@ double MetricValue(const std::string& metrics, const std::string& series) {
 
 class ClientSdkE2ETest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvgov_sdk_e2e_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Where this test installs and builds: inside the build tree and the same
   // at every run, so a repeat reconfigures and rebuilds only what changed
   // (and compiles through ccache at stable paths); one directory per test,
@@ -156,7 +150,7 @@ class ClientSdkE2ETest : public ::testing::Test {
     return Json();
   }
 
-  fs::path dir_;
+  const test_support::ScratchDir dir_{"kvgov_sdk_e2e"};
   DaemonProcess daemon_;
   std::unique_ptr<httplib::Client> client_;
 };

@@ -78,10 +78,10 @@ TEST(ConsoleE2ETest, TheConsoleShowsWhatTheApiSaysInARealBrowser) {
                                    "application/json")),
             200);
   httplib::Client other_engine(engines[1]->control_url());
-  ASSERT_EQ(HttpStatus(other_engine.Post("/v1/completions",
-                                         Json{{"prompt", Words("other", 136)}}.dump(),
-                                         "application/json")),
-            200);
+  ASSERT_EQ(
+      HttpStatus(other_engine.Post("/v1/completions", Json{{"prompt", Words("other", 136)}}.dump(),
+                                   "application/json")),
+      200);
   std::string last;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -104,8 +104,7 @@ TEST(ConsoleE2ETest, TheConsoleShowsWhatTheApiSaysInARealBrowser) {
   fs::create_directories(shots);
   const std::string command = "node " + (node_dir / "console_browser.mjs").string() +
                               " http://127.0.0.1:" + std::to_string(daemon.port()) + " " + fleet +
-                              " " + tenant + " " + shots.string() + " '" + PromptWords() +
-                              "' 2>&1";
+                              " " + tenant + " " + shots.string() + " '" + PromptWords() + "' 2>&1";
   std::string output;
   ASSERT_EQ(RunCommand(command, &output), 0) << output << daemon.Stderr();
   const Json seen = Json::parse(output.substr(output.rfind('{')));

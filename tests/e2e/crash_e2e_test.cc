@@ -25,7 +25,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-
 TEST(CrashE2ETest, KillNineLosesNothingAcknowledged) {
   FakeEnginePublisher engine(kBlockSize);
   DaemonProcess daemon;
@@ -36,7 +35,7 @@ TEST(CrashE2ETest, KillNineLosesNothingAcknowledged) {
       // Snapshot often, so crashes land before, between and after snapshots.
       "--snapshot-every-batches", "7"};
   std::mt19937_64 rng(42);
-  bool drained = false;            // the last acknowledged drain state
+  bool drained = false;  // the last acknowledged drain state
   // A write in flight when the process dies may or may not have landed; it
   // is the only state besides the acknowledged one that may be found.
   std::optional<bool> unacknowledged;

@@ -1,7 +1,6 @@
 #include "e2e/daemon_process.h"
 
-#include <unistd.h>
-
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -30,33 +29,29 @@ std::string ReadFile(const std::filesystem::path& path) {
   return contents.str();
 }
 
+// One scratch directory per daemon: a test may run several.
+std::string NextScratchName() {
+  static std::atomic<int> counter = 0;
+  return "kvgov_e2e_" + std::to_string(counter++);
+}
+
 }  // namespace
 
-DaemonProcess::DaemonProcess() {
-  static int counter = 0;
-  dir_ = std::filesystem::temp_directory_path() /
-         ("kvgov_e2e_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  std::filesystem::remove_all(dir_);
-  std::filesystem::create_directories(dir_);
-}
+DaemonProcess::DaemonProcess() : scratch_(NextScratchName()) {}
 
-DaemonProcess::~DaemonProcess() {
-  Stop();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir_, ignored);
-}
+// Stopped before its scratch directory (a member) is removed.
+DaemonProcess::~DaemonProcess() { Stop(); }
 
-std::string DaemonProcess::Stderr() const { return ReadFile(dir_ / "output.log"); }
+std::string DaemonProcess::Stderr() const { return ReadFile(scratch_ / "output.log"); }
 
-Status DaemonProcess::Start(const std::vector<std::string>& extra_args,
-                            const std::string& listen) {
-  const std::filesystem::path ready = dir_ / "ready";
+Status DaemonProcess::Start(const std::vector<std::string>& extra_args, const std::string& listen) {
+  const std::filesystem::path ready = scratch_ / "ready";
   std::filesystem::remove(ready);
-  std::vector<std::string> args = {"serve",       "--listen",           listen,
-                                   "--data-dir",  (dir_ / "data").string(),
-                                   "--ready-file", ready.string()};
+  std::vector<std::string> args = {
+      "serve",        "--listen",    listen, "--data-dir", (scratch_ / "data").string(),
+      "--ready-file", ready.string()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  KVGOV_ASSIGN_OR_RETURN(child_, SpawnKvgov(args, dir_ / "output.log"));
+  KVGOV_ASSIGN_OR_RETURN(child_, SpawnKvgov(args, scratch_ / "output.log"));
 
   const auto deadline = steady_clock::now() + kReadyTimeout;
   while (steady_clock::now() < deadline) {
@@ -83,8 +78,8 @@ int DaemonProcess::Stop() {
 }
 
 int DaemonProcess::RunToExit(const std::vector<std::string>& args, std::string* output) {
-  DaemonProcess scratch;  // for its directory only
-  const std::filesystem::path log = scratch.dir_ / "output.log";
+  const test_support::ScratchDir scratch(NextScratchName());
+  const std::filesystem::path log = scratch / "output.log";
   Result<simfleet::ChildProcess> child = SpawnKvgov(args, log);
   if (!child.ok()) {
     *output = child.status().ToString();

@@ -10,6 +10,7 @@
 
 #include "kvgov/core/status.h"
 #include "kvgov/simfleet/child_process.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::testing {
 
@@ -32,7 +33,7 @@ class DaemonProcess {
                const std::string& listen = "127.0.0.1:0");
 
   /// The data dir the daemon is started with.
-  std::string data_dir() const { return (dir_ / "data").string(); }
+  std::string data_dir() const { return (scratch_ / "data").string(); }
 
   /// Sends SIGTERM and waits for exit; returns the exit code, or -signal.
   int Stop();
@@ -48,11 +49,11 @@ class DaemonProcess {
 
   uint16_t port() const { return port_; }
   pid_t pid() const { return child_.pid(); }
-  const std::filesystem::path& dir() const { return dir_; }
+  const std::filesystem::path& dir() const { return scratch_.path(); }
   std::string Stderr() const;
 
  private:
-  std::filesystem::path dir_;
+  test_support::ScratchDir scratch_;  // the data dir and logs
   simfleet::ChildProcess child_;
   uint16_t port_ = 0;
 };

@@ -75,7 +75,8 @@ TEST(DataParallelE2ETest, EachRankIsItsOwnStreamAndCandidate) {
   ASSERT_TRUE(WaitFor([&] {
     Json all = workers();
     return all.size() == 2 && all[0]["blocks"]["hbm"] == 3 && all[1]["blocks"]["hbm"] == 2;
-  })) << workers().dump() << daemon.Stderr();
+  })) << workers().dump()
+      << daemon.Stderr();
   const Json all = workers();
   EXPECT_EQ(all[0]["id"], "dp@dp0");
   EXPECT_EQ(all[0]["events_endpoint"], Endpoint(events_base));

@@ -1,46 +1,26 @@
 // Runs `kvgov demo --quick` and `kvgov simulate` as a user would.
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "e2e/daemon_process.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::testing {
 namespace {
 
 using Json = nlohmann::json;
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("kvgov-demo-e2e-" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation) {
-  ScratchDir scratch;
+  const test_support::ScratchDir scratch("kvgov_demo_e2e");
   const std::string report = (scratch.path() / "report.json").string();
   std::string output;
   const int code = DaemonProcess::RunToExit(
       {"demo", "--quick", "--exit", "--listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0",
-       "--data-dir",
-       (scratch.path() / "data").string(), "--report-json", report},
+       "--data-dir", (scratch.path() / "data").string(), "--report-json", report},
       &output);
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("Routing: the same trace on the same engines"), std::string::npos)
@@ -105,9 +85,9 @@ TEST(DemoE2ETest, QuickDemoRoutesBetterThanRoundRobinAndCertifiesItsInvalidation
   const std::string certificate = figures["certificate_file"];
   EXPECT_EQ(figures["issuer_public_key"].get<std::string>().size(), 64u);
   std::string verified;
-  EXPECT_EQ(DaemonProcess::RunToExit({"cert", "verify", certificate, "--data-dir", data_dir},
-                                     &verified),
-            0)
+  EXPECT_EQ(
+      DaemonProcess::RunToExit({"cert", "verify", certificate, "--data-dir", data_dir}, &verified),
+      0)
       << verified;
   EXPECT_NE(verified.find("ok   anchor"), std::string::npos) << verified;
 }
@@ -135,11 +115,11 @@ TEST(SimulateE2ETest, ComparesEveryPolicyOnOneTrace) {
 // end-to-end latency beside TTFT.
 TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
   std::string output;
-  const std::string trace = std::string(KVGOV_SOURCE_DIR) + "/src/sim/testdata/mooncake_trace_1000.jsonl";
-  const int code = DaemonProcess::RunToExit(
-      {"simulate", "--trace", trace, "--window", "0:30", "--policy", "kvgov", "--policy", "sglang",
-       "--json"},
-      &output);
+  const std::string trace =
+      std::string(KVGOV_SOURCE_DIR) + "/src/sim/testdata/mooncake_trace_1000.jsonl";
+  const int code = DaemonProcess::RunToExit({"simulate", "--trace", trace, "--window", "0:30",
+                                             "--policy", "kvgov", "--policy", "sglang", "--json"},
+                                            &output);
   ASSERT_EQ(code, 0) << output;
   const Json report = Json::parse(output.substr(output.find('{')));
   EXPECT_EQ(report["workload"], "trace");
@@ -155,10 +135,9 @@ TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
 // docs/adr/0024); shared-prefix answers need a length.
 TEST(SimulateE2ETest, ABuiltInWorkloadCanModelItsDecode) {
   std::string output;
-  const int code = DaemonProcess::RunToExit(
-      {"simulate", "--workload", "agent", "--decode", "--requests", "96", "--policy", "kvgov",
-       "--json"},
-      &output);
+  const int code = DaemonProcess::RunToExit({"simulate", "--workload", "agent", "--decode",
+                                             "--requests", "96", "--policy", "kvgov", "--json"},
+                                            &output);
   ASSERT_EQ(code, 0) << output;
   const Json report = Json::parse(output.substr(output.find('{')));
   ASSERT_EQ(report["policies"].size(), 1u) << output;
@@ -166,26 +145,27 @@ TEST(SimulateE2ETest, ABuiltInWorkloadCanModelItsDecode) {
   EXPECT_TRUE(kvgov["decode_modeled"].get<bool>()) << kvgov.dump();
   EXPECT_GT(kvgov["e2e_p50_s"].get<double>(), kvgov["ttft_p50_s"].get<double>());
 
-  EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--workload", "shared-prefix", "--decode"},
-                                     &output),
-            2);
+  EXPECT_EQ(
+      DaemonProcess::RunToExit({"simulate", "--workload", "shared-prefix", "--decode"}, &output),
+      2);
   EXPECT_NE(output.find("--decode: the shared-prefix workload's answers have no length"),
             std::string::npos)
       << output;
 }
 
 TEST(SimulateE2ETest, ABadTraceLineIsNamedByNumber) {
-  const std::filesystem::path trace =
-      std::filesystem::temp_directory_path() / ("kvgov_bad_trace_" + std::to_string(::getpid()));
+  const test_support::ScratchDir scratch("kvgov_bad_trace");
+  const std::filesystem::path trace = scratch / "trace.jsonl";
   {
     std::ofstream file(trace);
-    file << R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]})" << "\n"
-         << R"({"timestamp": 5, "input_length": 10, "output_length": 1})" << "\n";
+    file << R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]})"
+         << "\n"
+         << R"({"timestamp": 5, "input_length": 10, "output_length": 1})"
+         << "\n";
   }
   std::string output;
   EXPECT_EQ(DaemonProcess::RunToExit({"simulate", "--trace", trace.string()}, &output), 2);
   EXPECT_NE(output.find("line 2: hash_ids: missing"), std::string::npos) << output;
-  std::filesystem::remove(trace);
 }
 
 TEST(SimulateE2ETest, AnUnknownWorkloadIsAUsageError) {

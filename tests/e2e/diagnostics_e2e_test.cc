@@ -80,8 +80,7 @@ TEST_F(DiagnosticsE2ETest, AnEngineWithoutEventsIsIdleUntilItServesRequests) {
 TEST_F(DiagnosticsE2ETest, OrphanBlocksAndHashDriftAreCountedPerWorker) {
   // A chain under a parent kvgov never saw (a batch it missed).
   publisher_.Store(uint64_t{0xDEADBEEF}, 2, 100);
-  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["orphan_blocks"] == 2; }))
-      << Diagnostics().dump();
+  ASSERT_TRUE(WaitFor([&] { return Diagnostics()["orphan_blocks"] == 2; })) << Diagnostics().dump();
   EXPECT_TRUE(MetricIs(R"(kvgov_engine_orphan_blocks_total{worker="w1"})", "2"));
   EXPECT_EQ(Diagnostics()["hash_drift_blocks"], 0);
 
@@ -112,9 +111,11 @@ TEST(StreamStateE2ETest, AStreamThatCannotBeSubscribedIsAnErrorState) {
     if (!response || response->status != 200) return false;
     worker = Json::parse(response->body)["workers"][0];
     return worker.value("state", std::string()) == "stream_failed";
-  })) << worker.dump() << daemon.Stderr();
-  EXPECT_NE(worker.value("stream_error", std::string()).find("cannot subscribe to tcp://engine!1:5557"),
-            std::string::npos)
+  })) << worker.dump()
+      << daemon.Stderr();
+  EXPECT_NE(
+      worker.value("stream_error", std::string()).find("cannot subscribe to tcp://engine!1:5557"),
+      std::string::npos)
       << worker.dump();
   EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
 }

@@ -175,9 +175,9 @@ TEST_F(EnforcementE2ETest, AQuarantineKeepsTheEngineFromReusingTheSpanAndNothing
   EXPECT_EQ(Metric("kvgov_quarantine_diversions_total{model=\"llama\",tenant=\"globex\"}"), 0);
 
   // A quarantine of the untenanted span diverts untenanted requests too.
-  ASSERT_EQ(HttpStatus(Control("/v1/quarantine", {{"model", "llama"},
-                                                   {"token_ids", poisoned},
-                                                   {"reason", "poisoned too"}})),
+  ASSERT_EQ(HttpStatus(
+                Control("/v1/quarantine",
+                        {{"model", "llama"}, {"token_ids", poisoned}, {"reason", "poisoned too"}})),
             200);
   EXPECT_EQ(Cached("", poisoned), 0);
   EXPECT_EQ(Cached("", poisoned), 64);
@@ -193,9 +193,9 @@ TEST_F(EnforcementE2ETest, AQuarantineKeepsTheEngineFromReusingTheSpanAndNothing
   EXPECT_EQ(decision["verdict"]["reason"], "diverted");
 
   // Lifted, acme's requests go back to its ordinary salt and its own cache.
-  ASSERT_EQ(HttpStatus(Control("/v1/quarantines/" + quarantine + "/lift",
-                               {{"reason", "a false alarm"}})),
-            200);
+  ASSERT_EQ(
+      HttpStatus(Control("/v1/quarantines/" + quarantine + "/lift", {{"reason", "a false alarm"}})),
+      200);
   const size_t salts_before = SaltsReceived().size();
   EXPECT_EQ(Cached("acme", poisoned), 64);
   EXPECT_EQ(SaltsReceived().size(), salts_before);
@@ -206,10 +206,10 @@ TEST_F(EnforcementE2ETest, EnginesNotProvenToKeyBySaltTakeNoDivertedRequest) {
   StartKvgov();
   const std::vector<int64_t> poisoned = Tokens(32, 1000);
   ASSERT_EQ(Cached("", poisoned), 0);
-  ASSERT_EQ(HttpStatus(Control("/v1/quarantine", {{"model", "llama"},
-                                                   {"token_ids", poisoned},
-                                                   {"reason", "poisoned"}})),
-            200);
+  ASSERT_EQ(
+      HttpStatus(Control("/v1/quarantine",
+                         {{"model", "llama"}, {"token_ids", poisoned}, {"reason", "poisoned"}})),
+      200);
   // Only unsalted traffic so far: nothing proves either engine honours a
   // salt, so the request is refused rather than risk the quarantined KV.
   EXPECT_EQ(Cached("", poisoned), -1);
@@ -324,14 +324,14 @@ TEST_F(EnforcementE2ETest, QuarantinesAndRevocationsSurviveKill9) {
   ASSERT_EQ(Cached("globex", revoked), 32);
   ASSERT_TRUE(SaltsReported()) << last_body_;
   ASSERT_EQ(HttpStatus(Control("/v1/quarantine", {{"model", "llama"},
-                                                   {"tenant", "acme"},
-                                                   {"token_ids", poisoned},
-                                                   {"reason", "poisoned"}})),
+                                                  {"tenant", "acme"},
+                                                  {"token_ids", poisoned},
+                                                  {"reason", "poisoned"}})),
             200);
   ASSERT_EQ(HttpStatus(Control("/v1/invalidations", {{"scope", "tenant"},
-                                                      {"tenant", "globex"},
-                                                      {"model", "llama"},
-                                                      {"reason", "offboarded"}})),
+                                                     {"tenant", "globex"},
+                                                     {"model", "llama"},
+                                                     {"reason", "offboarded"}})),
             202);
   ASSERT_EQ(Cached("acme", poisoned), 0);   // diverted
   ASSERT_EQ(Cached("globex", revoked), 0);  // the new epoch

@@ -127,11 +127,11 @@ class EngineWireE2ETest : public OneEngineTest {
 
 TEST_F(EngineWireE2ETest, EveryMediumTheEnginesSendLandsInItsTier) {
   const std::vector<std::pair<Store, std::string>> cases = {
-      {{1, 100, "GPU", "", ""}, "hbm"},          {{2, 200, "CPU", "", ""}, "dram"},
-      {{3, 300, "CPU_PINNED", "", ""}, "dram"},  {{4, 400, "CPU_TIER1", "", ""}, "dram"},
-      {{5, 500, "FS", "LOCAL", ""}, "disk"},     {{6, 600, "STORAGE", "", ""}, "disk"},
-      {{7, 700, "DISK", "", ""}, "disk"},        {{8, 800, "OBJ", "", ""}, "remote"},
-      {{9, 900, "EXTERNAL", "", ""}, "remote"},  {{10, 1000, "GPU", "REMOTE", ""}, "remote"},
+      {{1, 100, "GPU", "", ""}, "hbm"},           {{2, 200, "CPU", "", ""}, "dram"},
+      {{3, 300, "CPU_PINNED", "", ""}, "dram"},   {{4, 400, "CPU_TIER1", "", ""}, "dram"},
+      {{5, 500, "FS", "LOCAL", ""}, "disk"},      {{6, 600, "STORAGE", "", ""}, "disk"},
+      {{7, 700, "DISK", "", ""}, "disk"},         {{8, 800, "OBJ", "", ""}, "remote"},
+      {{9, 900, "EXTERNAL", "", ""}, "remote"},   {{10, 1000, "GPU", "REMOTE", ""}, "remote"},
       {{11, 1100, "FS", "REMOTE", ""}, "remote"}, {{12, 1200, "NVME9", "", ""}, "unknown"},
   };
   Json want = {{"hbm", 0}, {"dram", 0}, {"disk", 0}, {"remote", 0}, {"unknown", 0}};

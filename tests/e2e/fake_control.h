@@ -24,8 +24,7 @@ namespace kvgov::testing {
 /// Thread-safe: several kvgov processes may call it at once.
 class FakeControl {
  public:
-  FakeControl(const std::string& reset_path, std::function<void()> on_reset,
-              int busy_answers = 0)
+  FakeControl(const std::string& reset_path, std::function<void()> on_reset, int busy_answers = 0)
       : busy_left_(busy_answers), on_reset_(std::move(on_reset)) {
     // Several kvgovs' probers and dispatches share this server; a delayed
     // answer must not starve the others.
@@ -81,7 +80,7 @@ class FakeControl {
   std::atomic<int> busy_left_;
   std::atomic<int> calls_{0};
   std::atomic<int> first_delay_ms_{0};
-  std::mutex reset_mu_;  // the publisher is driven by one thread at a time
+  std::mutex reset_mu_;    // the publisher is driven by one thread at a time
   std::mutex metrics_mu_;  // guards metrics_
   std::string metrics_;
   std::function<void()> on_reset_;
@@ -95,8 +94,8 @@ inline std::string EngineArg(const std::string& id, const std::string& kind,
                              const FakeEnginePublisher& publisher, const FakeControl& control,
                              int64_t block_size) {
   return "id=" + id + ",kind=" + kind + ",events=" + publisher.events_endpoint() +
-         ",replay=" + publisher.replay_endpoint() + ",model=llama,block-size=" +
-         std::to_string(block_size) + ",control=" + control.url();
+         ",replay=" + publisher.replay_endpoint() +
+         ",model=llama,block-size=" + std::to_string(block_size) + ",control=" + control.url();
 }
 
 }  // namespace kvgov::testing

@@ -17,7 +17,9 @@ FakeEnginePublisher::FakeEnginePublisher(int64_t block_size)
 
 FakeEnginePublisher::FakeEnginePublisher(int64_t block_size, const std::string& events_bind,
                                          const std::string& replay_bind)
-    : block_size_(block_size), pub_(context_, zmq::socket_type::xpub), next_hash_(0xF000000000000000) {
+    : block_size_(block_size),
+      pub_(context_, zmq::socket_type::xpub),
+      next_hash_(0xF000000000000000) {
   pub_.set(zmq::sockopt::linger, 0);
   // Every subscriber's subscription comes through, not only the first, so
   // a test can wait for each of several kvgov replicas.
@@ -63,7 +65,6 @@ FakeEnginePublisher::~FakeEnginePublisher() {
   stopping_ = true;
   if (replay_thread_.joinable()) replay_thread_.join();
 }
-
 
 void FakeEnginePublisher::Publish(std::string payload) {
   const uint64_t seq = next_seq_++;
@@ -114,8 +115,7 @@ std::vector<uint64_t> FakeEnginePublisher::StoreSalted(const std::vector<int64_t
   const size_t blocks = tokens.size() / static_cast<size_t>(block_size_);
   BlockStored stored;
   for (size_t i = 0; i < blocks; ++i) stored.block_hashes.push_back(next_hash_++);
-  stored.token_ids.assign(tokens.begin(),
-                          tokens.begin() + static_cast<long>(blocks * block_size_));
+  stored.token_ids.assign(tokens.begin(), tokens.begin() + static_cast<long>(blocks * block_size_));
   stored.block_size = block_size_;
   stored.medium = "GPU";
   stored.extra_keys.assign(blocks, "");

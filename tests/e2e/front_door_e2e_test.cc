@@ -81,11 +81,11 @@ class Socket {
 
 // The request of a streamed completion, as bytes.
 std::string StreamRequest(int n, int max_tokens) {
-  const std::string body = Json{{"model", "llama"},
-                                {"prompt", "stream " + std::to_string(n) + " of many words"},
-                                {"max_tokens", max_tokens},
-                                {"stream", true}}
-                               .dump();
+  const std::string body = Json{
+      {"model", "llama"},
+      {"prompt", "stream " + std::to_string(n) + " of many words"},
+      {"max_tokens", max_tokens},
+      {"stream", true}}.dump();
   return "POST /v1/completions HTTP/1.1\r\nHost: kvgov\r\nContent-Type: application/json\r\n"
          "Content-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -137,10 +137,10 @@ TEST_F(FrontDoorE2ETest, AClientThatLeavesANonStreamedRequestCancelsTheEnginesRe
   httplib::Client client("127.0.0.1", gateway_port_);
   client.set_read_timeout(0, 300'000);  // gives up after 300 ms, and closes
   const auto sent = std::chrono::steady_clock::now();
-  httplib::Result answer = client.Post(
-      "/v1/completions",
-      Json{{"model", "llama"}, {"prompt", "a long answer"}, {"max_tokens", 400}}.dump(),
-      "application/json");
+  httplib::Result answer =
+      client.Post("/v1/completions",
+                  Json{{"model", "llama"}, {"prompt", "a long answer"}, {"max_tokens", 400}}.dump(),
+                  "application/json");
   EXPECT_FALSE(answer) << "400 tokens at 50 ms take 20 s";
   client.stop();
   // The engine sees its client go long before it would have answered.
@@ -189,8 +189,8 @@ TEST_F(FrontDoorE2ETest, TwoThousandStreamsAtOnceOnTheLoopsThreads) {
     started = 0;
     for (int i = 0; i < kStreams; ++i) {
       if (received[i].find("data: ") == std::string::npos) {
-        ASSERT_TRUE(clients[i]->Drain(&received[i])) << "stream " << i << " closed: "
-                                                     << received[i];
+        ASSERT_TRUE(clients[i]->Drain(&received[i]))
+            << "stream " << i << " closed: " << received[i];
       }
       if (received[i].find("data: ") != std::string::npos) ++started;
     }
@@ -247,9 +247,9 @@ TEST_F(FrontDoorE2ETest, ClientsTricklingTheirHeadsHoldNobodyUp) {
   httplib::Client control("127.0.0.1", daemon_.port());
   httplib::Result metrics = control.Get("/metrics");
   ASSERT_EQ(HttpStatus(metrics), 200);
-  EXPECT_NE(metrics->body.find("kvgov_gateway_slow_clients_dropped_total " +
-                               std::to_string(kTricklers)),
-            std::string::npos);
+  EXPECT_NE(
+      metrics->body.find("kvgov_gateway_slow_clients_dropped_total " + std::to_string(kTricklers)),
+      std::string::npos);
 }
 
 // Idle connections past --gateway-max-connections are closed as they are
@@ -274,15 +274,15 @@ TEST_F(FrontDoorE2ETest, IdleConnectionsPastTheLimitAreClosedAndTheRestCostNoThr
       if (!socket->Drain(&ignored)) ++closed;
     }
     return closed == kOver;
-  })) << closed << " connections closed";
+  })) << closed
+      << " connections closed";
   EXPECT_LE(ThreadsOf(daemon_.pid()), threads_before + 2);
   httplib::Client control("127.0.0.1", daemon_.port());
   httplib::Result metrics = control.Get("/metrics");
   ASSERT_EQ(HttpStatus(metrics), 200) << "the control API is served meanwhile";
   EXPECT_NE(metrics->body.find("kvgov_gateway_connections " + std::to_string(kLimit)),
             std::string::npos);
-  EXPECT_NE(metrics->body.find("kvgov_gateway_connections_refused_total " +
-                               std::to_string(kOver)),
+  EXPECT_NE(metrics->body.find("kvgov_gateway_connections_refused_total " + std::to_string(kOver)),
             std::string::npos);
   // Some go: a new client is served.
   idle.resize(kLimit - 10);

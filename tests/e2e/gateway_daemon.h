@@ -30,10 +30,14 @@ inline int StartGatewayDaemon(DaemonProcess& daemon, const std::vector<std::stri
                               const std::vector<std::string>& extra_args = {},
                               const httplib::Headers& control_headers = {}) {
   const std::string ready = (daemon.dir() / "gateway-ready").string();
-  std::vector<std::string> args = {"--gateway-listen",    "127.0.0.1:0",
-                                   "--gateway-ready-file", ready,
-                                   "--probe-interval-ms", "50",
-                                   "--gateway-first-byte-timeout-ms", "5000"};
+  std::vector<std::string> args = {"--gateway-listen",
+                                   "127.0.0.1:0",
+                                   "--gateway-ready-file",
+                                   ready,
+                                   "--probe-interval-ms",
+                                   "50",
+                                   "--gateway-first-byte-timeout-ms",
+                                   "5000"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   for (const std::string& spec : engine_specs) {
     args.push_back("--engine");
@@ -100,8 +104,7 @@ inline int RunOpenAISdkChecks(int gateway_port, const std::string& token, std::s
 inline int RunAnthropicSdkChecks(int gateway_port, const std::string& token, std::string* output) {
   const std::filesystem::path node_dir = KVGOV_NODE_TESTS_DIR;
   return RunCommand("node " + (node_dir / "anthropic_sdk_gateway.mjs").string() +
-                        " http://127.0.0.1:" + std::to_string(gateway_port) + " " + token +
-                        " 2>&1",
+                        " http://127.0.0.1:" + std::to_string(gateway_port) + " " + token + " 2>&1",
                     output);
 }
 

@@ -159,7 +159,7 @@ TEST_F(GatewayE2ETest, ACompletionIsRoutedToTheEngineThatHoldsItsPrefix) {
     if (!workers) return false;
     uint64_t blocks = 0;
     const Json rows = Json::parse(workers->body);
-      for (const Json& w : rows["workers"]) {
+    for (const Json& w : rows["workers"]) {
       blocks += w["blocks"]["hbm"].get<uint64_t>();
     }
     return blocks >= 4;
@@ -228,15 +228,14 @@ TEST_F(GatewayE2ETest, UsageIsAskedForAccountedAndStrippedFromStreams) {
 // routes on is what the engine computes.
 TEST_F(GatewayE2ETest, TextAndChatAreTokenizedByTheEngine) {
   StartKvgov();
-  httplib::Result text =
-      Post("/v1/completions", {{"model", "llama"}, {"prompt", Words(40, "w")}});
+  httplib::Result text = Post("/v1/completions", {{"model", "llama"}, {"prompt", Words(40, "w")}});
   ASSERT_EQ(HttpStatus(text), 200) << (text ? text->body : "");
   EXPECT_EQ(Json::parse(text->body)["usage"]["prompt_tokens"], 40);
-  const Json chat_request = {
-      {"model", "llama"},
-      {"messages", {{{"role", "system"}, {"content", Words(30, "s")}},
-                    {{"role", "user"}, {"content", "hello there"}}}},
-      {"max_tokens", 1}};
+  const Json chat_request = {{"model", "llama"},
+                             {"messages",
+                              {{{"role", "system"}, {"content", Words(30, "s")}},
+                               {{"role", "user"}, {"content", "hello there"}}}},
+                             {"max_tokens", 1}};
   httplib::Result chat = Post("/v1/chat/completions", chat_request);
   ASSERT_EQ(HttpStatus(chat), 200) << (chat ? chat->body : "");
   const Json answer = Json::parse(chat->body);
@@ -276,8 +275,8 @@ TEST_F(GatewayE2ETest, StreamsArriveChunkByChunk) {
   EXPECT_NE(chunks.back().find("data: [DONE]"), std::string::npos);
 
   const std::string curl = "curl -sN -X POST -H 'Content-Type: application/json' -d '" +
-                           request.dump() + "' http://127.0.0.1:" +
-                           std::to_string(gateway_port_) + "/v1/completions";
+                           request.dump() + "' http://127.0.0.1:" + std::to_string(gateway_port_) +
+                           "/v1/completions";
   std::string raw;
   ASSERT_EQ(RunCommand(curl, &raw), 0) << raw;
   EXPECT_EQ(raw.rfind("data: {", 0), 0u) << raw;
@@ -301,9 +300,8 @@ TEST_F(GatewayE2ETest, AClientThatGoesAwayAbortsTheEnginesRequest) {
   };
   gateway_->send(streamed);
   EXPECT_EQ(received, 2);
-  EXPECT_TRUE(WaitFor([&] {
-    return engines_[0]->aborted_streams() + engines_[1]->aborted_streams() == 1;
-  }));
+  EXPECT_TRUE(WaitFor(
+      [&] { return engines_[0]->aborted_streams() + engines_[1]->aborted_streams() == 1; }));
 }
 
 // The tenant's salt, and nobody else's, reaches the engine; a client may not
@@ -418,8 +416,7 @@ TEST_F(GatewayE2ETest, TheDaemonLogsItsEventsAsLogfmtLines) {
       control_->Post("/v1/quarantine", quarantine.dump(), "application/json");
   ASSERT_EQ(HttpStatus(quarantined), 200);
   const std::string id = Json::parse(quarantined->body)["id"];
-  EXPECT_TRUE(logged("event=governance.write kind=quarantine subject=" + id +
-                     " actor=local seq="))
+  EXPECT_TRUE(logged("event=governance.write kind=quarantine subject=" + id + " actor=local seq="))
       << daemon_.Stderr();
 
   engines_[1]->Stop();
@@ -524,10 +521,10 @@ TEST_F(GatewayE2ETest, AChatSpanIsQuarantinedByItsMessages) {
 
   const Json messages = {{{"role", "system"}, {"content", Words(30, "leak")}},
                          {{"role", "user"}, {"content", "hello there"}}};
-  httplib::Result quarantined = control_->Post(
-      "/v1/quarantine",
-      Json{{"model", "llama"}, {"messages", messages}, {"reason", "leaked"}}.dump(),
-      "application/json");
+  httplib::Result quarantined =
+      control_->Post("/v1/quarantine",
+                     Json{{"model", "llama"}, {"messages", messages}, {"reason", "leaked"}}.dump(),
+                     "application/json");
   ASSERT_EQ(HttpStatus(quarantined), 200) << (quarantined ? quarantined->body : "");
   const Json answer = Json::parse(quarantined->body);
   // Two role markers, 32 words, the generation prompt: two blocks of 16.
@@ -537,10 +534,10 @@ TEST_F(GatewayE2ETest, AChatSpanIsQuarantinedByItsMessages) {
   EXPECT_EQ(answer["blocks"], 2);
 
   // The same messages name the same span for an invalidation.
-  httplib::Result invalidated = control_->Post(
-      "/v1/invalidations",
-      Json{{"model", "llama"}, {"messages", messages}, {"reason", "leaked"}}.dump(),
-      "application/json");
+  httplib::Result invalidated =
+      control_->Post("/v1/invalidations",
+                     Json{{"model", "llama"}, {"messages", messages}, {"reason", "leaked"}}.dump(),
+                     "application/json");
   ASSERT_EQ(HttpStatus(invalidated), 202) << (invalidated ? invalidated->body : "");
   EXPECT_EQ(Json::parse(invalidated->body)["token_ids"], token_ids);
 
@@ -560,8 +557,7 @@ TEST_F(GatewayE2ETest, AChatSpanIsQuarantinedByItsMessages) {
   EXPECT_NE(unknown->body.find("mistral"), std::string::npos) << unknown->body;
   httplib::Result both = control_->Post(
       "/v1/invalidations",
-      Json{{"model", "llama"}, {"prompt", "hi"}, {"token_ids", token_ids}, {"reason", "r"}}
-          .dump(),
+      Json{{"model", "llama"}, {"prompt", "hi"}, {"token_ids", token_ids}, {"reason", "r"}}.dump(),
       "application/json");
   ASSERT_EQ(HttpStatus(both), 400);
   EXPECT_NE(both->body.find("$.prompt: not with token_ids"), std::string::npos) << both->body;
@@ -578,7 +574,7 @@ TEST_F(GatewayE2ETest, AnUnreachableEngineIsRetriedOnTheNextCandidate) {
     httplib::Result workers = control_->Get("/v1/workers");
     if (!workers) return false;
     const Json rows = Json::parse(workers->body);
-      for (const Json& w : rows["workers"]) {
+    for (const Json& w : rows["workers"]) {
       if (w["id"] == "w2" && w["blocks"]["hbm"].get<uint64_t>() >= 4) return true;
     }
     return false;
@@ -621,11 +617,12 @@ TEST_F(GatewayE2ETest, EveryWorkerBusyIs429WithRetryAfter) {
       httplib::Request streamed;
       streamed.method = "POST";
       streamed.path = "/v1/completions";
-      streamed.body = Json{{"model", "llama"},
-                           {"prompt", Tokens(32, 40000 + i * 1000)},
-                           {"max_tokens", 200},
-                           {"stream", true}}
-                          .dump();
+      streamed.body = Json{
+          {"model", "llama"},
+          {"prompt", Tokens(32, 40000 + i * 1000)},
+          {"max_tokens", 200},
+          {"stream",
+           true}}.dump();
       streamed.set_header("Content-Type", "application/json");
       bool counted = false;
       streamed.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
@@ -667,9 +664,12 @@ TEST_F(GatewayE2ETest, AStreamsLoadTurnsToDecodeAtItsFirstEvent) {
     httplib::Request streamed;
     streamed.method = "POST";
     streamed.path = "/v1/completions";
-    streamed.body =
-        Json{{"model", "llama"}, {"prompt", Tokens(48, 61000)}, {"max_tokens", 200}, {"stream", true}}
-            .dump();
+    streamed.body = Json{
+        {"model", "llama"},
+        {"prompt", Tokens(48, 61000)},
+        {"max_tokens", 200},
+        {"stream",
+         true}}.dump();
     streamed.set_header("Content-Type", "application/json");
     streamed.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
       first_event = true;
@@ -728,19 +728,20 @@ TEST_F(GatewayE2ETest, TheOfficialOpenAIClientWorksThroughTheGateway) {
 // answered, whatever the router would have chosen.
 TEST_F(GatewayE2ETest, AResponsesConversationStaysOnTheWorkerThatHoldsIt) {
   StartKvgov();
-  httplib::Result first = Post("/v1/responses", Json{{"model", "llama"},
-                                                     {"input", Words(40, "conv")},
-                                                     {"max_output_tokens", 1}});
+  httplib::Result first =
+      Post("/v1/responses",
+           Json{{"model", "llama"}, {"input", Words(40, "conv")}, {"max_output_tokens", 1}});
   ASSERT_EQ(HttpStatus(first), 200) << (first ? first->body : "");
   std::string previous = Json::parse(first->body)["id"];
   const size_t owner = engines_[0]->received_salts().size() == 1 ? 0 : 1;
   ASSERT_EQ(engines_[owner]->received_salts().size(), 1u);
   // Load the owner so the router alone would send new work elsewhere.
   for (int turn = 0; turn < 6; ++turn) {
-    httplib::Result next = Post("/v1/responses", Json{{"model", "llama"},
-                                                      {"previous_response_id", previous},
-                                                      {"input", Words(8, "t" + std::to_string(turn))},
-                                                      {"max_output_tokens", 1}});
+    httplib::Result next =
+        Post("/v1/responses", Json{{"model", "llama"},
+                                   {"previous_response_id", previous},
+                                   {"input", Words(8, "t" + std::to_string(turn))},
+                                   {"max_output_tokens", 1}});
     ASSERT_EQ(HttpStatus(next), 200) << "turn " << turn << ": " << (next ? next->body : "");
     previous = Json::parse(next->body)["id"];
   }

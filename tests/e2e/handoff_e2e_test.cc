@@ -308,9 +308,9 @@ TEST_F(HandoffE2ETest, ADecodeWorkerThatNeverPullsLetsTheLeaseExpire) {
   ASSERT_EQ(HttpStatus(streamed), 503);
   const Json error = Json::parse(streamed->body)["error"];
   EXPECT_EQ(error["code"], "span_withdrawn");
-  EXPECT_NE(error["message"].get<std::string>().find(
-                "expired before the decode worker's first token"),
-            std::string::npos)
+  EXPECT_NE(
+      error["message"].get<std::string>().find("expired before the decode worker's first token"),
+      std::string::npos)
       << streamed->body;
   const Json handoffs = Handoffs(1);
   ASSERT_EQ(handoffs.size(), 1u);
@@ -389,8 +389,7 @@ TEST_F(HandoffE2ETest, ADecodeFailureAfterTheHandoffEndsTheLeaseAndSaysWhy) {
   ASSERT_EQ(HttpStatus(answer), 502) << (answer ? answer->body : "");
   const Json error = Json::parse(answer->body)["error"];
   EXPECT_EQ(error["code"], "upstream_unreachable");
-  EXPECT_NE(error["message"].get<std::string>().find("the decode worker failed"),
-            std::string::npos)
+  EXPECT_NE(error["message"].get<std::string>().find("the decode worker failed"), std::string::npos)
       << answer->body;
   const Json record = Handoffs(1)[0];
   EXPECT_EQ(record["outcome"], "decode_failed");
@@ -443,10 +442,9 @@ TEST_F(HandoffE2ETest, TheOfficialOpenAIClientWorksThroughADisaggregatedFleet) {
 // push it witnesses starts then, and the decode worker's first token ends it.
 TEST_F(HandoffE2ETest, SGLangPoolsHandOffThroughTheBootstrapRoom) {
   constexpr auto kSglang = ingest::EngineKind::kSglang;
-  StartFleet({{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000,
-               kSglang},
-              {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(600), 1000,
-               kSglang}});
+  StartFleet(
+      {{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000, kSglang},
+       {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(600), 1000, kSglang}});
   auto answer = std::async(std::launch::async, [&] { return Post(Chat(Words(40, "s"), true)); });
   Json lease;
   ASSERT_TRUE(WaitFor([&] { return !(lease = ActiveHandoffLease()).is_null(); }));
@@ -492,13 +490,11 @@ TEST_F(HandoffE2ETest, SGLangPoolsHandOffThroughTheBootstrapRoom) {
 // sends both legs again, with a new room, on the other prefill worker.
 TEST_F(HandoffE2ETest, ASGLangPrefillFailureRedispatchesBothLegsOnce) {
   constexpr auto kSglang = ingest::EngineKind::kSglang;
-  StartFleet({{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000,
-               kSglang},
-              {"p1", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000,
-               kSglang},
-              {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(0), 1000,
-               kSglang}},
-             {",openai=http://127.0.0.1:1", "", ""});
+  StartFleet(
+      {{"p0", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000, kSglang},
+       {"p1", ingest::EngineRole::kPrefill, milliseconds(30000), milliseconds(0), 1000, kSglang},
+       {"d0", ingest::EngineRole::kDecode, milliseconds(30000), milliseconds(0), 1000, kSglang}},
+      {",openai=http://127.0.0.1:1", "", ""});
   // p0 holds the prompt, so the router tries it first.
   const std::string content = Words(40, "t");
   HoldOn("p0", EngineTokens("p0", content, "/v1/tokenize"));

@@ -30,14 +30,13 @@ class IngestE2ETest : public OneEngineTest {
     const uint64_t held = publisher_.held_blocks();
     if (WaitFor([&] {
           Json worker = Worker();
-          return !worker.is_null() && worker["last_seq"] == last &&
-                 worker["blocks"]["hbm"] == held;
+          return !worker.is_null() && worker["last_seq"] == last && worker["blocks"]["hbm"] == held;
         })) {
       return ::testing::AssertionSuccess();
     }
-    return ::testing::AssertionFailure()
-           << "want last_seq " << last << " and " << held << " hbm blocks, kvgov has "
-           << Worker().dump() << "\n" << daemon_.Stderr();
+    return ::testing::AssertionFailure() << "want last_seq " << last << " and " << held
+                                         << " hbm blocks, kvgov has " << Worker().dump() << "\n"
+                                         << daemon_.Stderr();
   }
 };
 
@@ -93,12 +92,12 @@ TEST_F(IngestE2ETest, IndexEqualsWhatThePublisherHolds) {
   std::string metrics = client_->Get("/metrics")->body;
   EXPECT_NE(metrics.find(R"(kvgov_engine_restarts_total{worker="w1"} 1)"), std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find(R"(kvgov_engine_decode_errors_total{worker="w1",reason="malformed_msgpack"} 1)"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics.find(R"(kvgov_engine_decode_errors_total{worker="w1",reason="malformed_msgpack"} 1)"),
+      std::string::npos);
   EXPECT_NE(metrics.find(R"(kvgov_engine_replays_total{worker="w1",outcome="ok"} 1)"),
             std::string::npos);
-  EXPECT_NE(metrics.find(R"(kvgov_residency_blocks{worker="w1",tier="hbm"} 4)"),
-            std::string::npos);
+  EXPECT_NE(metrics.find(R"(kvgov_residency_blocks{worker="w1",tier="hbm"} 4)"), std::string::npos);
   EXPECT_NE(metrics.find(R"(kvgov_cache_events_total{source="ride_engine",plane="kv_transfer",)"
                          R"(direction="store",outcome="ok"})"),
             std::string::npos);
@@ -114,10 +113,11 @@ TEST_F(IngestE2ETest, PromtoolAcceptsMetrics) {
   ASSERT_TRUE(publisher_.WaitForSubscriber(milliseconds(20000)));
   publisher_.Store(std::nullopt, 2, 100);
   ASSERT_TRUE(Converged());
-  ASSERT_EQ(client_->Post("/v1/events",
-                          R"({"events":[{"type":"provider_cache","provider":"openai",)"
-                          R"("model_id":"gpt","cached_tokens":10}]})",
-                          "application/json")
+  ASSERT_EQ(client_
+                ->Post("/v1/events",
+                       R"({"events":[{"type":"provider_cache","provider":"openai",)"
+                       R"("model_id":"gpt","cached_tokens":10}]})",
+                       "application/json")
                 ->status,
             200);
   const std::filesystem::path scrape = daemon_.dir() / "metrics.txt";

@@ -28,13 +28,12 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-
-
 TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
   FakeEnginePublisher vllm(kBlockSize);
   FakeEnginePublisher sglang(kBlockSize);
   FakeControl vllm_control("/reset_prefix_cache", [&] { vllm.Clear(); });
-  FakeControl sglang_control("/flush_cache", [&] { sglang.Clear(); }, /*busy_answers=*/2);
+  FakeControl sglang_control(
+      "/flush_cache", [&] { sglang.Clear(); }, /*busy_answers=*/2);
   DaemonProcess daemon;
   ASSERT_TRUE(daemon
                   .Start({"--engine", EngineArg("w1", "vllm", vllm, vllm_control, kBlockSize),
@@ -122,9 +121,8 @@ TEST(InvalidationE2ETest, DirectiveIsWitnessedCertifiedAndVerifiesOffline) {
                 {"cert", "verify", cert_file.string(), "--issuer-key", issuer_key}, &output),
             1)
       << output;
-  EXPECT_EQ(DaemonProcess::RunToExit({"journal", "verify", "--data-dir",
-                                      (daemon.dir() / "data").string()},
-                                     &output),
+  EXPECT_EQ(DaemonProcess::RunToExit(
+                {"journal", "verify", "--data-dir", (daemon.dir() / "data").string()}, &output),
             0)
       << output;
 }
@@ -158,10 +156,10 @@ TEST(InvalidationE2ETest, LmcacheAndExactSpanWebhookOwners) {
     return workers.size() == 2 && workers[0]["blocks"]["hbm"] == 1 &&
            workers[1]["blocks"]["hbm"] == 1;
   }));
-  httplib::Result created = client.Post(
-      "/v1/invalidations",
-      Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}, {"reason", "r"}}).dump(),
-      "application/json");
+  httplib::Result created =
+      client.Post("/v1/invalidations",
+                  Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}, {"reason", "r"}}).dump(),
+                  "application/json");
   ASSERT_EQ(created->status, 202);
   const std::string id = Json::parse(created->body)["id"];
   Json directive;
@@ -194,10 +192,10 @@ TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   ASSERT_TRUE(WaitFor([&] {
     return Json::parse(client.Get("/v1/workers")->body)["workers"][0]["blocks"]["hbm"] == 1;
   }));
-  httplib::Result created = client.Post(
-      "/v1/invalidations",
-      Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}, {"reason", "r"}}).dump(),
-      "application/json");
+  httplib::Result created =
+      client.Post("/v1/invalidations",
+                  Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}, {"reason", "r"}}).dump(),
+                  "application/json");
   ASSERT_EQ(created->status, 202);
   const std::string id = Json::parse(created->body)["id"];
   Json directive;
@@ -213,8 +211,9 @@ TEST(InvalidationE2ETest, RemovalThatNeverComesEndsInWitnessTimeout) {
   EXPECT_NE(metrics.find("kvgov_certificates_total{outcome=\"issued\"} 0\n"), std::string::npos);
   // Nobody saw the blocks go: they still earn no route credit.
   Json route = Json::parse(
-      client.Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}}).dump(),
-                  "application/json")
+      client
+          .Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(4, 100)}}).dump(),
+                "application/json")
           ->body);
   EXPECT_EQ(route["overlap_blocks"], 0);
   EXPECT_EQ(route["candidates"][0]["resident_blocks"], 1);
@@ -277,7 +276,9 @@ TEST(InvalidationE2ETest, AWaitingDirectiveSurvivesARestartAndIsWitnessedByTheCa
   DaemonProcess daemon;
   const std::vector<std::string> args = {"--engine",
                                          EngineArg("w1", "vllm", vllm, control, kBlockSize),
-                                         "--probe-interval-ms", "50", "--witness-timeout-ms",
+                                         "--probe-interval-ms",
+                                         "50",
+                                         "--witness-timeout-ms",
                                          "60000"};
   ASSERT_TRUE(daemon.Start(args).ok()) << daemon.Stderr();
   ASSERT_TRUE(vllm.WaitForSubscriber(milliseconds(20000)));
@@ -296,8 +297,9 @@ TEST(InvalidationE2ETest, AWaitingDirectiveSurvivesARestartAndIsWitnessedByTheCa
   auto directive = [&] { return Json::parse(client->Get("/v1/invalidations/" + id)->body); };
   auto credited = [&] {
     Json decision = Json::parse(
-        client->Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(8, 100)}}).dump(),
-                     "application/json")
+        client
+            ->Post("/v1/route", Json({{"model", "llama"}, {"token_ids", Tokens(8, 100)}}).dump(),
+                   "application/json")
             ->body);
     return decision["candidates"][0]["overlap_blocks"].get<int64_t>();
   };

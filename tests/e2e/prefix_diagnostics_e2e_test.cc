@@ -64,8 +64,7 @@ class PrefixDiagnosticsE2ETest : public ::testing::Test {
     gateway.set_read_timeout(std::chrono::seconds(30));
     httplib::Result answer = gateway.Post(
         "/v1/completions", Bearer(secret),
-        Json{{"model", "llama"}, {"prompt", prompt}, {"max_tokens", 1}}.dump(),
-        "application/json");
+        Json{{"model", "llama"}, {"prompt", prompt}, {"max_tokens", 1}}.dump(), "application/json");
     ASSERT_EQ(HttpStatus(answer), 200) << (answer ? answer->body : "") << daemon_.Stderr();
   }
 
@@ -140,7 +139,8 @@ TEST_F(PrefixDiagnosticsE2ETest, ATimestampInTheSystemPromptIsNamedWithWhatItCos
   ASSERT_NE(metrics.find(series), std::string::npos) << metrics.substr(0, 2000);
   EXPECT_EQ(std::stoll(metrics.substr(metrics.find(series) + series.size())),
             finding["avoidable_tokens_total"].get<int64_t>());
-  EXPECT_TRUE(WaitFor([&] { return daemon_.Stderr().find("prefix.breaker_found") != std::string::npos; }));
+  EXPECT_TRUE(
+      WaitFor([&] { return daemon_.Stderr().find("prefix.breaker_found") != std::string::npos; }));
 }
 
 // Tool definitions serialized in another order on each call (a map
@@ -256,10 +256,10 @@ TEST_F(PrefixDiagnosticsE2ETest, TheLintNamesTheRulesARequestBreaksAndWhatFixing
   auto run_lint = [&](const Json& first, const Json& second, std::string* output) {
     const std::filesystem::path file = daemon_.dir() / "requests.jsonl";
     std::ofstream(file) << first.dump() << "\n\n" << second.dump() << "\n";
-    return DaemonProcess::RunToExit({"lint", file.string(), "--kvgov",
-                                     "http://127.0.0.1:" + std::to_string(daemon_.port()),
-                                     "--token", acme_},
-                                    output);
+    return DaemonProcess::RunToExit(
+        {"lint", file.string(), "--kvgov", "http://127.0.0.1:" + std::to_string(daemon_.port()),
+         "--token", acme_},
+        output);
   };
   std::string output;
   EXPECT_EQ(run_lint(chat("Hello.", Json::array({search, fetch})),
@@ -282,8 +282,8 @@ TEST_F(PrefixDiagnosticsE2ETest, TheLintNamesTheRulesARequestBreaksAndWhatFixing
                                          Json{{"requests", {unknown}}}.dump(), "application/json");
   EXPECT_EQ(HttpStatus(refused), 404);
   EXPECT_NE(refused->body.find("$.requests[0]"), std::string::npos) << refused->body;
-  httplib::Result bad = control.Post("/v1/lint/prompt", Bearer(acme_), R"({"requests":{}})",
-                                     "application/json");
+  httplib::Result bad =
+      control.Post("/v1/lint/prompt", Bearer(acme_), R"({"requests":{}})", "application/json");
   EXPECT_EQ(HttpStatus(bad), 400);
   EXPECT_NE(bad->body.find("$.requests: want a non-empty array"), std::string::npos) << bad->body;
 }

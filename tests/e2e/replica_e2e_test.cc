@@ -39,18 +39,18 @@
 #include "kvgov/replication/governance_log.h"
 #include "kvgov/replication/redis.h"
 #include "testing/redis_server_process.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::testing {
 namespace {
 
 using Json = nlohmann::json;
-using test_support::RedisServerProcess;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using test_support::RedisServerProcess;
 
 constexpr int64_t kBlockSize = 4;
 constexpr int kReplicas = 3;
-
 
 struct Reply {
   int status = 0;  // 0: no HTTP answer (body says why)
@@ -143,9 +143,8 @@ Json WaitForDirectiveEnd(const DaemonProcess& replica, const std::string& id,
   WaitFor(
       [&] {
         directive = Get(replica, "/v1/invalidations/" + id).json();
-        return directive.is_object() &&
-               (directive.value("state", "") == "certified" ||
-                directive.value("state", "") == "failed");
+        return directive.is_object() && (directive.value("state", "") == "certified" ||
+                                         directive.value("state", "") == "failed");
       },
       timeout);
   return directive;
@@ -153,19 +152,6 @@ Json WaitForDirectiveEnd(const DaemonProcess& replica, const std::string& id,
 
 class ReplicaE2ETest : public ::testing::Test {
  protected:
-  ReplicaE2ETest() {
-    static int counter = 0;
-    keys_dir_ = std::filesystem::temp_directory_path() /
-                ("kvgov_replica_e2e_" + std::to_string(::getpid()) + "_" +
-                 std::to_string(counter++));
-    std::filesystem::remove_all(keys_dir_);
-    std::filesystem::create_directories(keys_dir_);
-  }
-  ~ReplicaE2ETest() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(keys_dir_, ignored);
-  }
-
   void SetUp() override {
     // An acknowledged write survives a Redis restart only with the append-
     // only file, as production Redis for kvgov must run.
@@ -175,9 +161,9 @@ class ReplicaE2ETest : public ::testing::Test {
     issuer_key_ = (keys_dir_ / "issuer.key").string();
     tenant_secret_ = (keys_dir_ / "tenant.key").string();
     std::string output;
-    ASSERT_EQ(DaemonProcess::RunToExit({"keygen", "--issuer-key", issuer_key_,
-                                        "--tenant-secret-file", tenant_secret_},
-                                       &output),
+    ASSERT_EQ(DaemonProcess::RunToExit(
+                  {"keygen", "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_},
+                  &output),
               0)
         << output;
     for (int i = 0; i < kReplicas; ++i) {
@@ -196,18 +182,27 @@ class ReplicaE2ETest : public ::testing::Test {
         Json json = workers.json();
         return json.is_object() && json["workers"].is_array() && json["workers"].size() == 1 &&
                json["workers"][0]["blocks"]["hbm"] == 2;
-      }))
-          << "r" << i << ": " << workers.status << " " << workers.body << replicas_[i].Stderr();
+      })) << "r"
+          << i << ": " << workers.status << " " << workers.body << replicas_[i].Stderr();
     }
   }
 
   // Starts (or restarts, on its data dir) replica i.
   Status StartReplica(int i) {
-    std::vector<std::string> args = {
-        "--engine", EngineArg("w1", "vllm", publisher_, control_, kBlockSize), "--redis",
-        redis_.url(), "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_,
-        "--replica-id", "r" + std::to_string(i), "--claim-ttl-ms", "1000",
-        "--probe-interval-ms", "50"};
+    std::vector<std::string> args = {"--engine",
+                                     EngineArg("w1", "vllm", publisher_, control_, kBlockSize),
+                                     "--redis",
+                                     redis_.url(),
+                                     "--issuer-key",
+                                     issuer_key_,
+                                     "--tenant-secret-file",
+                                     tenant_secret_,
+                                     "--replica-id",
+                                     "r" + std::to_string(i),
+                                     "--claim-ttl-ms",
+                                     "1000",
+                                     "--probe-interval-ms",
+                                     "50"};
     args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
     return replicas_[i].Start(args);
   }
@@ -249,7 +244,7 @@ class ReplicaE2ETest : public ::testing::Test {
   }
 
   std::vector<std::string> extra_flags_;  // for every replica, set before SetUp
-  std::filesystem::path keys_dir_;
+  const test_support::ScratchDir keys_dir_{"kvgov_replica_e2e"};
   std::string issuer_key_;
   std::string tenant_secret_;
   // Destroyed in reverse: the replicas first (they call the control), then
@@ -403,7 +398,9 @@ TEST_F(ReplicaE2ETest, OneGovernanceStateAcrossReplicas) {
 // code, so /v1/route's answer stands for both.
 TEST_F(ReplicaE2ETest, RevocationsAndDiversionsHoldOnEveryReplica) {
   const Json acme = {{"model", "llama"}, {"tenant", "acme"}, {"token_ids", Tokens(8, 500)}};
-  auto salt_on = [&](int i) { return Post(r(i), "/v1/route", acme).json().value("cache_salt", ""); };
+  auto salt_on = [&](int i) {
+    return Post(r(i), "/v1/route", acme).json().value("cache_salt", "");
+  };
   const std::string before = salt_on(1);
   ASSERT_EQ(before.size(), 32u) << before;
   ASSERT_EQ(salt_on(2), before);
@@ -430,7 +427,8 @@ TEST_F(ReplicaE2ETest, RevocationsAndDiversionsHoldOnEveryReplica) {
     EXPECT_TRUE(WaitFor([&] {
       diverted = Post(r(i), "/v1/route", acme);
       return diverted.status == 503;
-    })) << "r" << i << ": " << diverted.status << " " << diverted.body;
+    })) << "r"
+        << i << ": " << diverted.status << " " << diverted.body;
     EXPECT_NE(diverted.body.find("salt_unverified"), std::string::npos) << diverted.body;
   }
 }
@@ -443,12 +441,14 @@ TEST_F(ReplicaE2ETest, KilledDispatcherIsTakenOver) {
   const std::string directive_id = created.json().value("id", "");
   ASSERT_FALSE(directive_id.empty()) << created.body;
   ASSERT_TRUE(WaitFor([&] { return control_.calls() == 1; }, seconds(10)))
-      << "calls " << control_.calls() << "\n" << r(0).Stderr();
+      << "calls " << control_.calls() << "\n"
+      << r(0).Stderr();
   r(0).Kill();
 
   Json directive = WaitForDirectiveEnd(r(1), directive_id, seconds(20));
-  ASSERT_EQ(directive.value("state", ""), "certified")
-      << directive.dump() << "\n--- r1:\n" << r(1).Stderr() << "\n--- r2:\n" << r(2).Stderr();
+  ASSERT_EQ(directive.value("state", ""), "certified") << directive.dump() << "\n--- r1:\n"
+                                                       << r(1).Stderr() << "\n--- r2:\n"
+                                                       << r(2).Stderr();
   // The survivor called the owner again, once.
   EXPECT_EQ(control_.calls(), 2) << r(1).Stderr() << r(2).Stderr();
   const std::string survivors = r(1).Stderr() + r(2).Stderr();
@@ -493,8 +493,7 @@ TEST_F(ReplicaE2ETest, RedisOutageRefusesWritesKeepsRoutingAndConverges) {
       << refused.body;
 
   for (int i = 0; i < kReplicas; ++i) {
-    Reply routed =
-        Post(r(i), "/v1/route", {{"model", "llama"}, {"token_ids", Tokens(8, 100)}});
+    Reply routed = Post(r(i), "/v1/route", {{"model", "llama"}, {"token_ids", Tokens(8, 100)}});
     EXPECT_EQ(routed.status, 200) << "r" << i << ": " << routed.body << r(i).Stderr();
     EXPECT_EQ(routed.json().value("worker", ""), "w1") << routed.body;
   }
@@ -607,9 +606,8 @@ TEST_F(ReplicaE2ETest, InFlightRouteLoadIsShared) {
 TEST_F(ReplicaE2ETest, AnEntryEveryReplicaRefusesIsSkippedNotRetried) {
   ASSERT_TRUE(JournalHeadsConverge({0, 1, 2}));
   const std::string before = JournalHead(r(0));
-  const Json huge = {{"model", "llama"},
-                     {"token_ids", Tokens(8, 100)},
-                     {"reason", std::string(1200 * 1024, 'x')}};
+  const Json huge = {
+      {"model", "llama"}, {"token_ids", Tokens(8, 100)}, {"reason", std::string(1200 * 1024, 'x')}};
   Reply refused = Post(r(0), "/v1/quarantine", huge);
   EXPECT_EQ(refused.status, 413) << refused.body.substr(0, 300);
   EXPECT_NE(refused.body.find("byte limit"), std::string::npos) << refused.body.substr(0, 300);
@@ -631,7 +629,8 @@ TEST_F(ReplicaE2ETest, AnEntryEveryReplicaRefusesIsSkippedNotRetried) {
   for (int i = 0; i < kReplicas; ++i) {
     const std::string metrics = Get(r(i), "/metrics").body;
     EXPECT_NE(metrics.find("kvgov_replica_log_rejected_entries_total 1\n"), std::string::npos)
-        << "r" << i << ":\n" << metrics.substr(0, 200);
+        << "r" << i << ":\n"
+        << metrics.substr(0, 200);
   }
 }
 
@@ -679,9 +678,8 @@ TEST_F(ReplicaE2ETest, ARestartedReplicaRejoinsTheChain) {
 }
 
 Json LeaseEvent(const std::string& lease_id, const std::string& event) {
-  Json lease = {{"type", "nixl_lease"},       {"lease_id", lease_id},
-                {"event", event},             {"role", "prefill_pin"},
-                {"span_digest", "s-" + lease_id}, {"remote_engine", "w1"}};
+  Json lease = {{"type", "nixl_lease"},  {"lease_id", lease_id},           {"event", event},
+                {"role", "prefill_pin"}, {"span_digest", "s-" + lease_id}, {"remote_engine", "w1"}};
   if (event == "create") lease["ttl_ms"] = 60000;
   return {{"events", Json::array({lease})}};
 }
@@ -710,7 +708,8 @@ TEST_F(ReplicaE2ETest, ConflictingLeaseWritesEndTheLeaseOnceOnEveryReplica) {
     }
     Reply completed;
     Reply aborted;
-    std::thread complete([&] { completed = Post(r(1), "/v1/events", LeaseEvent(id, "transfer_complete")); });
+    std::thread complete(
+        [&] { completed = Post(r(1), "/v1/events", LeaseEvent(id, "transfer_complete")); });
     std::thread abort([&] { aborted = Post(r(2), "/v1/events", LeaseEvent(id, "abort")); });
     complete.join();
     abort.join();
@@ -765,7 +764,8 @@ TEST_F(ReplicaE2ETest, ConflictingLeaseWritesEndTheLeaseOnceOnEveryReplica) {
   ASSERT_TRUE(log.Append(stale).ok());
   for (int i = 0; i < kReplicas; ++i) {
     EXPECT_TRUE(WaitFor([&] { return RefusedEntries(r(i)) == refused_before[i] + 1; }))
-        << "r" << i << ":\n" << r(i).Stderr();
+        << "r" << i << ":\n"
+        << r(i).Stderr();
     EXPECT_NE(r(i).Stderr().find("event 'heartbeat' cannot move it (a concurrent write ended it)"),
               std::string::npos)
         << r(i).Stderr();
@@ -778,10 +778,10 @@ TEST_F(ReplicaE2ETest, ConflictingLeaseWritesEndTheLeaseOnceOnEveryReplica) {
 // start, naming the id, and the fleet is untouched.
 TEST_F(ReplicaE2ETest, ASecondProcessUnderALiveReplicaIdRefusesToStart) {
   DaemonProcess impostor;
-  Status started = impostor.Start(
-      {"--engine", EngineArg("w1", "vllm", publisher_, control_, kBlockSize), "--redis",
-       redis_.url(), "--issuer-key", issuer_key_, "--tenant-secret-file", tenant_secret_,
-       "--replica-id", "r0", "--claim-ttl-ms", "1000"});
+  Status started =
+      impostor.Start({"--engine", EngineArg("w1", "vllm", publisher_, control_, kBlockSize),
+                      "--redis", redis_.url(), "--issuer-key", issuer_key_, "--tenant-secret-file",
+                      tenant_secret_, "--replica-id", "r0", "--claim-ttl-ms", "1000"});
   ASSERT_FALSE(started.ok());
   EXPECT_NE(impostor.Stderr().find("replica id 'r0' is held by another running kvgov"),
             std::string::npos)
@@ -802,8 +802,7 @@ TEST_F(ReplicaE2ETest, AReplicaWhoseIdWasTakenStopsAndExits1) {
       << r(2).Stderr();
   const std::string output = r(2).Stderr();
   EXPECT_EQ(r(2).Stop(), 1) << output;
-  EXPECT_NE(output.find("replica id 'r2' was taken by another kvgov"), std::string::npos)
-      << output;
+  EXPECT_NE(output.find("replica id 'r2' was taken by another kvgov"), std::string::npos) << output;
   Reply accepted = Post(r(0), "/v1/quarantine", kQuarantine);
   EXPECT_EQ(accepted.status, 200) << accepted.body;
   EXPECT_TRUE(JournalHeadsConverge({0, 1}));
@@ -908,8 +907,8 @@ TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
       acked_quarantines.push_back(id);
       if (n % 3 == 0) {
         const uint16_t other = PickUp(rng);
-        if (other != 0 && Send(other, "/v1/quarantines/" + id + "/lift",
-                               {{"reason", "chaos"}}).status == 200) {
+        if (other != 0 &&
+            Send(other, "/v1/quarantines/" + id + "/lift", {{"reason", "chaos"}}).status == 200) {
           acked_lifts.push_back(id);
         }
       }
@@ -1026,7 +1025,8 @@ TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
   }
   auto adopted_by = [&](int i, uint64_t seq) {
     for (const Json& span : adopted[i]) {
-      if (span.value("first_seq", uint64_t{0}) <= seq && seq <= span.value("last_seq", uint64_t{0})) {
+      if (span.value("first_seq", uint64_t{0}) <= seq &&
+          seq <= span.value("last_seq", uint64_t{0})) {
         return true;
       }
     }
@@ -1089,7 +1089,8 @@ TEST_F(ReplicaChaosTest, ChaosSoakConverges) {
   Result<replication::RedisReply> mark = redis.Command({"GET", "kvgov:governance:trimmed"});
   ASSERT_TRUE(mark.ok());
   EXPECT_EQ(mark->type, replication::RedisReply::Type::kString) << "the stream was never trimmed";
-  const uint64_t head = Get(r(0), "/v1/journal?since=1&limit=1").json().value("head_seq", uint64_t{0});
+  const uint64_t head =
+      Get(r(0), "/v1/journal?since=1&limit=1").json().value("head_seq", uint64_t{0});
   EXPECT_LT(static_cast<uint64_t>(length->integer), std::max<uint64_t>(head / 2, 200))
       << "stream of " << length->integer << " entries for " << head << " rows";
   for (int i = 0; i < kReplicas; ++i) {

@@ -24,7 +24,6 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kBlockSize = 4;
 
-
 class RouteE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,8 +84,10 @@ TEST_F(RouteE2ETest, MatchingPromptGoesWhereItsPrefixIs) {
 
 TEST_F(RouteE2ETest, TenantSaltRoundTrip) {
   // 1. Route for tenant acme: nothing cached yet; kvgov hands out the salt.
-  Json first = Route(Json({{"model", "llama"}, {"tenant", "acme"},
-                           {"token_ids", Tokens(8, 100)}, {"workers", {"w1"}}})
+  Json first = Route(Json({{"model", "llama"},
+                           {"tenant", "acme"},
+                           {"token_ids", Tokens(8, 100)},
+                           {"workers", {"w1"}}})
                          .dump());
   ASSERT_EQ(first["worker"], "w1");
   EXPECT_EQ(first["overlap_blocks"], 0);
@@ -100,8 +101,8 @@ TEST_F(RouteE2ETest, TenantSaltRoundTrip) {
 
   // 3. The next route for acme matches; another tenant's does not, nor
   //    does a request without a tenant.
-  Json again = Route(Json({{"model", "llama"}, {"tenant", "acme"}, {"token_ids", Tokens(8, 100)}})
-                         .dump());
+  Json again =
+      Route(Json({{"model", "llama"}, {"tenant", "acme"}, {"token_ids", Tokens(8, 100)}}).dump());
   EXPECT_EQ(again["worker"], "w1") << again.dump();
   EXPECT_EQ(again["overlap_blocks"], 2);
   EXPECT_EQ(again["cache_salt"], salt);

@@ -54,9 +54,8 @@ TEST(ServeE2ETest, TheStartLinesNameTheGatewayAndWarnOfNoEngine) {
 
 TEST(ServeE2ETest, RefusesToListenBeyondLoopback) {
   std::string output;
-  int code = DaemonProcess::RunToExit({"serve", "--listen", "0.0.0.0:0", "--data-dir",
-                                       "/tmp/kvgov-e2e-never-created"},
-                                      &output);
+  int code = DaemonProcess::RunToExit(
+      {"serve", "--listen", "0.0.0.0:0", "--data-dir", "/tmp/kvgov-e2e-never-created"}, &output);
   EXPECT_EQ(code, 1);
   EXPECT_NE(output.find("refusing to listen on '0.0.0.0'"), std::string::npos) << output;
 }
@@ -88,7 +87,8 @@ TEST(CliE2ETest, AMistypedCommandOrFlagIsAnsweredWithWhatWasMeant) {
   std::string output;
   EXPECT_EQ(DaemonProcess::RunToExit({"simulte"}, &output), 2);
   EXPECT_EQ(output.rfind("kvgov: 'simulte' is not a command of 'kvgov'; did you mean "
-                         "'simulate'?", 0),
+                         "'simulate'?",
+                         0),
             0u)
       << output;
   EXPECT_EQ(output.find("A subcommand is required"), std::string::npos) << output;
@@ -179,10 +179,12 @@ TEST(ServeE2ETest, ABadConfigFileNamesItsLineAndKey) {
   EXPECT_NE(run("# kvgov\n[serve]\nlisten_on = \"127.0.0.1:0\"\n")
                 .find(where + "key 'listen_on' is not a setting of [serve]"),
             std::string::npos);
-  EXPECT_NE(run("[serve]\n\nlisten = \"127.0.0.1:0\n").find(where + "key 'listen': the string is "
-                                                               "not closed"),
+  EXPECT_NE(run("[serve]\n\nlisten = \"127.0.0.1:0\n")
+                .find(where + "key 'listen': the string is "
+                              "not closed"),
             std::string::npos);
-  const std::string out_of_range = run("[serve]\nlisten = \"127.0.0.1:0\"\nprobe-interval-ms = 1\n");
+  const std::string out_of_range =
+      run("[serve]\nlisten = \"127.0.0.1:0\"\nprobe-interval-ms = 1\n");
   EXPECT_NE(out_of_range.find("--probe-interval-ms"), std::string::npos) << out_of_range;
   EXPECT_NE(out_of_range.find("comes from " + config.string() + ":3"), std::string::npos)
       << out_of_range;

@@ -10,10 +10,10 @@ namespace {
 
 TEST(SoakE2ETest, UnderLoadNothingIsLostAppliedTwiceOrLeaked) {
   std::string output;
-  const int code = DaemonProcess::RunToExit(
-      {"loadgen", "--duration", "8", "--engines", "3", "--rate", "150", "--route-threads", "2",
-       "--governance-every-ms", "50"},
-      &output);
+  const int code =
+      DaemonProcess::RunToExit({"loadgen", "--duration", "8", "--engines", "3", "--rate", "150",
+                                "--route-threads", "2", "--governance-every-ms", "50"},
+                               &output);
   EXPECT_EQ(code, 0) << output;
   EXPECT_NE(output.find("checks       all held"), std::string::npos) << output;
   EXPECT_NE(output.find("(0 errors)"), std::string::npos) << output;

@@ -4,8 +4,6 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +13,7 @@
 #include "e2e/daemon_process.h"
 #include "e2e/wait.h"
 #include "kvgov/client/spool_sink.h"
+#include "testing/scratch_dir.h"
 
 namespace kvgov::testing {
 namespace {
@@ -45,13 +44,6 @@ void WriteFile(const fs::path& path, const std::string& contents) {
 
 class SpoolE2ETest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvgov_spool_e2e_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void StartKvgov(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--engine", kEngine, "--admit", "spooler=fleet"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -67,7 +59,7 @@ class SpoolE2ETest : public ::testing::Test {
   std::string Metrics() { return client_->Get("/metrics")->body; }
   std::string Url() const { return "http://127.0.0.1:" + std::to_string(daemon_.port()); }
 
-  fs::path dir_;
+  const test_support::ScratchDir dir_{"kvgov_spool_e2e"};
   DaemonProcess daemon_;
   std::unique_ptr<httplib::Client> client_;
 };

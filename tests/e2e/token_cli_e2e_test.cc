@@ -41,8 +41,8 @@ std::string LastLine(std::string output) {
 TEST(TokenCliE2ETest, AddSaysWhichDataDirItWroteTo) {
   ScratchDir cwd("kvgov_token_cli_cwd");
   std::string output;
-  const std::string command = "cd '" + cwd.path().string() + "' && '" KVGOV_BINARY
-                              "' token add app --role infer 2>&1";
+  const std::string command =
+      "cd '" + cwd.path().string() + "' && '" KVGOV_BINARY "' token add app --role infer 2>&1";
   ASSERT_EQ(RunCommand(command, &output), 0) << output;
   const fs::path data_dir = cwd.path() / "kvgov-data";
   EXPECT_TRUE(fs::exists(data_dir / "tokens.json"));
@@ -74,7 +74,8 @@ TEST(TokenCliE2ETest, AddSaysWhichDataDirItWroteTo) {
   EXPECT_NE(output.find("Default: ./kvgov-data"), std::string::npos) << output;
   for (const auth::RoleInfo& role : auth::Roles()) {
     EXPECT_NE(output.find("  " + std::string(role.name) + " "), std::string::npos)
-        << role.name << " is missing from:\n" << output;
+        << role.name << " is missing from:\n"
+        << output;
   }
   // So does the refusal of a role there is not.
   output.clear();

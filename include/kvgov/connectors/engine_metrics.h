@@ -37,7 +37,7 @@ namespace kvgov::connectors {
 ///                      malformed line of any other metric is skipped.
 ///   NotFound           none of the known gauges has a series.
 Result<router::ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text, int64_t now_ms,
-                                       size_t max_bytes = 4 << 20);
+                                               size_t max_bytes = 4 << 20);
 
 /// The same, split over an engine's `ranks` data-parallel ranks (element r
 /// is rank r's load), as one /metrics page reports them: a series labelled
@@ -47,7 +47,7 @@ Result<router::ScrapedLoad> ParseEngineMetrics(std::string_view prometheus_text,
 /// fraction as is. With ranks == 1 this is ParseEngineMetrics. Errors as
 /// there, and InvalidArgument for ranks == 0.
 Result<std::vector<router::ScrapedLoad>> ParseEngineMetricsByRank(std::string_view prometheus_text,
-                                                          int64_t now_ms, size_t ranks,
-                                                          size_t max_bytes = 4 << 20);
+                                                                  int64_t now_ms, size_t ranks,
+                                                                  size_t max_bytes = 4 << 20);
 
 }  // namespace kvgov::connectors

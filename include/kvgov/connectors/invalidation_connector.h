@@ -63,8 +63,8 @@ inline constexpr std::string_view kDegradeExactSpanUnsupported =
 struct DispatchResult {
   bool acknowledged = false;
   KVEvictionScope scope = KVEvictionScope::kWholePrefixCache;
-  bool degraded = false;       // a wider eviction than the named spans
-  std::string degrade_reason;  // non-empty exactly when degraded
+  bool degraded = false;          // a wider eviction than the named spans
+  std::string degrade_reason;     // non-empty exactly when degraded
   std::vector<Attempt> attempts;  // every attempt, in order; the last one is the 2xx
   std::string connector;          // name() of the connector that dispatched
 };

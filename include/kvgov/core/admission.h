@@ -9,7 +9,7 @@ namespace kvgov {
 
 /// Admits entries from one trusted owner at a given scope.
 struct AdmissionRule {
-  std::string owner;        // matches Entry::residency.owner exactly
+  std::string owner;  // matches Entry::residency.owner exactly
   Scope scope = Scope::kTenant;
   std::string admitted_by;  // who takes responsibility, recorded on the entry
 };

@@ -11,8 +11,8 @@ namespace kvgov {
 /// Reuse counted for one source.
 struct SourceReuse {
   uint64_t events = 0;
-  uint64_t hits = 0;           // servable hits; provider: prompt-prefix reads
-  int64_t tokens_saved = 0;    // provider: tokens read from the provider cache
+  uint64_t hits = 0;         // servable hits; provider: prompt-prefix reads
+  int64_t tokens_saved = 0;  // provider: tokens read from the provider cache
   friend bool operator==(const SourceReuse&, const SourceReuse&) = default;
 };
 

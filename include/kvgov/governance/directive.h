@@ -36,7 +36,7 @@ constexpr bool IsFinished(DirectiveState state) {
 /// One owner's part of a directive.
 struct OwnerProgress {
   std::string worker;
-  std::string connector;  // vllm, sglang, ... ("" until a connector was made for it)
+  std::string connector;                 // vllm, sglang, ... ("" until a connector was made for it)
   std::optional<KVEvictionScope> scope;  // what the owner did, once it answered
   bool degraded = false;
   std::string degrade_reason;
@@ -44,8 +44,8 @@ struct OwnerProgress {
   int last_status = 0;
   std::string last_error;
   OwnerState state = OwnerState::kPlanned;
-  bool whole_worker = false;                // every block of the worker is a target
-  std::set<index::BlockKey> pending;        // targets not yet seen removed
+  bool whole_worker = false;          // every block of the worker is a target
+  std::set<index::BlockKey> pending;  // targets not yet seen removed
   uint64_t target_count = 0;
   int64_t dispatch_seq = -1;                // the worker's stream seq when dispatched
   std::vector<uint64_t> witness_seqs;       // the event seqs that showed the removal
@@ -118,11 +118,12 @@ struct EnumSpelling<governance::DirectiveState> {
 template <>
 struct EnumSpelling<governance::OwnerState> {
   static constexpr std::string_view kName = "directive owner state";
-  static constexpr auto kValues = std::to_array<std::pair<governance::OwnerState, std::string_view>>(
-      {{governance::OwnerState::kPlanned, "planned"},
-       {governance::OwnerState::kDispatched, "dispatched"},
-       {governance::OwnerState::kAcknowledged, "acknowledged"},
-       {governance::OwnerState::kWitnessed, "witnessed"},
-       {governance::OwnerState::kFailed, "failed"}});
+  static constexpr auto kValues =
+      std::to_array<std::pair<governance::OwnerState, std::string_view>>(
+          {{governance::OwnerState::kPlanned, "planned"},
+           {governance::OwnerState::kDispatched, "dispatched"},
+           {governance::OwnerState::kAcknowledged, "acknowledged"},
+           {governance::OwnerState::kWitnessed, "witnessed"},
+           {governance::OwnerState::kFailed, "failed"}});
 };
 }  // namespace kvgov

@@ -55,7 +55,9 @@ struct DirectiveEffects {
   /// Certified.
   bool certify = false;
 
-  bool empty() const { return hold.empty() && release.empty() && !journal && call.empty() && !certify; }
+  bool empty() const {
+    return hold.empty() && release.empty() && !journal && call.empty() && !certify;
+  }
   friend bool operator==(const DirectiveEffects&, const DirectiveEffects&) = default;
 };
 
@@ -137,9 +139,9 @@ struct Certified {
 /// certified.
 struct DriverResumed {};
 
-using DirectiveEvent = std::variant<CallStarted, CallAnswered, CallFailed, CallsEnded, RemovalSeen,
-                                    ClearSeen, RestartSeen, ResidueSeen, Tick, Certified,
-                                    DriverResumed>;
+using DirectiveEvent =
+    std::variant<CallStarted, CallAnswered, CallFailed, CallsEnded, RemovalSeen, ClearSeen,
+                 RestartSeen, ResidueSeen, Tick, Certified, DriverResumed>;
 
 /// A directive before planning: what it names and who holds it, resolved
 /// against the residency index by the caller (OwnersOfSpan and friends).

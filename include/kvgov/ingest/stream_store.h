@@ -39,7 +39,8 @@ namespace kvgov::ingest {
 /// is exactly the state at that seq). One writer thread, in the order work
 /// was handed over, writes consecutive log records as one write and
 /// encodes and writes each snapshot, then deletes the log it covers (from
-/// the worker's first epoch, so what a failed deletion left goes too). Log records waiting for the writer are bounded
+/// the worker's first epoch, so what a failed deletion left goes too). Log records waiting for the
+/// writer are bounded
 /// (`max_queued_bytes`, well below what an engine's replay buffer holds):
 /// a stream hands over more only once the writer has caught up below it.
 /// A worker has at most one snapshot waiting; the next is taken once it
@@ -112,7 +113,7 @@ class StreamStore : public StreamDurability {
     uint64_t blocks_since_snapshot = 0;  // blocks those batches stored or removed
     uint64_t snapshot_blocks = 0;        // resident blocks the last snapshot held
     bool snapshot_pending = false;       // a capture waits for the writer
-    std::string last_digest;  // Sha256Hex of the last applied batch; "" unknown
+    std::string last_digest;             // Sha256Hex of the last applied batch; "" unknown
     // The last applied batch's bytes, while its digest is not computed:
     // only a snapshot record needs the digest, and hashing every batch cost
     // about four times applying it (docs/benchmarks.md).

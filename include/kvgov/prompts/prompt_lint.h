@@ -46,12 +46,13 @@ struct ToolForm {
 
 struct LintRequest {
   std::vector<PromptPart> parts;
-  std::vector<ToolForm> tools;  // in the order sent
+  std::vector<ToolForm> tools;        // in the order sent
   std::string tools_where = "tools";  // where findings about the tools point
 };
 
 struct LintFinding {
-  std::string rule;  // volatile_before_static, nondeterministic_json, tool_order, breakpoint_changes
+  std::string
+      rule;  // volatile_before_static, nondeterministic_json, tool_order, breakpoint_changes
   size_t request = 0;  // index into the requests given
   std::string where;
   std::string detail;

@@ -138,8 +138,7 @@ class Replica {
   /// cannot be reached, or when the log was trimmed past every snapshot in
   /// it (the message says so); InvalidArgument for a snapshot that does
   /// not decode.
-  static Result<ReplicatedTokens> ReadTokens(const std::string& redis_url,
-                                             std::string_view prefix);
+  static Result<ReplicatedTokens> ReadTokens(const std::string& redis_url, std::string_view prefix);
 
   /// Claims on work that must be done once across the replicas.
   Result<bool> Claim(std::string_view name);

@@ -257,9 +257,7 @@ class RoutingPolicy {
   virtual Result<size_t> ChooseDecode(const SimRequest& request, std::string_view cache_salt,
                                       const Fleet& fleet, size_t prefill_engine, double ready_s);
   /// An engine published this payload (an encoded EventBatch).
-  virtual Status Observe(size_t /*engine*/, std::string_view /*payload*/) {
-    return Status::Ok();
-  }
+  virtual Status Observe(size_t /*engine*/, std::string_view /*payload*/) { return Status::Ok(); }
   /// The request's prefill finished.
   virtual void Finished(uint64_t /*request_id*/) {}
   /// The request's KV reached its decode engine (disaggregated fleets).
@@ -300,8 +298,8 @@ std::unique_ptr<RoutingPolicy> MakeKvgovPolicy(const FleetOptions& fleet,
 /// round-robin, random (seeded with `seed`), least-load, oracle (with the
 /// weights' overlap_weight), and the peers' policies with their documented
 /// defaults (sim/peer_policies.h): dynamo, llm-d, sglang, prefix-hash.
-Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name,
-                                                  const FleetOptions& fleet, uint64_t seed,
+Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name, const FleetOptions& fleet,
+                                                  uint64_t seed,
                                                   const router::RouteWeights& weights = {});
 
 /// A wait users notice: what PolicyReport::long_waits counts.
@@ -323,7 +321,7 @@ struct PolicyReport {
   bool decode_modeled = false;
   double e2e_p50_s = 0;
   double e2e_p99_s = 0;
-  std::vector<double> busy_s_per_engine;  // prefill seconds each engine served
+  std::vector<double> busy_s_per_engine;      // prefill seconds each engine served
   std::vector<uint64_t> requests_per_engine;  // requests each engine prefilled
   // Busiest engine's prefill time over the mean: 1.0 is perfectly even. On
   // a disaggregated fleet, over the prefill engines.
@@ -339,7 +337,9 @@ struct PolicyReport {
   double link_wait_s = 0;         // seconds pulls waited for a busy link
 
   double hit_rate() const {
-    return prompt_blocks == 0 ? 0 : static_cast<double>(hit_blocks) / static_cast<double>(prompt_blocks);
+    return prompt_blocks == 0
+               ? 0
+               : static_cast<double>(hit_blocks) / static_cast<double>(prompt_blocks);
   }
 };
 
@@ -365,8 +365,8 @@ struct RequestOutcome {
 /// Totals, TTFT percentiles (nearest rank) and load spread of outcomes on
 /// a fleet of `engines`, the spread taken over engines [0, spread_engines)
 /// (0: all of them; a disaggregated fleet passes its prefill engines).
-PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes,
-                       size_t engines, size_t spread_engines = 0);
+PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outcomes, size_t engines,
+                       size_t spread_engines = 0);
 
 /// Runs the trace through a fresh fleet with the policy choosing, in
 /// virtual time: arrivals and (disaggregated) finished prefills in time

@@ -66,8 +66,8 @@ std::unique_ptr<RoutingPolicy> MakeSglangPolicy(const FleetOptions& fleet,
 /// nodes (production-stack's prefix-aware and session routing): one prefix
 /// always lands on one worker, whatever the load.
 struct PrefixHashPolicyOptions {
-  int prefix_blocks = 4;       // hashed: the first 4 blocks (64 tokens at 16)
-  int virtual_nodes = 160;     // per worker on the ring
+  int prefix_blocks = 4;    // hashed: the first 4 blocks (64 tokens at 16)
+  int virtual_nodes = 160;  // per worker on the ring
 };
 std::unique_ptr<RoutingPolicy> MakePrefixHashPolicy(const FleetOptions& fleet,
                                                     PrefixHashPolicyOptions options);

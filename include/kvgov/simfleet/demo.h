@@ -52,15 +52,15 @@ struct DemoResult {
   int64_t gateway_engine_cached_tokens = 0;
   double gateway_tokenize_mismatches = 0;
   std::map<std::string, double> gateway_saved_tokens_by_tenant;
-  double live_hit_rate = 0;     // kvgov routing the live fleet
-  double live_ttft_p50_s = 0;   // modeled
+  double live_hit_rate = 0;    // kvgov routing the live fleet
+  double live_ttft_p50_s = 0;  // modeled
   double live_ttft_p90_s = 0;
   double round_robin_hit_rate = 0;  // the same trace and engines, round-robin (simulated)
   double round_robin_ttft_p90_s = 0;
   // The last tenant's system prompt carries a timestamp at token 40, new
   // on every request: what kvgov's prefix diagnostics said of it.
   std::string breaker_tenant;
-  std::string breaker_kind;           // "breaker" when it was found
+  std::string breaker_kind;  // "breaker" when it was found
   int64_t breaker_position_tokens = -1;
   int64_t breaker_avoidable_tokens = 0;  // per request
   uint64_t breaker_occurrences = 0;
@@ -68,11 +68,11 @@ struct DemoResult {
   std::string quarantine_verdict;  // the route verdict reason for the quarantined span
   std::string invalidation_state;  // "certified" when it all went through
   std::string certificate_id;
-  std::string certificate_file;   // the certificate as served, saved for offline checks
+  std::string certificate_file;  // the certificate as served, saved for offline checks
   // A /v1/route body that hits (tenant-1's first transcript), saved for the
   // curl line the demo prints when it keeps running.
   std::string route_example_file;
-  std::string issuer_public_key;  // hex, as GET /v1/issuer serves it
+  std::string issuer_public_key;      // hex, as GET /v1/issuer serves it
   bool certificate_verified = false;  // signature, issuer and journal anchor
   bool lease_credited_while_active = false;
   std::string lease_verdict_after;  // "expired_ttl" once the lease lapsed

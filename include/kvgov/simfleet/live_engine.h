@@ -136,9 +136,9 @@ class LiveEngine {
   LiveEngine& operator=(const LiveEngine&) = delete;
 
   const std::string& id() const;
-  std::string events_endpoint() const;   // tcp://HOST:PORT
-  std::string replay_endpoint() const;   // tcp://HOST:PORT
-  std::string control_url() const;       // http://HOST:PORT
+  std::string events_endpoint() const;  // tcp://HOST:PORT
+  std::string replay_endpoint() const;  // tcp://HOST:PORT
+  std::string control_url() const;      // http://HOST:PORT
   /// The --engine spec with which kvgov follows and governs this engine.
   std::string EngineSpec() const;
 

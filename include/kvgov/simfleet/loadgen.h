@@ -29,9 +29,9 @@ struct LoadgenOptions {
 struct LoadgenReport {
   double duration_s = 0;
   uint64_t batches_published = 0;
-  uint64_t blocks_stored = 0;   // by the engines' own pools
+  uint64_t blocks_stored = 0;  // by the engines' own pools
   uint64_t blocks_removed = 0;
-  double blocks_per_s = 0;      // stored + removed, all applied by kvgov
+  double blocks_per_s = 0;  // stored + removed, all applied by kvgov
   uint64_t routes = 0;
   uint64_t route_errors = 0;
   double route_p50_ms = 0;

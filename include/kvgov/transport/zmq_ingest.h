@@ -16,7 +16,7 @@ namespace kvgov::transport {
 
 /// Limits on one replay request (a gap repair).
 struct ReplayLimits {
-  std::chrono::milliseconds idle_timeout{1000};   // between two replies
+  std::chrono::milliseconds idle_timeout{1000};    // between two replies
   std::chrono::milliseconds total_timeout{10000};  // for the whole replay
   uint64_t max_batches = 100000;
 };
