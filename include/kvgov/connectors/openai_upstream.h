@@ -20,8 +20,8 @@
 namespace kvgov::connectors {
 
 struct UpstreamTimeouts {
-  int64_t connect_ms = 2000;       // > 0
-  int64_t first_byte_ms = 60000;   // > 0; also the longest pause between chunks
+  int64_t connect_ms = 2000;      // > 0
+  int64_t first_byte_ms = 60000;  // > 0; also the longest pause between chunks
 };
 
 /// Where an engine of `kind` tokenizes: vLLM's POST /tokenize, SGLang's

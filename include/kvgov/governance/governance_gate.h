@@ -29,8 +29,8 @@ namespace kvgov::governance {
 /// every write updates under it says so).
 class GovernanceGate : public router::SpanGate {
  public:
-  Limit Creditable(std::string_view worker, std::span<const index::BlockKey> chain,
-                   size_t resident, int64_t now_ms) const override;
+  Limit Creditable(std::string_view worker, std::span<const index::BlockKey> chain, size_t resident,
+                   int64_t now_ms) const override;
 
   /// Quarantine `id` stops credit for `keys`, on every worker. Applying
   /// the same id again changes nothing (a replica applies its own writes
@@ -57,8 +57,8 @@ class GovernanceGate : public router::SpanGate {
 
   /// Blocks under a pending invalidation earn no credit on their worker
   /// until it is witnessed; `whole_worker` stops all credit on the worker.
-  void SetPending(std::string_view worker, std::span<const index::BlockKey> keys,
-                  bool whole_worker, bool pending);
+  void SetPending(std::string_view worker, std::span<const index::BlockKey> keys, bool whole_worker,
+                  bool pending);
 
   /// The blocks `lease` covers on `worker`. The lease's state is judged
   /// at each route's clock, so an expiry needs no event to take effect. A

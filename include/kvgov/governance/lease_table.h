@@ -76,8 +76,7 @@ class LeaseTable {
   std::vector<std::string> ForgetEndedBefore(int64_t cutoff_ms, int64_t handoff_cutoff_ms);
 
  private:
-  Result<Change> PreviewLocked(const NIXLLease& report, int64_t now_ms) const
-      KVGOV_REQUIRES(mu_);
+  Result<Change> PreviewLocked(const NIXLLease& report, int64_t now_ms) const KVGOV_REQUIRES(mu_);
   // Puts `lease` in the table, replacing its earlier record, and keeps the
   // indexes in step; an ended lease is noted as ended at `ended_at_ms`
   // unless it already was.

@@ -48,8 +48,8 @@ namespace kvgov::ingest {
 struct EngineSpec {
   std::string id;
   EngineKind kind = EngineKind::kVllm;
-  std::string events;   // tcp://HOST:PORT of the engine's PUB socket
-  std::string replay;   // tcp://HOST:PORT of its ROUTER replay socket; optional
+  std::string events;  // tcp://HOST:PORT of the engine's PUB socket
+  std::string replay;  // tcp://HOST:PORT of its ROUTER replay socket; optional
   std::string model;
   int64_t block_size = 16;
   // Blocks the engine's KV pool holds, per data-parallel rank (vLLM logs it

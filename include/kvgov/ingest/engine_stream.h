@@ -27,9 +27,9 @@ class ReplaySource {
   /// Bounded in time and count by the implementation. Returns Unavailable
   /// when the engine does not answer in time; batches already handed over
   /// stay handed over.
-  virtual Status Replay(uint64_t start_seq,
-                        const std::function<void(uint64_t seq, std::string_view payload)>&
-                            on_batch) = 0;
+  virtual Status Replay(
+      uint64_t start_seq,
+      const std::function<void(uint64_t seq, std::string_view payload)>& on_batch) = 0;
 };
 
 /// Why a worker's residency cannot be believed. Recoverable reasons clear
@@ -37,10 +37,10 @@ class ReplaySource {
 /// at a point where the engine's cache is known (AllBlocksCleared, restart).
 enum class StaleReason : uint8_t {
   kNone,
-  kGapLost,            // batches between two kvgov saw are lost for good
-  kReplayRolledOver,   // the engine's replay buffer no longer reaches back
-  kReplayUnanswered,   // recoverable: the replay socket did not answer
-  kStaleBeforeRestart, // kvgov restarted with the worker already stale
+  kGapLost,             // batches between two kvgov saw are lost for good
+  kReplayRolledOver,    // the engine's replay buffer no longer reaches back
+  kReplayUnanswered,    // recoverable: the replay socket did not answer
+  kStaleBeforeRestart,  // kvgov restarted with the worker already stale
 };
 std::string_view ToString(StaleReason reason);
 bool IsRecoverable(StaleReason reason);
@@ -49,8 +49,8 @@ bool IsRecoverable(StaleReason reason);
 /// catch_ups_failed counts the catch-ups that found batches missing or got
 /// no answer (each marked the worker stale); the rest are ok.
 struct StreamStats {
-  static constexpr std::array<std::string_view, 3> kEventTypes = {
-      "BlockStored", "BlockRemoved", "AllBlocksCleared"};
+  static constexpr std::array<std::string_view, 3> kEventTypes = {"BlockStored", "BlockRemoved",
+                                                                  "AllBlocksCleared"};
   // The adapters' three reasons, and bad_framing for a message that is not
   // [topic, 8-byte seq, payload].
   static constexpr std::array<std::string_view, 4> kDecodeErrorReasons = {
@@ -134,8 +134,8 @@ class StreamDurability {
   /// Batch `seq` (its raw payload, timestamp `ts`) was just applied to the
   /// index, changing `blocks` blocks (stored or removed), or was counted as
   /// undecodable (0 blocks).
-  virtual void OnApplied(std::string_view worker, uint64_t seq, double ts,
-                         std::string_view payload, uint64_t blocks) = 0;
+  virtual void OnApplied(std::string_view worker, uint64_t seq, double ts, std::string_view payload,
+                         uint64_t blocks) = 0;
   /// The engine restarted: the worker was cleared and its seq starts over.
   virtual void OnRestart(std::string_view worker) = 0;
 };
@@ -250,8 +250,8 @@ class EngineStream {
   const EntrySink sink_;
   StreamDurability* const durability_;
   StreamObserver observer_;
-  const uint64_t first_seq_;  // what the publisher counts from
-  bool reapplying_ = false;   // recovery: apply without logging again
+  const uint64_t first_seq_;     // what the publisher counts from
+  bool reapplying_ = false;      // recovery: apply without logging again
   bool resume_pending_ = false;  // Resume ran and no CatchUp since
   // Recovery: the digest of the last logged batch, to check against the
   // engine's copy (by CatchUp) before going on. Cleared once checked.
@@ -262,7 +262,7 @@ class EngineStream {
   double last_ts_ = 0;
   StaleReason stale_ = StaleReason::kNone;
   uint64_t stale_marks_ = 0;  // MarkStale calls that took effect
-  int64_t block_size_ = 0;  // cached by BlockSize()
+  int64_t block_size_ = 0;    // cached by BlockSize()
 };
 
 }  // namespace kvgov::ingest

@@ -88,8 +88,8 @@ class Journal {
   /// Appends a row and, in the same atomic store write, `extra` (the state
   /// change the row records), synced before returning. Returns the row.
   /// ResourceExhausted when the row would exceed kMaxRowBytes;
-  /// InvalidArgument when an `extra` op targets the journal column; the store's error when the write fails,
-  /// and then the head does not move.
+  /// InvalidArgument when an `extra` op targets the journal column; the store's error when the
+  /// write fails, and then the head does not move.
   Result<Row> Append(std::string_view kind, std::string_view subject, const Attribution& by,
                      std::string_view payload, int64_t time_ms,
                      std::span<const store::WriteOp> extra = {});
@@ -128,7 +128,7 @@ class Journal {
 
   store::Store* const store_;
   mutable Mutex mu_;
-  std::condition_variable_any settled_;  // a group was committed (or failed)
+  std::condition_variable_any settled_;                     // a group was committed (or failed)
   std::deque<PendingAppend*> queue_ KVGOV_GUARDED_BY(mu_);  // appends not yet written
   bool committing_ KVGOV_GUARDED_BY(mu_) = false;           // a group's write is under way
   uint64_t head_seq_ KVGOV_GUARDED_BY(mu_) = 0;
@@ -147,8 +147,8 @@ struct AdoptedSpan {
 
 /// What `kvgov journal verify` reports.
 struct VerifyReport {
-  uint64_t rows = 0;  // rows that verified, before the first broken one
-  std::vector<AdoptedSpan> adopted;  // spans crossed by an adopted head
+  uint64_t rows = 0;                         // rows that verified, before the first broken one
+  std::vector<AdoptedSpan> adopted;          // spans crossed by an adopted head
   std::optional<uint64_t> first_broken_seq;  // the first row that does not verify
   std::string problem;                       // why, naming the field
 };

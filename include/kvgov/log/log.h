@@ -25,7 +25,9 @@ class Line {
   Line& operator=(const Line&) = delete;
 
   Line& Field(std::string_view key, std::string_view value);
-  Line& Field(std::string_view key, const char* value) { return Field(key, std::string_view(value)); }
+  Line& Field(std::string_view key, const char* value) {
+    return Field(key, std::string_view(value));
+  }
   Line& Field(std::string_view key, int64_t value);
   Line& Field(std::string_view key, uint64_t value);
   Line& Field(std::string_view key, bool value);

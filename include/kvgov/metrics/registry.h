@@ -80,9 +80,7 @@ class alignas(kChildAlignment) Counter {
   }
 
   /// Integer and fractional parts summed; exact while only integers were added.
-  double Value() const {
-    return static_cast<double>(integer_part()) + fractional_part();
-  }
+  double Value() const { return static_cast<double>(integer_part()) + fractional_part(); }
   std::uint64_t integer_part() const { return integer_.load(std::memory_order_relaxed); }
   double fractional_part() const { return fractional_.load(std::memory_order_relaxed); }
 
@@ -92,7 +90,8 @@ class alignas(kChildAlignment) Counter {
     Folded();
   }
   void Folded() {
-    if (fold_ != nullptr) [[unlikely]] fold_->AddInteger(1);
+    if (fold_ != nullptr) [[unlikely]]
+      fold_->AddInteger(1);
   }
 
   // Kept apart so integer counts stay exact past 2^53 and never pay a
@@ -134,7 +133,8 @@ class alignas(kChildAlignment) Gauge {
 
  private:
   void Folded() {
-    if (fold_ != nullptr) [[unlikely]] fold_->Inc();
+    if (fold_ != nullptr) [[unlikely]]
+      fold_->Inc();
   }
 
   std::atomic<double> value_{0.0};
@@ -309,8 +309,8 @@ extern template class Family<Histogram>;
 /// collector callbacks (Registry::RegisterCollector) through a CollectorSink,
 /// for values another component owns under its own lock or in its own
 /// atomics (residency block counts read from the index, a stream's event
-/// counters). A callback counter's collector must emit monotonic values. It has no children of its own; each Render starts
-/// it empty. The same cardinality cap applies: samples past max_children
+/// counters). A callback counter's collector must emit monotonic values. It has no children of its
+/// own; each Render starts it empty. The same cardinality cap applies: samples past max_children
 /// are summed into the overflow sample, and each folded sample counts in
 /// `kvgov_metrics_overflow_total{family}`. Thread-safety: no public mutating
 /// methods; the registry's mutex guards it. Owned by the Registry.
@@ -345,8 +345,7 @@ class CollectorSink {
             double value) {
     Emit(family, std::span<const std::string_view>(values.begin(), values.size()), value);
   }
-  void Emit(const CallbackFamily* family, std::span<const std::string_view> values,
-            double value);
+  void Emit(const CallbackFamily* family, std::span<const std::string_view> values, double value);
   void Emit(const CallbackFamily* family, std::span<const std::string> values, double value);
 
  private:

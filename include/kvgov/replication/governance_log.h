@@ -37,7 +37,7 @@ struct LogWrite {
 /// with an empty kind carries state only (a lease heartbeat) and makes no
 /// row.
 struct LogEntry {
-  std::string id;      // the stream id ("1700000000000-0"); not encoded
+  std::string id;  // the stream id ("1700000000000-0"); not encoded
   // Chosen by the writer, the same on every retry of one write, so an entry
   // appended twice (its XADD reply lost) is applied once; "" before version 3.
   std::string write_id;
@@ -151,8 +151,7 @@ class ClaimStore {
                        std::chrono::milliseconds ttl);
   /// True when `owner` held it and it was extended; false when it lapsed
   /// or someone else holds it.
-  Result<bool> Renew(std::string_view name, std::string_view owner,
-                     std::chrono::milliseconds ttl);
+  Result<bool> Renew(std::string_view name, std::string_view owner, std::chrono::milliseconds ttl);
   /// Drops the claim if `owner` holds it.
   Status Release(std::string_view name, std::string_view owner);
   /// Who holds it now, if anyone.
@@ -168,8 +167,8 @@ class ClaimStore {
 /// replica that was away longer than the stream's history installs instead
 /// of the entries it missed (docs/formats/governance-log.md, "Snapshot").
 struct GovernanceSnapshot {
-  std::string id;             // the last entry applied into it
-  uint64_t journal_seq = 0;   // the journal's head after that entry
+  std::string id;            // the last entry applied into it
+  uint64_t journal_seq = 0;  // the journal's head after that entry
   std::string journal_hash;
   // Every record of the store's governance column, by key.
   std::vector<std::pair<std::string, std::string>> governance;

@@ -49,8 +49,8 @@ struct RouteWeights {
   // (docs/adr/0024). Applies once the caller reports the first token
   // (Router::Prefilled); a decision never reported keeps its prefill load.
   double decode_load_weight = 0.0625;
-  double temperature = 0;       // 0: lowest cost wins; > 0: softmax sampling
-  uint64_t seed = 0;            // of the sampling generator
+  double temperature = 0;           // 0: lowest cost wins; > 0: softmax sampling
+  uint64_t seed = 0;                // of the sampling generator
   int64_t decision_ttl_ms = 60000;  // an unreleased decision releases itself after this
   // Past this many decisions in flight the oldest is released: callers that
   // never report done cost bounded memory (about 1 KiB each, docs/reliability.md).
@@ -70,7 +70,7 @@ class SpanGate {
  public:
   virtual ~SpanGate() = default;
   struct Limit {
-    size_t creditable;  // leading blocks of the chain that may be credited
+    size_t creditable;                          // leading blocks of the chain that may be credited
     LookupKind kind = LookupKind::kMiss;        // the verdict a stopped chain gets
     LookupReason reason = LookupReason::kNone;  // why it stops there, if it does
   };
@@ -105,7 +105,7 @@ struct WorkerLoad {
   uint64_t in_flight_requests = 0;  // routed by kvgov, not yet released
   uint64_t decoding_requests = 0;   // of those, past their first token
   uint64_t in_flight_blocks = 0;    // their load: prefill left, or decode_load_weight x KV
-  uint64_t peer_blocks = 0;  // other replicas' in-flight blocks (SetPeerLoad)
+  uint64_t peer_blocks = 0;         // other replicas' in-flight blocks (SetPeerLoad)
   std::optional<ScrapedLoad> scraped;
   double blocks = 0;  // the load term of the cost
 };
@@ -119,8 +119,8 @@ struct Candidate {
   uint64_t prefilling_blocks = 0;
   double cache_fullness = 0;  // its hot blocks over the fullest candidate's, 0..1
   std::array<uint64_t, index::kIndexedTiers.size()> tier_overlap{};  // of overlap_blocks
-  double credited_blocks = 0;    // tier-weighted
-  uint64_t pulled_blocks = 0;    // of the request's pullable blocks, those it lacks
+  double credited_blocks = 0;                                        // tier-weighted
+  uint64_t pulled_blocks = 0;  // of the request's pullable blocks, those it lacks
   WorkerLoad load;
   double cost = 0;
   bool eligible = false;
@@ -156,8 +156,8 @@ std::string IneligibleReasons(const RouteDecision& decision);
 class Router {
  public:
   /// `index` and `status` must outlive the router; `gate` may be null.
-  Router(const index::ResidencyIndex* index, const WorkerStatusTable* status,
-         RouteWeights weights, const SpanGate* gate = nullptr);
+  Router(const index::ResidencyIndex* index, const WorkerStatusTable* status, RouteWeights weights,
+         const SpanGate* gate = nullptr);
 
   const RouteWeights& weights() const { return weights_; }
 

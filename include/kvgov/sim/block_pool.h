@@ -25,8 +25,8 @@ struct BlockPoolOptions {
 
 /// What one prefill did to the pool.
 struct PrefillOutcome {
-  size_t prompt_blocks = 0;  // full blocks of the prompt
-  size_t hit_blocks = 0;     // leading blocks found cached
+  size_t prompt_blocks = 0;     // full blocks of the prompt
+  size_t hit_blocks = 0;        // leading blocks found cached
   int64_t computed_tokens = 0;  // tokens prefilled: all but the hit blocks' tokens
   // The events the engine publishes for it, in order: a BlockRemoved for
   // what was evicted to make room (if anything), then a BlockStored for the

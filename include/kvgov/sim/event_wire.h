@@ -12,8 +12,8 @@
 namespace kvgov::sim {
 
 enum class WireEncoding {
-  kMap,                // vLLM >= 0.26: positional batch, events as maps tagged by "type"
-  kLegacyPositional,   // vLLM <= 0.23: every event [tag, fields...], trailing defaults omitted
+  kMap,               // vLLM >= 0.26: positional batch, events as maps tagged by "type"
+  kLegacyPositional,  // vLLM <= 0.23: every event [tag, fields...], trailing defaults omitted
 };
 
 /// Encodes one EventBatch as vLLM would. `extra_keys` entries are canonical

@@ -10,10 +10,10 @@ namespace kvgov::sim {
 
 /// One request of a trace: who sends which prompt when.
 struct SimRequest {
-  uint64_t id = 0;        // 0, 1, 2, ... in arrival order
-  double arrival_s = 0;   // seconds from the trace's start
-  std::string tenant;     // "" for a single-tenant workload
-  std::string session;    // for reports: which conversation or group it belongs to
+  uint64_t id = 0;       // 0, 1, 2, ... in arrival order
+  double arrival_s = 0;  // seconds from the trace's start
+  std::string tenant;    // "" for a single-tenant workload
+  std::string session;   // for reports: which conversation or group it belongs to
   std::vector<int64_t> tokens;
   int64_t output_tokens = 0;  // what the answer generates (0: not modeled)
 };
@@ -27,8 +27,8 @@ struct AgentWorkloadOptions {
   int sessions_per_tenant = 10;
   int turns = 8;
   int64_t system_prompt_tokens = 3072;
-  int64_t message_tokens = 256;  // each new user message (or tool result)
-  int64_t answer_tokens = 192;   // each answer (output_tokens), re-sent with the next turn
+  int64_t message_tokens = 256;       // each new user message (or tool result)
+  int64_t answer_tokens = 192;        // each answer (output_tokens), re-sent with the next turn
   double session_starts_per_s = 2.0;  // Poisson rate of new sessions
   double think_time_s = 2.0;          // mean gap between a session's turns
   uint64_t seed = 1;
@@ -59,10 +59,10 @@ struct SharedPrefixWorkloadOptions {
 struct ConversationWorkloadOptions {
   int sessions = 240;
   int min_turns = 2;
-  int max_turns = 10;                // uniform in [min_turns, max_turns]
+  int max_turns = 10;  // uniform in [min_turns, max_turns]
   int64_t system_prompt_tokens = 512;
-  int64_t message_tokens = 192;      // mean of exponential draws, at least 16
-  int64_t answer_tokens = 320;       // mean of exponential draws, at least 16
+  int64_t message_tokens = 192;       // mean of exponential draws, at least 16
+  int64_t answer_tokens = 320;        // mean of exponential draws, at least 16
   double session_starts_per_s = 2.0;  // Poisson rate of new sessions
   double think_time_s = 20.0;         // mean gap between a session's turns
   uint64_t seed = 1;
@@ -90,14 +90,14 @@ struct DocumentQaWorkloadOptions {
 struct BurstWorkloadOptions {
   int prompts = 16;
   int64_t prompt_tokens = 4096;
-  int64_t suffix_tokens = 256;   // unique per request
-  int64_t answer_tokens = 128;   // mean of exponential draws, at least 1
+  int64_t suffix_tokens = 256;  // unique per request
+  int64_t answer_tokens = 128;  // mean of exponential draws, at least 1
   double background_per_s = 4.0;
   double duration_s = 60.0;
-  int bursts = 3;                // evenly spaced inside the duration
+  int bursts = 3;  // evenly spaced inside the duration
   int burst_requests = 200;
   double burst_window_s = 0.5;
-  int burst_prompts = 4;         // the burst's requests use only the first few prompts
+  int burst_prompts = 4;  // the burst's requests use only the first few prompts
   uint64_t seed = 1;
 };
 

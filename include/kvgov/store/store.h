@@ -107,9 +107,9 @@ class Store {
   /// Visits keys in [begin, end) in key order (an empty `end` means to the
   /// end of the column) until `visit` returns false. Checksums are verified
   /// on every read; Corruption names what failed.
-  virtual Status Scan(Column column, std::string_view begin, std::string_view end,
-                      const std::function<bool(std::string_view key, std::string_view value)>&
-                          visit) const = 0;
+  virtual Status Scan(
+      Column column, std::string_view begin, std::string_view end,
+      const std::function<bool(std::string_view key, std::string_view value)>& visit) const = 0;
 
   /// The greatest key in `column`, nullopt when the column is empty (the
   /// journal's head). Corruption / IOError from RocksDB.
