@@ -152,6 +152,13 @@ for name in sys.argv[1:]:
                     p99 = bench[key]
                     print(f"  {bench['name']}: {key} = {p99:.4g} us  target < 200 (issue 37): "
                           f"{'met' if p99 < 200 else 'MISSED'}")
+            # The same body posted to a path nothing routes: what HTTP alone
+            # costs on this machine, both ends, beside what kvgov adds.
+            if "floor_p99_us" in bench:
+                print(f"  {bench['name']}: HTTP floor (the same body, answered 404 at once) "
+                      f"p50 {bench['floor_p50_us']:.4g} us, p99 {bench['floor_p99_us']:.4g} us; "
+                      f"route over it at p50 {bench['http_p50_us'] - bench['floor_p50_us']:.4g} us; "
+                      f"the daemon's handler, mean {bench.get('handler_mean_us', 0):.4g} us")
 for failure in failures:
     print(f"run-benchmarks: {failure}", file=sys.stderr)
 sys.exit(1 if failures else 0)

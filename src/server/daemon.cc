@@ -295,7 +295,8 @@ Status RegisterRouteMetrics(Daemon& daemon) {
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.latency,
       daemon.metrics.AddHistogram({"kvgov_route_latency_seconds",
-                                   "Time to decide a route, from decoded request to answer."},
+                                   "Time to decide a route, from the handler's start (its body "
+                                   "decoded there) to the decision."},
                                   metrics::ExponentialBuckets(1e-5, 2, 16)));
   KVGOV_ASSIGN_OR_RETURN(
       daemon.route_metrics.diversions,

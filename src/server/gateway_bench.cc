@@ -136,7 +136,15 @@ class GatewayFleet {
   // stored it there and kvgov has seen the blocks.
   Result<size_t> Warm(const std::string& body) {
     httplib::Client gateway("127.0.0.1", gateway_port());
+    // The model is listed once one of its workers is live; a handoff also
+    // needs the decode worker, whose stream may be followed a moment later:
+    // 503 until then.
+    const auto live_deadline = Clock::now() + std::chrono::seconds(10);
     httplib::Result first = gateway.Post("/v1/completions", body, "application/json");
+    while (first && first->status == 503 && Clock::now() < live_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      first = gateway.Post("/v1/completions", body, "application/json");
+    }
     if (!first || first->status != 200) {
       return Status::Unavailable("warm-up request failed: " +
                                  (first

@@ -4,7 +4,10 @@
 // publishing the fleet of route_bench_fleet.h (1 M resident blocks) through
 // the daemon's own ZeroMQ ingest, durability and accounting. Then an 8k-token
 // prompt is routed over one kept-alive connection, each call timed next to
-// hashing the same prompt alone; p50 / p99 come from the per-call latencies.
+// hashing the same prompt alone and to the HTTP floor: the same body posted
+// on the same connection to a path the daemon does not route, which it reads
+// and answers 404 at once. p50 / p99 come from the per-call latencies; the
+// daemon's own time in the handler from its kvgov_route_latency_seconds.
 //   cmake --build build-bench --target kvgov_server_bench
 //   build-bench/src/server/kvgov_server_bench
 
@@ -15,10 +18,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -76,6 +81,18 @@ bool FleetResident(httplib::Client& client) {
     if (worker.value(kHbm, uint64_t{0}) == Fleet::kBlocksPerWorker) ++full;
   }
   return full == Fleet::kWorkers;
+}
+
+// A histogram's mean in microseconds from Prometheus text: its _sum over
+// its _count; 0 when either is missing.
+double HistogramMeanMicros(const std::string& text, std::string_view name) {
+  auto sample = [&](std::string_view suffix) -> double {
+    const std::string prefix = std::string(name) + std::string(suffix) + " ";
+    const size_t at = text.find(prefix);
+    return at == std::string::npos ? 0 : std::strtod(text.c_str() + at + prefix.size(), nullptr);
+  };
+  const double count = sample("_count");
+  return count > 0 ? 1e6 * sample("_sum") / count : 0;
 }
 
 void BM_HttpRouteVsHash(benchmark::State& state) {
@@ -139,6 +156,7 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
   const index::ChainNamespace ns{"llama", "", 0};
   std::vector<double> route_us;
   std::vector<double> compact_us;
+  std::vector<double> floor_us;
   std::vector<double> hash_us;
   std::string failure;
   bool compact = false;
@@ -176,7 +194,16 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
       failure = "POST " + done + " failed";
       return false;
     }
+    // The floor: what the HTTP stack alone costs this body, both ends.
+    const auto posted = Clock::now();
+    httplib::Result unrouted = client.Post("/v1/not-routed", body, "application/json");
+    const auto answered = Clock::now();
+    if (!unrouted || unrouted->status != 404) {
+      failure = "POST /v1/not-routed: expected 404";
+      return false;
+    }
     if (record) {
+      floor_us.push_back(Micros(answered - posted));
       hash_us.push_back(Micros(hashed - started));
       (compact ? compact_us : route_us).push_back(Micros(routed - hashed));
       state.SetIterationTime(std::chrono::duration<double>(routed - hashed).count());
@@ -191,6 +218,12 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
       break;
     }
   }
+  // The daemon's own time in the route handler, from its start to the
+  // decision (kvgov_route_latency_seconds: its sum over its count).
+  double handler_mean_us = 0;
+  if (httplib::Result metrics = client.Get("/metrics"); metrics && metrics->status == 200) {
+    handler_mean_us = HistogramMeanMicros(metrics->body, "kvgov_route_latency_seconds");
+  }
   (*server)->Shutdown();
   if (state.error_occurred()) return;
 
@@ -204,6 +237,9 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
   state.counters["compact_p50_us"] = bench::Percentile(compact_us, 0.50);
   state.counters["compact_p99_us"] = bench::Percentile(compact_us, 0.99);
   state.counters["compact_request_bytes"] = static_cast<double>(compact_body.size());
+  state.counters["floor_p50_us"] = bench::Percentile(floor_us, 0.50);
+  state.counters["floor_p99_us"] = bench::Percentile(floor_us, 0.99);
+  state.counters["handler_mean_us"] = handler_mean_us;
   state.counters["fill_blocks_per_s"] =
       static_cast<double>(Fleet::kWorkers * Fleet::kBlocksPerWorker) / fill_s;
 }
