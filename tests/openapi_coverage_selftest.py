@@ -40,7 +40,7 @@ def main():
             shutil.copytree(os.path.join(source_dir, "src", "server"), server)
             # The front door's routes are registered in src/gateway.
             gateway = os.path.join(source_dir, "src", "gateway")
-            # Prefixed: both folders have a handoff.cc.
+            # Prefixed, so no gateway file lands on a server file of its name.
             for name in os.listdir(gateway):
                 if name.endswith(".cc"):
                     shutil.copyfile(os.path.join(gateway, name),
