@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvgov/index/residency_index.h"
@@ -340,6 +342,46 @@ TEST(CompactIndexTest, EveryResidentKeyFollowsItsWorkerThroughSnapshotsAndClears
     }
   }
   EXPECT_EQ(index.ResidentPairs(), 0u);
+}
+
+// Engine events storing `blocks` blocks as chains of 1,000 from engine
+// hash `first_hash` on, tokens distinct from `first_token` on.
+void StoreBlocks(ResidencyIndex& index, const std::string& worker, EngineHash first_hash,
+                 int64_t first_token, size_t blocks) {
+  for (size_t done = 0; done < blocks; done += 1000) {
+    std::vector<EngineHash> hashes(std::min<size_t>(1000, blocks - done));
+    std::iota(hashes.begin(), hashes.end(), first_hash + done);
+    const int64_t tokens = first_token + static_cast<int64_t>(done) * kBlockSize;
+    ASSERT_TRUE(index.Apply(worker, Stored(std::move(hashes), std::nullopt, tokens)).ok());
+  }
+}
+
+// Restores in a row into one index, as a restart makes them (large, then
+// small, then larger, past the sizes where a restore orders its keys by
+// home slot): each leaves exactly its own snapshot's state, nothing of the
+// one before.
+TEST(CompactIndexTest, RestoresInARowLeaveEachWorkerExactlyItsSnapshot) {
+  const std::vector<std::pair<std::string, size_t>> workers = {
+      {"large", 70'000}, {"small", 300}, {"larger", 90'000}};
+  ResidencyIndex original;
+  EngineHash next_hash = 1;
+  int64_t next_token = 0;
+  for (const auto& [id, blocks] : workers) {
+    ASSERT_TRUE(original.AddWorker(id, "m", kBlockSize).ok());
+    StoreBlocks(original, id, next_hash, next_token, blocks);
+    next_hash += blocks;
+    next_token += static_cast<int64_t>(blocks) * kBlockSize;
+  }
+  ResidencyIndex restored;
+  for (const auto& [id, blocks] : workers) {
+    ASSERT_TRUE(restored.AddWorker(id, "m", kBlockSize).ok());
+    ASSERT_TRUE(restored.RestoreWorker(id, original.SnapshotWorker(id).value()).ok()) << id;
+    EXPECT_EQ(Hbm(restored, id), blocks) << id;
+  }
+  for (const auto& [id, blocks] : workers) {
+    EXPECT_EQ(restored.SnapshotWorker(id).value(), original.SnapshotWorker(id).value()) << id;
+  }
+  EXPECT_EQ(restored.ResidentPairs(), original.ResidentPairs());
 }
 
 }  // namespace
