@@ -18,13 +18,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "testing/bench_smoke.h"
@@ -32,6 +31,7 @@
 #include "kvgov/index/block_key.h"
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
+#include "testing/metric_value.h"
 #include "testing/route_bench_fleet.h"
 #include "testing/scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"
@@ -83,16 +83,12 @@ bool FleetResident(httplib::Client& client) {
   return full == Fleet::kWorkers;
 }
 
-// A histogram's mean in microseconds from Prometheus text: its _sum over
-// its _count; 0 when either is missing.
-double HistogramMeanMicros(const std::string& text, std::string_view name) {
-  auto sample = [&](std::string_view suffix) -> double {
-    const std::string prefix = std::string(name) + std::string(suffix) + " ";
-    const size_t at = text.find(prefix);
-    return at == std::string::npos ? 0 : std::strtod(text.c_str() + at + prefix.size(), nullptr);
-  };
-  const double count = sample("_count");
-  return count > 0 ? 1e6 * sample("_sum") / count : 0;
+// The daemon's route histogram, as /metrics serves it: {sum, count}.
+std::pair<double, double> RouteLatencySumCount(httplib::Client& client) {
+  httplib::Result metrics = client.Get("/metrics");
+  if (!metrics || metrics->status != 200) return {0, 0};
+  return {test_support::MetricValue(metrics->body, "kvgov_route_latency_seconds_sum"),
+          test_support::MetricValue(metrics->body, "kvgov_route_latency_seconds_count")};
 }
 
 void BM_HttpRouteVsHash(benchmark::State& state) {
@@ -212,6 +208,8 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
   };
 
   for (int i = 0; i < 50 && failure.empty(); ++i) (void)route_once(false);
+  // The handler's time over the recorded calls only, warm-up left out.
+  const auto [warm_sum, warm_count] = RouteLatencySumCount(client);
   for (auto _ : state) {
     if (!failure.empty() || !route_once(true)) {
       state.SkipWithError(failure.c_str());
@@ -219,11 +217,10 @@ void BM_HttpRouteVsHash(benchmark::State& state) {
     }
   }
   // The daemon's own time in the route handler, from its start to the
-  // decision (kvgov_route_latency_seconds: its sum over its count).
-  double handler_mean_us = 0;
-  if (httplib::Result metrics = client.Get("/metrics"); metrics && metrics->status == 200) {
-    handler_mean_us = HistogramMeanMicros(metrics->body, "kvgov_route_latency_seconds");
-  }
+  // decision (kvgov_route_latency_seconds), over the recorded calls.
+  const auto [sum, count] = RouteLatencySumCount(client);
+  const double handler_mean_us =
+      count > warm_count ? 1e6 * (sum - warm_sum) / (count - warm_count) : 0;
   (*server)->Shutdown();
   if (state.error_occurred()) return;
 

@@ -20,6 +20,7 @@
 
 #include "e2e/daemon_process.h"
 #include "kvgov/client/http_sink.h"
+#include "testing/metric_value.h"
 #include "testing/scratch_dir.h"
 
 #ifndef KVGOV_CMAKE_COMMAND
@@ -31,6 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
+using test_support::MetricValue;
 
 // Runs argv to completion with stdout and stderr in `output`; returns the
 // exit code, or -1 when it could not run.
@@ -57,13 +59,6 @@ int RunCommand(const std::vector<std::string>& args, std::string* output, const 
   text << in.rdbuf();
   *output = text.str();
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// The counter's value in a Prometheus exposition, or -1 when absent.
-double MetricValue(const std::string& metrics, const std::string& series) {
-  const size_t at = metrics.find(series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(metrics.substr(at + series.size() + 1));
 }
 
 class ClientSdkE2ETest : public ::testing::Test {
