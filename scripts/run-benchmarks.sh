@@ -84,6 +84,7 @@ print()
 if SMOKE:
     print("Smoke run: every case once at its smallest size; the figures below judge nothing.")
 print("Ratios, each measured side by side within one run:")
+tails = []  # BM_MachineTail's (p50, p99), shortest loop first
 for name in sys.argv[1:]:
     # A binary whose every case the filter left out writes no results (or
     # an empty file): nothing to compare, not a failure of the run.
@@ -146,6 +147,13 @@ for name in sys.argv[1:]:
             p99 = bench["route_p99_us"]
             print(f"  {bench['name']}: in-process route p99 = {p99:.3g} us  "
                   f"target < 20 (issue 19): {'met' if p99 < 20 else 'MISSED'}")
+            # A loop of fixed work as long as the route's median, timed after
+            # each route: the p99 this machine gives any code of that length.
+            if "tail_p99_us" in bench:
+                print(f"      a fixed loop of the route's median, same run: p50 "
+                      f"{bench['tail_p50_us']:.3g} us, p99 {bench['tail_p99_us']:.3g} us")
+        if bench["name"].startswith("BM_MachineTail/"):
+            tails.append((bench["tail_p50_us"], bench["tail_p99_us"]))
         if "http_p99_us" in bench:
             for key in ("http_p99_us", "compact_p99_us"):
                 if key in bench:
@@ -159,6 +167,15 @@ for name in sys.argv[1:]:
                       f"p50 {bench['floor_p50_us']:.4g} us, p99 {bench['floor_p99_us']:.4g} us; "
                       f"route over it at p50 {bench['http_p50_us'] - bench['floor_p50_us']:.4g} us; "
                       f"the daemon's handler, mean {bench.get('handler_mean_us', 0):.4g} us")
+# The machine's tail by length: the longest fixed loop whose p99 stays
+# under 20 us says how short code must be for a 20 us p99 target to judge
+# the code rather than this machine's pauses.
+if tails:
+    print("  This machine's tail (BM_MachineTail, a fixed loop): " +
+          ", ".join(f"p50 {p50:.3g} -> p99 {p99:.3g} us" for p50, p99 in tails))
+    under = [p50 for p50, p99 in tails if p99 < 20]
+    print(f"      the longest loop with p99 < 20 us: "
+          f"{f'p50 {max(under):.3g} us' if under else 'none'}")
 for failure in failures:
     print(f"run-benchmarks: {failure}", file=sys.stderr)
 sys.exit(1 if failures else 0)
