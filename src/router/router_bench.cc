@@ -2,7 +2,9 @@
 // resident blocks (route_bench_fleet.h), next to the cost of hashing the
 // same prompt alone: every route must at least compute the prompt's block
 // keys, so the hash is the floor. Each iteration times both, back to back,
-// and the p50 / p99 come from the recorded per-call latencies.
+// and the p50 / p99 come from the recorded per-call latencies. Beside them,
+// what this machine's pauses make of code as long as the route
+// (testing/machine_tail.h): a route's p99 is judged against that.
 //   cmake --build build-bench --target kvgov_router_bench
 //   build-bench/src/router/kvgov_router_bench
 
