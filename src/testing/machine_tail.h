@@ -3,7 +3,7 @@
 // The tail this machine adds to any computation of a given length: a loop
 // of fixed work, sized so that its median matches a measured median, timed
 // beside the code it stands for. On a VM whose vCPUs are interrupted now
-// and then (docs/benchmarks.md measured pauses of about 25 us here), a
+// and then (docs/benchmarks.md measured pauses of 20-25 us here), a
 // p99 target below the median plus one such pause can only be met by code
 // short enough that fewer than 1 % of its calls meet a pause; this loop
 // says where that line is, in the same run, for the same length.
