@@ -23,6 +23,7 @@
 #include "kvgov/router/router.h"
 #include "kvgov/router/worker_status.h"
 #include "testing/machine_tail.h"
+#include "testing/percentile.h"
 #include "testing/route_bench_fleet.h"
 
 namespace kvgov::router {

@@ -45,7 +45,7 @@
 #include "kvgov/ingest/engine_spec.h"
 #include "kvgov/server/server.h"
 #include "kvgov/simfleet/live_engine.h"
-#include "testing/route_bench_fleet.h"
+#include "testing/percentile.h"
 #include "testing/ttfb_probe.h"
 
 namespace kvgov::server {

@@ -49,7 +49,6 @@
 #include "testing/scratch_dir.h"
 #include "kvgov/simfleet/child_process.h"
 #include "kvgov/simfleet/live_engine.h"
-#include "testing/route_bench_fleet.h"
 #include "testing/ttfb_probe.h"
 #include "simfleet/instant_engine.h"
 

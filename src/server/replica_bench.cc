@@ -64,7 +64,7 @@
 #include "kvgov/sim/event_wire.h"
 #include "testing/redis_server_process.h"
 #include "testing/scratch_dir.h"
-#include "testing/route_bench_fleet.h"
+#include "testing/percentile.h"
 #include "kvgov/auth/tenant_secret.h"
 
 namespace kvgov::server {

@@ -32,6 +32,7 @@
 #include "kvgov/server/server.h"
 #include "kvgov/sim/event_wire.h"
 #include "testing/metric_value.h"
+#include "testing/percentile.h"
 #include "testing/route_bench_fleet.h"
 #include "testing/scratch_dir.h"
 #include "transport/zmq/bench_event_publisher.h"

@@ -14,14 +14,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "testing/route_bench_fleet.h"
+#include "testing/percentile.h"
 
 namespace kvgov::bench {
 
 class MachineTail {
  public:
-  using Clock = std::chrono::steady_clock;
-
   /// Sizes the loop so that its median takes `median_us`.
   explicit MachineTail(double median_us) {
     constexpr uint64_t kProbeSteps = 4096;
@@ -49,6 +47,7 @@ class MachineTail {
   // predictor misses, the same work every time, which the compiler cannot
   // fold because the result is kept.
   double TimeSteps(uint64_t steps) {
+    using Clock = std::chrono::steady_clock;
     const auto started = Clock::now();
     uint64_t state = sink_;
     for (uint64_t i = 0; i < steps; ++i) {

@@ -18,7 +18,6 @@
 // keys blocks by tokens, so the same prefix gets one key on every worker.
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <optional>
@@ -122,13 +121,5 @@ struct RouteFleet {
     return events;
   }
 };
-
-/// The nearest-rank percentile `p` (0 < p <= 1) of `samples`; 0 for none.
-inline double Percentile(std::vector<double> samples, double p) {
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(samples.size())));
-  return samples[std::clamp<size_t>(rank, 1, samples.size()) - 1];
-}
 
 }  // namespace kvgov::bench

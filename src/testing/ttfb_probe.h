@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "testing/route_bench_fleet.h"
+#include "testing/percentile.h"
 
 namespace kvgov::bench {
 
