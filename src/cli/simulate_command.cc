@@ -248,6 +248,11 @@ nlohmann::json ReportJson(const sim::PolicyReport& report) {
           {"hit_rate", report.hit_rate()},
           {"prompt_tokens", report.prompt_tokens},
           {"prefill_tokens", report.computed_tokens},
+          {"prefill_causes",
+           {{"first_seen_tokens", report.prefill_causes.first_seen_tokens},
+            {"not_held_tokens", report.prefill_causes.not_held_tokens},
+            {"routed_away_tokens", report.prefill_causes.routed_away_tokens},
+            {"while_queued_tokens", report.prefill_causes.while_queued_tokens}}},
           {"ttft_p50_s", report.ttft_p50_s},
           {"ttft_p90_s", report.ttft_p90_s},
           {"ttft_p99_s", report.ttft_p99_s},
@@ -293,6 +298,7 @@ nlohmann::json ParetoJson(const std::vector<sim::PolicyReport>& reports) {
 // A fleet's table, then kvgov's standing against the rest when it ran.
 std::string TableWithPareto(const std::vector<sim::PolicyReport>& reports) {
   std::string out = sim::FormatReports(reports);
+  out += "\n" + sim::FormatPrefillCauses(reports);
   Result<sim::ParetoSummary> summary = sim::Pareto(reports, "kvgov");
   if (summary.ok() && !summary->against.empty()) out += "\n" + sim::FormatPareto(*summary);
   return out;

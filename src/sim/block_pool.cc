@@ -13,17 +13,17 @@ BlockPool::BlockPool(BlockPoolOptions options) : options_(std::move(options)) {
   blocks_.reserve(options_.capacity_blocks);
 }
 
-std::vector<EngineHash> BlockPool::ChainHashes(std::span<const int64_t> tokens,
-                                               std::string_view cache_salt) const {
-  const size_t block_size = static_cast<size_t>(options_.block_size);
-  const size_t full_blocks = tokens.size() / block_size;
+std::vector<EngineHash> ChainHashes(std::span<const int64_t> tokens, int64_t block_size,
+                                    uint64_t seed, std::string_view cache_salt) {
+  const size_t block = static_cast<size_t>(block_size);
+  const size_t full_blocks = tokens.size() / block;
   std::vector<EngineHash> hashes;
   hashes.reserve(full_blocks);
-  uint64_t parent = options_.hash_seed;
+  uint64_t parent = seed;
   for (size_t i = 0; i < full_blocks; ++i) {
     XXH3_state_t state;
     XXH3_64bits_reset_withSeed(&state, parent);
-    XXH3_64bits_update(&state, tokens.data() + i * block_size, block_size * sizeof(int64_t));
+    XXH3_64bits_update(&state, tokens.data() + i * block, block * sizeof(int64_t));
     if (i == 0 && !cache_salt.empty()) {
       // Length-framed so a salt can never pose as tokens.
       const uint64_t salt_size = cache_salt.size();
@@ -36,8 +36,17 @@ std::vector<EngineHash> BlockPool::ChainHashes(std::span<const int64_t> tokens,
   return hashes;
 }
 
+size_t PromptHistory::Record(std::span<const int64_t> tokens, std::string_view cache_salt) {
+  const std::vector<EngineHash> hashes = ChainHashes(tokens, block_size_, /*seed=*/0, cache_salt);
+  size_t seen = 0;
+  while (seen < hashes.size() && seen_.contains(hashes[seen])) ++seen;
+  seen_.insert(hashes.begin() + static_cast<std::ptrdiff_t>(seen), hashes.end());
+  return seen;
+}
+
 size_t BlockPool::CachedPrefix(std::span<const int64_t> tokens, std::string_view cache_salt) const {
-  const std::vector<EngineHash> hashes = ChainHashes(tokens, cache_salt);
+  const std::vector<EngineHash> hashes =
+      ChainHashes(tokens, options_.block_size, options_.hash_seed, cache_salt);
   size_t cached = 0;
   while (cached < hashes.size() && blocks_.contains(hashes[cached])) ++cached;
   return cached;
@@ -50,7 +59,8 @@ bool BlockPool::Touch(Block& block) {
 }
 
 PrefillOutcome BlockPool::Prefill(std::span<const int64_t> tokens, std::string_view cache_salt) {
-  const std::vector<EngineHash> hashes = ChainHashes(tokens, cache_salt);
+  const std::vector<EngineHash> hashes =
+      ChainHashes(tokens, options_.block_size, options_.hash_seed, cache_salt);
   PrefillOutcome outcome;
   outcome.prompt_blocks = hashes.size();
   while (outcome.hit_blocks < hashes.size() && blocks_.contains(hashes[outcome.hit_blocks])) {
@@ -117,7 +127,8 @@ PrefillOutcome BlockPool::Prefill(std::span<const int64_t> tokens, std::string_v
 }
 
 PinnedBlocks BlockPool::Pin(std::span<const int64_t> tokens, std::string_view cache_salt) {
-  const std::vector<EngineHash> hashes = ChainHashes(tokens, cache_salt);
+  const std::vector<EngineHash> hashes =
+      ChainHashes(tokens, options_.block_size, options_.hash_seed, cache_salt);
   PinnedBlocks pinned;
   for (const EngineHash hash : hashes) {
     const auto block = blocks_.find(hash);

@@ -253,5 +253,19 @@ TEST(BlockPoolTest, ResetEndsEveryPin) {
   EXPECT_EQ(pool.CachedPrefix(Tokens(16), ""), 0u);
 }
 
+TEST(PromptHistoryTest, CountsTheLeadingBlocksAnEarlierPromptHadUnderTheSameSalt) {
+  PromptHistory history(/*block_size=*/4);
+  EXPECT_EQ(history.Record(Tokens(18), ""), 0u);  // 4 full blocks, now seen
+  EXPECT_EQ(history.Record(Tokens(18), ""), 4u);
+  // Shares the first 2 blocks, then differs: the rest never counts as seen.
+  std::vector<int64_t> branch = Tokens(8);
+  const std::vector<int64_t> other = Tokens(8, 1000);
+  branch.insert(branch.end(), other.begin(), other.end());
+  EXPECT_EQ(history.Record(branch, ""), 2u);
+  EXPECT_EQ(history.Record(branch, ""), 4u);
+  EXPECT_EQ(history.Record(Tokens(18), "tenant-a"), 0u);  // the salt keys the chain
+  EXPECT_EQ(history.Record(Tokens(3), ""), 0u);           // no full block
+}
+
 }  // namespace
 }  // namespace kvgov::sim

@@ -606,6 +606,14 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
     report.hit_blocks += outcome.hit_blocks;
     report.prompt_tokens += outcome.prompt_tokens;
     report.computed_tokens += outcome.computed_tokens;
+    PrefillCauses& causes = report.prefill_causes;
+    causes.first_seen_tokens += outcome.prefill_causes.first_seen_tokens;
+    causes.not_held_tokens += outcome.prefill_causes.not_held_tokens;
+    causes.routed_away_tokens += outcome.prefill_causes.routed_away_tokens;
+    // The rest of what it computed changed on its engine after routing.
+    causes.while_queued_tokens +=
+        outcome.computed_tokens - outcome.prefill_causes.first_seen_tokens -
+        outcome.prefill_causes.not_held_tokens - outcome.prefill_causes.routed_away_tokens;
     if (outcome.engine < engines) {
       report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
       ++report.requests_per_engine[outcome.engine];
@@ -682,10 +690,34 @@ namespace {
 // Replay with decode modeled: arrivals in order; before each, every engine
 // runs its steps up to the arrival, and what they did reaches the policy
 // (events, first tokens, finished answers) in time order per engine.
+// Why the request's prefill will compute what it does, as far as its
+// routing decides: what no earlier prompt had, what no engine it could go
+// to held, and what one of them held beyond the chosen engine. Records the
+// prompt in `history`.
+PrefillCauses CausesWhenRouted(const Fleet& fleet, size_t engine, const SimRequest& request,
+                               std::string_view cache_salt, PromptHistory& history) {
+  const auto tokens = [&](size_t blocks) {
+    return static_cast<int64_t>(blocks) * fleet.options().block_size;
+  };
+  // An engine holds only what an earlier prompt had: seen >= best >= routed.
+  const size_t seen = history.Record(request.tokens, cache_salt);
+  const Pool pool = PrefillPool(fleet);
+  size_t best = 0;
+  for (size_t i = pool.first; i < pool.first + pool.count; ++i) {
+    best = std::max(best, fleet.engine(i).pool().CachedPrefix(request.tokens, cache_salt));
+  }
+  const size_t routed = fleet.engine(engine).pool().CachedPrefix(request.tokens, cache_salt);
+  return {.first_seen_tokens = static_cast<int64_t>(request.tokens.size()) - tokens(seen),
+          .not_held_tokens = tokens(seen) - tokens(best),
+          .routed_away_tokens = tokens(best) - tokens(routed),
+          .while_queued_tokens = 0};
+}
+
 Result<std::vector<RequestOutcome>> ReplayDecoding(std::span<const SimRequest> trace,
                                                    const FleetOptions& options,
                                                    RoutingPolicy& policy) {
   Fleet fleet(options);
+  PromptHistory history(options.block_size);
   std::vector<RequestOutcome> outcomes(trace.size());
   const auto advance = [&](double until_s) -> Status {
     for (size_t i = 0; i < fleet.size(); ++i) {
@@ -726,6 +758,7 @@ Result<std::vector<RequestOutcome>> ReplayDecoding(std::span<const SimRequest> t
                               std::to_string(engine) + " of " + std::to_string(fleet.size()));
     }
     outcomes[request.id].prompt_tokens = static_cast<int64_t>(request.tokens.size());
+    outcomes[request.id].prefill_causes = CausesWhenRouted(fleet, engine, request, salt, history);
     fleet.mutable_engine(engine).Enqueue(request, salt, request.arrival_s);
   }
   KVGOV_RETURN_IF_ERROR(advance(std::numeric_limits<double>::infinity()));
@@ -739,6 +772,7 @@ Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
   KVGOV_RETURN_IF_ERROR(ValidateFleetOptions(options));
   if (options.decode.enabled) return ReplayDecoding(trace, options, policy);
   Fleet fleet(options);
+  PromptHistory history(options.block_size);
   std::vector<RequestOutcome> outcomes(trace.size());
   std::priority_queue<PendingPull, std::vector<PendingPull>, std::greater<>> pending;
 
@@ -804,6 +838,7 @@ Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
       }
       return OutsidePool(policy, "prefill", engine, 0, fleet.prefill_count());
     }
+    const PrefillCauses causes = CausesWhenRouted(fleet, engine, request, salt, history);
     EngineModel::Served served =
         fleet.mutable_engine(engine).Serve(request.id, request.arrival_s, request.tokens, salt);
     KVGOV_RETURN_IF_ERROR(Publish(policy, engine, request.arrival_s,
@@ -814,6 +849,7 @@ Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
     outcome.hit_blocks = served.prefill.hit_blocks;
     outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
     outcome.computed_tokens = served.prefill.computed_tokens;
+    outcome.prefill_causes = causes;
     outcome.prefill_s = served.finish_s - served.start_s;
     outcome.ttft_s = served.ttft_s;
     outcome.queue_s = served.start_s - request.arrival_s;
@@ -880,6 +916,24 @@ std::string FormatReports(std::span<const PolicyReport> reports) {
       out += line;
     }
     out += '\n';
+  }
+  return out;
+}
+
+std::string FormatPrefillCauses(std::span<const PolicyReport> reports) {
+  std::string out = "prefill tokens by cause (docs/formats/simulator.md):\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-18s %14s %14s %12s %12s %13s\n", "policy", "prefill tokens",
+                "first seen", "not held", "routed away", "while queued");
+  out += line;
+  for (const PolicyReport& r : reports) {
+    const PrefillCauses& c = r.prefill_causes;
+    std::snprintf(
+        line, sizeof(line), "%-18s %14lld %14lld %12lld %12lld %13lld\n", r.policy.c_str(),
+        static_cast<long long>(r.computed_tokens), static_cast<long long>(c.first_seen_tokens),
+        static_cast<long long>(c.not_held_tokens), static_cast<long long>(c.routed_away_tokens),
+        static_cast<long long>(c.while_queued_tokens));
+    out += line;
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
 #include "kvgov/sim/event_wire.h"
@@ -499,6 +500,87 @@ TEST(BatchingEngineTest, DeterministicUnderTheSeed) {
       }
     }
     EXPECT_EQ(ttfts[0], ttfts[1]) << name;
+  }
+}
+
+// Each cause worked by hand on two engines of 8 blocks, prefilled at
+// arrival, round-robin: a prompt of 4 blocks and 8 tokens, then again on
+// the other engine, then pushed out of both by 8-block prompts, then a
+// fourth time.
+TEST(PrefillCausesTest, EachCauseIsCountedWhereItArises) {
+  FleetOptions fleet;
+  fleet.engines = 2;
+  fleet.capacity_blocks = 8;
+  const std::vector<int64_t> prompt = Tokens(4 * 16 + 8);
+  const std::vector<SimRequest> trace = {
+      Request(0, 0.0, prompt), Request(1, 1.0, prompt), Request(2, 2.0, Tokens(8 * 16, 1000)),
+      Request(3, 3.0, Tokens(8 * 16, 2000)), Request(4, 4.0, prompt)};
+  Result<std::unique_ptr<RoutingPolicy>> policy = MakePolicy("round-robin", fleet, 1);
+  ASSERT_TRUE(policy.ok());
+  Result<std::vector<RequestOutcome>> outcomes = Replay(trace, fleet, **policy);
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  ASSERT_EQ(outcomes->size(), 5u);
+  const auto causes = [&](size_t i) {
+    const PrefillCauses& c = (*outcomes)[i].prefill_causes;
+    return std::tuple(c.first_seen_tokens, c.not_held_tokens, c.routed_away_tokens);
+  };
+  EXPECT_EQ(causes(0), std::tuple(72, 0, 0));  // new
+  EXPECT_EQ(causes(1), std::tuple(8, 0, 64));  // engine 0 held its 4 blocks
+  EXPECT_EQ(causes(2), std::tuple(128, 0, 0));
+  EXPECT_EQ(causes(3), std::tuple(128, 0, 0));
+  EXPECT_EQ(causes(4), std::tuple(8, 64, 0));  // seen twice, held by neither
+  const PolicyReport report = Summarize("round-robin", *outcomes, 2);
+  EXPECT_EQ(report.computed_tokens, 72 + 72 + 128 + 128 + 72);
+  EXPECT_EQ(report.prefill_causes.first_seen_tokens, 72 + 8 + 128 + 128 + 8);
+  EXPECT_EQ(report.prefill_causes.not_held_tokens, 64);
+  EXPECT_EQ(report.prefill_causes.routed_away_tokens, 64);
+  EXPECT_EQ(report.prefill_causes.while_queued_tokens, 0);
+}
+
+// On real workloads, with and without decode: the causes add up to what
+// each policy computed, none but the queue's is negative, what no earlier
+// prompt had is the same for every policy, and nothing changes while a
+// request queues when prefill happens at arrival.
+TEST(PrefillCausesTest, AddUpToThePrefillAndFirstSeenIsTheSameForEveryPolicy) {
+  SharedPrefixWorkloadOptions shared;
+  shared.groups = 24;
+  shared.requests = 300;
+  shared.requests_per_s = 8;
+  ConversationWorkloadOptions conversation;
+  conversation.sessions = 24;
+  Result<std::vector<SimRequest>> shared_trace = SharedPrefixWorkload(shared);
+  Result<std::vector<SimRequest>> conversation_trace = ConversationWorkload(conversation);
+  ASSERT_TRUE(shared_trace.ok());
+  ASSERT_TRUE(conversation_trace.ok());
+  FleetOptions decoded;
+  decoded.engines = 4;
+  decoded.capacity_blocks = 2048;
+  decoded.decode.enabled = true;
+  const std::vector<std::tuple<const char*, std::vector<SimRequest>*, FleetOptions>> runs = {
+      {"shared-prefix", &*shared_trace, SmallSharedPrefixFleet(shared)},
+      {"conversation", &*conversation_trace, decoded}};
+  for (const auto& [workload, trace, fleet] : runs) {
+    std::optional<int64_t> first_seen;
+    for (const char* name : {"kvgov", "round-robin", "least-load", "oracle", "sglang", "llm-d"}) {
+      Result<std::unique_ptr<RoutingPolicy>> policy = MakePolicy(name, fleet, 1);
+      ASSERT_TRUE(policy.ok());
+      Result<PolicyReport> report = RunTrace(*trace, fleet, **policy);
+      ASSERT_TRUE(report.ok()) << name << ": " << report.status().ToString();
+      const PrefillCauses& c = report->prefill_causes;
+      const std::string where = std::string(workload) + ", " + name;
+      EXPECT_EQ(
+          c.first_seen_tokens + c.not_held_tokens + c.routed_away_tokens + c.while_queued_tokens,
+          report->computed_tokens)
+          << where;
+      EXPECT_GT(c.first_seen_tokens, 0) << where;
+      EXPECT_GE(c.not_held_tokens, 0) << where;
+      EXPECT_GE(c.routed_away_tokens, 0) << where;
+      if (!fleet.decode.enabled) {
+        EXPECT_EQ(c.while_queued_tokens, 0) << where;
+      }
+      if (!first_seen.has_value()) first_seen = c.first_seen_tokens;
+      EXPECT_EQ(c.first_seen_tokens, *first_seen) << where;
+    }
   }
 }
 

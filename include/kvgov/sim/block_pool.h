@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvgov/core/engine_events.h"
@@ -52,6 +53,27 @@ struct PinnedBlocks {
 /// free queue, so eviction never takes it; when its last pin ends it
 /// returns to the queue's recent end, still cached.
 ///
+/// The chain of hashes of the prompt's full blocks, each over its parent's
+/// hash and its tokens, the first seeded by `seed` and keyed by the cache
+/// salt (as vLLM chains them; docs/formats/simulator.md).
+std::vector<EngineHash> ChainHashes(std::span<const int64_t> tokens, int64_t block_size,
+                                    uint64_t seed, std::string_view cache_salt);
+
+/// Every prompt's blocks the fleet has been asked to prefill so far, with no
+/// eviction: what a cache with room for everything would hold, and so the
+/// most of a prompt any engine could hold. Not thread-safe.
+class PromptHistory {
+ public:
+  explicit PromptHistory(int64_t block_size) : block_size_(block_size) {}
+  /// Leading full blocks of the prompt that an earlier recorded prompt had;
+  /// then records this one.
+  size_t Record(std::span<const int64_t> tokens, std::string_view cache_salt);
+
+ private:
+  int64_t block_size_;
+  std::unordered_set<EngineHash> seen_;
+};
+
 /// Not thread-safe: one owner drives it.
 class BlockPool {
  public:
@@ -98,8 +120,6 @@ class BlockPool {
     uint32_t pins = 0;
   };
 
-  std::vector<EngineHash> ChainHashes(std::span<const int64_t> tokens,
-                                      std::string_view cache_salt) const;
   // Makes an unpinned block the most recent; returns false (and leaves it
   // where it is) for a pinned one.
   bool Touch(Block& block);

@@ -306,6 +306,23 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name, const F
 inline constexpr double kLongWaitS = 10.0;
 
 /// What one policy did with one trace.
+/// Why a policy's prefills computed what they did, in tokens; the four add
+/// up to its computed tokens (docs/formats/simulator.md, "Prefill by cause").
+struct PrefillCauses {
+  // No earlier prompt had them: every policy computes these (the partial
+  // last block of a prompt included, which no engine caches).
+  int64_t first_seen_tokens = 0;
+  // An earlier prompt had them, but no engine held them when the request was
+  // routed: evicted everywhere, or still waiting for their first prefill.
+  int64_t not_held_tokens = 0;
+  // Some engine held more of the prompt than the one it was routed to.
+  int64_t routed_away_tokens = 0;
+  // What changed on the chosen engine between routing and prefill: blocks
+  // evicted while the request queued, less blocks another request
+  // prefilled there meanwhile (negative when that saved more).
+  int64_t while_queued_tokens = 0;
+};
+
 struct PolicyReport {
   std::string policy;
   uint64_t requests = 0;
@@ -313,6 +330,7 @@ struct PolicyReport {
   uint64_t hit_blocks = 0;
   int64_t prompt_tokens = 0;
   int64_t computed_tokens = 0;  // prefill tokens computed
+  PrefillCauses prefill_causes;
   double ttft_p50_s = 0;
   double ttft_p90_s = 0;
   double ttft_p99_s = 0;
@@ -350,6 +368,9 @@ struct RequestOutcome {
   uint64_t hit_blocks = 0;  // on the prefill engine
   int64_t prompt_tokens = 0;
   int64_t computed_tokens = 0;
+  // Set when it is routed (to its prefill engine); while_queued_tokens is
+  // left for Summarize, the rest of computed_tokens once it is prefilled.
+  PrefillCauses prefill_causes;
   double prefill_s = 0;  // modeled
   double ttft_s = 0;     // modeled: queueing wait + prefill (+ link wait + transfer)
   double queue_s = 0;    // waiting for the prefill engine
@@ -385,5 +406,8 @@ Result<PolicyReport> RunTrace(std::span<const SimRequest> trace, const FleetOpti
 /// report is disaggregated the table adds pulled tokens, the tokens decode
 /// engines held so did not pull, and the links' transfer seconds.
 std::string FormatReports(std::span<const PolicyReport> reports);
+
+/// The same reports' prefill tokens split by cause, a row each.
+std::string FormatPrefillCauses(std::span<const PolicyReport> reports);
 
 }  // namespace kvgov::sim
