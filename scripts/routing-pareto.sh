@@ -2,7 +2,8 @@
 # kvgov's router against every peer policy on every workload of
 # `kvgov simulate` (docs/benchmarks.md "Routing on both axes"): one line a
 # workload with kvgov's prefill tokens and TTFT p90, the best peer's on each
-# axis, and the peers kvgov loses to. Extra arguments go to every simulate
+# axis, and the peers kvgov loses to (on prefill, with where kvgov's extra
+# tokens come from, by cause). Extra arguments go to every simulate
 # run, e.g. --seed 2 to look at a held-out draw, or a --route-* weight.
 # Each run's JSON is kept in $ROUTING_RESULTS when that names a directory.
 # Usage: routing-pareto.sh KVGOV_BINARY [SIMULATE_ARGS...]
@@ -46,7 +47,14 @@ for name in names:
     for p in peers:
         axes = []
         if worse(kv["prefill_tokens"], p["prefill_tokens"]):
-            axes.append(f"prefill +{100 * (kv['prefill_tokens'] / p['prefill_tokens'] - 1):.1f}%")
+            # Where the extra prefill comes from: kvgov's tokens by cause
+            # (docs/formats/simulator.md) less the peer's.
+            causes = ", ".join(
+                f"{label} {kv['prefill_causes'][key] - p['prefill_causes'][key]:+d}"
+                for key, label in (("not_held_tokens", "not held"),
+                                   ("routed_away_tokens", "routed away"),
+                                   ("while_queued_tokens", "while queued")))
+            axes.append(f"prefill +{100 * (kv['prefill_tokens'] / p['prefill_tokens'] - 1):.1f}%: {causes}")
         if worse(kv["ttft_p90_s"], p["ttft_p90_s"]):
             axes.append(f"p90 +{100 * (kv['ttft_p90_s'] / p['ttft_p90_s'] - 1):.1f}%")
         if axes:

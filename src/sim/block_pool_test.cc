@@ -258,9 +258,7 @@ TEST(PromptHistoryTest, CountsTheLeadingBlocksAnEarlierPromptHadUnderTheSameSalt
   EXPECT_EQ(history.Record(Tokens(18), ""), 0u);  // 4 full blocks, now seen
   EXPECT_EQ(history.Record(Tokens(18), ""), 4u);
   // Shares the first 2 blocks, then differs: the rest never counts as seen.
-  std::vector<int64_t> branch = Tokens(8);
-  const std::vector<int64_t> other = Tokens(8, 1000);
-  branch.insert(branch.end(), other.begin(), other.end());
+  const std::vector<int64_t> branch = Concat(Tokens(8), Tokens(8, 1000));
   EXPECT_EQ(history.Record(branch, ""), 2u);
   EXPECT_EQ(history.Record(branch, ""), 4u);
   EXPECT_EQ(history.Record(Tokens(18), "tenant-a"), 0u);  // the salt keys the chain
