@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -124,11 +126,22 @@ TEST(SimulateE2ETest, ReplaysAMooncakeTraceWithDecode) {
   const Json report = Json::parse(output.substr(output.find('{')));
   EXPECT_EQ(report["workload"], "trace");
   ASSERT_EQ(report["policies"].size(), 2u) << output;
+  std::set<int64_t> first_seen;
   for (const Json& policy : report["policies"]) {
     EXPECT_EQ(policy["requests"], 158) << policy.dump();  // the trace's first 30 s
     EXPECT_TRUE(policy["decode_modeled"].get<bool>()) << policy.dump();
     EXPECT_GT(policy["e2e_p50_s"].get<double>(), policy["ttft_p50_s"].get<double>());
+    // The prefill by cause adds up to it, and its floor is the trace's.
+    const Json& causes = policy["prefill_causes"];
+    EXPECT_EQ(causes["first_seen_tokens"].get<int64_t>() +
+                  causes["not_held_tokens"].get<int64_t>() +
+                  causes["routed_away_tokens"].get<int64_t>() +
+                  causes["while_queued_tokens"].get<int64_t>(),
+              policy["prefill_tokens"].get<int64_t>())
+        << policy.dump();
+    first_seen.insert(causes["first_seen_tokens"].get<int64_t>());
   }
+  EXPECT_EQ(first_seen.size(), 1u) << output;
 }
 
 // A built-in workload with its answers decoded (the held-out workloads of
