@@ -687,9 +687,6 @@ Status OutsidePool(const RoutingPolicy& policy, std::string_view step, size_t en
 
 namespace {
 
-// Replay with decode modeled: arrivals in order; before each, every engine
-// runs its steps up to the arrival, and what they did reaches the policy
-// (events, first tokens, finished answers) in time order per engine.
 // Why the request's prefill will compute what it does, as far as its
 // routing decides: what no earlier prompt had, what no engine it could go
 // to held, and what one of them held beyond the chosen engine. Records the
@@ -713,6 +710,9 @@ PrefillCauses CausesWhenRouted(const Fleet& fleet, size_t engine, const SimReque
           .while_queued_tokens = 0};
 }
 
+// Replay with decode modeled: arrivals in order; before each, every engine
+// runs its steps up to the arrival, and what they did reaches the policy
+// (events, first tokens, finished answers) in time order per engine.
 Result<std::vector<RequestOutcome>> ReplayDecoding(std::span<const SimRequest> trace,
                                                    const FleetOptions& options,
                                                    RoutingPolicy& policy) {

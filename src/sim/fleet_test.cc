@@ -506,7 +506,7 @@ TEST(BatchingEngineTest, DeterministicUnderTheSeed) {
 // Each cause worked by hand on two engines of 8 blocks, prefilled at
 // arrival, round-robin: a prompt of 4 blocks and 8 tokens, then again on
 // the other engine, then pushed out of both by 8-block prompts, then a
-// fourth time.
+// third time.
 TEST(PrefillCausesTest, EachCauseIsCountedWhereItArises) {
   FleetOptions fleet;
   fleet.engines = 2;

@@ -42,17 +42,6 @@ struct PinnedBlocks {
   std::vector<uint32_t> block_ids;
 };
 
-/// One engine's paged prefix cache, as vLLM's BlockPool behaves on the wire:
-/// full blocks only, chained hashes under a per-engine seed, the cache salt
-/// mixed into the first block, least-recently-used eviction. A request's
-/// blocks are freed tail first, so a shared head outlives the tails that
-/// extend it, as vLLM's free queue orders them. Running requests hold no
-/// blocks (the simulator models prefill only), but a pin does: a prefill
-/// engine holds a handed-over prompt's blocks until the decode engine has
-/// pulled them (vLLM's delay-freed blocks). A pinned block is out of the
-/// free queue, so eviction never takes it; when its last pin ends it
-/// returns to the queue's recent end, still cached.
-///
 /// The chain of hashes of the prompt's full blocks, each over its parent's
 /// hash and its tokens, the first seeded by `seed` and keyed by the cache
 /// salt (as vLLM chains them; docs/formats/simulator.md).
@@ -74,6 +63,17 @@ class PromptHistory {
   std::unordered_set<EngineHash> seen_;
 };
 
+/// One engine's paged prefix cache, as vLLM's BlockPool behaves on the wire:
+/// full blocks only, chained hashes under a per-engine seed, the cache salt
+/// mixed into the first block, least-recently-used eviction. A request's
+/// blocks are freed tail first, so a shared head outlives the tails that
+/// extend it, as vLLM's free queue orders them. Running requests hold no
+/// blocks (the simulator models prefill only), but a pin does: a prefill
+/// engine holds a handed-over prompt's blocks until the decode engine has
+/// pulled them (vLLM's delay-freed blocks). A pinned block is out of the
+/// free queue, so eviction never takes it; when its last pin ends it
+/// returns to the queue's recent end, still cached.
+///
 /// Not thread-safe: one owner drives it.
 class BlockPool {
  public:

@@ -305,7 +305,6 @@ Result<std::unique_ptr<RoutingPolicy>> MakePolicy(std::string_view name, const F
 /// A wait users notice: what PolicyReport::long_waits counts.
 inline constexpr double kLongWaitS = 10.0;
 
-/// What one policy did with one trace.
 /// Why a policy's prefills computed what they did, in tokens; the four add
 /// up to its computed tokens (docs/formats/simulator.md, "Prefill by cause").
 struct PrefillCauses {
@@ -323,6 +322,7 @@ struct PrefillCauses {
   int64_t while_queued_tokens = 0;
 };
 
+/// What one policy did with one trace.
 struct PolicyReport {
   std::string policy;
   uint64_t requests = 0;
