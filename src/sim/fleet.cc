@@ -610,10 +610,7 @@ PolicyReport Summarize(std::string policy, std::span<const RequestOutcome> outco
     causes.first_seen_tokens += outcome.prefill_causes.first_seen_tokens;
     causes.not_held_tokens += outcome.prefill_causes.not_held_tokens;
     causes.routed_away_tokens += outcome.prefill_causes.routed_away_tokens;
-    // The rest of what it computed changed on its engine after routing.
-    causes.while_queued_tokens +=
-        outcome.computed_tokens - outcome.prefill_causes.first_seen_tokens -
-        outcome.prefill_causes.not_held_tokens - outcome.prefill_causes.routed_away_tokens;
+    causes.while_queued_tokens += outcome.prefill_causes.while_queued_tokens;
     if (outcome.engine < engines) {
       report.busy_s_per_engine[outcome.engine] += outcome.prefill_s;
       ++report.requests_per_engine[outcome.engine];
@@ -700,14 +697,24 @@ PrefillCauses CausesWhenRouted(const Fleet& fleet, size_t engine, const SimReque
   const size_t seen = history.Record(request.tokens, cache_salt);
   const Pool pool = PrefillPool(fleet);
   size_t best = 0;
+  size_t routed = 0;
   for (size_t i = pool.first; i < pool.first + pool.count; ++i) {
-    best = std::max(best, fleet.engine(i).pool().CachedPrefix(request.tokens, cache_salt));
+    const size_t held = fleet.engine(i).pool().CachedPrefix(request.tokens, cache_salt);
+    best = std::max(best, held);
+    if (i == engine) routed = held;
   }
-  const size_t routed = fleet.engine(engine).pool().CachedPrefix(request.tokens, cache_salt);
   return {.first_seen_tokens = static_cast<int64_t>(request.tokens.size()) - tokens(seen),
           .not_held_tokens = tokens(seen) - tokens(best),
           .routed_away_tokens = tokens(best) - tokens(routed),
           .while_queued_tokens = 0};
+}
+
+// Once the request is prefilled: the rest of what it computed changed on
+// its engine after routing.
+void SettleWhileQueued(RequestOutcome& outcome) {
+  PrefillCauses& causes = outcome.prefill_causes;
+  causes.while_queued_tokens = outcome.computed_tokens - causes.first_seen_tokens -
+                               causes.not_held_tokens - causes.routed_away_tokens;
 }
 
 // Replay with decode modeled: arrivals in order; before each, every engine
@@ -729,6 +736,7 @@ Result<std::vector<RequestOutcome>> ReplayDecoding(std::span<const SimRequest> t
         outcome.prompt_blocks = started.prefill.prompt_blocks;
         outcome.hit_blocks = started.prefill.hit_blocks;
         outcome.computed_tokens = started.prefill.computed_tokens;
+        SettleWhileQueued(outcome);
         outcome.queue_s = started.at_s - trace[started.id].arrival_s;
         KVGOV_RETURN_IF_ERROR(
             Publish(policy, i, started.at_s, std::move(started.prefill.events), options.encoding));
@@ -850,6 +858,7 @@ Result<std::vector<RequestOutcome>> Replay(std::span<const SimRequest> trace,
     outcome.prompt_tokens = static_cast<int64_t>(request.tokens.size());
     outcome.computed_tokens = served.prefill.computed_tokens;
     outcome.prefill_causes = causes;
+    SettleWhileQueued(outcome);
     outcome.prefill_s = served.finish_s - served.start_s;
     outcome.ttft_s = served.ttft_s;
     outcome.queue_s = served.start_s - request.arrival_s;

@@ -368,8 +368,8 @@ struct RequestOutcome {
   uint64_t hit_blocks = 0;  // on the prefill engine
   int64_t prompt_tokens = 0;
   int64_t computed_tokens = 0;
-  // Set when it is routed (to its prefill engine); while_queued_tokens is
-  // left for Summarize, the rest of computed_tokens once it is prefilled.
+  // Set when it is routed (to its prefill engine), but while_queued_tokens:
+  // the rest of computed_tokens, set once it is prefilled.
   PrefillCauses prefill_causes;
   double prefill_s = 0;  // modeled
   double ttft_s = 0;     // modeled: queueing wait + prefill (+ link wait + transfer)
